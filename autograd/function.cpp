@@ -1,0 +1,77 @@
+#include "autograd/function.h"
+
+#include "engine/factory.h"
+
+namespace mantissa::autograd {
+
+Tensor BackwardContext::grad(size_t i) const {
+  if (!grads_[i].defined()) {
+    const auto& info = node_.outputs[i];
+    grads_[i] = zeros(info.shape, TensorOptions(info.device).dtype(info.dtype));
+  }
+  return grads_[i];
+}
+
+Tensor BackwardContext::saved(size_t i) const { return node_.saved[i].unpack(node_.name_); }
+
+bool BackwardContext::needs(size_t input) const {
+  return input < node_.next_edges.size() && node_.next_edges[input].fn != nullptr;
+}
+
+std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grad_outputs) {
+  BackwardContext ctx(*this, grad_outputs);
+  std::vector<Tensor> grads = fn_(ctx);
+  MT_ASSERT(grads.size() == next_edges.size(), name_, " returned ", grads.size(),
+            " gradients for ", next_edges.size(), " inputs");
+  return grads;
+}
+
+void FunctionNode::release_saved() {
+  for (auto& s : saved) s.release();
+}
+
+bool needs_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor* t : inputs)
+    if (t != nullptr && t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+void check_inplace(const Tensor& self, const char* op) {
+  if (GradMode::is_enabled() && self.requires_grad() && self.is_leaf()) {
+    MT_THROW(op, ": a leaf tensor that requires grad is being used in an in-place operation "
+             "(shape ", self.shape(), "); wrap parameter updates in NoGradGuard");
+  }
+}
+
+Recorder::Recorder(const char* name, std::initializer_list<const Tensor*> inputs) {
+  if (!needs_grad(inputs)) return;
+  node_ = std::make_shared<FunctionNode>(name, nullptr);
+  node_->next_edges.reserve(inputs.size());
+  for (const Tensor* t : inputs)
+    node_->next_edges.push_back(t != nullptr && t->defined() ? gradient_edge(*t) : Edge{});
+}
+
+Recorder& Recorder::save(const Tensor& t) {
+  node_->saved.emplace_back(t);
+  return *this;
+}
+
+void Recorder::finish(const Tensor& out, BackwardFn fn) { finish(std::vector<Tensor>{out}, std::move(fn)); }
+
+void Recorder::finish(const std::vector<Tensor>& outs, BackwardFn fn) {
+  node_->fn_ = std::move(fn);
+  node_->num_outputs = static_cast<uint32_t>(outs.size());
+  for (uint32_t i = 0; i < outs.size(); ++i) {
+    const Tensor& out = outs[i];
+    node_->outputs.push_back({out.shape(), out.dtype(), out.device()});
+    if (!is_floating(out.dtype())) continue;  // integer outputs (indices) carry no gradient
+    AutogradMeta& m = ensure_meta(out);
+    m.requires_grad = true;
+    m.grad_fn = node_;
+    m.output_nr = i;
+    m.retains_grad = false;
+  }
+}
+
+}  // namespace mantissa::autograd

@@ -1,0 +1,79 @@
+// Recording an op on the tape. Ops write their backward formula as a lambda next to the forward:
+//
+//   Tensor out = ...forward...;
+//   if (autograd::Recorder rec{"MulBackward0", {&a, &b}}) {
+//     rec.save(a).save(b);
+//     rec.finish(out, [](autograd::BackwardContext& ctx) -> std::vector<Tensor> {
+//       return {ctx.needs(0) ? ctx.grad() * ctx.saved(1) : Tensor(),
+//               ctx.needs(1) ? ctx.grad() * ctx.saved(0) : Tensor()};
+//     });
+//   }
+//
+// The Recorder is a no-op (and allocates nothing) unless grad mode is on and an input requires
+// grad. ctx.needs(i) lets a formula skip inputs that need no gradient.
+#pragma once
+
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+#include "autograd/node.h"
+
+namespace mantissa::autograd {
+
+class FunctionNode;
+
+class BackwardContext {
+ public:
+  BackwardContext(FunctionNode& node, std::vector<Tensor>& grads) : node_(node), grads_(grads) {}
+  // Gradient w.r.t. forward output i (zeros if that output received none).
+  Tensor grad(size_t i = 0) const;
+  Tensor saved(size_t i) const;
+  bool needs(size_t input) const;
+
+ private:
+  FunctionNode& node_;
+  std::vector<Tensor>& grads_;
+};
+
+using BackwardFn = std::function<std::vector<Tensor>(BackwardContext&)>;
+
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(const char* name, BackwardFn fn) : name_(name), fn_(std::move(fn)) {}
+  std::string name() const override { return name_; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override;
+  void release_saved() override;
+
+  struct OutputInfo {
+    Shape shape;
+    DType dtype;
+    Device device;
+  };
+  const char* name_;
+  BackwardFn fn_;
+  std::vector<SavedTensor> saved;
+  std::vector<OutputInfo> outputs;
+};
+
+class Recorder {
+ public:
+  Recorder(const char* name, std::initializer_list<const Tensor*> inputs);
+  explicit operator bool() const { return node_ != nullptr; }
+  // Saves a tensor for backward; ctx.saved(i) returns them in save order. Undefined is allowed.
+  Recorder& save(const Tensor& t);
+  // Attaches the node to the op's outputs (for in-place ops: to `self`).
+  void finish(const Tensor& out, BackwardFn fn);
+  void finish(const std::vector<Tensor>& outs, BackwardFn fn);
+
+ private:
+  std::shared_ptr<FunctionNode> node_;
+};
+
+// True when an op on these inputs must be recorded.
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+// Refuses in-place ops on leaves that require grad (in grad mode), as PyTorch does.
+void check_inplace(const Tensor& self, const char* op);
+
+}  // namespace mantissa::autograd

@@ -1,0 +1,142 @@
+// The functional op API: every differentiable op, callable as mt::op(...) (most also as Tensor
+// methods). Each is defined in autograd/ops/<group>.cpp together with its backward formula.
+#pragma once
+
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "engine/factory.h"
+#include "engine/tensor.h"
+
+namespace mantissa {
+
+// ---- elementwise (autograd/ops/elementwise.cpp) ----------------------------------------------
+// Binary ops broadcast and promote types as PyTorch does (result_type below).
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);  // true division: integers give float32
+Tensor pow(const Tensor& a, const Tensor& exponent);
+Tensor pow(const Tensor& a, const Scalar& exponent);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, const Scalar& b);
+Tensor sub(const Tensor& a, const Scalar& b);
+Tensor mul(const Tensor& a, const Scalar& b);
+Tensor div(const Tensor& a, const Scalar& b);
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor sign(const Tensor& x);
+Tensor reciprocal(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor log1p(const Tensor& x);
+Tensor expm1(const Tensor& x);
+Tensor relu(const Tensor& x);
+// approximate: "none" (exact, erf) or "tanh", as in torch.nn.functional.gelu.
+Tensor gelu(const Tensor& x, std::string_view approximate = "none");
+Tensor silu(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& condition, const Tensor& a, const Scalar& b);
+// Comparisons (bool results, not differentiable).
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+// Logical and/or of bool tensors (also as `a & b`, `a | b`).
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_not(const Tensor& a);
+Tensor operator&(const Tensor& a, const Tensor& b);
+Tensor operator|(const Tensor& a, const Tensor& b);
+Tensor operator!(const Tensor& a);
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
+bool equal(const Tensor& a, const Tensor& b);  // same shape and values
+
+// PyTorch's result_type: tensors with dims outrank 0-d tensors, which outrank scalars, within
+// the same category (bool < integer < floating).
+DType result_type(const Tensor& a, const Tensor& b);
+DType result_type(const Tensor& a, const Scalar& b);
+
+// ---- conversions and views (autograd/ops/views.cpp) -------------------------------------------
+Tensor to(const Tensor& x, DType dtype);
+Tensor to(const Tensor& x, Device device);
+Tensor clone(const Tensor& x);
+Tensor contiguous(const Tensor& x);
+Tensor reshape(const Tensor& x, const Shape& shape);
+Tensor view(const Tensor& x, const Shape& shape);
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
+Tensor permute(const Tensor& x, const Shape& dims);
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
+Tensor select(const Tensor& x, int64_t dim, int64_t index);
+Tensor squeeze(const Tensor& x, std::optional<int64_t> dim = std::nullopt);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor expand(const Tensor& x, const Shape& shape);
+Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
+// Tensors broadcast to one shape (as views).
+std::vector<Tensor> broadcast_tensors(const std::vector<Tensor>& tensors);
+
+// ---- reductions (autograd/ops/reductions.cpp) -------------------------------------------------
+// `dims` empty means all dims. Integer/bool sums give int64, as in PyTorch.
+Tensor sum(const Tensor& x, const Shape& dims = {}, bool keepdim = false,
+           std::optional<DType> dtype = std::nullopt);
+Tensor mean(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor amax(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+// Max/min over everything (0-d result), and along a dim with indices.
+Tensor max(const Tensor& x);
+Tensor min(const Tensor& x);
+struct ValuesIndices {
+  Tensor values;
+  Tensor indices;  // int64
+};
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+// Variance with Bessel's correction by default (correction = 1), as torch.var.
+Tensor var(const Tensor& x, const Shape& dims = {}, int64_t correction = 1, bool keepdim = false);
+Tensor std(const Tensor& x, const Shape& dims = {}, int64_t correction = 1, bool keepdim = false);
+// p-norm over dims (p = 2 default; p = inf gives max |x|).
+Tensor norm(const Tensor& x, double p = 2.0, const Shape& dims = {}, bool keepdim = false);
+// True when every element is finite (one bool element).
+Tensor all_finite(const Tensor& x);
+
+// ---- softmax (autograd/ops/softmax.cpp) -------------------------------------------------------
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+// ---- matrix products (autograd/ops/linalg.cpp) ------------------------------------------------
+Tensor mm(const Tensor& a, const Tensor& b);    // [n,k] x [k,m]
+Tensor bmm(const Tensor& a, const Tensor& b);   // [b,n,k] x [b,k,m]
+Tensor matmul(const Tensor& a, const Tensor& b);  // torch.matmul, with batch broadcasting
+// x @ weight^T + bias (weight [out, in], as nn.Linear).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// ---- indexing and joining (autograd/ops/indexing.cpp) -----------------------------------------
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// Out-of-place scatter_add: x with src added at index along dim.
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// int64 class indices -> int64 one-hot with a trailing dim of num_classes (-1: max + 1).
+Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+
+// ---- random ops with autograd meaning ---------------------------------------------------------
+// Dropout: zeroes with probability p and scales the rest by 1/(1-p) when training.
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullptr);
+
+}  // namespace mantissa

@@ -1,0 +1,159 @@
+#include "autograd/node.h"
+
+#include <atomic>
+
+#include "autograd/graph.h"
+#include "engine/factory.h"
+
+namespace mantissa {
+namespace autograd {
+namespace {
+thread_local bool grad_mode_enabled = true;
+std::atomic<uint64_t> next_sequence_nr{0};
+}  // namespace
+
+bool GradMode::is_enabled() { return grad_mode_enabled; }
+void GradMode::set_enabled(bool enabled) { grad_mode_enabled = enabled; }
+
+Node::Node() : sequence_nr(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+
+SavedTensor::SavedTensor(const Tensor& t) {
+  if (!t.defined()) return;
+  data_ = t.detach();
+  version_ = t.version();
+}
+
+Tensor SavedTensor::unpack(const char* node_name) const {
+  MT_CHECK(!released_, "Trying to backward through the graph a second time (or directly access "
+           "saved tensors after they have already been freed). Saved intermediate values of the "
+           "graph are freed when you call backward() or autograd::grad(). Pass retain_graph=true "
+           "if you need to backward through the graph a second time (node: ", node_name, ")");
+  if (data_.defined()) {
+    MT_CHECK(data_.version() == version_,
+             "one of the tensors needed for gradient computation has been modified by an "
+             "in-place operation: a tensor of shape ", data_.shape(), " and dtype ",
+             data_.dtype(), " saved by ", node_name, " is at version ", data_.version(),
+             "; expected version ", version_, " instead");
+  }
+  return data_;
+}
+
+AccumulateGrad::AccumulateGrad(Tensor v) : variable(std::move(v)) { num_outputs = 1; }
+
+std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
+  Tensor& g = grads[0];
+  if (!g.defined()) return {};
+  AutogradMeta& m = ensure_meta(variable);
+  NoGradGuard no_grad;
+  MT_ASSERT(g.shape() == variable.shape(), "gradient of shape ", g.shape(), " for a leaf of shape ",
+            variable.shape());
+  if (!m.grad.defined()) {
+    // Take ownership when nothing else references the gradient; otherwise copy, so that two
+    // leaves never share one .grad buffer.
+    const bool exclusive = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
+                           g.is_contiguous() && g.dtype() == variable.dtype();
+    m.grad = exclusive ? g : g.to(variable.dtype()).clone();
+  } else {
+    m.grad.add_(g);
+  }
+  return {};
+}
+
+AutogradMeta* meta(const Tensor& t) { return t.defined() ? t.unsafe_impl()->autograd.get() : nullptr; }
+
+AutogradMeta& ensure_meta(const Tensor& t) {
+  auto& slot = t.unsafe_impl()->autograd;
+  if (!slot) slot = std::make_shared<AutogradMeta>();
+  return *slot;
+}
+
+Edge gradient_edge(const Tensor& t) {
+  AutogradMeta* m = meta(t);
+  if (m == nullptr || !m->requires_grad) return {};
+  if (m->grad_fn) return {m->grad_fn, m->output_nr};
+  std::shared_ptr<Node> acc = m->grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t);
+    m->grad_accumulator = acc;
+  }
+  return {acc, 0};
+}
+
+Tensor sum_to(const Tensor& grad, const Shape& shape) {
+  if (grad.shape() == shape) return grad;
+  const int64_t lead = grad.dim() - shape.size();
+  Shape dims;
+  for (int64_t i = 0; i < grad.dim(); ++i) {
+    if (i < lead || (shape[i - lead] == 1 && grad.size(i) != 1)) dims.push_back(i);
+  }
+  Tensor r = dims.empty() ? grad : grad.sum(dims, /*keepdim=*/true);
+  return r.shape() == shape ? r : r.reshape(shape);
+}
+
+}  // namespace autograd
+
+// ---- Tensor's autograd methods --------------------------------------------------------------
+bool Tensor::requires_grad() const {
+  const auto* m = autograd::meta(*this);
+  return m != nullptr && m->requires_grad;
+}
+
+Tensor& Tensor::requires_grad_(bool enabled) {
+  if (!enabled && !is_leaf()) {
+    MT_THROW("requires_grad_: you can only change requires_grad flags of leaf tensors; use "
+             "detach() to get a tensor without history (grad_fn: ", grad_fn()->name(), ")");
+  }
+  MT_CHECK(!enabled || is_floating(dtype()),
+           "requires_grad_: only tensors of floating point dtype can require gradients, got ", dtype());
+  if (enabled || autograd::meta(*this)) autograd::ensure_meta(*this).requires_grad = enabled;
+  return *this;
+}
+
+Tensor Tensor::grad() const {
+  const auto* m = autograd::meta(*this);
+  return m ? m->grad : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& g) const {
+  if (g.defined()) {
+    MT_CHECK(g.shape() == shape() && g.device() == device(), "set_grad: assigned grad of shape ",
+             g.shape(), " on ", g.device(), " to a tensor of shape ", shape(), " on ", device());
+  }
+  autograd::ensure_meta(*this).grad = g;
+}
+
+bool Tensor::is_leaf() const {
+  const auto* m = autograd::meta(*this);
+  return m == nullptr || m->grad_fn == nullptr;
+}
+
+std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
+  const auto* m = autograd::meta(*this);
+  return m ? m->grad_fn : nullptr;
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  autograd::backward({*this}, {gradient}, retain_graph);
+}
+
+void Tensor::retain_grad() const {
+  MT_CHECK(requires_grad(), "retain_grad: can't retain_grad on a tensor that has requires_grad=false");
+  if (is_leaf()) return;
+  auto& m = autograd::ensure_meta(*this);
+  if (m.retains_grad) return;
+  m.retains_grad = true;
+  m.grad_fn->retained.emplace_back(m.output_nr, impl_ptr());
+}
+
+Tensor Tensor::detach() const {
+  return detail::make_view(*this, shape(), strides(), storage_offset());
+}
+
+namespace detail {
+std::string grad_fn_name(const Tensor& t) {
+  auto fn = t.grad_fn();
+  return fn ? fn->name() : std::string();
+}
+}  // namespace detail
+
+}  // namespace mantissa

@@ -1,0 +1,425 @@
+// Elementwise ops with their backward formulas: binary arithmetic with broadcasting and type
+// promotion, unary math and activations, clamp, where, comparisons, and the in-place forms.
+#include <cmath>
+
+#include "autograd/ops/elementwise_common.h"
+
+namespace mantissa {
+namespace ops {
+
+void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  MT_CHECK(a.device() == b.device(), "expected all tensors to be on the same device, but found ",
+           a.device(), " and ", b.device(), " (op: ", op, ")");
+}
+
+Tensor broadcast_view(const Tensor& t, const Shape& shape) {
+  if (t.shape() == shape) return t;
+  Shape strides(shape.size(), 0);
+  const int64_t lead = shape.size() - t.dim();
+  for (int64_t i = 0; i < t.dim(); ++i) strides[lead + i] = t.size(i) == 1 ? 0 : t.stride(i);
+  return detail::make_view(t, shape, strides, t.storage_offset());
+}
+
+Tensor run_unary(const KernelTable<UnaryKernel>& table, const Tensor& in) {
+  Tensor out = empty(in.shape(), TensorOptions(in.device()).dtype(in.dtype()));
+  table(in.device())(out, in);
+  return out;
+}
+
+Tensor run_binary_same(const KernelTable<BinaryKernel>& table, const Tensor& a, const Tensor& b) {
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), table.op_name);
+  Tensor out = empty(shape, TensorOptions(a.device()).dtype(a.dtype()));
+  table(a.device())(out, broadcast_view(a, shape), broadcast_view(b.to(a.dtype()), shape));
+  return out;
+}
+
+Tensor wrap_scalar(const Scalar& s, DType dtype, Device device) {
+  return full(Shape{}, s, TensorOptions(device).dtype(dtype));
+}
+
+}  // namespace ops
+
+namespace {
+
+using autograd::BackwardContext;
+using autograd::Recorder;
+using autograd::sum_to;
+using Grads = std::vector<Tensor>;
+using ops::broadcast_view;
+using ops::run_binary_same;
+using ops::run_unary;
+
+// PyTorch's combine_categories: a higher-priority group's dtype wins unless a lower group has a
+// higher category.
+std::optional<DType> combine(std::optional<DType> higher, std::optional<DType> lower) {
+  if (!higher) return lower;
+  if (!lower) return higher;
+  if (is_floating(*higher)) return higher;
+  if (*higher == kBool || is_floating(*lower)) return promote_types(*higher, *lower);
+  return higher;
+}
+
+struct Prepared {
+  Tensor a, b;  // cast to dtype (recorded casts), not yet broadcast
+  Shape shape;
+  DType dtype;
+  Device device;
+};
+
+Prepared prepare(const char* op, const Tensor& a, const Tensor& b, DType compute) {
+  ops::check_same_device(op, a, b);
+  Prepared p{a.to(compute), b.to(compute), broadcast_shapes(a.shape(), b.shape(), op), compute,
+             a.device()};
+  return p;
+}
+
+Tensor alloc(const Prepared& p, DType dtype) {
+  return empty(p.shape, TensorOptions(p.device).dtype(dtype));
+}
+
+// dtype a floating-result op computes in: integers are promoted to float32.
+DType floating_of(DType t) { return is_floating(t) ? t : kFloat32; }
+
+// Binary ops that produce their inputs' dtype.
+template <typename Backward>
+Tensor binary_op(const char* op, const char* node, const KernelTable<BinaryKernel>& table,
+                 const Tensor& a, const Tensor& b, DType compute, Backward backward) {
+  Prepared p = prepare(op, a, b, compute);
+  Tensor out = alloc(p, compute);
+  table(p.device)(out, broadcast_view(p.a, p.shape), broadcast_view(p.b, p.shape));
+  if (is_floating(compute)) {
+    if (Recorder rec{node, {&p.a, &p.b}}) {
+      rec.save(p.a).save(p.b).save(out);
+      rec.finish(out, [backward, sa = p.a.shape(), sb = p.b.shape()](BackwardContext& ctx) -> Grads {
+        auto [ga, gb] = backward(ctx, ctx.grad(), ctx.saved(0), ctx.saved(1), ctx.saved(2));
+        return {ga.defined() ? sum_to(ga, sa) : ga, gb.defined() ? sum_to(gb, sb) : gb};
+      });
+    }
+  }
+  return out;
+}
+
+// Unary ops; `backward(ctx, grad, input, output)` returns the input gradient.
+template <typename Backward>
+Tensor unary_op(const char* node, const KernelTable<UnaryKernel>& table, const Tensor& x_in,
+                bool promote_int_to_float, Backward backward) {
+  const Tensor x = promote_int_to_float ? x_in.to(floating_of(x_in.dtype())) : x_in;
+  Tensor out = run_unary(table, x);
+  if (is_floating(x.dtype())) {
+    if (Recorder rec{node, {&x}}) {
+      rec.save(x).save(out);
+      rec.finish(out, [backward](BackwardContext& ctx) -> Grads {
+        return {backward(ctx.grad(), ctx.saved(0), ctx.saved(1))};
+      });
+    }
+  }
+  return out;
+}
+
+Tensor comparison(const char* op, const KernelTable<BinaryKernel>& table, const Tensor& a,
+                  const Tensor& b) {
+  ops::check_same_device(op, a, b);
+  const DType compute = result_type(a, b);
+  autograd::NoGradGuard no_grad;
+  const Tensor x = a.to(compute), y = b.to(compute);
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
+  Tensor out = empty(shape, TensorOptions(a.device()).dtype(kBool));
+  table(a.device())(out, broadcast_view(x, shape), broadcast_view(y, shape));
+  return out;
+}
+
+Tensor scalar_like(const Tensor& t, const Scalar& s) {
+  return ops::wrap_scalar(s, result_type(t, s), t.device());
+}
+
+}  // namespace
+
+DType result_type(const Tensor& a, const Tensor& b) {
+  std::optional<DType> dim_result, zero_result;
+  for (const Tensor* t : {&a, &b}) {
+    auto& slot = t->dim() > 0 ? dim_result : zero_result;
+    slot = slot ? promote_types(*slot, t->dtype()) : t->dtype();
+  }
+  return *combine(dim_result, zero_result);
+}
+
+DType result_type(const Tensor& a, const Scalar& s) {
+  const DType wrapped = s.is_floating() ? kFloat32 : s.is_bool() ? kBool : kInt64;
+  std::optional<DType> dim_result, zero_result;
+  (a.dim() > 0 ? dim_result : zero_result) = a.dtype();
+  return *combine(dim_result, combine(zero_result, wrapped));
+}
+
+// ---- binary arithmetic ----------------------------------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  const DType compute = result_type(a, b);
+  MT_CHECK(!alpha.is_floating() || is_floating(compute), "add: for integral input tensors, "
+           "argument alpha must not be a floating point number");
+  Prepared p = prepare("add", a, b, compute);
+  Tensor out = alloc(p, compute);
+  add_kernel(p.device)(out, broadcast_view(p.a, p.shape), broadcast_view(p.b, p.shape), alpha);
+  if (is_floating(compute)) {
+    if (Recorder rec{"AddBackward0", {&p.a, &p.b}}) {
+      rec.finish(out, [alpha, sa = p.a.shape(), sb = p.b.shape()](BackwardContext& ctx) -> Grads {
+        const Tensor g = ctx.grad();
+        Tensor gb;
+        if (ctx.needs(1)) gb = sum_to(alpha.to_double() == 1.0 ? g : g * alpha, sb);
+        return {ctx.needs(0) ? sum_to(g, sa) : Tensor(), gb};
+      });
+    }
+  }
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  MT_CHECK(a.dtype() != kBool || b.dtype() != kBool, "sub: subtraction with two bool tensors is "
+           "not supported; use logical_xor");
+  const Scalar neg = alpha.is_floating() ? Scalar(-alpha.to_double()) : Scalar(-alpha.to_int64());
+  return add(a, b, neg);
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary_op("mul", "MulBackward0", mul_kernel, a, b, result_type(a, b),
+                   [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y,
+                      const Tensor&) {
+                     return std::pair{ctx.needs(0) ? g * y : Tensor(), ctx.needs(1) ? g * x : Tensor()};
+                   });
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary_op("div", "DivBackward0", div_kernel, a, b, floating_of(result_type(a, b)),
+                   [](BackwardContext& ctx, const Tensor& g, const Tensor&, const Tensor& y,
+                      const Tensor& out) {
+                     return std::pair{ctx.needs(0) ? g / y : Tensor(),
+                                      ctx.needs(1) ? -g * out / y : Tensor()};
+                   });
+}
+
+Tensor pow(const Tensor& a, const Tensor& e) {
+  return binary_op("pow", "PowBackward1", pow_kernel, a, e, result_type(a, e),
+                   [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y,
+                      const Tensor& out) {
+                     Tensor gx, gy;
+                     if (ctx.needs(0)) gx = g * y * pow(x, y - 1.0);
+                     // d/dy x^y = x^y log x; defined as 0 where x == 0 and y >= 0.
+                     if (ctx.needs(1)) gy = where((x == 0.0) & (y >= 0.0), zeros_like(g), g * out * log(x));
+                     return std::pair{gx, gy};
+                   });
+}
+
+Tensor pow(const Tensor& a, const Scalar& e) {
+  const DType compute = result_type(a, e);
+  const Tensor x = a.to(compute);
+  Tensor out = empty(x.shape(), TensorOptions(x.device()).dtype(compute));
+  pow_kernel(x.device())(out, x, broadcast_view(ops::wrap_scalar(e, compute, x.device()), x.shape()));
+  if (is_floating(compute)) {
+    if (Recorder rec{"PowBackward0", {&x}}) {
+      rec.save(x);
+      rec.finish(out, [e](BackwardContext& ctx) -> Grads {
+        const double p = e.to_double();
+        if (p == 0.0) return {zeros_like(ctx.grad())};
+        return {ctx.grad() * p * pow(ctx.saved(0), Scalar(p - 1.0))};
+      });
+    }
+  }
+  return out;
+}
+
+namespace {
+// Gradient routing of maximum/minimum: the larger (smaller) input gets it, ties split it.
+std::pair<Tensor, Tensor> extremum_backward(BackwardContext& ctx, const Tensor& g, const Tensor& x,
+                                            const Tensor& y, bool is_max) {
+  const Tensor half = g * 0.5;
+  const Tensor x_wins = is_max ? x > y : x < y;
+  const Tensor tie = x == y;
+  Tensor gx, gy;
+  if (ctx.needs(0)) gx = where(tie, half, where(x_wins, g, zeros_like(g)));
+  if (ctx.needs(1)) gy = where(tie, half, where(x_wins, zeros_like(g), g));
+  return {gx, gy};
+}
+}  // namespace
+
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return binary_op("maximum", "MaximumBackward0", maximum_kernel, a, b, result_type(a, b),
+                   [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y,
+                      const Tensor&) { return extremum_backward(ctx, g, x, y, true); });
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return binary_op("minimum", "MinimumBackward0", minimum_kernel, a, b, result_type(a, b),
+                   [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y,
+                      const Tensor&) { return extremum_backward(ctx, g, x, y, false); });
+}
+
+Tensor add(const Tensor& a, const Scalar& b) { return add(a, scalar_like(a, b)); }
+Tensor sub(const Tensor& a, const Scalar& b) { return sub(a, scalar_like(a, b)); }
+Tensor mul(const Tensor& a, const Scalar& b) { return mul(a, scalar_like(a, b)); }
+Tensor div(const Tensor& a, const Scalar& b) { return div(a, scalar_like(a, b)); }
+
+// ---- unary math -----------------------------------------------------------------------------
+Tensor neg(const Tensor& x) {
+  MT_CHECK(x.dtype() != kBool, "neg: negation, the `-` operator, on a bool tensor is not supported");
+  return unary_op("NegBackward0", neg_kernel, x, false,
+                  [](const Tensor& g, const Tensor&, const Tensor&) { return -g; });
+}
+Tensor abs(const Tensor& x) {
+  return unary_op("AbsBackward0", abs_kernel, x, false,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) { return g * sign(in); });
+}
+Tensor exp(const Tensor& x) {
+  return unary_op("ExpBackward0", exp_kernel, x, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& out) { return g * out; });
+}
+Tensor log(const Tensor& x) {
+  return unary_op("LogBackward0", log_kernel, x, true,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) { return g / in; });
+}
+Tensor sqrt(const Tensor& x) {
+  return unary_op("SqrtBackward0", sqrt_kernel, x, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& out) { return g / (out * 2.0); });
+}
+Tensor rsqrt(const Tensor& x) {
+  return unary_op("RsqrtBackward0", rsqrt_kernel, x, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& out) {
+                    return g * out * out * out * -0.5;
+                  });
+}
+Tensor square(const Tensor& x) {
+  return unary_op("PowBackward0", square_kernel, x, false,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) { return g * in * 2.0; });
+}
+Tensor sign(const Tensor& x) {
+  return unary_op("SignBackward0", sign_kernel, x, false,
+                  [](const Tensor& g, const Tensor&, const Tensor&) { return zeros_like(g); });
+}
+Tensor reciprocal(const Tensor& x) {
+  return unary_op("ReciprocalBackward0", reciprocal_kernel, x, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& out) { return -g * out * out; });
+}
+Tensor sin(const Tensor& x) {
+  return unary_op("SinBackward0", sin_kernel, x, true,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) { return g * cos(in); });
+}
+Tensor cos(const Tensor& x) {
+  return unary_op("CosBackward0", cos_kernel, x, true,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) { return -g * sin(in); });
+}
+Tensor log1p(const Tensor& x) {
+  return unary_op("Log1PBackward0", log1p_kernel, x, true,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) { return g / (in + 1.0); });
+}
+Tensor expm1(const Tensor& x) {
+  return unary_op("Expm1Backward0", expm1_kernel, x, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& out) { return g * (out + 1.0); });
+}
+
+// ---- activations ----------------------------------------------------------------------------
+Tensor relu(const Tensor& x) {
+  return unary_op("ReluBackward0", relu_kernel, x, false,
+                  [](const Tensor& g, const Tensor&, const Tensor& out) {
+                    return run_binary_same(relu_backward_kernel, g, out);
+                  });
+}
+Tensor gelu(const Tensor& x, std::string_view approximate) {
+  MT_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or "
+           "'tanh', got '", approximate, "'");
+  if (approximate == "tanh") {
+    return unary_op("GeluBackward0", gelu_tanh_kernel, x, false,
+                    [](const Tensor& g, const Tensor& in, const Tensor&) {
+                      return run_binary_same(gelu_tanh_backward_kernel, g, in);
+                    });
+  }
+  return unary_op("GeluBackward0", gelu_kernel, x, false,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) {
+                    return run_binary_same(gelu_backward_kernel, g, in);
+                  });
+}
+Tensor silu(const Tensor& x) {
+  return unary_op("SiluBackward0", silu_kernel, x, false,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) {
+                    return run_binary_same(silu_backward_kernel, g, in);
+                  });
+}
+Tensor sigmoid(const Tensor& x) {
+  return unary_op("SigmoidBackward0", sigmoid_kernel, x, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& out) {
+                    return run_binary_same(sigmoid_backward_kernel, g, out);
+                  });
+}
+Tensor tanh(const Tensor& x) {
+  return unary_op("TanhBackward0", tanh_kernel, x, true,
+                  [](const Tensor& g, const Tensor&, const Tensor& out) {
+                    return run_binary_same(tanh_backward_kernel, g, out);
+                  });
+}
+
+Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  MT_CHECK(lo || hi, "clamp: at least one of 'min' or 'max' must not be None");
+  MT_CHECK(x.dtype() != kBool, "clamp: not implemented for bool tensors");
+  Tensor out = empty(x.shape(), TensorOptions(x.device()).dtype(x.dtype()));
+  clamp_kernel(x.device())(out, x, lo ? &*lo : nullptr, hi ? &*hi : nullptr);
+  if (Recorder rec{"ClampBackward1", {&x}}) {
+    rec.save(x);
+    rec.finish(out, [lo, hi](BackwardContext& ctx) -> Grads {
+      const Tensor in = ctx.saved(0), g = ctx.grad();
+      Tensor inside = ones_like(in, kBool);
+      if (lo) inside = inside & (in >= *lo);
+      if (hi) inside = inside & (in <= *hi);
+      return {where(inside, g, zeros_like(g))};
+    });
+  }
+  return out;
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  MT_CHECK(cond.dtype() == kBool, "where: expected condition to be a bool tensor, got ", cond.dtype());
+  ops::check_same_device("where", cond, a);
+  const DType compute = result_type(a, b);
+  Prepared p = prepare("where", a, b, compute);
+  p.shape = broadcast_shapes(cond.shape(), p.shape, "where");
+  Tensor out = alloc(p, compute);
+  where_kernel(p.device)(out, broadcast_view(cond, p.shape), broadcast_view(p.a, p.shape),
+                         broadcast_view(p.b, p.shape));
+  if (is_floating(compute)) {
+    if (Recorder rec{"WhereBackward0", {&p.a, &p.b}}) {
+      rec.save(cond);
+      rec.finish(out, [sa = p.a.shape(), sb = p.b.shape()](BackwardContext& ctx) -> Grads {
+        const Tensor g = ctx.grad(), c = ctx.saved(0), z = zeros_like(g);
+        return {ctx.needs(0) ? sum_to(where(c, g, z), sa) : Tensor(),
+                ctx.needs(1) ? sum_to(where(c, z, g), sb) : Tensor()};
+      });
+    }
+  }
+  return out;
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b) {
+  return where(cond, a, scalar_like(a, b));
+}
+
+// ---- comparisons ----------------------------------------------------------------------------
+Tensor eq(const Tensor& a, const Tensor& b) { return comparison("eq", eq_kernel, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return comparison("ne", ne_kernel, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return comparison("lt", lt_kernel, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return comparison("le", le_kernel, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return comparison("gt", gt_kernel, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return comparison("ge", ge_kernel, a, b); }
+
+bool equal(const Tensor& a, const Tensor& b) {
+  if (!(a.shape() == b.shape())) return false;
+  for (bool v : eq(a, b).to_vector<bool>())
+    if (!v) return false;
+  return true;
+}
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  if (!(a.shape() == b.shape())) return false;
+  const auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) || std::isnan(y[i])) return false;
+    if (x[i] == y[i]) continue;
+    if (!(std::fabs(x[i] - y[i]) <= atol + rtol * std::fabs(y[i]))) return false;
+  }
+  return true;
+}
+
+}  // namespace mantissa

@@ -1,0 +1,21 @@
+// Shared plumbing of the elementwise ops: device checks, type promotion, broadcasting views and
+// kernel calls. Internal to autograd/ops.
+#pragma once
+
+#include "autograd/function.h"
+#include "autograd/functions.h"
+#include "engine/kernel_tables.h"
+
+namespace mantissa::ops {
+
+void check_same_device(const char* op, const Tensor& a, const Tensor& b);
+// A non-recording broadcast view of t to `shape` (stride 0 on expanded dims).
+Tensor broadcast_view(const Tensor& t, const Shape& shape);
+// out = kernel(in) with out fresh, same shape/dtype as in.
+Tensor run_unary(const KernelTable<UnaryKernel>& table, const Tensor& in);
+// out = kernel(a, b) for two tensors of one dtype and shape (used by backward formulas).
+Tensor run_binary_same(const KernelTable<BinaryKernel>& table, const Tensor& a, const Tensor& b);
+// A 0-d tensor holding `s` in `dtype` on `device`.
+Tensor wrap_scalar(const Scalar& s, DType dtype, Device device);
+
+}  // namespace mantissa::ops

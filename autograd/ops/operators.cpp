@@ -1,0 +1,178 @@
+// Tensor's math methods and operators, and the in-place forms, all expressed with the
+// functional ops. In-place ops refuse leaves that require grad, bump the version counter, and
+// when recording, rebase `self`'s history onto the new node.
+#include "autograd/ops/elementwise_common.h"
+
+namespace mantissa {
+namespace {
+
+using autograd::BackwardContext;
+using autograd::Recorder;
+using Grads = std::vector<Tensor>;
+
+Tensor scalar_for(const Tensor& self, const Scalar& s) {
+  return ops::wrap_scalar(s, result_type(self, s), self.device());
+}
+
+void check_inplace_types(const char* op, const Tensor& self, DType result, const Shape& other) {
+  const auto rank = [](DType t) { return t == kBool ? 0 : is_floating(t) ? 2 : 1; };
+  MT_CHECK(rank(result) <= rank(self.dtype()), op, ": result type ", result,
+           " can't be cast to the desired output type ", self.dtype());
+  const Shape shape = broadcast_shapes(self.shape(), other, op);
+  MT_CHECK(shape == self.shape(), op, ": output with shape ", self.shape(),
+           " doesn't match the broadcast shape ", shape);
+}
+
+// self = self + alpha * other, in place.
+Tensor& add_inplace(Tensor& self, const Tensor& other, const Scalar& alpha, const char* op) {
+  autograd::check_inplace(self, op);
+  ops::check_same_device(op, self, other);
+  check_inplace_types(op, self, result_type(self, other), other.shape());
+  Recorder rec{"AddBackward0", {&self, &other}};  // edges capture self's old history
+  const Tensor o = other.dtype() == self.dtype() ? other : other.detach().to(self.dtype());
+  add_kernel(self.device())(self, self, ops::broadcast_view(o, self.shape()), alpha);
+  self.bump_version();
+  if (rec) {
+    rec.finish(self, [alpha, sa = self.shape(), sb = other.shape(), tb = other.dtype()](
+                         BackwardContext& ctx) -> Grads {
+      const Tensor g = ctx.grad();
+      Tensor gb;
+      if (ctx.needs(1)) gb = autograd::sum_to(g * alpha, sb).to(tb);
+      return {ctx.needs(0) ? g : Tensor(), gb};
+    });
+  }
+  return self;
+}
+
+// self = self op other for mul/div, in place.
+Tensor& muldiv_inplace(Tensor& self, const Tensor& other, bool divide) {
+  const char* op = divide ? "div_" : "mul_";
+  autograd::check_inplace(self, op);
+  ops::check_same_device(op, self, other);
+  DType r = result_type(self, other);
+  if (divide && !is_floating(r)) r = kFloat32;
+  check_inplace_types(op, self, r, other.shape());
+  Recorder rec{divide ? "DivBackward0" : "MulBackward0", {&self, &other}};
+  if (rec) rec.save(self.clone().detach()).save(other);
+  const Tensor o = other.dtype() == self.dtype() ? other : other.detach().to(self.dtype());
+  (divide ? div_kernel : mul_kernel)(self.device())(self, self, ops::broadcast_view(o, self.shape()));
+  self.bump_version();
+  if (rec) {
+    rec.finish(self, [divide, sa = self.shape(), sb = other.shape(), tb = other.dtype()](
+                         BackwardContext& ctx) -> Grads {
+      const Tensor g = ctx.grad(), x = ctx.saved(0), y = ctx.saved(1).to(g.dtype());
+      Tensor gx, gy;
+      if (ctx.needs(0)) gx = autograd::sum_to(divide ? g / y : g * y, sa);
+      if (ctx.needs(1)) gy = autograd::sum_to(divide ? -g * x / (y * y) : g * x, sb).to(tb);
+      return {gx, gy};
+    });
+  }
+  return self;
+}
+
+}  // namespace
+
+// ---- methods --------------------------------------------------------------------------------
+Tensor Tensor::add(const Tensor& o, const Scalar& alpha) const { return mantissa::add(*this, o, alpha); }
+Tensor Tensor::sub(const Tensor& o, const Scalar& alpha) const { return mantissa::sub(*this, o, alpha); }
+Tensor Tensor::mul(const Tensor& o) const { return mantissa::mul(*this, o); }
+Tensor Tensor::div(const Tensor& o) const { return mantissa::div(*this, o); }
+Tensor Tensor::neg() const { return mantissa::neg(*this); }
+Tensor Tensor::abs() const { return mantissa::abs(*this); }
+Tensor Tensor::exp() const { return mantissa::exp(*this); }
+Tensor Tensor::log() const { return mantissa::log(*this); }
+Tensor Tensor::sqrt() const { return mantissa::sqrt(*this); }
+Tensor Tensor::rsqrt() const { return mantissa::rsqrt(*this); }
+Tensor Tensor::pow(const Scalar& e) const { return mantissa::pow(*this, e); }
+Tensor Tensor::pow(const Tensor& e) const { return mantissa::pow(*this, e); }
+Tensor Tensor::relu() const { return mantissa::relu(*this); }
+Tensor Tensor::sigmoid() const { return mantissa::sigmoid(*this); }
+Tensor Tensor::tanh() const { return mantissa::tanh(*this); }
+Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const {
+  return mantissa::clamp(*this, lo, hi);
+}
+
+// ---- in place -------------------------------------------------------------------------------
+Tensor& Tensor::copy_(const Tensor& src) {
+  autograd::check_inplace(*this, "copy_");
+  Recorder rec{"CopyBackwards", {this, &src}};
+  detail::copy_into(*this, src);
+  bump_version();
+  if (rec) {
+    rec.finish(*this, [ss = src.shape(), st = src.dtype(), sd = src.device()](
+                          BackwardContext& ctx) -> Grads {
+      const Tensor g = ctx.grad();
+      return {ctx.needs(0) ? zeros_like(g) : Tensor(),
+              ctx.needs(1) ? autograd::sum_to(g, ss).to(sd).to(st) : Tensor()};
+    });
+  }
+  return *this;
+}
+
+Tensor& Tensor::fill_(const Scalar& value) {
+  autograd::check_inplace(*this, "fill_");
+  fill_kernel(device())(*this, value);
+  bump_version();
+  if (requires_grad() && autograd::GradMode::is_enabled()) {
+    Recorder rec{"FillBackward0", {this}};
+    rec.finish(*this, [](BackwardContext& ctx) -> Grads { return {zeros_like(ctx.grad())}; });
+  }
+  return *this;
+}
+
+Tensor& Tensor::add_(const Tensor& o, const Scalar& alpha) { return add_inplace(*this, o, alpha, "add_"); }
+Tensor& Tensor::add_(const Scalar& o) { return add_inplace(*this, scalar_for(*this, o), 1, "add_"); }
+Tensor& Tensor::sub_(const Tensor& o, const Scalar& alpha) {
+  const Scalar neg = alpha.is_floating() ? Scalar(-alpha.to_double()) : Scalar(-alpha.to_int64());
+  return add_inplace(*this, o, neg, "sub_");
+}
+Tensor& Tensor::mul_(const Tensor& o) { return muldiv_inplace(*this, o, false); }
+Tensor& Tensor::mul_(const Scalar& o) { return muldiv_inplace(*this, scalar_for(*this, o), false); }
+Tensor& Tensor::div_(const Tensor& o) { return muldiv_inplace(*this, o, true); }
+Tensor& Tensor::div_(const Scalar& o) { return muldiv_inplace(*this, scalar_for(*this, o), true); }
+
+// ---- operators ------------------------------------------------------------------------------
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, const Scalar& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Scalar& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Scalar& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Scalar& b) { return div(a, b); }
+Tensor operator+(const Scalar& a, const Tensor& b) { return add(b, a); }
+Tensor operator-(const Scalar& a, const Tensor& b) { return sub(scalar_for(b, a), b); }
+Tensor operator*(const Scalar& a, const Tensor& b) { return mul(b, a); }
+Tensor operator/(const Scalar& a, const Tensor& b) { return div(scalar_for(b, a), b); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
+Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
+Tensor& operator*=(Tensor& a, const Tensor& b) { return a.mul_(b); }
+Tensor& operator/=(Tensor& a, const Tensor& b) { return a.div_(b); }
+Tensor& operator+=(Tensor& a, const Scalar& b) { return a.add_(b); }
+Tensor& operator*=(Tensor& a, const Scalar& b) { return a.mul_(b); }
+Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
+Tensor operator==(const Tensor& a, const Scalar& b) { return eq(a, scalar_for(a, b)); }
+Tensor operator!=(const Tensor& a, const Scalar& b) { return ne(a, scalar_for(a, b)); }
+Tensor operator<(const Tensor& a, const Scalar& b) { return lt(a, scalar_for(a, b)); }
+Tensor operator<=(const Tensor& a, const Scalar& b) { return le(a, scalar_for(a, b)); }
+Tensor operator>(const Tensor& a, const Scalar& b) { return gt(a, scalar_for(a, b)); }
+Tensor operator>=(const Tensor& a, const Scalar& b) { return ge(a, scalar_for(a, b)); }
+
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  return where(a.to(kBool), b.to(kBool), zeros({}, TensorOptions(a.device()).dtype(kBool)));
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  return where(a.to(kBool), ones({}, TensorOptions(a.device()).dtype(kBool)), b.to(kBool));
+}
+Tensor logical_not(const Tensor& a) { return a.to(kBool) == false; }
+Tensor operator&(const Tensor& a, const Tensor& b) { return logical_and(a, b); }
+Tensor operator|(const Tensor& a, const Tensor& b) { return logical_or(a, b); }
+Tensor operator!(const Tensor& a) { return logical_not(a); }
+
+}  // namespace mantissa

@@ -1,0 +1,30 @@
+// The seam through which an optional backend (the CUDA one in kernels/cuda) plugs into the engine
+// without the engine depending on it. A CPU-only build has no hooks registered.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "engine/allocator.h"
+#include "engine/device.h"
+
+namespace mantissa {
+
+class CudaHooks {
+ public:
+  virtual ~CudaHooks() = default;
+  virtual int device_count() const = 0;
+  virtual Allocator* allocator(int device) const = 0;
+  // Copies nbytes between any two devices (cpu<->cuda, cuda<->cuda), synchronously for the host.
+  virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
+                          size_t nbytes) const = 0;
+  virtual void synchronize(int device) const = 0;
+  virtual std::string device_name(int device) const = 0;
+};
+
+// nullptr in a build without CUDA.
+const CudaHooks* cuda_hooks();
+// Called once by the CUDA backend during static initialisation.
+void register_cuda_hooks(const CudaHooks* hooks);
+
+}  // namespace mantissa

@@ -1,0 +1,261 @@
+#include "engine/factory.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "engine/backend_hooks.h"
+#include "engine/kernel_tables.h"
+
+namespace mantissa {
+namespace {
+
+Tensor finish(Tensor t, const TensorOptions& options) {
+  if (options.requires_grad_) {
+    MT_CHECK(is_floating(t.dtype()), "only floating-point tensors can require gradients, got ",
+             t.dtype());
+    t.requires_grad_(true);
+  }
+  return t;
+}
+
+Tensor allocate(const Shape& shape, const Shape& strides, DType dtype, Device device) {
+  for (int64_t s : shape) MT_CHECK(s >= 0, "empty: negative dimension in shape ", shape);
+  int64_t extent = 1;  // elements spanned by the strided layout
+  for (int64_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0) {
+      extent = 0;
+      break;
+    }
+    extent += (shape[i] - 1) * strides[i];
+  }
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<StorageImpl>(static_cast<size_t>(extent * itemsize(dtype)), device);
+  impl->sizes = shape;
+  impl->strides = strides;
+  impl->dtype = dtype;
+  impl->refresh_contiguous();
+  return Tensor(std::move(impl));
+}
+
+Generator& pick(Generator* gen, Device device) { return gen ? *gen : default_generator(device); }
+
+}  // namespace
+
+Tensor empty(const Shape& shape, const TensorOptions& options) {
+  check_device_exists(options.device_);
+  return finish(allocate(shape, contiguous_strides(shape), options.dtype_or(kFloat32), options.device_),
+                options);
+}
+
+Tensor empty_strided(const Shape& shape, const Shape& strides, const TensorOptions& options) {
+  MT_CHECK(shape.size() == strides.size(), "empty_strided: shape ", shape, " and strides ", strides,
+           " have different lengths");
+  check_device_exists(options.device_);
+  return finish(allocate(shape, strides, options.dtype_or(kFloat32), options.device_), options);
+}
+
+Tensor full(const Shape& shape, const Scalar& value, const TensorOptions& options) {
+  TensorOptions o = options;
+  if (!o.dtype_) o.dtype_ = value.is_floating() ? kFloat32 : value.is_bool() ? kBool : kInt64;
+  Tensor t = empty(shape, o.requires_grad(false));
+  fill_kernel(t.device())(t, value);
+  return finish(t, options);
+}
+
+Tensor zeros(const Shape& shape, const TensorOptions& options) {
+  return full(shape, 0.0, options.dtype(options.dtype_or(kFloat32)));
+}
+Tensor ones(const Shape& shape, const TensorOptions& options) {
+  return full(shape, 1.0, options.dtype(options.dtype_or(kFloat32)));
+}
+Tensor scalar_tensor(const Scalar& value, const TensorOptions& options) {
+  return full(Shape{}, value, options);
+}
+
+Tensor empty_like(const Tensor& t, std::optional<DType> dtype) {
+  return empty(t.shape(), TensorOptions(t.device()).dtype(dtype.value_or(t.dtype())));
+}
+Tensor zeros_like(const Tensor& t, std::optional<DType> dtype) { return full_like(t, 0, dtype); }
+Tensor ones_like(const Tensor& t, std::optional<DType> dtype) { return full_like(t, 1, dtype); }
+Tensor full_like(const Tensor& t, const Scalar& value, std::optional<DType> dtype) {
+  return full(t.shape(), value, TensorOptions(t.device()).dtype(dtype.value_or(t.dtype())));
+}
+
+Tensor arange(const Scalar& end, const TensorOptions& options) {
+  return arange(0, end, 1, options);
+}
+
+Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step,
+              const TensorOptions& options) {
+  const bool integral = !start.is_floating() && !end.is_floating() && !step.is_floating();
+  const DType dtype = options.dtype_or(integral ? kInt64 : kFloat32);
+  const double s = start.to_double(), e = end.to_double(), st = step.to_double();
+  MT_CHECK(st != 0.0, "arange: step must be nonzero");
+  MT_CHECK(std::isfinite(s) && std::isfinite(e), "arange: unsupported range ", s, " -> ", e);
+  MT_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "arange: upper bound and larger bound ",
+           "inconsistent with step sign (start ", s, ", end ", e, ", step ", st, ")");
+  const int64_t n = integral ? (end.to_int64() - start.to_int64() + step.to_int64() -
+                                (step.to_int64() > 0 ? 1 : -1)) / step.to_int64()
+                             : static_cast<int64_t>(std::ceil((e - s) / st));
+  Tensor t = empty({n}, options.dtype(dtype).requires_grad(false));
+  if (n > 0) arange_kernel(t.device())(t, start, step);
+  return finish(t, options);
+}
+
+Tensor linspace(double start, double end, int64_t steps, const TensorOptions& options) {
+  MT_CHECK(steps >= 0, "linspace: number of steps must be non-negative, got ", steps);
+  Tensor t = empty({steps}, options.dtype(options.dtype_or(kFloat32)).requires_grad(false));
+  if (steps > 0) linspace_kernel(t.device())(t, start, end);
+  return finish(t, options);
+}
+
+Tensor& uniform_(Tensor& t, double low, double high, Generator* gen) {
+  MT_CHECK(low <= high, "uniform_: expects low <= high, got low ", low, " and high ", high);
+  uniform_kernel(t.device())(t, low, high, pick(gen, t.device()).advance(t.numel()));
+  t.bump_version();
+  return t;
+}
+Tensor& normal_(Tensor& t, double mean, double stddev, Generator* gen) {
+  MT_CHECK(stddev >= 0.0, "normal_: expects std >= 0.0, got ", stddev);
+  normal_kernel(t.device())(t, mean, stddev, pick(gen, t.device()).advance(t.numel()));
+  t.bump_version();
+  return t;
+}
+Tensor& bernoulli_(Tensor& t, double p, Generator* gen) {
+  MT_CHECK(p >= 0.0 && p <= 1.0, "bernoulli_: expects 0 <= p <= 1, got ", p);
+  bernoulli_kernel(t.device())(t, p, pick(gen, t.device()).advance(t.numel()));
+  t.bump_version();
+  return t;
+}
+
+Tensor rand(const Shape& shape, const TensorOptions& options, Generator* gen) {
+  Tensor t = empty(shape, options.requires_grad(false));
+  MT_CHECK(is_floating(t.dtype()), "rand: expected a floating dtype, got ", t.dtype());
+  uniform_(t, 0.0, 1.0, gen);
+  return finish(t, options);
+}
+Tensor randn(const Shape& shape, const TensorOptions& options, Generator* gen) {
+  Tensor t = empty(shape, options.requires_grad(false));
+  MT_CHECK(is_floating(t.dtype()), "randn: expected a floating dtype, got ", t.dtype());
+  normal_(t, 0.0, 1.0, gen);
+  return finish(t, options);
+}
+Tensor randint(int64_t low, int64_t high, const Shape& shape, const TensorOptions& options,
+               Generator* gen) {
+  MT_CHECK(low < high, "randint: expects low < high, got low ", low, " and high ", high);
+  Tensor t = empty(shape, options.dtype(options.dtype_or(kInt64)).requires_grad(false));
+  randint_kernel(t.device())(t, low, high, pick(gen, t.device()).advance(t.numel()));
+  return finish(t, options);
+}
+Tensor rand_like(const Tensor& t, Generator* gen) {
+  return rand(t.shape(), TensorOptions(t.device()).dtype(t.dtype()), gen);
+}
+Tensor randn_like(const Tensor& t, Generator* gen) {
+  return randn(t.shape(), TensorOptions(t.device()).dtype(t.dtype()), gen);
+}
+
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, std::optional<Shape> shape,
+                   const TensorOptions& options) {
+  const Shape s = shape.value_or(Shape{static_cast<int64_t>(values.size())});
+  MT_CHECK(s.numel() == static_cast<int64_t>(values.size()), "from_vector: shape ", s, " needs ",
+           s.numel(), " values, got ", values.size());
+  Tensor host = empty(s, TensorOptions(dtype_of_v<T>));
+  if constexpr (std::is_same_v<T, bool>) {
+    auto* p = host.data<bool>();
+    for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  } else if (!values.empty()) {
+    std::memcpy(host.data_ptr(), values.data(), values.size() * sizeof(T));
+  }
+  const DType dtype = options.dtype_or(dtype_of_v<T>);
+  Tensor out = host;
+  if (dtype != host.dtype() || options.device_ != host.device()) {
+    out = empty(s, TensorOptions(options.device_).dtype(dtype));
+    detail::copy_into(out, host);
+  }
+  return finish(out, options);
+}
+#define MT_INSTANTIATE_FROM_VECTOR(T) \
+  template Tensor from_vector<T>(const std::vector<T>&, std::optional<Shape>, const TensorOptions&);
+MT_INSTANTIATE_FROM_VECTOR(float)
+MT_INSTANTIATE_FROM_VECTOR(double)
+MT_INSTANTIATE_FROM_VECTOR(Half)
+MT_INSTANTIATE_FROM_VECTOR(BFloat16)
+MT_INSTANTIATE_FROM_VECTOR(int32_t)
+MT_INSTANTIATE_FROM_VECTOR(int64_t)
+MT_INSTANTIATE_FROM_VECTOR(uint8_t)
+MT_INSTANTIATE_FROM_VECTOR(bool)
+#undef MT_INSTANTIATE_FROM_VECTOR
+
+Tensor from_blob(void* data, const Shape& shape, DType dtype, Device device,
+                 std::function<void(void*)> deleter) {
+  return from_blob(data, shape, contiguous_strides(shape), dtype, device, std::move(deleter));
+}
+
+Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dtype, Device device,
+                 std::function<void(void*)> deleter) {
+  check_device_exists(device);
+  MT_CHECK(shape.size() == strides.size(), "from_blob: shape ", shape, " and strides ", strides,
+           " have different lengths");
+  int64_t extent = shape.numel() == 0 ? 0 : 1;
+  for (int64_t i = 0; i < shape.size() && extent; ++i) extent += (shape[i] - 1) * strides[i];
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<StorageImpl>(data, static_cast<size_t>(extent * itemsize(dtype)),
+                                                device, std::move(deleter));
+  impl->sizes = shape;
+  impl->strides = strides;
+  impl->dtype = dtype;
+  impl->refresh_contiguous();
+  return Tensor(std::move(impl));
+}
+
+namespace detail {
+
+Tensor make_view(const Tensor& t, const Shape& sizes, const Shape& strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.storage();
+  impl->sizes = sizes;
+  impl->strides = strides;
+  impl->offset = offset;
+  impl->dtype = t.dtype();
+  impl->refresh_contiguous();
+  return Tensor(std::move(impl));
+}
+
+void copy_into(const Tensor& dst, const Tensor& src) {
+  Tensor s = src;
+  if (!(s.shape() == dst.shape())) {
+    const Shape b = broadcast_shapes(dst.shape(), s.shape(), "copy_");
+    MT_CHECK(b == dst.shape(), "copy_: source of shape ", src.shape(),
+             " cannot be broadcast to destination of shape ", dst.shape());
+    Shape strides(dst.dim(), 0);
+    const int64_t lead = dst.dim() - s.dim();
+    for (int64_t i = 0; i < s.dim(); ++i)
+      strides[lead + i] = s.size(i) == 1 ? 0 : s.stride(i);
+    s = make_view(s, dst.shape(), strides, s.storage_offset());
+  }
+  if (dst.numel() == 0) return;
+  if (dst.device() == s.device()) {
+    copy_kernel(dst.device())(dst, s);
+    return;
+  }
+  // Across devices: materialise a dense copy on the source device (in the source dtype), move
+  // the bytes, then let the destination device's copy kernel convert and scatter.
+  Tensor dense = s;
+  if (!s.is_contiguous()) {
+    dense = empty(s.shape(), TensorOptions(s.device()).dtype(s.dtype()));
+    copy_kernel(s.device())(dense, s);
+  }
+  Tensor staged = dst;
+  if (!dst.is_contiguous() || dst.dtype() != dense.dtype())
+    staged = empty(dst.shape(), TensorOptions(dst.device()).dtype(dense.dtype()));
+  const CudaHooks* hooks = cuda_hooks();
+  MT_CHECK(hooks != nullptr, "copy_: cannot copy between ", s.device(), " and ", dst.device(),
+           " in a build without CUDA");
+  hooks->copy_bytes(staged.data_ptr(), staged.device(), dense.data_ptr(), dense.device(),
+                    static_cast<size_t>(dense.nbytes()));
+  if (!staged.is_same(dst)) copy_kernel(dst.device())(dst, staged);
+}
+
+}  // namespace detail
+}  // namespace mantissa

@@ -1,0 +1,44 @@
+// Random-number state per device. Seeded and reproducible: the same manual_seed gives the same
+// tensors on the same device.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/device.h"
+#include "engine/kernel_tables.h"
+
+namespace mantissa {
+
+inline constexpr uint64_t kDefaultSeed = 67280421310721ull;  // PyTorch's default
+
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = kDefaultSeed) : seed_(seed) {}
+  void manual_seed(uint64_t seed) {
+    seed_ = seed;
+    offset_ = 0;
+  }
+  uint64_t seed() const { return seed_; }
+  uint64_t offset() const { return offset_; }
+  void set_state(uint64_t seed, uint64_t offset) {
+    seed_ = seed;
+    offset_ = offset;
+  }
+  // Reserves `count` counters and returns the state to draw them from.
+  PhiloxState advance(uint64_t count) {
+    PhiloxState s{seed_, offset_};
+    offset_ += count;
+    return s;
+  }
+
+ private:
+  uint64_t seed_;
+  uint64_t offset_ = 0;
+};
+
+// The default generator of a device (cpu, or cuda:i).
+Generator& default_generator(Device device);
+// Seeds the generators of every device.
+void manual_seed(uint64_t seed);
+
+}  // namespace mantissa

@@ -1,0 +1,57 @@
+#include "engine/kernel_tables.h"
+
+namespace mantissa {
+
+#define MT_DEFINE_TABLE(name, type) KernelTable<type> name##_kernel{#name};
+#define MT_DEFINE_UNARY(name) MT_DEFINE_TABLE(name, UnaryKernel)
+#define MT_DEFINE_BINARY(name) MT_DEFINE_TABLE(name, BinaryKernel)
+MT_FORALL_UNARY_OPS(MT_DEFINE_UNARY)
+MT_FORALL_BINARY_OPS(MT_DEFINE_BINARY)
+MT_FORALL_COMPARISON_OPS(MT_DEFINE_BINARY)
+MT_DEFINE_TABLE(add, AddKernel)
+MT_DEFINE_TABLE(where, WhereKernel)
+MT_DEFINE_TABLE(clamp, ClampKernel)
+MT_DEFINE_TABLE(relu_backward, BinaryKernel)
+MT_DEFINE_TABLE(gelu_backward, BinaryKernel)
+MT_DEFINE_TABLE(gelu_tanh_backward, BinaryKernel)
+MT_DEFINE_TABLE(silu_backward, BinaryKernel)
+MT_DEFINE_TABLE(sigmoid_backward, BinaryKernel)
+MT_DEFINE_TABLE(tanh_backward, BinaryKernel)
+MT_DEFINE_TABLE(copy, CopyKernel)
+MT_DEFINE_TABLE(fill, FillKernel)
+MT_DEFINE_TABLE(arange, ArangeKernel)
+MT_DEFINE_TABLE(linspace, LinspaceKernel)
+MT_DEFINE_TABLE(sum, ReduceKernel)
+MT_DEFINE_TABLE(mean, ReduceKernel)
+MT_DEFINE_TABLE(amax, ReduceKernel)
+MT_DEFINE_TABLE(amin, ReduceKernel)
+MT_DEFINE_TABLE(all_finite, ReduceKernel)
+MT_DEFINE_TABLE(var, VarKernel)
+MT_DEFINE_TABLE(norm, NormKernel)
+MT_DEFINE_TABLE(max_dim, ArgReduceKernel)
+MT_DEFINE_TABLE(min_dim, ArgReduceKernel)
+MT_DEFINE_TABLE(softmax, SoftmaxKernel)
+MT_DEFINE_TABLE(log_softmax, SoftmaxKernel)
+MT_DEFINE_TABLE(softmax_backward, SoftmaxBackwardKernel)
+MT_DEFINE_TABLE(log_softmax_backward, SoftmaxBackwardKernel)
+MT_DEFINE_TABLE(bmm, BmmKernel)
+MT_DEFINE_TABLE(gather, GatherKernel)
+MT_DEFINE_TABLE(scatter_add, ScatterAddKernel)
+MT_DEFINE_TABLE(index_select, GatherKernel)
+MT_DEFINE_TABLE(index_add, IndexAddKernel)
+MT_DEFINE_TABLE(uniform, UniformKernel)
+MT_DEFINE_TABLE(normal, NormalKernel)
+MT_DEFINE_TABLE(bernoulli, BernoulliKernel)
+MT_DEFINE_TABLE(randint, RandintKernel)
+
+namespace detail {
+void throw_no_kernel(const char* op, DeviceType device) {
+  MT_THROW("op ", op, " has no kernel for device type ", device,
+           device == DeviceType::CUDA && !cuda::is_compiled() ? " (this build has no CUDA)" : "");
+}
+void throw_not_implemented(const char* op, DType dtype, Device device) {
+  MT_THROW("op ", op, " not implemented for dtype ", dtype, " on device ", device);
+}
+}  // namespace detail
+
+}  // namespace mantissa

@@ -1,0 +1,131 @@
+// Every op's kernel table. Kernels receive tensors already checked, promoted and allocated by
+// the op (autograd/ops/*): elementwise inputs are expanded to the output's shape and share one
+// dtype; outputs may be strided (in-place ops pass `self`).
+//
+// To find an op's kernels, search for its table name (e.g. `add_kernel`) in kernels/cpu and
+// kernels/cuda; the elementwise math itself lives in kernels/functors.h, shared by both.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/dispatch.h"
+#include "engine/scalar.h"
+#include "engine/tensor.h"
+
+namespace mantissa {
+
+// Elementwise unary ops that map one value to one value of the same dtype.
+#define MT_FORALL_UNARY_OPS(X) \
+  X(neg) X(abs) X(exp) X(log) X(sqrt) X(rsqrt) X(relu) X(sigmoid) X(tanh) X(silu) X(gelu) \
+  X(gelu_tanh) X(sign) X(reciprocal) X(sin) X(cos) X(log1p) X(expm1) X(square)
+// Elementwise binary ops producing the inputs' dtype.
+#define MT_FORALL_BINARY_OPS(X) X(mul) X(div) X(pow) X(maximum) X(minimum)
+// Elementwise comparisons producing bool.
+#define MT_FORALL_COMPARISON_OPS(X) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
+
+using UnaryKernel = void (*)(const Tensor& out, const Tensor& in);
+using BinaryKernel = void (*)(const Tensor& out, const Tensor& a, const Tensor& b);
+#define MT_DECLARE_TABLE(name, type) extern KernelTable<type> name##_kernel;
+#define MT_DECLARE_UNARY(name) MT_DECLARE_TABLE(name, UnaryKernel)
+#define MT_DECLARE_BINARY(name) MT_DECLARE_TABLE(name, BinaryKernel)
+MT_FORALL_UNARY_OPS(MT_DECLARE_UNARY)
+MT_FORALL_BINARY_OPS(MT_DECLARE_BINARY)
+MT_FORALL_COMPARISON_OPS(MT_DECLARE_BINARY)
+#undef MT_DECLARE_UNARY
+#undef MT_DECLARE_BINARY
+
+// out = a + alpha * b
+using AddKernel = void (*)(const Tensor& out, const Tensor& a, const Tensor& b, const Scalar& alpha);
+MT_DECLARE_TABLE(add, AddKernel)
+// out = cond ? a : b
+using WhereKernel = void (*)(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
+MT_DECLARE_TABLE(where, WhereKernel)
+// out = min(max(in, lo), hi), either bound optional
+using ClampKernel = void (*)(const Tensor& out, const Tensor& in, const Scalar* lo, const Scalar* hi);
+MT_DECLARE_TABLE(clamp, ClampKernel)
+// grad_in = grad_out * d(op)/dx, for ops whose derivative needs the forward input
+MT_DECLARE_TABLE(relu_backward, BinaryKernel)      // (grad_in, grad_out, input)
+MT_DECLARE_TABLE(gelu_backward, BinaryKernel)      // exact GELU
+MT_DECLARE_TABLE(gelu_tanh_backward, BinaryKernel)
+MT_DECLARE_TABLE(silu_backward, BinaryKernel)
+MT_DECLARE_TABLE(sigmoid_backward, BinaryKernel)   // (grad_in, grad_out, output)
+MT_DECLARE_TABLE(tanh_backward, BinaryKernel)      // (grad_in, grad_out, output)
+
+// dst = src, converting dtype; same device, same shape (src may be expanded), any strides.
+using CopyKernel = void (*)(const Tensor& dst, const Tensor& src);
+MT_DECLARE_TABLE(copy, CopyKernel)
+using FillKernel = void (*)(const Tensor& out, const Scalar& value);
+MT_DECLARE_TABLE(fill, FillKernel)
+// out[i] = start + i * step
+using ArangeKernel = void (*)(const Tensor& out, const Scalar& start, const Scalar& step);
+MT_DECLARE_TABLE(arange, ArangeKernel)
+// out[i] evenly spaced from start to end inclusive, computed symmetrically from both ends
+using LinspaceKernel = void (*)(const Tensor& out, double start, double end);
+MT_DECLARE_TABLE(linspace, LinspaceKernel)
+
+// Reductions. `out` has in's rank with size 1 on every reduced dim (keepdim form); a dim is
+// reduced where out's size is 1 and in's is not. Accumulation is in opmath (double for float64).
+using ReduceKernel = void (*)(const Tensor& out, const Tensor& in);
+MT_DECLARE_TABLE(sum, ReduceKernel)
+MT_DECLARE_TABLE(mean, ReduceKernel)
+MT_DECLARE_TABLE(amax, ReduceKernel)
+MT_DECLARE_TABLE(amin, ReduceKernel)
+MT_DECLARE_TABLE(all_finite, ReduceKernel)  // out (bool, 1 element): no inf/nan in `in`
+using VarKernel = void (*)(const Tensor& out, const Tensor& in, int64_t correction);
+MT_DECLARE_TABLE(var, VarKernel)
+using NormKernel = void (*)(const Tensor& out, const Tensor& in, double p);
+MT_DECLARE_TABLE(norm, NormKernel)
+// values/indices (int64) of the max/min along `dim`; both in keepdim form.
+using ArgReduceKernel = void (*)(const Tensor& values, const Tensor& indices, const Tensor& in,
+                                 int64_t dim);
+MT_DECLARE_TABLE(max_dim, ArgReduceKernel)
+MT_DECLARE_TABLE(min_dim, ArgReduceKernel)
+
+// Softmax along `dim` (out contiguous, same shape as in).
+using SoftmaxKernel = void (*)(const Tensor& out, const Tensor& in, int64_t dim);
+MT_DECLARE_TABLE(softmax, SoftmaxKernel)
+MT_DECLARE_TABLE(log_softmax, SoftmaxKernel)
+// grad_in from grad_out and the forward output
+using SoftmaxBackwardKernel = void (*)(const Tensor& grad_in, const Tensor& grad_out,
+                                       const Tensor& output, int64_t dim);
+MT_DECLARE_TABLE(softmax_backward, SoftmaxBackwardKernel)
+MT_DECLARE_TABLE(log_softmax_backward, SoftmaxBackwardKernel)
+
+// Batched matrix multiply: out[b] = a[b] @ b[b] for 3-D operands [B,M,K] x [B,K,N] -> [B,M,N]
+// (any strides, out contiguous). 2-D mm passes B = 1 views. Half types accumulate in float32
+// and round once.
+using BmmKernel = void (*)(const Tensor& out, const Tensor& a, const Tensor& b);
+MT_DECLARE_TABLE(bmm, BmmKernel)
+
+// Indexing along `dim` with an int64 index tensor.
+using GatherKernel = void (*)(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index);
+MT_DECLARE_TABLE(gather, GatherKernel)
+// self[index[i][j]][j] += src[i][j] (dim 0 shown); `self` is updated in place.
+using ScatterAddKernel = void (*)(const Tensor& self, int64_t dim, const Tensor& index,
+                                  const Tensor& src);
+MT_DECLARE_TABLE(scatter_add, ScatterAddKernel)
+// out = in.index_select(dim, index) (index is 1-D)
+MT_DECLARE_TABLE(index_select, GatherKernel)
+// self.index_add_(dim, index, src): self.select(dim, index[i]) += src.select(dim, i)
+using IndexAddKernel = void (*)(const Tensor& self, int64_t dim, const Tensor& index,
+                                const Tensor& src);
+MT_DECLARE_TABLE(index_add, IndexAddKernel)
+
+// Random numbers from the Philox4x32-10 counter-based generator: element i of a call draws
+// from counter (offset + i), so results depend only on (seed, offset), never on threading.
+struct PhiloxState {
+  uint64_t seed;
+  uint64_t offset;
+};
+using UniformKernel = void (*)(const Tensor& out, double low, double high, PhiloxState state);
+MT_DECLARE_TABLE(uniform, UniformKernel)
+using NormalKernel = void (*)(const Tensor& out, double mean, double stddev, PhiloxState state);
+MT_DECLARE_TABLE(normal, NormalKernel)
+using BernoulliKernel = void (*)(const Tensor& out, double p, PhiloxState state);
+MT_DECLARE_TABLE(bernoulli, BernoulliKernel)
+using RandintKernel = void (*)(const Tensor& out, int64_t low, int64_t high, PhiloxState state);
+MT_DECLARE_TABLE(randint, RandintKernel)
+
+#undef MT_DECLARE_TABLE
+
+}  // namespace mantissa

@@ -1,0 +1,43 @@
+#include "engine/shape.h"
+
+#include <ostream>
+
+namespace mantissa {
+
+std::ostream& operator<<(std::ostream& os, const Shape& s) {
+  os << '[';
+  for (int64_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  return os << ']';
+}
+
+Shape contiguous_strides(const Shape& sizes) {
+  Shape strides(sizes.size(), 1);
+  int64_t acc = 1;
+  for (int64_t i = sizes.size() - 1; i >= 0; --i) {
+    strides[i] = acc;
+    acc *= sizes[i] > 1 ? sizes[i] : 1;
+  }
+  return strides;
+}
+
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
+  const int64_t n = ndim > 0 ? ndim : 1;  // a 0-d tensor accepts dim 0 and -1, as in PyTorch
+  MT_CHECK(dim >= -n && dim < n, op, ": dimension out of range (expected to be in range of [",
+           -n, ", ", n - 1, "], but got ", dim, ")");
+  return dim < 0 ? dim + n : dim;
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  const int64_t n = a.size() > b.size() ? a.size() : b.size();
+  Shape out(n, 1);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t ia = a.size() - n + i, ib = b.size() - n + i;
+    const int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
+    MT_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", a, " and ", b,
+             " cannot be broadcast together (size ", da, " vs ", db, " at dimension ", i, ")");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+}  // namespace mantissa

@@ -1,0 +1,216 @@
+// Tensor: a strided view of a Storage with a dtype, plus the slot autograd hangs its state on.
+//
+// Tensor is a cheap handle (one shared_ptr); copies alias the same data, as in PyTorch.
+// Metadata accessors are defined here in the engine. Methods that are ops (views, math,
+// conversions) are declared here and defined next to their autograd formulas in autograd/ops,
+// so that every op call records its backward when grad mode asks for it.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/device.h"
+#include "engine/dtype.h"
+#include "engine/scalar.h"
+#include "engine/shape.h"
+#include "engine/storage.h"
+
+namespace mantissa {
+
+namespace autograd {
+struct AutogradMeta;  // autograd/meta.h
+class Node;           // autograd/node.h
+}  // namespace autograd
+
+struct TensorImpl {
+  Storage storage;
+  Shape sizes;
+  Shape strides;
+  int64_t offset = 0;  // in elements
+  DType dtype = DType::Float32;
+  bool contiguous = true;
+  std::shared_ptr<autograd::AutogradMeta> autograd;  // null until autograd needs it
+
+  void refresh_contiguous();
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined tensor
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- metadata --------------------------------------------------------------------------
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl().sizes; }
+  const Shape& sizes() const { return impl().sizes; }
+  int64_t size(int64_t dim) const;
+  const Shape& strides() const { return impl().strides; }
+  int64_t stride(int64_t dim) const;
+  int64_t storage_offset() const { return impl().offset; }
+  int64_t dim() const { return impl().sizes.size(); }
+  int64_t numel() const { return impl().sizes.numel(); }
+  DType dtype() const { return impl().dtype; }
+  DType scalar_type() const { return impl().dtype; }
+  Device device() const { return impl().storage->device; }
+  bool is_cuda() const { return device().is_cuda(); }
+  bool is_floating_point() const { return is_floating(dtype()); }
+  bool is_contiguous() const { return impl().contiguous; }
+  int64_t element_size() const { return itemsize(dtype()); }
+  int64_t nbytes() const { return numel() * element_size(); }
+  const Storage& storage() const { return impl().storage; }
+  void* data_ptr() const;
+  template <typename T>
+  T* data() const;  // checks T against dtype()
+  TensorImpl* unsafe_impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  // Incremented by every in-place op on this tensor or a view of it.
+  uint32_t version() const { return impl().storage->version; }
+  void bump_version() const { ++impl().storage->version; }
+
+  // ---- values ----------------------------------------------------------------------------
+  template <typename T>
+  T item() const;  // one-element tensor -> T (copies from the device if needed)
+  template <typename T>
+  std::vector<T> to_vector() const;  // every element in row-major order, converted to T
+  std::string str() const;           // PyTorch-like repr
+
+  // ---- conversions (differentiable where PyTorch's are) ----------------------------------
+  Tensor to(Device device) const;
+  Tensor to(DType dtype) const;
+  Tensor to(Device device, DType dtype) const;
+  Tensor cpu() const { return to(Device::cpu()); }
+  Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor detach() const;
+
+  // ---- views -----------------------------------------------------------------------------
+  Tensor view(const Shape& shape) const;
+  Tensor reshape(const Shape& shape) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;
+  Tensor permute(const Shape& dims) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim, std::optional<int64_t> start = std::nullopt,
+               std::optional<int64_t> end = std::nullopt, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor expand(const Shape& shape) const;
+  Tensor expand_as(const Tensor& other) const { return expand(other.shape()); }
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+
+  // ---- math (see autograd/functions.h for the full functional API) ----------------------
+  Tensor add(const Tensor& other, const Scalar& alpha = 1) const;
+  Tensor sub(const Tensor& other, const Scalar& alpha = 1) const;
+  Tensor mul(const Tensor& other) const;
+  Tensor div(const Tensor& other) const;
+  Tensor neg() const;
+  Tensor abs() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor pow(const Scalar& exponent) const;
+  Tensor pow(const Tensor& exponent) const;
+  Tensor relu() const;
+  Tensor sigmoid() const;
+  Tensor tanh() const;
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max) const;
+  Tensor sum() const;
+  Tensor sum(const Shape& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const Shape& dims, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor min() const;
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor mm(const Tensor& other) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+
+  // ---- in place (bump the version counter) -----------------------------------------------
+  Tensor& copy_(const Tensor& src);
+  Tensor& fill_(const Scalar& value);
+  Tensor& zero_() { return fill_(0); }
+  Tensor& add_(const Tensor& other, const Scalar& alpha = 1);
+  Tensor& add_(const Scalar& other);
+  Tensor& sub_(const Tensor& other, const Scalar& alpha = 1);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(const Scalar& other);
+  Tensor& div_(const Tensor& other);
+  Tensor& div_(const Scalar& other);
+
+  // ---- autograd (defined in autograd/) ---------------------------------------------------
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool enabled = true);
+  Tensor& set_requires_grad(bool enabled) { return requires_grad_(enabled); }
+  // The accumulated gradient (undefined if none yet). Writable: optimizers update it in place.
+  Tensor grad() const;
+  void set_grad(const Tensor& grad) const;
+  bool is_leaf() const;
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  // Keeps .grad of a non-leaf after backward (PyTorch's retain_grad).
+  void retain_grad() const;
+
+ private:
+  TensorImpl& impl() const;
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// Operators (differentiable; defined with their ops in autograd/ops).
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, const Scalar& b);
+Tensor operator-(const Tensor& a, const Scalar& b);
+Tensor operator*(const Tensor& a, const Scalar& b);
+Tensor operator/(const Tensor& a, const Scalar& b);
+Tensor operator+(const Scalar& a, const Tensor& b);
+Tensor operator-(const Scalar& a, const Tensor& b);
+Tensor operator*(const Scalar& a, const Tensor& b);
+Tensor operator/(const Scalar& a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor& operator+=(Tensor& a, const Tensor& b);
+Tensor& operator-=(Tensor& a, const Tensor& b);
+Tensor& operator*=(Tensor& a, const Tensor& b);
+Tensor& operator/=(Tensor& a, const Tensor& b);
+Tensor& operator+=(Tensor& a, const Scalar& b);
+Tensor& operator*=(Tensor& a, const Scalar& b);
+// Comparisons return bool tensors, as in PyTorch.
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, const Scalar& b);
+Tensor operator!=(const Tensor& a, const Scalar& b);
+Tensor operator<(const Tensor& a, const Scalar& b);
+Tensor operator<=(const Tensor& a, const Scalar& b);
+Tensor operator>(const Tensor& a, const Scalar& b);
+Tensor operator>=(const Tensor& a, const Scalar& b);
+
+// ---- template definitions -----------------------------------------------------------------
+namespace detail {
+[[noreturn]] void throw_data_dtype_mismatch(DType want, DType have);
+}
+
+template <typename T>
+T* Tensor::data() const {
+  if (dtype_of_v<T> != dtype()) detail::throw_data_dtype_mismatch(dtype_of_v<T>, dtype());
+  return static_cast<T*>(data_ptr());
+}
+
+}  // namespace mantissa

@@ -1,0 +1,143 @@
+// The CPU elementwise engine. Every elementwise kernel (math, casts, comparisons, fills) goes
+// through for_each_run(): operands are described by byte strides over one shared shape, adjacent
+// dims are merged where all operands allow it, and the loop body sees runs along the innermost
+// dim. Contiguous runs get a plain indexed loop the compiler vectorises; large tensors are split
+// across OpenMP threads by element range, so results never depend on the thread count.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <utility>
+
+#include "engine/dispatch.h"
+#include "engine/tensor.h"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace mantissa::cpu {
+
+inline constexpr int64_t kParallelGrain = 32768;
+
+template <int N>
+struct Layout {
+  int ndim = 0;
+  int64_t numel = 1;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[N][kMaxDims] = {};  // bytes
+  char* base[N] = {};
+
+  // All operands share `shape`; strides are taken from each tensor (0 where broadcast).
+  Layout(const Shape& shape, const std::array<const Tensor*, N>& ts) {
+    for (int k = 0; k < N; ++k) base[k] = static_cast<char*>(ts[k]->data_ptr());
+    // Drop size-1 dims, then merge a dim into its inner neighbour where every operand is dense
+    // across the pair.
+    for (int64_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] == 1) continue;
+      int64_t s[N];
+      for (int k = 0; k < N; ++k) s[k] = ts[k]->stride(d) * ts[k]->element_size();
+      if (ndim > 0) {
+        bool merge = true;
+        for (int k = 0; k < N; ++k) merge = merge && strides[k][ndim - 1] == s[k] * shape[d];
+        if (merge) {
+          sizes[ndim - 1] *= shape[d];
+          for (int k = 0; k < N; ++k) strides[k][ndim - 1] = s[k];
+          continue;
+        }
+      }
+      sizes[ndim] = shape[d];
+      for (int k = 0; k < N; ++k) strides[k][ndim] = s[k];
+      ++ndim;
+    }
+    if (ndim == 0) {  // a single element
+      sizes[0] = 1;
+      for (int k = 0; k < N; ++k) strides[k][0] = 0;
+      ndim = 1;
+    }
+    numel = 1;
+    for (int d = 0; d < ndim; ++d) numel *= sizes[d];
+  }
+
+  // Calls loop(ptrs, inner_strides, n) over the runs covering linear elements [begin, end).
+  template <typename Loop>
+  void for_each_run(int64_t begin, int64_t end, Loop&& loop) const {
+    const int inner = ndim - 1;
+    int64_t counter[kMaxDims];
+    int64_t rest = begin / sizes[inner];
+    int64_t pos = begin % sizes[inner];
+    for (int d = inner - 1; d >= 0; --d) {
+      counter[d] = rest % sizes[d];
+      rest /= sizes[d];
+    }
+    int64_t inner_strides[N];
+    for (int k = 0; k < N; ++k) inner_strides[k] = strides[k][inner];
+    while (begin < end) {
+      char* ptrs[N];
+      for (int k = 0; k < N; ++k) {
+        ptrs[k] = base[k] + pos * strides[k][inner];
+        for (int d = 0; d < inner; ++d) ptrs[k] += counter[d] * strides[k][d];
+      }
+      const int64_t n = std::min(sizes[inner] - pos, end - begin);
+      loop(ptrs, inner_strides, n);
+      begin += n;
+      pos = 0;
+      for (int d = inner - 1; d >= 0; --d) {
+        if (++counter[d] < sizes[d]) break;
+        counter[d] = 0;
+      }
+    }
+  }
+
+  template <typename Loop>
+  void parallel_for_each_run(Loop&& loop) const {
+#if defined(_OPENMP)
+    if (numel >= kParallelGrain && omp_get_max_threads() > 1 && !omp_in_parallel()) {
+#pragma omp parallel
+      {
+        const int64_t threads = omp_get_num_threads(), tid = omp_get_thread_num();
+        const int64_t chunk = (numel + threads - 1) / threads;
+        const int64_t b = tid * chunk, e = std::min(numel, b + chunk);
+        if (b < e) for_each_run(b, e, loop);
+      }
+      return;
+    }
+#endif
+    for_each_run(0, numel, loop);
+  }
+};
+
+namespace detail {
+template <typename Out, typename... In, typename F, size_t... I>
+inline void elementwise_run(char* const* ptrs, const int64_t* s, int64_t n, const F& f,
+                            std::index_sequence<I...>) {
+  Out* out = reinterpret_cast<Out*>(ptrs[0]);
+  if (s[0] == sizeof(Out) && ((s[I + 1] == static_cast<int64_t>(sizeof(In))) && ...)) {
+    for (int64_t i = 0; i < n; ++i) out[i] = f(reinterpret_cast<const In*>(ptrs[I + 1])[i]...);
+  } else if (s[0] == sizeof(Out) && ((s[I + 1] == 0 || s[I + 1] == static_cast<int64_t>(sizeof(In))) && ...)) {
+    // dense output with some broadcast (stride-0) inputs
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = f(*reinterpret_cast<const In*>(ptrs[I + 1] + i * s[I + 1])...);
+  } else {
+    for (int64_t i = 0; i < n; ++i)
+      *reinterpret_cast<Out*>(ptrs[0] + i * s[0]) =
+          f(*reinterpret_cast<const In*>(ptrs[I + 1] + i * s[I + 1])...);
+  }
+}
+}  // namespace detail
+
+// out[i] = f(in0[i], in1[i], ...) over out's shape; inputs are already expanded to it.
+// Out and In... are the storage types; f receives storage values and returns something
+// convertible to Out.
+template <typename Out, typename... In, typename F, typename... Ts>
+void elementwise(const Tensor& out, const F& f, const Ts&... ins) {
+  static_assert(sizeof...(In) == sizeof...(Ts), "one storage type per input");
+  constexpr int N = 1 + sizeof...(Ts);
+  if (out.numel() == 0) return;
+  Layout<N> layout(out.shape(), std::array<const Tensor*, N>{&out, &ins...});
+  layout.parallel_for_each_run([&](char* const* ptrs, const int64_t* s, int64_t n) {
+    detail::elementwise_run<Out, In...>(ptrs, s, n, f, std::index_sequence_for<In...>{});
+  });
+}
+
+}  // namespace mantissa::cpu

@@ -1,0 +1,152 @@
+// Elementwise math shared by the CPU and CUDA kernels: one functor per op, evaluated in OpMath
+// (float for half types). Each functor names its op and the dtypes it supports.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "engine/dispatch.h"
+
+namespace mantissa::functors {
+
+// std:: math on the host (float overloads); the CUDA math library's overloads on the device.
+#if defined(__CUDA_ARCH__)
+#define MT_MATH(fn) ::fn
+#else
+#define MT_MATH(fn) std::fn
+#endif
+
+#define MT_UNARY_FUNCTOR(Name, op_name, types, expr)       \
+  struct Name {                                            \
+    static constexpr const char* name = op_name;           \
+    static constexpr uint32_t dtypes = types;              \
+    template <typename T>                                  \
+    MT_HOST_DEVICE T operator()(T x) const {               \
+      return expr;                                         \
+    }                                                      \
+  };
+
+template <typename T>
+MT_HOST_DEVICE inline T sigmoid_of(T x) {
+  return T(1) / (T(1) + MT_MATH(exp)(-x));
+}
+template <typename T>
+MT_HOST_DEVICE inline T gelu_tanh_inner(T x) {
+  constexpr double kBeta = 0.7978845608028654;  // sqrt(2/pi)
+  return T(kBeta) * (x + T(0.044715) * x * x * x);
+}
+
+// Signed types (everything but bool and uint8 for neg/abs).
+inline constexpr uint32_t kSignedTypes = kFloatingTypes | dtype_bit(DType::Int32) | dtype_bit(DType::Int64);
+inline constexpr uint32_t kNumberTypes = kAllTypes;
+
+MT_UNARY_FUNCTOR(Neg, "neg", kSignedTypes, -x)
+MT_UNARY_FUNCTOR(Abs, "abs", kNumberTypes, x < T(0) ? T(-x) : x)
+MT_UNARY_FUNCTOR(Exp, "exp", kFloatingTypes, MT_MATH(exp)(x))
+MT_UNARY_FUNCTOR(Log, "log", kFloatingTypes, MT_MATH(log)(x))
+MT_UNARY_FUNCTOR(Sqrt, "sqrt", kFloatingTypes, MT_MATH(sqrt)(x))
+MT_UNARY_FUNCTOR(Rsqrt, "rsqrt", kFloatingTypes, T(1) / MT_MATH(sqrt)(x))
+// NaN propagates through relu, as in PyTorch (x > 0 is false for NaN, so test x < 0 instead).
+MT_UNARY_FUNCTOR(Relu, "relu", kNumberTypes, x < T(0) ? T(0) : x)
+MT_UNARY_FUNCTOR(Sigmoid, "sigmoid", kFloatingTypes, sigmoid_of(x))
+MT_UNARY_FUNCTOR(Tanh, "tanh", kFloatingTypes, MT_MATH(tanh)(x))
+MT_UNARY_FUNCTOR(Silu, "silu", kFloatingTypes, x * sigmoid_of(x))
+MT_UNARY_FUNCTOR(Gelu, "gelu", kFloatingTypes, T(0.5) * x * (T(1) + MT_MATH(erf)(x * T(0.7071067811865476))))
+MT_UNARY_FUNCTOR(GeluTanh, "gelu_tanh", kFloatingTypes,
+                 T(0.5) * x * (T(1) + MT_MATH(tanh)(gelu_tanh_inner(x))))
+MT_UNARY_FUNCTOR(Sign, "sign", kSignedTypes, T((T(0) < x) - (x < T(0))))
+MT_UNARY_FUNCTOR(Reciprocal, "reciprocal", kFloatingTypes, T(1) / x)
+MT_UNARY_FUNCTOR(Sin, "sin", kFloatingTypes, MT_MATH(sin)(x))
+MT_UNARY_FUNCTOR(Cos, "cos", kFloatingTypes, MT_MATH(cos)(x))
+MT_UNARY_FUNCTOR(Log1p, "log1p", kFloatingTypes, MT_MATH(log1p)(x))
+MT_UNARY_FUNCTOR(Expm1, "expm1", kFloatingTypes, MT_MATH(expm1)(x))
+MT_UNARY_FUNCTOR(Square, "square", kNumberTypes, x * x)
+#undef MT_UNARY_FUNCTOR
+
+#define MT_BINARY_FUNCTOR(Name, op_name, types, expr)      \
+  struct Name {                                            \
+    static constexpr const char* name = op_name;           \
+    static constexpr uint32_t dtypes = types;              \
+    template <typename T>                                  \
+    MT_HOST_DEVICE T operator()(T a, T b) const {          \
+      return expr;                                         \
+    }                                                      \
+  };
+
+template <typename T>
+MT_HOST_DEVICE inline T pow_of(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    if (b < T(0)) return a == T(1) ? T(1) : (a == T(-1) ? ((b & 1) ? T(-1) : T(1)) : T(0));
+    T result = 1;
+    while (b) {
+      if (b & 1) result *= a;
+      a *= a;
+      b >>= 1;
+    }
+    return result;
+  } else {
+    return MT_MATH(pow)(a, b);
+  }
+}
+// maximum/minimum propagate NaN, as torch.maximum does.
+template <typename T>
+MT_HOST_DEVICE inline bool is_nan_value(T v) {
+  if constexpr (std::is_floating_point_v<T>) return v != v;
+  return false;
+}
+
+MT_BINARY_FUNCTOR(Mul, "mul", kNumberTypes, a * b)
+MT_BINARY_FUNCTOR(Div, "div", kFloatingTypes, a / b)
+MT_BINARY_FUNCTOR(Pow, "pow", kNumberTypes, pow_of(a, b))
+MT_BINARY_FUNCTOR(Maximum, "maximum", kNumberTypes, is_nan_value(a) ? a : (is_nan_value(b) ? b : (a > b ? a : b)))
+MT_BINARY_FUNCTOR(Minimum, "minimum", kNumberTypes, is_nan_value(a) ? a : (is_nan_value(b) ? b : (a < b ? a : b)))
+#undef MT_BINARY_FUNCTOR
+
+#define MT_COMPARISON_FUNCTOR(Name, op_name, expr)         \
+  struct Name {                                            \
+    static constexpr const char* name = op_name;           \
+    static constexpr uint32_t dtypes = kAllTypesAndBool;   \
+    template <typename T>                                  \
+    MT_HOST_DEVICE bool operator()(T a, T b) const {       \
+      return expr;                                         \
+    }                                                      \
+  };
+MT_COMPARISON_FUNCTOR(Eq, "eq", a == b)
+MT_COMPARISON_FUNCTOR(Ne, "ne", a != b)
+MT_COMPARISON_FUNCTOR(Lt, "lt", a < b)
+MT_COMPARISON_FUNCTOR(Le, "le", a <= b)
+MT_COMPARISON_FUNCTOR(Gt, "gt", a > b)
+MT_COMPARISON_FUNCTOR(Ge, "ge", a >= b)
+#undef MT_COMPARISON_FUNCTOR
+
+// Backward functors: (grad_out, saved) -> grad_in, saved being the forward input or output.
+#define MT_BACKWARD_FUNCTOR(Name, op_name, expr)           \
+  struct Name {                                            \
+    static constexpr const char* name = op_name;           \
+    static constexpr uint32_t dtypes = kFloatingTypes;     \
+    template <typename T>                                  \
+    MT_HOST_DEVICE T operator()(T g, T s) const {          \
+      return expr;                                         \
+    }                                                      \
+  };
+MT_BACKWARD_FUNCTOR(ReluBackward, "relu_backward", s <= T(0) ? T(0) : g)
+MT_BACKWARD_FUNCTOR(GeluBackward, "gelu_backward",
+                    g * (T(0.5) * (T(1) + MT_MATH(erf)(s * T(0.7071067811865476))) +
+                         s * T(0.3989422804014327) * MT_MATH(exp)(T(-0.5) * s * s)))
+MT_BACKWARD_FUNCTOR(GeluTanhBackward, "gelu_tanh_backward",
+                    g * [&] {
+                      const T th = MT_MATH(tanh)(gelu_tanh_inner(s));
+                      const T dinner = T(0.7978845608028654) * (T(1) + T(3 * 0.044715) * s * s);
+                      return T(0.5) * (T(1) + th) + T(0.5) * s * (T(1) - th * th) * dinner;
+                    }())
+MT_BACKWARD_FUNCTOR(SiluBackward, "silu_backward",
+                    g * [&] {
+                      const T sg = sigmoid_of(s);
+                      return sg * (T(1) + s * (T(1) - sg));
+                    }())
+MT_BACKWARD_FUNCTOR(SigmoidBackward, "sigmoid_backward", g * s * (T(1) - s))
+MT_BACKWARD_FUNCTOR(TanhBackward, "tanh_backward", g * (T(1) - s * s))
+#undef MT_BACKWARD_FUNCTOR
+
+}  // namespace mantissa::functors

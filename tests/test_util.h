@@ -1,0 +1,89 @@
+// Helpers shared by the tests: random (optionally non-contiguous) inputs, float64 references,
+// and per-dtype tolerances.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <mantissa.h>
+
+namespace mantissa::testing {
+
+// Tolerances per dtype for comparing against a float64 reference.
+struct Tolerance {
+  double rtol, atol;
+};
+inline Tolerance tolerance_for(DType t) {
+  switch (t) {
+    case kFloat64: return {1e-12, 1e-12};
+    case kFloat32: return {1.3e-6, 1e-5};
+    case kFloat16: return {1e-3, 1e-3};
+    case kBFloat16: return {1.6e-2, 1e-2};
+    default: return {0, 0};
+  }
+}
+
+// A random tensor of `shape`; if non_contiguous, it is a transposed/strided view of a larger one.
+inline Tensor random_tensor(const Shape& shape, DType dtype, bool non_contiguous, double low = -2.0,
+                            double high = 2.0, Device device = Device::cpu()) {
+  if (!non_contiguous || shape.size() == 0) {
+    Tensor t = rand(shape, TensorOptions(device).dtype(kFloat64)) * (high - low) + low;
+    return t.to(dtype);
+  }
+  // Build a buffer with the last two dims swapped and every other element of dim 0 skipped.
+  Shape big = shape;
+  big[0] = shape[0] * 2;
+  if (big.size() >= 2) std::swap(big[big.size() - 1], big[big.size() - 2]);
+  Tensor base = (rand(big, TensorOptions(device).dtype(kFloat64)) * (high - low) + low).to(dtype);
+  Tensor v = base.slice(0, 0, std::nullopt, 2);
+  if (v.dim() >= 2) v = v.transpose(-1, -2);
+  EXPECT_FALSE(v.is_contiguous());
+  EXPECT_EQ(v.shape(), shape);
+  return v;
+}
+
+// Asserts `actual` matches `expected` (any dtypes) elementwise within rtol/atol.
+inline void expect_close(const Tensor& actual, const Tensor& expected, double rtol, double atol,
+                         const std::string& what = "") {
+  ASSERT_EQ(actual.shape(), expected.shape()) << what;
+  const auto a = actual.to_vector<double>();
+  const auto e = expected.to_vector<double>();
+  int reported = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const bool both_nan = std::isnan(a[i]) && std::isnan(e[i]);
+    const bool same_inf = std::isinf(a[i]) && a[i] == e[i];
+    const bool ok = both_nan || same_inf || std::fabs(a[i] - e[i]) <= atol + rtol * std::fabs(e[i]);
+    if (!ok && reported++ < 5) {
+      ADD_FAILURE() << what << ": element " << i << " is " << a[i] << ", expected " << e[i]
+                    << " (rtol " << rtol << ", atol " << atol << ")";
+    }
+  }
+}
+
+inline void expect_close(const Tensor& actual, const Tensor& expected, const std::string& what = "") {
+  const Tolerance tol = tolerance_for(actual.dtype());
+  expect_close(actual, expected, tol.rtol, tol.atol, what);
+}
+
+// Runs `fn`, expects a mantissa::Error whose message contains every one of `parts`.
+template <typename Fn>
+void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected mantissa::Error containing '" << (parts.empty() ? "" : parts[0]) << "'";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << "message '" << msg << "' lacks '" << p << "'";
+  }
+}
+
+inline const std::vector<DType>& floating_dtypes() {
+  static const std::vector<DType> v{kFloat32, kFloat64, kFloat16, kBFloat16};
+  return v;
+}
+
+}  // namespace mantissa::testing
