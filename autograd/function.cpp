@@ -30,12 +30,18 @@ void FunctionNode::release_saved() {
   for (auto& s : saved) s.release();
 }
 
-bool needs_grad(std::initializer_list<const Tensor*> inputs) {
+namespace {
+template <typename Range>
+bool any_requires_grad(const Range& inputs) {
   if (!GradMode::is_enabled()) return false;
   for (const Tensor* t : inputs)
     if (t != nullptr && t->defined() && t->requires_grad()) return true;
   return false;
 }
+}  // namespace
+
+bool needs_grad(std::initializer_list<const Tensor*> inputs) { return any_requires_grad(inputs); }
+bool needs_grad(const std::vector<const Tensor*>& inputs) { return any_requires_grad(inputs); }
 
 void check_inplace(const Tensor& self, const char* op) {
   if (GradMode::is_enabled() && self.requires_grad() && self.is_leaf()) {
@@ -45,7 +51,13 @@ void check_inplace(const Tensor& self, const char* op) {
 }
 
 Recorder::Recorder(const char* name, std::initializer_list<const Tensor*> inputs) {
-  if (!needs_grad(inputs)) return;
+  init(name, inputs);
+}
+Recorder::Recorder(const char* name, const std::vector<const Tensor*>& inputs) { init(name, inputs); }
+
+template <typename Range>
+void Recorder::init(const char* name, const Range& inputs) {
+  if (!any_requires_grad(inputs)) return;
   node_ = std::make_shared<FunctionNode>(name, nullptr);
   node_->next_edges.reserve(inputs.size());
   for (const Tensor* t : inputs)

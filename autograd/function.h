@@ -60,6 +60,8 @@ class FunctionNode final : public Node {
 class Recorder {
  public:
   Recorder(const char* name, std::initializer_list<const Tensor*> inputs);
+  // For ops with a variable number of inputs (cat, stack).
+  Recorder(const char* name, const std::vector<const Tensor*>& inputs);
   explicit operator bool() const { return node_ != nullptr; }
   // Saves a tensor for backward; ctx.saved(i) returns them in save order. Undefined is allowed.
   Recorder& save(const Tensor& t);
@@ -68,11 +70,14 @@ class Recorder {
   void finish(const std::vector<Tensor>& outs, BackwardFn fn);
 
  private:
+  template <typename Range>
+  void init(const char* name, const Range& inputs);
   std::shared_ptr<FunctionNode> node_;
 };
 
 // True when an op on these inputs must be recorded.
 bool needs_grad(std::initializer_list<const Tensor*> inputs);
+bool needs_grad(const std::vector<const Tensor*>& inputs);
 // Refuses in-place ops on leaves that require grad (in grad mode), as PyTorch does.
 void check_inplace(const Tensor& self, const char* op);
 

@@ -97,6 +97,9 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
         Tensor(impl).set_grad(grads[nr].clone());
       }
     }
+    for (auto& [nr, hook] : node->grad_hooks) {
+      if (nr < grads.size() && grads[nr].defined()) hook(grads[nr]);
+    }
     if (capture_edges) {
       for (size_t k = 0; k < capture_edges->size(); ++k) {
         const Edge& ce = (*capture_edges)[k];

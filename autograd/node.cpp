@@ -45,6 +45,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   if (!g.defined()) return {};
   AutogradMeta& m = ensure_meta(variable);
   NoGradGuard no_grad;
+  for (const auto& hook : m.leaf_hooks) hook(g);
   MT_ASSERT(g.shape() == variable.shape(), "gradient of shape ", g.shape(), " for a leaf of shape ",
             variable.shape());
   if (!m.grad.defined()) {
@@ -143,6 +144,17 @@ void Tensor::retain_grad() const {
   if (m.retains_grad) return;
   m.retains_grad = true;
   m.grad_fn->retained.emplace_back(m.output_nr, impl_ptr());
+}
+
+void Tensor::register_hook(std::function<void(const Tensor&)> hook) const {
+  MT_CHECK(requires_grad(), "register_hook: cannot register a hook on a tensor that doesn't "
+           "require gradient");
+  if (is_leaf()) {
+    autograd::ensure_meta(*this).leaf_hooks.push_back(std::move(hook));
+    return;
+  }
+  autograd::Edge e = autograd::gradient_edge(*this);
+  e.fn->grad_hooks.emplace_back(e.input_nr, std::move(hook));
 }
 
 Tensor Tensor::detach() const {

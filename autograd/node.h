@@ -30,6 +30,7 @@ struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;  // null for leaves
   uint32_t output_nr = 0;
   std::weak_ptr<Node> grad_accumulator;  // leaves only, created on first use
+  std::vector<std::function<void(const Tensor&)>> leaf_hooks;  // leaves: see register_hook
 };
 
 // A tensor saved for backward: the values (no history, so no reference cycles) and the version
@@ -68,6 +69,9 @@ class Node : public std::enable_shared_from_this<Node> {
   uint64_t sequence_nr;
   // Non-leaf outputs that asked for retain_grad(), by output number.
   std::vector<std::pair<uint32_t, std::weak_ptr<TensorImpl>>> retained;
+  // Hooks on the gradient of an output (Tensor::register_hook), by output number. They see the
+  // summed gradient before this node's backward runs.
+  std::vector<std::pair<uint32_t, std::function<void(const Tensor&)>>> grad_hooks;
 };
 
 // The node for a leaf: adds the incoming gradient into leaf.grad.

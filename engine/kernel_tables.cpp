@@ -43,6 +43,8 @@ MT_DEFINE_TABLE(uniform, UniformKernel)
 MT_DEFINE_TABLE(normal, NormalKernel)
 MT_DEFINE_TABLE(bernoulli, BernoulliKernel)
 MT_DEFINE_TABLE(randint, RandintKernel)
+MT_DEFINE_TABLE(sgd_step, SgdStepKernel)
+MT_DEFINE_TABLE(adam_step, AdamStepKernel)
 
 namespace detail {
 void throw_no_kernel(const char* op, DeviceType device) {
@@ -54,4 +56,11 @@ void throw_not_implemented(const char* op, DType dtype, Device device) {
 }
 }  // namespace detail
 
+}  // namespace mantissa
+
+#include "engine/amp_kernel_tables.h"
+
+namespace mantissa {
+KernelTable<AmpUnscaleKernel> amp_unscale_kernel{"amp_unscale"};
+KernelTable<AmpUpdateScaleKernel> amp_update_scale_kernel{"amp_update_scale"};
 }  // namespace mantissa

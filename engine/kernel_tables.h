@@ -126,6 +126,29 @@ MT_DECLARE_TABLE(bernoulli, BernoulliKernel)
 using RandintKernel = void (*)(const Tensor& out, int64_t low, int64_t high, PhiloxState state);
 MT_DECLARE_TABLE(randint, RandintKernel)
 
+// Fused optimizer steps: one pass over a parameter updating it and its state in place, in
+// PyTorch's single-tensor arithmetic order (formulas in nn/optim/sgd.h, adam.h). All tensors are
+// contiguous with the param's shape, dtype and device (the optimizer guarantees it); math is in
+// opmath and the double factors are cast to opmath once.
+struct SgdStepParams {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov, maximize, first_step;  // first_step: buf = d_p instead of the momentum update
+};
+// momentum_buffer is undefined when momentum == 0.
+using SgdStepKernel = void (*)(const Tensor& param, const Tensor& grad,
+                               const Tensor& momentum_buffer, const SgdStepParams& p);
+MT_DECLARE_TABLE(sgd_step, SgdStepKernel)
+struct AdamStepParams {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool decoupled_weight_decay, amsgrad, maximize;  // decoupled_weight_decay: AdamW
+  int64_t step;                                    // 1 on the first update
+};
+// max_exp_avg_sq is undefined unless amsgrad.
+using AdamStepKernel = void (*)(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                                const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq,
+                                const AdamStepParams& p);
+MT_DECLARE_TABLE(adam_step, AdamStepKernel)
+
 #undef MT_DECLARE_TABLE
 
 }  // namespace mantissa

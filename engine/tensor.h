@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <optional>
@@ -160,6 +161,9 @@ class Tensor {
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
   // Keeps .grad of a non-leaf after backward (PyTorch's retain_grad).
   void retain_grad() const;
+  // Calls `hook` with this tensor's gradient during backward (non-leaf tensors: the summed
+  // gradient flowing into its grad_fn; leaves: the gradient about to be accumulated).
+  void register_hook(std::function<void(const Tensor&)> hook) const;
 
  private:
   TensorImpl& impl() const;

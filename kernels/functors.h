@@ -37,18 +37,28 @@ MT_HOST_DEVICE inline T gelu_tanh_inner(T x) {
   return T(kBeta) * (x + T(0.044715) * x * x * x);
 }
 
+// x < 0, without comparing an unsigned value with zero (nvcc warns about that).
+template <typename T>
+MT_HOST_DEVICE inline bool is_negative(T x) {
+  if constexpr (std::is_unsigned_v<T>) {
+    return false;
+  } else {
+    return x < T(0);
+  }
+}
+
 // Signed types (everything but bool and uint8 for neg/abs).
 inline constexpr uint32_t kSignedTypes = kFloatingTypes | dtype_bit(DType::Int32) | dtype_bit(DType::Int64);
 inline constexpr uint32_t kNumberTypes = kAllTypes;
 
 MT_UNARY_FUNCTOR(Neg, "neg", kSignedTypes, -x)
-MT_UNARY_FUNCTOR(Abs, "abs", kNumberTypes, x < T(0) ? T(-x) : x)
+MT_UNARY_FUNCTOR(Abs, "abs", kNumberTypes, is_negative(x) ? T(-x) : x)
 MT_UNARY_FUNCTOR(Exp, "exp", kFloatingTypes, MT_MATH(exp)(x))
 MT_UNARY_FUNCTOR(Log, "log", kFloatingTypes, MT_MATH(log)(x))
 MT_UNARY_FUNCTOR(Sqrt, "sqrt", kFloatingTypes, MT_MATH(sqrt)(x))
 MT_UNARY_FUNCTOR(Rsqrt, "rsqrt", kFloatingTypes, T(1) / MT_MATH(sqrt)(x))
 // NaN propagates through relu, as in PyTorch (x > 0 is false for NaN, so test x < 0 instead).
-MT_UNARY_FUNCTOR(Relu, "relu", kNumberTypes, x < T(0) ? T(0) : x)
+MT_UNARY_FUNCTOR(Relu, "relu", kNumberTypes, is_negative(x) ? T(0) : x)
 MT_UNARY_FUNCTOR(Sigmoid, "sigmoid", kFloatingTypes, sigmoid_of(x))
 MT_UNARY_FUNCTOR(Tanh, "tanh", kFloatingTypes, MT_MATH(tanh)(x))
 MT_UNARY_FUNCTOR(Silu, "silu", kFloatingTypes, x * sigmoid_of(x))
@@ -77,7 +87,7 @@ MT_UNARY_FUNCTOR(Square, "square", kNumberTypes, x * x)
 template <typename T>
 MT_HOST_DEVICE inline T pow_of(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
-    if (b < T(0)) return a == T(1) ? T(1) : (a == T(-1) ? ((b & 1) ? T(-1) : T(1)) : T(0));
+    if (is_negative(b)) return a == T(1) ? T(1) : (a == T(-1) ? ((b & 1) ? T(-1) : T(1)) : T(0));
     T result = 1;
     while (b) {
       if (b & 1) result *= a;

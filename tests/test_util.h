@@ -35,8 +35,8 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, bool non_contiguous
   }
   // Build a buffer with the last two dims swapped and every other element of dim 0 skipped.
   Shape big = shape;
-  big[0] = shape[0] * 2;
   if (big.size() >= 2) std::swap(big[big.size() - 1], big[big.size() - 2]);
+  big[0] *= 2;
   Tensor base = (rand(big, TensorOptions(device).dtype(kFloat64)) * (high - low) + low).to(dtype);
   Tensor v = base.slice(0, 0, std::nullopt, 2);
   if (v.dim() >= 2) v = v.transpose(-1, -2);

@@ -2,6 +2,7 @@
 // promotion, unary math and activations, clamp, where, comparisons, and the in-place forms.
 #include <cmath>
 
+#include "autograd/autocast_seam.h"
 #include "autograd/ops/elementwise_common.h"
 
 namespace mantissa {
@@ -80,16 +81,18 @@ Tensor alloc(const Prepared& p, DType dtype) {
 // dtype a floating-result op computes in: integers are promoted to float32.
 DType floating_of(DType t) { return is_floating(t) ? t : kFloat32; }
 
-// Binary ops that produce their inputs' dtype.
+// Binary ops that produce their inputs' dtype. The output is saved only when the formula reads
+// it (`save_out`): a saved output can't be modified in place afterwards.
 template <typename Backward>
 Tensor binary_op(const char* op, const char* node, const KernelTable<BinaryKernel>& table,
-                 const Tensor& a, const Tensor& b, DType compute, Backward backward) {
+                 const Tensor& a, const Tensor& b, DType compute, Backward backward,
+                 bool save_out = false) {
   Prepared p = prepare(op, a, b, compute);
   Tensor out = alloc(p, compute);
   table(p.device)(out, broadcast_view(p.a, p.shape), broadcast_view(p.b, p.shape));
   if (is_floating(compute)) {
     if (Recorder rec{node, {&p.a, &p.b}}) {
-      rec.save(p.a).save(p.b).save(out);
+      rec.save(p.a).save(p.b).save(save_out ? out : Tensor());
       rec.finish(out, [backward, sa = p.a.shape(), sb = p.b.shape()](BackwardContext& ctx) -> Grads {
         auto [ga, gb] = backward(ctx, ctx.grad(), ctx.saved(0), ctx.saved(1), ctx.saved(2));
         return {ga.defined() ? sum_to(ga, sa) : ga, gb.defined() ? sum_to(gb, sb) : gb};
@@ -99,15 +102,20 @@ Tensor binary_op(const char* op, const char* node, const KernelTable<BinaryKerne
   return out;
 }
 
-// Unary ops; `backward(ctx, grad, input, output)` returns the input gradient.
+// What a unary backward reads. Saving only that matters beyond memory: a saved output can't be
+// modified in place afterwards (y = x.sin(); y.mul_(2) must stay legal, as in PyTorch).
+enum Saves { kSaveNone = 0, kSaveIn = 1, kSaveOut = 2 };
+
+// Unary ops; `backward(ctx, grad, input, output)` returns the input gradient (input/output are
+// undefined unless `saves` asks for them).
 template <typename Backward>
 Tensor unary_op(const char* node, const KernelTable<UnaryKernel>& table, const Tensor& x_in,
-                bool promote_int_to_float, Backward backward) {
+                bool promote_int_to_float, Saves saves, Backward backward) {
   const Tensor x = promote_int_to_float ? x_in.to(floating_of(x_in.dtype())) : x_in;
   Tensor out = run_unary(table, x);
   if (is_floating(x.dtype())) {
     if (Recorder rec{node, {&x}}) {
-      rec.save(x).save(out);
+      rec.save((saves & kSaveIn) ? x : Tensor()).save((saves & kSaveOut) ? out : Tensor());
       rec.finish(out, [backward](BackwardContext& ctx) -> Grads {
         return {backward(ctx.grad(), ctx.saved(0), ctx.saved(1))};
       });
@@ -172,8 +180,8 @@ Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
-  MT_CHECK(a.dtype() != kBool || b.dtype() != kBool, "sub: subtraction with two bool tensors is "
-           "not supported; use logical_xor");
+  MT_CHECK(a.dtype() != kBool && b.dtype() != kBool, "sub: subtraction, the `-` operator, with a "
+           "bool tensor is not supported; use logical_not() to invert a mask");
   const Scalar neg = alpha.is_floating() ? Scalar(-alpha.to_double()) : Scalar(-alpha.to_int64());
   return add(a, b, neg);
 }
@@ -188,14 +196,15 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 
 Tensor div(const Tensor& a, const Tensor& b) {
   return binary_op("div", "DivBackward0", div_kernel, a, b, floating_of(result_type(a, b)),
-                   [](BackwardContext& ctx, const Tensor& g, const Tensor&, const Tensor& y,
-                      const Tensor& out) {
+                   [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y,
+                      const Tensor&) {
                      return std::pair{ctx.needs(0) ? g / y : Tensor(),
-                                      ctx.needs(1) ? -g * out / y : Tensor()};
+                                      ctx.needs(1) ? -g * x / (y * y) : Tensor()};
                    });
 }
 
-Tensor pow(const Tensor& a, const Tensor& e) {
+Tensor pow(const Tensor& a_in, const Tensor& e_in) {
+  const Tensor a = autocast::cast_input(OpId::pow, a_in), e = autocast::cast_input(OpId::pow, e_in);
   return binary_op("pow", "PowBackward1", pow_kernel, a, e, result_type(a, e),
                    [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y,
                       const Tensor& out) {
@@ -204,11 +213,15 @@ Tensor pow(const Tensor& a, const Tensor& e) {
                      // d/dy x^y = x^y log x; defined as 0 where x == 0 and y >= 0.
                      if (ctx.needs(1)) gy = where((x == 0.0) & (y >= 0.0), zeros_like(g), g * out * log(x));
                      return std::pair{gx, gy};
-                   });
+                   },
+                   /*save_out=*/true);
 }
 
-Tensor pow(const Tensor& a, const Scalar& e) {
+Tensor pow(const Tensor& a_in, const Scalar& e) {
+  const Tensor a = autocast::cast_input(OpId::pow, a_in);
   const DType compute = result_type(a, e);
+  MT_CHECK(is_floating(compute) || e.is_floating() || e.to_int64() >= 0,
+           "pow: integers to negative integer powers are not allowed (exponent ", e, ")");
   const Tensor x = a.to(compute);
   Tensor out = empty(x.shape(), TensorOptions(x.device()).dtype(compute));
   pow_kernel(x.device())(out, x, broadcast_view(ops::wrap_scalar(e, compute, x.device()), x.shape()));
@@ -258,63 +271,65 @@ Tensor div(const Tensor& a, const Scalar& b) { return div(a, scalar_like(a, b));
 // ---- unary math -----------------------------------------------------------------------------
 Tensor neg(const Tensor& x) {
   MT_CHECK(x.dtype() != kBool, "neg: negation, the `-` operator, on a bool tensor is not supported");
-  return unary_op("NegBackward0", neg_kernel, x, false,
+  return unary_op("NegBackward0", neg_kernel, x, false, kSaveNone,
                   [](const Tensor& g, const Tensor&, const Tensor&) { return -g; });
 }
 Tensor abs(const Tensor& x) {
-  return unary_op("AbsBackward0", abs_kernel, x, false,
+  return unary_op("AbsBackward0", abs_kernel, x, false, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return g * sign(in); });
 }
-Tensor exp(const Tensor& x) {
-  return unary_op("ExpBackward0", exp_kernel, x, true,
+Tensor exp(const Tensor& x_in) {
+  const Tensor x = autocast::cast_input(OpId::exp, x_in);
+  return unary_op("ExpBackward0", exp_kernel, x, true, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) { return g * out; });
 }
-Tensor log(const Tensor& x) {
-  return unary_op("LogBackward0", log_kernel, x, true,
+Tensor log(const Tensor& x_in) {
+  const Tensor x = autocast::cast_input(OpId::log, x_in);
+  return unary_op("LogBackward0", log_kernel, x, true, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return g / in; });
 }
 Tensor sqrt(const Tensor& x) {
-  return unary_op("SqrtBackward0", sqrt_kernel, x, true,
+  return unary_op("SqrtBackward0", sqrt_kernel, x, true, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) { return g / (out * 2.0); });
 }
 Tensor rsqrt(const Tensor& x) {
-  return unary_op("RsqrtBackward0", rsqrt_kernel, x, true,
+  return unary_op("RsqrtBackward0", rsqrt_kernel, x, true, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) {
                     return g * out * out * out * -0.5;
                   });
 }
 Tensor square(const Tensor& x) {
-  return unary_op("PowBackward0", square_kernel, x, false,
+  return unary_op("PowBackward0", square_kernel, x, false, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return g * in * 2.0; });
 }
 Tensor sign(const Tensor& x) {
-  return unary_op("SignBackward0", sign_kernel, x, false,
+  return unary_op("SignBackward0", sign_kernel, x, false, kSaveNone,
                   [](const Tensor& g, const Tensor&, const Tensor&) { return zeros_like(g); });
 }
 Tensor reciprocal(const Tensor& x) {
-  return unary_op("ReciprocalBackward0", reciprocal_kernel, x, true,
+  return unary_op("ReciprocalBackward0", reciprocal_kernel, x, true, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) { return -g * out * out; });
 }
 Tensor sin(const Tensor& x) {
-  return unary_op("SinBackward0", sin_kernel, x, true,
+  return unary_op("SinBackward0", sin_kernel, x, true, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return g * cos(in); });
 }
 Tensor cos(const Tensor& x) {
-  return unary_op("CosBackward0", cos_kernel, x, true,
+  return unary_op("CosBackward0", cos_kernel, x, true, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return -g * sin(in); });
 }
 Tensor log1p(const Tensor& x) {
-  return unary_op("Log1PBackward0", log1p_kernel, x, true,
+  return unary_op("Log1PBackward0", log1p_kernel, x, true, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return g / (in + 1.0); });
 }
 Tensor expm1(const Tensor& x) {
-  return unary_op("Expm1Backward0", expm1_kernel, x, true,
+  return unary_op("Expm1Backward0", expm1_kernel, x, true, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) { return g * (out + 1.0); });
 }
 
 // ---- activations ----------------------------------------------------------------------------
 Tensor relu(const Tensor& x) {
-  return unary_op("ReluBackward0", relu_kernel, x, false,
+  return unary_op("ReluBackward0", relu_kernel, x, false, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) {
                     return run_binary_same(relu_backward_kernel, g, out);
                   });
@@ -323,38 +338,43 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   MT_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or "
            "'tanh', got '", approximate, "'");
   if (approximate == "tanh") {
-    return unary_op("GeluBackward0", gelu_tanh_kernel, x, false,
+    return unary_op("GeluBackward0", gelu_tanh_kernel, x, false, kSaveIn,
                     [](const Tensor& g, const Tensor& in, const Tensor&) {
                       return run_binary_same(gelu_tanh_backward_kernel, g, in);
                     });
   }
-  return unary_op("GeluBackward0", gelu_kernel, x, false,
+  return unary_op("GeluBackward0", gelu_kernel, x, false, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) {
                     return run_binary_same(gelu_backward_kernel, g, in);
                   });
 }
 Tensor silu(const Tensor& x) {
-  return unary_op("SiluBackward0", silu_kernel, x, false,
+  return unary_op("SiluBackward0", silu_kernel, x, false, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) {
                     return run_binary_same(silu_backward_kernel, g, in);
                   });
 }
 Tensor sigmoid(const Tensor& x) {
-  return unary_op("SigmoidBackward0", sigmoid_kernel, x, true,
+  return unary_op("SigmoidBackward0", sigmoid_kernel, x, true, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) {
                     return run_binary_same(sigmoid_backward_kernel, g, out);
                   });
 }
 Tensor tanh(const Tensor& x) {
-  return unary_op("TanhBackward0", tanh_kernel, x, true,
+  return unary_op("TanhBackward0", tanh_kernel, x, true, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) {
                     return run_binary_same(tanh_backward_kernel, g, out);
                   });
 }
 
-Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+Tensor clamp(const Tensor& x_in, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   MT_CHECK(lo || hi, "clamp: at least one of 'min' or 'max' must not be None");
-  MT_CHECK(x.dtype() != kBool, "clamp: not implemented for bool tensors");
+  MT_CHECK(x_in.dtype() != kBool, "clamp: not implemented for bool tensors");
+  // Bounds take part in type promotion: clamp(int_tensor, 0.5) is float32, as in PyTorch
+  // (converting the bound to the integer type instead would truncate it).
+  Tensor x = x_in;
+  if (lo) x = x.to(result_type(x, *lo));
+  if (hi) x = x.to(result_type(x, *hi));
   Tensor out = empty(x.shape(), TensorOptions(x.device()).dtype(x.dtype()));
   clamp_kernel(x.device())(out, x, lo ? &*lo : nullptr, hi ? &*hi : nullptr);
   if (Recorder rec{"ClampBackward1", {&x}}) {

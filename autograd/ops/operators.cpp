@@ -123,6 +123,8 @@ Tensor& Tensor::fill_(const Scalar& value) {
 Tensor& Tensor::add_(const Tensor& o, const Scalar& alpha) { return add_inplace(*this, o, alpha, "add_"); }
 Tensor& Tensor::add_(const Scalar& o) { return add_inplace(*this, scalar_for(*this, o), 1, "add_"); }
 Tensor& Tensor::sub_(const Tensor& o, const Scalar& alpha) {
+  MT_CHECK(dtype() != kBool && o.dtype() != kBool, "sub_: subtraction, the `-` operator, with a "
+           "bool tensor is not supported; use logical_not() to invert a mask");
   const Scalar neg = alpha.is_floating() ? Scalar(-alpha.to_double()) : Scalar(-alpha.to_int64());
   return add_inplace(*this, o, neg, "sub_");
 }

@@ -1,0 +1,142 @@
+#include "amp/autocast.h"
+
+#include <map>
+#include <utility>
+
+#include "autograd/autocast_seam.h"
+#include "autograd/functions.h"
+#include "autograd/node.h"
+#include "engine/logging.h"
+
+namespace mantissa::amp {
+namespace {
+
+// Casts of weights (float32 leaves that require grad), made once per outermost scope. The cast
+// keeps its autograd history, so every use in the scope backpropagates into the weight.
+struct CastCache {
+  std::map<std::pair<const TensorImpl*, DType>, std::pair<Tensor, Tensor>> entries;  // key -> (weight, cast)
+};
+CastCache& cache() {
+  thread_local CastCache c;
+  return c;
+}
+
+bool eligible_for_lower(const Tensor& t, DType target) {
+  return is_floating(t.dtype()) && t.dtype() != kFloat64 && t.dtype() != target;
+}
+
+Tensor cast_with_cache(const Tensor& t, DType target) {
+  const bool cacheable = t.requires_grad() && t.is_leaf() && autograd::GradMode::is_enabled();
+  if (!cacheable) return t.to(target);
+  auto& entries = cache().entries;
+  const auto key = std::make_pair(static_cast<const TensorImpl*>(t.unsafe_impl()), target);
+  auto it = entries.find(key);
+  if (it != entries.end()) return it->second.second;
+  Tensor cast = t.to(target);
+  entries.emplace(key, std::make_pair(t, cast));  // holding `t` keeps its address unique
+  return cast;
+}
+
+Tensor cast_hook(OpId op, const Tensor& t) {
+  const auto& st = autocast_state::current().device[static_cast<int>(t.device().type())];
+  if (!st.enabled || st.tf32 || !is_floating(t.dtype())) return t;
+  switch (cast_policy(op)) {
+    case CastPolicy::LowerPrecision:
+      return eligible_for_lower(t, st.dtype) ? cast_with_cache(t, st.dtype) : t;
+    case CastPolicy::Float32: return is_reduced_float(t.dtype()) ? t.to(kFloat32) : t;
+    case CastPolicy::Promote:
+    case CastPolicy::None: break;
+  }
+  return t;
+}
+
+void refresh_any_cast(autocast_state::ThreadState& s) {
+  s.any_cast = false;
+  for (const auto& d : s.device) s.any_cast = s.any_cast || (d.enabled && !d.tf32);
+}
+
+[[maybe_unused]] const bool hook_installed = [] {
+  ::mantissa::autocast::set_cast_hook(&cast_hook);
+  return true;
+}();
+
+}  // namespace
+
+Precision::Precision(DType dtype) {
+  switch (dtype) {
+    case kFloat32: kind_ = Float32; break;
+    case kFloat16: kind_ = Float16; break;
+    case kBFloat16: kind_ = BFloat16; break;
+    default:
+      MT_THROW("autocast: unsupported precision ", dtype,
+               " (expected float32, tf32, float16 or bfloat16)");
+  }
+}
+
+Precision Precision::parse(std::string_view name) {
+  if (name == "float32" || name == "fp32" || name == "off") return Float32;
+  if (name == "tf32") return TF32;
+  if (name == "float16" || name == "fp16" || name == "half") return Float16;
+  if (name == "bfloat16" || name == "bf16") return BFloat16;
+  MT_THROW("unknown precision '", name, "' (expected float32, tf32, float16 or bfloat16)");
+}
+
+std::string_view Precision::name() const {
+  switch (kind_) {
+    case Float32: return "float32";
+    case TF32: return "tf32";
+    case Float16: return "float16";
+    case BFloat16: return "bfloat16";
+  }
+  return "unknown";
+}
+
+DType Precision::dtype() const {
+  return kind_ == Float16 ? kFloat16 : kind_ == BFloat16 ? kBFloat16 : kFloat32;
+}
+
+Precision default_precision(DeviceType t) {
+  return t == DeviceType::CUDA ? Precision::Float16 : Precision::BFloat16;
+}
+
+autocast::autocast(DeviceType device_type, std::optional<Precision> precision, bool enabled)
+    : device_type_(device_type) {
+  static const bool logged = [] {
+    log().info("float32 matmul precision: {}; autocast defaults: float16 on cuda, bfloat16 on cpu",
+               get_float32_matmul_precision() == MatmulPrecision::High ? "high (TF32)" : "highest");
+    return true;
+  }();
+  (void)logged;
+  auto& s = autocast_state::current();
+  auto& d = s.device[static_cast<int>(device_type)];
+  saved_ = d;
+  const Precision p = precision.value_or(default_precision(device_type));
+  d.enabled = enabled && p.kind() != Precision::Float32;
+  d.tf32 = p.kind() == Precision::TF32;
+  d.dtype = p.dtype();
+  ++s.depth;
+  refresh_any_cast(s);
+}
+
+autocast::~autocast() {
+  auto& s = autocast_state::current();
+  s.device[static_cast<int>(device_type_)] = saved_;
+  if (--s.depth == 0) clear_autocast_cache();
+  refresh_any_cast(s);
+}
+
+bool is_autocast_enabled(DeviceType t) {
+  return autocast_state::current().device[static_cast<int>(t)].enabled;
+}
+
+Precision current_precision(DeviceType t) {
+  const auto& d = autocast_state::current().device[static_cast<int>(t)];
+  if (!d.enabled) return Precision::Float32;
+  if (d.tf32) return Precision::TF32;
+  return d.dtype;
+}
+
+void clear_autocast_cache() { cache().entries.clear(); }
+size_t autocast_cache_size() { return cache().entries.size(); }
+
+}  // namespace mantissa::amp

@@ -1,0 +1,91 @@
+// GradScaler: dynamic loss scaling with torch.amp.GradScaler's semantics and defaults, plus a
+// scale floor (min_scale), overflow hysteresis, and counters of steps taken and skipped.
+//
+//   scaler.scale(loss).backward();
+//   scaler.step(optimizer);   // unscales (if not done), skips the step on inf/NaN gradients
+//   scaler.update();          // backs off on overflow, grows after growth_interval clean steps
+//
+// The scale, growth tracker and found_inf flags are tensors on the gradients' device.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+
+#include "engine/tensor.h"
+#include "nn/optim/optimizer.h"
+
+namespace mantissa::amp {
+
+struct GradScalerOptions {
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  bool enabled = true;
+  // Beyond PyTorch: never back off below min_scale (0: no floor), and back off only on the
+  // hysteresis-th consecutive overflowing step (and every consecutive one after it).
+  double min_scale = 0.0;
+  int64_t hysteresis = 1;
+};
+
+struct GradScalerState {
+  double scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  int64_t growth_tracker = 0;
+  double min_scale = 0.0;
+  int64_t hysteresis = 1;
+  int64_t overflow_streak = 0;
+  int64_t steps_taken = 0;
+  int64_t steps_skipped = 0;
+};
+
+class GradScaler {
+ public:
+  explicit GradScaler(bool enabled = true);
+  explicit GradScaler(const GradScalerOptions& options);
+
+  // loss * scale (the scale is created lazily, on the loss's device, at the first call).
+  Tensor scale(const Tensor& loss);
+  // Divides the optimizer's gradients by the scale in place and records inf/NaN; at most once
+  // per optimizer between update()s, and not after step().
+  void unscale_(optim::Optimizer& optimizer);
+  // Runs optimizer.step() unless its gradients had inf/NaN. Returns whether it stepped.
+  bool step(optim::Optimizer& optimizer);
+  // Adjusts the scale from the inf checks recorded since the last update.
+  void update();
+  // Sets the scale directly (no inf checks needed).
+  void update(double new_scale);
+
+  bool is_enabled() const { return options_.enabled; }
+  // The current scale (1.0 when disabled; init_scale before the first scale()).
+  double get_scale() const;
+  int64_t growth_tracker() const;
+  int64_t steps_taken() const { return steps_taken_; }
+  int64_t steps_skipped() const { return steps_skipped_; }
+  const GradScalerOptions& options() const { return options_; }
+
+  GradScalerState state_dict() const;
+  void load_state_dict(const GradScalerState& state);
+
+ private:
+  enum class Stage { Ready, Unscaled, Stepped };
+  struct PerOptimizer {
+    Stage stage = Stage::Ready;
+    Tensor found_inf;  // float32, 1 element, on the gradients' device
+  };
+  void lazy_init(Device device);
+  PerOptimizer& state_for(const optim::Optimizer& optimizer) { return per_optimizer_[&optimizer]; }
+
+  GradScalerOptions options_;
+  Tensor scale_;             // float32 0-d
+  Tensor growth_tracker_;    // int32 0-d
+  Tensor overflow_streak_;   // int32 0-d
+  std::map<const optim::Optimizer*, PerOptimizer> per_optimizer_;
+  int64_t steps_taken_ = 0;
+  int64_t steps_skipped_ = 0;
+};
+
+}  // namespace mantissa::amp

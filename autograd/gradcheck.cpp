@@ -1,0 +1,89 @@
+#include "autograd/gradcheck.h"
+
+#include <cmath>
+
+#include "autograd/functions.h"
+#include "autograd/graph.h"
+#include "autograd/node.h"
+
+namespace mantissa::autograd {
+namespace {
+
+// Address of element `linear` (row-major over the tensor's shape) in a strided float64 tensor.
+double* element(const Tensor& t, int64_t linear) {
+  int64_t offset = 0;
+  for (int64_t d = t.dim() - 1; d >= 0; --d) {
+    offset += (linear % t.size(d)) * t.stride(d);
+    linear /= t.size(d);
+  }
+  return static_cast<double*>(t.data_ptr()) + offset;
+}
+
+std::vector<double> evaluate(const GradcheckFn& fn, const std::vector<Tensor>& inputs) {
+  NoGradGuard no_grad;
+  return fn(inputs).to_vector<double>();
+}
+
+}  // namespace
+
+bool gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, double eps, double atol,
+               double rtol) {
+  std::vector<size_t> checked;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
+    MT_CHECK(inputs[i].dtype() == kFloat64, "gradcheck: input ", i, " has dtype ",
+             inputs[i].dtype(), "; gradcheck needs float64 inputs");
+    checked.push_back(i);
+  }
+  MT_CHECK(!checked.empty(), "gradcheck: no input requires grad");
+
+  const Tensor out = fn(inputs);
+  MT_CHECK(out.dtype() == kFloat64, "gradcheck: the function returned ", out.dtype(),
+           "; expected float64");
+  const int64_t n_out = out.numel();
+  std::vector<Tensor> wrt;
+  for (size_t i : checked) wrt.push_back(inputs[i]);
+
+  // Analytic Jacobian, one backward pass per output element.
+  std::vector<std::vector<double>> analytic(checked.size());  // [input][out * numel_in + j]
+  for (size_t k = 0; k < checked.size(); ++k)
+    analytic[k].assign(static_cast<size_t>(n_out * inputs[checked[k]].numel()), 0.0);
+  if (out.requires_grad()) {
+    for (int64_t o = 0; o < n_out; ++o) {
+      Tensor seed = zeros(out.shape(), TensorOptions(out.device()).dtype(kFloat64));
+      *element(seed, o) = 1.0;
+      auto grads = grad({out}, wrt, {seed}, /*retain_graph=*/true, /*allow_unused=*/true);
+      for (size_t k = 0; k < checked.size(); ++k) {
+        if (!grads[k].defined()) continue;
+        const auto g = grads[k].to_vector<double>();
+        for (size_t j = 0; j < g.size(); ++j) analytic[k][o * g.size() + j] = g[j];
+      }
+    }
+  }
+
+  // Numeric Jacobian by central differences, perturbing each input element in place.
+  for (size_t k = 0; k < checked.size(); ++k) {
+    const Tensor& x = inputs[checked[k]];
+    const int64_t n_in = x.numel();
+    for (int64_t j = 0; j < n_in; ++j) {
+      double* p = element(x, j);
+      const double orig = *p;
+      *p = orig + eps;
+      const auto plus = evaluate(fn, inputs);
+      *p = orig - eps;
+      const auto minus = evaluate(fn, inputs);
+      *p = orig;
+      for (int64_t o = 0; o < n_out; ++o) {
+        const double numeric = (plus[o] - minus[o]) / (2.0 * eps);
+        const double a = analytic[k][o * n_in + j];
+        MT_CHECK(std::fabs(a - numeric) <= atol + rtol * std::fabs(numeric),
+                 "gradcheck: Jacobian mismatch for input ", checked[k], " (shape ", x.shape(),
+                 ") element ", j, ", output element ", o, ": analytic ", a, ", numeric ", numeric,
+                 " (atol ", atol, ", rtol ", rtol, ")");
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace mantissa::autograd

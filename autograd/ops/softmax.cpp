@@ -1,0 +1,42 @@
+// softmax and log_softmax along one dim, with backwards that reuse the forward output
+// (softmax: y (g - sum(g y)); log_softmax: g - exp(y) sum(g)) through dedicated kernels.
+#include "autograd/function.h"
+#include "autograd/functions.h"
+#include "engine/kernel_tables.h"
+
+namespace mantissa {
+namespace {
+
+using autograd::BackwardContext;
+using autograd::Recorder;
+using Grads = std::vector<Tensor>;
+
+Tensor softmax_op(const Tensor& x, int64_t dim, bool log) {
+  const char* op = log ? "log_softmax" : "softmax";
+  MT_CHECK(is_floating(x.dtype()), op, ": expected a floating point tensor, got ", x.dtype(),
+           " (cast the input first, e.g. x.to(kFloat32))");
+  const int64_t d = wrap_dim(dim, x.dim(), op);
+  Tensor out = empty(x.shape(), TensorOptions(x.device()).dtype(x.dtype()));
+  (log ? log_softmax_kernel : softmax_kernel)(x.device())(out, x, d);
+  if (Recorder rec{log ? "LogSoftmaxBackward0" : "SoftmaxBackward0", {&x}}) {
+    rec.save(out);
+    rec.finish(out, [d, log](BackwardContext& ctx) -> Grads {
+      const Tensor y = ctx.saved(0);
+      Tensor grad_in = empty(y.shape(), TensorOptions(y.device()).dtype(y.dtype()));
+      (log ? log_softmax_backward_kernel : softmax_backward_kernel)(y.device())(
+          grad_in, ctx.grad().to(y.dtype()), y, d);
+      return {grad_in};
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_op(x, dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_op(x, dim, true); }
+
+Tensor Tensor::softmax(int64_t dim) const { return mantissa::softmax(*this, dim); }
+Tensor Tensor::log_softmax(int64_t dim) const { return mantissa::log_softmax(*this, dim); }
+
+}  // namespace mantissa

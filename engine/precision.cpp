@@ -1,0 +1,51 @@
+#include "engine/precision.h"
+
+#include <atomic>
+
+#include "engine/error.h"
+#include "engine/op_id.h"
+
+namespace mantissa {
+namespace {
+std::atomic<MatmulPrecision> global_precision{MatmulPrecision::Highest};
+}
+
+void set_float32_matmul_precision(std::string_view p) {
+  if (p == "highest") {
+    set_float32_matmul_precision(MatmulPrecision::Highest);
+  } else if (p == "high" || p == "medium") {
+    set_float32_matmul_precision(MatmulPrecision::High);
+  } else {
+    MT_THROW("set_float32_matmul_precision: invalid precision '", p,
+             "' (expected highest, high or medium)");
+  }
+}
+void set_float32_matmul_precision(MatmulPrecision p) { global_precision.store(p); }
+MatmulPrecision get_float32_matmul_precision() { return global_precision.load(); }
+
+namespace autocast_state {
+ThreadState& current() {
+  thread_local ThreadState state;
+  return state;
+}
+}  // namespace autocast_state
+
+MatmulPrecision effective_matmul_precision(DeviceType device) {
+  const auto& d = autocast_state::current().device[static_cast<int>(device)];
+  return d.enabled && d.tf32 ? MatmulPrecision::High : get_float32_matmul_precision();
+}
+
+}  // namespace mantissa
+
+namespace mantissa {
+const char* op_name(OpId op) {
+  switch (op) {
+#define MT_OP_NAME(name) \
+  case OpId::name: return #name;
+    MT_FORALL_AUTOCAST_OPS(MT_OP_NAME)
+#undef MT_OP_NAME
+    case OpId::kCount: break;
+  }
+  return "unknown";
+}
+}  // namespace mantissa

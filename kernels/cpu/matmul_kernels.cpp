@@ -1,0 +1,199 @@
+// CPU batched matrix multiply on OpenBLAS. Operands arrive as [B,M,K] x [B,K,N] with any strides
+// (a batch stride of 0 is a broadcast operand); `out` is contiguous [B,M,N].
+//
+// A matrix whose rows or columns are dense goes to GEMM as it is, row-major with NoTrans or
+// Trans and the leading dim read off its strides; anything else is packed into a contiguous
+// buffer first. Half types are packed to float32, multiplied with float32 accumulation and
+// rounded once on store. Integers use a plain loop with int64 accumulation (BLAS has no integer
+// GEMM).
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <vector>
+
+#include "engine/kernel_tables.h"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace mantissa::cpu {
+namespace {
+
+// ---- matmul precision emulation hook ----------------------------------------------------------
+// A later issue lets float32 GEMMs emulate a reduced internal precision (e.g. rounding operands
+// to TF32, as tensor cores do). This is where that decision will live: when it returns true,
+// float32 operands take the packing path and round_float32_operands() rounds the packed copy
+// before the GEMM. Until then float32 operands are used exactly as given.
+static bool float32_operands_need_rounding() { return false; }
+static void round_float32_operands(float* /*data*/, int64_t /*n*/) {}
+
+// One operand's matrices as GEMM sees them: matrix b starts at base + b * batch_stride.
+template <typename C>
+struct GemmOperand {
+  const C* base = nullptr;
+  int64_t batch_stride = 0;
+  CBLAS_TRANSPOSE trans = CblasNoTrans;
+  int64_t ld = 1;
+};
+
+// How a rows x cols matrix with strides (sr, sc) can be handed to row-major GEMM without a copy.
+// Strides of size-1 dims are meaningless, so they never disqualify a layout.
+bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, CBLAS_TRANSPOSE& trans,
+                 int64_t& ld) {
+  if ((cols == 1 || sc == 1) && (rows == 1 || sr >= std::max<int64_t>(1, cols))) {
+    trans = CblasNoTrans;
+    ld = rows == 1 ? std::max<int64_t>(1, cols) : sr;
+    return true;
+  }
+  if ((rows == 1 || sr == 1) && (cols == 1 || sc >= std::max<int64_t>(1, rows))) {
+    trans = CblasTrans;
+    ld = cols == 1 ? std::max<int64_t>(1, rows) : sc;
+    return true;
+  }
+  return false;
+}
+
+// Copies x (3-D, element type T) into a dense [Bx, R, C] buffer of type Acc, Bx = 1 when the
+// batch is broadcast.
+template <typename Acc, typename T>
+void pack(const Tensor& x, std::vector<Acc>& buf) {
+  const int64_t batches = x.stride(0) == 0 ? 1 : x.size(0);
+  const int64_t rows = x.size(1), cols = x.size(2);
+  const int64_t sb = x.stride(0), sr = x.stride(1), sc = x.stride(2);
+  const T* src = static_cast<const T*>(x.data_ptr());
+  buf.resize(static_cast<size_t>(batches * rows * cols));
+  const int64_t total_rows = batches * rows;
+#pragma omp parallel for if (total_rows * cols >= 32768)
+  for (int64_t r = 0; r < total_rows; ++r) {
+    const T* row = src + (r / rows) * sb + (r % rows) * sr;
+    Acc* dst = buf.data() + r * cols;
+    for (int64_t c = 0; c < cols; ++c) dst[c] = static_cast<Acc>(static_cast<opmath_t<T>>(row[c * sc]));
+  }
+}
+
+// Chooses between using x in place and packing it into `buf` (which must outlive the GEMM).
+template <typename Acc, typename T>
+GemmOperand<Acc> prepare(const Tensor& x, std::vector<Acc>& buf, bool must_pack) {
+  const int64_t rows = x.size(1), cols = x.size(2);
+  GemmOperand<Acc> op;
+  if constexpr (std::is_same_v<Acc, T>) {
+    if (!must_pack && blas_layout(rows, cols, x.stride(1), x.stride(2), op.trans, op.ld)) {
+      op.base = static_cast<const Acc*>(x.data_ptr());
+      op.batch_stride = x.stride(0);
+      return op;
+    }
+  }
+  pack<Acc, T>(x, buf);
+  op.base = buf.data();
+  op.batch_stride = x.stride(0) == 0 ? 0 : rows * cols;
+  op.trans = CblasNoTrans;
+  op.ld = std::max<int64_t>(1, cols);
+  return op;
+}
+
+inline void gemm(const GemmOperand<float>& a, const GemmOperand<float>& b, int64_t batch, int m,
+                 int n, int k, float* c) {
+  cblas_sgemm(CblasRowMajor, a.trans, b.trans, m, n, k, 1.0f, a.base + batch * a.batch_stride,
+              static_cast<int>(a.ld), b.base + batch * b.batch_stride, static_cast<int>(b.ld), 0.0f,
+              c, std::max(1, n));
+}
+inline void gemm(const GemmOperand<double>& a, const GemmOperand<double>& b, int64_t batch, int m,
+                 int n, int k, double* c) {
+  cblas_dgemm(CblasRowMajor, a.trans, b.trans, m, n, k, 1.0, a.base + batch * a.batch_stride,
+              static_cast<int>(a.ld), b.base + batch * b.batch_stride, static_cast<int>(b.ld), 0.0,
+              c, std::max(1, n));
+}
+
+bool fits_blas_int(std::initializer_list<int64_t> values) {
+  for (int64_t v : values)
+    if (v > INT_MAX) return false;
+  return true;
+}
+
+// Floating types: T is the storage type, Acc (float or double) the GEMM type.
+template <typename T>
+void bmm_floating(const Tensor& out, const Tensor& a, const Tensor& b) {
+  using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
+  constexpr bool kReduced = !std::is_same_v<T, Acc>;
+  bool round_operands = false;
+  if constexpr (std::is_same_v<T, float>) round_operands = float32_operands_need_rounding();
+
+  std::vector<Acc> a_buf, b_buf, out_buf;
+  const GemmOperand<Acc> ga = prepare<Acc, T>(a, a_buf, round_operands);
+  const GemmOperand<Acc> gb = prepare<Acc, T>(b, b_buf, round_operands);
+  if constexpr (std::is_same_v<Acc, float>) {
+    if (round_operands) {
+      round_float32_operands(a_buf.data(), static_cast<int64_t>(a_buf.size()));
+      round_float32_operands(b_buf.data(), static_cast<int64_t>(b_buf.size()));
+    }
+  }
+  MT_CHECK(fits_blas_int({M, N, K, ga.ld, gb.ld}), "bmm: matrix dimensions exceed the BLAS ",
+           "integer range, got [", B, ", ", M, ", ", K, "] x [", B, ", ", K, ", ", N, "]");
+
+  Acc* c = nullptr;
+  if constexpr (kReduced) {
+    out_buf.resize(static_cast<size_t>(B * M * N));
+    c = out_buf.data();
+  } else {
+    c = out.data<T>();
+  }
+  for (int64_t i = 0; i < B; ++i) {
+    gemm(ga, gb, i, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), c + i * M * N);
+  }
+  if constexpr (kReduced) {
+    T* dst = out.data<T>();
+    const int64_t total = B * M * N;
+#pragma omp parallel for if (total >= 32768)
+    for (int64_t i = 0; i < total; ++i) dst[i] = T(c[i]);
+  }
+}
+
+template <typename T>
+void bmm_integral(const Tensor& out, const Tensor& a, const Tensor& b) {
+  const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
+  const T* pa = static_cast<const T*>(a.data_ptr());
+  const T* pb = static_cast<const T*>(b.data_ptr());
+  T* po = out.data<T>();
+  const int64_t as0 = a.stride(0), as1 = a.stride(1), as2 = a.stride(2);
+  const int64_t bs0 = b.stride(0), bs1 = b.stride(1), bs2 = b.stride(2);
+  const int64_t rows = B * M;
+#pragma omp parallel for if (rows * N * K >= 32768)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t batch = r / M, i = r % M;
+    const T* arow = pa + batch * as0 + i * as1;
+    const T* bmat = pb + batch * bs0;
+    T* orow = po + r * N;
+    for (int64_t j = 0; j < N; ++j) {
+      int64_t acc = 0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += static_cast<int64_t>(arow[k * as2]) * static_cast<int64_t>(bmat[k * bs1 + j * bs2]);
+      orow[j] = static_cast<T>(acc);
+    }
+  }
+}
+
+void bmm_kernel_cpu(const Tensor& out, const Tensor& a, const Tensor& b) {
+  if (out.numel() == 0) return;
+  dispatch_dtype<kAllTypes>(out.dtype(), "bmm", out.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (a.size(2) == 0) {
+      std::memset(out.data_ptr(), 0, static_cast<size_t>(out.nbytes()));
+      return;
+    }
+    if constexpr (std::is_integral_v<T>) {
+      bmm_integral<T>(out, a, b);
+    } else {
+      bmm_floating<T>(out, a, b);
+    }
+  });
+}
+
+}  // namespace
+
+MT_REGISTER_KERNEL(bmm_kernel, kCPU, &bmm_kernel_cpu);
+
+}  // namespace mantissa::cpu

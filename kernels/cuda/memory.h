@@ -1,0 +1,30 @@
+// Statistics and control of the CUDA caching allocator (kernels/cuda/allocator.cpp), in the
+// spirit of torch.cuda.memory_stats() / empty_cache(). Only present in builds with CUDA.
+#pragma once
+
+#include <cstdint>
+
+namespace mantissa::cuda {
+
+struct MemoryStats {
+  int64_t allocated_bytes = 0;       // held by live tensors (sizes after rounding)
+  int64_t reserved_bytes = 0;        // obtained from cudaMalloc: allocated + cached
+  int64_t cached_bytes = 0;          // reserved but free, kept for reuse
+  int64_t peak_allocated_bytes = 0;  // since start or the last reset_peak_memory_stats()
+  int64_t peak_reserved_bytes = 0;
+  int64_t requested_bytes = 0;  // held by live tensors, as requested (before rounding)
+  int64_t num_allocations = 0;  // allocate() calls that returned memory
+  int64_t num_cache_hits = 0;   // ... of which were served from the cache
+  int64_t num_cuda_mallocs = 0;
+  int64_t num_cuda_frees = 0;
+  int64_t num_oom_retries = 0;  // cudaMalloc failures retried after emptying the cache
+};
+
+// Stats of cuda:`device`; throws mantissa::Error if that device does not exist.
+MemoryStats memory_stats(int device = 0);
+// Resets the peaks to the current values.
+void reset_peak_memory_stats(int device = 0);
+// Returns every cached (unused) block of every device to CUDA. Live tensors are unaffected.
+void empty_cache();
+
+}  // namespace mantissa::cuda

@@ -1,0 +1,64 @@
+#include "nn/clip_grad.h"
+
+#include <cmath>
+
+#include "autograd/functions.h"
+#include "autograd/node.h"
+#include "engine/error.h"
+
+namespace mantissa::nn {
+namespace {
+
+std::vector<Tensor> defined_grads(const std::vector<Tensor>& parameters) {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : parameters) {
+    if (!p.defined()) continue;
+    if (Tensor g = p.grad(); g.defined()) grads.push_back(g.detach());
+  }
+  return grads;
+}
+
+// PyTorch computes the clip coefficient as 0-d tensor ops in the total norm's dtype:
+// clamp(max_norm * reciprocal(total + 1e-6), max=1). Doing the same in that precision on the
+// host keeps the scaled gradients identical.
+template <typename M>
+double clip_coefficient(double total, double max_norm) {
+  const M coef = (M(1) / (static_cast<M>(total) + static_cast<M>(1e-6))) * static_cast<M>(max_norm);
+  return static_cast<double>(coef > M(1) ? M(1) : coef);  // clamp keeps NaN
+}
+
+}  // namespace
+
+double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, double norm_type,
+                       bool error_if_nonfinite) {
+  autograd::NoGradGuard no_grad;
+  const std::vector<Tensor> grads = defined_grads(parameters);
+  if (grads.empty()) return 0.0;
+  // Per-gradient norms on each gradient's device, then the norm of those on the first device.
+  DType dtype = grads[0].dtype();
+  for (const Tensor& g : grads) dtype = promote_types(dtype, g.dtype());
+  std::vector<Tensor> norms;
+  norms.reserve(grads.size());
+  for (const Tensor& g : grads) norms.push_back(norm(g, norm_type).to(grads[0].device(), dtype));
+  const Tensor total_t = norm(stack(norms), norm_type);
+  const double total = total_t.item<double>();
+  if (error_if_nonfinite && !std::isfinite(total)) {
+    MT_THROW("clip_grad_norm_: The total norm of order ", norm_type,
+             " for gradients from `parameters` is non-finite, so it cannot be clipped. To "
+             "disable this error and scale the gradients by the non-finite norm anyway, set "
+             "`error_if_nonfinite=False`");
+  }
+  const double coef = dtype == kFloat64 ? clip_coefficient<double>(total, max_norm)
+                                        : clip_coefficient<float>(total, max_norm);
+  if (!(coef >= 1.0)) {  // also scales by a NaN coefficient, as PyTorch does
+    for (Tensor g : grads) g.mul_(coef);
+  }
+  return total;
+}
+
+void clip_grad_value_(const std::vector<Tensor>& parameters, double clip_value) {
+  autograd::NoGradGuard no_grad;
+  for (Tensor g : defined_grads(parameters)) g.copy_(clamp(g, -clip_value, clip_value));
+}
+
+}  // namespace mantissa::nn

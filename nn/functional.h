@@ -1,0 +1,50 @@
+// nn::functional: the stateless forms of the layers and losses (torch.nn.functional).
+#pragma once
+
+#include <string_view>
+
+#include "autograd/functions.h"
+
+namespace mantissa::nn {
+
+enum class Reduction { None, Mean, Sum };
+// "none", "mean" or "sum".
+Reduction parse_reduction(std::string_view name);
+
+namespace functional {
+
+inline Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor()) {
+  return mantissa::linear(x, w, b);
+}
+inline Tensor relu(const Tensor& x) { return mantissa::relu(x); }
+inline Tensor gelu(const Tensor& x, std::string_view approximate = "none") {
+  return mantissa::gelu(x, approximate);
+}
+inline Tensor silu(const Tensor& x) { return mantissa::silu(x); }
+inline Tensor sigmoid(const Tensor& x) { return mantissa::sigmoid(x); }
+inline Tensor tanh(const Tensor& x) { return mantissa::tanh(x); }
+inline Tensor softmax(const Tensor& x, int64_t dim) { return mantissa::softmax(x, dim); }
+inline Tensor log_softmax(const Tensor& x, int64_t dim) { return mantissa::log_softmax(x, dim); }
+inline Tensor dropout(const Tensor& x, double p = 0.5, bool training = true) {
+  return mantissa::dropout(x, p, training);
+}
+
+// Normalises over the trailing dims given by normalized_shape, then applies weight and bias.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+// input [N, C] (or [C], or [N, C, d1, ...]) logits; target int64 class indices [N] (or [N, d1,
+// ...]) or class probabilities shaped like input. ignore_index entries contribute nothing.
+Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                     double label_smoothing = 0.0, int64_t ignore_index = -100);
+// input: log-probabilities [N, C]; target: int64 [N].
+Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                int64_t ignore_index = -100);
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        Reduction reduction = Reduction::Mean,
+                                        const Tensor& pos_weight = Tensor());
+
+}  // namespace functional
+}  // namespace mantissa::nn

@@ -1,0 +1,89 @@
+#include "nn/layers.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "nn/init.h"
+
+namespace mantissa::nn {
+
+LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias)
+    : UnaryModule("Linear"), in_features(in), out_features(out) {
+  MT_CHECK(in > 0 && out > 0, "Linear: in_features and out_features must be positive, got ", in,
+           " and ", out);
+  weight = register_parameter("weight", empty({out, in}));
+  if (with_bias) bias = register_parameter("bias", empty({out}));
+  reset_parameters();
+}
+
+void LinearImpl::reset_parameters() {
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias.defined()) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+    init::uniform_(bias, -bound, bound);
+  }
+}
+
+Tensor LinearImpl::forward(const Tensor& x) {
+  MT_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear: expected input with last "
+           "dimension ", in_features, ", got input of shape ", x.shape());
+  return linear(x, weight, bias);
+}
+
+std::string LinearImpl::extra_repr() const {
+  std::ostringstream os;
+  os << "in_features=" << in_features << ", out_features=" << out_features
+     << ", bias=" << (bias.defined() ? "True" : "False");
+  return os.str();
+}
+
+GELUImpl::GELUImpl(std::string approx) : UnaryModule("GELU"), approximate(std::move(approx)) {
+  MT_CHECK(approximate == "none" || approximate == "tanh", "GELU: approximate must be 'none' or "
+           "'tanh', got '", approximate, "'");
+}
+
+DropoutImpl::DropoutImpl(double prob) : UnaryModule("Dropout"), p(prob) {
+  MT_CHECK(p >= 0.0 && p <= 1.0, "Dropout: dropout probability has to be between 0 and 1, but got ", p);
+}
+std::string DropoutImpl::extra_repr() const {
+  std::ostringstream os;
+  os << "p=" << p;
+  return os.str();
+}
+
+LayerNormImpl::LayerNormImpl(Shape shape, double e, bool affine)
+    : UnaryModule("LayerNorm"), normalized_shape(shape), eps(e) {
+  if (affine) {
+    weight = register_parameter("weight", ones(shape));
+    bias = register_parameter("bias", zeros(shape));
+  }
+}
+Tensor LayerNormImpl::forward(const Tensor& x) {
+  return functional::layer_norm(x, normalized_shape, weight, bias, eps);
+}
+std::string LayerNormImpl::extra_repr() const {
+  std::ostringstream os;
+  os << "(";
+  for (int64_t i = 0; i < normalized_shape.size(); ++i) os << (i ? ", " : "") << normalized_shape[i];
+  os << (normalized_shape.size() == 1 ? ",)" : ")") << ", eps=" << eps
+     << ", elementwise_affine=" << (weight.defined() ? "True" : "False");
+  return os.str();
+}
+
+void SequentialImpl::push_back(std::shared_ptr<UnaryModule> module) {
+  push_back(std::to_string(layers_.size()), std::move(module));
+}
+void SequentialImpl::push_back(const std::string& name, std::shared_ptr<UnaryModule> module) {
+  register_module(name, module);
+  layers_.push_back(std::move(module));
+}
+Tensor SequentialImpl::forward(const Tensor& x) {
+  Tensor y = x;
+  for (auto& layer : layers_) {
+    y = layer->forward(y);
+    layer->run_forward_hooks(y);
+  }
+  return y;
+}
+
+}  // namespace mantissa::nn

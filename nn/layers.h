@@ -1,0 +1,133 @@
+// Layers: Linear, activations, Dropout, LayerNorm, Softmax/LogSoftmax, Flatten, Sequential.
+// Each is a `NameImpl` module with a `Name` holder, as in PyTorch's C++ frontend.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/functional.h"
+#include "nn/module.h"
+
+namespace mantissa::nn {
+
+// A module computing Tensor -> Tensor; what Sequential chains.
+class UnaryModule : public Module {
+ public:
+  using Module::Module;
+  virtual Tensor forward(const Tensor& x) = 0;
+};
+
+class LinearImpl : public UnaryModule {
+ public:
+  // weight [out, in] ~ kaiming_uniform(a = sqrt(5)), bias ~ U(-1/sqrt(in), 1/sqrt(in)).
+  LinearImpl(int64_t in_features, int64_t out_features, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters();
+  std::string extra_repr() const override;
+  int64_t in_features, out_features;
+  Tensor weight, bias;
+};
+MANTISSA_MODULE(Linear);
+
+#define MANTISSA_ACTIVATION(Name, expr)                            \
+  class Name##Impl : public UnaryModule {                          \
+   public:                                                         \
+    Name##Impl() : UnaryModule(#Name) {}                           \
+    Tensor forward(const Tensor& x) override { return expr; }      \
+  };                                                               \
+  MANTISSA_MODULE(Name)
+MANTISSA_ACTIVATION(ReLU, relu(x));
+MANTISSA_ACTIVATION(SiLU, silu(x));
+MANTISSA_ACTIVATION(Sigmoid, sigmoid(x));
+MANTISSA_ACTIVATION(Tanh, tanh(x));
+#undef MANTISSA_ACTIVATION
+
+class GELUImpl : public UnaryModule {
+ public:
+  explicit GELUImpl(std::string approximate = "none");
+  Tensor forward(const Tensor& x) override { return gelu(x, approximate); }
+  std::string extra_repr() const override { return "approximate='" + approximate + "'"; }
+  std::string approximate;
+};
+MANTISSA_MODULE(GELU);
+
+class DropoutImpl : public UnaryModule {
+ public:
+  explicit DropoutImpl(double p = 0.5);
+  Tensor forward(const Tensor& x) override { return dropout(x, p, is_training()); }
+  std::string extra_repr() const override;
+  double p;
+};
+MANTISSA_MODULE(Dropout);
+
+class LayerNormImpl : public UnaryModule {
+ public:
+  explicit LayerNormImpl(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  explicit LayerNormImpl(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true)
+      : LayerNormImpl(Shape{normalized_size}, eps, elementwise_affine) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Shape normalized_shape;
+  double eps;
+  Tensor weight, bias;
+};
+MANTISSA_MODULE(LayerNorm);
+
+class SoftmaxImpl : public UnaryModule {
+ public:
+  explicit SoftmaxImpl(int64_t dim) : UnaryModule("Softmax"), dim(dim) {}
+  Tensor forward(const Tensor& x) override { return softmax(x, dim); }
+  int64_t dim;
+};
+MANTISSA_MODULE(Softmax);
+
+class LogSoftmaxImpl : public UnaryModule {
+ public:
+  explicit LogSoftmaxImpl(int64_t dim) : UnaryModule("LogSoftmax"), dim(dim) {}
+  Tensor forward(const Tensor& x) override { return log_softmax(x, dim); }
+  int64_t dim;
+};
+MANTISSA_MODULE(LogSoftmax);
+
+class FlattenImpl : public UnaryModule {
+ public:
+  explicit FlattenImpl(int64_t start_dim = 1, int64_t end_dim = -1)
+      : UnaryModule("Flatten"), start_dim(start_dim), end_dim(end_dim) {}
+  Tensor forward(const Tensor& x) override { return flatten(x, start_dim, end_dim); }
+  int64_t start_dim, end_dim;
+};
+MANTISSA_MODULE(Flatten);
+
+// Runs its children in order; children are named "0", "1", ... unless given a name.
+class SequentialImpl : public UnaryModule {
+ public:
+  SequentialImpl() : UnaryModule("Sequential") {}
+  template <typename... Modules>
+    requires(sizeof...(Modules) > 0)
+  explicit SequentialImpl(Modules&&... modules) : UnaryModule("Sequential") {
+    (push_back(std::forward<Modules>(modules)), ...);
+  }
+  void push_back(std::shared_ptr<UnaryModule> module);
+  void push_back(const std::string& name, std::shared_ptr<UnaryModule> module);
+  template <typename Holder>
+    requires requires(Holder h) { h.ptr(); }
+  void push_back(const Holder& holder) {
+    push_back(std::static_pointer_cast<UnaryModule>(holder.ptr()));
+  }
+  template <typename Holder>
+    requires requires(Holder h) { h.ptr(); }
+  void push_back(const std::string& name, const Holder& holder) {
+    push_back(name, std::static_pointer_cast<UnaryModule>(holder.ptr()));
+  }
+  Tensor forward(const Tensor& x) override;
+  size_t size() const { return layers_.size(); }
+  std::shared_ptr<UnaryModule> operator[](size_t i) const { return layers_.at(i); }
+
+ private:
+  std::vector<std::shared_ptr<UnaryModule>> layers_;
+};
+MANTISSA_MODULE(Sequential);
+
+}  // namespace mantissa::nn

@@ -1,0 +1,72 @@
+// Adam and AdamW, following torch.optim.Adam / AdamW (single-tensor form):
+//
+//   g = maximize ? -grad : grad
+//   if weight_decay != 0: AdamW: param = param * (1 - lr * weight_decay)
+//                         Adam:  g = g + weight_decay * param
+//   exp_avg    = lerp(exp_avg, g, 1 - beta1)
+//   exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
+//   step_size  = lr / (1 - beta1^step)
+//   v          = amsgrad ? (max_exp_avg_sq = max(max_exp_avg_sq, exp_avg_sq)) : exp_avg_sq
+//   param      = param - step_size * exp_avg / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+//
+// Group options: "lr", "beta1", "beta2", "eps", "weight_decay", "amsgrad" (0/1), "maximize"
+// (0/1), "decoupled_weight_decay" (0/1; 1 is AdamW, as torch.optim.Adam's argument of that
+// name). State per parameter: step, "exp_avg", "exp_avg_sq", "max_exp_avg_sq" (amsgrad only).
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "nn/optim/optimizer.h"
+
+namespace mantissa::optim {
+
+struct AdamOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas{0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool amsgrad = false;
+  bool maximize = false;
+  bool decoupled_weight_decay = false;
+};
+
+// AdamW's options: Adam's with weight decay 1e-2, always decoupled.
+struct AdamWOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas{0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+  bool amsgrad = false;
+  bool maximize = false;
+};
+
+class Adam : public Optimizer {
+ public:
+  explicit Adam(std::vector<Tensor> params, AdamOptions options = {});
+  // Per-group options; keys a group lacks take `options`.
+  explicit Adam(std::vector<ParamGroup> groups, AdamOptions options = {});
+
+  const char* name() const override { return "Adam"; }
+
+ protected:
+  // For subclasses: sets the defaults only; the subclass adds the groups (so that errors name it).
+  explicit Adam(const AdamOptions& options);
+
+  void validate(const ParamGroup& group) const override;
+  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+              ParamState& state) override;
+  std::vector<std::string> state_keys() const override {
+    return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  }
+};
+
+class AdamW : public Adam {
+ public:
+  explicit AdamW(std::vector<Tensor> params, AdamWOptions options = {});
+  explicit AdamW(std::vector<ParamGroup> groups, AdamWOptions options = {});
+
+  const char* name() const override { return "AdamW"; }
+};
+
+}  // namespace mantissa::optim

@@ -1,0 +1,257 @@
+#include "nn/optim/optimizer.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "autograd/node.h"
+#include "engine/error.h"
+#include "engine/factory.h"
+
+namespace mantissa::optim {
+namespace {
+
+std::string join_keys(const std::vector<std::string>& keys) {
+  std::ostringstream os;
+  for (size_t i = 0; i < keys.size(); ++i) os << (i ? ", " : "") << keys[i];
+  return os.str();
+}
+
+// A fresh contiguous copy of `t` with the given dtype and device.
+Tensor copy_to(const Tensor& t, Device device, DType dtype) {
+  Tensor out = empty(t.shape(), TensorOptions(device).dtype(dtype));
+  out.copy_(t);
+  return out;
+}
+Tensor copy_like(const Tensor& t, const Tensor& like) { return copy_to(t, like.device(), like.dtype()); }
+
+}  // namespace
+
+double ParamGroup::get(const std::string& key) const {
+  auto it = options.find(key);
+  MT_CHECK(it != options.end(), "parameter group has no option '", key, "'");
+  return it->second;
+}
+
+Optimizer::Optimizer(std::map<std::string, double> defaults) : defaults_(std::move(defaults)) {}
+Optimizer::~Optimizer() = default;
+
+void Optimizer::init_groups(std::vector<ParamGroup> groups) {
+  MT_CHECK(!groups.empty() && !(groups.size() == 1 && groups[0].params.empty()), name(),
+           ": optimizer got an empty parameter list");
+  for (auto& g : groups) add_param_group(std::move(g));
+}
+
+void Optimizer::add_param_group(ParamGroup group) {
+  std::vector<std::string> known;
+  for (const auto& [key, value] : defaults_) {
+    known.push_back(key);
+    group.options.emplace(key, value);  // keeps the group's own value when present
+  }
+  for (const auto& [key, value] : group.options) {
+    // Schedulers record the starting lr in "initial_lr", as PyTorch's do.
+    MT_CHECK(defaults_.count(key) != 0 || key == "initial_lr", name(), ": unknown option '", key,
+             "' in parameter group (known options: ", join_keys(known), ")");
+  }
+  validate(group);
+  for (size_t i = 0; i < group.params.size(); ++i) {
+    const Tensor& p = group.params[i];
+    MT_CHECK(p.defined(), name(), ": parameter ", i, " of the group is an undefined tensor");
+    MT_CHECK(p.is_floating_point(), name(), ": can only optimize tensors of floating point dtype, ",
+             "but parameter ", i, " of the group has dtype ", p.dtype());
+    MT_CHECK(p.is_leaf(), name(), ": can't optimize a non-leaf Tensor (parameter ", i,
+             " of the group, shape ", p.shape(), ")");
+    for (size_t j = 0; j < i; ++j) {
+      MT_CHECK(!group.params[j].is_same(p), name(), ": optimizer contains a parameter group with ",
+               "duplicate parameters (", j, " and ", i, ")");
+    }
+    for (const auto& other : groups_) {
+      for (const Tensor& q : other.params) {
+        MT_CHECK(!q.is_same(p), name(),
+                 ": some parameters appear in more than one parameter group");
+      }
+    }
+  }
+  groups_.push_back(std::move(group));
+}
+
+void Optimizer::step() {
+  autograd::NoGradGuard no_grad;
+  int64_t id = 0;
+  for (const ParamGroup& group : groups_) {
+    for (const Tensor& param : group.params) {
+      const int64_t index = id++;
+      Tensor grad = param.grad();
+      if (!grad.defined()) continue;
+      if (uses_master(param)) {
+        ParamState& st = state_[index];
+        auto [it, created] = st.buffers.try_emplace("master");
+        if (created) it->second = copy_to(param, param.device(), kFloat32);
+        auto pending = pending_master_grads_.find(index);
+        const Tensor g32 = pending != pending_master_grads_.end()
+                               ? pending->second.contiguous()
+                               : copy_to(grad, grad.device(), kFloat32);
+        update(group, it->second, g32, st);
+        Tensor(param).copy_(it->second);
+        continue;
+      }
+      // The kernels want one dtype and dense memory; gradients normally already are.
+      if (grad.dtype() != param.dtype()) grad = grad.to(param.dtype());
+      if (!grad.is_contiguous()) grad = grad.contiguous();
+      const Tensor target = param.is_contiguous() ? param : copy_like(param, param);
+      update(group, target, grad, state_[index]);
+      if (target.is_same(param)) {
+        param.bump_version();
+      } else {
+        Tensor(param).copy_(target);
+      }
+    }
+  }
+  pending_master_grads_.clear();
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  autograd::NoGradGuard no_grad;
+  pending_master_grads_.clear();
+  for (const ParamGroup& group : groups_) {
+    for (const Tensor& param : group.params) {
+      const Tensor grad = param.grad();
+      if (!grad.defined()) continue;
+      if (set_to_none) {
+        param.set_grad(Tensor());
+        continue;
+      }
+      // A gradient built with create_graph carries history; zero a detached alias instead.
+      Tensor g = grad.requires_grad() ? grad.detach() : grad;
+      g.zero_();
+      if (!g.is_same(grad)) param.set_grad(g);
+    }
+  }
+}
+
+std::vector<Tensor> Optimizer::grads_to_unscale() {
+  std::vector<Tensor> grads;
+  pending_master_grads_.clear();
+  int64_t id = 0;
+  for (const ParamGroup& group : groups_) {
+    for (const Tensor& param : group.params) {
+      const int64_t index = id++;
+      Tensor g = param.grad();
+      if (!g.defined()) continue;
+      if (uses_master(param)) {
+        autograd::NoGradGuard no_grad;
+        g = copy_to(g, g.device(), kFloat32);
+        pending_master_grads_[index] = g;
+      }
+      grads.push_back(g);
+    }
+  }
+  return grads;
+}
+
+double Optimizer::lr(size_t group) const {
+  MT_CHECK(group < groups_.size(), name(), ": parameter group ", group, " out of range (",
+           groups_.size(), " groups)");
+  return groups_[group].get("lr");
+}
+
+void Optimizer::set_lr(double lr, std::optional<size_t> group) {
+  if (group) {
+    MT_CHECK(*group < groups_.size(), name(), ": parameter group ", *group, " out of range (",
+             groups_.size(), " groups)");
+    groups_[*group]["lr"] = lr;
+    return;
+  }
+  for (auto& g : groups_) g["lr"] = lr;
+}
+
+Tensor Optimizer::lazy_buffer(ParamState& state, const std::string& key, const Tensor& param,
+                              bool* created) {
+  auto it = state.buffers.find(key);
+  if (created) *created = it == state.buffers.end();
+  if (it != state.buffers.end()) return it->second;
+  Tensor t = zeros(param.shape(), TensorOptions(param.device()).dtype(param.dtype()));
+  state.buffers.emplace(key, t);
+  return t;
+}
+
+const ParamState* Optimizer::state(size_t index) const {
+  auto it = state_.find(static_cast<int64_t>(index));
+  return it == state_.end() ? nullptr : &it->second;
+}
+
+OptimizerState Optimizer::state_dict() const {
+  OptimizerState out;
+  int64_t id = 0;
+  for (const ParamGroup& g : groups_) {
+    OptimizerState::Group saved{g.options, {}};
+    for (size_t i = 0; i < g.params.size(); ++i) saved.params.push_back(id++);
+    out.param_groups.push_back(std::move(saved));
+  }
+  for (const auto& [index, s] : state_) {
+    if (s.step != 0 || !s.buffers.empty()) out.state.emplace(index, s);
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const OptimizerState& loaded) {
+  MT_CHECK(loaded.param_groups.size() == groups_.size(), name(),
+           ": loaded state dict has a different number of parameter groups (",
+           loaded.param_groups.size(), ", but the optimizer has ", groups_.size(), ")");
+  // Saved ids map to our parameters by position, group by group, as in PyTorch.
+  std::map<int64_t, int64_t> id_map;
+  std::vector<const Tensor*> params;
+  std::vector<std::map<std::string, double>> options(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const auto& saved = loaded.param_groups[g];
+    MT_CHECK(saved.params.size() == groups_[g].params.size(), name(),
+             ": loaded state dict contains a parameter group that doesn't match the size of ",
+             "optimizer's group (group ", g, " has ", saved.params.size(),
+             " parameters, the optimizer's has ", groups_[g].params.size(), ")");
+    for (size_t k = 0; k < saved.params.size(); ++k) {
+      const bool fresh =
+          id_map.emplace(saved.params[k], static_cast<int64_t>(params.size())).second;
+      MT_CHECK(fresh, name(), ": loaded state dict lists parameter id ", saved.params[k],
+               " more than once");
+      params.push_back(&groups_[g].params[k]);
+    }
+    ParamGroup check{{}, saved.options};
+    for (const auto& [key, value] : defaults_) check.options.emplace(key, value);
+    for (const auto& [key, value] : check.options) {
+      MT_CHECK(defaults_.count(key) != 0 || key == "initial_lr", name(),
+               ": loaded state dict has unknown option '", key, "' in parameter group ", g);
+    }
+    validate(check);
+    options[g] = std::move(check.options);
+  }
+
+  std::vector<std::string> keys = state_keys();
+  keys.push_back("master");
+  std::map<int64_t, ParamState> state;
+  autograd::NoGradGuard no_grad;
+  for (const auto& [saved_id, saved] : loaded.state) {
+    auto it = id_map.find(saved_id);
+    MT_CHECK(it != id_map.end(), name(), ": loaded state dict has state for parameter id ",
+             saved_id, ", which is in none of its parameter groups");
+    const Tensor& p = *params[it->second];
+    MT_CHECK(saved.step >= 0, name(), ": loaded state for parameter ", saved_id,
+             " has a negative step count ", saved.step);
+    ParamState s;
+    s.step = saved.step;
+    for (const auto& [key, t] : saved.buffers) {
+      MT_CHECK(std::find(keys.begin(), keys.end(), key) != keys.end(), name(),
+               ": loaded state for parameter ", saved_id, " has unknown entry '", key, "' (",
+               name(), " keeps: ", join_keys(keys), ")");
+      MT_CHECK(t.defined(), name(), ": loaded state '", key, "' for parameter ", saved_id,
+               " is an undefined tensor");
+      MT_CHECK(t.shape() == p.shape(), name(), ": loaded state '", key, "' for parameter ",
+               saved_id, " has shape ", t.shape(), ", but the parameter has shape ", p.shape());
+      // With master weights, a half-precision parameter's state is float32.
+      s.buffers.emplace(key, copy_to(t, p.device(), uses_master(p) ? kFloat32 : p.dtype()));
+    }
+    state.emplace(it->second, std::move(s));
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) groups_[g].options = std::move(options[g]);
+  state_ = std::move(state);
+}
+
+}  // namespace mantissa::optim

@@ -1,0 +1,136 @@
+// The optimizer base class: parameter groups with per-group options, lazily created
+// per-parameter state, zero_grad, and a plain state_dict, following torch.optim.Optimizer.
+//
+// Options are doubles keyed by name (booleans are 0/1), so schedulers and user code can read
+// and change them per group as in PyTorch (`opt.param_groups()[0]["lr"] = 0.1`). Each optimizer
+// documents its keys; a group given to the constructor or add_param_group takes the optimizer's
+// defaults for the keys it lacks, and unknown keys are rejected there (catches typos).
+//
+// Per-parameter state lives in the optimizer, keyed by the parameter's position across all
+// groups (PyTorch's integer ids). State tensors are contiguous with the parameter's shape, dtype
+// and device; the fused step kernels rely on that.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace mantissa::optim {
+
+struct ParamGroup {
+  std::vector<Tensor> params;
+  std::map<std::string, double> options;
+
+  // Reads or sets an option; a missing key is inserted (as std::map), so `g["lr"] = 0.1` works
+  // on a group being built.
+  double& operator[](const std::string& key) { return options[key]; }
+  // Throws if the group has no option `key`.
+  double get(const std::string& key) const;
+  bool has(const std::string& key) const { return options.count(key) != 0; }
+};
+
+// One parameter's state: the update count (Adam; 0 for SGD) and named buffers.
+struct ParamState {
+  int64_t step = 0;
+  std::map<std::string, Tensor> buffers;
+};
+
+// What state_dict() returns: a plain, serialisable snapshot shaped like PyTorch's
+// {"state": {id: {...}}, "param_groups": [{..., "params": [ids]}]}.
+struct OptimizerState {
+  struct Group {
+    std::map<std::string, double> options;
+    std::vector<int64_t> params;  // ids: positions across all groups, in order
+  };
+  std::vector<Group> param_groups;
+  std::map<int64_t, ParamState> state;  // only parameters that have state
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter that has a gradient; parameters without one are skipped.
+  // Runs without recording autograd history.
+  void step();
+  // Clears gradients: drops them (set_to_none) or fills them with zeros.
+  void zero_grad(bool set_to_none = true);
+
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  // Adds a group; missing options take the optimizer's defaults. Throws on invalid options,
+  // non-leaf or non-floating parameters, or a parameter already being optimized.
+  void add_param_group(ParamGroup group);
+  const std::map<std::string, double>& defaults() const { return defaults_; }
+
+  double lr(size_t group = 0) const;
+  // Sets the learning rate of one group, or of every group when `group` is empty.
+  void set_lr(double lr, std::optional<size_t> group = std::nullopt);
+
+  // The state tensors are shared, not copied (as in PyTorch): clone them to keep a snapshot
+  // across later steps.
+  virtual OptimizerState state_dict() const;
+  // Restores group options and state. Parameters are matched by position; group and parameter
+  // counts and state shapes must agree. Tensors are copied onto each parameter's device and
+  // dtype, so the loaded optimizer shares nothing with `state`.
+  virtual void load_state_dict(const OptimizerState& state);
+
+  // Master weights: float16/bfloat16 parameters are updated through a float32 copy kept in the
+  // optimizer state ("master"), with float32 gradients and float32 optimizer state, and the
+  // rounded result is written back into the parameter after each step.
+  void set_master_weights(bool enabled) { master_weights_ = enabled; }
+  bool master_weights() const { return master_weights_; }
+
+  // For a GradScaler: the gradients step() will read, to be unscaled in place (each parameter's
+  // defined .grad; with master weights, float32 copies of half-precision gradients, which the
+  // next step() then uses), and a record of whether the last step was skipped because of
+  // inf/nan gradients.
+  std::vector<Tensor> grads_to_unscale();
+  void set_last_step_skipped(bool skipped) { last_step_skipped_ = skipped; }
+  bool last_step_skipped() const { return last_step_skipped_; }
+
+  // "SGD", "Adam", ... (used in error messages).
+  virtual const char* name() const = 0;
+  // The state of the parameter with id `index` (null if it has none yet).
+  const ParamState* state(size_t index) const;
+
+ protected:
+  explicit Optimizer(std::map<std::string, double> defaults);
+  // Adds the constructor's groups (throws "optimizer got an empty parameter list" if none).
+  void init_groups(std::vector<ParamGroup> groups);
+
+  // Throws (PyTorch's message) if a group's options are invalid.
+  virtual void validate(const ParamGroup& group) const = 0;
+  // Updates one parameter from its gradient. `grad` is contiguous with the param's dtype;
+  // `param` is contiguous (a non-contiguous parameter is updated through a copy).
+  virtual void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+                      ParamState& state) = 0;
+  // Names of the buffers this optimizer keeps (checked by load_state_dict).
+  virtual std::vector<std::string> state_keys() const = 0;
+
+  static bool flag(const ParamGroup& group, const char* key) { return group.get(key) != 0.0; }
+  // state.buffers[key], created as zeros shaped like `param` (same dtype and device) on first
+  // use; `created` tells whether it was.
+  static Tensor lazy_buffer(ParamState& state, const std::string& key, const Tensor& param,
+                            bool* created = nullptr);
+
+ private:
+  std::map<std::string, double> defaults_;
+  std::vector<ParamGroup> groups_;
+  bool uses_master(const Tensor& param) const {
+    return master_weights_ && is_reduced_float(param.dtype());
+  }
+
+  std::map<int64_t, ParamState> state_;
+  std::map<int64_t, Tensor> pending_master_grads_;  // from grads_to_unscale, used by step()
+  bool last_step_skipped_ = false;
+  bool master_weights_ = false;
+};
+
+}  // namespace mantissa::optim

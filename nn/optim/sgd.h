@@ -1,0 +1,44 @@
+// Stochastic gradient descent with momentum, dampening, Nesterov momentum, weight decay and
+// maximize, following torch.optim.SGD (single-tensor form):
+//
+//   d = maximize ? -grad : grad
+//   if weight_decay != 0: d = d + weight_decay * param
+//   if momentum != 0:
+//     buf = first step ? d : momentum * buf + (1 - dampening) * d
+//     d = nesterov ? d + momentum * buf : buf
+//   param = param - lr * d
+//
+// Group options: "lr", "momentum", "dampening", "weight_decay", "nesterov" (0/1),
+// "maximize" (0/1). State per parameter: "momentum_buffer" (only when momentum != 0).
+#pragma once
+
+#include <vector>
+
+#include "nn/optim/optimizer.h"
+
+namespace mantissa::optim {
+
+struct SGDOptions {
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;  // requires momentum > 0 and dampening == 0
+  bool maximize = false;
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, double lr, SGDOptions options = {});
+  // Per-group options; keys a group lacks take `lr` and `options`.
+  SGD(std::vector<ParamGroup> groups, double lr, SGDOptions options = {});
+
+  const char* name() const override { return "SGD"; }
+
+ protected:
+  void validate(const ParamGroup& group) const override;
+  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+              ParamState& state) override;
+  std::vector<std::string> state_keys() const override { return {"momentum_buffer"}; }
+};
+
+}  // namespace mantissa::optim

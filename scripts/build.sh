@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Configures and builds mantissa. Settings (environment variables):
+#   BUILD_DIR                    build directory (default: build, or build-cpu with --cpu-only)
+#   MANTISSA_CUDA                AUTO (default: CUDA backend when nvcc is found), ON or OFF
+#   MANTISSA_CUDA_ARCHITECTURES  CUDA architectures (default 80;86;89;90)
+#   MANTISSA_WERROR              ON to treat warnings as errors
+#   MANTISSA_SANITIZE            ON for an AddressSanitizer + UndefinedBehaviorSanitizer build
+#   CMAKE_BUILD_TYPE             Release (default), Debug, RelWithDebInfo
+# Options: --cpu-only (same as MANTISSA_CUDA=OFF).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cuda=${MANTISSA_CUDA:-AUTO}
+default_dir=build
+for arg in "$@"; do
+  case "$arg" in
+    --cpu-only) cuda=OFF; default_dir=build-cpu ;;
+    *) echo "build.sh: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+build_dir=${BUILD_DIR:-$root/$default_dir}
+[ "${MANTISSA_SANITIZE:-OFF}" = ON ] && [ -z "${BUILD_DIR:-}" ] && build_dir=$root/build-sanitize
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake -S "$root" -B "$build_dir" -G Ninja \
+  -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-Release}" \
+  -DMANTISSA_CUDA="$cuda" \
+  -DMANTISSA_CUDA_ARCHITECTURES="${MANTISSA_CUDA_ARCHITECTURES:-80;86;89;90}" \
+  -DMANTISSA_WERROR="${MANTISSA_WERROR:-OFF}" \
+  -DMANTISSA_SANITIZE="${MANTISSA_SANITIZE:-OFF}" >&2
+cmake --build "$build_dir" -j "$jobs" >&2
+echo "$build_dir"

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages mantissa needs, if any are missing. The CUDA toolkit (with cuBLAS,
+# cuBLASLt and cuDNN 9) is optional and is not installed here: when nvcc is present in
+# /usr/local/cuda or on PATH, the CUDA backend is built too.
+set -euo pipefail
+
+packages=(build-essential cmake ninja-build ccache pkg-config libgtest-dev googletest
+          libspdlog-dev libfmt-dev libopenblas-dev libyaml-cpp-dev libcli11-dev libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "mantissa: installing missing packages: ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "mantissa: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  sudo_cmd=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,430 @@
+// mm, bmm, matmul and linear against float64 triple-loop references written here, over every
+// operand layout the BLAS path distinguishes (row-major, transposed, padded rows, strided
+// columns that must be packed, stride-0 broadcast batches), every dtype, torch.matmul's rank
+// combinations, error messages, and gradients by finite differences.
+#include <cfloat>
+#include <cmath>
+
+#include "test_util.h"
+
+namespace mt = mantissa;
+using mt::Shape;
+using mt::Tensor;
+
+namespace {
+
+// How an operand's last two dims sit in memory.
+enum class Layout { kContiguous, kTransposed, kPadded, kStrided };
+const Layout kLayouts[] = {Layout::kContiguous, Layout::kTransposed, Layout::kPadded,
+                           Layout::kStrided};
+
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::kContiguous: return "contiguous";
+    case Layout::kTransposed: return "transposed";
+    case Layout::kPadded: return "padded";
+    case Layout::kStrided: return "strided";
+  }
+  return "?";
+}
+
+Tensor uniform_values(const Shape& shape, mt::DType dtype) {
+  return (mt::rand(shape, mt::kFloat64) * 4.0 - 2.0).to(dtype);
+}
+
+// A random tensor of `shape` (>= 2-D) whose last two dims have layout `l`.
+Tensor make_operand(const Shape& shape, mt::DType dtype, Layout l) {
+  const int64_t n = shape.size();
+  Shape big = shape;
+  switch (l) {
+    case Layout::kContiguous: return uniform_values(shape, dtype);
+    case Layout::kTransposed:
+      std::swap(big[n - 1], big[n - 2]);
+      return uniform_values(big, dtype).transpose(-1, -2);
+    case Layout::kPadded:  // rows further apart than their length, and a storage offset
+      big[n - 1] += 3;
+      return uniform_values(big, dtype).narrow(-1, 1, shape[n - 1]);
+    case Layout::kStrided:  // neither dim has unit stride: GEMM cannot read it directly
+      big[n - 1] *= 2;
+      return uniform_values(big, dtype).slice(-1, 0, std::nullopt, 2);
+  }
+  return Tensor();
+}
+
+// Row-major float64 copy of a tensor with its shape.
+struct Host {
+  Shape shape;
+  std::vector<double> v;
+  explicit Host(const Tensor& t) : shape(t.shape()), v(t.to_vector<double>()) {}
+};
+
+// The reference result and, per element, sum_k |a_ik * b_kj| (scales the accumulation error).
+struct Reference {
+  Tensor value, magnitude;
+};
+
+// torch.matmul semantics with plain loops: 1-D operands promoted and the added dim dropped,
+// batch dims broadcast.
+Reference reference_matmul(const Tensor& ta, const Tensor& tb) {
+  const Host a(ta), b(tb);
+  Shape as = a.shape, bs = b.shape;
+  if (as.size() == 1) as.insert(0, 1);
+  if (bs.size() == 1) bs.push_back(1);
+  const int64_t M = as[as.size() - 2], K = as[as.size() - 1], N = bs[bs.size() - 1];
+  const int64_t nbatch = std::max(as.size(), bs.size()) - 2;
+  Shape batch(nbatch, 1);
+  for (int64_t d = 0; d < nbatch; ++d) {
+    const int64_t da = d - (nbatch - (as.size() - 2)), db = d - (nbatch - (bs.size() - 2));
+    const int64_t sa = da >= 0 ? as[da] : 1, sb = db >= 0 ? bs[db] : 1;
+    batch[d] = std::max(sa, sb);
+  }
+  // Batch index -> element offset of each operand's matrix, honouring size-1 broadcast.
+  auto matrix_offset = [&](const Shape& s, int64_t flat, int64_t matrix_size) {
+    const int64_t sdims = s.size() - 2;
+    int64_t off = 0, mult = matrix_size;
+    for (int64_t d = nbatch - 1; d >= 0; --d) {
+      const int64_t idx = flat % batch[d];
+      flat /= batch[d];
+      const int64_t sd = d - (nbatch - sdims);
+      if (sd < 0) continue;
+      if (s[sd] != 1) off += idx * mult;
+      mult *= s[sd];
+    }
+    return off;
+  };
+  const int64_t B = batch.numel();
+  std::vector<double> out(B * M * N), mag(B * M * N);
+  for (int64_t bi = 0; bi < B; ++bi) {
+    const int64_t oa = matrix_offset(as, bi, M * K), ob = matrix_offset(bs, bi, K * N);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = 0, m = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double p = a.v[oa + i * K + k] * b.v[ob + k * N + j];
+          acc += p;
+          m += std::fabs(p);
+        }
+        out[(bi * M + i) * N + j] = acc;
+        mag[(bi * M + i) * N + j] = m;
+      }
+  }
+  Shape out_shape = batch;
+  if (a.shape.size() > 1) out_shape.push_back(M);
+  if (b.shape.size() > 1) out_shape.push_back(N);
+  return {mt::from_vector(out, out_shape), mt::from_vector(mag, out_shape)};
+}
+
+// Within the dtype's tolerance plus the accumulation error of a K-term sum in the GEMM's
+// accumulator (float32 for every type but float64).
+// `extra` scales an additional allowance of extra * magnitude (for a second rounding).
+void expect_matches(const Tensor& actual, const Reference& ref, int64_t K, const std::string& what,
+                    double extra = 0.0) {
+  ASSERT_EQ(actual.shape(), ref.value.shape()) << what;
+  const auto tol = mt::testing::tolerance_for(actual.dtype());
+  const double acc_eps = actual.dtype() == mt::kFloat64 ? DBL_EPSILON : FLT_EPSILON;
+  const auto got = actual.to_vector<double>(), want = ref.value.to_vector<double>(),
+             mag = ref.magnitude.to_vector<double>();
+  int reported = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double bound = tol.atol + tol.rtol * std::fabs(want[i]) + (2.0 * K * acc_eps + extra) * mag[i];
+    if (!(std::fabs(got[i] - want[i]) <= bound) && reported++ < 5) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", expected " << want[i]
+                    << " (bound " << bound << ")";
+    }
+  }
+}
+
+std::string describe(mt::DType t, Layout la, Layout lb) {
+  return std::string(mt::dtype_name(t)) + " " + layout_name(la) + " x " + layout_name(lb);
+}
+
+// Runs fn, skipping the test while an op it depends on is still a placeholder.
+#define SKIP_IF_PENDING(stmt)                                                      \
+  try {                                                                            \
+    stmt;                                                                          \
+  } catch (const mt::Error& e) {                                                   \
+    if (std::string(e.what()).find("pending") != std::string::npos)                \
+      GTEST_SKIP() << "depends on an op not written yet: " << e.what();            \
+    throw;                                                                         \
+  }
+
+Tensor leaf(const Shape& shape) { return uniform_values(shape, mt::kFloat64).requires_grad_(); }
+Tensor leaf(Tensor t) { return t.detach().requires_grad_(); }
+
+}  // namespace
+
+// ---- mm ---------------------------------------------------------------------------------------
+TEST(Mm, MatchesReferenceForEveryLayoutAndDtype) {
+  mt::manual_seed(1);
+  for (mt::DType dt : mt::testing::floating_dtypes()) {
+    for (Layout la : kLayouts) {
+      for (Layout lb : kLayouts) {
+        const Tensor a = make_operand({7, 13}, dt, la), b = make_operand({13, 5}, dt, lb);
+        const Tensor out = mt::mm(a, b);
+        EXPECT_EQ(out.dtype(), dt);
+        EXPECT_TRUE(out.is_contiguous());
+        expect_matches(out, reference_matmul(a, b), 13, describe(dt, la, lb));
+      }
+    }
+  }
+}
+
+TEST(Mm, LargeEnoughForThreadedPacking) {
+  mt::manual_seed(2);
+  for (mt::DType dt : {mt::kFloat32, mt::kBFloat16}) {
+    const Tensor a = make_operand({150, 300}, dt, Layout::kStrided);
+    const Tensor b = make_operand({300, 140}, dt, Layout::kTransposed);
+    expect_matches(mt::mm(a, b), reference_matmul(a, b), 300, std::string(mt::dtype_name(dt)));
+  }
+}
+
+TEST(Mm, IntegerDtypesAreExact) {
+  mt::manual_seed(3);
+  for (mt::DType dt : {mt::kInt32, mt::kInt64, mt::kUInt8}) {
+    const Tensor a = mt::randint(0, 5, {6, 9}, dt), b = mt::randint(0, 5, {4, 9}, dt).t();
+    const Tensor out = mt::mm(a, b);
+    EXPECT_EQ(out.dtype(), dt);
+    const Tensor want = reference_matmul(a, b).value;
+    EXPECT_EQ(out.to_vector<double>(), want.to_vector<double>()) << mt::dtype_name(dt);
+  }
+}
+
+TEST(Mm, EmptyDims) {
+  for (mt::DType dt : {mt::kFloat32, mt::kFloat16, mt::kInt64}) {
+    const Tensor z = mt::mm(mt::ones({3, 0}, dt), mt::ones({0, 4}, dt));
+    EXPECT_EQ(z.shape(), (Shape{3, 4}));
+    EXPECT_EQ(z.to_vector<double>(), std::vector<double>(12, 0.0));
+    EXPECT_EQ(mt::mm(mt::ones({0, 5}, dt), mt::ones({5, 4}, dt)).shape(), (Shape{0, 4}));
+    EXPECT_EQ(mt::mm(mt::ones({2, 5}, dt), mt::ones({5, 0}, dt)).shape(), (Shape{2, 0}));
+  }
+}
+
+TEST(Mm, MethodsMatchFunctions) {
+  const Tensor a = uniform_values({3, 4}, mt::kFloat64), b = uniform_values({4, 2}, mt::kFloat64);
+  EXPECT_TRUE(mt::equal(a.mm(b), mt::mm(a, b)));
+  EXPECT_TRUE(mt::equal(a.matmul(b), mt::mm(a, b)));
+}
+
+TEST(Mm, Errors) {
+  const Tensor a = mt::ones({20, 10}), b = mt::ones({5, 10});
+  mt::testing::expect_error([&] { mt::mm(a, b); }, {"mm", "[20, 10]", "[5, 10]"});
+  mt::testing::expect_error([&] { mt::mm(a, mt::ones({10, 3}, mt::kFloat64)); },
+                            {"mm", "same dtype", "float32", "float64"});
+  mt::testing::expect_error([&] { mt::mm(mt::ones({2, 3, 4}), mt::ones({4, 2})); },
+                            {"mm", "[2, 3, 4]"});
+  mt::testing::expect_error([&] { mt::mm(mt::ones({2, 2}, mt::kBool), mt::ones({2, 2}, mt::kBool)); },
+                            {"bool"});
+}
+
+// ---- bmm --------------------------------------------------------------------------------------
+TEST(Bmm, MatchesReferenceForEveryLayoutAndDtype) {
+  mt::manual_seed(4);
+  for (mt::DType dt : mt::testing::floating_dtypes()) {
+    for (Layout la : kLayouts) {
+      for (Layout lb : kLayouts) {
+        const Tensor a = make_operand({3, 6, 11}, dt, la), b = make_operand({3, 11, 4}, dt, lb);
+        expect_matches(mt::bmm(a, b), reference_matmul(a, b), 11, describe(dt, la, lb));
+      }
+    }
+  }
+}
+
+TEST(Bmm, BroadcastBatchStrideZero) {
+  mt::manual_seed(5);
+  for (mt::DType dt : mt::testing::floating_dtypes()) {
+    for (Layout l : kLayouts) {
+      const Tensor a = make_operand({1, 5, 8}, dt, l).expand({4, 5, 8});
+      const Tensor b = make_operand({4, 8, 3}, dt, Layout::kTransposed);
+      ASSERT_EQ(a.stride(0), 0);
+      expect_matches(mt::bmm(a, b), reference_matmul(a, b), 8, describe(dt, l, Layout::kTransposed));
+      expect_matches(mt::bmm(b.transpose(1, 2), a.transpose(1, 2)),
+                     reference_matmul(b.transpose(1, 2), a.transpose(1, 2)), 8,
+                     describe(dt, Layout::kTransposed, l) + " (broadcast second)");
+    }
+  }
+}
+
+TEST(Bmm, IntegerAndSliced) {
+  mt::manual_seed(6);
+  const Tensor a = mt::randint(-4, 5, {6, 3, 7}).slice(0, 0, std::nullopt, 2);
+  const Tensor b = mt::randint(-4, 5, {3, 2, 7}).transpose(1, 2);
+  EXPECT_EQ(mt::bmm(a, b).to_vector<double>(), reference_matmul(a, b).value.to_vector<double>());
+}
+
+TEST(Bmm, Errors) {
+  mt::testing::expect_error([&] { mt::bmm(mt::ones({2, 3, 4}), mt::ones({3, 4, 5})); },
+                            {"bmm", "[2, 3, 4]", "[3, 4, 5]"});
+  mt::testing::expect_error([&] { mt::bmm(mt::ones({2, 3, 4}), mt::ones({2, 5, 5})); },
+                            {"bmm", "[2, 3, 4]", "[2, 5, 5]"});
+  mt::testing::expect_error([&] { mt::bmm(mt::ones({3, 4}), mt::ones({4, 5})); }, {"bmm", "3-D"});
+  mt::testing::expect_error(
+      [&] { mt::bmm(mt::ones({2, 3, 4}, mt::kFloat16), mt::ones({2, 4, 5}, mt::kBFloat16)); },
+      {"bmm", "same dtype", "float16", "bfloat16"});
+}
+
+// ---- matmul -----------------------------------------------------------------------------------
+TEST(Matmul, EveryRankCombination) {
+  mt::manual_seed(7);
+  const int64_t M = 4, K = 6, N = 3;
+  // Batch dims chosen to broadcast against each other: [3] with [2, 3] and [2, 1] with [1].
+  auto shape_a = [&](int rank) -> Shape {
+    switch (rank) {
+      case 1: return {K};
+      case 2: return {M, K};
+      case 3: return {3, M, K};
+      default: return {2, 1, M, K};
+    }
+  };
+  auto shape_b = [&](int rank) -> Shape {
+    switch (rank) {
+      case 1: return {K};
+      case 2: return {K, N};
+      case 3: return {1, K, N};
+      default: return {2, 3, K, N};
+    }
+  };
+  for (mt::DType dt : {mt::kFloat64, mt::kFloat32, mt::kFloat16}) {
+    for (int ra = 1; ra <= 4; ++ra) {
+      for (int rb = 1; rb <= 4; ++rb) {
+        for (bool transposed : {false, true}) {
+          const Layout l = transposed ? Layout::kTransposed : Layout::kContiguous;
+          const Tensor a = ra == 1 ? uniform_values(shape_a(ra), dt) : make_operand(shape_a(ra), dt, l);
+          const Tensor b = rb == 1 ? uniform_values(shape_b(rb), dt) : make_operand(shape_b(rb), dt, l);
+          const std::string what = std::string(mt::dtype_name(dt)) + " rank " + std::to_string(ra) +
+                                   " x rank " + std::to_string(rb) + (transposed ? " transposed" : "");
+          const Tensor out = mt::matmul(a, b);
+          expect_matches(out, reference_matmul(a, b), K, what);
+        }
+      }
+    }
+  }
+}
+
+TEST(Matmul, DotIsZeroDim) {
+  const Tensor a = mt::tensor<double>({1, 2, 3}), b = mt::tensor<double>({4, -5, 6});
+  const Tensor d = mt::matmul(a, b);
+  EXPECT_EQ(d.dim(), 0);
+  EXPECT_EQ(d.item<double>(), 12.0);
+}
+
+TEST(Matmul, Errors) {
+  mt::testing::expect_error([&] { mt::matmul(mt::ones({2, 3, 4}), mt::ones({5, 2})); },
+                            {"matmul", "[2, 3, 4]", "[5, 2]"});
+  mt::testing::expect_error([&] { mt::matmul(mt::ones({3}), mt::ones({4})); }, {"matmul", "[3]", "[4]"});
+  mt::testing::expect_error([&] { mt::matmul(mt::ones({}), mt::ones({4})); }, {"matmul", "0D"});
+  mt::testing::expect_error([&] { mt::matmul(mt::ones({2, 2, 3}), mt::ones({3, 3, 2})); },
+                            {"matmul", "[2, 2, 3]", "[3, 3, 2]"});
+  mt::testing::expect_error([&] { mt::matmul(mt::ones({2, 3}), mt::ones({3}, mt::kFloat64)); },
+                            {"matmul", "same dtype"});
+}
+
+// ---- linear -----------------------------------------------------------------------------------
+TEST(Linear, MatchesReferenceForEveryRankAndDtype) {
+  mt::manual_seed(8);
+  for (mt::DType dt : mt::testing::floating_dtypes()) {
+    for (const Shape& xs : {Shape{5}, Shape{4, 5}, Shape{2, 3, 5}, Shape{2, 2, 2, 5}}) {
+      for (bool with_bias : {false, true}) {
+        const Tensor x = xs.size() >= 2 ? make_operand(xs, dt, Layout::kTransposed) : uniform_values(xs, dt);
+        const Tensor w = make_operand({7, 5}, dt, Layout::kPadded);
+        const Tensor bias = with_bias ? uniform_values({7}, dt) : Tensor();
+        const Tensor out = mt::linear(x, w, bias);
+        Reference ref = reference_matmul(x, w.t());
+        if (with_bias) ref.value = ref.value + bias.to(mt::kFloat64);
+        std::string what = std::string(mt::dtype_name(dt)) + " x" + std::to_string(xs.size()) + "-D";
+        // The bias is added to the rounded product: one more rounding for half types.
+        const double extra = with_bias ? mt::testing::tolerance_for(dt).rtol : 0.0;
+        expect_matches(out, ref, 5, what + (with_bias ? " with bias" : ""), extra);
+      }
+    }
+  }
+}
+
+TEST(Linear, Errors) {
+  mt::testing::expect_error([&] { mt::linear(mt::ones({3, 4}), mt::ones({2, 5})); },
+                            {"linear", "[3, 4]", "[2, 5]"});
+  mt::testing::expect_error([&] { mt::linear(mt::ones({3, 4}), mt::ones({2, 4}), mt::ones({3})); },
+                            {"linear", "bias", "[3]"});
+  mt::testing::expect_error(
+      [&] { mt::linear(mt::ones({3, 4}), mt::ones({2, 4}), mt::ones({2}, mt::kFloat64)); },
+      {"linear", "float64"});
+  mt::testing::expect_error([&] { mt::linear(mt::ones({3, 4}), mt::ones({2, 4}, mt::kFloat16)); },
+                            {"linear", "same dtype"});
+}
+
+// ---- gradients --------------------------------------------------------------------------------
+TEST(LinalgGrad, Mm) {
+  mt::manual_seed(9);
+  const Tensor a = leaf(make_operand({3, 4}, mt::kFloat64, Layout::kTransposed));
+  const Tensor b = leaf({4, 2});
+  EXPECT_TRUE(mt::autograd::gradcheck([](const auto& in) { return mt::mm(in[0], in[1]); }, {a, b}));
+  // Through a non-contiguous view of a leaf, and with one input not requiring grad.
+  const Tensor big = leaf({4, 6});
+  EXPECT_TRUE(mt::autograd::gradcheck(
+      [&](const auto& in) { return mt::mm(in[0].slice(1, 0, std::nullopt, 2).t(), in[1]); },
+      {big, uniform_values({4, 5}, mt::kFloat64)}));
+}
+
+TEST(LinalgGrad, Bmm) {
+  mt::manual_seed(10);
+  const Tensor a = leaf({2, 3, 4}), b = leaf({2, 4, 2});
+  EXPECT_TRUE(mt::autograd::gradcheck([](const auto& in) { return mt::bmm(in[0], in[1]); }, {a, b}));
+  EXPECT_TRUE(mt::autograd::gradcheck(
+      [](const auto& in) { return mt::bmm(in[0].transpose(1, 2), in[1]); },
+      {leaf({2, 4, 3}), leaf({2, 4, 2})}));
+}
+
+TEST(LinalgGrad, MatmulRankCombinations) {
+  mt::manual_seed(11);
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{3}, {3}},       {{3}, {3, 2}},       {{2, 3}, {3}},          {{2, 3}, {3, 2}},
+      {{2, 2, 3}, {3}}, {{2, 2, 3}, {3, 2}}, {{3}, {2, 3, 2}},       {{2, 3}, {2, 3, 2}},
+      {{2, 2, 3}, {2, 3, 2}}};
+  for (const auto& [sa, sb] : cases) {
+    EXPECT_TRUE(mt::autograd::gradcheck([](const auto& in) { return mt::matmul(in[0], in[1]); },
+                                        {leaf(sa), leaf(sb)}))
+        << sa << " @ " << sb;
+  }
+}
+
+TEST(LinalgGrad, MatmulBroadcastBatch) {
+  mt::manual_seed(12);
+  // Gradients of a broadcast batch operand are summed over the batch (needs sum).
+  SKIP_IF_PENDING(EXPECT_TRUE(mt::autograd::gradcheck(
+      [](const auto& in) { return mt::matmul(in[0], in[1]); }, {leaf({2, 1, 2, 3}), leaf({3, 3, 2})})));
+  SKIP_IF_PENDING(EXPECT_TRUE(mt::autograd::gradcheck(
+      [](const auto& in) { return mt::matmul(in[0], in[1]); }, {leaf({3, 2}), leaf({2, 2, 2})})));
+}
+
+TEST(LinalgGrad, LinearWithoutBias) {
+  mt::manual_seed(13);
+  for (const Shape& xs : {Shape{4}, Shape{3, 4}, Shape{2, 3, 4}}) {
+    EXPECT_TRUE(mt::autograd::gradcheck([](const auto& in) { return mt::linear(in[0], in[1]); },
+                                        {leaf(xs), leaf({2, 4})}))
+        << xs;
+  }
+  // A frozen weight, and an input that needs no gradient (only the other operand is saved).
+  auto fn = [](const auto& in) { return mt::linear(in[0], in[1]); };
+  EXPECT_TRUE(mt::autograd::gradcheck(fn, {leaf({2, 3, 4}), uniform_values({2, 4}, mt::kFloat64)}));
+  EXPECT_TRUE(mt::autograd::gradcheck(fn, {uniform_values({2, 3, 4}, mt::kFloat64), leaf({2, 4})}));
+}
+
+TEST(LinalgGrad, LinearWithBias) {
+  mt::manual_seed(14);
+  for (const Shape& xs : {Shape{4}, Shape{3, 4}, Shape{2, 3, 4}}) {
+    SKIP_IF_PENDING(EXPECT_TRUE(mt::autograd::gradcheck(
+        [](const auto& in) { return mt::linear(in[0], in[1], in[2]); },
+        {leaf(xs), leaf({2, 4}), leaf({2})})));
+  }
+}
+
+TEST(LinalgGrad, HalfGradientsKeepDtype) {
+  const Tensor a = uniform_values({3, 4}, mt::kFloat16).requires_grad_();
+  const Tensor b = uniform_values({4, 2}, mt::kFloat16).requires_grad_();
+  mt::mm(a, b).backward(mt::ones({3, 2}, mt::kFloat16));
+  EXPECT_EQ(a.grad().dtype(), mt::kFloat16);
+  EXPECT_EQ(b.grad().dtype(), mt::kFloat16);
+  // grad_a[i][k] = sum_j b[k][j] with an all-ones upstream gradient.
+  const auto bv = b.to_vector<double>(), ga = a.grad().to_vector<double>();
+  for (int i = 0; i < 3; ++i)
+    for (int k = 0; k < 4; ++k) EXPECT_NEAR(ga[i * 4 + k], bv[k * 2] + bv[k * 2 + 1], 4e-3);
+}
