@@ -15,7 +15,8 @@ GradScaler::GradScaler(const GradScalerOptions& o) : options_(o) {
   MT_CHECK(o.growth_factor > 1.0, "GradScaler: growth_factor should be > 1, got ", o.growth_factor);
   MT_CHECK(o.backoff_factor > 0.0 && o.backoff_factor < 1.0,
            "GradScaler: backoff_factor should be < 1 and > 0, got ", o.backoff_factor);
-  MT_CHECK(o.growth_interval > 0, "GradScaler: growth_interval should be > 0, got ", o.growth_interval);
+  MT_CHECK(o.growth_interval > 0, "GradScaler: growth_interval should be > 0, got ",
+           o.growth_interval);
   MT_CHECK(o.min_scale >= 0.0, "GradScaler: min_scale must be >= 0, got ", o.min_scale);
   MT_CHECK(o.hysteresis >= 1, "GradScaler: hysteresis must be >= 1, got ", o.hysteresis);
 }
@@ -25,8 +26,8 @@ void GradScaler::lazy_init(Device device) {
   const TensorOptions f32 = TensorOptions(device).dtype(kFloat32);
   const TensorOptions i32 = TensorOptions(device).dtype(kInt32);
   scale_ = full({}, options_.init_scale, f32);
-  growth_tracker_ = zeros({}, i32);
-  overflow_streak_ = zeros({}, i32);
+  growth_tracker_ = full({}, init_growth_tracker_, i32);
+  overflow_streak_ = full({}, init_overflow_streak_, i32);
 }
 
 Tensor GradScaler::scale(const Tensor& loss) {
@@ -41,7 +42,8 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   MT_CHECK(st.stage != Stage::Unscaled,
            "unscale_() has already been called on this optimizer since the last update().");
   MT_CHECK(st.stage != Stage::Stepped, "unscale_() is being called after step().");
-  MT_CHECK(scale_.defined(), "unscale_: scale() has not been called yet, so there is no scale to "
+  MT_CHECK(scale_.defined(),
+           "unscale_: scale() has not been called yet, so there is no scale to "
            "unscale by");
   // The reciprocal is taken in double and then used in float, as PyTorch does.
   const Tensor inv_scale = reciprocal(scale_.to(kFloat64)).to(kFloat32);
@@ -53,6 +55,10 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
     if (it == by_device.end()) it = by_device.insert(by_device.end(), {g.device(), {}});
     it->second.push_back(g);
   }
+  st.stage = Stage::Unscaled;
+  // With no gradients nothing is checked, and no inf check is recorded, as in PyTorch: step()
+  // and update() then report it.
+  if (by_device.empty()) return;
   const Device device = scale_.device();
   st.found_inf = zeros({}, TensorOptions(device).dtype(kFloat32));
   autograd::NoGradGuard no_grad;
@@ -62,7 +68,6 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
     for (const Tensor& g : grads) g.bump_version();
     if (!(dev == device)) st.found_inf = maximum(st.found_inf, found.to(device));
   }
-  st.stage = Stage::Unscaled;
 }
 
 bool GradScaler::step(optim::Optimizer& optimizer) {
@@ -93,7 +98,8 @@ void GradScaler::update() {
   MT_CHECK(found.defined(), "No inf checks were recorded prior to update.");
   const AmpUpdateParams params{options_.growth_factor, options_.backoff_factor,
                                options_.growth_interval, options_.min_scale, options_.hysteresis};
-  amp_update_scale_kernel(scale_.device())(scale_, growth_tracker_, overflow_streak_, found, params);
+  amp_update_scale_kernel(scale_.device())(scale_, growth_tracker_, overflow_streak_, found,
+                                           params);
   scale_.bump_version();
   per_optimizer_.clear();
 }
@@ -112,7 +118,7 @@ double GradScaler::get_scale() const {
 }
 
 int64_t GradScaler::growth_tracker() const {
-  return growth_tracker_.defined() ? growth_tracker_.item<int32_t>() : 0;
+  return growth_tracker_.defined() ? growth_tracker_.item<int32_t>() : init_growth_tracker_;
 }
 
 GradScalerState GradScaler::state_dict() const {
@@ -124,23 +130,31 @@ GradScalerState GradScaler::state_dict() const {
   s.growth_tracker = growth_tracker();
   s.min_scale = options_.min_scale;
   s.hysteresis = options_.hysteresis;
-  s.overflow_streak = overflow_streak_.defined() ? overflow_streak_.item<int32_t>() : 0;
+  s.overflow_streak =
+      overflow_streak_.defined() ? overflow_streak_.item<int32_t>() : init_overflow_streak_;
   s.steps_taken = steps_taken_;
   s.steps_skipped = steps_skipped_;
   return s;
 }
 
 void GradScaler::load_state_dict(const GradScalerState& s) {
-  MT_CHECK(options_.enabled, "load_state_dict: the GradScaler is disabled; it has no state to load into");
+  if (!options_.enabled) return;  // as PyTorch: a disabled scaler has no state to load
   options_.growth_factor = s.growth_factor;
   options_.backoff_factor = s.backoff_factor;
   options_.growth_interval = s.growth_interval;
   options_.min_scale = s.min_scale;
   options_.hysteresis = s.hysteresis;
-  const Device device = scale_.defined() ? scale_.device() : Device::cpu();
-  scale_ = full({}, s.scale, TensorOptions(device).dtype(kFloat32));
-  growth_tracker_ = full({}, s.growth_tracker, TensorOptions(device).dtype(kInt32));
-  overflow_streak_ = full({}, s.overflow_streak, TensorOptions(device).dtype(kInt32));
+  // Before the first scale() the state stays pending, as in PyTorch, so that lazy_init creates
+  // it on the loss's device rather than on the CPU.
+  options_.init_scale = s.scale;
+  init_growth_tracker_ = s.growth_tracker;
+  init_overflow_streak_ = s.overflow_streak;
+  if (scale_.defined()) {
+    const Device device = scale_.device();
+    scale_ = full({}, s.scale, TensorOptions(device).dtype(kFloat32));
+    growth_tracker_ = full({}, s.growth_tracker, TensorOptions(device).dtype(kInt32));
+    overflow_streak_ = full({}, s.overflow_streak, TensorOptions(device).dtype(kInt32));
+  }
   steps_taken_ = s.steps_taken;
   steps_skipped_ = s.steps_skipped;
   per_optimizer_.clear();

@@ -80,9 +80,12 @@ class GradScaler {
   PerOptimizer& state_for(const optim::Optimizer& optimizer) { return per_optimizer_[&optimizer]; }
 
   GradScalerOptions options_;
-  Tensor scale_;             // float32 0-d
-  Tensor growth_tracker_;    // int32 0-d
-  Tensor overflow_streak_;   // int32 0-d
+  Tensor scale_;            // float32 0-d
+  Tensor growth_tracker_;   // int32 0-d
+  Tensor overflow_streak_;  // int32 0-d
+  // What lazy_init starts the tracker and streak from (set by a load before the first scale()).
+  int64_t init_growth_tracker_ = 0;
+  int64_t init_overflow_streak_ = 0;
   std::map<const optim::Optimizer*, PerOptimizer> per_optimizer_;
   int64_t steps_taken_ = 0;
   int64_t steps_skipped_ = 0;

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "autograd/node.h"
+#include "engine/precision.h"
 #include "engine/factory.h"
 
 namespace mantissa::autograd {
@@ -33,6 +34,15 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
   MT_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "backward: got ",
            grad_outputs.size(), " gradients for ", outputs.size(), " outputs");
   NoGradGuard no_grad;
+  // Backward runs each op in the dtype its forward ran in: autocast does not apply here.
+  struct AutocastOff {
+    autocast_state::ThreadState saved = autocast_state::current();
+    AutocastOff() {
+      for (auto& d : autocast_state::current().device) d.enabled = false;
+      autocast_state::current().any_cast = false;
+    }
+    ~AutocastOff() { autocast_state::current() = saved; }
+  } autocast_off;
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
   std::vector<std::shared_ptr<Node>> roots;
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -94,7 +104,9 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
     grads.resize(node->num_outputs);
     for (auto& [nr, weak] : node->retained) {
       if (auto impl = weak.lock(); impl && nr < grads.size() && grads[nr].defined()) {
-        Tensor(impl).set_grad(grads[nr].clone());
+        // Accumulates over backward calls, as a leaf's .grad does (and PyTorch's retain_grad).
+        const Tensor t(impl), prev = t.grad();
+        t.set_grad(prev.defined() ? prev + grads[nr] : grads[nr].clone());
       }
     }
     for (auto& [nr, hook] : node->grad_hooks) {
@@ -103,7 +115,8 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
     if (capture_edges) {
       for (size_t k = 0; k < capture_edges->size(); ++k) {
         const Edge& ce = (*capture_edges)[k];
-        if (ce.fn.get() == node && ce.input_nr < grads.size()) add_into(captured[k], grads[ce.input_nr]);
+        if (ce.fn.get() == node && ce.input_nr < grads.size())
+          add_into(captured[k], grads[ce.input_nr]);
       }
       // autograd::grad never accumulates into leaves.
       if (dynamic_cast<AccumulateGrad*>(node) != nullptr) continue;

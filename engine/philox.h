@@ -46,7 +46,7 @@ MT_HOST_DEVICE inline double philox_uniform01_double(uint32_t hi, uint32_t lo) {
 MT_HOST_DEVICE inline double philox_normal(const Philox4& r) {
   const double u1 = 1.0 - philox_uniform01_double(r.v[0], r.v[1]);  // (0, 1]
   const double u2 = philox_uniform01_double(r.v[2], r.v[3]);
-  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+  return ::sqrt(-2.0 * ::log(u1)) * ::cos(6.283185307179586 * u2);
 }
 
 }  // namespace mantissa

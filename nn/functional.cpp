@@ -55,6 +55,10 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
     MT_CHECK(weight.shape() == normalized_shape, "layer_norm: weight of shape ", weight.shape(),
              " does not match normalized_shape ", normalized_shape);
   }
+  if (bias.defined()) {
+    MT_CHECK(bias.shape() == normalized_shape, "layer_norm: bias of shape ", bias.shape(),
+             " does not match normalized_shape ", normalized_shape);
+  }
   Shape dims;
   for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
   const Tensor mu = mean(x, dims, /*keepdim=*/true);
@@ -152,8 +156,11 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& ta
   check_floating("binary_cross_entropy_with_logits", input, "input");
   MT_CHECK(target.shape() == input.shape(), "binary_cross_entropy_with_logits: target size (",
            target.shape(), ") must be the same as input size (", input.shape(), ")");
-  // log(1 + exp(-|x|)) + max(-x, 0) is log(1 + exp(-x)) without overflow.
-  const Tensor log1p_exp_neg = log1p(exp(-abs(input))) + mantissa::relu(-input);
+  // log(1 + exp(-|x|)) + max(-x, 0) is log(1 + exp(-x)) without overflow. Both terms have a
+  // kink at x = 0 that cancels; abs' (0) = 0 there, so max must split its gradient at the tie
+  // (maximum does; relu' (0) = 0 would give d/dx = 0 instead of -1/2 at x = 0).
+  const Tensor zero = zeros({}, TensorOptions(input.device()).dtype(input.dtype()));
+  const Tensor log1p_exp_neg = log1p(exp(-abs(input))) + maximum(-input, zero);
   Tensor loss;
   if (pos_weight.defined()) {
     const Tensor log_weight = (pos_weight - 1.0) * target + 1.0;

@@ -43,7 +43,8 @@ GELUImpl::GELUImpl(std::string approx) : UnaryModule("GELU"), approximate(std::m
 }
 
 DropoutImpl::DropoutImpl(double prob) : UnaryModule("Dropout"), p(prob) {
-  MT_CHECK(p >= 0.0 && p <= 1.0, "Dropout: dropout probability has to be between 0 and 1, but got ", p);
+  MT_CHECK(p >= 0.0 && p <= 1.0, "Dropout: dropout probability has to be between 0 and 1, but got ",
+           p);
 }
 std::string DropoutImpl::extra_repr() const {
   std::ostringstream os;
@@ -64,7 +65,8 @@ Tensor LayerNormImpl::forward(const Tensor& x) {
 std::string LayerNormImpl::extra_repr() const {
   std::ostringstream os;
   os << "(";
-  for (int64_t i = 0; i < normalized_shape.size(); ++i) os << (i ? ", " : "") << normalized_shape[i];
+  for (int64_t i = 0; i < normalized_shape.size(); ++i)
+    os << (i ? ", " : "") << normalized_shape[i];
   os << (normalized_shape.size() == 1 ? ",)" : ")") << ", eps=" << eps
      << ", elementwise_affine=" << (weight.defined() ? "True" : "False");
   return os.str();

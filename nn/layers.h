@@ -79,6 +79,7 @@ class SoftmaxImpl : public UnaryModule {
  public:
   explicit SoftmaxImpl(int64_t dim) : UnaryModule("Softmax"), dim(dim) {}
   Tensor forward(const Tensor& x) override { return softmax(x, dim); }
+  std::string extra_repr() const override { return "dim=" + std::to_string(dim); }
   int64_t dim;
 };
 MANTISSA_MODULE(Softmax);
@@ -87,6 +88,7 @@ class LogSoftmaxImpl : public UnaryModule {
  public:
   explicit LogSoftmaxImpl(int64_t dim) : UnaryModule("LogSoftmax"), dim(dim) {}
   Tensor forward(const Tensor& x) override { return log_softmax(x, dim); }
+  std::string extra_repr() const override { return "dim=" + std::to_string(dim); }
   int64_t dim;
 };
 MANTISSA_MODULE(LogSoftmax);
@@ -96,6 +98,9 @@ class FlattenImpl : public UnaryModule {
   explicit FlattenImpl(int64_t start_dim = 1, int64_t end_dim = -1)
       : UnaryModule("Flatten"), start_dim(start_dim), end_dim(end_dim) {}
   Tensor forward(const Tensor& x) override { return flatten(x, start_dim, end_dim); }
+  std::string extra_repr() const override {
+    return "start_dim=" + std::to_string(start_dim) + ", end_dim=" + std::to_string(end_dim);
+  }
   int64_t start_dim, end_dim;
 };
 MANTISSA_MODULE(Flatten);

@@ -1,7 +1,13 @@
 #include "nn/module.h"
 
+#include <cstdlib>
 #include <ostream>
 #include <sstream>
+#include <typeinfo>
+#include <unordered_set>
+#if __has_include(<cxxabi.h>)
+#include <cxxabi.h>
+#endif
 
 #include "autograd/node.h"
 
@@ -32,15 +38,34 @@ std::vector<std::string> StateDict::keys() const {
 
 // ---- registration ---------------------------------------------------------------------------
 namespace {
+// The unqualified class name of `m`'s dynamic type ("ToyModel" for ns::ToyModel).
+std::string class_name(const Module& m) {
+  std::string name = typeid(m).name();
+#if __has_include(<cxxabi.h>)
+  int status = 0;
+  if (char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status); d != nullptr) {
+    if (status == 0) name = d;
+    std::free(d);
+  }
+#endif
+  const size_t colon = name.rfind("::");
+  return colon == std::string::npos ? name : name.substr(colon + 2);
+}
+
 void check_name(const std::string& name, const char* what) {
   MT_CHECK(!name.empty() && name.find('.') == std::string::npos, "register_", what, ": name '",
            name, "' must be non-empty and must not contain '.'");
 }
 }  // namespace
 
+std::string Module::type_name() const {
+  return type_name_.empty() ? class_name(*this) : type_name_;
+}
+
 Tensor& Module::register_parameter(const std::string& name, Tensor tensor, bool requires_grad) {
   check_name(name, "parameter");
-  for (auto& [n, t] : parameters_) MT_CHECK(n != name, "register_parameter: '", name, "' already exists");
+  for (auto& [n, t] : parameters_)
+    MT_CHECK(n != name, "register_parameter: '", name, "' already exists");
   if (tensor.defined() && requires_grad) tensor.requires_grad_(true);
   parameters_.emplace_back(name, tensor);
   return parameters_.back().second;
@@ -56,22 +81,30 @@ Tensor& Module::register_buffer(const std::string& name, Tensor tensor) {
 void Module::add_child(const std::string& name, std::shared_ptr<Module> child) {
   check_name(name, "module");
   MT_CHECK(child != nullptr, "register_module: module '", name, "' is empty");
-  for (auto& [n, c] : children_) MT_CHECK(n != name, "register_module: '", name, "' already exists");
+  for (auto& [n, c] : children_)
+    MT_CHECK(n != name, "register_module: '", name, "' already exists");
   children_.emplace_back(name, std::move(child));
 }
 
 // ---- traversal ------------------------------------------------------------------------------
+// Each tensor is reported once, under its first name, so tied weights (one module registered
+// twice, or one tensor in two modules) are optimized once, as PyTorch's remove_duplicate.
 template <typename F>
 void Module::collect(const std::string& prefix, bool recurse, bool params, F&& f) const {
-  for (const auto& [name, t] : params ? parameters_ : buffers_)
-    if (t.defined()) f(prefix + name, t);
-  if (!recurse) return;
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", true, params, f);
+  std::unordered_set<const TensorImpl*> seen;
+  const auto visit = [&](const auto& self, const Module& m, const std::string& pre) -> void {
+    for (const auto& [name, t] : params ? m.parameters_ : m.buffers_)
+      if (t.defined() && seen.insert(t.unsafe_impl()).second) f(pre + name, t);
+    if (!recurse) return;
+    for (const auto& [name, child] : m.children_) self(self, *child, pre + name + ".");
+  };
+  visit(visit, *this, prefix);
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
   std::vector<std::pair<std::string, Tensor>> out;
-  collect("", recurse, true, [&](const std::string& n, const Tensor& t) { out.emplace_back(n, t); });
+  collect("", recurse, true,
+          [&](const std::string& n, const Tensor& t) { out.emplace_back(n, t); });
   return out;
 }
 std::vector<Tensor> Module::parameters(bool recurse) const {
@@ -81,7 +114,8 @@ std::vector<Tensor> Module::parameters(bool recurse) const {
 }
 std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) const {
   std::vector<std::pair<std::string, Tensor>> out;
-  collect("", recurse, false, [&](const std::string& n, const Tensor& t) { out.emplace_back(n, t); });
+  collect("", recurse, false,
+          [&](const std::string& n, const Tensor& t) { out.emplace_back(n, t); });
   return out;
 }
 std::vector<Tensor> Module::buffers(bool recurse) const {
@@ -99,9 +133,13 @@ std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_child
 }
 std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules() {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
-  out.emplace_back("", shared_from_this());
+  // A module that no shared_ptr owns (a model on the stack) is returned as a non-owning handle.
+  std::shared_ptr<Module> self = weak_from_this().lock();
+  if (!self) self = std::shared_ptr<Module>(std::shared_ptr<Module>(), this);
+  out.emplace_back("", std::move(self));
   for (const auto& [name, child] : children_) {
-    for (auto& [sub, m] : child->named_modules()) out.emplace_back(sub.empty() ? name : name + "." + sub, m);
+    for (auto& [sub, m] : child->named_modules())
+      out.emplace_back(sub.empty() ? name : name + "." + sub, m);
   }
   return out;
 }
@@ -177,16 +215,25 @@ void Module::zero_grad(bool set_to_none) {
 }
 
 // ---- state dict -----------------------------------------------------------------------------
+// PyTorch's order: each module's parameters, then its buffers, then its children's entries.
+// Tied tensors appear under every name.
+void Module::collect_state(const std::string& prefix, StateDict& out) const {
+  for (const auto& [n, t] : parameters_)
+    if (t.defined()) out.insert(prefix + n, t.detach());
+  for (const auto& [n, t] : buffers_)
+    if (t.defined()) out.insert(prefix + n, t.detach());
+  for (const auto& [n, c] : children_) c->collect_state(prefix + n + ".", out);
+}
+
 StateDict Module::state_dict() const {
   StateDict out;
-  for (auto& [n, t] : named_parameters()) out.insert(n, t.detach());
-  for (auto& [n, t] : named_buffers()) out.insert(n, t.detach());
+  collect_state("", out);
   return out;
 }
 
 void Module::load_state_dict(const StateDict& state, bool strict) {
-  std::vector<std::pair<std::string, Tensor>> own = named_parameters();
-  for (auto& nb : named_buffers()) own.push_back(nb);
+  std::vector<std::pair<std::string, Tensor>> own;
+  for (const auto& [n, t] : state_dict()) own.emplace_back(n, t);
   std::vector<std::string> missing, unexpected;
   for (const auto& [name, t] : own)
     if (!state.contains(name)) missing.push_back(name);
@@ -197,7 +244,7 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
   }
   if (strict && (!missing.empty() || !unexpected.empty())) {
     std::ostringstream os;
-    os << "load_state_dict: error(s) in loading state dict for " << type_name_ << ":";
+    os << "load_state_dict: error(s) in loading state dict for " << type_name() << ":";
     if (!missing.empty()) {
       os << " missing key(s):";
       for (auto& k : missing) os << " \"" << k << "\"";
@@ -242,7 +289,7 @@ void Module::run_forward_hooks_slow(const Tensor& output) {
 // ---- printing -------------------------------------------------------------------------------
 std::string Module::repr(int indent) const {
   std::ostringstream os;
-  os << type_name_ << "(";
+  os << type_name() << "(";
   if (children_.empty()) {
     os << extra_repr() << ")";
     return os.str();
@@ -250,7 +297,8 @@ std::string Module::repr(int indent) const {
   os << "\n";
   const std::string pad(indent + 2, ' ');
   if (!extra_repr().empty()) os << pad << extra_repr() << "\n";
-  for (const auto& [name, c] : children_) os << pad << "(" << name << "): " << c->repr(indent + 2) << "\n";
+  for (const auto& [name, c] : children_)
+    os << pad << "(" << name << "): " << c->repr(indent + 2) << "\n";
   os << std::string(indent, ' ') << ")";
   return os.str();
 }

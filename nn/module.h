@@ -7,6 +7,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -18,7 +19,8 @@
 
 namespace mantissa::nn {
 
-// Name -> tensor, in insertion order (parameters first, then buffers, as PyTorch's state_dict).
+// Name -> tensor, in insertion order (as PyTorch's state_dict: each module's parameters, then its
+// buffers, then its children's entries).
 class StateDict {
  public:
   void insert(const std::string& key, const Tensor& value);
@@ -36,13 +38,15 @@ class StateDict {
 
 class Module : public std::enable_shared_from_this<Module> {
  public:
-  explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
+  // Without a name, the dynamic class name is used (`struct ToyModel : Module` prints as
+  // "ToyModel", as in PyTorch).
+  explicit Module(std::string type_name = "") : type_name_(std::move(type_name)) {}
   virtual ~Module() = default;
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
   // The class name shown when printing ("Linear", "ToyModel", ...).
-  const std::string& type_name() const { return type_name_; }
+  std::string type_name() const;
 
   // Registration returns the stored handle; a module keeps the same tensor objects for its
   // lifetime (to() converts them in place), so handles held elsewhere stay valid.
@@ -60,6 +64,7 @@ class Module : public std::enable_shared_from_this<Module> {
     return holder;
   }
 
+  // Each tensor once, under its first name (tied weights are not repeated), as PyTorch.
   std::vector<Tensor> parameters(bool recurse = true) const;
   std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
@@ -104,6 +109,7 @@ class Module : public std::enable_shared_from_this<Module> {
   void convert(Device device, std::optional<DType> dtype);
   template <typename F>
   void collect(const std::string& prefix, bool recurse, bool params, F&& f) const;
+  void collect_state(const std::string& prefix, StateDict& out) const;
 
   void run_forward_hooks_slow(const Tensor& output);
 

@@ -21,8 +21,8 @@
 #endif
 
 namespace mt = mantissa;
-using mt::DType;
 using mt::Device;
+using mt::DType;
 using mt::Shape;
 using mt::Tensor;
 using mt::TensorOptions;
@@ -31,11 +31,11 @@ using mt::testing::expect_error;
 
 namespace {
 
-#define MT_REQUIRE_GPU()                                                                     \
-  do {                                                                                       \
-    if (!mt::cuda::is_available())                                                           \
-      GTEST_SKIP() << "no CUDA device: " << (mt::cuda::is_compiled() ? "none visible"         \
-                                                                     : "CPU-only build"); \
+#define MT_REQUIRE_GPU()                                                             \
+  do {                                                                               \
+    if (!mt::cuda::is_available())                                                   \
+      GTEST_SKIP() << "no CUDA device: "                                             \
+                   << (mt::cuda::is_compiled() ? "none visible" : "CPU-only build"); \
   } while (0)
 
 const Device kGpu = Device::cuda(0);
@@ -63,7 +63,7 @@ Tensor make_view(Tensor t, bool non_contiguous) {
 }
 
 Pair device_pair(const Shape& shape, DType dt, bool non_contiguous, double low = -2.0,
-               double high = 2.0) {
+                 double high = 2.0) {
   Shape big = shape;
   if (non_contiguous) {
     if (big.size() >= 2) std::swap(big[big.size() - 1], big[big.size() - 2]);
@@ -76,7 +76,7 @@ Pair device_pair(const Shape& shape, DType dt, bool non_contiguous, double low =
     base = mt::rand(big, mt::kFloat64) < 0.5;
   } else {
     const int64_t lo = dt == mt::kUInt8 ? std::max<int64_t>(0, static_cast<int64_t>(low))
-                                         : static_cast<int64_t>(low);
+                                        : static_cast<int64_t>(low);
     base = mt::randint(lo, static_cast<int64_t>(high) + 1, big, dt);
   }
   Pair p{make_view(base, non_contiguous), make_view(base.to(kGpu), non_contiguous)};
@@ -118,8 +118,8 @@ TEST(CudaBuild, DeviceQueriesNeverThrow) {
 
 TEST(CudaBuild, MissingDeviceIsAClearError) {
   const int n = mt::cuda::device_count();
-  const std::string want = mt::cuda::is_compiled() ? "this machine has " + std::to_string(n)
-                                                   : "no CUDA support";
+  const std::string want =
+      mt::cuda::is_compiled() ? "this machine has " + std::to_string(n) : "no CUDA support";
   expect_error([&] { mt::empty({2}, Device::cuda(n)); }, {"cuda:" + std::to_string(n), want});
   expect_error([&] { mt::ones({2}).to(Device::cuda(n)); }, {"cuda:" + std::to_string(n), want});
 }
@@ -161,8 +161,9 @@ TEST(Cuda, CastsMatchCpu) {
   for (DType from : all_dtypes()) {
     const Pair p = device_pair(kShape, from, true, 0, 100);
     for (DType to : all_dtypes())
-      expect_identical(p.gpu.to(to), p.cpu.to(to),
-                       label(std::string("cast to ") + std::string(mt::dtype_name(to)), from, true));
+      expect_identical(
+          p.gpu.to(to), p.cpu.to(to),
+          label(std::string("cast to ") + std::string(mt::dtype_name(to)), from, true));
   }
 }
 
@@ -220,9 +221,11 @@ TEST(Cuda, UnaryOpsMatchCpu) {
       {"tanh", f::Tanh::dtypes, [](const Tensor& x) { return mt::tanh(x); }, -3, 3},
       {"silu", f::Silu::dtypes, [](const Tensor& x) { return mt::silu(x); }, -5, 5},
       {"gelu", f::Gelu::dtypes, [](const Tensor& x) { return mt::gelu(x); }, -5, 5},
-      {"gelu_tanh", f::GeluTanh::dtypes, [](const Tensor& x) { return mt::gelu(x, "tanh"); }, -5, 5},
+      {"gelu_tanh", f::GeluTanh::dtypes, [](const Tensor& x) { return mt::gelu(x, "tanh"); }, -5,
+       5},
       {"sign", f::Sign::dtypes, [](const Tensor& x) { return mt::sign(x); }, -5, 5},
-      {"reciprocal", f::Reciprocal::dtypes, [](const Tensor& x) { return mt::reciprocal(x); }, 0.1, 4},
+      {"reciprocal", f::Reciprocal::dtypes, [](const Tensor& x) { return mt::reciprocal(x); }, 0.1,
+       4},
       {"sin", f::Sin::dtypes, [](const Tensor& x) { return mt::sin(x); }, -6, 6},
       {"cos", f::Cos::dtypes, [](const Tensor& x) { return mt::cos(x); }, -6, 6},
       {"log1p", f::Log1p::dtypes, [](const Tensor& x) { return mt::log1p(x); }, -0.9, 4},
@@ -256,22 +259,23 @@ TEST(Cuda, BinaryOpsMatchCpu) {
   namespace f = mt::functors;
   auto cmp = [](auto op) { return [op](const Tensor& a, const Tensor& b) { return op(a, b); }; };
   const std::vector<BinaryCase> cases = {
-      {"add", mt::kAllTypesAndBool, [](const Tensor& a, const Tensor& b) { return a + b; },
-       -5, 5, -5, 5},
-      {"add alpha", mt::kAllTypes, [](const Tensor& a, const Tensor& b) { return mt::add(a, b, 3); },
-       0, 5, 0, 5},
+      {"add", mt::kAllTypesAndBool, [](const Tensor& a, const Tensor& b) { return a + b; }, -5, 5,
+       -5, 5},
+      {"add alpha", mt::kAllTypes,
+       [](const Tensor& a, const Tensor& b) { return mt::add(a, b, 3); }, 0, 5, 0, 5},
       {"sub alpha", mt::kFloatingTypes,
        [](const Tensor& a, const Tensor& b) { return mt::sub(a, b, 0.5); }, -5, 5, -5, 5},
       {"mul", f::Mul::dtypes, [](const Tensor& a, const Tensor& b) { return a * b; }, -5, 5, -5, 5},
-      {"div", f::Div::dtypes, [](const Tensor& a, const Tensor& b) { return a / b; }, -5, 5, 0.5, 3},
+      {"div", f::Div::dtypes, [](const Tensor& a, const Tensor& b) { return a / b; }, -5, 5, 0.5,
+       3},
       {"pow", mt::kFloatingTypes, [](const Tensor& a, const Tensor& b) { return mt::pow(a, b); },
        0.5, 2, -2, 2},
       {"pow int", mt::kIntegralTypes,
        [](const Tensor& a, const Tensor& b) { return mt::pow(a, b); }, -3, 3, 0, 4},
-      {"maximum", f::Maximum::dtypes, cmp([](auto& a, auto& b) { return mt::maximum(a, b); }),
-       -5, 5, -5, 5},
-      {"minimum", f::Minimum::dtypes, cmp([](auto& a, auto& b) { return mt::minimum(a, b); }),
-       -5, 5, -5, 5},
+      {"maximum", f::Maximum::dtypes, cmp([](auto& a, auto& b) { return mt::maximum(a, b); }), -5,
+       5, -5, 5},
+      {"minimum", f::Minimum::dtypes, cmp([](auto& a, auto& b) { return mt::minimum(a, b); }), -5,
+       5, -5, 5},
       {"eq", f::Eq::dtypes, cmp([](auto& a, auto& b) { return mt::eq(a, b); }), -2, 2, -2, 2},
       {"ne", f::Ne::dtypes, cmp([](auto& a, auto& b) { return mt::ne(a, b); }), -2, 2, -2, 2},
       {"lt", f::Lt::dtypes, cmp([](auto& a, auto& b) { return mt::lt(a, b); }), -2, 2, -2, 2},
@@ -383,8 +387,8 @@ TEST(Cuda, FactoriesMatchCpu) {
     expect_identical(mt::full({3, 5}, 2.5, TensorOptions(kGpu).dtype(dt)),
                      mt::full({3, 5}, 2.5, dt), label("full", dt, false));
     if (dt == mt::kBool) continue;
-    expect_identical(mt::arange(0, 17, 3, TensorOptions(kGpu).dtype(dt)),
-                     mt::arange(0, 17, 3, dt), label("arange int", dt, false));
+    expect_identical(mt::arange(0, 17, 3, TensorOptions(kGpu).dtype(dt)), mt::arange(0, 17, 3, dt),
+                     label("arange int", dt, false));
     expect_identical(mt::linspace(0, 50, 11, TensorOptions(kGpu).dtype(dt)),
                      mt::linspace(0, 50, 11, dt), label("linspace", dt, false));
   }

@@ -78,9 +78,9 @@ struct UnaryCase {
   std::function<Tensor(const Tensor&)> op;
   std::function<double(double)> ref;
   double lo, hi;
-  bool ints;            // also defined for int32/int64 (same dtype out)
-  bool ints_to_float;   // integer inputs promote to float32
-  bool smooth = true;   // differentiable on [lo, hi] (after `map`)
+  bool ints;           // also defined for int32/int64 (same dtype out)
+  bool ints_to_float;  // integer inputs promote to float32
+  bool smooth = true;  // differentiable on [lo, hi] (after `map`)
   std::function<double(double)> map = {};
 };
 
@@ -94,59 +94,69 @@ const std::vector<UnaryCase>& unary_cases() {
   static const std::vector<UnaryCase> cases = {
       {"neg", [](auto& x) { return mt::neg(x); }, [](double x) { return -x; }, -2, 2, true, false},
       {"neg_op", [](auto& x) { return -x; }, [](double x) { return -x; }, -2, 2, true, false},
-      {"abs", [](auto& x) { return mt::abs(x); }, [](double x) { return std::fabs(x); }, -2, 2, true,
-       false, true, away_from_zero},
-      {"exp", [](auto& x) { return mt::exp(x); }, [](double x) { return std::exp(x); }, -3, 3, false, true},
-      {"log", [](auto& x) { return mt::log(x); }, [](double x) { return std::log(x); }, 0.1, 5, false, true},
-      {"sqrt", [](auto& x) { return mt::sqrt(x); }, [](double x) { return std::sqrt(x); }, 0.1, 5, false, true},
-      {"rsqrt", [](auto& x) { return mt::rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, 0.1, 5,
+      {"abs", [](auto& x) { return mt::abs(x); }, [](double x) { return std::fabs(x); }, -2, 2,
+       true, false, true, away_from_zero},
+      {"exp", [](auto& x) { return mt::exp(x); }, [](double x) { return std::exp(x); }, -3, 3,
        false, true},
-      {"square", [](auto& x) { return mt::square(x); }, [](double x) { return x * x; }, -3, 3, true, false},
-      {"sign", [](auto& x) { return mt::sign(x); }, [](double x) { return double((x > 0) - (x < 0)); },
-       -2, 2, true, false, true, away_from_zero},
-      {"reciprocal", [](auto& x) { return mt::reciprocal(x); }, [](double x) { return 1 / x; }, -2, 2,
-       false, true, true, away_from_zero},
-      {"sin", [](auto& x) { return mt::sin(x); }, [](double x) { return std::sin(x); }, -3, 3, false, true},
-      {"cos", [](auto& x) { return mt::cos(x); }, [](double x) { return std::cos(x); }, -3, 3, false, true},
-      {"log1p", [](auto& x) { return mt::log1p(x); }, [](double x) { return std::log1p(x); }, -0.5, 3,
+      {"log", [](auto& x) { return mt::log(x); }, [](double x) { return std::log(x); }, 0.1, 5,
        false, true},
-      {"expm1", [](auto& x) { return mt::expm1(x); }, [](double x) { return std::expm1(x); }, -2, 2, false,
-       true},
-      {"relu", [](auto& x) { return mt::relu(x); }, [](double x) { return x < 0 ? 0.0 : x; }, -2, 2, true,
-       false, true, away_from_zero},
+      {"sqrt", [](auto& x) { return mt::sqrt(x); }, [](double x) { return std::sqrt(x); }, 0.1, 5,
+       false, true},
+      {"rsqrt", [](auto& x) { return mt::rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); },
+       0.1, 5, false, true},
+      {"square", [](auto& x) { return mt::square(x); }, [](double x) { return x * x; }, -3, 3, true,
+       false},
+      {"sign", [](auto& x) { return mt::sign(x); },
+       [](double x) { return double((x > 0) - (x < 0)); }, -2, 2, true, false, true,
+       away_from_zero},
+      {"reciprocal", [](auto& x) { return mt::reciprocal(x); }, [](double x) { return 1 / x; }, -2,
+       2, false, true, true, away_from_zero},
+      {"sin", [](auto& x) { return mt::sin(x); }, [](double x) { return std::sin(x); }, -3, 3,
+       false, true},
+      {"cos", [](auto& x) { return mt::cos(x); }, [](double x) { return std::cos(x); }, -3, 3,
+       false, true},
+      {"log1p", [](auto& x) { return mt::log1p(x); }, [](double x) { return std::log1p(x); }, -0.5,
+       3, false, true},
+      {"expm1", [](auto& x) { return mt::expm1(x); }, [](double x) { return std::expm1(x); }, -2, 2,
+       false, true},
+      {"relu", [](auto& x) { return mt::relu(x); }, [](double x) { return x < 0 ? 0.0 : x; }, -2, 2,
+       true, false, true, away_from_zero},
       {"gelu", [](auto& x) { return mt::gelu(x); }, gelu_ref, -4, 4, false, false},
-      {"gelu_tanh", [](auto& x) { return mt::gelu(x, "tanh"); }, gelu_tanh_ref, -4, 4, false, false},
-      {"silu", [](auto& x) { return mt::silu(x); }, [](double x) { return x * sigmoid_ref(x); }, -5, 5,
-       false, false},
+      {"gelu_tanh", [](auto& x) { return mt::gelu(x, "tanh"); }, gelu_tanh_ref, -4, 4, false,
+       false},
+      {"silu", [](auto& x) { return mt::silu(x); }, [](double x) { return x * sigmoid_ref(x); }, -5,
+       5, false, false},
       {"sigmoid", [](auto& x) { return mt::sigmoid(x); }, sigmoid_ref, -6, 6, false, true},
-      {"tanh", [](auto& x) { return mt::tanh(x); }, [](double x) { return std::tanh(x); }, -3, 3, false,
-       true},
+      {"tanh", [](auto& x) { return mt::tanh(x); }, [](double x) { return std::tanh(x); }, -3, 3,
+       false, true},
       {"clamp_min", [](auto& x) { return mt::clamp(x, -0.5, std::nullopt); },
        [](double x) { return std::max(x, -0.5); }, -2, 2, false, true},
       {"clamp_max", [](auto& x) { return mt::clamp(x, std::nullopt, 0.75); },
        [](double x) { return std::min(x, 0.75); }, -2, 2, false, true},
       {"clamp_both", [](auto& x) { return x.clamp(-1, 1); },
        [](double x) { return std::min(std::max(x, -1.0), 1.0); }, -2, 2, true, false},
-      {"pow_2.5", [](auto& x) { return mt::pow(x, 2.5); }, [](double x) { return std::pow(x, 2.5); }, 0.1,
-       3, false, false},
-      {"pow_-1.5", [](auto& x) { return x.pow(-1.5); }, [](double x) { return std::pow(x, -1.5); }, 0.2, 3,
+      {"pow_2.5", [](auto& x) { return mt::pow(x, 2.5); },
+       [](double x) { return std::pow(x, 2.5); }, 0.1, 3, false, false},
+      {"pow_-1.5", [](auto& x) { return x.pow(-1.5); }, [](double x) { return std::pow(x, -1.5); },
+       0.2, 3, false, false},
+      {"pow_3", [](auto& x) { return mt::pow(x, 3); }, [](double x) { return x * x * x; }, -2, 2,
+       true, false},
+      {"pow_0", [](auto& x) { return mt::pow(x, 0); }, [](double) { return 1.0; }, -2, 2, true,
+       false},
+      {"add_scalar", [](auto& x) { return mt::add(x, 1.5); }, [](double x) { return x + 1.5; }, -2,
+       2, false, false},
+      {"sub_scalar", [](auto& x) { return mt::sub(x, 3); }, [](double x) { return x - 3; }, -2, 2,
+       true, false},
+      {"mul_scalar", [](auto& x) { return mt::mul(x, -2.5); }, [](double x) { return x * -2.5; },
+       -2, 2, false, false},
+      {"div_scalar", [](auto& x) { return mt::div(x, 4.0); }, [](double x) { return x / 4; }, -2, 2,
        false, false},
-      {"pow_3", [](auto& x) { return mt::pow(x, 3); }, [](double x) { return x * x * x; }, -2, 2, true,
+      {"rsub_scalar", [](auto& x) { return 2.0 - x; }, [](double x) { return 2 - x; }, -2, 2, false,
        false},
-      {"pow_0", [](auto& x) { return mt::pow(x, 0); }, [](double) { return 1.0; }, -2, 2, true, false},
-      {"add_scalar", [](auto& x) { return mt::add(x, 1.5); }, [](double x) { return x + 1.5; }, -2, 2,
-       false, false},
-      {"sub_scalar", [](auto& x) { return mt::sub(x, 3); }, [](double x) { return x - 3; }, -2, 2, true,
-       false},
-      {"mul_scalar", [](auto& x) { return mt::mul(x, -2.5); }, [](double x) { return x * -2.5; }, -2, 2,
-       false, false},
-      {"div_scalar", [](auto& x) { return mt::div(x, 4.0); }, [](double x) { return x / 4; }, -2, 2, false,
-       false},
-      {"rsub_scalar", [](auto& x) { return 2.0 - x; }, [](double x) { return 2 - x; }, -2, 2, false, false},
-      {"rdiv_scalar", [](auto& x) { return 1.0 / x; }, [](double x) { return 1 / x; }, -2, 2, false, false,
-       true, away_from_zero},
-      {"scalar_mul_op", [](auto& x) { return 3 * x + 1; }, [](double x) { return 3 * x + 1; }, -2, 2, true,
-       false},
+      {"rdiv_scalar", [](auto& x) { return 1.0 / x; }, [](double x) { return 1 / x; }, -2, 2, false,
+       false, true, away_from_zero},
+      {"scalar_mul_op", [](auto& x) { return 3 * x + 1; }, [](double x) { return 3 * x + 1; }, -2,
+       2, true, false},
   };
   return cases;
 }
@@ -159,8 +169,8 @@ TEST(Unary, FloatingDtypesNonContiguousAndScalar) {
       for (const Shape& shape : {Shape{5, 6}, Shape{37}, Shape{}, Shape{2, 3, 4}}) {
         const Tensor x = rnd(shape, dt, true, c.lo, c.hi, c.map);
         const Tensor y = c.op(x);
-        const std::string what = std::string(c.name) + " " + name_of(dt) + " " +
-                                 ::testing::PrintToString(shape);
+        const std::string what =
+            std::string(c.name) + " " + name_of(dt) + " " + ::testing::PrintToString(shape);
         EXPECT_EQ(y.dtype(), dt) << what;
         std::vector<double> ref;
         for (double v : x.to_vector<double>()) ref.push_back(c.ref(v));
@@ -174,11 +184,15 @@ TEST(Unary, LargeInputsUseEveryPath) {
   // Large enough to be split across OpenMP threads, strided and broadcast (stride-0) inputs.
   for (DType dt : {mt::kFloat32, mt::kFloat16}) {
     const Tensor x = rnd({300, 257}, dt, true);
-    expect_close(mt::tanh(x), ref_tensor([&] {
-                   std::vector<double> r;
-                   for (double v : x.to_vector<double>()) r.push_back(std::tanh(v));
-                   return r;
-                 }(), x.shape()), "tanh large");
+    expect_close(mt::tanh(x),
+                 ref_tensor(
+                     [&] {
+                       std::vector<double> r;
+                       for (double v : x.to_vector<double>()) r.push_back(std::tanh(v));
+                       return r;
+                     }(),
+                     x.shape()),
+                 "tanh large");
     const Tensor row = rnd({257}, dt, false);
     const Tensor b = row.expand({300, 257});
     const auto rv = row.to_vector<double>();
@@ -280,20 +294,20 @@ struct BinaryCase {
 };
 const std::vector<BinaryCase>& binary_cases() {
   static const std::vector<BinaryCase> cases = {
-      {"add", [](auto& a, auto& b) { return mt::add(a, b); }, [](double a, double b) { return a + b; },
-       -3, 3, -3, 3, true},
+      {"add", [](auto& a, auto& b) { return mt::add(a, b); },
+       [](double a, double b) { return a + b; }, -3, 3, -3, 3, true},
       {"add_alpha", [](auto& a, auto& b) { return mt::add(a, b, 3); },
        [](double a, double b) { return a + 3 * b; }, -3, 3, -3, 3, true},
       {"add_alpha_float", [](auto& a, auto& b) { return a.add(b, -0.5); },
        [](double a, double b) { return a - 0.5 * b; }, -3, 3, -3, 3, false},
-      {"sub", [](auto& a, auto& b) { return mt::sub(a, b); }, [](double a, double b) { return a - b; },
-       -3, 3, -3, 3, true},
+      {"sub", [](auto& a, auto& b) { return mt::sub(a, b); },
+       [](double a, double b) { return a - b; }, -3, 3, -3, 3, true},
       {"sub_alpha", [](auto& a, auto& b) { return a.sub(b, 2); },
        [](double a, double b) { return a - 2 * b; }, -3, 3, -3, 3, true},
-      {"mul", [](auto& a, auto& b) { return a * b; }, [](double a, double b) { return a * b; }, -3, 3,
-       -3, 3, true},
-      {"div", [](auto& a, auto& b) { return mt::div(a, b); }, [](double a, double b) { return a / b; },
-       -3, 3, -2, 2, false, away_from_zero},
+      {"mul", [](auto& a, auto& b) { return a * b; }, [](double a, double b) { return a * b; }, -3,
+       3, -3, 3, true},
+      {"div", [](auto& a, auto& b) { return mt::div(a, b); },
+       [](double a, double b) { return a / b; }, -3, 3, -2, 2, false, away_from_zero},
       {"pow", [](auto& a, auto& b) { return mt::pow(a, b); },
        [](double a, double b) { return std::pow(a, b); }, 0.2, 3, -2, 2, false},
       {"pow_int", [](auto& a, auto& b) { return a.pow(b); },
@@ -302,10 +316,10 @@ const std::vector<BinaryCase>& binary_cases() {
        [](double a, double b) { return std::max(a, b); }, -3, 3, -3, 3, true},
       {"minimum", [](auto& a, auto& b) { return mt::minimum(a, b); },
        [](double a, double b) { return std::min(a, b); }, -3, 3, -3, 3, true},
-      {"sub_op", [](auto& a, auto& b) { return a - b; }, [](double a, double b) { return a - b; }, -3, 3,
-       -3, 3, true},
-      {"div_op", [](auto& a, auto& b) { return a / b; }, [](double a, double b) { return a / b; }, -3, 3,
-       -2, 2, false, away_from_zero},
+      {"sub_op", [](auto& a, auto& b) { return a - b; }, [](double a, double b) { return a - b; },
+       -3, 3, -3, 3, true},
+      {"div_op", [](auto& a, auto& b) { return a / b; }, [](double a, double b) { return a / b; },
+       -3, 3, -2, 2, false, away_from_zero},
   };
   return cases;
 }
@@ -313,7 +327,8 @@ const std::vector<BinaryCase>& binary_cases() {
 // a [4,6] (non-contiguous) with b of each broadcastable shape.
 const std::vector<std::pair<Shape, Shape>>& binary_shapes() {
   static const std::vector<std::pair<Shape, Shape>> s = {
-      {{4, 6}, {4, 6}}, {{4, 6}, {6}}, {{4, 1}, {1, 6}}, {{4, 6}, {}}, {{}, {4, 6}}, {{2, 1, 3}, {4, 1}},
+      {{4, 6}, {4, 6}}, {{4, 6}, {6}}, {{4, 1}, {1, 6}},
+      {{4, 6}, {}},     {{}, {4, 6}},  {{2, 1, 3}, {4, 1}},
   };
   return s;
 }
@@ -323,7 +338,8 @@ TEST(Binary, FloatingDtypesBroadcastNonContiguous) {
   for (const auto& c : binary_cases()) {
     for (DType dt : floating_dtypes()) {
       for (const auto& [sa, sb] : binary_shapes()) {
-        const Tensor a = rnd(sa, dt, true, c.alo, c.ahi), b = rnd(sb, dt, true, c.blo, c.bhi, c.bmap);
+        const Tensor a = rnd(sa, dt, true, c.alo, c.ahi),
+                     b = rnd(sb, dt, true, c.blo, c.bhi, c.bmap);
         const Tensor y = c.op(a, b);
         const Shape out = mt::broadcast_shapes(sa, sb, "test");
         const std::string what = std::string(c.name) + " " + name_of(dt) + " " +
@@ -422,11 +438,14 @@ TEST(Where, BroadcastAndPromotion) {
 TEST(Comparison, AllOpsAllDtypes) {
   using Cmp = std::function<Tensor(const Tensor&, const Tensor&)>;
   const std::vector<std::tuple<const char*, Cmp, std::function<bool(double, double)>>> ops = {
-      {"eq", [](auto& a, auto& b) { return mt::eq(a, b); }, [](double a, double b) { return a == b; }},
+      {"eq", [](auto& a, auto& b) { return mt::eq(a, b); },
+       [](double a, double b) { return a == b; }},
       {"ne", [](auto& a, auto& b) { return a != b; }, [](double a, double b) { return a != b; }},
-      {"lt", [](auto& a, auto& b) { return mt::lt(a, b); }, [](double a, double b) { return a < b; }},
+      {"lt", [](auto& a, auto& b) { return mt::lt(a, b); },
+       [](double a, double b) { return a < b; }},
       {"le", [](auto& a, auto& b) { return a <= b; }, [](double a, double b) { return a <= b; }},
-      {"gt", [](auto& a, auto& b) { return mt::gt(a, b); }, [](double a, double b) { return a > b; }},
+      {"gt", [](auto& a, auto& b) { return mt::gt(a, b); },
+       [](double a, double b) { return a > b; }},
       {"ge", [](auto& a, auto& b) { return a >= b; }, [](double a, double b) { return a >= b; }},
   };
   std::vector<DType> all = floating_dtypes();
@@ -461,7 +480,8 @@ TEST(Comparison, AllOpsAllDtypes) {
 TEST(Logical, AndOrNot) {
   const Tensor a = mt::tensor<bool>({true, true, false, false});
   const Tensor b = mt::tensor<bool>({true, false, true, false});
-  EXPECT_EQ(mt::logical_and(a, b).to_vector<bool>(), (std::vector<bool>{true, false, false, false}));
+  EXPECT_EQ(mt::logical_and(a, b).to_vector<bool>(),
+            (std::vector<bool>{true, false, false, false}));
   EXPECT_EQ((a | b).to_vector<bool>(), (std::vector<bool>{true, true, true, false}));
   EXPECT_EQ((!a).to_vector<bool>(), (std::vector<bool>{false, false, true, true}));
   EXPECT_EQ((a & b).dtype(), mt::kBool);
@@ -482,7 +502,8 @@ TEST(Logical, AndOrNot) {
   }
   EXPECT_EQ((m & r).to_vector<bool>(), want_and);
   EXPECT_EQ((m | r).to_vector<bool>(), want_or);
-  EXPECT_EQ((a + b).to_vector<bool>(), (std::vector<bool>{true, true, true, false}));  // bool add: or
+  EXPECT_EQ((a + b).to_vector<bool>(),
+            (std::vector<bool>{true, true, true, false}));  // bool add: or
 }
 
 // ---- in place -------------------------------------------------------------------------------
@@ -508,13 +529,16 @@ TEST(InPlace, MatchesOutOfPlace) {
     Tensor& r = t.add_(o);
     EXPECT_EQ(&r, &t);
     EXPECT_GT(t.version(), v0);
-    expect(t, [](double a, double b) { return a + b; }, "add_");
+    expect(
+        t, [](double a, double b) { return a + b; }, "add_");
     using Op = std::function<void(Tensor&)>;
     using Ref = std::function<double(double, double)>;
     const std::vector<std::tuple<const char*, Op, Ref>> cases = {
-        {"add_ alpha", [&](Tensor& s) { s.add_(o, 2.5); }, [](double a, double b) { return a + 2.5 * b; }},
+        {"add_ alpha", [&](Tensor& s) { s.add_(o, 2.5); },
+         [](double a, double b) { return a + 2.5 * b; }},
         {"sub_", [&](Tensor& s) { s.sub_(o); }, [](double a, double b) { return a - b; }},
-        {"sub_ alpha", [&](Tensor& s) { s.sub_(o, 2); }, [](double a, double b) { return a - 2 * b; }},
+        {"sub_ alpha", [&](Tensor& s) { s.sub_(o, 2); },
+         [](double a, double b) { return a - 2 * b; }},
         {"mul_", [&](Tensor& s) { s.mul_(o); }, [](double a, double b) { return a * b; }},
         {"div_", [&](Tensor& s) { s.div_(o); }, [](double a, double b) { return a / b; }},
         {"+=", [&](Tensor& s) { s += o; }, [](double a, double b) { return a + b; }},
@@ -553,16 +577,40 @@ TEST(InPlace, MatchesOutOfPlace) {
   EXPECT_EQ(f.dtype(), mt::kFloat32);
 }
 
+TEST(InPlace, MixedDtypesRoundOnce) {
+  // float16 self += float32 other computes in float32 and rounds once: 1 + (2^-11 + 2^-20) is
+  // above the float16 midpoint 1 + 2^-11, so it rounds up (rounding `other` first would tie down).
+  const float other = std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20);
+  Tensor h = mt::ones({2}, mt::kFloat16);
+  h.add_(mt::full({2}, other, mt::kFloat32));
+  EXPECT_EQ(h.to_vector<mt::Half>()[0].x, mt::Half(1.0f + other).x);
+  EXPECT_EQ(h.to_vector<float>()[0], 1.0f + std::ldexp(1.0f, -10));
+  Tensor m = mt::ones({2}, mt::kBFloat16);
+  m.mul_(mt::full({2}, 1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20), mt::kFloat32));
+  EXPECT_EQ(m.to_vector<float>()[1], 1.0f + std::ldexp(1.0f, -7));
+  Tensor d = mt::ones({2}, mt::kFloat16);
+  d.div_(mt::full({2}, 1.0 / (1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -20)), mt::kFloat64));
+  EXPECT_EQ(d.to_vector<float>()[0], 1.0f + std::ldexp(1.0f, -10));
+  EXPECT_EQ(d.dtype(), mt::kFloat16);
+}
+
 TEST(InPlace, Errors) {
   Tensor i = mt::tensor<int32_t>({1, 2, 3});
-  expect_error([&] { i += mt::tensor<float>({1, 2, 3}); },
-               {"add_", "result type float32 can't be cast to the desired output type int32"});
+  expect_error(
+      [&] {
+        i += mt::tensor<float>({1, 2, 3});
+      },
+      {"add_", "result type float32 can't be cast to the desired output type int32"});
   expect_error([&] { i.mul_(2.5); }, {"mul_", "can't be cast", "int32"});
   expect_error([&] { i /= mt::tensor<int32_t>({1, 1, 1}); }, {"div_", "can't be cast"});
-  expect_error([&] { mt::tensor<bool>({true}).add_(mt::tensor<int32_t>({1})); }, {"can't be cast", "bool"});
+  expect_error([&] { mt::tensor<bool>({true}).add_(mt::tensor<int32_t>({1})); },
+               {"can't be cast", "bool"});
   Tensor f = mt::zeros({3});
-  expect_error([&] { f += mt::zeros({2, 3}); },
-               {"add_", "output with shape [3] doesn't match the broadcast shape [2, 3]"});
+  expect_error(
+      [&] {
+        f += mt::zeros({2, 3});
+      },
+      {"add_", "output with shape [3] doesn't match the broadcast shape [2, 3]"});
   expect_error([&] { f.mul_(mt::zeros({4})); }, {"mul_", "[3]", "[4]"});
   Tensor leaf = mt::ones({2}, mt::TensorOptions().requires_grad());
   expect_error([&] { leaf.add_(1.0); }, {"leaf"});
@@ -586,7 +634,8 @@ TEST(Errors, NotImplementedAndBadArguments) {
   expect_error([&] { mt::sqrt_kernel(mt::kCPU)(out, b); },
                {"op sqrt not implemented for dtype bool on device cpu"});
   expect_error([&] { mt::gelu(mt::ones({1}), "fast"); }, {"gelu", "'none' or 'tanh'", "fast"});
-  expect_error([&] { mt::clamp(mt::ones({1}), std::nullopt, std::nullopt); }, {"clamp", "min", "max"});
+  expect_error([&] { mt::clamp(mt::ones({1}), std::nullopt, std::nullopt); },
+               {"clamp", "min", "max"});
   expect_error([&] { mt::clamp(b, 0, 1); }, {"clamp", "bool"});
   expect_error([&] { mt::sub(b, b); }, {"sub", "bool"});
   expect_error([&] { mt::ones({2}) - b; }, {"sub", "bool"});
@@ -595,13 +644,14 @@ TEST(Errors, NotImplementedAndBadArguments) {
                {"add", "alpha"});
   expect_error([] { mt::pow(mt::tensor<int64_t>({2}), -1); },
                {"pow", "integers to negative integer powers are not allowed"});
-  EXPECT_EQ(mt::pow(mt::tensor<int64_t>({2}), -1.0).to_vector<double>(), (std::vector<double>{0.5}));
+  EXPECT_EQ(mt::pow(mt::tensor<int64_t>({2}), -1.0).to_vector<double>(),
+            (std::vector<double>{0.5}));
 }
 
 // ---- gradients ------------------------------------------------------------------------------
 namespace {
-Tensor grad_input(const Shape& shape, double lo, double hi, const std::function<double(double)>& map = {},
-                  bool non_contiguous = true) {
+Tensor grad_input(const Shape& shape, double lo, double hi,
+                  const std::function<double(double)>& map = {}, bool non_contiguous = true) {
   Tensor t = rnd(shape, mt::kFloat64, non_contiguous, lo, hi, map);
   t.requires_grad_(true);
   return t;
@@ -694,7 +744,11 @@ TEST(Gradients, WhereAndInPlace) {
       {"mul_", [](Tensor& s, const Tensor& t) { s.mul_(t); }},
       {"div_", [](Tensor& s, const Tensor& t) { s.div_(t); }},
       {"*= scalar", [](Tensor& s, const Tensor&) { s *= 2.5; }},
-      {"+= scalar", [](Tensor& s, const Tensor& t) { s += t; s += 1.0; }},
+      {"+= scalar",
+       [](Tensor& s, const Tensor& t) {
+         s += t;
+         s += 1.0;
+       }},
   };
   for (const auto& [name, op] : ops) {
     const Fn fn = [&, op = op](const std::vector<Tensor>& in) {

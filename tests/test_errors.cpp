@@ -18,8 +18,8 @@ namespace {
 Tensor fake_tensor_on(mt::Device device, const Shape& shape, std::vector<float>& host) {
   host.assign(static_cast<size_t>(shape.numel()), 0.0f);
   auto impl = std::make_shared<mt::TensorImpl>();
-  impl->storage = std::make_shared<mt::StorageImpl>(host.data(), host.size() * sizeof(float), device,
-                                                    std::function<void(void*)>());
+  impl->storage = std::make_shared<mt::StorageImpl>(host.data(), host.size() * sizeof(float),
+                                                    device, std::function<void(void*)>());
   impl->sizes = shape;
   impl->strides = mt::contiguous_strides(shape);
   impl->dtype = mt::kFloat32;
@@ -43,7 +43,7 @@ TEST(Errors, DeviceMismatchNamesBothDevices) {
   const std::vector<std::string> want = {"expected all tensors to be on the same device", "cpu",
                                          "cuda:0"};
   expect_error([&] { cpu + gpu; }, want);
-  expect_error([&] { gpu * cpu; }, want);
+  expect_error([&] { gpu* cpu; }, want);
   expect_error([&] { mt::maximum(cpu, gpu); }, want);
   expect_error([&] { cpu < gpu; }, want);
   expect_error([&] { mt::where(cpu > 0.0, cpu, gpu); }, want);
@@ -51,7 +51,7 @@ TEST(Errors, DeviceMismatchNamesBothDevices) {
   expect_error([&] { self.add_(gpu); }, want);
   expect_error([&] { self.mul_(gpu); }, want);
   expect_error([&] { cpu + gpu; }, {"(op: add)"});
-  expect_error([&] { gpu * cpu; }, {"(op: mul)", "found cuda:0 and cpu"});
+  expect_error([&] { gpu* cpu; }, {"(op: mul)", "found cuda:0 and cpu"});
 }
 
 TEST(Errors, MissingCudaDevice) {
@@ -95,8 +95,11 @@ TEST(Errors, UndefinedTensor) {
 }
 
 TEST(Errors, ItemOnManyElements) {
-  expect_error([] { mt::ones({2, 3}).item<float>(); },
-               {"item", "6 elements cannot be converted to a scalar", "[2, 3]"});
+  expect_error(
+      [] {
+        mt::ones({2, 3}).item<float>();
+      },
+      {"item", "6 elements cannot be converted to a scalar", "[2, 3]"});
   expect_error([] { mt::zeros({0}).item<double>(); }, {"item", "0 elements"});
   EXPECT_EQ(mt::ones({1, 1}).item<float>(), 1.0f);
 }
@@ -135,7 +138,8 @@ TEST(Errors, ParseDtype) {
   EXPECT_EQ(mt::parse_dtype("bool"), mt::kBool);
   for (int i = 0; i < mt::kNumDTypes; ++i)
     EXPECT_EQ(mt::parse_dtype(mt::dtype_name(mt::DType(i))), mt::DType(i));
-  expect_error([] { mt::parse_dtype("float8"); }, {"unknown dtype 'float8'", "float32", "bfloat16"});
+  expect_error([] { mt::parse_dtype("float8"); },
+               {"unknown dtype 'float8'", "float32", "bfloat16"});
   expect_error([] { mt::parse_dtype("Float32"); }, {"unknown dtype 'Float32'"});
   expect_error([] { mt::parse_dtype(""); }, {"unknown dtype ''"});
 }

@@ -70,7 +70,8 @@ float ref_round_to_tf32(float f) {
   int e = 0;
   std::frexp(x, &e);  // |x| = frac * 2^e, frac in [0.5, 1)
   // Quantum: 2^-136 for float32 subnormals (the kept bits of the mantissa field), else 2^(e-11).
-  const double q = std::fabs(x) < std::ldexp(1.0, -126) ? std::ldexp(1.0, -136) : std::ldexp(1.0, e - 11);
+  const double q =
+      std::fabs(x) < std::ldexp(1.0, -126) ? std::ldexp(1.0, -136) : std::ldexp(1.0, e - 11);
   const double r = std::nearbyint(x / q) * q;  // default rounding mode: ties to even
   if (std::fabs(r) > FLT_MAX) return r > 0 ? INFINITY : -INFINITY;
   return static_cast<float>(r);
@@ -157,7 +158,8 @@ TEST(Half, OverflowAndSpecialValues) {
   expect_half_rounds(-INFINITY, 0xfc00, "-inf");
   expect_half_rounds(0.0f, 0x0000, "+0");
   expect_half_rounds(-0.0f, 0x8000, "-0");
-  for (float nan : {NAN, -NAN, float_of(0x7f800001u), float_of(0xff800001u), float_of(0x7fffffffu)}) {
+  for (float nan :
+       {NAN, -NAN, float_of(0x7f800001u), float_of(0xff800001u), float_of(0x7fffffffu)}) {
     const uint16_t h = half_bits(nan);
     EXPECT_EQ(h & 0x7c00, 0x7c00);
     EXPECT_NE(h & 0x3ff, 0) << "NaN must not become Inf";
@@ -285,7 +287,12 @@ TEST(TF32, RoundToTf32MatchesReference) {
   // Every sign/exponent/top-10-mantissa combination, with low bits at and around the tie.
   std::mt19937 rng(7);
   for (uint32_t high = 0; high < (1u << 19); ++high) {
-    const uint32_t lows[] = {0x0000u, 0x0001u, 0x0fffu, 0x1000u, 0x1001u, 0x1fffu,
+    const uint32_t lows[] = {0x0000u,
+                             0x0001u,
+                             0x0fffu,
+                             0x1000u,
+                             0x1001u,
+                             0x1fffu,
                              static_cast<uint32_t>(rng() & 0x1fffu)};
     for (uint32_t low : lows) {
       const float f = float_of((high << 13) | low);
@@ -351,12 +358,14 @@ TEST(CastKernel, Float16ToFloat32AllPatterns) {
 
 TEST(CastKernel, Float32ToFloat16MatchesScalarConversion) {
   std::vector<float> values;
-  for (uint32_t i = 0; i < 65536; ++i) values.push_back(float(mt::Half(static_cast<uint16_t>(i), mt::from_bits)));
+  for (uint32_t i = 0; i < 65536; ++i)
+    values.push_back(float(mt::Half(static_cast<uint16_t>(i), mt::from_bits)));
   std::mt19937 rng(99);
   std::uniform_int_distribution<uint32_t> any_bits;
   std::uniform_real_distribution<float> exponent(-30.0f, 17.0f);
   for (int i = 0; i < 200000; ++i) values.push_back(float_of(any_bits(rng)));
-  for (int i = 0; i < 200000; ++i) values.push_back(std::exp2(exponent(rng)) * (i & 1 ? -1.0f : 1.0f));
+  for (int i = 0; i < 200000; ++i)
+    values.push_back(std::exp2(exponent(rng)) * (i & 1 ? -1.0f : 1.0f));
   values.push_back(65520.0f);
   values.push_back(std::ldexp(1.0f, -25));
   values.push_back(1.0f + std::ldexp(1.0f, -11));  // a tie
@@ -366,12 +375,14 @@ TEST(CastKernel, Float32ToFloat16MatchesScalarConversion) {
   const auto tail = f.narrow(0, 1, 1001).to(mt::kFloat16).to_vector<mt::Half>();
   for (size_t i = 0; i < tail.size(); ++i) expect_same_half(tail[i], mt::Half(values[i + 1]), i);
   const auto strided = f.slice(0, 0, std::nullopt, 3).to(mt::kFloat16).to_vector<mt::Half>();
-  for (size_t i = 0; i < strided.size(); ++i) expect_same_half(strided[i], mt::Half(values[3 * i]), i);
+  for (size_t i = 0; i < strided.size(); ++i)
+    expect_same_half(strided[i], mt::Half(values[3 * i]), i);
 }
 
 TEST(CastKernel, BFloat16AndFloat64Casts) {
   std::vector<mt::BFloat16> all(65536);
-  for (uint32_t i = 0; i < 65536; ++i) all[i] = mt::BFloat16(static_cast<uint16_t>(i), mt::from_bits);
+  for (uint32_t i = 0; i < 65536; ++i)
+    all[i] = mt::BFloat16(static_cast<uint16_t>(i), mt::from_bits);
   const auto as_float = mt::from_vector(all).to(mt::kFloat32).to_vector<float>();
   for (size_t i = 0; i < all.size(); ++i) expect_same_float(as_float[i], float(all[i]), i);
   // float64 -> float16 goes through float32 (double rounding is what the scalar Half(double)

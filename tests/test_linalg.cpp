@@ -20,10 +20,14 @@ const Layout kLayouts[] = {Layout::kContiguous, Layout::kTransposed, Layout::kPa
 
 const char* layout_name(Layout l) {
   switch (l) {
-    case Layout::kContiguous: return "contiguous";
-    case Layout::kTransposed: return "transposed";
-    case Layout::kPadded: return "padded";
-    case Layout::kStrided: return "strided";
+    case Layout::kContiguous:
+      return "contiguous";
+    case Layout::kTransposed:
+      return "transposed";
+    case Layout::kPadded:
+      return "padded";
+    case Layout::kStrided:
+      return "strided";
   }
   return "?";
 }
@@ -37,7 +41,8 @@ Tensor make_operand(const Shape& shape, mt::DType dtype, Layout l) {
   const int64_t n = shape.size();
   Shape big = shape;
   switch (l) {
-    case Layout::kContiguous: return uniform_values(shape, dtype);
+    case Layout::kContiguous:
+      return uniform_values(shape, dtype);
     case Layout::kTransposed:
       std::swap(big[n - 1], big[n - 2]);
       return uniform_values(big, dtype).transpose(-1, -2);
@@ -126,7 +131,8 @@ void expect_matches(const Tensor& actual, const Reference& ref, int64_t K, const
              mag = ref.magnitude.to_vector<double>();
   int reported = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    const double bound = tol.atol + tol.rtol * std::fabs(want[i]) + (2.0 * K * acc_eps + extra) * mag[i];
+    const double bound =
+        tol.atol + tol.rtol * std::fabs(want[i]) + (2.0 * K * acc_eps + extra) * mag[i];
     if (!(std::fabs(got[i] - want[i]) <= bound) && reported++ < 5) {
       ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", expected " << want[i]
                     << " (bound " << bound << ")";
@@ -139,13 +145,13 @@ std::string describe(mt::DType t, Layout la, Layout lb) {
 }
 
 // Runs fn, skipping the test while an op it depends on is still a placeholder.
-#define SKIP_IF_PENDING(stmt)                                                      \
-  try {                                                                            \
-    stmt;                                                                          \
-  } catch (const mt::Error& e) {                                                   \
-    if (std::string(e.what()).find("pending") != std::string::npos)                \
-      GTEST_SKIP() << "depends on an op not written yet: " << e.what();            \
-    throw;                                                                         \
+#define SKIP_IF_PENDING(stmt)                                           \
+  try {                                                                 \
+    stmt;                                                               \
+  } catch (const mt::Error& e) {                                        \
+    if (std::string(e.what()).find("pending") != std::string::npos)     \
+      GTEST_SKIP() << "depends on an op not written yet: " << e.what(); \
+    throw;                                                              \
   }
 
 Tensor leaf(const Shape& shape) { return uniform_values(shape, mt::kFloat64).requires_grad_(); }
@@ -208,12 +214,21 @@ TEST(Mm, MethodsMatchFunctions) {
 TEST(Mm, Errors) {
   const Tensor a = mt::ones({20, 10}), b = mt::ones({5, 10});
   mt::testing::expect_error([&] { mt::mm(a, b); }, {"mm", "[20, 10]", "[5, 10]"});
-  mt::testing::expect_error([&] { mt::mm(a, mt::ones({10, 3}, mt::kFloat64)); },
-                            {"mm", "same dtype", "float32", "float64"});
-  mt::testing::expect_error([&] { mt::mm(mt::ones({2, 3, 4}), mt::ones({4, 2})); },
-                            {"mm", "[2, 3, 4]"});
-  mt::testing::expect_error([&] { mt::mm(mt::ones({2, 2}, mt::kBool), mt::ones({2, 2}, mt::kBool)); },
-                            {"bool"});
+  mt::testing::expect_error(
+      [&] {
+        mt::mm(a, mt::ones({10, 3}, mt::kFloat64));
+      },
+      {"mm", "same dtype", "float32", "float64"});
+  mt::testing::expect_error(
+      [&] {
+        mt::mm(mt::ones({2, 3, 4}), mt::ones({4, 2}));
+      },
+      {"mm", "[2, 3, 4]"});
+  mt::testing::expect_error(
+      [&] {
+        mt::mm(mt::ones({2, 2}, mt::kBool), mt::ones({2, 2}, mt::kBool));
+      },
+      {"bool"});
 }
 
 // ---- bmm --------------------------------------------------------------------------------------
@@ -236,7 +251,8 @@ TEST(Bmm, BroadcastBatchStrideZero) {
       const Tensor a = make_operand({1, 5, 8}, dt, l).expand({4, 5, 8});
       const Tensor b = make_operand({4, 8, 3}, dt, Layout::kTransposed);
       ASSERT_EQ(a.stride(0), 0);
-      expect_matches(mt::bmm(a, b), reference_matmul(a, b), 8, describe(dt, l, Layout::kTransposed));
+      expect_matches(mt::bmm(a, b), reference_matmul(a, b), 8,
+                     describe(dt, l, Layout::kTransposed));
       expect_matches(mt::bmm(b.transpose(1, 2), a.transpose(1, 2)),
                      reference_matmul(b.transpose(1, 2), a.transpose(1, 2)), 8,
                      describe(dt, Layout::kTransposed, l) + " (broadcast second)");
@@ -252,13 +268,21 @@ TEST(Bmm, IntegerAndSliced) {
 }
 
 TEST(Bmm, Errors) {
-  mt::testing::expect_error([&] { mt::bmm(mt::ones({2, 3, 4}), mt::ones({3, 4, 5})); },
-                            {"bmm", "[2, 3, 4]", "[3, 4, 5]"});
-  mt::testing::expect_error([&] { mt::bmm(mt::ones({2, 3, 4}), mt::ones({2, 5, 5})); },
-                            {"bmm", "[2, 3, 4]", "[2, 5, 5]"});
+  mt::testing::expect_error(
+      [&] {
+        mt::bmm(mt::ones({2, 3, 4}), mt::ones({3, 4, 5}));
+      },
+      {"bmm", "[2, 3, 4]", "[3, 4, 5]"});
+  mt::testing::expect_error(
+      [&] {
+        mt::bmm(mt::ones({2, 3, 4}), mt::ones({2, 5, 5}));
+      },
+      {"bmm", "[2, 3, 4]", "[2, 5, 5]"});
   mt::testing::expect_error([&] { mt::bmm(mt::ones({3, 4}), mt::ones({4, 5})); }, {"bmm", "3-D"});
   mt::testing::expect_error(
-      [&] { mt::bmm(mt::ones({2, 3, 4}, mt::kFloat16), mt::ones({2, 4, 5}, mt::kBFloat16)); },
+      [&] {
+        mt::bmm(mt::ones({2, 3, 4}, mt::kFloat16), mt::ones({2, 4, 5}, mt::kBFloat16));
+      },
       {"bmm", "same dtype", "float16", "bfloat16"});
 }
 
@@ -269,18 +293,26 @@ TEST(Matmul, EveryRankCombination) {
   // Batch dims chosen to broadcast against each other: [3] with [2, 3] and [2, 1] with [1].
   auto shape_a = [&](int rank) -> Shape {
     switch (rank) {
-      case 1: return {K};
-      case 2: return {M, K};
-      case 3: return {3, M, K};
-      default: return {2, 1, M, K};
+      case 1:
+        return {K};
+      case 2:
+        return {M, K};
+      case 3:
+        return {3, M, K};
+      default:
+        return {2, 1, M, K};
     }
   };
   auto shape_b = [&](int rank) -> Shape {
     switch (rank) {
-      case 1: return {K};
-      case 2: return {K, N};
-      case 3: return {1, K, N};
-      default: return {2, 3, K, N};
+      case 1:
+        return {K};
+      case 2:
+        return {K, N};
+      case 3:
+        return {1, K, N};
+      default:
+        return {2, 3, K, N};
     }
   };
   for (mt::DType dt : {mt::kFloat64, mt::kFloat32, mt::kFloat16}) {
@@ -288,10 +320,13 @@ TEST(Matmul, EveryRankCombination) {
       for (int rb = 1; rb <= 4; ++rb) {
         for (bool transposed : {false, true}) {
           const Layout l = transposed ? Layout::kTransposed : Layout::kContiguous;
-          const Tensor a = ra == 1 ? uniform_values(shape_a(ra), dt) : make_operand(shape_a(ra), dt, l);
-          const Tensor b = rb == 1 ? uniform_values(shape_b(rb), dt) : make_operand(shape_b(rb), dt, l);
+          const Tensor a =
+              ra == 1 ? uniform_values(shape_a(ra), dt) : make_operand(shape_a(ra), dt, l);
+          const Tensor b =
+              rb == 1 ? uniform_values(shape_b(rb), dt) : make_operand(shape_b(rb), dt, l);
           const std::string what = std::string(mt::dtype_name(dt)) + " rank " + std::to_string(ra) +
-                                   " x rank " + std::to_string(rb) + (transposed ? " transposed" : "");
+                                   " x rank " + std::to_string(rb) +
+                                   (transposed ? " transposed" : "");
           const Tensor out = mt::matmul(a, b);
           expect_matches(out, reference_matmul(a, b), K, what);
         }
@@ -308,14 +343,24 @@ TEST(Matmul, DotIsZeroDim) {
 }
 
 TEST(Matmul, Errors) {
-  mt::testing::expect_error([&] { mt::matmul(mt::ones({2, 3, 4}), mt::ones({5, 2})); },
-                            {"matmul", "[2, 3, 4]", "[5, 2]"});
-  mt::testing::expect_error([&] { mt::matmul(mt::ones({3}), mt::ones({4})); }, {"matmul", "[3]", "[4]"});
+  mt::testing::expect_error(
+      [&] {
+        mt::matmul(mt::ones({2, 3, 4}), mt::ones({5, 2}));
+      },
+      {"matmul", "[2, 3, 4]", "[5, 2]"});
+  mt::testing::expect_error([&] { mt::matmul(mt::ones({3}), mt::ones({4})); },
+                            {"matmul", "[3]", "[4]"});
   mt::testing::expect_error([&] { mt::matmul(mt::ones({}), mt::ones({4})); }, {"matmul", "0D"});
-  mt::testing::expect_error([&] { mt::matmul(mt::ones({2, 2, 3}), mt::ones({3, 3, 2})); },
-                            {"matmul", "[2, 2, 3]", "[3, 3, 2]"});
-  mt::testing::expect_error([&] { mt::matmul(mt::ones({2, 3}), mt::ones({3}, mt::kFloat64)); },
-                            {"matmul", "same dtype"});
+  mt::testing::expect_error(
+      [&] {
+        mt::matmul(mt::ones({2, 2, 3}), mt::ones({3, 3, 2}));
+      },
+      {"matmul", "[2, 2, 3]", "[3, 3, 2]"});
+  mt::testing::expect_error(
+      [&] {
+        mt::matmul(mt::ones({2, 3}), mt::ones({3}, mt::kFloat64));
+      },
+      {"matmul", "same dtype"});
 }
 
 // ---- linear -----------------------------------------------------------------------------------
@@ -324,13 +369,15 @@ TEST(Linear, MatchesReferenceForEveryRankAndDtype) {
   for (mt::DType dt : mt::testing::floating_dtypes()) {
     for (const Shape& xs : {Shape{5}, Shape{4, 5}, Shape{2, 3, 5}, Shape{2, 2, 2, 5}}) {
       for (bool with_bias : {false, true}) {
-        const Tensor x = xs.size() >= 2 ? make_operand(xs, dt, Layout::kTransposed) : uniform_values(xs, dt);
+        const Tensor x =
+            xs.size() >= 2 ? make_operand(xs, dt, Layout::kTransposed) : uniform_values(xs, dt);
         const Tensor w = make_operand({7, 5}, dt, Layout::kPadded);
         const Tensor bias = with_bias ? uniform_values({7}, dt) : Tensor();
         const Tensor out = mt::linear(x, w, bias);
         Reference ref = reference_matmul(x, w.t());
         if (with_bias) ref.value = ref.value + bias.to(mt::kFloat64);
-        std::string what = std::string(mt::dtype_name(dt)) + " x" + std::to_string(xs.size()) + "-D";
+        std::string what =
+            std::string(mt::dtype_name(dt)) + " x" + std::to_string(xs.size()) + "-D";
         // The bias is added to the rounded product: one more rounding for half types.
         const double extra = with_bias ? mt::testing::tolerance_for(dt).rtol : 0.0;
         expect_matches(out, ref, 5, what + (with_bias ? " with bias" : ""), extra);
@@ -340,15 +387,26 @@ TEST(Linear, MatchesReferenceForEveryRankAndDtype) {
 }
 
 TEST(Linear, Errors) {
-  mt::testing::expect_error([&] { mt::linear(mt::ones({3, 4}), mt::ones({2, 5})); },
-                            {"linear", "[3, 4]", "[2, 5]"});
-  mt::testing::expect_error([&] { mt::linear(mt::ones({3, 4}), mt::ones({2, 4}), mt::ones({3})); },
-                            {"linear", "bias", "[3]"});
   mt::testing::expect_error(
-      [&] { mt::linear(mt::ones({3, 4}), mt::ones({2, 4}), mt::ones({2}, mt::kFloat64)); },
+      [&] {
+        mt::linear(mt::ones({3, 4}), mt::ones({2, 5}));
+      },
+      {"linear", "[3, 4]", "[2, 5]"});
+  mt::testing::expect_error(
+      [&] {
+        mt::linear(mt::ones({3, 4}), mt::ones({2, 4}), mt::ones({3}));
+      },
+      {"linear", "bias", "[3]"});
+  mt::testing::expect_error(
+      [&] {
+        mt::linear(mt::ones({3, 4}), mt::ones({2, 4}), mt::ones({2}, mt::kFloat64));
+      },
       {"linear", "float64"});
-  mt::testing::expect_error([&] { mt::linear(mt::ones({3, 4}), mt::ones({2, 4}, mt::kFloat16)); },
-                            {"linear", "same dtype"});
+  mt::testing::expect_error(
+      [&] {
+        mt::linear(mt::ones({3, 4}), mt::ones({2, 4}, mt::kFloat16));
+      },
+      {"linear", "same dtype"});
 }
 
 // ---- gradients --------------------------------------------------------------------------------
@@ -367,18 +425,19 @@ TEST(LinalgGrad, Mm) {
 TEST(LinalgGrad, Bmm) {
   mt::manual_seed(10);
   const Tensor a = leaf({2, 3, 4}), b = leaf({2, 4, 2});
-  EXPECT_TRUE(mt::autograd::gradcheck([](const auto& in) { return mt::bmm(in[0], in[1]); }, {a, b}));
-  EXPECT_TRUE(mt::autograd::gradcheck(
-      [](const auto& in) { return mt::bmm(in[0].transpose(1, 2), in[1]); },
-      {leaf({2, 4, 3}), leaf({2, 4, 2})}));
+  EXPECT_TRUE(
+      mt::autograd::gradcheck([](const auto& in) { return mt::bmm(in[0], in[1]); }, {a, b}));
+  EXPECT_TRUE(
+      mt::autograd::gradcheck([](const auto& in) { return mt::bmm(in[0].transpose(1, 2), in[1]); },
+                              {leaf({2, 4, 3}), leaf({2, 4, 2})}));
 }
 
 TEST(LinalgGrad, MatmulRankCombinations) {
   mt::manual_seed(11);
   const std::vector<std::pair<Shape, Shape>> cases = {
-      {{3}, {3}},       {{3}, {3, 2}},       {{2, 3}, {3}},          {{2, 3}, {3, 2}},
-      {{2, 2, 3}, {3}}, {{2, 2, 3}, {3, 2}}, {{3}, {2, 3, 2}},       {{2, 3}, {2, 3, 2}},
-      {{2, 2, 3}, {2, 3, 2}}};
+      {{3}, {3}},       {{3}, {3, 2}},       {{2, 3}, {3}},
+      {{2, 3}, {3, 2}}, {{2, 2, 3}, {3}},    {{2, 2, 3}, {3, 2}},
+      {{3}, {2, 3, 2}}, {{2, 3}, {2, 3, 2}}, {{2, 2, 3}, {2, 3, 2}}};
   for (const auto& [sa, sb] : cases) {
     EXPECT_TRUE(mt::autograd::gradcheck([](const auto& in) { return mt::matmul(in[0], in[1]); },
                                         {leaf(sa), leaf(sb)}))
@@ -389,8 +448,9 @@ TEST(LinalgGrad, MatmulRankCombinations) {
 TEST(LinalgGrad, MatmulBroadcastBatch) {
   mt::manual_seed(12);
   // Gradients of a broadcast batch operand are summed over the batch (needs sum).
-  SKIP_IF_PENDING(EXPECT_TRUE(mt::autograd::gradcheck(
-      [](const auto& in) { return mt::matmul(in[0], in[1]); }, {leaf({2, 1, 2, 3}), leaf({3, 3, 2})})));
+  SKIP_IF_PENDING(
+      EXPECT_TRUE(mt::autograd::gradcheck([](const auto& in) { return mt::matmul(in[0], in[1]); },
+                                          {leaf({2, 1, 2, 3}), leaf({3, 3, 2})})));
   SKIP_IF_PENDING(EXPECT_TRUE(mt::autograd::gradcheck(
       [](const auto& in) { return mt::matmul(in[0], in[1]); }, {leaf({3, 2}), leaf({2, 2, 2})})));
 }
@@ -411,9 +471,9 @@ TEST(LinalgGrad, LinearWithoutBias) {
 TEST(LinalgGrad, LinearWithBias) {
   mt::manual_seed(14);
   for (const Shape& xs : {Shape{4}, Shape{3, 4}, Shape{2, 3, 4}}) {
-    SKIP_IF_PENDING(EXPECT_TRUE(mt::autograd::gradcheck(
-        [](const auto& in) { return mt::linear(in[0], in[1], in[2]); },
-        {leaf(xs), leaf({2, 4}), leaf({2})})));
+    SKIP_IF_PENDING(EXPECT_TRUE(
+        mt::autograd::gradcheck([](const auto& in) { return mt::linear(in[0], in[1], in[2]); },
+                                {leaf(xs), leaf({2, 4}), leaf({2})})));
   }
 }
 

@@ -94,7 +94,8 @@ TEST(Random, ElementIDrawsPhiloxCounterOffsetPlusI) {
     const mt::Philox4 r32 = mt::philox4x32(0xC0FFEE, offset + i);
     ASSERT_EQ(v32[i], static_cast<float>((r32.v[0] >> 8) * 0x1p-24)) << i;
     const mt::Philox4 r64 = mt::philox4x32(0xC0FFEE, offset + n + i);
-    const uint64_t bits = ((static_cast<uint64_t>(r64.v[0]) << 21) ^ (r64.v[1] >> 11)) & ((1ull << 53) - 1);
+    const uint64_t bits =
+        ((static_cast<uint64_t>(r64.v[0]) << 21) ^ (r64.v[1] >> 11)) & ((1ull << 53) - 1);
     ASSERT_EQ(v64[i], bits * 0x1p-53) << i;
     ASSERT_EQ(vz[i], mt::philox_normal(mt::philox4x32(0xC0FFEE, offset + 2 * n + i))) << i;
   }
@@ -187,10 +188,10 @@ TEST(Random, UniformStaysBelowHighAfterRounding) {
   };
   // Narrow ranges just below a representable bound: most samples round up to `high` unless
   // they are pulled back.
-  const Case cases[] = {{mt::kFloat16, 0.0, 1.0},         {mt::kFloat16, 1000.0, 1001.0},
-                        {mt::kBFloat16, 0.0, 1.0},        {mt::kBFloat16, 255.0, 256.0},
-                        {mt::kFloat32, 0.999999, 1.0},    {mt::kFloat32, -1.0, -0.9999999},
-                        {mt::kFloat16, -2.0, 0.0},        {mt::kBFloat16, 1.0, 1.001},
+  const Case cases[] = {{mt::kFloat16, 0.0, 1.0},        {mt::kFloat16, 1000.0, 1001.0},
+                        {mt::kBFloat16, 0.0, 1.0},       {mt::kBFloat16, 255.0, 256.0},
+                        {mt::kFloat32, 0.999999, 1.0},   {mt::kFloat32, -1.0, -0.9999999},
+                        {mt::kFloat16, -2.0, 0.0},       {mt::kBFloat16, 1.0, 1.001},
                         {mt::kFloat64, 1.0, 1.0 + 1e-15}};
   for (const Case& c : cases) {
     Tensor t = mt::empty({100000}, c.dt);
@@ -244,12 +245,14 @@ TEST(Dropout, ZeroFractionAndScaling) {
       for (size_t i = 0; i < xv.size(); ++i) {
         if (yv[i] == 0.0) {
           ++zeros;
-        } else if (std::fabs(yv[i] - xv[i] * scale) > tol.atol + tol.rtol * std::fabs(xv[i] * scale)) {
+        } else if (std::fabs(yv[i] - xv[i] * scale) >
+                   tol.atol + tol.rtol * std::fabs(xv[i] * scale)) {
           ++bad;
         }
       }
       EXPECT_EQ(bad, 0) << mt::dtype_name(dt) << " p=" << p;
-      EXPECT_NEAR(static_cast<double>(zeros) / xv.size(), p, 0.01) << mt::dtype_name(dt) << " p=" << p;
+      EXPECT_NEAR(static_cast<double>(zeros) / xv.size(), p, 0.01)
+          << mt::dtype_name(dt) << " p=" << p;
     }
   }
 }
@@ -273,7 +276,8 @@ TEST(Dropout, SameGeneratorStateSameMask) {
 TEST(Dropout, Gradient) {
   mt::manual_seed(21);
   const double p = 0.4;
-  const Tensor x = mt::testing::random_tensor({30, 40}, mt::kFloat64, false, 0.5, 2.0).requires_grad_();
+  const Tensor x =
+      mt::testing::random_tensor({30, 40}, mt::kFloat64, false, 0.5, 2.0).requires_grad_();
   const Tensor y = mt::dropout(x, p, true);
   const Tensor g = mt::randn({30, 40}, mt::kFloat64);
   y.backward(g);
@@ -300,8 +304,10 @@ TEST(Dropout, Gradient) {
 
 TEST(Dropout, Errors) {
   const Tensor x = mt::ones({3});
-  mt::testing::expect_error([&] { mt::dropout(x, -0.1, true); }, {"dropout", "between 0 and 1", "-0.1"});
-  mt::testing::expect_error([&] { mt::dropout(x, 1.5, false); }, {"dropout", "between 0 and 1", "1.5"});
+  mt::testing::expect_error([&] { mt::dropout(x, -0.1, true); },
+                            {"dropout", "between 0 and 1", "-0.1"});
+  mt::testing::expect_error([&] { mt::dropout(x, 1.5, false); },
+                            {"dropout", "between 0 and 1", "1.5"});
   mt::testing::expect_error([&] { mt::dropout(mt::ones({3}, mt::kInt64), 0.5, true); },
                             {"dropout", "floating"});
 }

@@ -21,19 +21,35 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// A random input; when `strided`, a view with the last two dims transposed and every other
-// element of dim 0 skipped (so neither the innermost nor the outer dims are dense).
-Tensor random_tensor(const Shape& shape, mt::DType dtype, bool strided, double low = -2.0,
+// Input layouts: dense, or one of two strided views of a larger buffer.
+enum Layout : int {
+  kDense = 0,
+  kSliced = 1,    // last two dims transposed, every other element of dim 0 skipped
+  kReversed = 2,  // dims in reverse memory order, every other element of the innermost skipped
+};
+
+Tensor random_tensor(const Shape& shape, mt::DType dtype, int layout, double low = -2.0,
                      double high = 2.0) {
-  if (!strided || shape.size() == 0) {
-    return (mt::rand(shape, mt::kFloat64) * (high - low) + low).to(dtype);
+  auto fill = [&](const Shape& s) {
+    return (mt::rand(s, mt::kFloat64) * (high - low) + low).to(dtype);
+  };
+  if (layout == kDense || shape.size() == 0) return fill(shape);
+  Tensor v;
+  if (layout == kSliced) {
+    Shape big = shape;
+    if (big.size() >= 2) std::swap(big[big.size() - 1], big[big.size() - 2]);
+    big[0] *= 2;
+    v = fill(big).slice(0, 0, std::nullopt, 2);
+    if (v.dim() >= 2) v = v.transpose(-1, -2);
+  } else {
+    Shape big;
+    for (int64_t d = shape.size() - 1; d >= 0; --d) big.push_back(shape[d]);
+    big[big.size() - 1] *= 2;
+    v = fill(big).slice(-1, 0, std::nullopt, 2);
+    Shape order;
+    for (int64_t d = v.dim() - 1; d >= 0; --d) order.push_back(d);
+    v = v.permute(order);
   }
-  Shape big = shape;
-  if (big.size() >= 2) std::swap(big[big.size() - 1], big[big.size() - 2]);
-  big[0] *= 2;
-  Tensor v = (mt::rand(big, mt::kFloat64) * (high - low) + low).to(dtype);
-  v = v.slice(0, 0, std::nullopt, 2);
-  if (v.dim() >= 2) v = v.transpose(-1, -2);
   EXPECT_EQ(v.shape(), shape);
   EXPECT_FALSE(v.is_contiguous());
   return v;
@@ -117,12 +133,23 @@ struct Case {
 };
 // Dim combinations over a few shapes: single, negative, several, all, size-1 dims.
 std::vector<Case> cases() {
-  return {{{3, 4, 5}, {}},      {{3, 4, 5}, {0}},        {{3, 4, 5}, {1}},
-          {{3, 4, 5}, {2}},     {{3, 4, 5}, {-1}},       {{3, 4, 5}, {0, 2}},
-          {{3, 4, 5}, {-1, 0}}, {{3, 4, 5}, {1, 2}},     {{3, 4, 5}, {0, 1, 2}},
-          {{7}, {}},            {{7}, {0}},              {{4, 1, 3}, {1}},
-          {{4, 1, 3}, {0, 1}},  {{2, 3, 2, 4}, {1, 3}},  {{2, 3, 2, 4}, {-2}},
-          {{6, 50}, {0}},       {{6, 50}, {1}}};
+  return {{{3, 4, 5}, {}},
+          {{3, 4, 5}, {0}},
+          {{3, 4, 5}, {1}},
+          {{3, 4, 5}, {2}},
+          {{3, 4, 5}, {-1}},
+          {{3, 4, 5}, {0, 2}},
+          {{3, 4, 5}, {-1, 0}},
+          {{3, 4, 5}, {1, 2}},
+          {{3, 4, 5}, {0, 1, 2}},
+          {{7}, {}},
+          {{7}, {0}},
+          {{4, 1, 3}, {1}},
+          {{4, 1, 3}, {0, 1}},
+          {{2, 3, 2, 4}, {1, 3}},
+          {{2, 3, 2, 4}, {-2}},
+          {{6, 50}, {0}},
+          {{6, 50}, {1}}};
 }
 
 std::string describe(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
@@ -138,9 +165,9 @@ template <typename Check>
 void for_all_cases(Check&& check) {
   for (const Case& c : cases())
     for (mt::DType dt : mt::testing::floating_dtypes())
-      for (bool strided : {false, true})
+      for (int layout : {kDense, kSliced, kReversed})
         for (bool keepdim : {false, true}) {
-          const Tensor x = random_tensor(c.shape, dt, strided);
+          const Tensor x = random_tensor(c.shape, dt, layout);
           check(x, c.dims, keepdim, describe(x, c.dims, keepdim));
         }
 }
@@ -149,21 +176,21 @@ void for_all_cases(Check&& check) {
 
 // ---- values ---------------------------------------------------------------------------------
 TEST(Reductions, SumMatchesReference) {
-  for_all_cases([](const Tensor& x, const std::vector<int64_t>& dims, bool keepdim,
-                   const std::string& what) {
-    const Tensor out = mt::sum(x, Shape(dims), keepdim);
-    EXPECT_EQ(out.dtype(), x.dtype()) << what;
-    expect_close(out, reference(group(x, dims, keepdim), ref_sum), what);
-  });
+  for_all_cases(
+      [](const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, const std::string& what) {
+        const Tensor out = mt::sum(x, Shape(dims), keepdim);
+        EXPECT_EQ(out.dtype(), x.dtype()) << what;
+        expect_close(out, reference(group(x, dims, keepdim), ref_sum), what);
+      });
 }
 
 TEST(Reductions, MeanMatchesReference) {
-  for_all_cases([](const Tensor& x, const std::vector<int64_t>& dims, bool keepdim,
-                   const std::string& what) {
-    const Tensor out = mt::mean(x, Shape(dims), keepdim);
-    EXPECT_EQ(out.dtype(), x.dtype()) << what;
-    expect_close(out, reference(group(x, dims, keepdim), ref_mean), what);
-  });
+  for_all_cases(
+      [](const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, const std::string& what) {
+        const Tensor out = mt::mean(x, Shape(dims), keepdim);
+        EXPECT_EQ(out.dtype(), x.dtype()) << what;
+        expect_close(out, reference(group(x, dims, keepdim), ref_mean), what);
+      });
 }
 
 TEST(Reductions, AmaxAminAreExact) {
@@ -200,9 +227,10 @@ TEST(Reductions, NormMatchesReference) {
     for_all_cases([&](const Tensor& x, const std::vector<int64_t>& dims, bool keepdim,
                       const std::string& what) {
       const std::string w = what + " p " + std::to_string(p);
-      expect_close(mt::norm(x, p, Shape(dims), keepdim),
-                   reference(group(x, dims, keepdim), [&](const auto& v) { return ref_norm(v, p); }),
-                   "norm " + w);
+      expect_close(
+          mt::norm(x, p, Shape(dims), keepdim),
+          reference(group(x, dims, keepdim), [&](const auto& v) { return ref_norm(v, p); }),
+          "norm " + w);
     });
   }
 }
@@ -211,10 +239,10 @@ TEST(Reductions, MaxMinAlongDimWithIndices) {
   for (const Case& c : cases()) {
     if (c.dims.size() != 1) continue;
     for (mt::DType dt : mt::testing::floating_dtypes())
-      for (bool strided : {false, true})
+      for (int layout : {kDense, kSliced, kReversed})
         for (bool keepdim : {false, true})
           for (bool is_max : {true, false}) {
-            const Tensor x = random_tensor(c.shape, dt, strided);
+            const Tensor x = random_tensor(c.shape, dt, layout);
             const std::string what = describe(x, c.dims, keepdim) + (is_max ? " max" : " min");
             const Groups g = group(x, c.dims, keepdim);
             auto r = is_max ? mt::max(x, c.dims[0], keepdim) : mt::min(x, c.dims[0], keepdim);
@@ -225,8 +253,8 @@ TEST(Reductions, MaxMinAlongDimWithIndices) {
                 reference(g, [&](const auto& v) { return v[ref_arg(v, is_max)]; });
             expect_close(r.values, want_val, 0, 0, what);
             expect_close(r.indices, want_idx, 0, 0, what);
-            const Tensor arg = is_max ? mt::argmax(x, c.dims[0], keepdim)
-                                      : mt::argmin(x, c.dims[0], keepdim);
+            const Tensor arg =
+                is_max ? mt::argmax(x, c.dims[0], keepdim) : mt::argmin(x, c.dims[0], keepdim);
             expect_close(arg, want_idx, 0, 0, "arg " + what);
           }
   }
@@ -234,7 +262,7 @@ TEST(Reductions, MaxMinAlongDimWithIndices) {
 
 TEST(Reductions, FullMaxMinArgmax) {
   for (mt::DType dt : mt::testing::floating_dtypes()) {
-    const Tensor x = random_tensor({5, 6, 7}, dt, true);
+    const Tensor x = random_tensor({5, 6, 7}, dt, kSliced);
     const auto v = x.to_vector<double>();
     EXPECT_EQ(x.max().dim(), 0);
     EXPECT_EQ(x.max().item<double>(), *std::max_element(v.begin(), v.end()));
@@ -250,9 +278,9 @@ TEST(Reductions, SoftmaxMatchesReference) {
   for (const Shape& shape : shapes)
     for (int64_t dim = -int64_t(shape.size()); dim < int64_t(shape.size()); ++dim)
       for (mt::DType dt : mt::testing::floating_dtypes())
-        for (bool strided : {false, true})
+        for (int layout : {kDense, kSliced, kReversed})
           for (bool log : {false, true}) {
-            const Tensor x = random_tensor(shape, dt, strided, -8.0, 8.0);
+            const Tensor x = random_tensor(shape, dt, layout, -8.0, 8.0);
             const std::string what = describe(x, {dim}, true) + (log ? " log_softmax" : " softmax");
             // Reference: group rows along `dim`, then scatter back to x's layout.
             const Groups g = group(x, {dim}, true);
@@ -284,23 +312,24 @@ TEST(Reductions, SoftmaxMatchesReference) {
 
 TEST(Reductions, LargeFloat32SumsStayAccurate) {
   // 1e5 elements: a float accumulator would drift by ~1e-4 relative.
-  const Tensor x = random_tensor({100000}, mt::kFloat32, false, 0.0, 1.0);
+  const Tensor x = random_tensor({100000}, mt::kFloat32, kDense, 0.0, 1.0);
   expect_close(x.sum(), reference(group(x, {}, false), ref_sum), "sum 1e5");
   expect_close(x.mean(), reference(group(x, {}, false), ref_mean), "mean 1e5");
   // Chunked full reduction, reductions over the batch dim (inner dim kept), and long rows.
-  const Tensor m = random_tensor({300, 500}, mt::kFloat32, false);
+  const Tensor m = random_tensor({300, 500}, mt::kFloat32, kDense);
   expect_close(m.mean(), reference(group(m, {}, false), ref_mean), "mean [300,500]");
   expect_close(m.sum(Shape{0}), reference(group(m, {0}, false), ref_sum), "sum dim 0");
   expect_close(m.t().sum(Shape{1}), reference(group(m.t(), {1}, false), ref_sum), "sum t dim 1");
-  expect_close(mt::var(m, Shape{0}), reference(group(m, {0}, false), [](const auto& v) {
-    return ref_var(v, 1);
-  }), "var dim 0");
-  const Tensor big = random_tensor({3, 70000}, mt::kFloat32, false);
+  expect_close(mt::var(m, Shape{0}),
+               reference(group(m, {0}, false), [](const auto& v) { return ref_var(v, 1); }),
+               "var dim 0");
+  const Tensor big = random_tensor({3, 70000}, mt::kFloat32, kDense);
   expect_close(big.sum(Shape{1}), reference(group(big, {1}, false), ref_sum), "sum long rows");
   auto r = mt::max(big, 1);
-  expect_close(r.indices, reference(group(big, {1}, false), [](const auto& v) {
-    return double(ref_arg(v, true));
-  }), 0, 0, "argmax long rows");
+  expect_close(
+      r.indices,
+      reference(group(big, {1}, false), [](const auto& v) { return double(ref_arg(v, true)); }), 0,
+      0, "argmax long rows");
 }
 
 TEST(Reductions, ZeroDimAndSizeOne) {
@@ -346,7 +375,7 @@ TEST(Reductions, IntegerAndBoolSums) {
   EXPECT_EQ(i64.sum().item<int64_t>(), total);
   // An explicit dtype: int32 stays int32; float32 summed as float64.
   EXPECT_EQ(mt::sum(i32, {}, false, mt::kInt32).dtype(), mt::kInt32);
-  const Tensor f = random_tensor({4, 5}, mt::kFloat32, true);
+  const Tensor f = random_tensor({4, 5}, mt::kFloat32, kSliced);
   const Tensor f64 = mt::sum(f, Shape{1}, false, mt::kFloat64);
   EXPECT_EQ(f64.dtype(), mt::kFloat64);
   expect_close(f64, reference(group(f, {1}, false), ref_sum), "sum dtype float64");
@@ -378,15 +407,15 @@ TEST(Reductions, NaNPropagationAndTies) {
     EXPECT_EQ(t.argmax().item<int64_t>(), 37);
     // all_finite
     EXPECT_FALSE(mt::all_finite(x).item<bool>());
-    EXPECT_TRUE(mt::all_finite(random_tensor({30, 40}, dt, true)).item<bool>());
-    Tensor inf = random_tensor({50, 40}, dt, true);
+    EXPECT_TRUE(mt::all_finite(random_tensor({30, 40}, dt, kSliced)).item<bool>());
+    Tensor inf = random_tensor({50, 40}, dt, kSliced);
     inf.select(0, 49).select(0, 3).fill_(kInf);
     EXPECT_FALSE(mt::all_finite(inf).item<bool>());
     EXPECT_TRUE(mt::all_finite(mt::zeros({0}, dt)).item<bool>());
   }
   // Softmax of a row with NaN is NaN.
-  const auto sm = mt::from_vector<double>({1, kNaN, 2, 1, 2, 3}, Shape{2, 3}).softmax(1)
-                      .to_vector<double>();
+  const auto sm =
+      mt::from_vector<double>({1, kNaN, 2, 1, 2, 3}, Shape{2, 3}).softmax(1).to_vector<double>();
   EXPECT_TRUE(std::isnan(sm[0]) && std::isnan(sm[2]));
   EXPECT_FALSE(std::isnan(sm[3]));
 }
@@ -402,8 +431,11 @@ TEST(Reductions, Errors) {
                {"mean(): could not infer output dtype", "Got: Long"});
   expect_error([&] { mt::zeros({0, 3}).max(); }, {"max(): Expected reduction dim to be specified"});
   expect_error([&] { mt::argmax(mt::zeros({0})); }, {"argmax(): Expected reduction dim"});
-  expect_error([&] { mt::amax(mt::zeros({0, 3}), Shape{0}); },
-               {"amax(): Expected reduction dim 0 to have non-zero size"});
+  expect_error(
+      [&] {
+        mt::amax(mt::zeros({0, 3}), Shape{0});
+      },
+      {"amax(): Expected reduction dim 0 to have non-zero size"});
   expect_error([&] { mt::max(mt::zeros({2, 0}), 1); }, {"max(): Expected reduction dim 1"});
   expect_error([&] { mt::var(mt::arange(5)); }, {"std and var only support floating point"});
   expect_error([&] { mt::norm(mt::arange(5)); }, {"norm", "floating point"});
@@ -412,8 +444,8 @@ TEST(Reductions, Errors) {
 
 // ---- gradients ------------------------------------------------------------------------------
 namespace {
-Tensor grad_input(const Shape& shape, double low = -2.0, double high = 2.0) {
-  Tensor x = random_tensor(shape, mt::kFloat64, true, low, high);
+Tensor grad_input(const Shape& shape, int layout = kSliced, double low = -2.0, double high = 2.0) {
+  Tensor x = random_tensor(shape, mt::kFloat64, layout, low, high);
   x.requires_grad_();
   return x;
 }
@@ -421,8 +453,8 @@ void check_grad(const std::string& what, const std::function<Tensor(const Tensor
                 const Tensor& x) {
   SCOPED_TRACE(what);
   try {
-    EXPECT_TRUE(mt::autograd::gradcheck([&](const std::vector<Tensor>& in) { return f(in[0]); },
-                                        {x}));
+    EXPECT_TRUE(
+        mt::autograd::gradcheck([&](const std::vector<Tensor>& in) { return f(in[0]); }, {x}));
   } catch (const mt::Error& e) {
     ADD_FAILURE() << what << ": " << e.what();
   }
@@ -436,45 +468,63 @@ TEST(ReductionGrad, SumMeanVarStdNorm) {
       const Shape ds(dims);
       const std::string w =
           "dims " + mt::detail::str_cat(ds) + " keepdim " + std::to_string(keepdim);
-      const Tensor x = grad_input({3, 4, 5});
-      check_grad("sum " + w, [&](const Tensor& t) { return mt::sum(t, ds, keepdim); }, x);
-      check_grad("mean " + w, [&](const Tensor& t) { return mt::mean(t, ds, keepdim); }, x);
-      check_grad("var " + w, [&](const Tensor& t) { return mt::var(t, ds, 1, keepdim); }, x);
-      check_grad("var0 " + w, [&](const Tensor& t) { return mt::var(t, ds, 0, keepdim); }, x);
-      check_grad("std " + w, [&](const Tensor& t) { return mt::std(t, ds, 1, keepdim); }, x);
-      check_grad("amax " + w, [&](const Tensor& t) { return mt::amax(t, ds, keepdim); }, x);
-      check_grad("amin " + w, [&](const Tensor& t) { return mt::amin(t, ds, keepdim); }, x);
+      const Tensor x = grad_input({3, 4, 5}, keepdim ? kReversed : kSliced);
+      check_grad(
+          "sum " + w, [&](const Tensor& t) { return mt::sum(t, ds, keepdim); }, x);
+      check_grad(
+          "mean " + w, [&](const Tensor& t) { return mt::mean(t, ds, keepdim); }, x);
+      check_grad(
+          "var " + w, [&](const Tensor& t) { return mt::var(t, ds, 1, keepdim); }, x);
+      check_grad(
+          "var0 " + w, [&](const Tensor& t) { return mt::var(t, ds, 0, keepdim); }, x);
+      check_grad(
+          "std " + w, [&](const Tensor& t) { return mt::std(t, ds, 1, keepdim); }, x);
+      check_grad(
+          "amax " + w, [&](const Tensor& t) { return mt::amax(t, ds, keepdim); }, x);
+      check_grad(
+          "amin " + w, [&](const Tensor& t) { return mt::amin(t, ds, keepdim); }, x);
       for (double p : {2.0, 1.0, 3.0, 1.5, kInf, -kInf})
-        check_grad("norm p " + std::to_string(p) + " " + w,
-                   [&](const Tensor& t) { return mt::norm(t, p, ds, keepdim); }, x);
+        check_grad(
+            "norm p " + std::to_string(p) + " " + w,
+            [&](const Tensor& t) { return mt::norm(t, p, ds, keepdim); }, x);
     }
   // |x| away from 0 for p < 1, whose derivative blows up there.
-  check_grad("norm p 0.5", [](const Tensor& t) { return mt::norm(t, 0.5, Shape{1}); },
-             grad_input({3, 4}, 0.5, 2.0));
+  check_grad(
+      "norm p 0.5", [](const Tensor& t) { return mt::norm(t, 0.5, Shape{1}); },
+      grad_input({3, 4}, kReversed, 0.5, 2.0));
   const Tensor x = grad_input({4, 5});
-  check_grad("max()", [](const Tensor& t) { return t.max(); }, x);
-  check_grad("min()", [](const Tensor& t) { return t.min(); }, x);
+  check_grad(
+      "max()", [](const Tensor& t) { return t.max(); }, x);
+  check_grad(
+      "min()", [](const Tensor& t) { return t.min(); }, x);
 }
 
 TEST(ReductionGrad, MaxMinAlongDim) {
-  const Tensor x = grad_input({3, 4, 5});
-  for (int64_t dim : {0, 1, 2, -1})
-    for (bool keepdim : {false, true}) {
-      const std::string w = "dim " + std::to_string(dim) + " keepdim " + std::to_string(keepdim);
-      check_grad("max " + w, [&](const Tensor& t) { return mt::max(t, dim, keepdim).values; }, x);
-      check_grad("min " + w, [&](const Tensor& t) { return mt::min(t, dim, keepdim).values; }, x);
+  for (int layout : {kSliced, kReversed}) {
+    for (int64_t dim : {0, 1, 2, -1}) {
+      for (bool keepdim : {false, true}) {
+        const Tensor x = grad_input({3, 4, 5}, layout);
+        const std::string w = "dim " + std::to_string(dim) + " keepdim " + std::to_string(keepdim);
+        check_grad(
+            "max " + w, [&](const Tensor& t) { return mt::max(t, dim, keepdim).values; }, x);
+        check_grad(
+            "min " + w, [&](const Tensor& t) { return mt::min(t, dim, keepdim).values; }, x);
+      }
     }
+  }
 }
 
 TEST(ReductionGrad, SoftmaxLogSoftmax) {
   for (const Shape& shape : {Shape{3, 4, 5}, Shape{6}, Shape{2, 3, 4, 2}})
     for (int64_t dim = -int64_t(shape.size()); dim < int64_t(shape.size()); ++dim) {
-      const Tensor x = grad_input(shape);
+      const Tensor x = grad_input(shape, dim % 2 == 0 ? kSliced : kReversed);
       const std::string w = mt::detail::str_cat(shape) + " dim " + std::to_string(dim);
       // Weighted so the gradient of a sum over the softmax dim is not trivially zero.
-      const Tensor wts = random_tensor(shape, mt::kFloat64, false);
-      check_grad("softmax " + w, [&](const Tensor& t) { return t.softmax(dim) * wts; }, x);
-      check_grad("log_softmax " + w, [&](const Tensor& t) { return t.log_softmax(dim) * wts; }, x);
+      const Tensor wts = random_tensor(shape, mt::kFloat64, kDense);
+      check_grad(
+          "softmax " + w, [&](const Tensor& t) { return t.softmax(dim) * wts; }, x);
+      check_grad(
+          "log_softmax " + w, [&](const Tensor& t) { return t.log_softmax(dim) * wts; }, x);
     }
 }
 
@@ -497,14 +547,14 @@ TEST(ReductionGrad, TiesAndExpandedGrads) {
   expect_close(z.grad(), mt::from_vector<double>({0, 2, 0, 0, 2, 0}, Shape{2, 3}), 0, 0,
                "max(dim) ties");
   // sum with a wider dtype: the gradient comes back in the input's dtype.
-  Tensor f = random_tensor({3, 4}, mt::kFloat32, true);
+  Tensor f = random_tensor({3, 4}, mt::kFloat32, kSliced);
   f.requires_grad_();
   mt::sum(f, Shape{0}, false, mt::kFloat64).sum().backward();
   EXPECT_EQ(f.grad().dtype(), mt::kFloat32);
   expect_close(f.grad(), mt::ones({3, 4}), 0, 0, "sum(dtype) grad");
   // A softmax whose incoming gradient is stride-0 (the gradient of sum) and half types.
   for (mt::DType dt : mt::testing::floating_dtypes()) {
-    Tensor s = random_tensor({4, 6}, dt, true);
+    Tensor s = random_tensor({4, 6}, dt, kSliced);
     s.requires_grad_();
     s.log_softmax(1).sum().backward();
     // d/dx sum(log_softmax) = 1 - D * softmax

@@ -120,10 +120,14 @@ TEST(Creation, FromVectorAndTensor) {
   Tensor g = mt::from_vector<float>({1, 2}, std::nullopt, mt::TensorOptions().requires_grad());
   EXPECT_TRUE(g.requires_grad());
   EXPECT_TRUE(g.is_leaf());
-  expect_error([] { mt::from_vector<float>({1, 2, 3, 4, 5}, Shape{2, 3}); },
-               {"from_vector", "[2, 3]", "needs 6 values, got 5"});
-  expect_error([] { mt::from_vector<int64_t>({1}, std::nullopt, mt::TensorOptions().requires_grad()); },
-               {"floating"});
+  expect_error(
+      [] {
+        mt::from_vector<float>({1, 2, 3, 4, 5}, Shape{2, 3});
+      },
+      {"from_vector", "[2, 3]", "needs 6 values, got 5"});
+  expect_error(
+      [] { mt::from_vector<int64_t>({1}, std::nullopt, mt::TensorOptions().requires_grad()); },
+      {"floating"});
 }
 
 TEST(Creation, FromBlob) {
@@ -244,7 +248,8 @@ TEST(Views, NarrowSliceSelect) {
   EXPECT_EQ(values(row), (std::vector<double>{15, 16, 17, 18, 19}));
   EXPECT_EQ(x[1][-2].item<double>(), 8);
   EXPECT_EQ(x.select(1, 4).strides(), (Shape{5}));
-  expect_error([&] { x.select(0, 4); }, {"select", "index 4 is out of bounds for dimension 0 with size 4"});
+  expect_error([&] { x.select(0, 4); },
+               {"select", "index 4 is out of bounds for dimension 0 with size 4"});
   expect_error([&] { x.select(1, -6); }, {"select", "index -6", "size 5"});
   expect_error([&] { mt::scalar_tensor(1.0).select(0, 0); }, {"select", "0-dim"});
 }
@@ -300,9 +305,9 @@ TEST(Views, ContiguousCopiesOnlyWhenNeeded) {
 
 TEST(Views, SharedStorage) {
   Tensor x = mt::zeros({3, 4});
-  x.select(0, 1).fill_(5);         // row 1
+  x.select(0, 1).fill_(5);                  // row 1
   x.slice(1, 0, std::nullopt, 3).fill_(7);  // columns 0 and 3
-  x.t()[2].add_(mt::ones({3}));    // column 2
+  x.t()[2].add_(mt::ones({3}));             // column 2
   x.view({12}).narrow(0, 11, 1).fill_(-1);
   EXPECT_EQ(values(x), (std::vector<double>{7, 0, 1, 7, 7, 5, 6, 7, 7, 0, 1, -1}));
   Tensor y = x.transpose(0, 1);
@@ -320,20 +325,31 @@ TEST(Views, Gradients) {
   const Tensor x = (iota({3, 4, 5}) * 0.1 - 2.0).detach().requires_grad_(true);
   using View = std::function<Tensor(const Tensor&)>;
   const std::vector<std::pair<const char*, View>> views = {
-      {"view", [](const Tensor& t) { return t.view({12, -1}); }},
+      {"view",
+       [](const Tensor& t) {
+         return t.view({12, -1});
+       }},
       {"reshape copy", [](const Tensor& t) { return t.transpose(0, 1).reshape({-1}); }},
       {"transpose", [](const Tensor& t) { return t.transpose(0, 2); }},
-      {"permute", [](const Tensor& t) { return t.permute({1, 2, 0}); }},
+      {"permute",
+       [](const Tensor& t) {
+         return t.permute({1, 2, 0});
+       }},
       {"narrow", [](const Tensor& t) { return t.narrow(2, 1, 3); }},
       {"slice", [](const Tensor& t) { return t.slice(1, -3, std::nullopt, 2); }},
       {"select", [](const Tensor& t) { return t.select(-1, -2); }},
-      {"squeeze/unsqueeze", [](const Tensor& t) { return t.unsqueeze(1).narrow(0, 0, 1).squeeze(); }},
-      {"expand", [](const Tensor& t) { return t.narrow(1, 2, 1).expand({2, 3, 4, 5}); }},
+      {"squeeze/unsqueeze",
+       [](const Tensor& t) { return t.unsqueeze(1).narrow(0, 0, 1).squeeze(); }},
+      {"expand",
+       [](const Tensor& t) {
+         return t.narrow(1, 2, 1).expand({2, 3, 4, 5});
+       }},
       {"flatten", [](const Tensor& t) { return t.flatten(1); }},
       {"t", [](const Tensor& t) { return t[1].t(); }},
       {"contiguous", [](const Tensor& t) { return t.transpose(1, 2).contiguous(); }},
       {"clone", [](const Tensor& t) { return t.clone(); }},
-      {"chain", [](const Tensor& t) { return t.transpose(0, 2).slice(0, 1, 4, 2).select(1, -1) * 2.0; }},
+      {"chain",
+       [](const Tensor& t) { return t.transpose(0, 2).slice(0, 1, 4, 2).select(1, -1) * 2.0; }},
   };
   for (const auto& [name, v] : views) {
     try {
@@ -413,8 +429,7 @@ TEST(Broadcasting, Shapes) {
   EXPECT_EQ((iota({2, 1, 3}) + iota({4, 1})).shape(), (Shape{2, 4, 3}));
   EXPECT_EQ((iota({0, 3}) + iota({3})).shape(), (Shape{0, 3}));
   EXPECT_EQ(mt::broadcast_shapes({5, 1, 4}, {3, 1}, "test"), (Shape{5, 3, 4}));
-  expect_error([] { iota({2, 3}) + iota({4}); },
-               {"add", "[2, 3]", "[4]", "cannot be broadcast"});
+  expect_error([] { iota({2, 3}) + iota({4}); }, {"add", "[2, 3]", "[4]", "cannot be broadcast"});
   expect_error([] { iota({2, 3}) * iota({3, 2}); }, {"mul", "[2, 3]", "[3, 2]"});
   auto bt = mt::broadcast_tensors({iota({3, 1}), iota({4})});
   EXPECT_EQ(bt[0].shape(), (Shape{3, 4}));
@@ -440,7 +455,8 @@ TEST(Promotion, PromoteTypesTable) {
   // Symmetric over every pair.
   for (int i = 0; i < mt::kNumDTypes; ++i)
     for (int j = 0; j < mt::kNumDTypes; ++j)
-      EXPECT_EQ(promote_types(mt::DType(i), mt::DType(j)), promote_types(mt::DType(j), mt::DType(i)));
+      EXPECT_EQ(promote_types(mt::DType(i), mt::DType(j)),
+                promote_types(mt::DType(j), mt::DType(i)));
 }
 
 TEST(Promotion, ResultTypeOfOps) {
@@ -488,7 +504,8 @@ TEST(Printing, MatchesPyTorchRepr) {
   };
   EXPECT_EQ(str(mt::from_vector<float>({1.5, 2.25, 3, 4}, Shape{2, 2})),
             "tensor([[1.5000, 2.2500],\n        [3.0000, 4.0000]])");
-  EXPECT_EQ(str(mt::tensor<float>({1, 2, 3}, mt::kFloat16)), "tensor([1., 2., 3.], dtype=torch.float16)");
+  EXPECT_EQ(str(mt::tensor<float>({1, 2, 3}, mt::kFloat16)),
+            "tensor([1., 2., 3.], dtype=torch.float16)");
   EXPECT_EQ(str(mt::tensor<float>({0.5, -1}, mt::kBFloat16)),
             "tensor([ 0.5000, -1.0000], dtype=torch.bfloat16)");
   EXPECT_EQ(str(mt::tensor<int64_t>({-1, 20, 3})), "tensor([-1, 20,  3])");
@@ -518,9 +535,10 @@ TEST(Printing, MatchesPyTorchRepr) {
   EXPECT_EQ(str(mt::arange(20.0)),
             "tensor([ 0.,  1.,  2.,  3.,  4.,  5.,  6.,  7.,  8.,  9., 10., 11., 12., 13.,\n"
             "        14., 15., 16., 17., 18., 19.])");
-  EXPECT_EQ(str(mt::tensor<float>({-1.5, 2.25, -3.125, 4.5, -5.75, 6.0625, -7.5, 8.25}, mt::kFloat16)),
-            "tensor([-1.5000,  2.2500, -3.1250,  4.5000, -5.7500,  6.0625, -7.5000,  8.2500],\n"
-            "       dtype=torch.float16)");
+  EXPECT_EQ(
+      str(mt::tensor<float>({-1.5, 2.25, -3.125, 4.5, -5.75, 6.0625, -7.5, 8.25}, mt::kFloat16)),
+      "tensor([-1.5000,  2.2500, -3.1250,  4.5000, -5.7500,  6.0625, -7.5000,  8.2500],\n"
+      "       dtype=torch.float16)");
 
   // More than 1000 elements: summarised with "...", the format chosen from the shown values.
   EXPECT_EQ(str(mt::arange(2000)), "tensor([   0,    1,    2,  ..., 1997, 1998, 1999])");
@@ -553,7 +571,8 @@ TEST(Devices, Parsing) {
   std::ostringstream os;
   os << mt::Device::cuda(2) << ' ' << mt::kCPU;
   EXPECT_EQ(os.str(), "cuda:2 cpu");
-  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda0", "CPU", "", "cpu:0", "cuda:1a"})
+  for (const char* bad :
+       {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda0", "CPU", "", "cpu:0", "cuda:1a"})
     expect_error([&] { mt::Device d(bad); }, {"invalid device string", bad});
 }
 

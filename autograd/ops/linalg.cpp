@@ -17,8 +17,8 @@ using Grads = std::vector<Tensor>;
 void check_operands(const char* op, const Tensor& a, const Tensor& b) {
   MT_CHECK(a.defined() && b.defined(), op, ": expected defined tensors");
   ops::check_same_device(op, a, b);
-  MT_CHECK(a.dtype() == b.dtype(), op, ": expected m1 and m2 to have the same dtype, but got: ",
-           a.dtype(), " != ", b.dtype());
+  MT_CHECK(a.dtype() == b.dtype(), op,
+           ": expected m1 and m2 to have the same dtype, but got: ", a.dtype(), " != ", b.dtype());
 }
 
 // A one-batch 3-D view of a matrix (no autograd recording).
@@ -29,15 +29,16 @@ Tensor as_batch(const Tensor& m) {
 
 // out[B,M,N] = a[B,M,K] @ b[B,K,N] without recording; shapes already checked.
 Tensor bmm_forward(const Tensor& a, const Tensor& b) {
-  Tensor out = empty(Shape{a.size(0), a.size(1), b.size(2)},
-                     TensorOptions(a.device()).dtype(a.dtype()));
+  Tensor out =
+      empty(Shape{a.size(0), a.size(1), b.size(2)}, TensorOptions(a.device()).dtype(a.dtype()));
   bmm_kernel(a.device())(out, a, b);
   return out;
 }
 
 Tensor mm_forward(const Tensor& a, const Tensor& b) {
-  Tensor out = bmm_forward(as_batch(a), as_batch(b));
-  return detail::make_view(out, Shape{a.size(0), b.size(1)}, Shape{b.size(1), 1}, 0);
+  Tensor out = empty(Shape{a.size(0), b.size(1)}, TensorOptions(a.device()).dtype(a.dtype()));
+  bmm_kernel(a.device())(as_batch(out), as_batch(a), as_batch(b));
+  return out;
 }
 
 // Rows x cols view or copy of x without recording (x's elements in row-major order).
@@ -177,9 +178,9 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
     ops::check_same_device("linear", x, bias);
     MT_CHECK(bias.dtype() == x.dtype(), "linear: expected bias to have dtype ", x.dtype(),
              ", but got ", bias.dtype());
-    MT_CHECK(bias.dim() == 0 || (bias.dim() == 1 && (bias.size(0) == out_features ||
-                                                     bias.size(0) == 1)),
-             "linear: expected bias of shape [", out_features, "], got ", bias.shape());
+    MT_CHECK(
+        bias.dim() == 0 || (bias.dim() == 1 && (bias.size(0) == out_features || bias.size(0) == 1)),
+        "linear: expected bias of shape [", out_features, "], got ", bias.shape());
   }
   Shape out_shape = drop_last(x.shape(), 1);
   const int64_t rows = out_shape.numel();
@@ -195,17 +196,18 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   if (is_floating(out.dtype())) {
     if (Recorder rec{"LinearBackward0", {&x, &weight, &bias}}) {
       save_operands(rec, x, weight);
-      rec.finish(out, [rows, in, out_features, x_shape = x.shape(),
-                       bias_shape = bias.defined() ? bias.shape() : Shape{}](
-                          BackwardContext& ctx) -> Grads {
-        const Tensor x = ctx.saved(0), w = ctx.saved(1);
-        const Tensor g2 = ctx.grad().reshape(Shape{rows, out_features});
-        Tensor gx, gw, gb;
-        if (ctx.needs(0)) gx = mm(g2, w).reshape(x_shape);
-        if (ctx.needs(1)) gw = mm(g2.t(), x.reshape(Shape{rows, in}));
-        if (ctx.needs(2)) gb = autograd::sum_to(g2, bias_shape);
-        return {gx, gw, gb};
-      });
+      rec.finish(
+          out,
+          [rows, in, out_features, x_shape = x.shape(),
+           bias_shape = bias.defined() ? bias.shape() : Shape{}](BackwardContext& ctx) -> Grads {
+            const Tensor x = ctx.saved(0), w = ctx.saved(1);
+            const Tensor g2 = ctx.grad().reshape(Shape{rows, out_features});
+            Tensor gx, gw, gb;
+            if (ctx.needs(0)) gx = mm(g2, w).reshape(x_shape);
+            if (ctx.needs(1)) gw = mm(g2.t(), x.reshape(Shape{rows, in}));
+            if (ctx.needs(2)) gb = autograd::sum_to(g2, bias_shape);
+            return {gx, gw, gb};
+          });
     }
   }
   return out;

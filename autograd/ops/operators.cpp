@@ -23,14 +23,31 @@ void check_inplace_types(const char* op, const Tensor& self, DType result, const
            " doesn't match the broadcast shape ", shape);
 }
 
+// Runs kernel(out, self, other) for an in-place op whose promoted dtype is `r`. PyTorch computes
+// in `r` and rounds once into self: float16 self += float32 other must not round `other` to
+// float16 first (1 + (2^-11 + 2^-20) is 1 + 2^-10 in float16, not a tie rounded down to 1).
+template <typename Kernel>
+void compute_inplace(const Tensor& self, const Tensor& other, DType r, Kernel kernel) {
+  if (r == self.dtype()) {
+    const Tensor o = other.dtype() == r ? other : other.detach().to(r);
+    kernel(self, self, ops::broadcast_view(o, self.shape()));
+    return;
+  }
+  Tensor tmp = empty(self.shape(), TensorOptions(self.device()).dtype(r));
+  kernel(tmp, self.detach().to(r), ops::broadcast_view(other.detach().to(r), self.shape()));
+  detail::copy_into(self, tmp);
+}
+
 // self = self + alpha * other, in place.
 Tensor& add_inplace(Tensor& self, const Tensor& other, const Scalar& alpha, const char* op) {
   autograd::check_inplace(self, op);
   ops::check_same_device(op, self, other);
-  check_inplace_types(op, self, result_type(self, other), other.shape());
+  const DType r = result_type(self, other);
+  check_inplace_types(op, self, r, other.shape());
   Recorder rec{"AddBackward0", {&self, &other}};  // edges capture self's old history
-  const Tensor o = other.dtype() == self.dtype() ? other : other.detach().to(self.dtype());
-  add_kernel(self.device())(self, self, ops::broadcast_view(o, self.shape()), alpha);
+  compute_inplace(self, other, r, [&](const Tensor& out, const Tensor& a, const Tensor& b) {
+    add_kernel(self.device())(out, a, b, alpha);
+  });
   self.bump_version();
   if (rec) {
     rec.finish(self, [alpha, sa = self.shape(), sb = other.shape(), tb = other.dtype()](
@@ -54,8 +71,7 @@ Tensor& muldiv_inplace(Tensor& self, const Tensor& other, bool divide) {
   check_inplace_types(op, self, r, other.shape());
   Recorder rec{divide ? "DivBackward0" : "MulBackward0", {&self, &other}};
   if (rec) rec.save(self.clone().detach()).save(other);
-  const Tensor o = other.dtype() == self.dtype() ? other : other.detach().to(self.dtype());
-  (divide ? div_kernel : mul_kernel)(self.device())(self, self, ops::broadcast_view(o, self.shape()));
+  compute_inplace(self, other, r, (divide ? div_kernel : mul_kernel)(self.device()));
   self.bump_version();
   if (rec) {
     rec.finish(self, [divide, sa = self.shape(), sb = other.shape(), tb = other.dtype()](

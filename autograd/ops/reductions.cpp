@@ -4,9 +4,11 @@
 // Every reduction runs its kernel on an output in keepdim form (reduced dims kept with size 1);
 // without keepdim the result is a view of it with those dims dropped. Backward formulas undo
 // that: the gradient is reshaped back to keepdim form and broadcast against the input.
+// sum, mean and norm take autocast's float32 policy (half inputs are reduced in float32).
+#include <algorithm>
 #include <cmath>
-#include <limits>
 
+#include "autograd/autocast_seam.h"
 #include "autograd/function.h"
 #include "autograd/functions.h"
 #include "engine/kernel_tables.h"
@@ -72,14 +74,22 @@ Tensor alloc(const Shape& shape, DType dtype, Device device) {
 // PyTorch's names for dtypes in its messages ("Got: Long").
 const char* torch_name(DType t) {
   switch (t) {
-    case kInt64: return "Long";
-    case kInt32: return "Int";
-    case kUInt8: return "Byte";
-    case kBool: return "Bool";
-    case kFloat32: return "Float";
-    case kFloat64: return "Double";
-    case kFloat16: return "Half";
-    case kBFloat16: return "BFloat16";
+    case kInt64:
+      return "Long";
+    case kInt32:
+      return "Int";
+    case kUInt8:
+      return "Byte";
+    case kBool:
+      return "Bool";
+    case kFloat32:
+      return "Float";
+    case kFloat64:
+      return "Double";
+    case kFloat16:
+      return "Half";
+    case kBFloat16:
+      return "BFloat16";
   }
   return "?";
 }
@@ -144,8 +154,8 @@ ValuesIndices arg_extremum(const Tensor& x, int64_t dim, bool keepdim, bool is_m
 Tensor arg_index(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bool is_max) {
   autograd::NoGradGuard no_grad;
   if (dim) return arg_extremum(x, *dim, keepdim, is_max).indices;
-  MT_CHECK(x.numel() > 0, is_max ? "argmax" : "argmin", "(): Expected reduction dim to be "
-           "specified for input.numel() == 0.");
+  MT_CHECK(x.numel() > 0, is_max ? "argmax" : "argmin",
+           "(): Expected reduction dim to be specified for input.numel() == 0.");
   const Tensor idx = arg_extremum(x.reshape(Shape{-1}), 0, false, is_max).indices;
   return keepdim ? idx.reshape(Shape(x.dim(), 1)) : idx;
 }
@@ -153,8 +163,8 @@ Tensor arg_index(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bool
 Tensor var_or_std(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim,
                   bool take_sqrt) {
   const char* op = take_sqrt ? "std" : "var";
-  MT_CHECK(is_floating(x.dtype()), op, "(): std and var only support floating point and complex "
-           "dtypes, got ", x.dtype());
+  MT_CHECK(is_floating(x.dtype()), op,
+           "(): std and var only support floating point and complex dtypes, got ", x.dtype());
   const Reduction r = make_reduction(x, dims, keepdim, op);
   // std of half types takes the root in float32 and rounds once.
   const bool via_float = take_sqrt && is_reduced_float(x.dtype());
@@ -196,7 +206,8 @@ Tensor norm_backward(const Tensor& g, const Tensor& x, const Tensor& n, double p
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const Shape& dims, bool keepdim, std::optional<DType> dtype) {
+Tensor sum(const Tensor& x_in, const Shape& dims, bool keepdim, std::optional<DType> dtype) {
+  const Tensor x = autocast::cast_input(OpId::sum, x_in);
   const Reduction r = make_reduction(x, dims, keepdim, "sum");
   const bool integral_in = is_integral(x.dtype(), /*include_bool=*/true);
   const DType target = dtype.value_or(integral_in ? kInt64 : x.dtype());
@@ -214,9 +225,12 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim, std::optional<DType
   return res;
 }
 
-Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
-  MT_CHECK(is_floating(x.dtype()), "mean(): could not infer output dtype. Input dtype must be "
-           "either a floating point or complex dtype. Got: ", torch_name(x.dtype()));
+Tensor mean(const Tensor& x_in, const Shape& dims, bool keepdim) {
+  const Tensor x = autocast::cast_input(OpId::mean, x_in);
+  MT_CHECK(is_floating(x.dtype()),
+           "mean(): could not infer output dtype. Input dtype must be either a floating point or "
+           "complex dtype. Got: ",
+           torch_name(x.dtype()));
   const Reduction r = make_reduction(x, dims, keepdim, "mean");
   Tensor out = alloc(r.keep, x.dtype(), x.device());
   mean_kernel(x.device())(out, x);
@@ -237,12 +251,14 @@ Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) {
 }
 
 Tensor max(const Tensor& x) {
-  MT_CHECK(x.numel() > 0, "max(): Expected reduction dim to be specified for input.numel() == 0. "
+  MT_CHECK(x.numel() > 0,
+           "max(): Expected reduction dim to be specified for input.numel() == 0. "
            "Specify the reduction dim with the 'dim' argument.");
   return extremum(x, {}, false, true, "max", "MaxBackward1");
 }
 Tensor min(const Tensor& x) {
-  MT_CHECK(x.numel() > 0, "min(): Expected reduction dim to be specified for input.numel() == 0. "
+  MT_CHECK(x.numel() > 0,
+           "min(): Expected reduction dim to be specified for input.numel() == 0. "
            "Specify the reduction dim with the 'dim' argument.");
   return extremum(x, {}, false, false, "min", "MinBackward1");
 }
@@ -268,7 +284,8 @@ Tensor std(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim)
   return var_or_std(x, dims, correction, keepdim, true);
 }
 
-Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
+Tensor norm(const Tensor& x_in, double p, const Shape& dims, bool keepdim) {
+  const Tensor x = autocast::cast_input(OpId::norm, x_in);
   MT_CHECK(is_floating(x.dtype()), "norm(): expected a floating point tensor as input, got ",
            x.dtype());
   const Reduction r = make_reduction(x, dims, keepdim, "norm");

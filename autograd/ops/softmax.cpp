@@ -1,5 +1,7 @@
 // softmax and log_softmax along one dim, with backwards that reuse the forward output
 // (softmax: y (g - sum(g y)); log_softmax: g - exp(y) sum(g)) through dedicated kernels.
+// Both take autocast's float32 policy.
+#include "autograd/autocast_seam.h"
 #include "autograd/function.h"
 #include "autograd/functions.h"
 #include "engine/kernel_tables.h"
@@ -11,8 +13,9 @@ using autograd::BackwardContext;
 using autograd::Recorder;
 using Grads = std::vector<Tensor>;
 
-Tensor softmax_op(const Tensor& x, int64_t dim, bool log) {
+Tensor softmax_op(const Tensor& x_in, int64_t dim, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
+  const Tensor x = autocast::cast_input(log ? OpId::log_softmax : OpId::softmax, x_in);
   MT_CHECK(is_floating(x.dtype()), op, ": expected a floating point tensor, got ", x.dtype(),
            " (cast the input first, e.g. x.to(kFloat32))");
   const int64_t d = wrap_dim(dim, x.dim(), op);

@@ -1,6 +1,7 @@
 // CPU kernels of the GradScaler: fused inf/NaN check + unscale, and the scale update. The update
 // follows torch._amp_update_scale_ exactly (growth only when the grown scale stays finite in
 // float32), plus mantissa's min_scale floor and overflow hysteresis.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 
@@ -40,8 +41,11 @@ void amp_update_scale_cpu(const Tensor& scale, const Tensor& growth_tracker,
     tracker = 0;
     ++streak;
     if (streak >= p.hysteresis) {
-      s = static_cast<float>(s * p.backoff_factor);
-      if (p.min_scale > 0.0 && s < static_cast<float>(p.min_scale)) s = static_cast<float>(p.min_scale);
+      const float backed_off = static_cast<float>(s * p.backoff_factor);
+      // The floor stops a back-off; it never raises a scale that is already below it (set by
+      // init_scale or update(new_scale)).
+      const float floor = std::min(s, static_cast<float>(p.min_scale));
+      s = std::max(backed_off, floor);
     }
     return;
   }

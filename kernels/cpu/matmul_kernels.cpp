@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/kernel_tables.h"
+#include "engine/precision.h"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -22,13 +23,16 @@
 namespace mantissa::cpu {
 namespace {
 
-// ---- matmul precision emulation hook ----------------------------------------------------------
-// A later issue lets float32 GEMMs emulate a reduced internal precision (e.g. rounding operands
-// to TF32, as tensor cores do). This is where that decision will live: when it returns true,
-// float32 operands take the packing path and round_float32_operands() rounds the packed copy
-// before the GEMM. Until then float32 operands are used exactly as given.
-static bool float32_operands_need_rounding() { return false; }
-static void round_float32_operands(float* /*data*/, int64_t /*n*/) {}
+// ---- TF32 emulation ---------------------------------------------------------------------------
+// When float32 matmuls may use TF32 (set_float32_matmul_precision("high"), or a tf32 autocast
+// scope), the CPU reproduces tensor cores' numerics: operands are packed and rounded to a
+// 10-bit mantissa (nearest even), then multiplied with float32 accumulation.
+static bool float32_operands_need_rounding() {
+  return effective_matmul_precision(DeviceType::CPU) == MatmulPrecision::High;
+}
+static void round_float32_operands(float* data, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) data[i] = round_to_tf32(data[i]);
+}
 
 // One operand's matrices as GEMM sees them: matrix b starts at base + b * batch_stride.
 template <typename C>
@@ -70,7 +74,8 @@ void pack(const Tensor& x, std::vector<Acc>& buf) {
   for (int64_t r = 0; r < total_rows; ++r) {
     const T* row = src + (r / rows) * sb + (r % rows) * sr;
     Acc* dst = buf.data() + r * cols;
-    for (int64_t c = 0; c < cols; ++c) dst[c] = static_cast<Acc>(static_cast<opmath_t<T>>(row[c * sc]));
+    for (int64_t c = 0; c < cols; ++c)
+      dst[c] = static_cast<Acc>(static_cast<opmath_t<T>>(row[c * sc]));
   }
 }
 

@@ -55,9 +55,8 @@ void uniform_kernel_cpu(const Tensor& out, double low, double high, PhiloxState 
 void normal_kernel_cpu(const Tensor& out, double mean, double stddev, PhiloxState state) {
   dispatch_dtype<kFloatingTypes>(out.dtype(), "normal_", out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    fill_random<T>(out, state, [=](const Philox4& r) {
-      return random::normal_sample<T>(r, mean, stddev);
-    });
+    fill_random<T>(out, state,
+                   [=](const Philox4& r) { return random::normal_sample<T>(r, mean, stddev); });
   });
 }
 
@@ -72,9 +71,8 @@ void randint_kernel_cpu(const Tensor& out, int64_t low, int64_t high, PhiloxStat
   dispatch_dtype<kAllTypesAndBool>(out.dtype(), "randint", out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
-    fill_random<T>(out, state, [=](const Philox4& r) {
-      return random::randint_sample<T>(r, low, range);
-    });
+    fill_random<T>(out, state,
+                   [=](const Philox4& r) { return random::randint_sample<T>(r, low, range); });
   });
 }
 

@@ -123,7 +123,7 @@ struct OffsetCalculator {
     }
   }
 
-  __host__ __device__ __forceinline__ void get(index_t linear, index_t (&off)[N]) const {
+  __device__ __forceinline__ void get(index_t linear, index_t (&off)[N]) const {
 #pragma unroll
     for (int k = 0; k < N; ++k) off[k] = 0;
 #pragma unroll

@@ -76,6 +76,9 @@ void Optimizer::add_param_group(ParamGroup group) {
 
 void Optimizer::step() {
   autograd::NoGradGuard no_grad;
+  // A GradScaler sets the flag again after calling step(); a plain step must clear a stale one,
+  // or a scheduler would skip its next step.
+  last_step_skipped_ = false;
   int64_t id = 0;
   for (const ParamGroup& group : groups_) {
     for (const Tensor& param : group.params) {

@@ -1,0 +1,305 @@
+// Autocast: the cast policy of every op under each precision, scoping rules, the weight-cast
+// cache, TF32 and tensor-core emulation on the CPU, and AMP training against float32.
+#include <cmath>
+#include <stdexcept>
+
+#include "test_util.h"
+
+namespace mt = mantissa;
+using mt::amp::autocast;
+using mt::amp::Precision;
+
+namespace {
+
+mt::Tensor f32(const mt::Shape& s) { return mt::randn(s); }
+
+// Runs `fn` inside a CPU autocast scope of `p` and returns the output dtype.
+template <typename Fn>
+mt::DType dtype_under(Precision p, Fn&& fn) {
+  autocast guard(mt::kCPU, p);
+  return fn().dtype();
+}
+
+const std::vector<Precision>& precisions() {
+  static const std::vector<Precision> v{Precision::Float32, mt::amp::kTF32, Precision::Float16,
+                                        Precision::BFloat16};
+  return v;
+}
+
+}  // namespace
+
+TEST(Autocast, PolicyTableMatchesPyTorchLists) {
+  using mt::amp::CastPolicy;
+  EXPECT_EQ(mt::amp::cast_policy(mt::OpId::mm), CastPolicy::LowerPrecision);
+  EXPECT_EQ(mt::amp::cast_policy(mt::OpId::linear), CastPolicy::LowerPrecision);
+  EXPECT_EQ(mt::amp::cast_policy(mt::OpId::conv2d), CastPolicy::LowerPrecision);
+  EXPECT_EQ(mt::amp::cast_policy(mt::OpId::softmax), CastPolicy::Float32);
+  EXPECT_EQ(mt::amp::cast_policy(mt::OpId::cross_entropy), CastPolicy::Float32);
+  EXPECT_EQ(mt::amp::cast_policy(mt::OpId::cat), CastPolicy::Promote);
+}
+
+TEST(Autocast, LowerPrecisionOpsOutputDtypePerPrecision) {
+  const mt::Tensor a = f32({4, 3}), b = f32({3, 5}), a3 = f32({2, 4, 3}), b3 = f32({2, 3, 5});
+  const mt::Tensor w = f32({5, 3}), bias = f32({5});
+  for (Precision p : precisions()) {
+    SCOPED_TRACE(std::string(p.name()));
+    const mt::DType want = p.dtype();  // float32 for float32 and tf32
+    EXPECT_EQ(dtype_under(p, [&] { return mt::mm(a, b); }), want);
+    EXPECT_EQ(dtype_under(p, [&] { return mt::bmm(a3, b3); }), want);
+    EXPECT_EQ(dtype_under(p, [&] { return mt::matmul(a3, b); }), want);
+    EXPECT_EQ(dtype_under(p, [&] { return mt::linear(a, w, bias); }), want);
+  }
+}
+
+TEST(Autocast, Float32OpsOutputFloat32ForHalfInputs) {
+  for (mt::DType half : {mt::kFloat16, mt::kBFloat16}) {
+    const mt::Tensor x = mt::rand({4, 6}).to(half) + 0.5;
+    const mt::Tensor t = mt::rand({4, 6}).to(half);
+    const mt::Tensor labels = mt::tensor<int64_t>({0, 5, 2, 3});
+    for (Precision p : {Precision(Precision::Float16), Precision(Precision::BFloat16)}) {
+      SCOPED_TRACE(std::string(p.name()) + " on " + std::string(mt::dtype_name(half)));
+      auto check = [&](auto fn) { EXPECT_EQ(dtype_under(p, fn), mt::kFloat32); };
+      check([&] { return mt::exp(x); });
+      check([&] { return mt::log(x); });
+      check([&] { return mt::pow(x, 2.0); });
+      check([&] { return mt::pow(x, t); });
+      check([&] { return mt::sum(x); });
+      check([&] { return mt::mean(x, {1}); });
+      check([&] { return mt::norm(x); });
+      check([&] { return mt::softmax(x, 1); });
+      check([&] { return mt::log_softmax(x, 1); });
+      check([&] { return mt::nn::functional::layer_norm(x, {6}); });
+      check([&] { return mt::nn::functional::mse_loss(x, t); });
+      check([&] { return mt::nn::functional::l1_loss(x, t); });
+      check([&] { return mt::nn::functional::cross_entropy(x, labels); });
+      check([&] { return mt::nn::functional::nll_loss(x, labels); });
+      check([&] { return mt::nn::functional::binary_cross_entropy_with_logits(x, t); });
+    }
+  }
+}
+
+TEST(Autocast, PromoteAndUnlistedOps) {
+  const mt::Tensor h = mt::rand({2, 3}).to(mt::kFloat16), s = mt::rand({2, 3});
+  autocast guard(mt::kCPU, mt::kFloat16);
+  EXPECT_EQ(mt::cat({h, s}).dtype(), mt::kFloat32);
+  EXPECT_EQ(mt::stack({h, s}).dtype(), mt::kFloat32);
+  EXPECT_EQ((h + s).dtype(), mt::kFloat32);
+  EXPECT_EQ(mt::relu(h).dtype(), mt::kFloat16);  // not in the table: input dtype
+  EXPECT_EQ(mt::relu(s).dtype(), mt::kFloat32);
+}
+
+TEST(Autocast, Float64AndIntegersAreNeverCast) {
+  const mt::Tensor a = mt::randn({3, 3}, mt::kFloat64), b = mt::randn({3, 3}, mt::kFloat64);
+  const mt::Tensor i = mt::randint(0, 5, {3, 3}), j = mt::randint(0, 5, {3, 3});
+  for (Precision p : {Precision(Precision::Float16), Precision(Precision::BFloat16)}) {
+    autocast guard(mt::kCPU, p);
+    EXPECT_EQ(mt::mm(a, b).dtype(), mt::kFloat64);
+    EXPECT_EQ(mt::softmax(a, 0).dtype(), mt::kFloat64);
+    EXPECT_EQ(mt::mm(i, j).dtype(), mt::kInt64);
+  }
+}
+
+TEST(Autocast, DefaultsAndState) {
+  EXPECT_EQ(mt::amp::default_precision(mt::kCPU), Precision::BFloat16);
+  EXPECT_EQ(mt::amp::default_precision(mt::kCUDA), Precision::Float16);
+  EXPECT_FALSE(mt::amp::is_autocast_enabled(mt::kCPU));
+  {
+    autocast guard(mt::kCPU);
+    EXPECT_TRUE(mt::amp::is_autocast_enabled(mt::kCPU));
+    EXPECT_EQ(mt::amp::current_precision(mt::kCPU), Precision::BFloat16);
+    EXPECT_EQ(mt::mm(f32({2, 2}), f32({2, 2})).dtype(), mt::kBFloat16);
+    EXPECT_FALSE(mt::amp::is_autocast_enabled(mt::kCUDA));
+  }
+  EXPECT_FALSE(mt::amp::is_autocast_enabled(mt::kCPU));
+  EXPECT_EQ(mt::amp::current_precision(mt::kCPU), Precision::Float32);
+  {
+    autocast off(mt::kCPU, mt::kFloat16, /*enabled=*/false);
+    EXPECT_EQ(mt::mm(f32({2, 2}), f32({2, 2})).dtype(), mt::kFloat32);
+  }
+  mt::testing::expect_error([] { Precision p(mt::kInt64); }, {"unsupported precision", "int64"});
+  mt::testing::expect_error([] { Precision::parse("fp8"); }, {"unknown precision 'fp8'"});
+  EXPECT_EQ(Precision::parse("bf16"), Precision::BFloat16);
+}
+
+TEST(Autocast, StateRestoredAfterThrowingScope) {
+  try {
+    autocast guard(mt::kCPU, mt::kFloat16);
+    EXPECT_TRUE(mt::amp::is_autocast_enabled(mt::kCPU));
+    throw std::runtime_error("boom");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_FALSE(mt::amp::is_autocast_enabled(mt::kCPU));
+  EXPECT_EQ(mt::mm(f32({2, 2}), f32({2, 2})).dtype(), mt::kFloat32);
+  EXPECT_EQ(mt::amp::autocast_cache_size(), 0u);
+}
+
+TEST(Autocast, NestedScopes) {
+  const mt::Tensor a = f32({3, 3});
+  autocast outer(mt::kCPU, mt::kFloat16);
+  EXPECT_EQ(mt::mm(a, a).dtype(), mt::kFloat16);
+  {
+    autocast inner(mt::kCPU, mt::kFloat16, /*enabled=*/false);
+    EXPECT_EQ(mt::mm(a, a).dtype(), mt::kFloat32);
+    {
+      autocast innermost(mt::kCPU, mt::kBFloat16);
+      EXPECT_EQ(mt::mm(a, a).dtype(), mt::kBFloat16);
+    }
+    EXPECT_EQ(mt::mm(a, a).dtype(), mt::kFloat32);
+  }
+  EXPECT_EQ(mt::mm(a, a).dtype(), mt::kFloat16);
+}
+
+TEST(Autocast, WeightCastOncePerScopeAndKeepsHistory) {
+  mt::nn::Linear layer(4, 3);
+  const mt::Tensor x = f32({5, 4});
+  mt::Tensor y1, y2;
+  {
+    autocast guard(mt::kCPU, mt::kFloat16);
+    y1 = layer(x);
+    EXPECT_EQ(mt::amp::autocast_cache_size(), 2u);  // weight and bias, once each
+    y2 = layer(x);
+    EXPECT_EQ(mt::amp::autocast_cache_size(), 2u);
+    {
+      autocast nested(mt::kCPU, mt::kFloat16);
+      (void)layer(x);
+      EXPECT_EQ(mt::amp::autocast_cache_size(), 2u);  // shared with the outermost scope
+    }
+    EXPECT_EQ(mt::amp::autocast_cache_size(), 2u);
+  }
+  EXPECT_EQ(mt::amp::autocast_cache_size(), 0u);
+  EXPECT_EQ(y1.dtype(), mt::kFloat16);
+  (y1.to(mt::kFloat32).sum() + y2.to(mt::kFloat32).sum()).backward();
+  // Both uses backpropagate through the one cached cast into the float32 weight.
+  ASSERT_TRUE(layer->weight.grad().defined());
+  EXPECT_EQ(layer->weight.grad().dtype(), mt::kFloat32);
+  EXPECT_EQ(layer->bias.grad().dtype(), mt::kFloat32);
+  const auto gb = layer->bias.grad().to_vector<float>();
+  for (float g : gb) EXPECT_FLOAT_EQ(g, 10.0f);  // 5 rows, two outputs
+  // Inputs that are not weights (no grad) are cast every time, never cached.
+  {
+    autocast guard(mt::kCPU, mt::kFloat16);
+    mt::autograd::NoGradGuard no_grad;
+    (void)layer(x);
+    EXPECT_EQ(mt::amp::autocast_cache_size(), 0u);
+  }
+}
+
+TEST(Autocast, BackwardRunsInForwardDtype) {
+  mt::Tensor w = mt::randn({4, 4}).requires_grad_();
+  mt::Tensor x = mt::randn({2, 4});
+  mt::Tensor out;
+  {
+    autocast guard(mt::kCPU, mt::kBFloat16);
+    out = mt::mm(x, w);
+  }
+  ASSERT_EQ(out.dtype(), mt::kBFloat16);
+  ASSERT_NE(out.grad_fn(), nullptr);
+  out.sum().backward();
+  EXPECT_EQ(w.grad().dtype(), mt::kFloat32);
+}
+
+TEST(Autocast, Tf32MatmulErrorIsAboutOneThousandth) {
+  mt::manual_seed(3);
+  const mt::Tensor a = mt::randn({64, 256}), b = mt::randn({256, 64});
+  const mt::Tensor ref = mt::mm(a.to(mt::kFloat64), b.to(mt::kFloat64));
+  auto rel_error = [&](const mt::Tensor& c) {
+    return (mt::norm(c.to(mt::kFloat64) - ref) / mt::norm(ref)).item<double>();
+  };
+  const double full = rel_error(mt::mm(a, b));
+  double scoped = 0.0;
+  {
+    autocast guard(mt::kCPU, mt::amp::kTF32);
+    const mt::Tensor c = mt::mm(a, b);
+    EXPECT_EQ(c.dtype(), mt::kFloat32);
+    scoped = rel_error(c);
+  }
+  EXPECT_LT(full, 1e-6);
+  EXPECT_GT(scoped, 5e-5);
+  EXPECT_LT(scoped, 3e-3);
+  EXPECT_NEAR(rel_error(mt::mm(a, b)), full, 0.0);  // the scope restored full precision
+  // The global setting does the same everywhere until reset.
+  mt::set_float32_matmul_precision("high");
+  const double global = rel_error(mt::mm(a, b));
+  mt::set_float32_matmul_precision("highest");
+  EXPECT_DOUBLE_EQ(global, scoped);
+  mt::testing::expect_error([] { mt::set_float32_matmul_precision("low"); }, {"invalid precision"});
+}
+
+TEST(Autocast, CpuEmulatesTensorCoreNumerics) {
+  // Operands rounded to the low-precision type, float32 accumulation, one rounding at the end.
+  mt::manual_seed(4);
+  const mt::Tensor a = mt::randn({8, 64}), b = mt::randn({64, 8});
+  for (mt::DType low : {mt::kFloat16, mt::kBFloat16}) {
+    mt::Tensor c;
+    {
+      autocast guard(mt::kCPU, Precision(low));
+      c = mt::mm(a, b);
+    }
+    ASSERT_EQ(c.dtype(), low);
+    const auto av = a.to(low).to_vector<double>(), bv = b.to(low).to_vector<double>();
+    const auto cv = c.to_vector<double>();
+    for (int i = 0; i < 8; ++i) {
+      for (int j = 0; j < 8; ++j) {
+        double acc = 0.0;
+        for (int k = 0; k < 64; ++k) acc += av[i * 64 + k] * bv[k * 8 + j];
+        const double rounded = mt::scalar_tensor(acc, mt::kFloat64).to(low).item<double>();
+        // float32 accumulation may move the exact sum by a few float32 ulps before rounding.
+        EXPECT_NEAR(cv[i * 8 + j], rounded, std::abs(rounded) * (low == mt::kFloat16 ? 1e-3 : 8e-3))
+            << "element " << i << "," << j;
+      }
+    }
+  }
+}
+
+namespace {
+
+// Trains a model on a fixed regression task and returns the final loss (mean of the last 10).
+double train(std::shared_ptr<mt::nn::SequentialImpl> model, Precision p, int steps) {
+  mt::manual_seed(11);
+  const mt::Tensor teacher = mt::randn({model->named_parameters()[0].second.size(1), 4}) * 0.5;
+  mt::optim::SGD opt(model->parameters(), 0.05, {.momentum = 0.9});
+  mt::amp::GradScaler scaler(p.kind() == Precision::Float16);
+  mt::nn::MSELoss loss_fn;
+  double tail = 0.0;
+  for (int step = 0; step < steps; ++step) {
+    const mt::Tensor x = mt::randn({32, teacher.size(0)});
+    const mt::Tensor y = mt::tanh(x.matmul(teacher));
+    mt::Tensor loss;
+    {
+      autocast guard(mt::kCPU, p, p.kind() != Precision::Float32);
+      loss = loss_fn(model->forward(x), y);
+    }
+    EXPECT_EQ(loss.dtype(), mt::kFloat32);
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+    opt.zero_grad();
+    if (step >= steps - 10) tail += loss.item<float>() / 10.0;
+  }
+  return tail;
+}
+
+std::shared_ptr<mt::nn::SequentialImpl> make(bool toy) {
+  mt::manual_seed(5);
+  if (toy) {
+    return std::make_shared<mt::nn::SequentialImpl>(mt::nn::Linear(10, 10), mt::nn::ReLU(),
+                                                    mt::nn::Linear(10, 4));
+  }
+  return std::make_shared<mt::nn::SequentialImpl>(mt::nn::Linear(16, 64), mt::nn::ReLU(),
+                                                  mt::nn::Linear(64, 64), mt::nn::GELU(),
+                                                  mt::nn::Linear(64, 4));
+}
+
+}  // namespace
+
+TEST(Autocast, AmpTrainingMatchesFloat32) {
+  for (bool toy : {true, false}) {
+    const double reference = train(make(toy), Precision::Float32, 300);
+    for (Precision p : {Precision(Precision::Float16), Precision(Precision::BFloat16)}) {
+      SCOPED_TRACE(std::string(toy ? "toy " : "mlp ") + std::string(p.name()));
+      const double got = train(make(toy), p, 300);
+      EXPECT_LT(std::abs(got - reference), 1e-2 * reference + 1e-4)
+          << "float32 " << reference << ", " << p.name() << " " << got;
+    }
+  }
+}

@@ -1,0 +1,253 @@
+// The user-facing autograd API: leaf/graph flags, backward with and without seeds, retain_graph,
+// accumulation into .grad, grad mode (thread-local), detach, autograd::grad, in-place checks
+// (leaves and the version counter of saved tensors), retain_grad and hooks.
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+
+namespace mt = mantissa;
+namespace ag = mantissa::autograd;
+using mt::Shape;
+using mt::Tensor;
+using mt::testing::expect_close;
+using mt::testing::expect_error;
+using mt::testing::random_tensor;
+using Vec = std::vector<double>;
+
+namespace {
+
+Tensor leaf(const Shape& shape) {
+  return random_tensor(shape, mt::kFloat64, /*non_contiguous=*/false).requires_grad_();
+}
+
+Tensor f64(const Vec& v, const Shape& shape) { return mt::from_vector(v, shape, mt::kFloat64); }
+
+Vec scaled(const Vec& v, double k) {
+  Vec out = v;
+  for (double& e : out) e *= k;
+  return out;
+}
+
+}  // namespace
+
+TEST(AutogradApi, LeafFlagsAndGradFnNames) {
+  const Tensor x = leaf({2, 3}), w = leaf({3, 4});
+  const Tensor plain = mt::randn({2, 3}, mt::kFloat64);
+  EXPECT_TRUE(x.requires_grad());
+  EXPECT_TRUE(x.is_leaf());
+  EXPECT_EQ(x.grad_fn(), nullptr);
+  EXPECT_FALSE(plain.requires_grad());
+  EXPECT_TRUE(plain.is_leaf());
+
+  const Tensor sum = x + plain;
+  EXPECT_TRUE(sum.requires_grad());
+  EXPECT_FALSE(sum.is_leaf());
+  EXPECT_EQ(sum.grad_fn()->name(), "AddBackward0");
+  EXPECT_EQ(mt::mm(x, w).grad_fn()->name(), "MmBackward0");
+  EXPECT_EQ((x * plain).grad_fn()->name(), "MulBackward0");
+  EXPECT_EQ(x.sum().grad_fn()->name(), "SumBackward0");
+  EXPECT_EQ(x.exp().grad_fn()->name(), "ExpBackward0");
+  EXPECT_EQ(x.sigmoid().grad_fn()->name(), "SigmoidBackward0");
+  EXPECT_EQ(x.t().grad_fn()->name(), "TransposeBackward0");
+  // An edge to the leaf's AccumulateGrad node.
+  const auto& edges = sum.grad_fn()->next_edges;
+  ASSERT_EQ(edges.size(), 2u);
+  EXPECT_EQ(edges[0].fn->name(), "AccumulateGrad");
+  EXPECT_EQ(edges[1].fn, nullptr);
+
+  const Tensor no_graph = plain * 2.0;
+  EXPECT_FALSE(no_graph.requires_grad());
+  EXPECT_EQ(no_graph.grad_fn(), nullptr);
+  expect_error([&] { Tensor(sum).requires_grad_(false); },
+               {"only change requires_grad flags of leaf"});
+  expect_error([] { mt::zeros({2}, mt::kInt64).requires_grad_(); },
+               {"only tensors of floating point dtype can require gradients"});
+}
+
+TEST(AutogradApi, BackwardSeedsAndErrors) {
+  const Tensor x = leaf({2, 3});
+  const Tensor y = x * x;  // non-scalar
+  expect_error([&] { y.backward(); }, {"grad can be implicitly created only for scalar outputs"});
+  expect_error([&] { y.backward(mt::ones({3}, mt::kFloat64)); }, {"gradient has shape [3]"});
+  const Tensor seed = random_tensor({2, 3}, mt::kFloat64, true);
+  y.backward(seed);
+  const Vec xv = x.to_vector<double>(), sv = seed.to_vector<double>();
+  Vec expected(xv.size());
+  for (size_t i = 0; i < xv.size(); ++i) expected[i] = 2 * xv[i] * sv[i];
+  expect_close(x.grad(), f64(expected, {2, 3}));
+
+  expect_error([] { mt::ones({1}).backward(); }, {"does not require grad"});
+}
+
+TEST(AutogradApi, RetainGraph) {
+  const Tensor x = leaf({4});
+  const Tensor y = x.exp().sum();  // exp saves its output
+  y.backward();
+  const Vec g1 = x.grad().to_vector<double>();
+  expect_error([&] { y.backward(); }, {"backward through the graph a second time", "retain_graph"});
+
+  const Tensor z = x.exp().sum();
+  x.set_grad(Tensor());
+  z.backward(Tensor(), /*retain_graph=*/true);
+  z.backward();  // the second backward accumulates (+=)
+  expect_close(x.grad(), f64(scaled(g1, 2), {4}));
+}
+
+TEST(AutogradApi, GradientsAccumulateAcrossBackwardCalls) {
+  const Tensor x = leaf({3});
+  (x * 3.0).sum().backward();
+  const Tensor first = x.grad();
+  (x * x).sum().backward();
+  const Vec xv = x.to_vector<double>();
+  Vec expected(3);
+  for (int i = 0; i < 3; ++i) expected[i] = 3 + 2 * xv[i];
+  expect_close(x.grad(), f64(expected, {3}));
+  EXPECT_TRUE(first.is_same(x.grad()));  // accumulated in place
+
+  // A tensor used twice in one graph gets both contributions (diamond).
+  const Tensor a = leaf({3});
+  const Tensor h = a * 2.0;
+  (h * h + h).sum().backward();
+  const Vec av = a.to_vector<double>();
+  for (int i = 0; i < 3; ++i) expected[i] = 8 * av[i] + 2;
+  expect_close(a.grad(), f64(expected, {3}));
+}
+
+TEST(AutogradApi, NoGradGuardIsThreadLocal) {
+  const Tensor x = leaf({3});
+  {
+    ag::NoGradGuard no_grad;
+    EXPECT_FALSE(ag::GradMode::is_enabled());
+    const Tensor y = x * 2.0;
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_EQ(y.grad_fn(), nullptr);
+    bool other_thread_records = false;
+    std::thread worker([&] {
+      const Tensor z = x * 2.0;
+      other_thread_records = z.requires_grad() && z.grad_fn() != nullptr;
+    });
+    worker.join();
+    EXPECT_TRUE(other_thread_records);
+    {
+      ag::EnableGradGuard enable;
+      EXPECT_TRUE((x * 2.0).requires_grad());
+    }
+    EXPECT_FALSE((x * 2.0).requires_grad());
+  }
+  EXPECT_TRUE(ag::GradMode::is_enabled());
+  // A guard in another thread leaves this one recording.
+  std::thread worker([] {
+    ag::NoGradGuard no_grad;
+    EXPECT_FALSE(ag::GradMode::is_enabled());
+  });
+  worker.join();
+  EXPECT_TRUE((x * 2.0).requires_grad());
+}
+
+TEST(AutogradApi, Detach) {
+  const Tensor x = leaf({3});
+  const Tensor y = x * 2.0;
+  Tensor d = y.detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_TRUE(d.is_leaf());
+  EXPECT_TRUE(d.storage() == y.storage());
+  // The detached tensor shares values and the version counter.
+  const uint32_t v = y.version();
+  d.mul_(10.0);
+  EXPECT_EQ(y.version(), v + 1);
+  EXPECT_EQ(y.to_vector<double>(), d.to_vector<double>());
+  // Gradient does not flow through a detached branch.
+  (x * d.detach()).sum().backward();
+  expect_close(x.grad(), d);
+}
+
+TEST(AutogradApi, GradFunction) {
+  const Tensor x = leaf({3}), w = leaf({3}), unused = leaf({2});
+  const Tensor y = (x * w).sum();
+  const auto grads = ag::grad({y}, {x, w}, {}, /*retain_graph=*/true);
+  ASSERT_EQ(grads.size(), 2u);
+  expect_close(grads[0], w);
+  expect_close(grads[1], x);
+  EXPECT_FALSE(x.grad().defined());  // returned, not accumulated
+  EXPECT_FALSE(w.grad().defined());
+
+  expect_error(
+      [&] {
+        ag::grad({y}, {x, unused}, {}, true);
+      },
+      {"input 1", "not used in the graph", "allow_unused"});
+  const auto with_unused = ag::grad({y}, {x, unused}, {}, true, /*allow_unused=*/true);
+  EXPECT_TRUE(with_unused[0].defined());
+  EXPECT_FALSE(with_unused[1].defined());
+
+  // Gradient w.r.t. a non-leaf, with a seed.
+  const Tensor h = x * 3.0;
+  const Tensor out = h * h;
+  const Tensor seed = mt::ones({3}, mt::kFloat64) * 0.5;
+  const auto gh = ag::grad({out}, {h}, {seed});
+  expect_close(gh[0], h);
+  EXPECT_FALSE(x.grad().defined());
+  expect_error([&] { ag::grad({y}, {mt::ones({3})}); }, {"does not require grad"});
+}
+
+TEST(AutogradApi, InPlaceChecks) {
+  Tensor x = leaf({3});
+  expect_error([&] { x.add_(1.0); }, {"leaf tensor that requires grad", "in-place operation"});
+  expect_error([&] { x.mul_(2.0); }, {"leaf tensor that requires grad"});
+  expect_error([&] { x.copy_(mt::zeros({3}, mt::kFloat64)); }, {"leaf tensor that requires grad"});
+  {
+    ag::NoGradGuard no_grad;  // how optimizers update parameters
+    x.add_(1.0);
+  }
+  EXPECT_TRUE(x.is_leaf());
+
+  // Modifying a tensor that backward needs is detected by its version counter.
+  Tensor y = x.sigmoid();  // SigmoidBackward0 saves its output
+  y.mul_(2.0);
+  EXPECT_EQ(y.grad_fn()->name(), "MulBackward0");
+  expect_error([&] { y.sum().backward(); },
+               {"modified by an in-place operation", "SigmoidBackward0", "version"});
+
+  // In-place on a non-leaf whose old value nobody saved is fine and differentiable.
+  const Tensor a = leaf({3});
+  Tensor b = a * 1.0;
+  b.mul_(3.0);
+  b.add_(a);
+  b.sum().backward();
+  expect_close(a.grad(), mt::full({3}, 4.0, mt::kFloat64));
+}
+
+TEST(AutogradApi, RetainGradOnNonLeaf) {
+  const Tensor x = leaf({3});
+  const Tensor h = x * 2.0;
+  const Tensor k = h + 1.0;
+  h.retain_grad();
+  const Tensor loss = (h * k).sum();  // d/dh = k + h
+  loss.backward(Tensor(), /*retain_graph=*/true);
+  const Vec expected = (k + h).to_vector<double>();
+  expect_close(h.grad(), f64(expected, {3}));
+  EXPECT_FALSE(k.grad().defined());  // not retained
+  EXPECT_TRUE(x.grad().defined());
+  // Like a leaf's, a retained gradient accumulates over backward calls.
+  loss.backward();
+  expect_close(h.grad(), f64(scaled(expected, 2), {3}));
+  expect_error([] { mt::ones({2}).retain_grad(); }, {"requires_grad=false"});
+}
+
+TEST(AutogradApi, Hooks) {
+  const Tensor x = leaf({3});
+  const Tensor h = x * 2.0;
+  std::vector<Vec> leaf_seen, inner_seen;
+  x.register_hook([&](const Tensor& g) { leaf_seen.push_back(g.to_vector<double>()); });
+  h.register_hook([&](const Tensor& g) { inner_seen.push_back(g.to_vector<double>()); });
+  (h * 5.0).sum().backward();
+  ASSERT_EQ(inner_seen.size(), 1u);
+  EXPECT_EQ(inner_seen[0], Vec(3, 5.0));
+  ASSERT_EQ(leaf_seen.size(), 1u);
+  EXPECT_EQ(leaf_seen[0], Vec(3, 10.0));
+  expect_close(x.grad(), mt::full({3}, 10.0, mt::kFloat64));
+  expect_error([] { mt::ones({2}).register_hook([](const Tensor&) {}); },
+               {"doesn't require gradient"});
+}
