@@ -14,7 +14,8 @@ namespace {
 // Casts of weights (float32 leaves that require grad), made once per outermost scope. The cast
 // keeps its autograd history, so every use in the scope backpropagates into the weight.
 struct CastCache {
-  std::map<std::pair<const TensorImpl*, DType>, std::pair<Tensor, Tensor>> entries;  // key -> (weight, cast)
+  std::map<std::pair<const TensorImpl*, DType>, std::pair<Tensor, Tensor>>
+      entries;  // key -> (weight, cast)
 };
 CastCache& cache() {
   thread_local CastCache c;
@@ -43,9 +44,11 @@ Tensor cast_hook(OpId op, const Tensor& t) {
   switch (cast_policy(op)) {
     case CastPolicy::LowerPrecision:
       return eligible_for_lower(t, st.dtype) ? cast_with_cache(t, st.dtype) : t;
-    case CastPolicy::Float32: return is_reduced_float(t.dtype()) ? t.to(kFloat32) : t;
+    case CastPolicy::Float32:
+      return is_reduced_float(t.dtype()) ? t.to(kFloat32) : t;
     case CastPolicy::Promote:
-    case CastPolicy::None: break;
+    case CastPolicy::None:
+      break;
   }
   return t;
 }
@@ -64,9 +67,15 @@ void refresh_any_cast(autocast_state::ThreadState& s) {
 
 Precision::Precision(DType dtype) {
   switch (dtype) {
-    case kFloat32: kind_ = Float32; break;
-    case kFloat16: kind_ = Float16; break;
-    case kBFloat16: kind_ = BFloat16; break;
+    case kFloat32:
+      kind_ = Float32;
+      break;
+    case kFloat16:
+      kind_ = Float16;
+      break;
+    case kBFloat16:
+      kind_ = BFloat16;
+      break;
     default:
       MT_THROW("autocast: unsupported precision ", dtype,
                " (expected float32, tf32, float16 or bfloat16)");
@@ -83,10 +92,14 @@ Precision Precision::parse(std::string_view name) {
 
 std::string_view Precision::name() const {
   switch (kind_) {
-    case Float32: return "float32";
-    case TF32: return "tf32";
-    case Float16: return "float16";
-    case BFloat16: return "bfloat16";
+    case Float32:
+      return "float32";
+    case TF32:
+      return "tf32";
+    case Float16:
+      return "float16";
+    case BFloat16:
+      return "bfloat16";
   }
   return "unknown";
 }

@@ -18,7 +18,7 @@ class Precision {
  public:
   enum Kind : uint8_t { Float32, TF32, Float16, BFloat16 };
   constexpr Precision(Kind k) : kind_(k) {}  // NOLINT
-  Precision(DType dtype);                      // NOLINT: float32, float16 or bfloat16
+  Precision(DType dtype);                    // NOLINT: float32, float16 or bfloat16
   // "float32" (also "fp32", "off"), "tf32", "float16" ("fp16", "half"), "bfloat16" ("bf16").
   static Precision parse(std::string_view name);
   Kind kind() const { return kind_; }

@@ -14,7 +14,8 @@ constexpr CastPolicy policy_of(OpId op) {
     case OpId::bmm:
     case OpId::matmul:
     case OpId::linear:
-    case OpId::conv2d: return CastPolicy::LowerPrecision;
+    case OpId::conv2d:
+      return CastPolicy::LowerPrecision;
     case OpId::exp:
     case OpId::log:
     case OpId::pow:
@@ -28,10 +29,13 @@ constexpr CastPolicy policy_of(OpId op) {
     case OpId::l1_loss:
     case OpId::cross_entropy:
     case OpId::nll_loss:
-    case OpId::binary_cross_entropy_with_logits: return CastPolicy::Float32;
+    case OpId::binary_cross_entropy_with_logits:
+      return CastPolicy::Float32;
     case OpId::cat:
-    case OpId::stack: return CastPolicy::Promote;
-    case OpId::kCount: break;
+    case OpId::stack:
+      return CastPolicy::Promote;
+    case OpId::kCount:
+      break;
   }
   return CastPolicy::None;
 }

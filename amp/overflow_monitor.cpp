@@ -34,10 +34,11 @@ namespace {
 void merge(TensorStats& into, const TensorStats& s, int64_t calls_before) {
   // Underflow fraction is averaged over non-zero values across calls.
   const double total_nonzero = static_cast<double>(into.num_nonzero + s.num_nonzero);
-  into.fp16_underflow_fraction =
-      total_nonzero > 0 ? (into.fp16_underflow_fraction * into.num_nonzero +
-                           s.fp16_underflow_fraction * s.num_nonzero) / total_nonzero
-                        : 0.0;
+  into.fp16_underflow_fraction = total_nonzero > 0
+                                     ? (into.fp16_underflow_fraction * into.num_nonzero +
+                                        s.fp16_underflow_fraction * s.num_nonzero) /
+                                           total_nonzero
+                                     : 0.0;
   into.max_abs = calls_before == 0 ? s.max_abs : std::max(into.max_abs, s.max_abs);
   into.num_inf += s.num_inf;
   into.num_nan += s.num_nan;
@@ -72,8 +73,8 @@ void OverflowMonitor::record(size_t index, const Tensor& value, bool is_grad) {
   ++calls;
   if (!s.finite() && !first_nonfinite_) {
     first_nonfinite_ = m.name + (is_grad ? " (gradient)" : " (forward)");
-    log().warn("overflow monitor: first non-finite value in {} ({}): {} inf, {} nan", *first_nonfinite_,
-               m.type, s.num_inf, s.num_nan);
+    log().warn("overflow monitor: first non-finite value in {} ({}): {} inf, {} nan",
+               *first_nonfinite_, m.type, s.num_inf, s.num_nan);
   }
 }
 
@@ -90,8 +91,8 @@ void OverflowMonitor::report() const {
               "{} ({}): forward max|x| {:.4g} inf {} nan {} fp16-underflow {:.2f}%; gradient "
               "max|x| {:.4g} inf {} nan {} fp16-underflow {:.2f}%",
               m.name, m.type, m.forward.max_abs, m.forward.num_inf, m.forward.num_nan,
-              100.0 * m.forward.fp16_underflow_fraction, m.grad.max_abs, m.grad.num_inf, m.grad.num_nan,
-              100.0 * m.grad.fp16_underflow_fraction);
+              100.0 * m.forward.fp16_underflow_fraction, m.grad.max_abs, m.grad.num_inf,
+              m.grad.num_nan, 100.0 * m.grad.fp16_underflow_fraction);
   }
   if (first_nonfinite_) log().warn("first non-finite value: {}", *first_nonfinite_);
 }

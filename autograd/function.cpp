@@ -21,8 +21,8 @@ bool BackwardContext::needs(size_t input) const {
 std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grad_outputs) {
   BackwardContext ctx(*this, grad_outputs);
   std::vector<Tensor> grads = fn_(ctx);
-  MT_ASSERT(grads.size() == next_edges.size(), name_, " returned ", grads.size(),
-            " gradients for ", next_edges.size(), " inputs");
+  MT_ASSERT(grads.size() == next_edges.size(), name_, " returned ", grads.size(), " gradients for ",
+            next_edges.size(), " inputs");
   return grads;
 }
 
@@ -45,15 +45,19 @@ bool needs_grad(const std::vector<const Tensor*>& inputs) { return any_requires_
 
 void check_inplace(const Tensor& self, const char* op) {
   if (GradMode::is_enabled() && self.requires_grad() && self.is_leaf()) {
-    MT_THROW(op, ": a leaf tensor that requires grad is being used in an in-place operation "
-             "(shape ", self.shape(), "); wrap parameter updates in NoGradGuard");
+    MT_THROW(op,
+             ": a leaf tensor that requires grad is being used in an in-place operation "
+             "(shape ",
+             self.shape(), "); wrap parameter updates in NoGradGuard");
   }
 }
 
 Recorder::Recorder(const char* name, std::initializer_list<const Tensor*> inputs) {
   init(name, inputs);
 }
-Recorder::Recorder(const char* name, const std::vector<const Tensor*>& inputs) { init(name, inputs); }
+Recorder::Recorder(const char* name, const std::vector<const Tensor*>& inputs) {
+  init(name, inputs);
+}
 
 template <typename Range>
 void Recorder::init(const char* name, const Range& inputs) {
@@ -69,7 +73,9 @@ Recorder& Recorder::save(const Tensor& t) {
   return *this;
 }
 
-void Recorder::finish(const Tensor& out, BackwardFn fn) { finish(std::vector<Tensor>{out}, std::move(fn)); }
+void Recorder::finish(const Tensor& out, BackwardFn fn) {
+  finish(std::vector<Tensor>{out}, std::move(fn));
+}
 
 void Recorder::finish(const std::vector<Tensor>& outs, BackwardFn fn) {
   node_->fn_ = std::move(fn);

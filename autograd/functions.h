@@ -139,4 +139,31 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // Dropout: zeroes with probability p and scales the rest by 1/(1-p) when training.
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullptr);
 
+// ---- convolution and pooling (autograd/ops/conv.cpp) ------------------------------------------
+// A (height, width) pair for conv/pool arguments; one value means both, as in PyTorch.
+struct Size2 {
+  Size2(int64_t v) : h(v), w(v) {}  // NOLINT: `2` means (2, 2)
+  Size2(int64_t height, int64_t width) : h(height), w(width) {}
+  int64_t h, w;
+  friend bool operator==(const Size2& a, const Size2& b) { return a.h == b.h && a.w == b.w; }
+};
+
+// torch.nn.functional.conv2d (cross-correlation): input [N, C, H, W] or unbatched [C, H, W],
+// weight [O, C / groups, kh, kw], bias [O] or undefined. Output [N, O, Ho, Wo] with
+// Ho = (H + 2 * padding.h - dilation.h * (kh - 1) - 1) / stride.h + 1 (likewise Wo).
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+              Size2 stride = 1, Size2 padding = 0, Size2 dilation = 1, int64_t groups = 1);
+// torch.nn.functional.max_pool2d over [N, C, H, W] or [C, H, W]; stride defaults to kernel_size.
+// Padding cells never win; ceil_mode rounds the output size up (keeping the last window's
+// start inside the input or the left padding).
+Tensor max_pool2d(const Tensor& input, Size2 kernel_size,
+                  std::optional<Size2> stride = std::nullopt, Size2 padding = 0, Size2 dilation = 1,
+                  bool ceil_mode = false);
+// torch.nn.functional.avg_pool2d; count_include_pad counts padding cells in the divisor, and a
+// divisor_override replaces the divisor.
+Tensor avg_pool2d(const Tensor& input, Size2 kernel_size,
+                  std::optional<Size2> stride = std::nullopt, Size2 padding = 0,
+                  bool ceil_mode = false, bool count_include_pad = true,
+                  std::optional<int64_t> divisor_override = std::nullopt);
+
 }  // namespace mantissa

@@ -7,8 +7,8 @@
 #include <unordered_map>
 
 #include "autograd/node.h"
-#include "engine/precision.h"
 #include "engine/factory.h"
+#include "engine/precision.h"
 
 namespace mantissa::autograd {
 namespace {
@@ -47,12 +47,15 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
   std::vector<std::shared_ptr<Node>> roots;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& out = outputs[i];
-    MT_CHECK(out.requires_grad(), "backward: element ", i, " of tensors does not require grad and "
+    MT_CHECK(out.requires_grad(), "backward: element ", i,
+             " of tensors does not require grad and "
              "does not have a grad_fn");
     Tensor g = grad_outputs.empty() ? Tensor() : grad_outputs[i];
     if (!g.defined()) {
-      MT_CHECK(out.numel() == 1, "backward: grad can be implicitly created only for scalar "
-               "outputs, but the output has shape ", out.shape(), "; pass a gradient");
+      MT_CHECK(out.numel() == 1,
+               "backward: grad can be implicitly created only for scalar "
+               "outputs, but the output has shape ",
+               out.shape(), "; pass a gradient");
       g = ones_like(out);
     } else {
       MT_CHECK(g.shape() == out.shape(), "backward: gradient has shape ", g.shape(),

@@ -24,16 +24,18 @@ SavedTensor::SavedTensor(const Tensor& t) {
 }
 
 Tensor SavedTensor::unpack(const char* node_name) const {
-  MT_CHECK(!released_, "Trying to backward through the graph a second time (or directly access "
+  MT_CHECK(!released_,
+           "Trying to backward through the graph a second time (or directly access "
            "saved tensors after they have already been freed). Saved intermediate values of the "
            "graph are freed when you call backward() or autograd::grad(). Pass retain_graph=true "
-           "if you need to backward through the graph a second time (node: ", node_name, ")");
+           "if you need to backward through the graph a second time (node: ",
+           node_name, ")");
   if (data_.defined()) {
     MT_CHECK(data_.version() == version_,
              "one of the tensors needed for gradient computation has been modified by an "
-             "in-place operation: a tensor of shape ", data_.shape(), " and dtype ",
-             data_.dtype(), " saved by ", node_name, " is at version ", data_.version(),
-             "; expected version ", version_, " instead");
+             "in-place operation: a tensor of shape ",
+             data_.shape(), " and dtype ", data_.dtype(), " saved by ", node_name,
+             " is at version ", data_.version(), "; expected version ", version_, " instead");
   }
   return data_;
 }
@@ -60,7 +62,9 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   return {};
 }
 
-AutogradMeta* meta(const Tensor& t) { return t.defined() ? t.unsafe_impl()->autograd.get() : nullptr; }
+AutogradMeta* meta(const Tensor& t) {
+  return t.defined() ? t.unsafe_impl()->autograd.get() : nullptr;
+}
 
 AutogradMeta& ensure_meta(const Tensor& t) {
   auto& slot = t.unsafe_impl()->autograd;
@@ -101,11 +105,14 @@ bool Tensor::requires_grad() const {
 
 Tensor& Tensor::requires_grad_(bool enabled) {
   if (!enabled && !is_leaf()) {
-    MT_THROW("requires_grad_: you can only change requires_grad flags of leaf tensors; use "
-             "detach() to get a tensor without history (grad_fn: ", grad_fn()->name(), ")");
+    MT_THROW(
+        "requires_grad_: you can only change requires_grad flags of leaf tensors; use "
+        "detach() to get a tensor without history (grad_fn: ",
+        grad_fn()->name(), ")");
   }
   MT_CHECK(!enabled || is_floating(dtype()),
-           "requires_grad_: only tensors of floating point dtype can require gradients, got ", dtype());
+           "requires_grad_: only tensors of floating point dtype can require gradients, got ",
+           dtype());
   if (enabled || autograd::meta(*this)) autograd::ensure_meta(*this).requires_grad = enabled;
   return *this;
 }
@@ -138,7 +145,8 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
 }
 
 void Tensor::retain_grad() const {
-  MT_CHECK(requires_grad(), "retain_grad: can't retain_grad on a tensor that has requires_grad=false");
+  MT_CHECK(requires_grad(),
+           "retain_grad: can't retain_grad on a tensor that has requires_grad=false");
   if (is_leaf()) return;
   auto& m = autograd::ensure_meta(*this);
   if (m.retains_grad) return;
@@ -147,7 +155,8 @@ void Tensor::retain_grad() const {
 }
 
 void Tensor::register_hook(std::function<void(const Tensor&)> hook) const {
-  MT_CHECK(requires_grad(), "register_hook: cannot register a hook on a tensor that doesn't "
+  MT_CHECK(requires_grad(),
+           "register_hook: cannot register a hook on a tensor that doesn't "
            "require gradient");
   if (is_leaf()) {
     autograd::ensure_meta(*this).leaf_hooks.push_back(std::move(hook));

@@ -29,7 +29,7 @@ struct AutogradMeta {
   Tensor grad;
   std::shared_ptr<Node> grad_fn;  // null for leaves
   uint32_t output_nr = 0;
-  std::weak_ptr<Node> grad_accumulator;  // leaves only, created on first use
+  std::weak_ptr<Node> grad_accumulator;                        // leaves only, created on first use
   std::vector<std::function<void(const Tensor&)>> leaf_hooks;  // leaves: see register_hook
 };
 

@@ -20,8 +20,8 @@ struct AmpUpdateParams {
   double growth_factor;
   double backoff_factor;
   int64_t growth_interval;
-  double min_scale;      // 0: no floor
-  int64_t hysteresis;    // back off on the hysteresis-th consecutive overflow and after
+  double min_scale;    // 0: no floor
+  int64_t hysteresis;  // back off on the hysteresis-th consecutive overflow and after
 };
 // Updates scale (float32), growth_tracker and overflow_streak (int32), all 1-element tensors,
 // from found_inf (float32, 1 element; > 0 means an overflow happened this step).

@@ -9,9 +9,7 @@
 namespace mantissa {
 
 Device::Device(std::string_view spec) {
-  auto bad = [&] {
-    MT_THROW("invalid device string '", spec, "' (expected cpu, cuda or cuda:N)");
-  };
+  auto bad = [&] { MT_THROW("invalid device string '", spec, "' (expected cpu, cuda or cuda:N)"); };
   if (spec == "cpu") {
     *this = Device::cpu();
     return;
@@ -31,9 +29,7 @@ Device::Device(std::string_view spec) {
 
 std::string_view device_type_name(DeviceType t) { return t == DeviceType::CPU ? "cpu" : "cuda"; }
 
-std::string Device::str() const {
-  return is_cpu() ? "cpu" : "cuda:" + std::to_string(index_);
-}
+std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index_); }
 
 std::ostream& operator<<(std::ostream& os, Device d) { return os << d.str(); }
 std::ostream& operator<<(std::ostream& os, DeviceType t) { return os << device_type_name(t); }
@@ -45,7 +41,8 @@ void check_device_exists(Device d) {
            "(rebuild with nvcc available and -DMANTISSA_CUDA=ON)");
   const int n = cuda::device_count();
   MT_CHECK(d.index() < n, "device ", d, " requested, but this machine has ", n, " CUDA device",
-           n == 1 ? "" : "s", n > 0 ? " (valid: cuda:0 to cuda:" + std::to_string(n - 1) + ")" : "");
+           n == 1 ? "" : "s",
+           n > 0 ? " (valid: cuda:0 to cuda:" + std::to_string(n - 1) + ")" : "");
 }
 
 namespace cuda {
@@ -54,7 +51,9 @@ int device_count() { return cuda_hooks() ? cuda_hooks()->device_count() : 0; }
 bool is_available() { return device_count() > 0; }
 }  // namespace cuda
 
-Device try_gpu(int i) { return i >= 0 && i < cuda::device_count() ? Device::cuda(i) : Device::cpu(); }
+Device try_gpu(int i) {
+  return i >= 0 && i < cuda::device_count() ? Device::cuda(i) : Device::cpu();
+}
 
 std::vector<Device> try_all_gpus() {
   std::vector<Device> out;

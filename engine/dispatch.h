@@ -35,10 +35,10 @@ struct KernelTable {
   Fn operator()(Device device) const { return (*this)(device.type()); }
 };
 
-#define MT_REGISTER_KERNEL(table, device_type, fn)                                     \
-  [[maybe_unused]] static const bool MT_UNIQUE_NAME(mt_kernel_registered_) = [] {      \
-    (table).slots[static_cast<int>(device_type)] = (fn);                              \
-    return true;                                                                       \
+#define MT_REGISTER_KERNEL(table, device_type, fn)                                \
+  [[maybe_unused]] static const bool MT_UNIQUE_NAME(mt_kernel_registered_) = [] { \
+    (table).slots[static_cast<int>(device_type)] = (fn);                          \
+    return true;                                                                  \
   }()
 
 // ---- element types --------------------------------------------------------------------------
@@ -48,10 +48,20 @@ struct TypeTag {
 };
 
 // OpMath: the type arithmetic is done in. Half types compute in float and round once on store.
-template <typename T> struct OpMath { using type = T; };
-template <> struct OpMath<Half> { using type = float; };
-template <> struct OpMath<BFloat16> { using type = float; };
-template <typename T> using opmath_t = typename OpMath<T>::type;
+template <typename T>
+struct OpMath {
+  using type = T;
+};
+template <>
+struct OpMath<Half> {
+  using type = float;
+};
+template <>
+struct OpMath<BFloat16> {
+  using type = float;
+};
+template <typename T>
+using opmath_t = typename OpMath<T>::type;
 
 // Sets of dtypes a kernel supports, as bit masks over DType.
 constexpr uint32_t dtype_bit(DType t) { return 1u << static_cast<int>(t); }
@@ -61,7 +71,8 @@ inline constexpr uint32_t kIntegralTypes =
     dtype_bit(DType::Int32) | dtype_bit(DType::Int64) | dtype_bit(DType::UInt8);
 inline constexpr uint32_t kAllTypes = kFloatingTypes | kIntegralTypes;
 inline constexpr uint32_t kAllTypesAndBool = kAllTypes | dtype_bit(DType::Bool);
-inline constexpr uint32_t kFloatingNoReduced = dtype_bit(DType::Float32) | dtype_bit(DType::Float64);
+inline constexpr uint32_t kFloatingNoReduced =
+    dtype_bit(DType::Float32) | dtype_bit(DType::Float64);
 
 // The dtype switch. Calls f(TypeTag<T>{}) for the C++ type T of `dtype` if it is in `Types`,
 // otherwise throws "op X not implemented for dtype Y on device Z".
@@ -69,8 +80,8 @@ inline constexpr uint32_t kFloatingNoReduced = dtype_bit(DType::Float32) | dtype
 //     using scalar_t = typename decltype(tag)::type; ... });
 template <uint32_t Types, typename F>
 decltype(auto) dispatch_dtype(DType dtype, const char* op, Device device, F&& f) {
-#define MT_DTYPE_CASE(E, T)                                                 \
-  case DType::E:                                                            \
+#define MT_DTYPE_CASE(E, T)                                                   \
+  case DType::E:                                                              \
     if constexpr ((Types & dtype_bit(DType::E)) != 0) return f(TypeTag<T>{}); \
     break;
   switch (dtype) {

@@ -8,14 +8,22 @@ namespace mantissa {
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::Float32: return "float32";
-    case DType::Float64: return "float64";
-    case DType::Float16: return "float16";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Int32: return "int32";
-    case DType::Int64: return "int64";
-    case DType::UInt8: return "uint8";
-    case DType::Bool: return "bool";
+    case DType::Float32:
+      return "float32";
+    case DType::Float64:
+      return "float64";
+    case DType::Float16:
+      return "float16";
+    case DType::BFloat16:
+      return "bfloat16";
+    case DType::Int32:
+      return "int32";
+    case DType::Int64:
+      return "int64";
+    case DType::UInt8:
+      return "uint8";
+    case DType::Bool:
+      return "bool";
   }
   return "unknown";
 }
@@ -26,10 +34,10 @@ DType parse_dtype(std::string_view name) {
     DType dtype;
   };
   static constexpr Alias aliases[] = {
-      {"float32", kFloat32}, {"float", kFloat32},   {"fp32", kFloat32},     {"float64", kFloat64},
-      {"double", kFloat64},  {"fp64", kFloat64},    {"float16", kFloat16},  {"half", kFloat16},
-      {"fp16", kFloat16},    {"bfloat16", kBFloat16}, {"bf16", kBFloat16},  {"int32", kInt32},
-      {"int", kInt32},       {"int64", kInt64},     {"long", kInt64},       {"uint8", kUInt8},
+      {"float32", kFloat32}, {"float", kFloat32},     {"fp32", kFloat32},    {"float64", kFloat64},
+      {"double", kFloat64},  {"fp64", kFloat64},      {"float16", kFloat16}, {"half", kFloat16},
+      {"fp16", kFloat16},    {"bfloat16", kBFloat16}, {"bf16", kBFloat16},   {"int32", kInt32},
+      {"int", kInt32},       {"int64", kInt64},       {"long", kInt64},      {"uint8", kUInt8},
       {"bool", kBool}};
   for (const auto& a : aliases) {
     if (a.name == name) return a.dtype;

@@ -30,13 +30,17 @@ inline constexpr DType kBool = DType::Bool;
 constexpr int64_t itemsize(DType t) {
   switch (t) {
     case DType::Float64:
-    case DType::Int64: return 8;
+    case DType::Int64:
+      return 8;
     case DType::Float32:
-    case DType::Int32: return 4;
+    case DType::Int32:
+      return 4;
     case DType::Float16:
-    case DType::BFloat16: return 2;
+    case DType::BFloat16:
+      return 2;
     case DType::UInt8:
-    case DType::Bool: return 1;
+    case DType::Bool:
+      return 1;
   }
   return 0;
 }
@@ -62,15 +66,41 @@ DType promote_types(DType a, DType b);
 inline constexpr DType kDefaultFloat = DType::Float32;
 
 // C++ type <-> DType.
-template <typename T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; };
-template <> struct dtype_of<Half> { static constexpr DType value = DType::Float16; };
-template <> struct dtype_of<BFloat16> { static constexpr DType value = DType::BFloat16; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::Int32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int64; };
-template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::UInt8; };
-template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
-template <typename T> inline constexpr DType dtype_of_v = dtype_of<T>::value;
+template <typename T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::Float32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::Float64;
+};
+template <>
+struct dtype_of<Half> {
+  static constexpr DType value = DType::Float16;
+};
+template <>
+struct dtype_of<BFloat16> {
+  static constexpr DType value = DType::BFloat16;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::Int32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::Int64;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::UInt8;
+};
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::Bool;
+};
+template <typename T>
+inline constexpr DType dtype_of_v = dtype_of<T>::value;
 
 }  // namespace mantissa

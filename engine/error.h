@@ -29,20 +29,20 @@ std::string str_cat(Args&&... args) {
 }  // namespace mantissa
 
 // MT_CHECK(cond, "mm: expected ...", a.shape(), ...): user-facing error with the values shown.
-#define MT_CHECK(cond, ...)                                           \
-  do {                                                                \
-    if (!(cond)) [[unlikely]] {                                       \
+#define MT_CHECK(cond, ...)                                                      \
+  do {                                                                           \
+    if (!(cond)) [[unlikely]] {                                                  \
       ::mantissa::detail::throw_error(::mantissa::detail::str_cat(__VA_ARGS__)); \
-    }                                                                 \
+    }                                                                            \
   } while (0)
 
 #define MT_THROW(...) ::mantissa::detail::throw_error(::mantissa::detail::str_cat(__VA_ARGS__))
 
 // MT_ASSERT: an internal invariant; a failure is a mantissa bug, reported with file:line.
-#define MT_ASSERT(cond, ...)                                                      \
-  do {                                                                            \
-    if (!(cond)) [[unlikely]] {                                                   \
-      ::mantissa::detail::throw_internal(#cond, __FILE__, __LINE__,              \
+#define MT_ASSERT(cond, ...)                                                        \
+  do {                                                                              \
+    if (!(cond)) [[unlikely]] {                                                     \
+      ::mantissa::detail::throw_internal(#cond, __FILE__, __LINE__,                 \
                                          ::mantissa::detail::str_cat(__VA_ARGS__)); \
-    }                                                                             \
+    }                                                                               \
   } while (0)

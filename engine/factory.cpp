@@ -29,7 +29,8 @@ Tensor allocate(const Shape& shape, const Shape& strides, DType dtype, Device de
     extent += (shape[i] - 1) * strides[i];
   }
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<StorageImpl>(static_cast<size_t>(extent * itemsize(dtype)), device);
+  impl->storage =
+      std::make_shared<StorageImpl>(static_cast<size_t>(extent * itemsize(dtype)), device);
   impl->sizes = shape;
   impl->strides = strides;
   impl->dtype = dtype;
@@ -43,8 +44,9 @@ Generator& pick(Generator* gen, Device device) { return gen ? *gen : default_gen
 
 Tensor empty(const Shape& shape, const TensorOptions& options) {
   check_device_exists(options.device_);
-  return finish(allocate(shape, contiguous_strides(shape), options.dtype_or(kFloat32), options.device_),
-                options);
+  return finish(
+      allocate(shape, contiguous_strides(shape), options.dtype_or(kFloat32), options.device_),
+      options);
 }
 
 Tensor empty_strided(const Shape& shape, const Shape& strides, const TensorOptions& options) {
@@ -94,9 +96,11 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step,
   MT_CHECK(std::isfinite(s) && std::isfinite(e), "arange: unsupported range ", s, " -> ", e);
   MT_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "arange: upper bound and larger bound ",
            "inconsistent with step sign (start ", s, ", end ", e, ", step ", st, ")");
-  const int64_t n = integral ? (end.to_int64() - start.to_int64() + step.to_int64() -
-                                (step.to_int64() > 0 ? 1 : -1)) / step.to_int64()
-                             : static_cast<int64_t>(std::ceil((e - s) / st));
+  const int64_t n =
+      integral
+          ? (end.to_int64() - start.to_int64() + step.to_int64() - (step.to_int64() > 0 ? 1 : -1)) /
+                step.to_int64()
+          : static_cast<int64_t>(std::ceil((e - s) / st));
   Tensor t = empty({n}, options.dtype(dtype).requires_grad(false));
   if (n > 0) arange_kernel(t.device())(t, start, step);
   return finish(t, options);
@@ -230,8 +234,7 @@ void copy_into(const Tensor& dst, const Tensor& src) {
              " cannot be broadcast to destination of shape ", dst.shape());
     Shape strides(dst.dim(), 0);
     const int64_t lead = dst.dim() - s.dim();
-    for (int64_t i = 0; i < s.dim(); ++i)
-      strides[lead + i] = s.size(i) == 1 ? 0 : s.stride(i);
+    for (int64_t i = 0; i < s.dim(); ++i) strides[lead + i] = s.size(i) == 1 ? 0 : s.stride(i);
     s = make_view(s, dst.shape(), strides, s.storage_offset());
   }
   if (dst.numel() == 0) return;

@@ -17,8 +17,8 @@ namespace mantissa {
 // `zeros({2, 3}, kFloat16)` or `randn({4}, device)`.
 struct TensorOptions {
   TensorOptions() = default;
-  TensorOptions(DType d) : dtype_(d) {}    // NOLINT
-  TensorOptions(Device d) : device_(d) {}  // NOLINT
+  TensorOptions(DType d) : dtype_(d) {}                // NOLINT
+  TensorOptions(Device d) : device_(d) {}              // NOLINT
   TensorOptions(DeviceType t) : device_(Device(t)) {}  // NOLINT
   TensorOptions dtype(DType d) const {
     auto o = *this;

@@ -45,6 +45,13 @@ MT_DEFINE_TABLE(bernoulli, BernoulliKernel)
 MT_DEFINE_TABLE(randint, RandintKernel)
 MT_DEFINE_TABLE(sgd_step, SgdStepKernel)
 MT_DEFINE_TABLE(adam_step, AdamStepKernel)
+MT_DEFINE_TABLE(conv2d_forward, Conv2dForwardKernel)
+MT_DEFINE_TABLE(conv2d_backward_input, Conv2dBackwardInputKernel)
+MT_DEFINE_TABLE(conv2d_backward_weight, Conv2dBackwardWeightKernel)
+MT_DEFINE_TABLE(max_pool2d_forward, MaxPool2dForwardKernel)
+MT_DEFINE_TABLE(max_pool2d_backward, MaxPool2dBackwardKernel)
+MT_DEFINE_TABLE(avg_pool2d_forward, AvgPool2dForwardKernel)
+MT_DEFINE_TABLE(avg_pool2d_backward, AvgPool2dBackwardKernel)
 
 namespace detail {
 void throw_no_kernel(const char* op, DeviceType device) {

@@ -149,6 +149,53 @@ using AdamStepKernel = void (*)(const Tensor& param, const Tensor& grad, const T
                                 const AdamStepParams& p);
 MT_DECLARE_TABLE(adam_step, AdamStepKernel)
 
+// ---- convolution and pooling (kernels/cpu/conv_kernels.cpp, pool_kernels.cpp) ----------------
+// The op passes every operand contiguous (NCHW, weight [O, C/groups, kh, kw]) and in one dtype,
+// with shapes already checked against PyTorch's output-size formulas; outputs are fresh and fully
+// overwritten. This is the layout cuDNN's NCHW descriptors take as they are.
+struct Conv2dParams {
+  int64_t stride[2], padding[2], dilation[2];  // {height, width}
+  int64_t groups;
+};
+// out [N,O,Ho,Wo] = conv(input [N,C,H,W], weight) + bias ([O], or undefined for none).
+using Conv2dForwardKernel = void (*)(const Tensor& out, const Tensor& input, const Tensor& weight,
+                                     const Tensor& bias, const Conv2dParams& p);
+MT_DECLARE_TABLE(conv2d_forward, Conv2dForwardKernel)
+// grad_input [N,C,H,W] from grad_out [N,O,Ho,Wo] and weight (a transposed convolution).
+using Conv2dBackwardInputKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out,
+                                           const Tensor& weight, const Conv2dParams& p);
+MT_DECLARE_TABLE(conv2d_backward_input, Conv2dBackwardInputKernel)
+// grad_weight [O,C/groups,kh,kw] from grad_out and the forward input, summed over the batch.
+using Conv2dBackwardWeightKernel = void (*)(const Tensor& grad_weight, const Tensor& grad_out,
+                                            const Tensor& input, const Conv2dParams& p);
+MT_DECLARE_TABLE(conv2d_backward_weight, Conv2dBackwardWeightKernel)
+
+// Pooling over [N,C,H,W] planes. Windows start at o * stride - padding; in ceil_mode the output
+// size rounds up, but the last window still starts inside the input or its left padding.
+struct Pool2dParams {
+  int64_t kernel[2], stride[2], padding[2], dilation[2];  // {height, width}; avg: dilation 1
+  bool ceil_mode;
+  bool count_include_pad;    // avg: padding cells count in the divisor
+  int64_t divisor_override;  // avg: divide by this instead when nonzero
+};
+// out and indices (int64) [N,C,Ho,Wo]; indices are flat h * W + w within each input plane, as
+// PyTorch's (NaN wins, first maximum on ties). The CUDA slot needs its own indexing kernel:
+// cuDNN pooling has neither indices nor dilation.
+using MaxPool2dForwardKernel = void (*)(const Tensor& out, const Tensor& indices,
+                                        const Tensor& input, const Pool2dParams& p);
+MT_DECLARE_TABLE(max_pool2d_forward, MaxPool2dForwardKernel)
+// grad_input [N,C,H,W] = grad_out scattered (summed) to the saved indices.
+using MaxPool2dBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out,
+                                         const Tensor& indices, const Pool2dParams& p);
+MT_DECLARE_TABLE(max_pool2d_backward, MaxPool2dBackwardKernel)
+using AvgPool2dForwardKernel = void (*)(const Tensor& out, const Tensor& input,
+                                        const Pool2dParams& p);
+MT_DECLARE_TABLE(avg_pool2d_forward, AvgPool2dForwardKernel)
+// grad_input [N,C,H,W] from grad_out [N,C,Ho,Wo] (each window's share, summed).
+using AvgPool2dBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out,
+                                         const Pool2dParams& p);
+MT_DECLARE_TABLE(avg_pool2d_backward, AvgPool2dBackwardKernel)
+
 #undef MT_DECLARE_TABLE
 
 }  // namespace mantissa

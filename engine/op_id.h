@@ -6,10 +6,11 @@
 
 namespace mantissa {
 
-#define MT_FORALL_AUTOCAST_OPS(X)                                                              \
-  X(mm) X(bmm) X(matmul) X(linear) X(conv2d) X(exp) X(log) X(pow) X(sum) X(mean) X(norm)       \
-  X(softmax) X(log_softmax) X(layer_norm) X(mse_loss) X(l1_loss) X(cross_entropy) X(nll_loss) \
-  X(binary_cross_entropy_with_logits) X(cat) X(stack)
+#define MT_FORALL_AUTOCAST_OPS(X)                                                             \
+  X(mm)                                                                                       \
+  X(bmm) X(matmul) X(linear) X(conv2d) X(exp) X(log) X(pow) X(sum) X(mean) X(norm) X(softmax) \
+      X(log_softmax) X(layer_norm) X(mse_loss) X(l1_loss) X(cross_entropy) X(nll_loss)        \
+          X(binary_cross_entropy_with_logits) X(cat) X(stack)
 
 enum class OpId : uint16_t {
 #define MT_OP_ID(name) name,

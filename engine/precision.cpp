@@ -41,10 +41,12 @@ namespace mantissa {
 const char* op_name(OpId op) {
   switch (op) {
 #define MT_OP_NAME(name) \
-  case OpId::name: return #name;
+  case OpId::name:       \
+    return #name;
     MT_FORALL_AUTOCAST_OPS(MT_OP_NAME)
 #undef MT_OP_NAME
-    case OpId::kCount: break;
+    case OpId::kCount:
+      break;
   }
   return "unknown";
 }

@@ -34,7 +34,7 @@ struct DeviceState {
 
 struct ThreadState {
   DeviceState device[kNumDeviceTypes];
-  int depth = 0;         // nesting depth of autocast scopes (enabled or not)
+  int depth = 0;          // nesting depth of autocast scopes (enabled or not)
   bool any_cast = false;  // some device type has a float16/bfloat16 scope enabled
 };
 

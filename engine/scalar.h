@@ -15,11 +15,12 @@ class Scalar {
   Scalar() : Scalar(int64_t{0}) {}
   template <typename T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
   Scalar(T v) : kind_(Kind::Floating), d_(static_cast<double>(v)) {}  // NOLINT
-  template <typename T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+  template <typename T,
+            std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
   Scalar(T v) : kind_(Kind::Integral), i_(static_cast<int64_t>(v)) {}  // NOLINT
-  Scalar(bool v) : kind_(Kind::Boolean), i_(v) {}                     // NOLINT
-  Scalar(Half v) : Scalar(static_cast<float>(v)) {}                   // NOLINT
-  Scalar(BFloat16 v) : Scalar(static_cast<float>(v)) {}               // NOLINT
+  Scalar(bool v) : kind_(Kind::Boolean), i_(v) {}                      // NOLINT
+  Scalar(Half v) : Scalar(static_cast<float>(v)) {}                    // NOLINT
+  Scalar(BFloat16 v) : Scalar(static_cast<float>(v)) {}                // NOLINT
 
   Kind kind() const { return kind_; }
   bool is_floating() const { return kind_ == Kind::Floating; }

@@ -22,8 +22,8 @@ Shape contiguous_strides(const Shape& sizes) {
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   const int64_t n = ndim > 0 ? ndim : 1;  // a 0-d tensor accepts dim 0 and -1, as in PyTorch
-  MT_CHECK(dim >= -n && dim < n, op, ": dimension out of range (expected to be in range of [",
-           -n, ", ", n - 1, "], but got ", dim, ")");
+  MT_CHECK(dim >= -n && dim < n, op, ": dimension out of range (expected to be in range of [", -n,
+           ", ", n - 1, "], but got ", dim, ")");
   return dim < 0 ? dim + n : dim;
 }
 

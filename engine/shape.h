@@ -73,8 +73,8 @@ class Shape {
 
  private:
   static void check_ndim(int64_t n) {
-    MT_CHECK(n >= 0 && n <= kMaxDims, "tensors have at most ", kMaxDims,
-             " dimensions, but ", n, " were requested");
+    MT_CHECK(n >= 0 && n <= kMaxDims, "tensors have at most ", kMaxDims, " dimensions, but ", n,
+             " were requested");
   }
   template <typename It>
   void assign(It first, It last) {

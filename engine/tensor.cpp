@@ -59,8 +59,8 @@ std::vector<T> Tensor::to_vector() const {
   return out;
 }
 
-#define MT_INSTANTIATE_VALUE_ACCESS(T)      \
-  template T Tensor::item<T>() const;       \
+#define MT_INSTANTIATE_VALUE_ACCESS(T) \
+  template T Tensor::item<T>() const;  \
   template std::vector<T> Tensor::to_vector<T>() const;
 MT_INSTANTIATE_VALUE_ACCESS(float)
 MT_INSTANTIATE_VALUE_ACCESS(double)

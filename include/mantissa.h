@@ -22,6 +22,7 @@
 #include "nn/loss.h"
 #include "nn/module.h"
 #include "nn/clip_grad.h"
+#include "nn/conv.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/lr_scheduler.h"
 #include "nn/optim/optimizer.h"

@@ -17,9 +17,12 @@ namespace {
 
 Tensor reduce(const Tensor& loss, Reduction r) {
   switch (r) {
-    case Reduction::None: return loss;
-    case Reduction::Sum: return loss.sum();
-    case Reduction::Mean: return loss.mean();
+    case Reduction::None:
+      return loss;
+    case Reduction::Sum:
+      return loss.sum();
+    case Reduction::Mean:
+      return loss.mean();
   }
   return loss;
 }
@@ -30,9 +33,10 @@ void check_floating(const char* op, const Tensor& t, const char* what) {
 
 void warn_if_broadcast(const char* op, const Tensor& input, const Tensor& target) {
   if (!(input.shape() == target.shape())) {
-    log().warn("{}: using a target size ({}) that is different to the input size ({}); this will "
-               "likely lead to incorrect results due to broadcasting",
-               op, detail::str_cat(target.shape()), detail::str_cat(input.shape()));
+    log().warn(
+        "{}: using a target size ({}) that is different to the input size ({}); this will "
+        "likely lead to incorrect results due to broadcasting",
+        op, detail::str_cat(target.shape()), detail::str_cat(input.shape()));
   }
 }
 
@@ -47,9 +51,10 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   MT_CHECK(k >= 1 && k <= x.dim(), "layer_norm: normalized_shape ", normalized_shape,
            " does not fit an input of shape ", x.shape());
   for (int64_t i = 0; i < k; ++i) {
-    MT_CHECK(x.size(x.dim() - k + i) == normalized_shape[i], "layer_norm: given normalized_shape=",
-             normalized_shape, ", expected input with shape [*, ...", normalized_shape,
-             "], but got input of size ", x.shape());
+    MT_CHECK(x.size(x.dim() - k + i) == normalized_shape[i],
+             "layer_norm: given normalized_shape=", normalized_shape,
+             ", expected input with shape [*, ...", normalized_shape, "], but got input of size ",
+             x.shape());
   }
   if (weight.defined()) {
     MT_CHECK(weight.shape() == normalized_shape, "layer_norm: weight of shape ", weight.shape(),
@@ -91,8 +96,10 @@ Tensor nll_loss(const Tensor& logp_in, const Tensor& target, Reduction reduction
                 int64_t ignore_index) {
   const Tensor logp = autocast::cast_input(OpId::nll_loss, logp_in);
   MT_CHECK(logp.dim() >= 1, "nll_loss: input must have at least 1 dimension");
-  MT_CHECK(target.dtype() == kInt64 || target.dtype() == kInt32, "nll_loss: expected class index "
-           "target of dtype int64, got ", target.dtype());
+  MT_CHECK(target.dtype() == kInt64 || target.dtype() == kInt32,
+           "nll_loss: expected class index "
+           "target of dtype int64, got ",
+           target.dtype());
   // Unbatched [C] input with a 0-d target, or class dim 1 of [N, C, d1, ...].
   const bool unbatched = logp.dim() == 1;
   const Tensor lp = unbatched ? logp.unsqueeze(0) : logp;
@@ -122,8 +129,10 @@ Tensor cross_entropy(const Tensor& input_in, const Tensor& target_in, Reduction 
   const Tensor input = autocast::cast_input(OpId::cross_entropy, input_in);
   const Tensor target = autocast::cast_input(OpId::cross_entropy, target_in);
   check_floating("cross_entropy", input, "input");
-  MT_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, "cross_entropy: label_smoothing must "
-           "be between 0.0 and 1.0, got ", label_smoothing);
+  MT_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
+           "cross_entropy: label_smoothing must "
+           "be between 0.0 and 1.0, got ",
+           label_smoothing);
   const int64_t class_dim = input.dim() == 1 ? 0 : 1;
   const Tensor logp = mantissa::log_softmax(input, class_dim);
   const int64_t classes = input.size(class_dim);

@@ -37,8 +37,9 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
 // input [N, C] (or [C], or [N, C, d1, ...]) logits; target int64 class indices [N] (or [N, d1,
 // ...]) or class probabilities shaped like input. ignore_index entries contribute nothing.
-Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
-                     double label_smoothing = 0.0, int64_t ignore_index = -100);
+Tensor cross_entropy(const Tensor& input, const Tensor& target,
+                     Reduction reduction = Reduction::Mean, double label_smoothing = 0.0,
+                     int64_t ignore_index = -100);
 // input: log-probabilities [N, C]; target: int64 [N].
 Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
                 int64_t ignore_index = -100);

@@ -7,8 +7,10 @@
 namespace mantissa::nn::init {
 
 std::pair<int64_t, int64_t> fan_in_and_fan_out(const Tensor& t) {
-  MT_CHECK(t.dim() >= 2, "init: fan in and fan out can not be computed for a tensor with fewer "
-           "than 2 dimensions (shape ", t.shape(), ")");
+  MT_CHECK(t.dim() >= 2,
+           "init: fan in and fan out can not be computed for a tensor with fewer "
+           "than 2 dimensions (shape ",
+           t.shape(), ")");
   int64_t receptive = 1;
   for (int64_t d = 2; d < t.dim(); ++d) receptive *= t.size(d);
   return {t.size(1) * receptive, t.size(0) * receptive};
@@ -55,8 +57,10 @@ Tensor& xavier_normal_(Tensor& t, double gain, Generator* gen) {
 
 namespace {
 double kaiming_std(const Tensor& t, double a, std::string_view mode, std::string_view nl) {
-  MT_CHECK(mode == "fan_in" || mode == "fan_out", "kaiming init: mode must be 'fan_in' or "
-           "'fan_out', got '", mode, "'");
+  MT_CHECK(mode == "fan_in" || mode == "fan_out",
+           "kaiming init: mode must be 'fan_in' or "
+           "'fan_out', got '",
+           mode, "'");
   auto [fan_in, fan_out] = fan_in_and_fan_out(t);
   const double fan = static_cast<double>(mode == "fan_in" ? fan_in : fan_out);
   return calculate_gain(nl, a) / std::sqrt(fan);

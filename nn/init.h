@@ -9,7 +9,8 @@
 
 namespace mantissa::nn::init {
 
-// fan_in and fan_out of a weight ([out, in, *kernel]), as torch.nn.init._calculate_fan_in_and_fan_out.
+// fan_in and fan_out of a weight ([out, in, *kernel]), as
+// torch.nn.init._calculate_fan_in_and_fan_out.
 std::pair<int64_t, int64_t> fan_in_and_fan_out(const Tensor& t);
 // Gain for a nonlinearity: "linear", "sigmoid", "tanh", "relu", "leaky_relu" (with param).
 double calculate_gain(std::string_view nonlinearity, double param = 0.01);

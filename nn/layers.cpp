@@ -25,8 +25,10 @@ void LinearImpl::reset_parameters() {
 }
 
 Tensor LinearImpl::forward(const Tensor& x) {
-  MT_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear: expected input with last "
-           "dimension ", in_features, ", got input of shape ", x.shape());
+  MT_CHECK(x.dim() >= 1 && x.size(-1) == in_features,
+           "Linear: expected input with last "
+           "dimension ",
+           in_features, ", got input of shape ", x.shape());
   return linear(x, weight, bias);
 }
 
@@ -38,8 +40,10 @@ std::string LinearImpl::extra_repr() const {
 }
 
 GELUImpl::GELUImpl(std::string approx) : UnaryModule("GELU"), approximate(std::move(approx)) {
-  MT_CHECK(approximate == "none" || approximate == "tanh", "GELU: approximate must be 'none' or "
-           "'tanh', got '", approximate, "'");
+  MT_CHECK(approximate == "none" || approximate == "tanh",
+           "GELU: approximate must be 'none' or "
+           "'tanh', got '",
+           approximate, "'");
 }
 
 DropoutImpl::DropoutImpl(double prob) : UnaryModule("Dropout"), p(prob) {

@@ -31,12 +31,12 @@ class LinearImpl : public UnaryModule {
 };
 MANTISSA_MODULE(Linear);
 
-#define MANTISSA_ACTIVATION(Name, expr)                            \
-  class Name##Impl : public UnaryModule {                          \
-   public:                                                         \
-    Name##Impl() : UnaryModule(#Name) {}                           \
-    Tensor forward(const Tensor& x) override { return expr; }      \
-  };                                                               \
+#define MANTISSA_ACTIVATION(Name, expr)                       \
+  class Name##Impl : public UnaryModule {                     \
+   public:                                                    \
+    Name##Impl() : UnaryModule(#Name) {}                      \
+    Tensor forward(const Tensor& x) override { return expr; } \
+  };                                                          \
   MANTISSA_MODULE(Name)
 MANTISSA_ACTIVATION(ReLU, relu(x));
 MANTISSA_ACTIVATION(SiLU, silu(x));
@@ -110,19 +110,19 @@ class SequentialImpl : public UnaryModule {
  public:
   SequentialImpl() : UnaryModule("Sequential") {}
   template <typename... Modules>
-    requires(sizeof...(Modules) > 0)
-  explicit SequentialImpl(Modules&&... modules) : UnaryModule("Sequential") {
+  requires(sizeof...(Modules) > 0) explicit SequentialImpl(Modules&&... modules)
+      : UnaryModule("Sequential") {
     (push_back(std::forward<Modules>(modules)), ...);
   }
   void push_back(std::shared_ptr<UnaryModule> module);
   void push_back(const std::string& name, std::shared_ptr<UnaryModule> module);
   template <typename Holder>
-    requires requires(Holder h) { h.ptr(); }
+  requires requires(Holder h) { h.ptr(); }
   void push_back(const Holder& holder) {
     push_back(std::static_pointer_cast<UnaryModule>(holder.ptr()));
   }
   template <typename Holder>
-    requires requires(Holder h) { h.ptr(); }
+  requires requires(Holder h) { h.ptr(); }
   void push_back(const std::string& name, const Holder& holder) {
     push_back(name, std::static_pointer_cast<UnaryModule>(holder.ptr()));
   }

@@ -262,10 +262,14 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
     if (!state.contains(name)) continue;
     const Tensor& src = state.at(name);
     MT_CHECK(src.shape() == t.shape(), "load_state_dict: size mismatch for ", name,
-             ": copying a param with shape ", src.shape(), " from checkpoint, the shape in "
-             "current model is ", t.shape());
-    MT_CHECK(is_floating(src.dtype()) == is_floating(t.dtype()), "load_state_dict: dtype mismatch "
-             "for ", name, ": checkpoint has ", src.dtype(), ", the model has ", t.dtype());
+             ": copying a param with shape ", src.shape(),
+             " from checkpoint, the shape in "
+             "current model is ",
+             t.shape());
+    MT_CHECK(is_floating(src.dtype()) == is_floating(t.dtype()),
+             "load_state_dict: dtype mismatch "
+             "for ",
+             name, ": checkpoint has ", src.dtype(), ", the model has ", t.dtype());
     Tensor dst = t.detach();
     dst.copy_(src);
   }

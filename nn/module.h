@@ -58,7 +58,7 @@ class Module : public std::enable_shared_from_this<Module> {
     return module;
   }
   template <typename Holder>
-    requires requires(Holder h) { h.ptr(); }
+  requires requires(Holder h) { h.ptr(); }
   Holder register_module(const std::string& name, Holder holder) {
     add_child(name, holder.ptr());
     return holder;
@@ -129,23 +129,22 @@ template <typename Impl>
 class ModuleHolder {
  public:
   using ImplType = Impl;
-  ModuleHolder()
-    requires std::default_initializable<Impl>
-      : impl_(std::make_shared<Impl>()) {}
+  ModuleHolder() requires std::default_initializable<Impl> : impl_(std::make_shared<Impl>()) {}
   ModuleHolder(std::nullptr_t) {}  // NOLINT: an empty holder, filled by register_module later
   ModuleHolder(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}  // NOLINT
   template <typename First, typename... Rest>
-    requires(!std::same_as<std::remove_cvref_t<First>, ModuleHolder> &&
-             !std::same_as<std::remove_cvref_t<First>, std::nullptr_t> &&
-             !std::same_as<std::remove_cvref_t<First>, std::shared_ptr<Impl>> &&
-             std::constructible_from<Impl, First, Rest...>)
-  explicit ModuleHolder(First&& first, Rest&&... rest)
+  requires(!std::same_as<std::remove_cvref_t<First>, ModuleHolder> &&
+           !std::same_as<std::remove_cvref_t<First>, std::nullptr_t> &&
+           !std::same_as<std::remove_cvref_t<First>, std::shared_ptr<Impl>> &&
+           std::constructible_from<Impl, First, Rest...>) explicit ModuleHolder(First&& first,
+                                                                                Rest&&... rest)
       : impl_(std::make_shared<Impl>(std::forward<First>(first), std::forward<Rest>(rest)...)) {}
 
   Impl* operator->() const { return &get(); }
   Impl& operator*() const { return get(); }
   Impl& get() const {
-    MT_CHECK(impl_ != nullptr, "accessing an empty module holder (constructed from nullptr and "
+    MT_CHECK(impl_ != nullptr,
+             "accessing an empty module holder (constructed from nullptr and "
              "never assigned)");
     return *impl_;
   }
@@ -168,9 +167,9 @@ class ModuleHolder {
 };
 
 // Declares `Name` as the holder of `NameImpl`.
-#define MANTISSA_MODULE(Name)                              \
-  class Name : public ::mantissa::nn::ModuleHolder<Name##Impl> { \
-   public:                                                 \
+#define MANTISSA_MODULE(Name)                                     \
+  class Name : public ::mantissa::nn::ModuleHolder<Name##Impl> {  \
+   public:                                                        \
     using ::mantissa::nn::ModuleHolder<Name##Impl>::ModuleHolder; \
   }
 

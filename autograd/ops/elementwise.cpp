@@ -93,10 +93,11 @@ Tensor binary_op(const char* op, const char* node, const KernelTable<BinaryKerne
   if (is_floating(compute)) {
     if (Recorder rec{node, {&p.a, &p.b}}) {
       rec.save(p.a).save(p.b).save(save_out ? out : Tensor());
-      rec.finish(out, [backward, sa = p.a.shape(), sb = p.b.shape()](BackwardContext& ctx) -> Grads {
-        auto [ga, gb] = backward(ctx, ctx.grad(), ctx.saved(0), ctx.saved(1), ctx.saved(2));
-        return {ga.defined() ? sum_to(ga, sa) : ga, gb.defined() ? sum_to(gb, sb) : gb};
-      });
+      rec.finish(
+          out, [backward, sa = p.a.shape(), sb = p.b.shape()](BackwardContext& ctx) -> Grads {
+            auto [ga, gb] = backward(ctx, ctx.grad(), ctx.saved(0), ctx.saved(1), ctx.saved(2));
+            return {ga.defined() ? sum_to(ga, sa) : ga, gb.defined() ? sum_to(gb, sb) : gb};
+          });
     }
   }
   return out;
@@ -161,7 +162,8 @@ DType result_type(const Tensor& a, const Scalar& s) {
 // ---- binary arithmetic ----------------------------------------------------------------------
 Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   const DType compute = result_type(a, b);
-  MT_CHECK(!alpha.is_floating() || is_floating(compute), "add: for integral input tensors, "
+  MT_CHECK(!alpha.is_floating() || is_floating(compute),
+           "add: for integral input tensors, "
            "argument alpha must not be a floating point number");
   Prepared p = prepare("add", a, b, compute);
   Tensor out = alloc(p, compute);
@@ -180,41 +182,43 @@ Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
-  MT_CHECK(a.dtype() != kBool && b.dtype() != kBool, "sub: subtraction, the `-` operator, with a "
+  MT_CHECK(a.dtype() != kBool && b.dtype() != kBool,
+           "sub: subtraction, the `-` operator, with a "
            "bool tensor is not supported; use logical_not() to invert a mask");
   const Scalar neg = alpha.is_floating() ? Scalar(-alpha.to_double()) : Scalar(-alpha.to_int64());
   return add(a, b, neg);
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  return binary_op("mul", "MulBackward0", mul_kernel, a, b, result_type(a, b),
-                   [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y,
-                      const Tensor&) {
-                     return std::pair{ctx.needs(0) ? g * y : Tensor(), ctx.needs(1) ? g * x : Tensor()};
-                   });
+  return binary_op(
+      "mul", "MulBackward0", mul_kernel, a, b, result_type(a, b),
+      [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y, const Tensor&) {
+        return std::pair{ctx.needs(0) ? g * y : Tensor(), ctx.needs(1) ? g * x : Tensor()};
+      });
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  return binary_op("div", "DivBackward0", div_kernel, a, b, floating_of(result_type(a, b)),
-                   [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y,
-                      const Tensor&) {
-                     return std::pair{ctx.needs(0) ? g / y : Tensor(),
-                                      ctx.needs(1) ? -g * x / (y * y) : Tensor()};
-                   });
+  return binary_op(
+      "div", "DivBackward0", div_kernel, a, b, floating_of(result_type(a, b)),
+      [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y, const Tensor&) {
+        return std::pair{ctx.needs(0) ? g / y : Tensor(),
+                         ctx.needs(1) ? -g * x / (y * y) : Tensor()};
+      });
 }
 
 Tensor pow(const Tensor& a_in, const Tensor& e_in) {
   const Tensor a = autocast::cast_input(OpId::pow, a_in), e = autocast::cast_input(OpId::pow, e_in);
-  return binary_op("pow", "PowBackward1", pow_kernel, a, e, result_type(a, e),
-                   [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y,
-                      const Tensor& out) {
-                     Tensor gx, gy;
-                     if (ctx.needs(0)) gx = g * y * pow(x, y - 1.0);
-                     // d/dy x^y = x^y log x; defined as 0 where x == 0 and y >= 0.
-                     if (ctx.needs(1)) gy = where((x == 0.0) & (y >= 0.0), zeros_like(g), g * out * log(x));
-                     return std::pair{gx, gy};
-                   },
-                   /*save_out=*/true);
+  return binary_op(
+      "pow", "PowBackward1", pow_kernel, a, e, result_type(a, e),
+      [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y,
+         const Tensor& out) {
+        Tensor gx, gy;
+        if (ctx.needs(0)) gx = g * y * pow(x, y - 1.0);
+        // d/dy x^y = x^y log x; defined as 0 where x == 0 and y >= 0.
+        if (ctx.needs(1)) gy = where((x == 0.0) & (y >= 0.0), zeros_like(g), g * out * log(x));
+        return std::pair{gx, gy};
+      },
+      /*save_out=*/true);
 }
 
 Tensor pow(const Tensor& a_in, const Scalar& e) {
@@ -224,7 +228,8 @@ Tensor pow(const Tensor& a_in, const Scalar& e) {
            "pow: integers to negative integer powers are not allowed (exponent ", e, ")");
   const Tensor x = a.to(compute);
   Tensor out = empty(x.shape(), TensorOptions(x.device()).dtype(compute));
-  pow_kernel(x.device())(out, x, broadcast_view(ops::wrap_scalar(e, compute, x.device()), x.shape()));
+  pow_kernel(x.device())(out, x,
+                         broadcast_view(ops::wrap_scalar(e, compute, x.device()), x.shape()));
   if (is_floating(compute)) {
     if (Recorder rec{"PowBackward0", {&x}}) {
       rec.save(x);
@@ -270,7 +275,8 @@ Tensor div(const Tensor& a, const Scalar& b) { return div(a, scalar_like(a, b));
 
 // ---- unary math -----------------------------------------------------------------------------
 Tensor neg(const Tensor& x) {
-  MT_CHECK(x.dtype() != kBool, "neg: negation, the `-` operator, on a bool tensor is not supported");
+  MT_CHECK(x.dtype() != kBool,
+           "neg: negation, the `-` operator, on a bool tensor is not supported");
   return unary_op("NegBackward0", neg_kernel, x, false, kSaveNone,
                   [](const Tensor& g, const Tensor&, const Tensor&) { return -g; });
 }
@@ -289,14 +295,14 @@ Tensor log(const Tensor& x_in) {
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return g / in; });
 }
 Tensor sqrt(const Tensor& x) {
-  return unary_op("SqrtBackward0", sqrt_kernel, x, true, kSaveOut,
-                  [](const Tensor& g, const Tensor&, const Tensor& out) { return g / (out * 2.0); });
+  return unary_op(
+      "SqrtBackward0", sqrt_kernel, x, true, kSaveOut,
+      [](const Tensor& g, const Tensor&, const Tensor& out) { return g / (out * 2.0); });
 }
 Tensor rsqrt(const Tensor& x) {
-  return unary_op("RsqrtBackward0", rsqrt_kernel, x, true, kSaveOut,
-                  [](const Tensor& g, const Tensor&, const Tensor& out) {
-                    return g * out * out * out * -0.5;
-                  });
+  return unary_op(
+      "RsqrtBackward0", rsqrt_kernel, x, true, kSaveOut,
+      [](const Tensor& g, const Tensor&, const Tensor& out) { return g * out * out * out * -0.5; });
 }
 Tensor square(const Tensor& x) {
   return unary_op("PowBackward0", square_kernel, x, false, kSaveIn,
@@ -323,8 +329,9 @@ Tensor log1p(const Tensor& x) {
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return g / (in + 1.0); });
 }
 Tensor expm1(const Tensor& x) {
-  return unary_op("Expm1Backward0", expm1_kernel, x, true, kSaveOut,
-                  [](const Tensor& g, const Tensor&, const Tensor& out) { return g * (out + 1.0); });
+  return unary_op(
+      "Expm1Backward0", expm1_kernel, x, true, kSaveOut,
+      [](const Tensor& g, const Tensor&, const Tensor& out) { return g * (out + 1.0); });
 }
 
 // ---- activations ----------------------------------------------------------------------------
@@ -335,8 +342,10 @@ Tensor relu(const Tensor& x) {
                   });
 }
 Tensor gelu(const Tensor& x, std::string_view approximate) {
-  MT_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or "
-           "'tanh', got '", approximate, "'");
+  MT_CHECK(approximate == "none" || approximate == "tanh",
+           "gelu: approximate must be 'none' or "
+           "'tanh', got '",
+           approximate, "'");
   if (approximate == "tanh") {
     return unary_op("GeluBackward0", gelu_tanh_kernel, x, false, kSaveIn,
                     [](const Tensor& g, const Tensor& in, const Tensor&) {
@@ -391,7 +400,8 @@ Tensor clamp(const Tensor& x_in, std::optional<Scalar> lo, std::optional<Scalar>
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  MT_CHECK(cond.dtype() == kBool, "where: expected condition to be a bool tensor, got ", cond.dtype());
+  MT_CHECK(cond.dtype() == kBool, "where: expected condition to be a bool tensor, got ",
+           cond.dtype());
   ops::check_same_device("where", cond, a);
   const DType compute = result_type(a, b);
   Prepared p = prepare("where", a, b, compute);

@@ -50,13 +50,14 @@ Tensor& add_inplace(Tensor& self, const Tensor& other, const Scalar& alpha, cons
   });
   self.bump_version();
   if (rec) {
-    rec.finish(self, [alpha, sa = self.shape(), sb = other.shape(), tb = other.dtype()](
-                         BackwardContext& ctx) -> Grads {
-      const Tensor g = ctx.grad();
-      Tensor gb;
-      if (ctx.needs(1)) gb = autograd::sum_to(g * alpha, sb).to(tb);
-      return {ctx.needs(0) ? g : Tensor(), gb};
-    });
+    rec.finish(self,
+               [alpha, sa = self.shape(), sb = other.shape(),
+                tb = other.dtype()](BackwardContext& ctx) -> Grads {
+                 const Tensor g = ctx.grad();
+                 Tensor gb;
+                 if (ctx.needs(1)) gb = autograd::sum_to(g * alpha, sb).to(tb);
+                 return {ctx.needs(0) ? g : Tensor(), gb};
+               });
   }
   return self;
 }
@@ -74,14 +75,16 @@ Tensor& muldiv_inplace(Tensor& self, const Tensor& other, bool divide) {
   compute_inplace(self, other, r, (divide ? div_kernel : mul_kernel)(self.device()));
   self.bump_version();
   if (rec) {
-    rec.finish(self, [divide, sa = self.shape(), sb = other.shape(), tb = other.dtype()](
-                         BackwardContext& ctx) -> Grads {
-      const Tensor g = ctx.grad(), x = ctx.saved(0), y = ctx.saved(1).to(g.dtype());
-      Tensor gx, gy;
-      if (ctx.needs(0)) gx = autograd::sum_to(divide ? g / y : g * y, sa);
-      if (ctx.needs(1)) gy = autograd::sum_to(divide ? -g * x / (y * y) : g * x, sb).to(tb);
-      return {gx, gy};
-    });
+    rec.finish(self,
+               [divide, sa = self.shape(), sb = other.shape(),
+                tb = other.dtype()](BackwardContext& ctx) -> Grads {
+                 const Tensor g = ctx.grad(), x = ctx.saved(0), y = ctx.saved(1).to(g.dtype());
+                 Tensor gx, gy;
+                 if (ctx.needs(0)) gx = autograd::sum_to(divide ? g / y : g * y, sa);
+                 if (ctx.needs(1))
+                   gy = autograd::sum_to(divide ? -g * x / (y * y) : g * x, sb).to(tb);
+                 return {gx, gy};
+               });
   }
   return self;
 }
@@ -89,8 +92,12 @@ Tensor& muldiv_inplace(Tensor& self, const Tensor& other, bool divide) {
 }  // namespace
 
 // ---- methods --------------------------------------------------------------------------------
-Tensor Tensor::add(const Tensor& o, const Scalar& alpha) const { return mantissa::add(*this, o, alpha); }
-Tensor Tensor::sub(const Tensor& o, const Scalar& alpha) const { return mantissa::sub(*this, o, alpha); }
+Tensor Tensor::add(const Tensor& o, const Scalar& alpha) const {
+  return mantissa::add(*this, o, alpha);
+}
+Tensor Tensor::sub(const Tensor& o, const Scalar& alpha) const {
+  return mantissa::sub(*this, o, alpha);
+}
 Tensor Tensor::mul(const Tensor& o) const { return mantissa::mul(*this, o); }
 Tensor Tensor::div(const Tensor& o) const { return mantissa::div(*this, o); }
 Tensor Tensor::neg() const { return mantissa::neg(*this); }
@@ -115,12 +122,13 @@ Tensor& Tensor::copy_(const Tensor& src) {
   detail::copy_into(*this, src);
   bump_version();
   if (rec) {
-    rec.finish(*this, [ss = src.shape(), st = src.dtype(), sd = src.device()](
-                          BackwardContext& ctx) -> Grads {
-      const Tensor g = ctx.grad();
-      return {ctx.needs(0) ? zeros_like(g) : Tensor(),
-              ctx.needs(1) ? autograd::sum_to(g, ss).to(sd).to(st) : Tensor()};
-    });
+    rec.finish(
+        *this,
+        [ss = src.shape(), st = src.dtype(), sd = src.device()](BackwardContext& ctx) -> Grads {
+          const Tensor g = ctx.grad();
+          return {ctx.needs(0) ? zeros_like(g) : Tensor(),
+                  ctx.needs(1) ? autograd::sum_to(g, ss).to(sd).to(st) : Tensor()};
+        });
   }
   return *this;
 }
@@ -136,10 +144,15 @@ Tensor& Tensor::fill_(const Scalar& value) {
   return *this;
 }
 
-Tensor& Tensor::add_(const Tensor& o, const Scalar& alpha) { return add_inplace(*this, o, alpha, "add_"); }
-Tensor& Tensor::add_(const Scalar& o) { return add_inplace(*this, scalar_for(*this, o), 1, "add_"); }
+Tensor& Tensor::add_(const Tensor& o, const Scalar& alpha) {
+  return add_inplace(*this, o, alpha, "add_");
+}
+Tensor& Tensor::add_(const Scalar& o) {
+  return add_inplace(*this, scalar_for(*this, o), 1, "add_");
+}
 Tensor& Tensor::sub_(const Tensor& o, const Scalar& alpha) {
-  MT_CHECK(dtype() != kBool && o.dtype() != kBool, "sub_: subtraction, the `-` operator, with a "
+  MT_CHECK(dtype() != kBool && o.dtype() != kBool,
+           "sub_: subtraction, the `-` operator, with a "
            "bool tensor is not supported; use logical_not() to invert a mask");
   const Scalar neg = alpha.is_floating() ? Scalar(-alpha.to_double()) : Scalar(-alpha.to_int64());
   return add_inplace(*this, o, neg, "sub_");

@@ -32,7 +32,8 @@ Shape infer_shape(const Shape& requested, int64_t numel, const char* op) {
              " is invalid for input of size ", numel);
     out[infer_at] = numel / known;
   }
-  MT_CHECK(out.numel() == numel, op, ": shape ", requested, " is invalid for input of size ", numel);
+  MT_CHECK(out.numel() == numel, op, ": shape ", requested, " is invalid for input of size ",
+           numel);
   return out;
 }
 
@@ -50,7 +51,8 @@ std::optional<Shape> view_strides(const Shape& sizes, const Shape& strides, cons
   int64_t tensor_numel = 1, view_numel = 1;
   for (int64_t d = old_sizes.size() - 1; d >= 0; --d) {
     tensor_numel *= old_sizes[d];
-    if (d == 0 || (old_sizes[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_base_stride)) {
+    if (d == 0 ||
+        (old_sizes[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_base_stride)) {
       while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
         out[view_d] = view_numel * chunk_base_stride;
         view_numel *= shape[view_d];
@@ -101,9 +103,8 @@ Tensor to(const Tensor& x, DType dtype) {
   detail::copy_into(out, x);
   if (is_floating(dtype)) {
     if (Recorder rec{"ToCopyBackward0", {&x}}) {
-      rec.finish(out, [from = x.dtype()](BackwardContext& ctx) -> Grads {
-        return {ctx.grad().to(from)};
-      });
+      rec.finish(
+          out, [from = x.dtype()](BackwardContext& ctx) -> Grads { return {ctx.grad().to(from)}; });
     }
   }
   return out;
@@ -114,9 +115,8 @@ Tensor to(const Tensor& x, Device device) {
   Tensor out = empty(x.shape(), TensorOptions(device).dtype(x.dtype()));
   detail::copy_into(out, x);
   if (Recorder rec{"ToCopyBackward0", {&x}}) {
-    rec.finish(out, [from = x.device()](BackwardContext& ctx) -> Grads {
-      return {ctx.grad().to(from)};
-    });
+    rec.finish(
+        out, [from = x.device()](BackwardContext& ctx) -> Grads { return {ctx.grad().to(from)}; });
   }
   return out;
 }
@@ -143,9 +143,11 @@ Tensor view(const Tensor& x, const Shape& requested) {
   const Shape shape = infer_shape(requested, x.numel(), "view");
   auto strides = view_strides(x.shape(), x.strides(), shape);
   MT_CHECK(strides.has_value(), "view: size ", requested, " is not compatible with the input's ",
-           "size ", x.shape(), " and stride ", x.strides(), " (at least one dimension spans across "
+           "size ", x.shape(), " and stride ", x.strides(),
+           " (at least one dimension spans across "
            "two contiguous subspaces); use reshape(...) instead");
-  return record_reshape_like("ViewBackward0", x, detail::make_view(x, shape, *strides, x.storage_offset()));
+  return record_reshape_like("ViewBackward0", x,
+                             detail::make_view(x, shape, *strides, x.storage_offset()));
 }
 
 Tensor reshape(const Tensor& x, const Shape& requested) {
@@ -183,7 +185,8 @@ Tensor permute(const Tensor& x, const Shape& dims) {
   }
   Tensor out = detail::make_view(x, sizes, strides, x.storage_offset());
   if (Recorder rec{"PermuteBackward0", {&x}}) {
-    rec.finish(out, [inverse](BackwardContext& ctx) -> Grads { return {ctx.grad().permute(inverse)}; });
+    rec.finish(out,
+               [inverse](BackwardContext& ctx) -> Grads { return {ctx.grad().permute(inverse)}; });
   }
   return out;
 }
@@ -221,8 +224,8 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
   MT_CHECK(x.dim() > 0, "select: cannot be applied to a 0-dim tensor");
   const int64_t d = wrap_dim(dim, x.dim(), "select");
   const int64_t n = x.size(d);
-  MT_CHECK(index >= -n && index < n, "select: index ", index, " is out of bounds for dimension ",
-           d, " with size ", n);
+  MT_CHECK(index >= -n && index < n, "select: index ", index, " is out of bounds for dimension ", d,
+           " with size ", n);
   const int64_t i = index < 0 ? index + n : index;
   Shape sizes = x.shape(), strides = x.strides();
   sizes.erase(d);
@@ -268,7 +271,8 @@ Tensor expand(const Tensor& x, const Shape& shape) {
   Shape sizes(shape.size(), 0), strides(shape.size(), 0);
   for (int64_t i = 0; i < shape.size(); ++i) {
     if (i < lead) {
-      MT_CHECK(shape[i] >= 0, "expand: -1 is not allowed in a leading, non-existing dimension ", shape);
+      MT_CHECK(shape[i] >= 0, "expand: -1 is not allowed in a leading, non-existing dimension ",
+               shape);
       sizes[i] = shape[i];
       continue;
     }
@@ -292,8 +296,10 @@ Tensor expand(const Tensor& x, const Shape& shape) {
 
 Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   if (x.dim() == 0) return x.reshape({1});
-  const int64_t s = wrap_dim(start_dim, x.dim(), "flatten"), e = wrap_dim(end_dim, x.dim(), "flatten");
-  MT_CHECK(s <= e, "flatten: start_dim (", start_dim, ") cannot come after end_dim (", end_dim, ")");
+  const int64_t s = wrap_dim(start_dim, x.dim(), "flatten"),
+                e = wrap_dim(end_dim, x.dim(), "flatten");
+  MT_CHECK(s <= e, "flatten: start_dim (", start_dim, ") cannot come after end_dim (", end_dim,
+           ")");
   Shape shape;
   for (int64_t i = 0; i < s; ++i) shape.push_back(x.size(i));
   int64_t merged = 1;
@@ -322,7 +328,9 @@ Tensor Tensor::t() const {
   return dim() < 2 ? *this : transpose(0, 1);
 }
 Tensor Tensor::permute(const Shape& dims) const { return mantissa::permute(*this, dims); }
-Tensor Tensor::narrow(int64_t d, int64_t s, int64_t l) const { return mantissa::narrow(*this, d, s, l); }
+Tensor Tensor::narrow(int64_t d, int64_t s, int64_t l) const {
+  return mantissa::narrow(*this, d, s, l);
+}
 Tensor Tensor::select(int64_t d, int64_t i) const { return mantissa::select(*this, d, i); }
 Tensor Tensor::squeeze() const { return mantissa::squeeze(*this); }
 Tensor Tensor::squeeze(int64_t d) const { return mantissa::squeeze(*this, d); }

@@ -21,11 +21,14 @@ void amp_unscale_cpu(const std::vector<Tensor>& tensors, const Tensor& found_inf
       using T = typename decltype(tag)::type;
       using M = opmath_t<T>;
       std::atomic<bool> non_finite{false};  // written by any OpenMP thread
-      elementwise<T, T>(t, [&](T v) {
-        const M x = static_cast<M>(v);
-        if (!std::isfinite(x)) non_finite.store(true, std::memory_order_relaxed);
-        return T(x * static_cast<M>(inv));
-      }, t);
+      elementwise<T, T>(
+          t,
+          [&](T v) {
+            const M x = static_cast<M>(v);
+            if (!std::isfinite(x)) non_finite.store(true, std::memory_order_relaxed);
+            return T(x * static_cast<M>(inv));
+          },
+          t);
       if (non_finite.load()) *found = 1.0f;
     });
   }

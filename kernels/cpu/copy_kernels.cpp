@@ -29,7 +29,8 @@ inline To convert(From v) {
 }
 
 #if MT_HAVE_X86
-__attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* src, Half* dst, int64_t n) {
+__attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* src, Half* dst,
+                                                            int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
@@ -37,7 +38,8 @@ __attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* src, Ha
   }
   for (; i < n; ++i) dst[i] = Half(src[i]);
 }
-__attribute__((target("avx,f16c"))) void half_to_float_f16c(const Half* src, float* dst, int64_t n) {
+__attribute__((target("avx,f16c"))) void half_to_float_f16c(const Half* src, float* dst,
+                                                            int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
@@ -78,7 +80,8 @@ void copy_kernel_cpu(const Tensor& dst, const Tensor& src) {
     using To = typename decltype(dst_tag)::type;
     dispatch_dtype<kAllTypesAndBool>(src.dtype(), "copy", src.device(), [&](auto src_tag) {
       using From = typename decltype(src_tag)::type;
-      elementwise<To, From>(dst, [](From v) { return convert<To>(v); }, src);
+      elementwise<To, From>(
+          dst, [](From v) { return convert<To>(v); }, src);
     });
   });
 }

@@ -12,7 +12,8 @@ void unary_kernel(const Tensor& out, const Tensor& in) {
   dispatch_dtype<Op::dtypes>(out.dtype(), Op::name, out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    elementwise<T, T>(out, [](T x) { return T(Op{}(M(x))); }, in);
+    elementwise<T, T>(
+        out, [](T x) { return T(Op{}(M(x))); }, in);
   });
 }
 
@@ -21,7 +22,8 @@ void binary_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
   dispatch_dtype<Op::dtypes>(out.dtype(), Op::name, out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    elementwise<T, T, T>(out, [](T x, T y) { return T(Op{}(M(x), M(y))); }, a, b);
+    elementwise<T, T, T>(
+        out, [](T x, T y) { return T(Op{}(M(x), M(y))); }, a, b);
   });
 }
 
@@ -30,7 +32,8 @@ void comparison_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
   dispatch_dtype<Op::dtypes>(a.dtype(), Op::name, a.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    elementwise<bool, T, T>(out, [](T x, T y) { return Op{}(M(x), M(y)); }, a, b);
+    elementwise<bool, T, T>(
+        out, [](T x, T y) { return Op{}(M(x), M(y)); }, a, b);
   });
 }
 
@@ -39,13 +42,16 @@ void add_kernel_cpu(const Tensor& out, const Tensor& a, const Tensor& b, const S
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
     if constexpr (std::is_same_v<T, bool>) {
-      elementwise<T, T, T>(out, [](T x, T y) { return x || y; }, a, b);
+      elementwise<T, T, T>(
+          out, [](T x, T y) { return x || y; }, a, b);
     } else {
       const M al = alpha.to<M>();
       if (al == M(1)) {
-        elementwise<T, T, T>(out, [](T x, T y) { return T(M(x) + M(y)); }, a, b);
+        elementwise<T, T, T>(
+            out, [](T x, T y) { return T(M(x) + M(y)); }, a, b);
       } else {
-        elementwise<T, T, T>(out, [al](T x, T y) { return T(M(x) + al * M(y)); }, a, b);
+        elementwise<T, T, T>(
+            out, [al](T x, T y) { return T(M(x) + al * M(y)); }, a, b);
       }
     }
   });
@@ -54,7 +60,8 @@ void add_kernel_cpu(const Tensor& out, const Tensor& a, const Tensor& b, const S
 void where_kernel_cpu(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
   dispatch_dtype<kAllTypesAndBool>(out.dtype(), "where", out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    elementwise<T, bool, T, T>(out, [](bool c, T x, T y) { return c ? x : y; }, cond, a, b);
+    elementwise<T, bool, T, T>(
+        out, [](bool c, T x, T y) { return c ? x : y; }, cond, a, b);
   });
 }
 
@@ -64,13 +71,16 @@ void clamp_kernel_cpu(const Tensor& out, const Tensor& in, const Scalar* lo, con
     using M = opmath_t<T>;
     const bool has_lo = lo != nullptr, has_hi = hi != nullptr;
     const M l = has_lo ? lo->to<M>() : M(0), h = has_hi ? hi->to<M>() : M(0);
-    elementwise<T, T>(out, [=](T x) {
-      M v = M(x);
-      if (functors::is_nan_value(v)) return x;
-      if (has_lo && v < l) v = l;
-      if (has_hi && v > h) v = h;
-      return T(v);
-    }, in);
+    elementwise<T, T>(
+        out,
+        [=](T x) {
+          M v = M(x);
+          if (functors::is_nan_value(v)) return x;
+          if (has_lo && v < l) v = l;
+          if (has_hi && v > h) v = h;
+          return T(v);
+        },
+        in);
   });
 }
 
@@ -78,50 +88,17 @@ void clamp_kernel_cpu(const Tensor& out, const Tensor& in, const Scalar* lo, con
 
 #define MT_REGISTER_UNARY(name, Functor) \
   MT_REGISTER_KERNEL(name##_kernel, kCPU, &unary_kernel<functors::Functor>);
-MT_REGISTER_UNARY(neg, Neg)
-MT_REGISTER_UNARY(abs, Abs)
-MT_REGISTER_UNARY(exp, Exp)
-MT_REGISTER_UNARY(log, Log)
-MT_REGISTER_UNARY(sqrt, Sqrt)
-MT_REGISTER_UNARY(rsqrt, Rsqrt)
-MT_REGISTER_UNARY(relu, Relu)
-MT_REGISTER_UNARY(sigmoid, Sigmoid)
-MT_REGISTER_UNARY(tanh, Tanh)
-MT_REGISTER_UNARY(silu, Silu)
-MT_REGISTER_UNARY(gelu, Gelu)
-MT_REGISTER_UNARY(gelu_tanh, GeluTanh)
-MT_REGISTER_UNARY(sign, Sign)
-MT_REGISTER_UNARY(reciprocal, Reciprocal)
-MT_REGISTER_UNARY(sin, Sin)
-MT_REGISTER_UNARY(cos, Cos)
-MT_REGISTER_UNARY(log1p, Log1p)
-MT_REGISTER_UNARY(expm1, Expm1)
-MT_REGISTER_UNARY(square, Square)
+MT_FORALL_UNARY_FUNCTORS(MT_REGISTER_UNARY)
 #undef MT_REGISTER_UNARY
 
 #define MT_REGISTER_BINARY(name, Functor) \
   MT_REGISTER_KERNEL(name##_kernel, kCPU, &binary_kernel<functors::Functor>);
-MT_REGISTER_BINARY(mul, Mul)
-MT_REGISTER_BINARY(div, Div)
-MT_REGISTER_BINARY(pow, Pow)
-MT_REGISTER_BINARY(maximum, Maximum)
-MT_REGISTER_BINARY(minimum, Minimum)
-MT_REGISTER_BINARY(relu_backward, ReluBackward)
-MT_REGISTER_BINARY(gelu_backward, GeluBackward)
-MT_REGISTER_BINARY(gelu_tanh_backward, GeluTanhBackward)
-MT_REGISTER_BINARY(silu_backward, SiluBackward)
-MT_REGISTER_BINARY(sigmoid_backward, SigmoidBackward)
-MT_REGISTER_BINARY(tanh_backward, TanhBackward)
+MT_FORALL_BINARY_FUNCTORS(MT_REGISTER_BINARY)
 #undef MT_REGISTER_BINARY
 
 #define MT_REGISTER_COMPARISON(name, Functor) \
   MT_REGISTER_KERNEL(name##_kernel, kCPU, &comparison_kernel<functors::Functor>);
-MT_REGISTER_COMPARISON(eq, Eq)
-MT_REGISTER_COMPARISON(ne, Ne)
-MT_REGISTER_COMPARISON(lt, Lt)
-MT_REGISTER_COMPARISON(le, Le)
-MT_REGISTER_COMPARISON(gt, Gt)
-MT_REGISTER_COMPARISON(ge, Ge)
+MT_FORALL_COMPARISON_FUNCTORS(MT_REGISTER_COMPARISON)
 #undef MT_REGISTER_COMPARISON
 
 MT_REGISTER_KERNEL(add_kernel, kCPU, &add_kernel_cpu);

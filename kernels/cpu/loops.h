@@ -114,7 +114,8 @@ inline void elementwise_run(char* const* ptrs, const int64_t* s, int64_t n, cons
   Out* out = reinterpret_cast<Out*>(ptrs[0]);
   if (s[0] == sizeof(Out) && ((s[I + 1] == static_cast<int64_t>(sizeof(In))) && ...)) {
     for (int64_t i = 0; i < n; ++i) out[i] = f(reinterpret_cast<const In*>(ptrs[I + 1])[i]...);
-  } else if (s[0] == sizeof(Out) && ((s[I + 1] == 0 || s[I + 1] == static_cast<int64_t>(sizeof(In))) && ...)) {
+  } else if (s[0] == sizeof(Out) &&
+             ((s[I + 1] == 0 || s[I + 1] == static_cast<int64_t>(sizeof(In))) && ...)) {
     // dense output with some broadcast (stride-0) inputs
     for (int64_t i = 0; i < n; ++i)
       out[i] = f(*reinterpret_cast<const In*>(ptrs[I + 1] + i * s[I + 1])...);

@@ -70,7 +70,8 @@ void pack(const Tensor& x, std::vector<Acc>& buf) {
   const T* src = static_cast<const T*>(x.data_ptr());
   buf.resize(static_cast<size_t>(batches * rows * cols));
   const int64_t total_rows = batches * rows;
-#pragma omp parallel for if (total_rows * cols >= 32768)
+  // Serial on purpose: the conversion is O(n^2) next to the O(n^3) GEMM, and an OpenMP team
+  // here competes with OpenBLAS's own (spinning) threads, which costs far more than it saves.
   for (int64_t r = 0; r < total_rows; ++r) {
     const T* row = src + (r / rows) * sb + (r % rows) * sr;
     Acc* dst = buf.data() + r * cols;
@@ -152,8 +153,7 @@ void bmm_floating(const Tensor& out, const Tensor& a, const Tensor& b) {
   if constexpr (kReduced) {
     T* dst = out.data<T>();
     const int64_t total = B * M * N;
-#pragma omp parallel for if (total >= 32768)
-    for (int64_t i = 0; i < total; ++i) dst[i] = T(c[i]);
+    for (int64_t i = 0; i < total; ++i) dst[i] = T(c[i]);  // serial: see pack()
   }
 }
 

@@ -69,17 +69,7 @@ void add_kernel_cuda(const Tensor& out, const Tensor& a, const Tensor& b, const 
 
 #define MT_REGISTER_BINARY(name, Functor) \
   MT_REGISTER_KERNEL(name##_kernel, kCUDA, &binary_kernel<functors::Functor>);
-MT_REGISTER_BINARY(mul, Mul)
-MT_REGISTER_BINARY(div, Div)
-MT_REGISTER_BINARY(pow, Pow)
-MT_REGISTER_BINARY(maximum, Maximum)
-MT_REGISTER_BINARY(minimum, Minimum)
-MT_REGISTER_BINARY(relu_backward, ReluBackward)
-MT_REGISTER_BINARY(gelu_backward, GeluBackward)
-MT_REGISTER_BINARY(gelu_tanh_backward, GeluTanhBackward)
-MT_REGISTER_BINARY(silu_backward, SiluBackward)
-MT_REGISTER_BINARY(sigmoid_backward, SigmoidBackward)
-MT_REGISTER_BINARY(tanh_backward, TanhBackward)
+MT_FORALL_BINARY_FUNCTORS(MT_REGISTER_BINARY)
 #undef MT_REGISTER_BINARY
 
 MT_REGISTER_KERNEL(add_kernel, kCUDA, &add_kernel_cuda);

@@ -63,12 +63,7 @@ void clamp_kernel_cuda(const Tensor& out, const Tensor& in, const Scalar* lo, co
 
 #define MT_REGISTER_COMPARISON(name, Functor) \
   MT_REGISTER_KERNEL(name##_kernel, kCUDA, &comparison_kernel<functors::Functor>);
-MT_REGISTER_COMPARISON(eq, Eq)
-MT_REGISTER_COMPARISON(ne, Ne)
-MT_REGISTER_COMPARISON(lt, Lt)
-MT_REGISTER_COMPARISON(le, Le)
-MT_REGISTER_COMPARISON(gt, Gt)
-MT_REGISTER_COMPARISON(ge, Ge)
+MT_FORALL_COMPARISON_FUNCTORS(MT_REGISTER_COMPARISON)
 #undef MT_REGISTER_COMPARISON
 
 MT_REGISTER_KERNEL(where_kernel, kCUDA, &where_kernel_cuda);

@@ -24,25 +24,7 @@ void unary_kernel(const Tensor& out, const Tensor& in) {
 
 #define MT_REGISTER_UNARY(name, Functor) \
   MT_REGISTER_KERNEL(name##_kernel, kCUDA, &unary_kernel<functors::Functor>);
-MT_REGISTER_UNARY(neg, Neg)
-MT_REGISTER_UNARY(abs, Abs)
-MT_REGISTER_UNARY(exp, Exp)
-MT_REGISTER_UNARY(log, Log)
-MT_REGISTER_UNARY(sqrt, Sqrt)
-MT_REGISTER_UNARY(rsqrt, Rsqrt)
-MT_REGISTER_UNARY(relu, Relu)
-MT_REGISTER_UNARY(sigmoid, Sigmoid)
-MT_REGISTER_UNARY(tanh, Tanh)
-MT_REGISTER_UNARY(silu, Silu)
-MT_REGISTER_UNARY(gelu, Gelu)
-MT_REGISTER_UNARY(gelu_tanh, GeluTanh)
-MT_REGISTER_UNARY(sign, Sign)
-MT_REGISTER_UNARY(reciprocal, Reciprocal)
-MT_REGISTER_UNARY(sin, Sin)
-MT_REGISTER_UNARY(cos, Cos)
-MT_REGISTER_UNARY(log1p, Log1p)
-MT_REGISTER_UNARY(expm1, Expm1)
-MT_REGISTER_UNARY(square, Square)
+MT_FORALL_UNARY_FUNCTORS(MT_REGISTER_UNARY)
 #undef MT_REGISTER_UNARY
 
 }  // namespace mantissa::cuda

@@ -6,8 +6,13 @@ execute_process(COMMAND ${CMAKE_COMMAND} --install ${MANTISSA_BINARY_DIR} --pref
 if(rc)
   message(FATAL_ERROR "cmake --install failed (${rc})")
 endif()
+set(extra)
+if(SANITIZE)
+  # A sanitized libmantissa needs the sanitizer runtimes linked into the program itself.
+  list(APPEND extra "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined")
+endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/build
-                        -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release
+                        -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release ${extra}
                 RESULT_VARIABLE rc)
 if(rc)
   message(FATAL_ERROR "configuring the consumer failed (${rc})")

@@ -1,0 +1,261 @@
+// conv2d, max_pool2d and avg_pool2d with their backward formulas.
+//
+// Each op validates its arguments with PyTorch's rules and messages (naming the offending
+// shapes), computes the output size with PyTorch's formulas, and hands contiguous NCHW operands
+// to the device kernels (engine/kernel_tables.h). Backward runs the matching backward kernels:
+// convolution's input gradient is a transposed convolution of grad_out with the weight, its
+// weight gradient correlates grad_out with the saved input, and the bias gradient sums grad_out
+// over N, H and W. Max pooling saves the argmax indices and scatters grad_out back to them.
+// Unbatched [C, H, W] inputs run as a batch of one through recorded views.
+#include "autograd/autocast_seam.h"
+#include "autograd/ops/elementwise_common.h"
+
+namespace mantissa {
+namespace {
+
+using autograd::BackwardContext;
+using autograd::Recorder;
+using Grads = std::vector<Tensor>;
+
+// A contiguous copy (or t itself) without recording: the op's own node covers the input.
+Tensor dense(const Tensor& t) {
+  if (!t.defined() || t.is_contiguous()) return t;
+  autograd::NoGradGuard no_grad;
+  return t.contiguous();
+}
+
+Tensor empty_as(const Shape& shape, const Tensor& like) {
+  return empty(shape, TensorOptions(like.device()).dtype(like.dtype()));
+}
+
+// Floor division, also for negative numerators (PyTorch's div_rtn).
+int64_t div_floor(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+// PyTorch's pooling_output_shape: in ceil_mode the last window must still start inside the
+// input or the left padding.
+int64_t pooling_output_size(int64_t in, int64_t kernel, int64_t pad, int64_t stride,
+                            int64_t dilation, bool ceil_mode) {
+  int64_t out =
+      div_floor(in + 2 * pad - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0), stride) +
+      1;
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+// Checks that input is a 3-D (unbatched) or 4-D floating-point tensor; true when unbatched.
+bool is_unbatched(const char* op, const Tensor& input) {
+  MT_CHECK(input.defined(), op, ": expected a defined input");
+  MT_CHECK(input.dim() == 3 || input.dim() == 4, op, ": Expected 3D (unbatched) or 4D (batched) ",
+           "input to ", op, ", but got input of size: ", input.shape());
+  MT_CHECK(is_floating(input.dtype()), op, ": expected a floating-point input, but got ",
+           input.dtype());
+  return input.dim() == 3;
+}
+
+// ---- conv2d ---------------------------------------------------------------------------------
+
+void check_conv_args(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                     const Conv2dParams& p) {
+  MT_CHECK(weight.defined(), "conv2d: expected a defined weight");
+  MT_CHECK(weight.dim() == 4, "conv2d: expected a 4-D weight [out_channels, in_channels / groups, ",
+           "kh, kw], but got weight of size ", weight.shape());
+  ops::check_same_device("conv2d", input, weight);
+  MT_CHECK(input.dtype() == weight.dtype(), "conv2d: Input type (", input.dtype(),
+           ") and weight type (", weight.dtype(), ") should be the same");
+  if (bias.defined()) {
+    ops::check_same_device("conv2d", input, bias);
+    MT_CHECK(input.dtype() == bias.dtype(), "conv2d: Input type (", input.dtype(),
+             ") and bias type (", bias.dtype(), ") should be the same");
+  }
+  MT_CHECK(p.stride[0] > 0 && p.stride[1] > 0, "conv2d: non-positive stride is not supported, got ",
+           "stride=(", p.stride[0], ", ", p.stride[1], ")");
+  MT_CHECK(p.padding[0] >= 0 && p.padding[1] >= 0, "conv2d: negative padding is not supported, ",
+           "got padding=(", p.padding[0], ", ", p.padding[1], ")");
+  MT_CHECK(p.dilation[0] > 0 && p.dilation[1] > 0, "conv2d: dilation should be greater than zero, ",
+           "got dilation=(", p.dilation[0], ", ", p.dilation[1], ")");
+  MT_CHECK(p.groups > 0, "conv2d: non-positive groups is not supported, got groups=", p.groups);
+  const int64_t groups = p.groups;
+  MT_CHECK(weight.size(0) % groups == 0, "conv2d: Given groups=", groups, ", expected weight to ",
+           "be divisible by ", groups, " at dimension 0, but got weight of size ", weight.shape(),
+           " instead");
+  MT_CHECK(weight.size(1) > 0 && weight.size(2) > 0 && weight.size(3) > 0, "conv2d: expected a ",
+           "weight with non-zero channel and kernel sizes, but got weight of size ",
+           weight.shape());
+  MT_CHECK(input.size(1) == weight.size(1) * groups, "conv2d: Given groups=", groups,
+           ", weight of size ", weight.shape(), ", expected input", input.shape(), " to have ",
+           weight.size(1) * groups, " channels, but got ", input.size(1), " channels instead");
+  MT_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
+           "conv2d: Given weight of size ", weight.shape(), ", expected bias to be 1-dimensional ",
+           "with ", weight.size(0), " elements, but got bias of size ", bias.shape(), " instead");
+  MT_CHECK(input.size(2) > 0 && input.size(3) > 0, "conv2d: expected an input with non-zero ",
+           "height and width, but got input of size ", input.shape());
+  const int64_t padded_h = input.size(2) + 2 * p.padding[0];
+  const int64_t padded_w = input.size(3) + 2 * p.padding[1];
+  const int64_t kernel_h = p.dilation[0] * (weight.size(2) - 1) + 1;
+  const int64_t kernel_w = p.dilation[1] * (weight.size(3) - 1) + 1;
+  MT_CHECK(padded_h >= kernel_h && padded_w >= kernel_w, "conv2d: Calculated padded input size ",
+           "per channel: (", padded_h, " x ", padded_w, "). Kernel size: (", kernel_h, " x ",
+           kernel_w, "). Kernel size can't be greater than actual input size (input ",
+           input.shape(), ", weight ", weight.shape(), ")");
+}
+
+int64_t conv_output_size(int64_t in, int64_t kernel, int64_t pad, int64_t stride,
+                         int64_t dilation) {
+  return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
+}
+
+// Gradients of conv2d from the saved (input, weight): each read only for the other's gradient.
+Grads conv2d_backward(BackwardContext& ctx, const Conv2dParams& p, const Shape& input_shape,
+                      const Shape& weight_shape) {
+  const Tensor g = dense(ctx.grad());
+  Tensor gx, gw, gb;
+  if (ctx.needs(0)) {
+    gx = empty_as(input_shape, g);
+    conv2d_backward_input_kernel(g.device())(gx, g, dense(ctx.saved(1)), p);
+  }
+  if (ctx.needs(1)) {
+    gw = empty_as(weight_shape, g);
+    conv2d_backward_weight_kernel(g.device())(gw, g, dense(ctx.saved(0)), p);
+  }
+  if (ctx.needs(2)) gb = g.sum(Shape{0, 2, 3});
+  return {gx, gw, gb};
+}
+
+Tensor conv2d_batched(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                      const Conv2dParams& p) {
+  check_conv_args(input, weight, bias, p);
+  const Shape out_shape{
+      input.size(0), weight.size(0),
+      conv_output_size(input.size(2), weight.size(2), p.padding[0], p.stride[0], p.dilation[0]),
+      conv_output_size(input.size(3), weight.size(3), p.padding[1], p.stride[1], p.dilation[1])};
+  Tensor out = empty_as(out_shape, input);
+  conv2d_forward_kernel(input.device())(out, dense(input), dense(weight), dense(bias), p);
+
+  if (Recorder rec{"ConvolutionBackward0", {&input, &weight, &bias}}) {
+    rec.save(weight.requires_grad() ? input : Tensor());
+    rec.save(input.requires_grad() ? weight : Tensor());
+    rec.finish(out, [p, xs = input.shape(), ws = weight.shape()](BackwardContext& ctx) {
+      return conv2d_backward(ctx, p, xs, ws);
+    });
+  }
+  return out;
+}
+
+// ---- pooling --------------------------------------------------------------------------------
+
+struct PoolArgs {
+  Size2 kernel, stride, padding, dilation;
+};
+
+// Checks PyTorch's pool2d_shape_check rules and returns the output shape.
+Shape pool_output_shape(const char* op, const Tensor& input, const PoolArgs& a, bool ceil_mode) {
+  MT_CHECK(a.kernel.h > 0 && a.kernel.w > 0, op, ": kernel size should be greater than zero, but ",
+           "got kH: ", a.kernel.h, " kW: ", a.kernel.w);
+  MT_CHECK(a.stride.h > 0 && a.stride.w > 0, op, ": stride should be greater than zero, but got ",
+           "dH: ", a.stride.h, " dW: ", a.stride.w);
+  MT_CHECK(a.dilation.h > 0 && a.dilation.w > 0, op, ": dilation should be greater than zero, ",
+           "but got dilationH: ", a.dilation.h, " dilationW: ", a.dilation.w);
+  MT_CHECK(a.padding.h >= 0 && a.padding.w >= 0, op, ": padding must be non-negative, but got ",
+           "padH: ", a.padding.h, " padW: ", a.padding.w);
+  MT_CHECK(a.kernel.w / 2 >= a.padding.w && a.kernel.h / 2 >= a.padding.h, op, ": pad should be ",
+           "smaller than or equal to half of kernel size, but got padW = ", a.padding.w,
+           ", padH = ", a.padding.h, ", kW = ", a.kernel.w, ", kH = ", a.kernel.h);
+  MT_CHECK(input.size(1) > 0 && input.size(2) > 0 && input.size(3) > 0, op, ": Expected input's ",
+           "non-batch dimensions to have positive length, but got input of size ", input.shape());
+  const int64_t C = input.size(1), H = input.size(2), W = input.size(3);
+  const int64_t Ho =
+      pooling_output_size(H, a.kernel.h, a.padding.h, a.stride.h, a.dilation.h, ceil_mode);
+  const int64_t Wo =
+      pooling_output_size(W, a.kernel.w, a.padding.w, a.stride.w, a.dilation.w, ceil_mode);
+  MT_CHECK(Ho >= 1 && Wo >= 1, op, ": Given input size: (", C, "x", H, "x", W, "). Calculated ",
+           "output size: (", C, "x", Ho, "x", Wo, "). Output size is too small");
+  return Shape{input.size(0), C, Ho, Wo};
+}
+
+Pool2dParams pool_params(const PoolArgs& a, bool ceil_mode, bool count_include_pad,
+                         int64_t divisor_override) {
+  return Pool2dParams{{a.kernel.h, a.kernel.w},
+                      {a.stride.h, a.stride.w},
+                      {a.padding.h, a.padding.w},
+                      {a.dilation.h, a.dilation.w},
+                      ceil_mode,
+                      count_include_pad,
+                      divisor_override};
+}
+
+Tensor max_pool2d_batched(const Tensor& input, const PoolArgs& a, bool ceil_mode) {
+  const Shape out_shape = pool_output_shape("max_pool2d", input, a, ceil_mode);
+  const Pool2dParams p = pool_params(a, ceil_mode, true, 0);
+  Tensor out = empty_as(out_shape, input);
+  Tensor indices = empty(out_shape, TensorOptions(input.device()).dtype(kInt64));
+  max_pool2d_forward_kernel(input.device())(out, indices, dense(input), p);
+  if (Recorder rec{"MaxPool2DWithIndicesBackward0", {&input}}) {
+    rec.save(indices);
+    rec.finish(out, [p, input_shape = input.shape()](BackwardContext& ctx) -> Grads {
+      const Tensor g = dense(ctx.grad());
+      Tensor gx = empty_as(input_shape, g);
+      max_pool2d_backward_kernel(g.device())(gx, g, ctx.saved(0), p);
+      return {gx};
+    });
+  }
+  return out;
+}
+
+Tensor avg_pool2d_batched(const Tensor& input, const PoolArgs& a, bool ceil_mode,
+                          bool count_include_pad, int64_t divisor_override) {
+  const Shape out_shape = pool_output_shape("avg_pool2d", input, a, ceil_mode);
+  const Pool2dParams p = pool_params(a, ceil_mode, count_include_pad, divisor_override);
+  Tensor out = empty_as(out_shape, input);
+  avg_pool2d_forward_kernel(input.device())(out, dense(input), p);
+  if (Recorder rec{"AvgPool2DBackward0", {&input}}) {
+    rec.finish(out, [p, input_shape = input.shape()](BackwardContext& ctx) -> Grads {
+      const Tensor g = dense(ctx.grad());
+      Tensor gx = empty_as(input_shape, g);
+      avg_pool2d_backward_kernel(g.device())(gx, g, p);
+      return {gx};
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in, Size2 stride,
+              Size2 padding, Size2 dilation, int64_t groups) {
+  const Tensor input = autocast::cast_input(OpId::conv2d, input_in);
+  const Tensor weight = autocast::cast_input(OpId::conv2d, weight_in);
+  const Tensor bias = autocast::cast_input(OpId::conv2d, bias_in);
+  const bool unbatched = is_unbatched("conv2d", input);
+  const Conv2dParams p{
+      {stride.h, stride.w}, {padding.h, padding.w}, {dilation.h, dilation.w}, groups};
+  if (unbatched) return conv2d_batched(input.unsqueeze(0), weight, bias, p).squeeze(0);
+  return conv2d_batched(input, weight, bias, p);
+}
+
+Tensor max_pool2d(const Tensor& input, Size2 kernel_size, std::optional<Size2> stride,
+                  Size2 padding, Size2 dilation, bool ceil_mode) {
+  const bool unbatched = is_unbatched("max_pool2d", input);
+  const PoolArgs a{kernel_size, stride.value_or(kernel_size), padding, dilation};
+  if (unbatched) return max_pool2d_batched(input.unsqueeze(0), a, ceil_mode).squeeze(0);
+  return max_pool2d_batched(input, a, ceil_mode);
+}
+
+Tensor avg_pool2d(const Tensor& input, Size2 kernel_size, std::optional<Size2> stride,
+                  Size2 padding, bool ceil_mode, bool count_include_pad,
+                  std::optional<int64_t> divisor_override) {
+  const bool unbatched = is_unbatched("avg_pool2d", input);
+  MT_CHECK(!divisor_override || *divisor_override != 0, "avg_pool2d: divisor must be not zero");
+  const PoolArgs a{kernel_size, stride.value_or(kernel_size), padding, Size2(1)};
+  const int64_t divisor = divisor_override.value_or(0);
+  if (unbatched) {
+    return avg_pool2d_batched(input.unsqueeze(0), a, ceil_mode, count_include_pad, divisor)
+        .squeeze(0);
+  }
+  return avg_pool2d_batched(input, a, ceil_mode, count_include_pad, divisor);
+}
+
+}  // namespace mantissa

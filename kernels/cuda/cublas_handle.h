@@ -1,0 +1,28 @@
+// The cuBLAS handle of each device, created lazily on first use and shared by all threads.
+//
+// A CublasLease holds that device's mutex while the caller enqueues its cuBLAS calls: cuBLAS
+// allows one handle on several threads, but serialising the (asynchronous, cheap) enqueue keeps
+// any handle state a call sets from leaking into another thread's call. Handles are never
+// destroyed: at process exit the CUDA context may already be gone (PyTorch does the same).
+// Every handle runs on the legacy default stream, like the other CUDA kernels, and forbids
+// reduced-precision reductions so float16/bfloat16 GEMMs accumulate in float32 throughout.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include <mutex>
+
+namespace mantissa::cuda {
+
+class CublasLease {
+ public:
+  // Makes no device current: callers hold a DeviceGuard for `device` while using the handle.
+  explicit CublasLease(int device);
+  cublasHandle_t handle() const { return handle_; }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+  cublasHandle_t handle_ = nullptr;
+};
+
+}  // namespace mantissa::cuda
