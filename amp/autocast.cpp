@@ -114,9 +114,12 @@ Precision default_precision(DeviceType t) {
 
 autocast::autocast(DeviceType device_type, std::optional<Precision> precision, bool enabled)
     : device_type_(device_type) {
+  // The precision in force, logged once when mixed precision is first used (the logger is not
+  // created during static initialisation, so MANTISSA_LOG_LEVEL set by the program still counts).
   static const bool logged = [] {
     log().info("float32 matmul precision: {}; autocast defaults: float16 on cuda, bfloat16 on cpu",
-               get_float32_matmul_precision() == MatmulPrecision::High ? "high (TF32)" : "highest");
+               get_float32_matmul_precision() == MatmulPrecision::High ? "high (TF32 allowed)"
+                                                                       : "highest (full float32)");
     return true;
   }();
   (void)logged;

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "engine/error.h"
+#include "engine/logging.h"
 #include "engine/op_id.h"
 
 namespace mantissa {
@@ -20,7 +21,12 @@ void set_float32_matmul_precision(std::string_view p) {
              "' (expected highest, high or medium)");
   }
 }
-void set_float32_matmul_precision(MatmulPrecision p) { global_precision.store(p); }
+void set_float32_matmul_precision(MatmulPrecision p) {
+  if (global_precision.exchange(p) != p) {
+    log().info("float32 matmul precision set to {}",
+               p == MatmulPrecision::High ? "high (TF32 allowed)" : "highest (full float32)");
+  }
+}
 MatmulPrecision get_float32_matmul_precision() { return global_precision.load(); }
 
 namespace autocast_state {

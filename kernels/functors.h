@@ -17,14 +17,14 @@ namespace mantissa::functors {
 #define MT_MATH(fn) std::fn
 #endif
 
-#define MT_UNARY_FUNCTOR(Name, op_name, types, expr)       \
-  struct Name {                                            \
-    static constexpr const char* name = op_name;           \
-    static constexpr uint32_t dtypes = types;              \
-    template <typename T>                                  \
-    MT_HOST_DEVICE T operator()(T x) const {               \
-      return expr;                                         \
-    }                                                      \
+#define MT_UNARY_FUNCTOR(Name, op_name, types, expr) \
+  struct Name {                                      \
+    static constexpr const char* name = op_name;     \
+    static constexpr uint32_t dtypes = types;        \
+    template <typename T>                            \
+    MT_HOST_DEVICE T operator()(T x) const {         \
+      return expr;                                   \
+    }                                                \
   };
 
 template <typename T>
@@ -48,7 +48,8 @@ MT_HOST_DEVICE inline bool is_negative(T x) {
 }
 
 // Signed types (everything but bool and uint8 for neg/abs).
-inline constexpr uint32_t kSignedTypes = kFloatingTypes | dtype_bit(DType::Int32) | dtype_bit(DType::Int64);
+inline constexpr uint32_t kSignedTypes =
+    kFloatingTypes | dtype_bit(DType::Int32) | dtype_bit(DType::Int64);
 inline constexpr uint32_t kNumberTypes = kAllTypes;
 
 MT_UNARY_FUNCTOR(Neg, "neg", kSignedTypes, -x)
@@ -61,8 +62,9 @@ MT_UNARY_FUNCTOR(Rsqrt, "rsqrt", kFloatingTypes, T(1) / MT_MATH(sqrt)(x))
 MT_UNARY_FUNCTOR(Relu, "relu", kNumberTypes, is_negative(x) ? T(0) : x)
 MT_UNARY_FUNCTOR(Sigmoid, "sigmoid", kFloatingTypes, sigmoid_of(x))
 MT_UNARY_FUNCTOR(Tanh, "tanh", kFloatingTypes, MT_MATH(tanh)(x))
-MT_UNARY_FUNCTOR(Silu, "silu", kFloatingTypes, x * sigmoid_of(x))
-MT_UNARY_FUNCTOR(Gelu, "gelu", kFloatingTypes, T(0.5) * x * (T(1) + MT_MATH(erf)(x * T(0.7071067811865476))))
+MT_UNARY_FUNCTOR(Silu, "silu", kFloatingTypes, x* sigmoid_of(x))
+MT_UNARY_FUNCTOR(Gelu, "gelu", kFloatingTypes,
+                 T(0.5) * x * (T(1) + MT_MATH(erf)(x * T(0.7071067811865476))))
 MT_UNARY_FUNCTOR(GeluTanh, "gelu_tanh", kFloatingTypes,
                  T(0.5) * x * (T(1) + MT_MATH(tanh)(gelu_tanh_inner(x))))
 MT_UNARY_FUNCTOR(Sign, "sign", kSignedTypes, T((T(0) < x) - (x < T(0))))
@@ -71,17 +73,17 @@ MT_UNARY_FUNCTOR(Sin, "sin", kFloatingTypes, MT_MATH(sin)(x))
 MT_UNARY_FUNCTOR(Cos, "cos", kFloatingTypes, MT_MATH(cos)(x))
 MT_UNARY_FUNCTOR(Log1p, "log1p", kFloatingTypes, MT_MATH(log1p)(x))
 MT_UNARY_FUNCTOR(Expm1, "expm1", kFloatingTypes, MT_MATH(expm1)(x))
-MT_UNARY_FUNCTOR(Square, "square", kNumberTypes, x * x)
+MT_UNARY_FUNCTOR(Square, "square", kNumberTypes, x* x)
 #undef MT_UNARY_FUNCTOR
 
-#define MT_BINARY_FUNCTOR(Name, op_name, types, expr)      \
-  struct Name {                                            \
-    static constexpr const char* name = op_name;           \
-    static constexpr uint32_t dtypes = types;              \
-    template <typename T>                                  \
-    MT_HOST_DEVICE T operator()(T a, T b) const {          \
-      return expr;                                         \
-    }                                                      \
+#define MT_BINARY_FUNCTOR(Name, op_name, types, expr) \
+  struct Name {                                       \
+    static constexpr const char* name = op_name;      \
+    static constexpr uint32_t dtypes = types;         \
+    template <typename T>                             \
+    MT_HOST_DEVICE T operator()(T a, T b) const {     \
+      return expr;                                    \
+    }                                                 \
   };
 
 template <typename T>
@@ -106,21 +108,23 @@ MT_HOST_DEVICE inline bool is_nan_value(T v) {
   return false;
 }
 
-MT_BINARY_FUNCTOR(Mul, "mul", kNumberTypes, a * b)
+MT_BINARY_FUNCTOR(Mul, "mul", kNumberTypes, a* b)
 MT_BINARY_FUNCTOR(Div, "div", kFloatingTypes, a / b)
 MT_BINARY_FUNCTOR(Pow, "pow", kNumberTypes, pow_of(a, b))
-MT_BINARY_FUNCTOR(Maximum, "maximum", kNumberTypes, is_nan_value(a) ? a : (is_nan_value(b) ? b : (a > b ? a : b)))
-MT_BINARY_FUNCTOR(Minimum, "minimum", kNumberTypes, is_nan_value(a) ? a : (is_nan_value(b) ? b : (a < b ? a : b)))
+MT_BINARY_FUNCTOR(Maximum, "maximum", kNumberTypes,
+                  is_nan_value(a) ? a : (is_nan_value(b) ? b : (a > b ? a : b)))
+MT_BINARY_FUNCTOR(Minimum, "minimum", kNumberTypes,
+                  is_nan_value(a) ? a : (is_nan_value(b) ? b : (a < b ? a : b)))
 #undef MT_BINARY_FUNCTOR
 
-#define MT_COMPARISON_FUNCTOR(Name, op_name, expr)         \
-  struct Name {                                            \
-    static constexpr const char* name = op_name;           \
-    static constexpr uint32_t dtypes = kAllTypesAndBool;   \
-    template <typename T>                                  \
-    MT_HOST_DEVICE bool operator()(T a, T b) const {       \
-      return expr;                                         \
-    }                                                      \
+#define MT_COMPARISON_FUNCTOR(Name, op_name, expr)       \
+  struct Name {                                          \
+    static constexpr const char* name = op_name;         \
+    static constexpr uint32_t dtypes = kAllTypesAndBool; \
+    template <typename T>                                \
+    MT_HOST_DEVICE bool operator()(T a, T b) const {     \
+      return expr;                                       \
+    }                                                    \
   };
 MT_COMPARISON_FUNCTOR(Eq, "eq", a == b)
 MT_COMPARISON_FUNCTOR(Ne, "ne", a != b)
@@ -131,47 +135,48 @@ MT_COMPARISON_FUNCTOR(Ge, "ge", a >= b)
 #undef MT_COMPARISON_FUNCTOR
 
 // Backward functors: (grad_out, saved) -> grad_in, saved being the forward input or output.
-#define MT_BACKWARD_FUNCTOR(Name, op_name, expr)           \
-  struct Name {                                            \
-    static constexpr const char* name = op_name;           \
-    static constexpr uint32_t dtypes = kFloatingTypes;     \
-    template <typename T>                                  \
-    MT_HOST_DEVICE T operator()(T g, T s) const {          \
-      return expr;                                         \
-    }                                                      \
+#define MT_BACKWARD_FUNCTOR(Name, op_name, expr)       \
+  struct Name {                                        \
+    static constexpr const char* name = op_name;       \
+    static constexpr uint32_t dtypes = kFloatingTypes; \
+    template <typename T>                              \
+    MT_HOST_DEVICE T operator()(T g, T s) const {      \
+      return expr;                                     \
+    }                                                  \
   };
 MT_BACKWARD_FUNCTOR(ReluBackward, "relu_backward", s <= T(0) ? T(0) : g)
 MT_BACKWARD_FUNCTOR(GeluBackward, "gelu_backward",
-                    g * (T(0.5) * (T(1) + MT_MATH(erf)(s * T(0.7071067811865476))) +
-                         s * T(0.3989422804014327) * MT_MATH(exp)(T(-0.5) * s * s)))
-MT_BACKWARD_FUNCTOR(GeluTanhBackward, "gelu_tanh_backward",
-                    g * [&] {
-                      const T th = MT_MATH(tanh)(gelu_tanh_inner(s));
-                      const T dinner = T(0.7978845608028654) * (T(1) + T(3 * 0.044715) * s * s);
-                      return T(0.5) * (T(1) + th) + T(0.5) * s * (T(1) - th * th) * dinner;
-                    }())
-MT_BACKWARD_FUNCTOR(SiluBackward, "silu_backward",
-                    g * [&] {
-                      const T sg = sigmoid_of(s);
-                      return sg * (T(1) + s * (T(1) - sg));
-                    }())
-MT_BACKWARD_FUNCTOR(SigmoidBackward, "sigmoid_backward", g * s * (T(1) - s))
-MT_BACKWARD_FUNCTOR(TanhBackward, "tanh_backward", g * (T(1) - s * s))
+                    g*(T(0.5) * (T(1) + MT_MATH(erf)(s * T(0.7071067811865476))) +
+                       s * T(0.3989422804014327) * MT_MATH(exp)(T(-0.5) * s * s)))
+MT_BACKWARD_FUNCTOR(
+    GeluTanhBackward, "gelu_tanh_backward", g* [&] {
+      const T th = MT_MATH(tanh)(gelu_tanh_inner(s));
+      const T dinner = T(0.7978845608028654) * (T(1) + T(3 * 0.044715) * s * s);
+      return T(0.5) * (T(1) + th) + T(0.5) * s * (T(1) - th * th) * dinner;
+    }())
+MT_BACKWARD_FUNCTOR(
+    SiluBackward, "silu_backward", g* [&] {
+      const T sg = sigmoid_of(s);
+      return sg * (T(1) + s * (T(1) - sg));
+    }())
+MT_BACKWARD_FUNCTOR(SigmoidBackward, "sigmoid_backward", g* s*(T(1) - s))
+MT_BACKWARD_FUNCTOR(TanhBackward, "tanh_backward", g*(T(1) - s * s))
 #undef MT_BACKWARD_FUNCTOR
 
 }  // namespace mantissa::functors
 
 // Which functor computes each elementwise kernel table; the CPU and CUDA kernel files expand these
 // lists to register their kernels, so the mapping exists once.
-#define MT_FORALL_UNARY_FUNCTORS(X)                                                              \
-  X(neg, Neg) X(abs, Abs) X(exp, Exp) X(log, Log) X(sqrt, Sqrt) X(rsqrt, Rsqrt) X(relu, Relu)    \
-  X(sigmoid, Sigmoid) X(tanh, Tanh) X(silu, Silu) X(gelu, Gelu) X(gelu_tanh, GeluTanh)           \
-  X(sign, Sign) X(reciprocal, Reciprocal) X(sin, Sin) X(cos, Cos) X(log1p, Log1p)               \
-  X(expm1, Expm1) X(square, Square)
+#define MT_FORALL_UNARY_FUNCTORS(X)                                                        \
+  X(neg, Neg)                                                                              \
+  X(abs, Abs) X(exp, Exp) X(log, Log) X(sqrt, Sqrt) X(rsqrt, Rsqrt) X(relu, Relu)          \
+      X(sigmoid, Sigmoid) X(tanh, Tanh) X(silu, Silu) X(gelu, Gelu) X(gelu_tanh, GeluTanh) \
+          X(sign, Sign) X(reciprocal, Reciprocal) X(sin, Sin) X(cos, Cos) X(log1p, Log1p)  \
+              X(expm1, Expm1) X(square, Square)
 #define MT_FORALL_BINARY_FUNCTORS(X)                                                             \
-  X(mul, Mul) X(div, Div) X(pow, Pow) X(maximum, Maximum) X(minimum, Minimum)                    \
-  X(relu_backward, ReluBackward) X(gelu_backward, GeluBackward)                                  \
-  X(gelu_tanh_backward, GeluTanhBackward) X(silu_backward, SiluBackward)                         \
-  X(sigmoid_backward, SigmoidBackward) X(tanh_backward, TanhBackward)
-#define MT_FORALL_COMPARISON_FUNCTORS(X) \
-  X(eq, Eq) X(ne, Ne) X(lt, Lt) X(le, Le) X(gt, Gt) X(ge, Ge)
+  X(mul, Mul)                                                                                    \
+  X(div, Div) X(pow, Pow) X(maximum, Maximum) X(minimum, Minimum) X(relu_backward, ReluBackward) \
+      X(gelu_backward, GeluBackward) X(gelu_tanh_backward, GeluTanhBackward)                     \
+          X(silu_backward, SiluBackward) X(sigmoid_backward, SigmoidBackward)                    \
+              X(tanh_backward, TanhBackward)
+#define MT_FORALL_COMPARISON_FUNCTORS(X) X(eq, Eq) X(ne, Ne) X(lt, Lt) X(le, Le) X(gt, Gt) X(ge, Ge)

@@ -73,7 +73,8 @@ std::shared_ptr<mt::nn::SequentialImpl> make_model(const GoldenRun& run) {
                                                   mt::nn::Linear(32, 4));
 }
 
-std::unique_ptr<mt::optim::Optimizer> make_optimizer(const GoldenRun& run, std::vector<mt::Tensor> params) {
+std::unique_ptr<mt::optim::Optimizer> make_optimizer(const GoldenRun& run,
+                                                     std::vector<mt::Tensor> params) {
   const double lr = std::stod(run.options.at("lr"));
   if (run.options.at("optimizer") == "adam") {
     mt::optim::AdamOptions o;

@@ -33,10 +33,11 @@ TEST(OverflowMonitor, TensorStats) {
   EXPECT_EQ(f.num_nonzero, 3);
   EXPECT_NEAR(f.fp16_underflow_fraction, 1.0 / 3.0, 1e-12);
   // 2^-24 is float16's smallest subnormal: it survives; 2^-25 rounds (to even) to zero.
-  const auto edge = mt::amp::tensor_stats(
-      mt::tensor<float>({std::ldexp(1.0f, -24), std::ldexp(1.0f, -25)}));
+  const auto edge =
+      mt::amp::tensor_stats(mt::tensor<float>({std::ldexp(1.0f, -24), std::ldexp(1.0f, -25)}));
   EXPECT_NEAR(edge.fp16_underflow_fraction, 0.5, 1e-12);
-  EXPECT_EQ(mt::Tensor(mt::tensor<float>({std::ldexp(1.0f, -25)}).to(mt::kFloat16)).item<float>(), 0.0f);
+  EXPECT_EQ(mt::Tensor(mt::tensor<float>({std::ldexp(1.0f, -25)}).to(mt::kFloat16)).item<float>(),
+            0.0f);
 }
 
 TEST(OverflowMonitor, RecordsForwardAndGradientPerModule) {
@@ -105,9 +106,7 @@ TEST(OverflowMonitor, GradientOverflowIsReported) {
 
 TEST(OverflowMonitor, DetachesOnDestruction) {
   Net net;
-  {
-    mt::amp::OverflowMonitor monitor(net);
-  }
+  { mt::amp::OverflowMonitor monitor(net); }
   // No hooks left: a forward after the monitor is gone must not touch freed memory.
   EXPECT_NO_THROW(net.forward(mt::randn({2, 4})).sum().backward());
 }

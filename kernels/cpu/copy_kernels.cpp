@@ -1,15 +1,10 @@
 // CPU kernels that write values without reading math inputs: copy (with casts between every
-// pair of dtypes), fill, arange, linspace. Dense float32<->float16 conversions use F16C when the
-// CPU has it (checked at run time, so the build stays portable); F16C rounds to nearest even,
-// matching Half's software conversion bit for bit on non-NaN values.
+// pair of dtypes), fill, arange, linspace. Dense float32<->float16/bfloat16 casts take the
+// vectorised paths of convert_dense.h.
 #include <cstring>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define MT_HAVE_X86 1
-#endif
-
 #include "engine/kernel_tables.h"
+#include "kernels/cpu/convert_dense.h"
 #include "kernels/cpu/loops.h"
 
 namespace mantissa::cpu {
@@ -28,31 +23,6 @@ inline To convert(From v) {
   }
 }
 
-#if MT_HAVE_X86
-__attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* src, Half* dst,
-                                                            int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
-  }
-  for (; i < n; ++i) dst[i] = Half(src[i]);
-}
-__attribute__((target("avx,f16c"))) void half_to_float_f16c(const Half* src, float* dst,
-                                                            int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
-  }
-  for (; i < n; ++i) dst[i] = float(src[i]);
-}
-bool cpu_has_f16c() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-  return has;
-}
-#endif
-
 // Dense float<->half conversions, the hot casts of mixed precision.
 bool try_fast_copy(const Tensor& dst, const Tensor& src) {
   if (!dst.is_contiguous() || !src.is_contiguous()) return false;
@@ -60,18 +30,20 @@ bool try_fast_copy(const Tensor& dst, const Tensor& src) {
     std::memcpy(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(dst.nbytes()));
     return true;
   }
-#if MT_HAVE_X86
-  if (!cpu_has_f16c()) return false;
-  if (dst.dtype() == kFloat16 && src.dtype() == kFloat32) {
-    float_to_half_f16c(src.data<float>(), dst.data<Half>(), dst.numel());
-    return true;
+  const int64_t n = dst.numel();
+  const DType to = dst.dtype(), from = src.dtype();
+  if (to == kFloat16 && from == kFloat32) {
+    convert_dense(src.data<float>(), dst.data<Half>(), n);
+  } else if (to == kFloat32 && from == kFloat16) {
+    convert_dense(src.data<Half>(), dst.data<float>(), n);
+  } else if (to == kBFloat16 && from == kFloat32) {
+    convert_dense(src.data<float>(), dst.data<BFloat16>(), n);
+  } else if (to == kFloat32 && from == kBFloat16) {
+    convert_dense(src.data<BFloat16>(), dst.data<float>(), n);
+  } else {
+    return false;
   }
-  if (dst.dtype() == kFloat32 && src.dtype() == kFloat16) {
-    half_to_float_f16c(src.data<Half>(), dst.data<float>(), dst.numel());
-    return true;
-  }
-#endif
-  return false;
+  return true;
 }
 
 void copy_kernel_cpu(const Tensor& dst, const Tensor& src) {

@@ -11,10 +11,12 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "engine/kernel_tables.h"
 #include "engine/precision.h"
+#include "kernels/cpu/convert_dense.h"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -60,10 +62,32 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, CBLAS_TRANS
   return false;
 }
 
+// A grow-only scratch buffer, left uninitialised and reused across calls on a thread: fresh
+// multi-megabyte allocations each call would cost a page fault per 4 KiB (and std::vector would
+// also zero them), which is more than the conversions themselves.
+template <typename T>
+class Scratch {
+ public:
+  void resize(size_t n) {
+    if (n > capacity_) {
+      data_.reset(new T[n]);
+      capacity_ = n;
+    }
+    size_ = n;
+  }
+  T* data() { return data_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  std::unique_ptr<T[]> data_;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
+
 // Copies x (3-D, element type T) into a dense [Bx, R, C] buffer of type Acc, Bx = 1 when the
 // batch is broadcast.
 template <typename Acc, typename T>
-void pack(const Tensor& x, std::vector<Acc>& buf) {
+void pack(const Tensor& x, Scratch<Acc>& buf) {
   const int64_t batches = x.stride(0) == 0 ? 1 : x.size(0);
   const int64_t rows = x.size(1), cols = x.size(2);
   const int64_t sb = x.stride(0), sr = x.stride(1), sc = x.stride(2);
@@ -75,6 +99,13 @@ void pack(const Tensor& x, std::vector<Acc>& buf) {
   for (int64_t r = 0; r < total_rows; ++r) {
     const T* row = src + (r / rows) * sb + (r % rows) * sr;
     Acc* dst = buf.data() + r * cols;
+    if constexpr (std::is_same_v<Acc, float> &&
+                  (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)) {
+      if (sc == 1) {
+        convert_dense(row, dst, cols);
+        continue;
+      }
+    }
     for (int64_t c = 0; c < cols; ++c)
       dst[c] = static_cast<Acc>(static_cast<opmath_t<T>>(row[c * sc]));
   }
@@ -82,7 +113,7 @@ void pack(const Tensor& x, std::vector<Acc>& buf) {
 
 // Chooses between using x in place and packing it into `buf` (which must outlive the GEMM).
 template <typename Acc, typename T>
-GemmOperand<Acc> prepare(const Tensor& x, std::vector<Acc>& buf, bool must_pack) {
+GemmOperand<Acc> prepare(const Tensor& x, Scratch<Acc>& buf, bool must_pack) {
   const int64_t rows = x.size(1), cols = x.size(2);
   GemmOperand<Acc> op;
   if constexpr (std::is_same_v<Acc, T>) {
@@ -128,7 +159,7 @@ void bmm_floating(const Tensor& out, const Tensor& a, const Tensor& b) {
   bool round_operands = false;
   if constexpr (std::is_same_v<T, float>) round_operands = float32_operands_need_rounding();
 
-  std::vector<Acc> a_buf, b_buf, out_buf;
+  thread_local Scratch<Acc> a_buf, b_buf, out_buf;
   const GemmOperand<Acc> ga = prepare<Acc, T>(a, a_buf, round_operands);
   const GemmOperand<Acc> gb = prepare<Acc, T>(b, b_buf, round_operands);
   if constexpr (std::is_same_v<Acc, float>) {
@@ -153,7 +184,7 @@ void bmm_floating(const Tensor& out, const Tensor& a, const Tensor& b) {
   if constexpr (kReduced) {
     T* dst = out.data<T>();
     const int64_t total = B * M * N;
-    for (int64_t i = 0; i < total; ++i) dst[i] = T(c[i]);  // serial: see pack()
+    convert_dense(c, dst, total);  // the one rounding of the result
   }
 }
 

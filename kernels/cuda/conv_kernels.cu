@@ -1,0 +1,319 @@
+// CUDA 2-D convolution through cuDNN's legacy (descriptor) API, still present in cuDNN 9.
+//
+// Each call builds NCHW tensor/filter descriptors (the op hands over contiguous operands, see
+// engine/kernel_tables.h) and a cross-correlation descriptor with the group count, asks cuDNN's
+// heuristics (the *_v7 queries: no benchmarking, so no device sync and no timing noise) for an
+// algorithm, and runs it with a workspace from mantissa's caching allocator, released as soon as
+// the call is enqueued: all work is on the legacy default stream, so later users of that block
+// are ordered after this convolution.
+//
+// Precision: float16/bfloat16 compute in float on tensor cores; float64 in double; float32 uses
+// FMA math (true float32) unless the effective matmul precision is "high", which allows TF32
+// tensor-op math, as torch.backends.cudnn.allow_tf32 would. An algorithm whose reported math
+// type would break the float32 contract is skipped.
+//
+// The handle of each device is created once, kept for the life of the process (like the cuBLAS
+// handles) and used under a mutex, so concurrent threads never share descriptor-free state.
+#include <cudnn.h>
+
+#include <algorithm>
+#include <climits>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "engine/allocator.h"
+#include "engine/kernel_tables.h"
+#include "engine/precision.h"
+#include "kernels/cuda/loops.cuh"
+
+namespace mantissa::cuda {
+namespace {
+
+// ---- handle -------------------------------------------------------------------------------
+struct HandleSlot {
+  std::once_flag created;
+  std::mutex mutex;
+  cudnnHandle_t handle = nullptr;
+};
+
+HandleSlot& handle_slot(int device) {
+  static const std::vector<std::unique_ptr<HandleSlot>> slots = [] {
+    std::vector<std::unique_ptr<HandleSlot>> v;
+    for (int i = 0; i < device_count(); ++i) v.push_back(std::make_unique<HandleSlot>());
+    return v;
+  }();
+  MT_CHECK(device >= 0 && device < static_cast<int>(slots.size()), "cuDNN: no device cuda:", device,
+           " (", slots.size(), " visible)");
+  return *slots[device];
+}
+
+// Holds the device's handle mutex while the caller enqueues its cuDNN calls.
+class CudnnLease {
+ public:
+  explicit CudnnLease(int device) {
+    HandleSlot& s = handle_slot(device);
+    std::call_once(s.created, [&] {
+      cudnnHandle_t h = nullptr;
+      MT_CUDNN_CHECK(cudnnCreate(&h));
+      MT_CUDNN_CHECK(cudnnSetStream(h, nullptr));  // the legacy default stream, like every kernel
+      s.handle = h;
+    });
+    lock_ = std::unique_lock<std::mutex>(s.mutex);
+    handle_ = s.handle;
+  }
+  cudnnHandle_t handle() const { return handle_; }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+  cudnnHandle_t handle_ = nullptr;
+};
+
+// ---- descriptors --------------------------------------------------------------------------
+int to_int(int64_t v, const char* what) {
+  MT_CHECK(v >= 0 && v <= INT_MAX, "conv2d (cuDNN): ", what, " ", v, " does not fit in int");
+  return static_cast<int>(v);
+}
+
+cudnnDataType_t data_type(DType dt) {
+  switch (dt) {
+    case DType::Float32:
+      return CUDNN_DATA_FLOAT;
+    case DType::Float64:
+      return CUDNN_DATA_DOUBLE;
+    case DType::Float16:
+      return CUDNN_DATA_HALF;
+    case DType::BFloat16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      MT_THROW("conv2d: op not implemented for dtype ", dtype_name(dt), " on CUDA");
+  }
+}
+
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  explicit TensorDesc(const Tensor& t) {  // contiguous NCHW
+    MT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
+    MT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(
+        d, CUDNN_TENSOR_NCHW, data_type(t.dtype()), to_int(t.size(0), "batch"),
+        to_int(t.size(1), "channels"), to_int(t.size(2), "height"), to_int(t.size(3), "width")));
+  }
+  ~TensorDesc() { (void)cudnnDestroyTensorDescriptor(d); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+};
+
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  explicit FilterDesc(const Tensor& w) {  // [O, C/groups, kh, kw]
+    MT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d));
+    MT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(
+        d, data_type(w.dtype()), CUDNN_TENSOR_NCHW, to_int(w.size(0), "out_channels"),
+        to_int(w.size(1), "in_channels/groups"), to_int(w.size(2), "kernel height"),
+        to_int(w.size(3), "kernel width")));
+  }
+  ~FilterDesc() { (void)cudnnDestroyFilterDescriptor(d); }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+};
+
+bool tensor_op_allowed(DType dt) {
+  if (dt == DType::Float16 || dt == DType::BFloat16) return true;
+  if (dt == DType::Float32)
+    return effective_matmul_precision(DeviceType::CUDA) == MatmulPrecision::High;
+  return false;
+}
+
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ConvDesc(const Conv2dParams& p, DType dt) {
+    MT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d));
+    const cudnnDataType_t compute = dt == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+    MT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+        d, to_int(p.padding[0], "padding"), to_int(p.padding[1], "padding"),
+        to_int(p.stride[0], "stride"), to_int(p.stride[1], "stride"),
+        to_int(p.dilation[0], "dilation"), to_int(p.dilation[1], "dilation"),
+        CUDNN_CROSS_CORRELATION, compute));
+    MT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, to_int(p.groups, "groups")));
+    MT_CUDNN_CHECK(cudnnSetConvolutionMathType(
+        d, tensor_op_allowed(dt) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  }
+  ~ConvDesc() { (void)cudnnDestroyConvolutionDescriptor(d); }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+};
+
+// The first algorithm (best by cuDNN's heuristics) that is usable and keeps the precision
+// contract; its math type is then set on the descriptor, as cuDNN expects.
+template <typename Perf>
+const Perf& pick_algorithm(const Perf* perf, int count, DType dt, const ConvDesc& conv,
+                           const char* what) {
+  const bool tensor_ok = tensor_op_allowed(dt);
+  for (int i = 0; i < count; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    const bool tensor_math = perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
+                             perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    if (tensor_math && !tensor_ok) continue;
+    MT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.d, perf[i].mathType));
+    return perf[i];
+  }
+  MT_THROW(what, ": cuDNN offers no algorithm for dtype ", dtype_name(dt),
+           tensor_ok ? "" : " without tensor-op math");
+}
+
+// Device scratch memory from mantissa's caching allocator, returned when the call is enqueued.
+class Workspace {
+ public:
+  Workspace(Device device, size_t bytes) : bytes_(bytes) {
+    if (bytes_ > 0) {
+      allocator_ = allocator_for(device);
+      ptr_ = allocator_->allocate(bytes_);
+    }
+  }
+  ~Workspace() {
+    if (ptr_ != nullptr) allocator_->deallocate(ptr_, bytes_);
+  }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  void* get() const { return ptr_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  Allocator* allocator_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// alpha = 1 and beta = 0 in the scaling type cuDNN expects: double for double data, else float.
+struct Scaling {
+  float f1 = 1.0f, f0 = 0.0f;
+  double d1 = 1.0, d0 = 0.0;
+  bool dbl;
+  explicit Scaling(DType dt) : dbl(dt == DType::Float64) {}
+  const void* one() const { return dbl ? static_cast<const void*>(&d1) : &f1; }
+  const void* zero() const { return dbl ? static_cast<const void*>(&d0) : &f0; }
+};
+
+void zero_fill(const Tensor& t) { MT_CUDA_CHECK(cudaMemsetAsync(t.data_ptr(), 0, t.nbytes())); }
+
+// ---- bias ---------------------------------------------------------------------------------
+template <typename T>
+__global__ void __launch_bounds__(kBlockSize)
+    add_bias_kernel(T* out, const T* bias, int64_t n, int64_t plane, int64_t channels) {
+  using M = opmath_t<T>;
+  for (int64_t i = detail::global_thread(); i < n; i += detail::grid_stride()) {
+    const int64_t o = (i / plane) % channels;
+    out[i] = static_cast<T>(static_cast<M>(out[i]) + static_cast<M>(bias[o]));
+  }
+}
+
+void add_bias(const Tensor& out, const Tensor& bias) {
+  const int64_t n = out.numel(), plane = out.size(2) * out.size(3), channels = out.size(1);
+  dispatch_dtype<kFloatingTypes>(out.dtype(), "conv2d", out.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    add_bias_kernel<T><<<grid_for(n), kBlockSize>>>(static_cast<T*>(out.data_ptr()),
+                                                    static_cast<const T*>(bias.data_ptr()), n,
+                                                    plane, channels);
+    MT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// ---- kernels ------------------------------------------------------------------------------
+void conv2d_forward_cuda(const Tensor& out, const Tensor& input, const Tensor& weight,
+                         const Tensor& bias, const Conv2dParams& p) {
+  if (out.numel() == 0) return;
+  const int device = out.device().index();
+  DeviceGuard guard(device);
+  const DType dt = out.dtype();
+  if (input.numel() == 0 || weight.numel() == 0) {
+    zero_fill(out);  // an empty reduction (no input channels)
+  } else {
+    const TensorDesc x(input), y(out);
+    const FilterDesc w(weight);
+    const ConvDesc conv(p, dt);
+    CudnnLease lease(device);
+    constexpr int kMaxAlgos = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+    cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
+    int count = 0;
+    MT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(lease.handle(), x.d, w.d, conv.d, y.d,
+                                                          kMaxAlgos, &count, perf));
+    const auto& algo = pick_algorithm(perf, count, dt, conv, "conv2d");
+    size_t bytes = 0;
+    MT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(lease.handle(), x.d, w.d, conv.d, y.d,
+                                                           algo.algo, &bytes));
+    const Workspace ws(out.device(), bytes);
+    const Scaling s(dt);
+    MT_CUDNN_CHECK(cudnnConvolutionForward(lease.handle(), s.one(), x.d, input.data_ptr(), w.d,
+                                           weight.data_ptr(), conv.d, algo.algo, ws.get(),
+                                           ws.size(), s.zero(), y.d, out.data_ptr()));
+  }
+  if (bias.defined()) add_bias(out, bias);
+}
+
+void conv2d_backward_input_cuda(const Tensor& grad_input, const Tensor& grad_out,
+                                const Tensor& weight, const Conv2dParams& p) {
+  if (grad_input.numel() == 0) return;
+  const int device = grad_input.device().index();
+  DeviceGuard guard(device);
+  if (grad_out.numel() == 0 || weight.numel() == 0) {
+    zero_fill(grad_input);
+    return;
+  }
+  const DType dt = grad_input.dtype();
+  const TensorDesc dx(grad_input), dy(grad_out);
+  const FilterDesc w(weight);
+  const ConvDesc conv(p, dt);
+  CudnnLease lease(device);
+  constexpr int kMaxAlgos = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+  cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
+  int count = 0;
+  MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(lease.handle(), w.d, dy.d, conv.d,
+                                                             dx.d, kMaxAlgos, &count, perf));
+  const auto& algo = pick_algorithm(perf, count, dt, conv, "conv2d_backward_input");
+  size_t bytes = 0;
+  MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(lease.handle(), w.d, dy.d, conv.d,
+                                                              dx.d, algo.algo, &bytes));
+  const Workspace ws(grad_input.device(), bytes);
+  const Scaling s(dt);
+  MT_CUDNN_CHECK(cudnnConvolutionBackwardData(lease.handle(), s.one(), w.d, weight.data_ptr(), dy.d,
+                                              grad_out.data_ptr(), conv.d, algo.algo, ws.get(),
+                                              ws.size(), s.zero(), dx.d, grad_input.data_ptr()));
+}
+
+void conv2d_backward_weight_cuda(const Tensor& grad_weight, const Tensor& grad_out,
+                                 const Tensor& input, const Conv2dParams& p) {
+  if (grad_weight.numel() == 0) return;
+  const int device = grad_weight.device().index();
+  DeviceGuard guard(device);
+  if (grad_out.numel() == 0 || input.numel() == 0) {
+    zero_fill(grad_weight);
+    return;
+  }
+  const DType dt = grad_weight.dtype();
+  const TensorDesc x(input), dy(grad_out);
+  const FilterDesc dw(grad_weight);
+  const ConvDesc conv(p, dt);
+  CudnnLease lease(device);
+  constexpr int kMaxAlgos = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+  cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
+  int count = 0;
+  MT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(lease.handle(), x.d, dy.d, conv.d,
+                                                               dw.d, kMaxAlgos, &count, perf));
+  const auto& algo = pick_algorithm(perf, count, dt, conv, "conv2d_backward_weight");
+  size_t bytes = 0;
+  MT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(lease.handle(), x.d, dy.d, conv.d,
+                                                                dw.d, algo.algo, &bytes));
+  const Workspace ws(grad_weight.device(), bytes);
+  const Scaling s(dt);
+  MT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+      lease.handle(), s.one(), x.d, input.data_ptr(), dy.d, grad_out.data_ptr(), conv.d, algo.algo,
+      ws.get(), ws.size(), s.zero(), dw.d, grad_weight.data_ptr()));
+}
+
+}  // namespace
+
+MT_REGISTER_KERNEL(conv2d_forward_kernel, kCUDA, &conv2d_forward_cuda);
+MT_REGISTER_KERNEL(conv2d_backward_input_kernel, kCUDA, &conv2d_backward_input_cuda);
+MT_REGISTER_KERNEL(conv2d_backward_weight_kernel, kCUDA, &conv2d_backward_weight_cuda);
+
+}  // namespace mantissa::cuda

@@ -1,0 +1,282 @@
+// CUDA convolution (cuDNN, kernels/cuda/conv_kernels.cu) and pooling (kernels/cuda/
+// pool_kernels.cu) against the CPU kernels, the oracle: forward values and autograd gradients for
+// every floating dtype over several stride/padding/dilation/groups configurations.
+//
+// Tolerances: convolutions sum C/groups*kh*kw products in a different order (and cuDNN may pick
+// Winograd/FFT algorithms), so float32 gets rtol/atol 1e-4 on O(1) data, half types one or two
+// units of their last place; TF32 (precision "high") about 1e-3 relative per product. Pooling
+// visits windows in the CPU's order on both devices, so max pooling (values and indices) must
+// match exactly and average pooling to rounding. Every test skips without a GPU.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/kernel_tables.h"
+#include "test_util.h"
+
+namespace mt = mantissa;
+using mt::Device;
+using mt::DType;
+using mt::Size2;
+using mt::Tensor;
+
+namespace {
+
+#define MT_REQUIRE_GPU()                                                             \
+  do {                                                                               \
+    if (!mt::cuda::is_available())                                                   \
+      GTEST_SKIP() << "no CUDA device: "                                             \
+                   << (mt::cuda::is_compiled() ? "none visible" : "CPU-only build"); \
+  } while (0)
+
+const Device kGpu = Device::cuda(0);
+
+mt::testing::Tolerance conv_tol(DType dt) {
+  switch (dt) {
+    case mt::kFloat64:
+      return {1e-10, 1e-10};
+    case mt::kFloat32:
+      return {1e-4, 1e-4};
+    case mt::kFloat16:
+      return {4e-3, 4e-3};
+    default:
+      return {3e-2, 3e-2};  // bfloat16
+  }
+}
+
+std::string dname(DType dt) { return std::string(mt::dtype_name(dt)); }
+
+struct ConvCase {
+  int64_t n, c, h, w, o, kh, kw;
+  Size2 stride, padding, dilation;
+  int64_t groups;
+  bool bias;
+};
+
+const std::vector<ConvCase>& conv_cases() {
+  static const std::vector<ConvCase> v{
+      {2, 3, 9, 8, 4, 3, 3, 1, 0, 1, 1, true},
+      {2, 4, 10, 9, 6, 3, 2, {2, 1}, {1, 2}, {1, 2}, 2, true},
+      {1, 6, 7, 7, 6, 3, 3, 1, 1, 1, 6, false},  // depthwise
+      {3, 5, 6, 5, 3, 1, 1, 1, 0, 1, 1, true},   // 1x1
+      {2, 2, 11, 12, 4, 5, 3, {3, 2}, {2, 1}, {2, 3}, 1, false},
+  };
+  return v;
+}
+
+std::string conv_label(const ConvCase& k, DType dt) {
+  return dname(dt) + " N" + std::to_string(k.n) + " C" + std::to_string(k.c) + " O" +
+         std::to_string(k.o) + " k" + std::to_string(k.kh) + "x" + std::to_string(k.kw) + " s" +
+         std::to_string(k.stride.h) + "," + std::to_string(k.stride.w) + " p" +
+         std::to_string(k.padding.h) + "," + std::to_string(k.padding.w) + " d" +
+         std::to_string(k.dilation.h) + "," + std::to_string(k.dilation.w) + " g" +
+         std::to_string(k.groups);
+}
+
+struct ConvInputs {
+  Tensor x, w, b;  // CPU; x non-contiguous
+};
+ConvInputs conv_inputs(const ConvCase& k, DType dt) {
+  ConvInputs in;
+  in.x = mt::testing::random_tensor({k.n, k.c, k.h, k.w}, dt, true, -1.0, 1.0);
+  in.w = mt::testing::random_tensor({k.o, k.c / k.groups, k.kh, k.kw}, dt, false, -1.0, 1.0);
+  if (k.bias) in.b = mt::testing::random_tensor({k.o}, dt, false, -1.0, 1.0);
+  return in;
+}
+
+Tensor run_conv(const ConvCase& k, const Tensor& x, const Tensor& w, const Tensor& b) {
+  return mt::conv2d(x, w, b, k.stride, k.padding, k.dilation, k.groups);
+}
+
+// Forward on both devices, then backward of sum(out * g) for a random g; compares everything.
+void check_conv(const ConvCase& k, DType dt, mt::testing::Tolerance tol, const std::string& what) {
+  const ConvInputs in = conv_inputs(k, dt);
+  Tensor xc = in.x.clone().requires_grad_(), wc = in.w.clone().requires_grad_();
+  Tensor xg = in.x.to(kGpu).requires_grad_(), wg = in.w.to(kGpu).requires_grad_();
+  Tensor bc, bg;
+  if (k.bias) {
+    bc = in.b.clone().requires_grad_();
+    bg = in.b.to(kGpu).requires_grad_();
+  }
+  const Tensor yc = run_conv(k, xc, wc, bc), yg = run_conv(k, xg, wg, bg);
+  ASSERT_TRUE(yg.is_cuda()) << what;
+  mt::testing::expect_close(yg, yc, tol.rtol, tol.atol, what + " forward");
+  const Tensor g = mt::testing::random_tensor(yc.shape(), dt, false, -1.0, 1.0);
+  (yc * g).sum().backward();
+  (yg * g.to(kGpu)).sum().backward();
+  // Gradients sum over more terms (the batch, or every window a pixel is in): looser by 4x.
+  const double rt = 4 * tol.rtol, at = 4 * tol.atol;
+  mt::testing::expect_close(xg.grad(), xc.grad(), rt, at, what + " grad input");
+  mt::testing::expect_close(wg.grad(), wc.grad(), rt, at, what + " grad weight");
+  if (k.bias) mt::testing::expect_close(bg.grad(), bc.grad(), rt, at, what + " grad bias");
+}
+
+// Restores the float32 matmul precision however the test exits.
+struct PrecisionGuard {
+  mt::MatmulPrecision saved = mt::get_float32_matmul_precision();
+  ~PrecisionGuard() { mt::set_float32_matmul_precision(saved); }
+};
+
+}  // namespace
+
+TEST(CudaConv, ForwardAndBackwardMatchCpuEveryDtype) {
+  MT_REQUIRE_GPU();
+  PrecisionGuard guard;
+  mt::set_float32_matmul_precision(mt::MatmulPrecision::Highest);
+  mt::manual_seed(1);
+  for (DType dt : mt::testing::floating_dtypes())
+    for (const ConvCase& k : conv_cases()) check_conv(k, dt, conv_tol(dt), conv_label(k, dt));
+}
+
+TEST(CudaConv, Float32WithTF32) {
+  MT_REQUIRE_GPU();
+  PrecisionGuard guard;
+  mt::set_float32_matmul_precision(mt::MatmulPrecision::High);
+  mt::manual_seed(2);
+  for (const ConvCase& k : conv_cases())
+    check_conv(k, mt::kFloat32, {1e-3, 5e-3}, "tf32 " + conv_label(k, mt::kFloat32));
+}
+
+TEST(CudaConv, Float64AgainstAnIndependentReference) {
+  MT_REQUIRE_GPU();
+  // Direct loops in double for one strided, padded, dilated, grouped case: guards against the
+  // CPU kernel and cuDNN agreeing on a wrong answer.
+  const ConvCase k{2, 4, 7, 6, 4, 3, 2, {2, 1}, {1, 1}, {2, 1}, 2, true};
+  mt::manual_seed(3);
+  const ConvInputs in = conv_inputs(k, mt::kFloat64);
+  const Tensor y = run_conv(k, in.x.to(kGpu), in.w.to(kGpu), in.b.to(kGpu)).cpu();
+  const auto x = in.x.contiguous().to_vector<double>(), w = in.w.to_vector<double>(),
+             b = in.b.to_vector<double>(), got = y.to_vector<double>();
+  const int64_t Ho = y.size(2), Wo = y.size(3), cg = k.c / k.groups, og = k.o / k.groups;
+  ASSERT_EQ(Ho, (k.h + 2 * 1 - 2 * (3 - 1) - 1) / 2 + 1);
+  for (int64_t n = 0; n < k.n; ++n)
+    for (int64_t o = 0; o < k.o; ++o)
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          double acc = b[o];
+          for (int64_t ci = 0; ci < cg; ++ci)
+            for (int64_t i = 0; i < k.kh; ++i)
+              for (int64_t j = 0; j < k.kw; ++j) {
+                const int64_t ih = oh * k.stride.h - k.padding.h + i * k.dilation.h;
+                const int64_t iw = ow * k.stride.w - k.padding.w + j * k.dilation.w;
+                if (ih < 0 || ih >= k.h || iw < 0 || iw >= k.w) continue;
+                const int64_t c = (o / og) * cg + ci;
+                acc += x[((n * k.c + c) * k.h + ih) * k.w + iw] *
+                       w[((o * cg + ci) * k.kh + i) * k.kw + j];
+              }
+          const double v = got[((n * k.o + o) * Ho + oh) * Wo + ow];
+          ASSERT_NEAR(v, acc, 1e-12) << "n" << n << " o" << o << " oh" << oh << " ow" << ow;
+        }
+}
+
+// ---- pooling --------------------------------------------------------------------------------
+namespace {
+
+struct PoolCase {
+  int64_t n, c, h, w;
+  Size2 kernel, stride, padding, dilation;
+  bool ceil_mode;
+};
+
+const std::vector<PoolCase>& pool_cases() {
+  static const std::vector<PoolCase> v{
+      {2, 3, 8, 8, 2, 2, 0, 1, false},
+      {2, 2, 9, 7, 3, 2, 1, 1, true},
+      {1, 3, 10, 11, {3, 2}, {2, 3}, {1, 1}, {2, 1}, false},
+      {2, 2, 7, 9, 3, {1, 2}, {1, 0}, {1, 2}, true},
+      {1, 2, 5, 5, 4, 3, 2, 1, true},
+  };
+  return v;
+}
+
+std::string pool_label(const PoolCase& k, DType dt) {
+  return dname(dt) + " " + std::to_string(k.h) + "x" + std::to_string(k.w) + " k" +
+         std::to_string(k.kernel.h) + "," + std::to_string(k.kernel.w) + " s" +
+         std::to_string(k.stride.h) + "," + std::to_string(k.stride.w) + " p" +
+         std::to_string(k.padding.h) + "," + std::to_string(k.padding.w) + " d" +
+         std::to_string(k.dilation.h) + "," + std::to_string(k.dilation.w) +
+         (k.ceil_mode ? " ceil" : "");
+}
+
+void expect_identical(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+  ASSERT_TRUE(gpu.is_cuda()) << what;
+  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
+  const auto g = gpu.to_vector<double>(), c = cpu.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!(g[i] == c[i] || (std::isnan(g[i]) && std::isnan(c[i])))) {
+      ADD_FAILURE() << what << ": element " << i << " is " << g[i] << ", expected " << c[i];
+      return;
+    }
+  }
+}
+
+mt::Pool2dParams pool_params(const PoolCase& k) {
+  return {{k.kernel.h, k.kernel.w},
+          {k.stride.h, k.stride.w},
+          {k.padding.h, k.padding.w},
+          {k.dilation.h, k.dilation.w},
+          k.ceil_mode,
+          true,
+          0};
+}
+
+}  // namespace
+
+TEST(CudaPool, MaxPoolValuesIndicesAndGradsMatchCpu) {
+  MT_REQUIRE_GPU();
+  mt::manual_seed(4);
+  for (DType dt : mt::testing::floating_dtypes()) {
+    for (const PoolCase& k : pool_cases()) {
+      const std::string what = pool_label(k, dt);
+      // Whole numbers in [-3, 3]: many ties, so the first-maximum rule is exercised; one NaN.
+      Tensor x = mt::randint(-3, 4, {k.n, k.c, k.h, k.w}, mt::kInt64).to(dt);
+      x.select(0, 0).select(0, 0).select(0, 1).select(0, 2).fill_(std::nan(""));
+      Tensor xc = x.clone().requires_grad_(), xg = x.to(kGpu).requires_grad_();
+      const Tensor yc = mt::max_pool2d(xc, k.kernel, k.stride, k.padding, k.dilation, k.ceil_mode);
+      const Tensor yg = mt::max_pool2d(xg, k.kernel, k.stride, k.padding, k.dilation, k.ceil_mode);
+      expect_identical(yg, yc, what + " forward");
+      // Indices through the kernel tables (the op keeps them for backward only).
+      const mt::Pool2dParams p = pool_params(k);
+      const Tensor out_c = mt::empty(yc.shape(), dt), idx_c = mt::empty(yc.shape(), mt::kInt64);
+      const Tensor out_g = mt::empty(yc.shape(), mt::TensorOptions(kGpu).dtype(dt));
+      const Tensor idx_g = mt::empty(yc.shape(), mt::TensorOptions(kGpu).dtype(mt::kInt64));
+      mt::max_pool2d_forward_kernel(Device::cpu())(out_c, idx_c, x, p);
+      mt::max_pool2d_forward_kernel(kGpu)(out_g, idx_g, x.to(kGpu), p);
+      expect_identical(idx_g, idx_c, what + " indices");
+      const Tensor g = mt::testing::random_tensor(yc.shape(), dt, false);
+      (yc * g).sum().backward();
+      (yg * g.to(kGpu)).sum().backward();
+      expect_identical(xg.grad(), xc.grad(), what + " grad");
+    }
+  }
+}
+
+TEST(CudaPool, AvgPoolMatchesCpu) {
+  MT_REQUIRE_GPU();
+  mt::manual_seed(5);
+  for (DType dt : mt::testing::floating_dtypes()) {
+    for (const PoolCase& k : pool_cases()) {
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool include_pad = variant != 1;
+        const std::optional<int64_t> divisor =
+            variant == 2 ? std::optional<int64_t>(5) : std::nullopt;
+        const std::string what =
+            pool_label(k, dt) + (include_pad ? " include_pad" : "") + (divisor ? " divisor 5" : "");
+        // avg_pool2d has no dilation.
+        const Tensor x = mt::testing::random_tensor({k.n, k.c, k.h, k.w}, dt, true);
+        Tensor xc = x.clone().requires_grad_(), xg = x.to(kGpu).requires_grad_();
+        const Tensor yc =
+            mt::avg_pool2d(xc, k.kernel, k.stride, k.padding, k.ceil_mode, include_pad, divisor);
+        const Tensor yg =
+            mt::avg_pool2d(xg, k.kernel, k.stride, k.padding, k.ceil_mode, include_pad, divisor);
+        // Same summation order and one division on both devices.
+        mt::testing::expect_close(yg, yc, 1e-12, 1e-12, what + " forward");
+        const Tensor g = mt::testing::random_tensor(yc.shape(), dt, false);
+        (yc * g).sum().backward();
+        (yg * g.to(kGpu)).sum().backward();
+        mt::testing::expect_close(xg.grad(), xc.grad(), 1e-12, 1e-12, what + " grad");
+      }
+    }
+  }
+}
