@@ -21,6 +21,8 @@
 #endif
 
 namespace mt = mantissa;
+using mt::testing::all_dtypes;
+using mt::testing::kGpu;
 using mt::Device;
 using mt::DType;
 using mt::Shape;
@@ -30,21 +32,6 @@ using mt::testing::expect_close;
 using mt::testing::expect_error;
 
 namespace {
-
-#define MT_REQUIRE_GPU()                                                             \
-  do {                                                                               \
-    if (!mt::cuda::is_available())                                                   \
-      GTEST_SKIP() << "no CUDA device: "                                             \
-                   << (mt::cuda::is_compiled() ? "none visible" : "CPU-only build"); \
-  } while (0)
-
-const Device kGpu = Device::cuda(0);
-
-const std::vector<DType>& all_dtypes() {
-  static const std::vector<DType> v{mt::kFloat32, mt::kFloat64, mt::kFloat16, mt::kBFloat16,
-                                    mt::kInt32,   mt::kInt64,   mt::kUInt8,   mt::kBool};
-  return v;
-}
 
 std::string label(const std::string& op, DType dt, bool non_contiguous) {
   return op + " " + std::string(mt::dtype_name(dt)) + (non_contiguous ? " strided" : "");

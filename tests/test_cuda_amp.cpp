@@ -14,6 +14,8 @@
 #include "test_util.h"
 
 namespace mt = mantissa;
+using mt::testing::all_dtypes;
+using mt::testing::kGpu;
 using mt::Device;
 using mt::DType;
 using mt::Shape;
@@ -21,15 +23,6 @@ using mt::Tensor;
 using mt::TensorOptions;
 
 namespace {
-
-#define MT_REQUIRE_GPU()                                                             \
-  do {                                                                               \
-    if (!mt::cuda::is_available())                                                   \
-      GTEST_SKIP() << "no CUDA device: "                                             \
-                   << (mt::cuda::is_compiled() ? "none visible" : "CPU-only build"); \
-  } while (0)
-
-const Device kGpu = Device::cuda(0);
 
 Tensor scalar_f32(float v, Device device) {
   return mt::full({}, v, TensorOptions(device).dtype(mt::kFloat32));

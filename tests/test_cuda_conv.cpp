@@ -16,21 +16,14 @@
 #include "test_util.h"
 
 namespace mt = mantissa;
+using mt::testing::all_dtypes;
+using mt::testing::kGpu;
 using mt::Device;
 using mt::DType;
 using mt::Size2;
 using mt::Tensor;
 
 namespace {
-
-#define MT_REQUIRE_GPU()                                                             \
-  do {                                                                               \
-    if (!mt::cuda::is_available())                                                   \
-      GTEST_SKIP() << "no CUDA device: "                                             \
-                   << (mt::cuda::is_compiled() ? "none visible" : "CPU-only build"); \
-  } while (0)
-
-const Device kGpu = Device::cuda(0);
 
 mt::testing::Tolerance conv_tol(DType dt) {
   switch (dt) {

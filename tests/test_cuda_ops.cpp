@@ -22,6 +22,8 @@
 #include "test_util.h"
 
 namespace mt = mantissa;
+using mt::testing::all_dtypes;
+using mt::testing::kGpu;
 using mt::Device;
 using mt::DType;
 using mt::Shape;
@@ -32,20 +34,6 @@ using mt::testing::expect_error;
 
 namespace {
 
-#define MT_REQUIRE_GPU()                                                             \
-  do {                                                                               \
-    if (!mt::cuda::is_available())                                                   \
-      GTEST_SKIP() << "no CUDA device: "                                             \
-                   << (mt::cuda::is_compiled() ? "none visible" : "CPU-only build"); \
-  } while (0)
-
-const Device kGpu = Device::cuda(0);
-
-const std::vector<DType>& all_dtypes() {
-  static const std::vector<DType> v{mt::kFloat32, mt::kFloat64, mt::kFloat16, mt::kBFloat16,
-                                    mt::kInt32,   mt::kInt64,   mt::kUInt8,   mt::kBool};
-  return v;
-}
 const std::vector<DType>& number_dtypes() {  // all but bool
   static const std::vector<DType> v{mt::kFloat32, mt::kFloat64, mt::kFloat16, mt::kBFloat16,
                                     mt::kInt32,   mt::kInt64,   mt::kUInt8};

@@ -81,6 +81,22 @@ void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
   }
 }
 
+// CUDA tests start with MT_REQUIRE_GPU(): without a GPU they report as skipped, with the reason.
+#define MT_REQUIRE_GPU()                                                                    \
+  do {                                                                                      \
+    if (!::mantissa::cuda::is_available())                                                  \
+      GTEST_SKIP() << "no CUDA device: "                                                    \
+                   << (::mantissa::cuda::is_compiled() ? "none visible" : "CPU-only build"); \
+  } while (0)
+
+inline const Device kGpu = Device::cuda(0);
+
+inline const std::vector<DType>& all_dtypes() {
+  static const std::vector<DType> v{kFloat32, kFloat64, kFloat16, kBFloat16,
+                                    kInt32,   kInt64,   kUInt8,   kBool};
+  return v;
+}
+
 inline const std::vector<DType>& floating_dtypes() {
   static const std::vector<DType> v{kFloat32, kFloat64, kFloat16, kBFloat16};
   return v;
