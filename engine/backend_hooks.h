@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/allocator.h"
+#include "engine/cuda_memory.h"
 #include "engine/device.h"
 
 namespace mantissa {
@@ -20,6 +21,10 @@ class CudaHooks {
                           size_t nbytes) const = 0;
   virtual void synchronize(int device) const = 0;
   virtual std::string device_name(int device) const = 0;
+  // The caching allocator's statistics and control (engine/cuda_memory.h).
+  virtual cuda::MemoryStats memory_stats(int device) const = 0;
+  virtual void reset_peak_memory_stats(int device) const = 0;
+  virtual void empty_cache() const = 0;
 };
 
 // nullptr in a build without CUDA.

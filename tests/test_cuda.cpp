@@ -16,9 +16,6 @@
 #include "kernels/functors.h"
 #include "test_util.h"
 
-#if MANTISSA_CUDA
-#include "kernels/cuda/memory.h"
-#endif
 
 namespace mt = mantissa;
 using mt::testing::all_dtypes;
@@ -522,3 +519,11 @@ TEST(CudaAllocator, OutOfMemoryIsAClearError) {
 }
 
 #endif  // MANTISSA_CUDA
+
+// Without a usable GPU (or in a CPU-only build) the allocator statistics say why they are
+// unavailable, and emptying the cache is a harmless no-op.
+TEST(CudaBuild, MemoryStatsWithoutDevice) {
+  if (mt::cuda::is_available()) GTEST_SKIP() << "a CUDA device is present";
+  expect_error([] { (void)mt::cuda::memory_stats(0); }, {"cuda:0"});
+  EXPECT_NO_THROW(mt::cuda::empty_cache());
+}

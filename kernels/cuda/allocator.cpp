@@ -27,7 +27,7 @@
 #include "engine/logging.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_guard.h"
-#include "kernels/cuda/memory.h"
+#include "engine/cuda_memory.h"
 
 namespace mantissa::cuda {
 namespace {
@@ -206,9 +206,9 @@ DeviceCachingAllocator& allocator_of(int device) {
 
 Allocator* caching_allocator(int device) { return &allocator_of(device); }
 
-MemoryStats memory_stats(int device) { return allocator_of(device).stats(); }
-void reset_peak_memory_stats(int device) { allocator_of(device).reset_peaks(); }
-void empty_cache() {
+MemoryStats caching_allocator_stats(int device) { return allocator_of(device).stats(); }
+void caching_allocator_reset_peaks(int device) { allocator_of(device).reset_peaks(); }
+void caching_allocator_empty_cache() {
   for (DeviceCachingAllocator* a : allocators()) a->empty_cache();
 }
 

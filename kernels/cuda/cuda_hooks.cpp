@@ -40,6 +40,11 @@ class CudaHooksImpl final : public CudaHooks {
   }
 
   Allocator* allocator(int device) const override { return caching_allocator(device); }
+  cuda::MemoryStats memory_stats(int device) const override {
+    return caching_allocator_stats(device);
+  }
+  void reset_peak_memory_stats(int device) const override { caching_allocator_reset_peaks(device); }
+  void empty_cache() const override { caching_allocator_empty_cache(); }
 
   void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
                   size_t nbytes) const override {

@@ -1,5 +1,6 @@
 // Statistics and control of the CUDA caching allocator (kernels/cuda/allocator.cpp), in the
-// spirit of torch.cuda.memory_stats() / empty_cache(). Only present in builds with CUDA.
+// spirit of torch.cuda.memory_stats() / empty_cache(). Declared in every build: without CUDA,
+// memory_stats() throws (the build has no CUDA devices) and empty_cache() does nothing.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,8 @@ struct MemoryStats {
   int64_t num_oom_retries = 0;  // cudaMalloc failures retried after emptying the cache
 };
 
-// Stats of cuda:`device`; throws mantissa::Error if that device does not exist.
+// Stats of cuda:`device`; throws mantissa::Error if that device does not exist (or the build has
+// no CUDA).
 MemoryStats memory_stats(int device = 0);
 // Resets the peaks to the current values.
 void reset_peak_memory_stats(int device = 0);
