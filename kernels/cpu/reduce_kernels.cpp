@@ -1,8 +1,7 @@
 // CPU reductions: sum, mean, amax/amin, all_finite, var, norm, and max/min along a dim.
 //
-// They all run on one engine, reduce(). It drops size-1 dims, orders the rest by input stride so
-// the innermost memory dim comes last, and merges neighbours of the same kind (kept or reduced)
-// where the strides allow. Then:
+// They all run on one engine, reduce(), over the plan of kernels/reduce_plan.h (size-1 dims
+// dropped, innermost memory dim last, neighbours of the same kind merged). Then:
 //  - innermost dim reduced (sum of everything, softmax-style rows): every output folds a run of
 //    adjacent elements, in several independent lanes so the adds pipeline;
 //  - innermost dim kept (sum over the batch of [N, C], the bias gradient): a tile of outputs
@@ -26,6 +25,7 @@
 #include "engine/factory.h"
 #include "engine/kernel_tables.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/reduce_plan.h"
 
 namespace mantissa::cpu {
 namespace {
@@ -34,75 +34,6 @@ constexpr int64_t kChunk = 32768;   // elements folded by one task of a long red
 constexpr int64_t kMaxTile = 4096;  // outputs accumulated together when the inner dim is kept
 constexpr int kLanes = 8;           // independent accumulators over a contiguous run
 
-// A set of dims (kept or reduced), outer to inner, with element strides in `in` and `out`.
-struct DimSet {
-  int ndim = 0;
-  int64_t size[kMaxDims] = {};
-  int64_t in_stride[kMaxDims] = {};
-  int64_t out_stride[kMaxDims] = {};
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int d = 0; d < ndim; ++d) n *= size[d];
-    return n;
-  }
-  // Offsets of the element with row-major linear index `i` over these dims.
-  void offsets(int64_t i, int64_t& in_off, int64_t& out_off) const {
-    in_off = out_off = 0;
-    for (int d = ndim - 1; d >= 0; --d) {
-      const int64_t c = i % size[d];
-      i /= size[d];
-      in_off += c * in_stride[d];
-      out_off += c * out_stride[d];
-    }
-  }
-};
-
-struct Plan {
-  DimSet kept, red;
-  bool inner_reduced = true;
-};
-
-// `out` is in keepdim form: a dim is reduced where out has size 1 and in does not.
-Plan make_plan(const Tensor& out, const Tensor& in) {
-  struct D {
-    int64_t size, is, os;
-    bool red;
-  };
-  D ds[kMaxDims];
-  int n = 0;
-  for (int64_t d = 0; d < in.dim(); ++d) {
-    if (in.size(d) == 1) continue;
-    const bool red = out.size(d) == 1;
-    ds[n++] = {in.size(d), in.stride(d), red ? 0 : out.stride(d), red};
-  }
-  // Innermost memory dim last (stable, so equal strides keep their logical order).
-  std::stable_sort(ds, ds + n,
-                   [](const D& a, const D& b) { return std::abs(a.is) > std::abs(b.is); });
-  D merged[kMaxDims];
-  int m = 0;
-  for (int i = 0; i < n; ++i) {
-    if (m > 0) {
-      D& p = merged[m - 1];
-      if (p.red == ds[i].red && p.is == ds[i].is * ds[i].size && p.os == ds[i].os * ds[i].size) {
-        p.size *= ds[i].size;
-        p.is = ds[i].is;
-        p.os = ds[i].os;
-        continue;
-      }
-    }
-    merged[m++] = ds[i];
-  }
-  Plan plan;
-  for (int i = 0; i < m; ++i) {
-    DimSet& s = merged[i].red ? plan.red : plan.kept;
-    s.size[s.ndim] = merged[i].size;
-    s.in_stride[s.ndim] = merged[i].is;
-    s.out_stride[s.ndim] = merged[i].os;
-    ++s.ndim;
-  }
-  plan.inner_reduced = m == 0 || merged[m - 1].red;
-  return plan;
-}
 
 bool use_threads(int64_t work) {
 #if defined(_OPENMP)
@@ -150,7 +81,7 @@ inline void fold_run(const Op& op, typename Op::Acc& acc, const In* p, int64_t s
 
 // Folds reduction indices [rb, re) of the output whose first input element is `base`.
 template <typename Op, typename In>
-typename Op::Acc fold_range(const Op& op, const DimSet& red, const In* base, int64_t rb,
+typename Op::Acc fold_range(const Op& op, const ReduceDims& red, const In* base, int64_t rb,
                             int64_t re) {
   typename Op::Acc acc = op.init();
   if (rb >= re) return acc;  // also covers reductions over a size-0 dim
@@ -182,7 +113,7 @@ typename Op::Acc fold_range(const Op& op, const DimSet& red, const In* base, int
 
 // A whole output: chunked when long, chunks optionally spread over threads.
 template <typename Op, typename In>
-typename Op::Acc fold_output(const Op& op, const DimSet& red, const In* base, int64_t nr,
+typename Op::Acc fold_output(const Op& op, const ReduceDims& red, const In* base, int64_t nr,
                              bool parallel_chunks) {
   if (nr <= kChunk) return fold_range(op, red, base, 0, nr);
   const int64_t chunks = (nr + kChunk - 1) / kChunk;
@@ -200,9 +131,9 @@ typename Op::Acc fold_output(const Op& op, const DimSet& red, const In* base, in
 template <typename In, typename Op, typename Store>
 void reduce(const Tensor& layout, const Tensor& in, const Op& op, const Store& store) {
   if (layout.numel() == 0) return;
-  const Plan plan = make_plan(layout, in);
+  const ReducePlan plan = make_reduce_plan(layout, in);
   const In* src = static_cast<const In*>(in.data_ptr());
-  const int64_t nk = plan.kept.numel(), nr = plan.red.numel();
+  const int64_t nk = plan.nk, nr = plan.nr;
   const bool threads = use_threads(nk * std::max<int64_t>(nr, 1));
 
   if (plan.inner_reduced) {
@@ -220,7 +151,7 @@ void reduce(const Tensor& layout, const Tensor& in, const Op& op, const Store& s
   }
 
   // Innermost dim kept: tiles of it accumulate together, one reduction row at a time.
-  DimSet outer = plan.kept;
+  ReduceDims outer = plan.kept;
   const int v = --outer.ndim;
   const int64_t vsize = plan.kept.size[v], vis = plan.kept.in_stride[v];
   const int64_t vos = plan.kept.out_stride[v];
