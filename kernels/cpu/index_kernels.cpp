@@ -16,24 +16,14 @@
 
 #include "engine/factory.h"
 #include "engine/kernel_tables.h"
+#include "kernels/index_views.h"
 #include "kernels/cpu/loops.h"
 
 namespace mantissa::cpu {
 namespace {
 
-// `t` viewed with `shape`, keeping its strides except a stride of 0 along `dim`.
-Tensor restride(const Tensor& t, const Shape& shape, int64_t dim) {
-  Shape strides = t.strides();
-  strides[dim] = 0;
-  return mantissa::detail::make_view(t, shape, strides, t.storage_offset());
-}
-
-// A 1-D index spread over `shape`: element [.., i, ..] (i along dim) reads index[i].
-Tensor spread_index(const Tensor& index, const Shape& shape, int64_t dim) {
-  Shape strides(shape.size(), 0);
-  strides[dim] = index.stride(0);
-  return mantissa::detail::make_view(index, shape, strides, index.storage_offset());
-}
+using index_views::restride;
+using index_views::spread_index;
 
 // The first out-of-range index any thread saw.
 class BadIndex {
@@ -42,8 +32,7 @@ class BadIndex {
     if (!seen_.exchange(true)) value_ = value;
   }
   void throw_if_any(const char* op, int64_t dim, int64_t size) const {
-    MT_CHECK(!seen_.load(), op, ": index ", value_, " is out of bounds for dimension ", dim,
-             " with size ", size);
+    if (seen_.load()) index_views::throw_out_of_bounds(op, value_, dim, size);
   }
 
  private:

@@ -21,6 +21,7 @@
 
 #include "engine/factory.h"
 #include "engine/kernel_tables.h"
+#include "kernels/index_views.h"
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/loops.cuh"
 
@@ -41,8 +42,7 @@ class BadIndexFlag {
   void throw_if_any(const char* op, int64_t dim, int64_t size) const {
     int64_t host[2] = {0, 0};
     MT_CUDA_CHECK(cudaMemcpy(host, buf_.data_ptr(), sizeof(host), cudaMemcpyDeviceToHost));
-    MT_CHECK(host[0] == 0, op, ": index ", host[1], " is out of bounds for dimension ", dim,
-             " with size ", size);
+    if (host[0] != 0) index_views::throw_out_of_bounds(op, host[1], dim, size);
   }
 
  private:
@@ -53,19 +53,8 @@ __device__ __forceinline__ void record_bad_index(unsigned long long* flag, int64
   if (atomicCAS(flag, 0ull, 1ull) == 0ull) flag[1] = static_cast<unsigned long long>(idx);
 }
 
-// `t` viewed with `shape`, keeping its strides except a stride of 0 along `dim`.
-Tensor restride(const Tensor& t, const Shape& shape, int64_t dim) {
-  Shape strides = t.strides();
-  strides[dim] = 0;
-  return mantissa::detail::make_view(t, shape, strides, t.storage_offset());
-}
-
-// A 1-D index spread over `shape`: element [.., i, ..] (i along dim) reads index[i].
-Tensor spread_index(const Tensor& index, const Shape& shape, int64_t dim) {
-  Shape strides(shape.size(), 0);
-  strides[dim] = index.stride(0);
-  return mantissa::detail::make_view(index, shape, strides, index.storage_offset());
-}
+using index_views::restride;
+using index_views::spread_index;
 
 // Operands: 0 out, 1 in (stride 0 along dim), 2 index. `step` is in's stride along dim, in bytes.
 template <typename T, typename index_t>
