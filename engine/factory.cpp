@@ -226,6 +226,13 @@ Tensor make_view(const Tensor& t, const Shape& sizes, const Shape& strides, int6
   return Tensor(std::move(impl));
 }
 
+Tensor dense(const Tensor& t) {
+  if (!t.defined() || t.is_contiguous()) return t;
+  Tensor c = empty(t.shape(), TensorOptions(t.device()).dtype(t.dtype()));
+  copy_into(c, t);
+  return c;
+}
+
 void copy_into(const Tensor& dst, const Tensor& src) {
   Tensor s = src;
   if (!(s.shape() == dst.shape())) {

@@ -91,6 +91,20 @@ namespace detail {
 Tensor make_view(const Tensor& t, const Shape& sizes, const Shape& strides, int64_t offset);
 // dst <- src with dtype conversion and broadcasting of src to dst's shape; any devices.
 void copy_into(const Tensor& dst, const Tensor& src);
+// t itself if undefined or contiguous, else a contiguous copy (no autograd recording).
+Tensor dense(const Tensor& t);
+// Calls body(o) with a contiguous o that ends up in `out`: out itself when contiguous, else a
+// temporary copied into out afterwards. For kernels that only write dense memory.
+template <typename Body>
+void with_dense_out(const Tensor& out, const Body& body) {
+  if (out.is_contiguous()) {
+    body(out);
+    return;
+  }
+  Tensor tmp = empty(out.shape(), TensorOptions(out.device()).dtype(out.dtype()));
+  body(tmp);
+  copy_into(out, tmp);
+}
 }  // namespace detail
 
 }  // namespace mantissa

@@ -18,11 +18,7 @@ using autograd::Recorder;
 using Grads = std::vector<Tensor>;
 
 // A contiguous copy (or t itself) without recording: the op's own node covers the input.
-Tensor dense(const Tensor& t) {
-  if (!t.defined() || t.is_contiguous()) return t;
-  autograd::NoGradGuard no_grad;
-  return t.contiguous();
-}
+using detail::dense;
 
 Tensor empty_as(const Shape& shape, const Tensor& like) {
   return empty(shape, TensorOptions(like.device()).dtype(like.dtype()));

@@ -37,13 +37,6 @@ Geometry geometry(const Tensor& t, int64_t dim) {
   return g;
 }
 
-Tensor dense(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor c = empty(t.shape(), TensorOptions(t.device()).dtype(t.dtype()));
-  mantissa::detail::copy_into(c, t);
-  return c;
-}
-
 // Runs fn(task) for task in [0, tasks), on threads when the work is large enough.
 template <typename Fn>
 void parallel_tasks(int64_t tasks, int64_t work, const Fn& fn) {
@@ -70,17 +63,8 @@ int64_t tile_width(const Geometry& g) {
   return tile;
 }
 
-// Calls the kernel on dense operands, writing through a dense temporary if `out` is strided.
-template <typename Body>
-void with_dense_out(const Tensor& out, const Body& body) {
-  if (out.is_contiguous()) {
-    body(out);
-    return;
-  }
-  Tensor tmp = empty(out.shape(), TensorOptions(out.device()).dtype(out.dtype()));
-  body(tmp);
-  mantissa::detail::copy_into(out, tmp);
-}
+using mantissa::detail::dense;
+using mantissa::detail::with_dense_out;
 
 template <bool Log>
 void softmax_cpu(const Tensor& out_in, const Tensor& in_in, int64_t dim) {

@@ -196,24 +196,8 @@ __global__ void __launch_bounds__(kBlockSize)
   }
 }
 
-Tensor dense(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor c = empty(t.shape(), TensorOptions(t.device()).dtype(t.dtype()));
-  mantissa::detail::copy_into(c, t);
-  return c;
-}
-
-// Calls body on a dense output, writing through a dense temporary if `out` is strided.
-template <typename Body>
-void with_dense_out(const Tensor& out, const Body& body) {
-  if (out.is_contiguous()) {
-    body(out);
-    return;
-  }
-  Tensor tmp = empty(out.shape(), TensorOptions(out.device()).dtype(out.dtype()));
-  body(tmp);
-  mantissa::detail::copy_into(out, tmp);
-}
+using mantissa::detail::dense;
+using mantissa::detail::with_dense_out;
 
 unsigned row_blocks(const Rows& r) {
   return static_cast<unsigned>(std::min<int64_t>(r.count, kMaxBlocks));
