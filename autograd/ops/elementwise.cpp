@@ -38,6 +38,10 @@ Tensor wrap_scalar(const Scalar& s, DType dtype, Device device) {
   return full(Shape{}, s, TensorOptions(device).dtype(dtype));
 }
 
+Tensor scalar_operand(const Tensor& t, const Scalar& s) {
+  return wrap_scalar(s, result_type(t, s), t.device());
+}
+
 }  // namespace ops
 
 namespace {
@@ -135,10 +139,6 @@ Tensor comparison(const char* op, const KernelTable<BinaryKernel>& table, const 
   Tensor out = empty(shape, TensorOptions(a.device()).dtype(kBool));
   table(a.device())(out, broadcast_view(x, shape), broadcast_view(y, shape));
   return out;
-}
-
-Tensor scalar_like(const Tensor& t, const Scalar& s) {
-  return ops::wrap_scalar(s, result_type(t, s), t.device());
 }
 
 }  // namespace
@@ -268,10 +268,10 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
                       const Tensor&) { return extremum_backward(ctx, g, x, y, false); });
 }
 
-Tensor add(const Tensor& a, const Scalar& b) { return add(a, scalar_like(a, b)); }
-Tensor sub(const Tensor& a, const Scalar& b) { return sub(a, scalar_like(a, b)); }
-Tensor mul(const Tensor& a, const Scalar& b) { return mul(a, scalar_like(a, b)); }
-Tensor div(const Tensor& a, const Scalar& b) { return div(a, scalar_like(a, b)); }
+Tensor add(const Tensor& a, const Scalar& b) { return add(a, ops::scalar_operand(a, b)); }
+Tensor sub(const Tensor& a, const Scalar& b) { return sub(a, ops::scalar_operand(a, b)); }
+Tensor mul(const Tensor& a, const Scalar& b) { return mul(a, ops::scalar_operand(a, b)); }
+Tensor div(const Tensor& a, const Scalar& b) { return div(a, ops::scalar_operand(a, b)); }
 
 // ---- unary math -----------------------------------------------------------------------------
 Tensor neg(const Tensor& x) {
@@ -423,7 +423,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b) {
-  return where(cond, a, scalar_like(a, b));
+  return where(cond, a, ops::scalar_operand(a, b));
 }
 
 // ---- comparisons ----------------------------------------------------------------------------

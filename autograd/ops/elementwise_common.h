@@ -17,5 +17,7 @@ Tensor run_unary(const KernelTable<UnaryKernel>& table, const Tensor& in);
 Tensor run_binary_same(const KernelTable<BinaryKernel>& table, const Tensor& a, const Tensor& b);
 // A 0-d tensor holding `s` in `dtype` on `device`.
 Tensor wrap_scalar(const Scalar& s, DType dtype, Device device);
+// `s` as the 0-d operand of a binary op with `t`: in result_type(t, s), on t's device.
+Tensor scalar_operand(const Tensor& t, const Scalar& s);
 
 }  // namespace mantissa::ops

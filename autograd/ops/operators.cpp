@@ -10,10 +10,6 @@ using autograd::BackwardContext;
 using autograd::Recorder;
 using Grads = std::vector<Tensor>;
 
-Tensor scalar_for(const Tensor& self, const Scalar& s) {
-  return ops::wrap_scalar(s, result_type(self, s), self.device());
-}
-
 void check_inplace_types(const char* op, const Tensor& self, DType result, const Shape& other) {
   const auto rank = [](DType t) { return t == kBool ? 0 : is_floating(t) ? 2 : 1; };
   MT_CHECK(rank(result) <= rank(self.dtype()), op, ": result type ", result,
@@ -148,7 +144,7 @@ Tensor& Tensor::add_(const Tensor& o, const Scalar& alpha) {
   return add_inplace(*this, o, alpha, "add_");
 }
 Tensor& Tensor::add_(const Scalar& o) {
-  return add_inplace(*this, scalar_for(*this, o), 1, "add_");
+  return add_inplace(*this, ops::scalar_operand(*this, o), 1, "add_");
 }
 Tensor& Tensor::sub_(const Tensor& o, const Scalar& alpha) {
   MT_CHECK(dtype() != kBool && o.dtype() != kBool,
@@ -158,9 +154,13 @@ Tensor& Tensor::sub_(const Tensor& o, const Scalar& alpha) {
   return add_inplace(*this, o, neg, "sub_");
 }
 Tensor& Tensor::mul_(const Tensor& o) { return muldiv_inplace(*this, o, false); }
-Tensor& Tensor::mul_(const Scalar& o) { return muldiv_inplace(*this, scalar_for(*this, o), false); }
+Tensor& Tensor::mul_(const Scalar& o) {
+  return muldiv_inplace(*this, ops::scalar_operand(*this, o), false);
+}
 Tensor& Tensor::div_(const Tensor& o) { return muldiv_inplace(*this, o, true); }
-Tensor& Tensor::div_(const Scalar& o) { return muldiv_inplace(*this, scalar_for(*this, o), true); }
+Tensor& Tensor::div_(const Scalar& o) {
+  return muldiv_inplace(*this, ops::scalar_operand(*this, o), true);
+}
 
 // ---- operators ------------------------------------------------------------------------------
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
@@ -172,9 +172,9 @@ Tensor operator-(const Tensor& a, const Scalar& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Scalar& b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, const Scalar& b) { return div(a, b); }
 Tensor operator+(const Scalar& a, const Tensor& b) { return add(b, a); }
-Tensor operator-(const Scalar& a, const Tensor& b) { return sub(scalar_for(b, a), b); }
+Tensor operator-(const Scalar& a, const Tensor& b) { return sub(ops::scalar_operand(b, a), b); }
 Tensor operator*(const Scalar& a, const Tensor& b) { return mul(b, a); }
-Tensor operator/(const Scalar& a, const Tensor& b) { return div(scalar_for(b, a), b); }
+Tensor operator/(const Scalar& a, const Tensor& b) { return div(ops::scalar_operand(b, a), b); }
 Tensor operator-(const Tensor& a) { return neg(a); }
 Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
 Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
@@ -188,12 +188,12 @@ Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
 Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
 Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
 Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
-Tensor operator==(const Tensor& a, const Scalar& b) { return eq(a, scalar_for(a, b)); }
-Tensor operator!=(const Tensor& a, const Scalar& b) { return ne(a, scalar_for(a, b)); }
-Tensor operator<(const Tensor& a, const Scalar& b) { return lt(a, scalar_for(a, b)); }
-Tensor operator<=(const Tensor& a, const Scalar& b) { return le(a, scalar_for(a, b)); }
-Tensor operator>(const Tensor& a, const Scalar& b) { return gt(a, scalar_for(a, b)); }
-Tensor operator>=(const Tensor& a, const Scalar& b) { return ge(a, scalar_for(a, b)); }
+Tensor operator==(const Tensor& a, const Scalar& b) { return eq(a, ops::scalar_operand(a, b)); }
+Tensor operator!=(const Tensor& a, const Scalar& b) { return ne(a, ops::scalar_operand(a, b)); }
+Tensor operator<(const Tensor& a, const Scalar& b) { return lt(a, ops::scalar_operand(a, b)); }
+Tensor operator<=(const Tensor& a, const Scalar& b) { return le(a, ops::scalar_operand(a, b)); }
+Tensor operator>(const Tensor& a, const Scalar& b) { return gt(a, ops::scalar_operand(a, b)); }
+Tensor operator>=(const Tensor& a, const Scalar& b) { return ge(a, ops::scalar_operand(a, b)); }
 
 Tensor logical_and(const Tensor& a, const Tensor& b) {
   return where(a.to(kBool), b.to(kBool), zeros({}, TensorOptions(a.device()).dtype(kBool)));
