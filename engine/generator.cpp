@@ -25,6 +25,26 @@ Generator& default_generator(Device device) {
   return g.cuda[device.index()];
 }
 
+std::vector<GeneratorState> get_rng_states() {
+  std::vector<GeneratorState> out;
+  const Generator& c = default_generator(Device::cpu());
+  out.push_back({Device::cpu(), c.seed(), c.offset()});
+  const int n = cuda::is_available() ? cuda::device_count() : 0;
+  for (int i = 0; i < n; ++i) {
+    const Generator& g = default_generator(Device::cuda(i));
+    out.push_back({Device::cuda(i), g.seed(), g.offset()});
+  }
+  return out;
+}
+
+void set_rng_states(const std::vector<GeneratorState>& states) {
+  const int n = cuda::is_available() ? cuda::device_count() : 0;
+  for (const auto& s : states) {
+    if (s.device.is_cuda() && s.device.index() >= n) continue;
+    default_generator(s.device).set_state(s.seed, s.offset);
+  }
+}
+
 void manual_seed(uint64_t seed) {
   auto& g = generators();
   std::lock_guard<std::mutex> lock(g.mutex);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/device.h"
 #include "engine/kernel_tables.h"
@@ -40,5 +41,17 @@ class Generator {
 Generator& default_generator(Device device);
 // Seeds the generators of every device.
 void manual_seed(uint64_t seed);
+
+// The state of one device's default generator (Philox: seed and counter offset), for checkpoints.
+struct GeneratorState {
+  Device device;
+  uint64_t seed = kDefaultSeed;
+  uint64_t offset = 0;
+};
+// The cpu generator, then cuda:0..N-1 for every visible GPU.
+std::vector<GeneratorState> get_rng_states();
+// Restores each listed device's generator; devices not present here are skipped (a GPU run's
+// checkpoint resumed on the cpu restores the cpu stream only).
+void set_rng_states(const std::vector<GeneratorState>& states);
 
 }  // namespace mantissa
