@@ -1,0 +1,247 @@
+// Datasets and the DataLoader, the runner's data layer (torch.utils.data in spirit).
+//
+// A Dataset holds examples on the host and gathers a list of indices into one Batch; a DataLoader
+// walks a dataset in batches, shuffled by a permutation that is a pure function of (seed, epoch),
+// so its position {epoch, index, seed} is all a checkpoint needs to resume it exactly. Batches are
+// moved to the loader's device as they are produced.
+//
+//   auto data = runner::make_teacher_dataset({.samples = 1024});
+//   runner::DataLoader loader(data, {.batch_size = 32, .shuffle = true, .seed = 1});
+//   for (const runner::Batch& b : loader) { ... }   // the rest of the current epoch
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/device.h"
+#include "engine/dtype.h"
+#include "engine/shape.h"
+#include "engine/tensor.h"
+#include "runner/json.h"
+
+namespace mantissa::runner {
+
+// input [B, ...] and target [B, ...] (or [B] for class labels, int64).
+struct Batch {
+  Tensor input;
+  Tensor target;
+  int64_t size() const { return input.defined() ? input.size(0) : 0; }
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  // The examples at `indices` stacked along a new first dimension, as CPU tensors. Throws on an
+  // index outside [0, size()).
+  virtual Batch get_batch(const std::vector<int64_t>& indices) const = 0;
+  // One example as a batch of one.
+  Batch get(int64_t index) const { return get_batch({index}); }
+  // Shape of one example's input / target (without the batch dimension), and their dtypes.
+  virtual Shape input_shape() const = 0;
+  virtual Shape target_shape() const = 0;
+  virtual DType input_dtype() const = 0;
+  virtual DType target_dtype() const = 0;
+  // Short description for logs ("teacher regression: 1024 x [10] -> [5]").
+  virtual std::string describe() const;
+};
+
+// Examples are the rows (first-dimension slices) of two host tensors of equal length.
+class TensorDataset : public Dataset {
+ public:
+  // Both are made contiguous CPU tensors; their first dimensions must agree.
+  TensorDataset(Tensor inputs, Tensor targets, std::string name = "tensors");
+  int64_t size() const override { return inputs_.size(0); }
+  Batch get_batch(const std::vector<int64_t>& indices) const override;
+  Shape input_shape() const override;
+  Shape target_shape() const override;
+  DType input_dtype() const override { return inputs_.dtype(); }
+  DType target_dtype() const override { return targets_.dtype(); }
+  std::string describe() const override;
+  const Tensor& inputs() const { return inputs_; }
+  const Tensor& targets() const { return targets_; }
+
+ private:
+  Tensor inputs_;
+  Tensor targets_;
+  std::string name_;
+};
+
+// A view of some examples of another dataset, in the given order.
+class Subset : public Dataset {
+ public:
+  Subset(std::shared_ptr<const Dataset> base, std::vector<int64_t> indices);
+  int64_t size() const override { return static_cast<int64_t>(indices_.size()); }
+  Batch get_batch(const std::vector<int64_t>& indices) const override;
+  Shape input_shape() const override { return base_->input_shape(); }
+  Shape target_shape() const override { return base_->target_shape(); }
+  DType input_dtype() const override { return base_->input_dtype(); }
+  DType target_dtype() const override { return base_->target_dtype(); }
+  std::string describe() const override;
+  const std::vector<int64_t>& indices() const { return indices_; }
+
+ private:
+  std::shared_ptr<const Dataset> base_;
+  std::vector<int64_t> indices_;
+};
+
+// Splits off round(val_fraction * size) examples for validation, chosen by a permutation that
+// depends only on `seed` (the same seed gives the same split on every machine). 0 < val_fraction
+// < 1, and both parts must be non-empty.
+struct Split {
+  std::shared_ptr<Dataset> train;
+  std::shared_ptr<Dataset> val;
+};
+Split random_split(std::shared_ptr<const Dataset> dataset, double val_fraction, uint64_t seed);
+
+// A permutation of [0, n) that is a pure function of (seed, stream): mt19937_64 with our own
+// Fisher-Yates and bounded draws (std::shuffle and std::uniform_int_distribution differ between
+// standard libraries, which would break resuming a run elsewhere).
+std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed, uint64_t stream);
+
+// ---- synthetic datasets (float32, generated on the host from their own seed) -------------------
+
+// Regression on a fixed random teacher MLP: x ~ N(0, 1)^in, y = W2 relu(W1 x + b1) + b2 (+ noise
+// * N(0, 1)), the teacher's weights drawn from `seed` too. Defaults match the ToyModel (10 -> 5).
+struct TeacherOptions {
+  int64_t samples = 1024;
+  int64_t in_features = 10;
+  int64_t hidden = 10;
+  int64_t out_features = 5;
+  double noise = 0.0;
+  uint64_t seed = 0;
+};
+std::shared_ptr<TensorDataset> make_teacher_dataset(const TeacherOptions& options = {});
+
+// x ~ U(x_min, x_max) as [N, 1], y = sin(x) (+ noise * N(0, 1)) as [N, 1].
+struct SineOptions {
+  int64_t samples = 1024;
+  double x_min = -3.141592653589793;
+  double x_max = 3.141592653589793;
+  double noise = 0.0;
+  uint64_t seed = 0;
+};
+std::shared_ptr<TensorDataset> make_sine_dataset(const SineOptions& options = {});
+
+// Two interleaved spirals in the plane: inputs [N, 2] float32, labels [N] int64 in {0, 1}
+// (alternating, so the classes are balanced), Gaussian noise of std `noise` on each coordinate.
+struct SpiralsOptions {
+  int64_t samples = 1024;
+  double noise = 0.1;
+  double turns = 1.5;
+  uint64_t seed = 0;
+};
+std::shared_ptr<TensorDataset> make_spirals_dataset(const SpiralsOptions& options = {});
+
+// ---- file datasets
+// -------------------------------------------------------------------------------
+
+// A numeric CSV file. The header row is detected (a first row with a non-numeric field) unless
+// `header` says otherwise. Targets are the columns named in target_columns (header names, or
+// 0-based indices written as numbers); default: the last column. Inputs are the remaining
+// columns, or input_columns when given. Inputs are float32; targets float32, or int64 class
+// labels when target_dtype is int64 (then exactly one target column, giving targets [N]).
+// Parse errors name the file, line and column.
+struct CsvOptions {
+  std::string path;
+  std::optional<bool> header;  // nullopt: detect
+  std::vector<std::string> target_columns;
+  std::vector<std::string> input_columns;
+  DType target_dtype = DType::Float32;
+  char delimiter = ',';
+};
+std::shared_ptr<TensorDataset> load_csv_dataset(const CsvOptions& options);
+
+// Inputs and targets are two tensors of a safetensors file, found by name.
+struct SafetensorsDataOptions {
+  std::string path;
+  std::string inputs = "inputs";
+  std::string targets = "targets";
+};
+std::shared_ptr<TensorDataset> load_safetensors_dataset(const SafetensorsDataOptions& options);
+
+// MNIST in IDX format: images (idx3-ubyte, magic 2051) become float32 [N, 1, rows, cols] in
+// [0, 1] (or [N, rows * cols] with flatten), labels (idx1-ubyte, magic 2049) int64 [N]. Magic
+// numbers, dimensions and file sizes are validated. `limit` > 0 keeps the first `limit` examples.
+struct MnistOptions {
+  std::string images;
+  std::string labels;
+  bool flatten = false;
+  int64_t limit = 0;
+};
+std::shared_ptr<TensorDataset> load_mnist_idx(const MnistOptions& options);
+
+// ---- the loader
+// ----------------------------------------------------------------------------------
+
+struct DataLoaderOptions {
+  int64_t batch_size = 32;
+  bool shuffle = true;
+  uint64_t seed = 0;  // the loader's own: independent of the engine's generators
+  bool drop_last = false;
+  Device device = Device::cpu();  // where batches are delivered
+};
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options);
+
+  // The next batch of the current epoch; at the end of the epoch returns nullopt once and moves
+  // to the start of the next epoch (so `while (auto b = loader.next())` is one epoch).
+  std::optional<Batch> next();
+
+  int64_t epoch() const { return epoch_; }
+  int64_t index() const { return index_; }  // batches already delivered in this epoch
+  int64_t batches_per_epoch() const;
+  int64_t size() const { return batches_per_epoch(); }
+  const Dataset& dataset() const { return *dataset_; }
+  std::shared_ptr<const Dataset> dataset_ptr() const { return dataset_; }
+  const DataLoaderOptions& options() const { return options_; }
+  void set_device(Device device) { options_.device = device; }
+  // Jumps to the start of `epoch`.
+  void set_epoch(int64_t epoch);
+
+  // {"epoch": e, "index": i, "seed": s}. load_state checks the seed matches this loader's (a
+  // different seed would silently change the data order) and that index is within the epoch.
+  Json state() const;
+  void load_state(const Json& state);
+
+  // Range over the rest of the current epoch (advancing the loader).
+  class Iterator {
+   public:
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    Iterator() = default;
+    explicit Iterator(DataLoader* loader) : loader_(loader) { ++*this; }
+    const Batch& operator*() const { return *current_; }
+    const Batch* operator->() const { return &*current_; }
+    Iterator& operator++() {
+      current_ = loader_->next();
+      return *this;
+    }
+    bool operator==(const Iterator& other) const {
+      return !current_.has_value() && !other.current_.has_value();
+    }
+
+   private:
+    DataLoader* loader_ = nullptr;
+    std::optional<Batch> current_;
+  };
+  Iterator begin() { return Iterator(this); }
+  Iterator end() { return Iterator(); }
+
+ private:
+  const std::vector<int64_t>& order();
+
+  std::shared_ptr<const Dataset> dataset_;
+  DataLoaderOptions options_;
+  int64_t epoch_ = 0;
+  int64_t index_ = 0;
+  std::vector<int64_t> order_;  // permutation of the current epoch (shuffle only)
+  int64_t order_epoch_ = -1;
+};
+
+}  // namespace mantissa::runner

@@ -1,0 +1,207 @@
+// The Trainer: PyTorch's mixed-precision training loop as a library object.
+//
+//   per step: zero_grad -> forward + loss under autocast -> scaler.scale(loss).backward()
+//             -> [unscale_ + clip_grad_norm_] -> scaler.step(opt) -> scaler.update()
+//             -> scheduler.step()
+//
+// with callbacks for logging, evaluation and checkpoints, an optional run directory
+// (metrics.jsonl, train.log, checkpoints/, summary.json), and exact resume: a run of N steps and
+// a run stopped after a checkpoint and resumed from it with fresh objects agree bitwise, because
+// the checkpoint carries the model, optimizer, scaler, scheduler, RNG states and the loader
+// position.
+//
+// The loss is read back to the host only on log/eval steps (a device sync on CUDA); between them
+// it is accumulated on the device.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "amp/autocast.h"
+#include "amp/grad_scaler.h"
+#include "engine/device.h"
+#include "engine/tensor.h"
+#include "nn/module.h"
+#include "nn/optim/lr_scheduler.h"
+#include "nn/optim/optimizer.h"
+#include "runner/data.h"
+#include "runner/json.h"
+
+namespace mantissa::runner {
+
+struct TrainerOptions {
+  // Stop after max_steps optimizer steps (taken or skipped) when > 0, else after max_epochs.
+  int64_t max_steps = 0;
+  int64_t max_epochs = 1;
+  Device device = Device::cpu();
+  amp::Precision precision = amp::Precision::Float32;
+  // GradScaler options; by default enabled for float16 only, as is PyTorch practice (bfloat16
+  // has float32's range).
+  std::optional<amp::GradScalerOptions> scaler;
+  bool master_weights = false;
+  double clip_grad_norm = 0.0;  // > 0: clip the total 2-norm (after unscaling)
+  int64_t log_every = 10;       // steps between metrics records (0: never; the last step always)
+  int64_t eval_every = 0;  // steps between evaluations on the validation loader (0: at the end)
+  int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end, with a run_dir)
+  int64_t keep_last = 3;         // checkpoints kept in run_dir/checkpoints (0: keep all)
+  std::string run_dir;           // empty: no files are written
+  uint64_t seed = 0;             // seeds the engine's generators at the start of a fresh run
+  bool deterministic = true;     // recorded; the CPU kernels are deterministic regardless
+  bool progress = true;          // progress bar (TTY) or periodic plain lines on stderr
+  bool log_to_stdout = false;    // also echo the human log lines to stdout
+  // Stored in checkpoints (the CLI passes the resolved config) and checked on resume.
+  std::string config_hash;
+  std::string config_text;
+};
+
+struct StepMetrics {
+  int64_t step = 0;  // steps done, counting this one (1-based)
+  int64_t epoch = 0;
+  double loss = 0.0;  // mean loss since the previous record (unscaled)
+  double lr = 0.0;
+  double loss_scale = 1.0;
+  bool skipped = false;  // this step was skipped by the scaler (inf/NaN gradients)
+  int64_t skipped_total = 0;
+  double grad_norm = std::numeric_limits<double>::quiet_NaN();  // NaN unless clipping
+  double samples_per_s = 0.0;
+  double step_time_ms = 0.0;  // mean since the previous record
+  Json to_json() const;
+};
+
+struct EvalMetrics {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  double loss = 0.0;
+  std::optional<double> accuracy;  // classification (int64 targets)
+  int64_t samples = 0;
+  Json to_json() const;
+};
+
+struct TrainSummary {
+  double final_loss = std::numeric_limits<double>::quiet_NaN();
+  double best_loss = std::numeric_limits<double>::quiet_NaN();
+  std::optional<EvalMetrics> final_eval;
+  int64_t steps = 0;
+  int64_t steps_skipped = 0;
+  int64_t epochs = 0;
+  int64_t resumed_from_step = 0;
+  double wall_time_s = 0.0;
+  std::vector<std::pair<std::string, int64_t>> peak_memory_bytes;  // per device
+  Json to_json() const;
+};
+
+class Trainer;
+
+// Every hook has an empty default.
+class Callback {
+ public:
+  virtual ~Callback() = default;
+  virtual void on_train_begin(Trainer&) {}
+  virtual void on_step_end(Trainer&, const StepMetrics&) {}  // logged steps only
+  virtual void on_eval(Trainer&, const EvalMetrics&) {}
+  virtual void on_checkpoint(Trainer&, const std::string& /*path*/) {}
+  virtual void on_train_end(Trainer&, const TrainSummary&) {}
+};
+
+using ForwardFn = std::function<Tensor(const Tensor& input)>;
+using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+
+class Trainer {
+ public:
+  // `forward` runs the model (a module's forward is not virtual in general); the model is used for
+  // parameters, train/eval mode, device placement and checkpoints.
+  Trainer(std::shared_ptr<nn::Module> model, ForwardFn forward, LossFn loss,
+          std::shared_ptr<optim::Optimizer> optimizer, std::shared_ptr<DataLoader> train_loader,
+          TrainerOptions options);
+  // For any module with `Tensor forward(const Tensor&)` and any loss module or callable.
+  template <typename M, typename L>
+  requires requires(M& m, const Tensor& x) {
+    { m.forward(x) } -> std::convertible_to<Tensor>;
+  }
+  Trainer(std::shared_ptr<M> model, L loss, std::shared_ptr<optim::Optimizer> optimizer,
+          std::shared_ptr<DataLoader> train_loader, TrainerOptions options)
+      : Trainer(
+            model, [m = model.get()](const Tensor& x) { return Tensor(m->forward(x)); },
+            make_loss(std::move(loss)), std::move(optimizer), std::move(train_loader),
+            std::move(options)) {}
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  void set_scheduler(std::shared_ptr<optim::LRScheduler> scheduler);
+  // Replaces options().scaler (before fit()).
+  void set_scaler(const amp::GradScalerOptions& options);
+  void set_val_loader(std::shared_ptr<DataLoader> loader);
+  void add_callback(std::shared_ptr<Callback> callback);
+
+  // Restores model, optimizer, scaler, scheduler, RNG states, loader position and counters from a
+  // checkpoint written by this trainer (runner/checkpoint.h); the next fit() continues from there.
+  void resume_from(const std::string& checkpoint_path);
+  // Trains until max_steps / max_epochs; returns (and, with a run_dir, writes) the summary.
+  TrainSummary fit();
+  // Mean loss over the whole loader (and accuracy for int64 targets), in eval mode and without
+  // autograd, under the same autocast precision; restores the loader's position and train mode.
+  EvalMetrics evaluate(DataLoader& loader);
+  // Writes a checkpoint now (run_dir/checkpoints/step-<N>.ckpt unless a path is given); returns
+  // its path. Prunes to keep_last.
+  std::string save_checkpoint(const std::string& path = "");
+
+  int64_t step() const { return step_; }
+  int64_t epoch() const;
+  const TrainerOptions& options() const { return options_; }
+  nn::Module& model() { return *model_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  amp::GradScaler& scaler() { return scaler_; }
+  optim::LRScheduler* scheduler() { return scheduler_.get(); }
+  DataLoader& train_loader() { return *train_loader_; }
+  // The state written under CheckpointParts::trainer_state.
+  Json trainer_state() const;
+  // Requests a stop after the current step (from a callback or a signal handler's flag).
+  void request_stop() { stop_requested_ = true; }
+
+ private:
+  template <typename L>
+  static LossFn make_loss(L loss) {
+    if constexpr (requires(L & l, const Tensor& a) { l->forward(a, a); }) {
+      return [l = std::move(loss)](const Tensor& out, const Tensor& target) {
+        return Tensor(l->forward(out, target));
+      };
+    } else {
+      return LossFn(std::move(loss));
+    }
+  }
+  struct Impl;
+  bool train_one_step(const Batch& batch, bool log_now);
+  void emit_log(bool skipped);
+  void run_eval();
+  void prune_checkpoints();
+  void write_summary(const TrainSummary& summary);
+
+  std::shared_ptr<nn::Module> model_;
+  ForwardFn forward_;
+  LossFn loss_;
+  std::shared_ptr<optim::Optimizer> optimizer_;
+  std::shared_ptr<DataLoader> train_loader_;
+  std::shared_ptr<DataLoader> val_loader_;
+  std::shared_ptr<optim::LRScheduler> scheduler_;
+  std::vector<std::shared_ptr<Callback>> callbacks_;
+  TrainerOptions options_;
+  amp::GradScaler scaler_;
+  std::unique_ptr<Impl> impl_;
+
+  int64_t step_ = 0;
+  int64_t steps_skipped_ = 0;
+  double best_loss_ = std::numeric_limits<double>::quiet_NaN();
+  double last_loss_ = std::numeric_limits<double>::quiet_NaN();
+  int64_t resumed_from_step_ = 0;
+  bool resumed_ = false;
+  bool stop_requested_ = false;
+};
+
+}  // namespace mantissa::runner
