@@ -1,0 +1,209 @@
+// TensorDataset, Subset, random_split and the DataLoader. Datasets are gathered on the host with
+// one memcpy per example row; the loader's shuffle order is recomputed from (seed, epoch) so that
+// its position alone restores it.
+#include "runner/data.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <sstream>
+
+#include "engine/error.h"
+#include "engine/factory.h"
+
+namespace mantissa::runner {
+
+namespace {
+
+Shape row_shape(const Tensor& t) { return Shape(t.shape().begin() + 1, t.shape().end()); }
+
+// rows[indices] of a contiguous CPU tensor, as a new [indices.size(), ...] tensor.
+Tensor gather_rows(const Tensor& src, const std::vector<int64_t>& indices) {
+  Shape shape = src.shape();
+  shape[0] = static_cast<int64_t>(indices.size());
+  Tensor out = empty(shape, src.dtype());
+  const int64_t rows = src.size(0);
+  const int64_t row_bytes = rows == 0 ? 0 : src.nbytes() / rows;
+  const auto* from = static_cast<const unsigned char*>(src.data_ptr());
+  auto* to = static_cast<unsigned char*>(out.data_ptr());
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const int64_t r = indices[i];
+    MT_CHECK(r >= 0 && r < rows, "Dataset: index ", r, " is out of range for a dataset of ", rows,
+             " examples");
+    std::memcpy(to + i * row_bytes, from + r * row_bytes, row_bytes);
+  }
+  return out;
+}
+
+// splitmix64: spreads (seed, stream) over the generator's state so nearby seeds and epochs give
+// unrelated permutations.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, bound) without modulo bias (rejection on the top of the 64-bit range).
+uint64_t bounded(std::mt19937_64& rng, uint64_t bound) {
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+  uint64_t x;
+  do {
+    x = rng();
+  } while (x >= limit);
+  return x % bound;
+}
+
+}  // namespace
+
+std::string Dataset::describe() const {
+  std::ostringstream os;
+  os << size() << " examples, input " << input_shape() << " " << input_dtype() << ", target "
+     << target_shape() << " " << target_dtype();
+  return os.str();
+}
+
+TensorDataset::TensorDataset(Tensor inputs, Tensor targets, std::string name)
+    : name_(std::move(name)) {
+  MT_CHECK(inputs.defined() && targets.defined(),
+           "TensorDataset: inputs and targets must be given");
+  MT_CHECK(inputs.dim() >= 1 && targets.dim() >= 1,
+           "TensorDataset: inputs and targets need a first (example) dimension, got shapes ",
+           inputs.shape(), " and ", targets.shape());
+  MT_CHECK(inputs.size(0) == targets.size(0), "TensorDataset: inputs have ", inputs.size(0),
+           " examples but targets have ", targets.size(0), " (shapes ", inputs.shape(), " and ",
+           targets.shape(), ")");
+  inputs_ = inputs.detach().cpu().contiguous();
+  targets_ = targets.detach().cpu().contiguous();
+}
+
+Batch TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
+  return {gather_rows(inputs_, indices), gather_rows(targets_, indices)};
+}
+Shape TensorDataset::input_shape() const { return row_shape(inputs_); }
+Shape TensorDataset::target_shape() const { return row_shape(targets_); }
+std::string TensorDataset::describe() const { return name_ + ": " + Dataset::describe(); }
+
+Subset::Subset(std::shared_ptr<const Dataset> base, std::vector<int64_t> indices)
+    : base_(std::move(base)), indices_(std::move(indices)) {
+  MT_CHECK(base_ != nullptr, "Subset: no base dataset");
+  for (int64_t i : indices_)
+    MT_CHECK(i >= 0 && i < base_->size(), "Subset: index ", i, " is out of range for a dataset of ",
+             base_->size(), " examples");
+}
+
+Batch Subset::get_batch(const std::vector<int64_t>& indices) const {
+  std::vector<int64_t> mapped(indices.size());
+  for (size_t i = 0; i < indices.size(); ++i) {
+    MT_CHECK(indices[i] >= 0 && indices[i] < size(), "Subset: index ", indices[i],
+             " is out of range for a subset of ", size(), " examples");
+    mapped[i] = indices_[indices[i]];
+  }
+  return base_->get_batch(mapped);
+}
+
+std::string Subset::describe() const {
+  return "subset of " + std::to_string(size()) + " [" + base_->describe() + "]";
+}
+
+std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed, uint64_t stream) {
+  std::vector<int64_t> perm(n);
+  for (int64_t i = 0; i < n; ++i) perm[i] = i;
+  std::mt19937_64 rng(mix(seed) ^ mix(stream + 0x632be59bd9b4e019ull));
+  for (int64_t i = n - 1; i > 0; --i) std::swap(perm[i], perm[bounded(rng, i + 1)]);
+  return perm;
+}
+
+Split random_split(std::shared_ptr<const Dataset> dataset, double val_fraction, uint64_t seed) {
+  MT_CHECK(dataset != nullptr, "random_split: no dataset");
+  MT_CHECK(val_fraction > 0.0 && val_fraction < 1.0,
+           "random_split: val_fraction must be in (0, 1), got ", val_fraction);
+  const int64_t n = dataset->size();
+  const auto n_val = static_cast<int64_t>(std::llround(val_fraction * static_cast<double>(n)));
+  MT_CHECK(n_val > 0 && n_val < n, "random_split: val_fraction ", val_fraction, " of ", n,
+           " examples leaves an empty ", n_val == 0 ? "validation" : "training", " set");
+  // Stream ~0 keeps the split's permutation apart from the loaders' per-epoch ones.
+  const auto perm = seeded_permutation(n, seed, ~uint64_t{0});
+  std::vector<int64_t> val(perm.begin(), perm.begin() + n_val);
+  std::vector<int64_t> train(perm.begin() + n_val, perm.end());
+  return {std::make_shared<Subset>(dataset, std::move(train)),
+          std::make_shared<Subset>(dataset, std::move(val))};
+}
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
+    : dataset_(std::move(dataset)), options_(options) {
+  MT_CHECK(dataset_ != nullptr, "DataLoader: no dataset");
+  MT_CHECK(options_.batch_size > 0, "DataLoader: batch_size must be positive, got ",
+           options_.batch_size);
+  MT_CHECK(dataset_->size() > 0, "DataLoader: the dataset is empty");
+  MT_CHECK(batches_per_epoch() > 0, "DataLoader: drop_last with batch_size ", options_.batch_size,
+           " and only ", dataset_->size(), " examples gives no batches");
+}
+
+int64_t DataLoader::batches_per_epoch() const {
+  const int64_t n = dataset_->size(), b = options_.batch_size;
+  return options_.drop_last ? n / b : (n + b - 1) / b;
+}
+
+void DataLoader::set_epoch(int64_t epoch) {
+  MT_CHECK(epoch >= 0, "DataLoader: epoch must be >= 0, got ", epoch);
+  epoch_ = epoch;
+  index_ = 0;
+}
+
+const std::vector<int64_t>& DataLoader::order() {
+  if (order_epoch_ != epoch_) {
+    order_ = seeded_permutation(dataset_->size(), options_.seed, static_cast<uint64_t>(epoch_));
+    order_epoch_ = epoch_;
+  }
+  return order_;
+}
+
+std::optional<Batch> DataLoader::next() {
+  if (index_ >= batches_per_epoch()) {
+    ++epoch_;
+    index_ = 0;
+    return std::nullopt;
+  }
+  const int64_t n = dataset_->size();
+  const int64_t start = index_ * options_.batch_size;
+  const int64_t stop = std::min(n, start + options_.batch_size);
+  std::vector<int64_t> indices(stop - start);
+  if (options_.shuffle) {
+    const auto& perm = order();
+    for (int64_t i = start; i < stop; ++i) indices[i - start] = perm[i];
+  } else {
+    for (int64_t i = start; i < stop; ++i) indices[i - start] = i;
+  }
+  ++index_;
+  Batch batch = dataset_->get_batch(indices);
+  if (options_.device != batch.input.device()) {
+    batch.input = batch.input.to(options_.device);
+    batch.target = batch.target.to(options_.device);
+  }
+  return batch;
+}
+
+Json DataLoader::state() const {
+  Json s = Json::object();
+  s.set("epoch", epoch_);
+  s.set("index", index_);
+  // A seed above INT64_MAX is stored as its two's-complement int64 and read back the same way.
+  s.set("seed", static_cast<int64_t>(options_.seed));
+  return s;
+}
+
+void DataLoader::load_state(const Json& state) {
+  const int64_t epoch = state.at("epoch").as_int();
+  const int64_t index = state.at("index").as_int();
+  const auto seed = static_cast<uint64_t>(state.at("seed").as_int());
+  MT_CHECK(seed == options_.seed, "DataLoader.load_state: the state was saved with shuffle seed ",
+           seed, " but this loader's seed is ", options_.seed);
+  MT_CHECK(epoch >= 0 && index >= 0 && index <= batches_per_epoch(),
+           "DataLoader.load_state: position epoch ", epoch, ", index ", index,
+           " is invalid for a loader of ", batches_per_epoch(), " batches per epoch");
+  epoch_ = epoch;
+  index_ = index;
+}
+
+}  // namespace mantissa::runner
