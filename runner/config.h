@@ -1,0 +1,171 @@
+// Run configs: the YAML schema of `mantissa train` (documented key by key in docs/configs.md),
+// parsed and validated completely before anything runs or any file is written.
+//
+//   runner::Config cfg = runner::parse_config_file("configs/toy.yaml", {"optimizer.lr=0.1"});
+//   std::string text = runner::to_yaml(cfg);   // the resolved config, every default filled in
+//
+// Every problem — an unknown key (with the nearest valid key suggested), a wrong type, a value out
+// of range — is one ConfigError whose message is one line naming the key path, the value and
+// where it came from ("line 7", or "--set" for a command-line override). Checks that need more
+// than the config (files exist, model and data shapes agree) are in build_from_config.h; they
+// report through Config::fail so their messages look the same.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/error.h"
+
+namespace mantissa::runner {
+
+// A bad config. what() is one line, starting "config error: ".
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+// One entry of model.layers.
+struct LayerSpec {
+  std::string
+      type;  // linear relu gelu silu sigmoid tanh dropout layernorm conv2d maxpool2d flatten
+  std::string name;                     // the child's name; empty: its index, as nn.Sequential
+  std::string path;                     // "model.layers.3", for messages
+  int64_t in = 0, out = 0;              // linear: features; conv2d: channels
+  bool bias = true;                     // linear, conv2d
+  std::string approximate = "none";     // gelu: none | tanh
+  double p = 0.5;                       // dropout
+  std::vector<int64_t> shape;           // layernorm normalized_shape
+  double eps = 1e-5;                    // layernorm
+  bool affine = true;                   // layernorm elementwise_affine
+  int64_t kernel = 0;                   // conv2d, maxpool2d
+  int64_t stride = 1;                   // conv2d (maxpool2d: default kernel)
+  int64_t padding = 0;                  // conv2d, maxpool2d
+  int64_t start_dim = 1, end_dim = -1;  // flatten
+};
+
+struct ModelConfig {
+  std::string preset;  // "toy", or empty with layers
+  std::vector<LayerSpec> layers;
+  std::string init_from;  // safetensors weights loaded after construction (empty: none)
+};
+
+struct DataConfig {
+  std::string type = "teacher";  // teacher sine spirals csv safetensors mnist
+  // synthetic
+  int64_t samples = 1024;
+  int64_t in_features = 10, hidden = 10, out_features = 5;       // teacher
+  double noise = 0.0;                                            // teacher, sine, spirals
+  double x_min = -3.141592653589793, x_max = 3.141592653589793;  // sine
+  double turns = 1.5;                                            // spirals
+  // files
+  std::string path;                                    // csv, safetensors
+  std::optional<bool> header;                          // csv; nullopt: detect
+  std::vector<std::string> target_columns;             // csv
+  std::vector<std::string> input_columns;              // csv
+  std::string target_dtype = "float32";                // csv: float32 | int64
+  std::string delimiter = ",";                         // csv
+  std::string inputs = "inputs", targets = "targets";  // safetensors tensor names
+  std::string images, labels;                          // mnist IDX files
+  bool flatten = false;                                // mnist
+  int64_t limit = 0;                                   // mnist
+  // loading
+  int64_t batch_size = 32;
+  bool shuffle = true;
+  uint64_t seed = 0;
+  double val_split = 0.0;
+  bool drop_last = false;
+};
+
+struct LossConfig {
+  std::string type = "mse";  // mse l1 cross_entropy bce_with_logits
+  std::string reduction = "mean";
+  double label_smoothing = 0.0;  // cross_entropy
+  int64_t ignore_index = -100;   // cross_entropy
+};
+
+struct OptimizerConfig {
+  std::string type = "sgd";  // sgd adam adamw
+  double lr = 0.01;
+  double momentum = 0.0, dampening = 0.0;  // sgd
+  bool nesterov = false;                   // sgd
+  double weight_decay = 0.0;               // adamw default 0.01
+  bool maximize = false;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
+  bool amsgrad = false;                           // adam, adamw
+};
+
+struct ScheduleConfig {
+  std::string type = "none";  // none step cosine
+  int64_t step_size = 100;    // step
+  double gamma = 0.1;         // step
+  int64_t warmup_steps = 0;   // cosine
+  int64_t total_steps = 0;    // cosine; 0: the run's total steps
+  double min_lr = 0.0;        // cosine
+};
+
+struct ScalerConfig {
+  std::optional<bool> enabled;  // nullopt: on for float16 only
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  double min_scale = 0.0;
+  int64_t hysteresis = 1;
+};
+
+struct Config {
+  std::string name;  // run name; default: the config file's stem ("toy")
+  uint64_t seed = 0;
+  bool deterministic = true;
+  std::string device = "auto";  // auto cpu cuda cuda:N
+  std::string precision = "float32";
+  bool master_weights = false;
+  int64_t steps = 0;   // > 0: stop after this many steps ...
+  int64_t epochs = 0;  // ... else after this many epochs (one of the two is set)
+  int64_t log_every = 10;
+  int64_t eval_every = 0;
+  int64_t checkpoint_every = 0;
+  int64_t keep_last = 3;
+  double clip_grad_norm = 0.0;  // 0: off
+  ModelConfig model;
+  DataConfig data;
+  LossConfig loss;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  ScalerConfig scaler;
+
+  // Where each key's value came from ("line 7", "--set", "default"), and its text as written;
+  // keys are dotted paths ("optimizer.lr", "model.layers.2.out").
+  std::map<std::string, std::string> origin;
+  std::map<std::string, std::string> value_text;
+  std::string source;  // the file name, or "<default config>"
+
+  // "optimizer.lr = -1 (line 5)": the key, its value and where it came from.
+  std::string describe(const std::string& path) const;
+  // Throws ConfigError("config error: <describe(path)>: <problem>").
+  [[noreturn]] void fail(const std::string& path, const std::string& problem) const;
+};
+
+// Parses YAML text. `source` names it in messages; `overrides` are "key.path=value" strings
+// (values parsed as YAML, so `--set data.shuffle=false` is a bool) applied before validation;
+// `default_name` is used when the config has no `name:`.
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides = {},
+                    const std::string& default_name = "run");
+// Reads `path` (a missing or unreadable file is a ConfigError) and parses it; the default name
+// is the file's stem.
+Config parse_config_file(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The resolved config as YAML: every key with its value, defaults filled in. parse_config of
+// this text gives back an equal Config.
+std::string to_yaml(const Config& config);
+// A short stable hash of a resolved config's text (16 hex digits, FNV-1a 64).
+std::string config_hash(const std::string& text);
+
+// The key of `candidates` nearest to `key` by edit distance, or "" if none is close.
+std::string nearest_key(const std::string& key, const std::vector<std::string>& candidates);
+
+}  // namespace mantissa::runner
