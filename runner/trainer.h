@@ -104,6 +104,8 @@ class Callback {
   virtual ~Callback() = default;
   virtual void on_train_begin(Trainer&) {}
   virtual void on_step_end(Trainer&, const StepMetrics&) {}  // logged steps only
+  // After every step, logged or not (keep it cheap: no device reads).
+  virtual void on_batch_end(Trainer&) {}
   virtual void on_eval(Trainer&, const EvalMetrics&) {}
   virtual void on_checkpoint(Trainer&, const std::string& /*path*/) {}
   virtual void on_train_end(Trainer&, const TrainSummary&) {}
@@ -154,6 +156,12 @@ class Trainer {
 
   int64_t step() const { return step_; }
   int64_t epoch() const;
+  // The step count fit() stops at (max_steps, or max_epochs * batches per epoch).
+  int64_t total_steps() const;
+  int64_t steps_skipped() const { return steps_skipped_; }
+  // The mean loss of the last logged interval, and the lowest such mean (NaN before any log).
+  double last_loss() const { return last_loss_; }
+  double best_loss() const { return best_loss_; }
   const TrainerOptions& options() const { return options_; }
   nn::Module& model() { return *model_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
@@ -177,8 +185,8 @@ class Trainer {
     }
   }
   struct Impl;
-  bool train_one_step(const Batch& batch, bool log_now);
-  void emit_log(bool skipped);
+  bool train_one_step(const Batch& batch);
+  void emit_log(bool skipped, double lr);
   void run_eval();
   void prune_checkpoints();
   void write_summary(const TrainSummary& summary);
