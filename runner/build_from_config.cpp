@@ -1,0 +1,302 @@
+#include "runner/build_from_config.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "amp/autocast.h"
+#include "engine/generator.h"
+#include "nn/loss.h"
+#include "nn/optim/adam.h"
+#include "nn/optim/sgd.h"
+#include "runner/model_builder.h"
+#include "runner/safetensors.h"
+
+namespace mantissa::runner {
+namespace {
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << s;
+  return os.str();
+}
+
+void require_file(const Config& c, const std::string& key, const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) c.fail(key, "file not found");
+  if (std::filesystem::is_directory(path, ec)) c.fail(key, "is a directory, expected a file");
+}
+
+// The first line of an engine error (file parsers give one already).
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// Checks the model's output against the data's targets for the configured loss.
+void check_output(const Config& c, const Dataset& data) {
+  const Shape in = data.input_shape();
+  const Shape out = infer_output_shape(c, in, "data input shape " + shape_str(in));
+  const Shape target = data.target_shape();
+  const std::string key = output_key(c.model);
+  const std::string t = "the data's targets are " + shape_str(target) + " " +
+                        std::string(dtype_name(data.target_dtype()));
+  if (c.loss.type == "cross_entropy") {
+    if (data.target_dtype() != DType::Int64 || target.size() != 0) {
+      c.fail("loss.type", "cross_entropy needs int64 class labels (one per example), but " + t +
+                              (c.data.type == "csv" ? "; set data.target_dtype: int64" : ""));
+    }
+    if (out.size() != 1) {
+      c.fail(key,
+             "cross_entropy needs the model to output [classes], but it outputs " + shape_str(out));
+    }
+    if (auto* td = dynamic_cast<const TensorDataset*>(&data); td && td->targets().numel() > 0) {
+      const int64_t max_label = td->targets().max().item<int64_t>();
+      const int64_t min_label = td->targets().min().item<int64_t>();
+      if (min_label < 0 || max_label >= out[0]) {
+        c.fail(key, "the model outputs " + std::to_string(out[0]) +
+                        " class scores, but the data's labels go from " +
+                        std::to_string(min_label) + " to " + std::to_string(max_label));
+      }
+    }
+    return;
+  }
+  if (!is_floating(data.target_dtype())) {
+    c.fail("loss.type", c.loss.type + " needs floating-point targets, but " + t +
+                            " (class labels go with loss.type: cross_entropy)");
+  }
+  if (!(out == target)) {
+    c.fail(key, "the model outputs " + shape_str(out) + " per example, but " + t + " (loss " +
+                    c.loss.type + " compares them elementwise)");
+  }
+}
+
+LossFn make_loss(const LossConfig& l) {
+  const nn::Reduction r = l.reduction == "sum" ? nn::Reduction::Sum : nn::Reduction::Mean;
+  if (l.type == "mse") {
+    return [r](const Tensor& o, const Tensor& t) { return nn::functional::mse_loss(o, t, r); };
+  }
+  if (l.type == "l1") {
+    return [r](const Tensor& o, const Tensor& t) { return nn::functional::l1_loss(o, t, r); };
+  }
+  if (l.type == "cross_entropy") {
+    return [r, ls = l.label_smoothing, ii = l.ignore_index](const Tensor& o, const Tensor& t) {
+      return nn::functional::cross_entropy(o, t, r, ls, ii);
+    };
+  }
+  return [r](const Tensor& o, const Tensor& t) {
+    return nn::functional::binary_cross_entropy_with_logits(o, t, r);
+  };
+}
+
+std::shared_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& o,
+                                                 std::vector<Tensor> params) {
+  if (o.type == "sgd") {
+    optim::SGDOptions s;
+    s.momentum = o.momentum;
+    s.dampening = o.dampening;
+    s.weight_decay = o.weight_decay;
+    s.nesterov = o.nesterov;
+    s.maximize = o.maximize;
+    return std::make_shared<optim::SGD>(std::move(params), o.lr, s);
+  }
+  if (o.type == "adam") {
+    optim::AdamOptions a;
+    a.lr = o.lr;
+    a.betas = {o.beta1, o.beta2};
+    a.eps = o.eps;
+    a.weight_decay = o.weight_decay;
+    a.amsgrad = o.amsgrad;
+    a.maximize = o.maximize;
+    return std::make_shared<optim::Adam>(std::move(params), a);
+  }
+  optim::AdamWOptions a;
+  a.lr = o.lr;
+  a.betas = {o.beta1, o.beta2};
+  a.eps = o.eps;
+  a.weight_decay = o.weight_decay;
+  a.amsgrad = o.amsgrad;
+  a.maximize = o.maximize;
+  return std::make_shared<optim::AdamW>(std::move(params), a);
+}
+
+RunObjects build_common(const Config& c) {
+  RunObjects r;
+  r.config = c;
+  r.device = resolve_device(c);
+  if (!c.model.init_from.empty()) require_file(c, "model.init_from", c.model.init_from);
+  r.dataset = build_dataset(c);
+  check_output(c, *r.dataset);
+  r.train_data = r.dataset;
+  if (c.data.val_split > 0) {
+    Split split;
+    try {
+      split = random_split(r.dataset, c.data.val_split, c.data.seed);
+    } catch (const Error& e) {
+      c.fail("data.val_split", first_line(e.what()));
+    }
+    r.train_data = split.train;
+    r.val_data = split.val;
+  }
+  DataLoaderOptions lo;
+  lo.batch_size = c.data.batch_size;
+  lo.shuffle = c.data.shuffle;
+  lo.seed = c.data.seed;
+  lo.drop_last = c.data.drop_last;
+  lo.device = r.device;
+  r.train_loader = std::make_shared<DataLoader>(r.train_data, lo);
+  if (r.train_loader->batches_per_epoch() == 0) {
+    c.fail("data.batch_size", "larger than the " + std::to_string(r.train_data->size()) +
+                                  " training examples with data.drop_last: true (no batches)");
+  }
+  if (r.val_data) {
+    DataLoaderOptions vo = lo;
+    vo.shuffle = false;
+    vo.drop_last = false;
+    r.val_loader = std::make_shared<DataLoader>(r.val_data, vo);
+  }
+
+  manual_seed(c.seed);
+  r.model = build_model(c.model);
+  if (!c.model.init_from.empty()) {
+    try {
+      load_weights(*r.model, load_safetensors(c.model.init_from), /*strict=*/true);
+    } catch (const Error& e) {
+      c.fail("model.init_from", first_line(e.what()));
+    }
+  }
+  r.model->to(r.device);
+  r.loss = make_loss(c.loss);
+  return r;
+}
+
+}  // namespace
+
+Device resolve_device(const Config& c) {
+  if (c.device == "auto") return try_gpu();
+  Device d = Device::cpu();
+  try {
+    d = Device(c.device);
+    check_device_exists(d);
+  } catch (const Error& e) {
+    c.fail("device", first_line(e.what()));
+  }
+  return d;
+}
+
+std::shared_ptr<Dataset> build_dataset(const Config& c) {
+  const DataConfig& d = c.data;
+  if (d.type == "teacher") {
+    TeacherOptions o;
+    o.samples = d.samples;
+    o.in_features = d.in_features;
+    o.hidden = d.hidden;
+    o.out_features = d.out_features;
+    o.noise = d.noise;
+    o.seed = d.seed;
+    return make_teacher_dataset(o);
+  }
+  if (d.type == "sine") {
+    SineOptions o;
+    o.samples = d.samples;
+    o.x_min = d.x_min;
+    o.x_max = d.x_max;
+    o.noise = d.noise;
+    o.seed = d.seed;
+    return make_sine_dataset(o);
+  }
+  if (d.type == "spirals") {
+    SpiralsOptions o;
+    o.samples = d.samples;
+    o.noise = d.noise;
+    o.turns = d.turns;
+    o.seed = d.seed;
+    return make_spirals_dataset(o);
+  }
+  // Files: the key to blame for a read error is the file's.
+  std::string key = "data.path";
+  try {
+    if (d.type == "csv") {
+      require_file(c, key, d.path);
+      CsvOptions o;
+      o.path = d.path;
+      o.header = d.header;
+      o.target_columns = d.target_columns;
+      o.input_columns = d.input_columns;
+      o.target_dtype = d.target_dtype == "int64" ? DType::Int64 : DType::Float32;
+      o.delimiter = d.delimiter[0];
+      return load_csv_dataset(o);
+    }
+    if (d.type == "safetensors") {
+      require_file(c, key, d.path);
+      SafetensorsDataOptions o;
+      o.path = d.path;
+      o.inputs = d.inputs;
+      o.targets = d.targets;
+      return load_safetensors_dataset(o);
+    }
+    key = "data.images";
+    require_file(c, key, d.images);
+    key = "data.labels";
+    require_file(c, key, d.labels);
+    key = "data.images";
+    MnistOptions o;
+    o.images = d.images;
+    o.labels = d.labels;
+    o.flatten = d.flatten;
+    o.limit = d.limit;
+    return load_mnist_idx(o);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    c.fail(key, first_line(e.what()));
+  }
+}
+
+RunObjects build_run(const Config& c, std::string config_text) {
+  RunObjects r = build_common(c);
+  r.config_text = config_text.empty() ? to_yaml(c) : std::move(config_text);
+  r.config_hash = config_hash(r.config_text);
+  r.optimizer = make_optimizer(c.optimizer, r.model->parameters());
+
+  const int64_t total_steps =
+      c.steps > 0 ? c.steps : c.epochs * r.train_loader->batches_per_epoch();
+  if (c.schedule.type == "step") {
+    r.scheduler =
+        std::make_shared<optim::StepLR>(*r.optimizer, c.schedule.step_size, c.schedule.gamma);
+  } else if (c.schedule.type == "cosine") {
+    const int64_t total = c.schedule.total_steps > 0 ? c.schedule.total_steps : total_steps;
+    if (c.schedule.warmup_steps > total) {
+      c.fail("schedule.warmup_steps", "must be <= the run's " + std::to_string(total) + " steps");
+    }
+    r.scheduler = std::make_shared<optim::CosineWarmupLR>(*r.optimizer, c.schedule.warmup_steps,
+                                                          total, c.schedule.min_lr);
+  }
+
+  TrainerOptions& t = r.trainer_options;
+  t.max_steps = c.steps;
+  t.max_epochs = c.epochs > 0 ? c.epochs : 1;
+  t.device = r.device;
+  t.precision = amp::Precision::parse(c.precision);
+  amp::GradScalerOptions so;
+  so.enabled = c.scaler.enabled.value_or(c.precision == "float16");
+  so.init_scale = c.scaler.init_scale;
+  so.growth_factor = c.scaler.growth_factor;
+  so.backoff_factor = c.scaler.backoff_factor;
+  so.growth_interval = c.scaler.growth_interval;
+  so.min_scale = c.scaler.min_scale;
+  so.hysteresis = c.scaler.hysteresis;
+  t.scaler = so;
+  t.master_weights = c.master_weights;
+  t.clip_grad_norm = c.clip_grad_norm;
+  t.log_every = c.log_every;
+  t.eval_every = c.eval_every;
+  t.checkpoint_every = c.checkpoint_every;
+  t.keep_last = c.keep_last;
+  t.seed = c.seed;
+  t.deterministic = c.deterministic;
+  t.config_hash = r.config_hash;
+  t.config_text = r.config_text;
+  return r;
+}
+
+RunObjects build_eval(const Config& c) { return build_common(c); }
+
+}  // namespace mantissa::runner

@@ -1,0 +1,58 @@
+// From a validated Config to the objects of a run: datasets and loaders, the model (with
+// init_from weights), loss, optimizer, LR scheduler and TrainerOptions — the CLI's `train`,
+// `resume` and `eval` are thin shells over this.
+//
+// build_run checks everything that needs more than the config before anything is written: the
+// device exists, data files exist and parse, the model's layers fit the data's input shape and
+// its output fits the targets and the loss, and init_from loads into the model. Each failure is a
+// ConfigError naming the key, the value and its line, like the parser's.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/device.h"
+#include "nn/layers.h"
+#include "nn/optim/lr_scheduler.h"
+#include "nn/optim/optimizer.h"
+#include "runner/config.h"
+#include "runner/data.h"
+#include "runner/trainer.h"
+
+namespace mantissa::runner {
+
+struct RunObjects {
+  Config config;
+  std::string config_text;  // what resolved.yaml holds (and checkpoints store)
+  std::string config_hash;
+  Device device;
+  std::shared_ptr<Dataset> dataset;     // the whole dataset, before the validation split
+  std::shared_ptr<Dataset> train_data;  // == dataset without val_split
+  std::shared_ptr<Dataset> val_data;    // null without val_split
+  std::shared_ptr<DataLoader> train_loader;
+  std::shared_ptr<DataLoader> val_loader;  // null without val_split
+  std::shared_ptr<nn::SequentialImpl> model;
+  LossFn loss;
+  std::shared_ptr<optim::Optimizer> optimizer;
+  std::shared_ptr<optim::LRScheduler> scheduler;  // null for schedule.type none
+  TrainerOptions trainer_options;                 // run_dir left empty
+};
+
+// The device of `config.device` ("auto": try_gpu()); a device this machine lacks is a
+// ConfigError on the `device` key.
+Device resolve_device(const Config& config);
+
+// The dataset of `config.data` (files read here; a missing or malformed file is a ConfigError on
+// the key naming it).
+std::shared_ptr<Dataset> build_dataset(const Config& config);
+
+// Everything for a run, validated (see above). `config_text` is the resolved YAML to store in
+// checkpoints (to_yaml(config) when empty). Seeds the engine's generators with config.seed before
+// creating the model, so its initial weights are reproducible.
+RunObjects build_run(const Config& config, std::string config_text = "");
+
+// The model, loss and loaders only (no optimizer), for evaluation.
+RunObjects build_eval(const Config& config);
+
+}  // namespace mantissa::runner

@@ -1,0 +1,133 @@
+#include "runner/model_builder.h"
+
+#include <sstream>
+
+#include "nn/conv.h"
+
+namespace mantissa::runner {
+namespace {
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << s;
+  return os.str();
+}
+
+std::shared_ptr<nn::UnaryModule> make_layer(const LayerSpec& l) {
+  if (l.type == "linear") return nn::Linear(l.in, l.out, l.bias).ptr();
+  if (l.type == "relu") return nn::ReLU().ptr();
+  if (l.type == "gelu") return nn::GELU(l.approximate).ptr();
+  if (l.type == "silu") return nn::SiLU().ptr();
+  if (l.type == "sigmoid") return nn::Sigmoid().ptr();
+  if (l.type == "tanh") return nn::Tanh().ptr();
+  if (l.type == "dropout") return nn::Dropout(l.p).ptr();
+  if (l.type == "layernorm") return nn::LayerNorm(Shape(l.shape), l.eps, l.affine).ptr();
+  if (l.type == "conv2d") {
+    nn::Conv2dOptions o;
+    o.stride = l.stride;
+    o.padding = l.padding;
+    o.bias = l.bias;
+    return nn::Conv2d(l.in, l.out, l.kernel, o).ptr();
+  }
+  if (l.type == "maxpool2d") {
+    nn::MaxPool2dOptions o;
+    o.stride = Size2(l.stride);
+    o.padding = l.padding;
+    return nn::MaxPool2d(l.kernel, o).ptr();
+  }
+  if (l.type == "flatten") return nn::Flatten(l.start_dim, l.end_dim).ptr();
+  MT_THROW("build_model: unknown layer type '", l.type, "' at ", l.path);
+}
+
+}  // namespace
+
+std::shared_ptr<nn::SequentialImpl> build_model(const ModelConfig& model) {
+  auto seq = std::make_shared<nn::SequentialImpl>();
+  if (model.layers.empty()) {
+    MT_CHECK(model.preset == "toy", "build_model: unknown model preset '", model.preset, "'");
+    // PyTorch's ToyModel: net2(relu(net1(x))).
+    seq->push_back("net1", nn::Linear(10, 10));
+    seq->push_back("relu", nn::ReLU());
+    seq->push_back("net2", nn::Linear(10, 5));
+    return seq;
+  }
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    const LayerSpec& l = model.layers[i];
+    seq->push_back(l.name.empty() ? std::to_string(i) : l.name, make_layer(l));
+  }
+  return seq;
+}
+
+std::string output_key(const ModelConfig& model) {
+  if (model.layers.empty()) return "model.preset";
+  for (size_t i = model.layers.size(); i-- > 0;) {
+    const LayerSpec& l = model.layers[i];
+    if (l.type == "linear" || l.type == "conv2d") return l.path + ".out";
+  }
+  return model.layers.back().path + ".type";
+}
+
+Shape infer_output_shape(const Config& config, const Shape& input, const std::string& input_what) {
+  if (config.model.layers.empty()) {
+    if (input.size() != 1 || input[0] != 10) {
+      config.fail("model.preset", "the toy model takes 10 input features, but the " + input_what +
+                                      " is " + shape_str(input));
+    }
+    return Shape{5};
+  }
+  Shape s = input;
+  std::string from = input_what;
+  for (const LayerSpec& l : config.model.layers) {
+    const std::string arriving = "its input is " + shape_str(s) + " (" + from + ")";
+    auto image = [&](const char* key) {
+      if (s.size() != 3) {
+        config.fail(l.path + "." + key,
+                    l.type + " needs [channels, height, width] inputs, but " + arriving);
+      }
+    };
+    if (l.type == "linear") {
+      if (s.size() == 0 || s.back() != l.in) {
+        config.fail(l.path + ".in", "does not match the input: " + arriving);
+      }
+      s[s.size() - 1] = l.out;
+    } else if (l.type == "layernorm") {
+      const int64_t n = static_cast<int64_t>(l.shape.size());
+      bool ok = s.size() >= n;
+      for (int64_t i = 0; ok && i < n; ++i) ok = s[s.size() - n + i] == l.shape[i];
+      if (!ok) config.fail(l.path + ".shape", "must equal the trailing dimensions: " + arriving);
+    } else if (l.type == "conv2d" || l.type == "maxpool2d") {
+      image(l.type == "conv2d" ? "in" : "kernel");
+      if (l.type == "conv2d" && s[0] != l.in) {
+        config.fail(l.path + ".in", "does not match the input channels: " + arriving);
+      }
+      const int64_t h = (s[1] + 2 * l.padding - l.kernel) / l.stride + 1;
+      const int64_t w = (s[2] + 2 * l.padding - l.kernel) / l.stride + 1;
+      if (s[1] + 2 * l.padding < l.kernel || s[2] + 2 * l.padding < l.kernel) {
+        config.fail(l.path + ".kernel", "is larger than the (padded) image: " + arriving);
+      }
+      s = Shape{l.type == "conv2d" ? l.out : s[0], h, w};
+    } else if (l.type == "flatten") {
+      // start_dim/end_dim count the batch dimension, as torch.nn.Flatten's.
+      const int64_t nd = s.size() + 1;
+      int64_t a = l.start_dim < 0 ? l.start_dim + nd : l.start_dim;
+      int64_t b = l.end_dim < 0 ? l.end_dim + nd : l.end_dim;
+      if (a < 1 || b >= nd || a > b) {
+        config.fail(l.path + ".start_dim", "flatten(start_dim=" + std::to_string(l.start_dim) +
+                                               ", end_dim=" + std::to_string(l.end_dim) +
+                                               ") does not fit: " + arriving +
+                                               " (dimension 0 is the batch)");
+      }
+      std::vector<int64_t> out;
+      for (int64_t i = 1; i < a; ++i) out.push_back(s[i - 1]);
+      int64_t prod = 1;
+      for (int64_t i = a; i <= b; ++i) prod *= s[i - 1];
+      out.push_back(prod);
+      for (int64_t i = b + 1; i < nd; ++i) out.push_back(s[i - 1]);
+      s = Shape(out);
+    }
+    from = "after " + l.path + " (" + l.type + ")";
+  }
+  return s;
+}
+
+}  // namespace mantissa::runner
