@@ -8,6 +8,7 @@
 #include "engine/allocator.h"
 #include "engine/cuda_memory.h"
 #include "engine/device.h"
+#include "engine/device_properties.h"
 
 namespace mantissa {
 
@@ -21,6 +22,8 @@ class CudaHooks {
                           size_t nbytes) const = 0;
   virtual void synchronize(int device) const = 0;
   virtual std::string device_name(int device) const = 0;
+  // Name, compute capability, memory and versions (engine/device_properties.h).
+  virtual cuda::DeviceProperties device_properties(int device) const = 0;
   // The caching allocator's statistics and control (engine/cuda_memory.h).
   virtual cuda::MemoryStats memory_stats(int device) const = 0;
   virtual void reset_peak_memory_stats(int device) const = 0;

@@ -83,6 +83,28 @@ class CudaHooksImpl final : public CudaHooks {
     MT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     return prop.name;
   }
+
+  cuda::DeviceProperties device_properties(int device) const override {
+    check_device_exists(Device::cuda(device));
+    DeviceGuard guard(device);
+    cudaDeviceProp prop;
+    MT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    cuda::DeviceProperties p;
+    p.name = prop.name;
+    p.major = prop.major;
+    p.minor = prop.minor;
+    p.multiprocessor_count = prop.multiProcessorCount;
+    size_t free_bytes = 0, total_bytes = 0;
+    MT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    p.total_memory = static_cast<int64_t>(total_bytes);
+    p.free_memory = static_cast<int64_t>(free_bytes);
+    MT_CUDA_CHECK(cudaDriverGetVersion(&p.driver_version));
+    MT_CUDA_CHECK(cudaRuntimeGetVersion(&p.runtime_version));
+    char bus[32] = {0};
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) == cudaSuccess) p.pci_bus_id = bus;
+    (void)cudaGetLastError();
+    return p;
+  }
 };
 
 const CudaHooksImpl kHooks;
