@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Runs mantissa's benchmarks and the peers interleaved and prints one table (bench/run.sh calls
+this after building; see there). Each (workload, device, precision) runs in its own process per
+program, so peak RSS belongs to that workload; the programs take turns within each round, so
+machine load hits them alike. A round's number is the best of --reps timed repetitions; the table
+shows the median over --rounds rounds."""
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+
+WORKLOADS = {  # name: (description, batch) -- keep in step with bench/workloads.h
+    "add": ("add, 16 elements", None),
+    "linear_fb": ("Linear 16-16 fwd+bwd, batch 4", 4),
+    "toy": ("ToyModel 10-10-5 SGD step, batch 20", 20),
+    "mlp512": ("MLP 512-512-512 SGD step, batch 256", 256),
+    "mlp4096": ("MLP 1024-4096-1024 SGD step, batch 512", 512),
+}
+PRECISIONS = ["float32", "bfloat16", "float16"]
+
+
+def parse_kv(line):
+    out = {}
+    for tok in line.split():
+        if "=" in tok:
+            k, v = tok.split("=", 1)
+            out[k] = v
+    return out
+
+
+def run_mantissa(args, name):
+    cmd = [args.mantissa_bench, f"--benchmark_filter=^{name}/", "--benchmark_format=json",
+           f"--benchmark_min_time={args.min_time}", f"--benchmark_repetitions={args.reps}"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return {"error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "failed"}
+    runs = [b for b in json.loads(p.stdout)["benchmarks"] if b.get("run_type") == "iteration"]
+    if not runs:
+        return {"error": "not run"}
+    scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
+    us = min(b["real_time"] * scale[b["time_unit"]] for b in runs)
+    return {"us": us, "peak": max(b["peak_rss_mib"] for b in runs),
+            "base": runs[0]["base_rss_mib"]}
+
+
+def run_peer(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [l for l in p.stdout.splitlines() if "=" in l]
+    if p.returncode != 0 or not lines:
+        err = (p.stderr.strip().splitlines() or ["failed"])[-1]
+        return {"error": err}
+    kv = parse_kv(lines[-1])
+    if "unsupported" in kv:
+        return {"unsupported": lines[-1].split("=", 1)[1]}
+    return {"us": float(kv["us_per_step"]), "peak": float(kv["peak_rss_mib"]),
+            "base": float(kv["base_rss_mib"])}
+
+
+def median_result(results):
+    ok = [r for r in results if "us" in r]
+    if not ok:
+        return results[0] if results else {"error": "not run"}
+    return {"us": statistics.median(r["us"] for r in ok), "peak": max(r["peak"] for r in ok),
+            "base": min(r["base"] for r in ok), "all": [r["us"] for r in ok]}
+
+
+def fmt_us(r):
+    if "us" not in r:
+        return "n/a"
+    us = r["us"]
+    return f"{us:.3g}" if us < 100 else f"{us:,.0f}"
+
+
+def fmt_mem(r):
+    return f"{r['peak'] - r['base']:.0f}" if "us" in r else "-"
+
+
+def ratio(peer, ours):
+    if "us" not in peer or "us" not in ours:
+        return "-"
+    return f"{peer['us'] / ours['us']:.2f}x"
+
+
+def machine_line():
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        fields = dict(l.split(":", 1) for l in lscpu.splitlines() if ":" in l)
+        model = fields.get("Model name", "?").strip()
+        cores = int(fields.get("Core(s) per socket", "1")) * int(fields.get("Socket(s)", "1"))
+    except (OSError, ValueError):
+        model, cores = platform.processor(), os.cpu_count()
+    mhz = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for l in f:
+                if l.startswith("cpu MHz"):
+                    mhz = f"{float(l.split(':')[1]) / 1000:.2f} GHz"
+                    break
+    except OSError:
+        pass
+    return f"{model}, {cores} cores, {mhz}, load average {os.getloadavg()[0]:.2f} at start"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mantissa-bench", required=True)
+    ap.add_argument("--libtorch-peer", default="")
+    ap.add_argument("--python", default="")
+    ap.add_argument("--pytorch-peer", default="")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--min-time", type=float, default=0.2)
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--devices", default="cpu")
+    ap.add_argument("--commit", default="?")
+    ap.add_argument("--markdown", default="")
+    args = ap.parse_args()
+
+    workloads = [w for w in args.workloads.split(",") if w]
+    devices = [d for d in args.devices.split(",") if d]
+    configs = [(w, d, p) for w in workloads for d in devices for p in PRECISIONS]
+    peers = []
+    if args.libtorch_peer:
+        peers.append(("libtorch", lambda w, d, p: [args.libtorch_peer, w, d, p, str(args.min_time),
+                                                     str(args.reps)]))
+    if args.python and args.pytorch_peer:
+        peers.append(("PyTorch", lambda w, d, p: [args.python, args.pytorch_peer, w, d, p,
+                                                    str(args.min_time), str(args.reps)]))
+        if "cuda" in devices:
+            peers.append(("PyTorch graphed", lambda w, d, p: [
+                args.python, args.pytorch_peer, w, "cuda_graph" if d == "cuda" else d, p,
+                str(args.min_time), str(args.reps)]))
+    machine = machine_line()
+    results = {c: {"mantissa": []} | {n: [] for n, _ in peers} for c in configs}
+    for r in range(args.rounds):
+        for c in configs:
+            print(f"round {r + 1}/{args.rounds}: {'/'.join(c)}", file=sys.stderr, flush=True)
+            results[c]["mantissa"].append(run_mantissa(args, "/".join(c)))
+            for name, cmd in peers:
+                if name == "PyTorch graphed" and c[1] != "cuda":
+                    continue
+                results[c][name].append(run_peer(cmd(*c)))
+    med = {c: {k: median_result(v) for k, v in results[c].items()} for c in configs}
+
+    peer_names = [n for n, _ in peers]
+    head = ["workload", "device", "precision", "mantissa µs/step", "samples/s", "GFLOP/s",
+            "vs own fp32"]
+    for n in peer_names:
+        head += [f"{n} µs/step", f"{n}/mantissa"]
+    head += ["peak MiB (" + " / ".join(["mantissa"] + peer_names) + ")"]
+    rows = []
+    for (w, d, p) in configs:
+        m = med[(w, d, p)]
+        ours = m["mantissa"]
+        desc, batch = WORKLOADS[w]
+        row = [desc, d, p, fmt_us(ours)]
+        if "us" in ours:
+            row.append(f"{batch * 1e6 / ours['us']:,.0f}" if batch else "-")
+            sys.path.insert(0, os.path.dirname(__file__))
+            row.append(f"{flops(w) / ours['us'] / 1e3:.2f}")
+        else:
+            row += ["-", "-"]
+        f32 = med[(w, d, "float32")]["mantissa"]
+        row.append("-" if p == "float32" else (f"{ours['us'] / f32['us']:.2f}x"
+                                               if "us" in ours and "us" in f32 else "-"))
+        for n in peer_names:
+            pr = m.get(n, {"error": "not run"})
+            row += [fmt_us(pr), ratio(pr, ours)]
+        row.append(" / ".join(fmt_mem(m.get(n, {})) for n in ["mantissa"] + peer_names))
+        rows.append(row)
+
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f"mantissa benchmarks, {now}, commit {args.commit}",
+             f"machine: {machine}",
+             f"median of {args.rounds} interleaved rounds, each the best of {args.reps} "
+             f"repetitions of >= {args.min_time} s; peer/mantissa > 1 means mantissa is faster; "
+             "peak MiB is the process's max RSS above its baseline after start-up", ""]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "|".join("---" for _ in head) + "|")
+    for row in rows:
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    lines += bar_lines(med, devices)
+    text = "\n".join(lines)
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(text + "\n")
+    errors = [f"{'/'.join(c)} {k}: {r['error']}" for c in configs for k, v in results[c].items()
+              for r in v if "error" in r]
+    for e in sorted(set(errors)):
+        print("error:", e, file=sys.stderr)
+
+
+def flops(w):
+    """Matmul FLOPs per step, as step_flops() in bench/workloads.h."""
+    layers = {"add": [], "linear_fb": [16, 16], "toy": [10, 10, 5], "mlp512": [512, 512, 512],
+              "mlp4096": [1024, 4096, 1024]}[w]
+    batch = {"add": 16, "linear_fb": 4, "toy": 20, "mlp512": 256, "mlp4096": 512}[w]
+    if len(layers) < 2:
+        return batch
+    return sum(2 * batch * layers[i] * layers[i + 1] * (2 if i == 0 else 3)
+               for i in range(len(layers) - 1))
+
+
+def bar_lines(med, devices):
+    """The CPU performance bar of the benchmark issue, checked on this run's numbers."""
+    if "cpu" not in devices:
+        return []
+    out = ["CPU bar (this run):"]
+
+    def get(w, p, who):
+        return med.get((w, "cpu", p), {}).get(who, {})
+
+    def check(label, value, ok):
+        out.append(f"- {label}: {value} -> {'PASS' if ok else 'FAIL'}")
+
+    toy, toy_lt = get("toy", "float32", "mantissa"), get("toy", "float32", "libtorch")
+    if "us" in toy and "us" in toy_lt:
+        r = toy_lt["us"] / toy["us"]
+        check("ToyModel float32 SGD step >= 20x faster than libtorch", f"{r:.1f}x", r >= 20)
+    for w in ["mlp512", "mlp4096"]:
+        ours, lt = get(w, "float32", "mantissa"), get(w, "float32", "libtorch")
+        if "us" in ours and "us" in lt:
+            r = lt["us"] / ours["us"]
+            check(f"{w} float32 throughput >= 1.0x libtorch", f"{r:.2f}x", r >= 1.0)
+    for w in ["toy", "mlp512", "mlp4096"]:
+        f32 = get(w, "float32", "mantissa")
+        for p in ["bfloat16", "float16"]:
+            lp = get(w, p, "mantissa")
+            if "us" in lp and "us" in f32:
+                r = lp["us"] / f32["us"]
+                check(f"{w} {p} autocast step <= 1.3x own float32", f"{r:.2f}x", r <= 1.3)
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+// mantissa's benchmarks (Google Benchmark): the workloads of bench/workloads.h in float32 and in
+// emulated bfloat16/float16 autocast, on the CPU and, when present, on cuda:0. bench/run.sh runs
+// one benchmark per process (so that peak RSS belongs to one workload), interleaved with the
+// peers, and builds the table; running this binary by hand works too.
+//
+// Names are "<workload>/<device>/<precision>". Counters: samples_per_s, gflops (matmul FLOPs per
+// second), peak_rss_mib (process high-water mark) and base_rss_mib (the mark before any benchmark
+// ran: the library and the runtime, not the workload).
+#include <benchmark/benchmark.h>
+#include <mantissa.h>
+#include <sys/resource.h>
+
+#include <memory>
+#include <string>
+
+#include "workloads.h"
+
+namespace mt = mantissa;
+using mantissa_bench::Workload;
+
+namespace {
+
+double max_rss_mib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;  // Linux reports KiB
+}
+
+double g_base_rss_mib = 0;
+
+std::shared_ptr<mt::nn::SequentialImpl> make_mlp(const Workload& w, mt::Device device) {
+  auto model = std::make_shared<mt::nn::SequentialImpl>();
+  for (size_t i = 0; i + 1 < w.layers.size(); ++i) {
+    if (i > 0) model->push_back(mt::nn::ReLU());
+    model->push_back(mt::nn::Linear(w.layers[i], w.layers[i + 1]));
+  }
+  model->to(device);
+  return model;
+}
+
+void sync(mt::Device device) {
+  // A one-element copy to the host waits for the device (and is free on the CPU).
+  if (device.is_cuda()) (void)mt::zeros({1}, device).item<float>();
+}
+
+void finish(benchmark::State& state, const Workload& w, mt::Device device) {
+  sync(device);
+  const double iters = double(state.iterations());
+  if (w.name != "add") {
+    state.counters["samples_per_s"] =
+        benchmark::Counter(iters * double(w.batch), benchmark::Counter::kIsRate);
+  }
+  state.counters["gflops"] =
+      benchmark::Counter(iters * mantissa_bench::step_flops(w) / 1e9, benchmark::Counter::kIsRate);
+  state.counters["peak_rss_mib"] = max_rss_mib();
+  state.counters["base_rss_mib"] = g_base_rss_mib;
+}
+
+void bench_add(benchmark::State& state, const Workload& w, mt::Device device, mt::DType dtype) {
+  mt::manual_seed(0);
+  auto a = mt::randn({w.batch}, mt::TensorOptions(device).dtype(dtype));
+  auto b = mt::randn({w.batch}, mt::TensorOptions(device).dtype(dtype));
+  for (auto _ : state) {
+    auto c = a + b;
+    benchmark::DoNotOptimize(c.unsafe_impl());
+  }
+  finish(state, w, device);
+}
+
+void bench_linear_fb(benchmark::State& state, const Workload& w, mt::Device device,
+                     std::optional<mt::amp::Precision> precision) {
+  mt::manual_seed(0);
+  mt::nn::Linear linear(w.layers[0], w.layers[1]);
+  linear->to(device);
+  auto x = mt::randn({w.batch, w.layers[0]}, device);
+  const auto params = linear->parameters();
+  for (auto _ : state) {
+    for (const auto& p : params) p.set_grad(mt::Tensor());
+    mt::Tensor loss;
+    {
+      mt::amp::autocast scope(device, precision, precision.has_value());
+      loss = linear(x).sum();
+    }
+    loss.backward();
+  }
+  finish(state, w, device);
+}
+
+void bench_train(benchmark::State& state, const Workload& w, mt::Device device,
+                 std::optional<mt::amp::Precision> precision) {
+  mt::manual_seed(0);
+  auto model = make_mlp(w, device);
+  auto x = mt::randn({w.batch, w.layers.front()}, device);
+  auto target = mt::randn({w.batch, w.layers.back()}, device);
+  mt::nn::MSELoss loss_fn;
+  mt::optim::SGD optimizer(model->parameters(), w.lr, {.momentum = w.momentum});
+  for (auto _ : state) {
+    optimizer.zero_grad();
+    mt::Tensor loss;
+    {
+      mt::amp::autocast scope(device, precision, precision.has_value());
+      loss = loss_fn(model->forward(x), target);
+    }
+    loss.backward();
+    optimizer.step();
+  }
+  finish(state, w, device);
+}
+
+void register_all() {
+  std::vector<mt::Device> devices = {mt::Device::cpu()};
+  if (mt::cuda::is_available()) devices.push_back(mt::Device::cuda(0));
+  struct Mode {
+    const char* name;
+    mt::DType dtype;
+    std::optional<mt::amp::Precision> precision;
+  };
+  const Mode modes[] = {{"float32", mt::DType::Float32, std::nullopt},
+                        {"bfloat16", mt::DType::BFloat16, mt::amp::Precision::BFloat16},
+                        {"float16", mt::DType::Float16, mt::amp::Precision::Float16}};
+  for (const auto& w : mantissa_bench::workloads()) {
+    for (const auto device : devices) {
+      for (const auto& m : modes) {
+        const std::string name = std::string(w.name) + "/" + (device.is_cuda() ? "cuda" : "cpu") +
+                                 "/" + m.name;
+        benchmark::internal::Benchmark* b = nullptr;
+        if (w.name == "add") {
+          b = benchmark::RegisterBenchmark(name.c_str(), [&w, device, m](benchmark::State& s) {
+            bench_add(s, w, device, m.dtype);
+          });
+        } else if (!w.train) {
+          b = benchmark::RegisterBenchmark(name.c_str(), [&w, device, m](benchmark::State& s) {
+            bench_linear_fb(s, w, device, m.precision);
+          });
+        } else {
+          b = benchmark::RegisterBenchmark(name.c_str(), [&w, device, m](benchmark::State& s) {
+            bench_train(s, w, device, m.precision);
+          });
+        }
+        b->Unit(benchmark::kMicrosecond)->UseRealTime();
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  g_base_rss_mib = max_rss_mib();
+  try {
+    register_all();
+  } catch (const mt::Error& e) {
+    std::fprintf(stderr, "mantissa_bench: %s\n", e.what());
+    return 1;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

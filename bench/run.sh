@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Builds mantissa with its benchmarks and the libtorch peer, runs them and PyTorch eager on the
+# same workloads, interleaved, and prints one table (bench/collect.py). From a fresh clone:
+#
+#   bench/run.sh [--markdown FILE] [--rounds N] [--reps N] [--min-time S] [--workloads a,b]
+#                [--quick] [--no-peers]
+#
+# Installs what is missing with apt (mantissa's build dependencies, libbenchmark-dev,
+# libtorch-dev, python3-torch). Builds in $BUILD_DIR (default build-bench), Release, with the CUDA
+# backend when nvcc is found; CUDA rows are printed when a GPU is present.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BUILD_DIR:-$root/build-bench}"
+markdown="" rounds=3 reps=3 min_time=0.2 workloads="add,linear_fb,toy,mlp512,mlp4096" peers=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --markdown) markdown="$(realpath -m "$2")"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --reps) reps="$2"; shift 2 ;;
+    --min-time) min_time="$2"; shift 2 ;;
+    --workloads) workloads="$2"; shift 2 ;;
+    --quick) rounds=1 reps=2 min_time=0.05; shift ;;
+    --no-peers) peers=0; shift ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "bench/run.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+# ---- dependencies -------------------------------------------------------------------------------
+"$root/scripts/install-deps.sh"
+if [ "$peers" = 1 ]; then
+  missing=()
+  for p in libbenchmark-dev libtorch-dev python3-torch; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "bench/run.sh: installing missing packages: ${missing[*]}" >&2
+    sudo_cmd=()
+    [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo_cmd[@]}" apt-get update -qq
+    "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+fi
+
+# ---- build --------------------------------------------------------------------------------------
+jobs="${JOBS:-$(nproc)}"
+fresh=()  # a new build directory skips tests and examples; an existing one keeps its settings
+[ -f "$build/CMakeCache.txt" ] || fresh=(-DCMAKE_BUILD_TYPE=Release -DMANTISSA_BUILD_TESTS=OFF
+                                         -DMANTISSA_BUILD_EXAMPLES=OFF)
+cmake -S "$root" -B "$build" -G Ninja "${fresh[@]}" -DMANTISSA_BUILD_BENCHMARKS=ON \
+      -DMANTISSA_CUDA="${MANTISSA_CUDA:-AUTO}" >&2
+ninja -C "$build" -j"$jobs" mantissa_bench >&2
+devices=cpu  # CUDA rows when a GPU is visible (mantissa_bench registers them if its build has CUDA)
+if nvidia-smi -L >/dev/null 2>&1; then devices=cpu,cuda; fi
+peer_args=()
+if [ "$peers" = 1 ]; then
+  # The CMake package of Debian's libtorch-dev; elsewhere, point Torch_DIR at yours.
+  torch_dir="${Torch_DIR:-/usr/lib/x86_64-linux-gnu/cmake/Torch}"
+  cmake -S "$root/bench/peers/libtorch" -B "$build/peers-libtorch" -G Ninja \
+        -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$torch_dir" >&2
+  ninja -C "$build/peers-libtorch" -j"$jobs" >&2
+  # Debian's python3-torch lives in the system interpreter, not in a pyenv/venv one.
+  python="${PYTHON:-/usr/bin/python3}"
+  "$python" -c "import torch" 2>/dev/null || python="$(command -v python3)"
+  peer_args=(--libtorch-peer "$build/peers-libtorch/libtorch_peer"
+             --python "$python" --pytorch-peer "$root/bench/peers/pytorch_eager.py")
+fi
+
+commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+git -C "$root" diff --quiet HEAD 2>/dev/null || commit="$commit+dirty"
+args=(--mantissa-bench "$build/bin/mantissa_bench" "${peer_args[@]}" --rounds "$rounds"
+      --reps "$reps" --min-time "$min_time" --workloads "$workloads" --devices "$devices"
+      --commit "$commit")
+[ -n "$markdown" ] && args+=(--markdown "$markdown")
+exec python3 "$root/bench/collect.py" "${args[@]}"
