@@ -67,7 +67,7 @@ class TensorDataset : public Dataset {
  private:
   Tensor inputs_;
   Tensor targets_;
-  std::string name_;
+  std::string name_{};
 };
 
 // A view of some examples of another dataset, in the given order.
@@ -146,10 +146,10 @@ std::shared_ptr<TensorDataset> make_spirals_dataset(const SpiralsOptions& option
 // labels when target_dtype is int64 (then exactly one target column, giving targets [N]).
 // Parse errors name the file, line and column.
 struct CsvOptions {
-  std::string path;
-  std::optional<bool> header;  // nullopt: detect
-  std::vector<std::string> target_columns;
-  std::vector<std::string> input_columns;
+  std::string path{};
+  std::optional<bool> header{};  // nullopt: detect
+  std::vector<std::string> target_columns{};
+  std::vector<std::string> input_columns{};
   DType target_dtype = DType::Float32;
   char delimiter = ',';
 };
@@ -157,7 +157,7 @@ std::shared_ptr<TensorDataset> load_csv_dataset(const CsvOptions& options);
 
 // Inputs and targets are two tensors of a safetensors file, found by name.
 struct SafetensorsDataOptions {
-  std::string path;
+  std::string path{};
   std::string inputs = "inputs";
   std::string targets = "targets";
 };
@@ -167,8 +167,8 @@ std::shared_ptr<TensorDataset> load_safetensors_dataset(const SafetensorsDataOpt
 // [0, 1] (or [N, rows * cols] with flatten), labels (idx1-ubyte, magic 2049) int64 [N]. Magic
 // numbers, dimensions and file sizes are validated. `limit` > 0 keeps the first `limit` examples.
 struct MnistOptions {
-  std::string images;
-  std::string labels;
+  std::string images{};
+  std::string labels{};
   bool flatten = false;
   int64_t limit = 0;
 };

@@ -43,21 +43,21 @@ struct TrainerOptions {
   amp::Precision precision = amp::Precision::Float32;
   // GradScaler options; by default enabled for float16 only, as is PyTorch practice (bfloat16
   // has float32's range).
-  std::optional<amp::GradScalerOptions> scaler;
+  std::optional<amp::GradScalerOptions> scaler{};
   bool master_weights = false;
   double clip_grad_norm = 0.0;  // > 0: clip the total 2-norm (after unscaling)
   int64_t log_every = 10;       // steps between metrics records (0: never; the last step always)
   int64_t eval_every = 0;  // steps between evaluations on the validation loader (0: at the end)
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end, with a run_dir)
   int64_t keep_last = 3;         // checkpoints kept in run_dir/checkpoints (0: keep all)
-  std::string run_dir;           // empty: no files are written
+  std::string run_dir{};         // empty: no files are written
   uint64_t seed = 0;             // seeds the engine's generators at the start of a fresh run
   bool deterministic = true;     // recorded; the CPU kernels are deterministic regardless
   bool progress = true;          // progress bar (TTY) or periodic plain lines on stderr
   bool log_to_stdout = false;    // also echo the human log lines to stdout
   // Stored in checkpoints (the CLI passes the resolved config) and checked on resume.
-  std::string config_hash;
-  std::string config_text;
+  std::string config_hash{};
+  std::string config_text{};
 };
 
 struct StepMetrics {
@@ -78,7 +78,7 @@ struct EvalMetrics {
   int64_t step = 0;
   int64_t epoch = 0;
   double loss = 0.0;
-  std::optional<double> accuracy;  // classification (int64 targets)
+  std::optional<double> accuracy{};  // classification (int64 targets)
   int64_t samples = 0;
   Json to_json() const;
 };
@@ -86,7 +86,7 @@ struct EvalMetrics {
 struct TrainSummary {
   double final_loss = std::numeric_limits<double>::quiet_NaN();
   double best_loss = std::numeric_limits<double>::quiet_NaN();
-  std::optional<EvalMetrics> final_eval;
+  std::optional<EvalMetrics> final_eval{};
   int64_t steps = 0;
   int64_t steps_skipped = 0;
   int64_t epochs = 0;
