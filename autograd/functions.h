@@ -71,7 +71,7 @@ DType result_type(const Tensor& a, const Scalar& b);
 
 // ---- conversions and views (autograd/ops/views.cpp) -------------------------------------------
 Tensor to(const Tensor& x, DType dtype);
-Tensor to(const Tensor& x, Device device);
+Tensor to(const Tensor& x, Device device, bool non_blocking = false);
 Tensor clone(const Tensor& x);
 Tensor contiguous(const Tensor& x);
 Tensor reshape(const Tensor& x, const Shape& shape);

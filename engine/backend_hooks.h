@@ -17,9 +17,11 @@ class CudaHooks {
   virtual ~CudaHooks() = default;
   virtual int device_count() const = 0;
   virtual Allocator* allocator(int device) const = 0;
-  // Copies nbytes between any two devices (cpu<->cuda, cuda<->cuda), synchronously for the host.
+  // Copies nbytes between any two devices (cpu<->cuda, cuda<->cuda) on the current stream(s).
+  // The host waits for the copy unless `non_blocking` and the host side is pinned (PyTorch
+  // semantics); copies between GPUs never make the host wait.
   virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
-                          size_t nbytes) const = 0;
+                          size_t nbytes, bool non_blocking) const = 0;
   virtual void synchronize(int device) const = 0;
   virtual std::string device_name(int device) const = 0;
   // Name, compute capability, memory and versions (engine/device_properties.h).
@@ -28,6 +30,9 @@ class CudaHooks {
   virtual cuda::MemoryStats memory_stats(int device) const = 0;
   virtual void reset_peak_memory_stats(int device) const = 0;
   virtual void empty_cache() const = 0;
+  // Pinned host memory (Tensor::pin_memory): its allocator, and whether `ptr` lies in it.
+  virtual Allocator* pinned_allocator() const = 0;
+  virtual bool is_pinned(const void* ptr) const = 0;
 };
 
 // nullptr in a build without CUDA.

@@ -1,8 +1,14 @@
 #include "engine/cuda_memory.h"
 
-#include "engine/backend_hooks.h"
+#include <memory>
 
-namespace mantissa::cuda {
+#include "engine/backend_hooks.h"
+#include "engine/error.h"
+#include "engine/factory.h"
+#include "engine/tensor.h"
+
+namespace mantissa {
+namespace cuda {
 
 MemoryStats memory_stats(int device) {
   check_device_exists(Device::cuda(device));
@@ -18,4 +24,40 @@ void empty_cache() {
   if (const CudaHooks* hooks = cuda_hooks()) hooks->empty_cache();
 }
 
-}  // namespace mantissa::cuda
+}  // namespace cuda
+
+// ---- pinned host memory (Tensor methods that need the backend) -----------------------------
+bool Tensor::is_pinned() const {
+  if (!defined() || !device().is_cpu() || storage()->data == nullptr) return false;
+  const CudaHooks* hooks = cuda_hooks();
+  return hooks != nullptr && hooks->device_count() > 0 && hooks->is_pinned(storage()->data);
+}
+
+Tensor Tensor::pin_memory() const {
+  MT_CHECK(defined(), "pin_memory: undefined tensor");
+  MT_CHECK(device().is_cpu(), "pin_memory: only CPU tensors can be pinned, got a tensor on ",
+           device());
+  const CudaHooks* hooks = cuda_hooks();
+  MT_CHECK(hooks != nullptr,
+           "pin_memory: pinned host memory needs CUDA, but this build of mantissa has no CUDA "
+           "support (rebuild with nvcc available and -DMANTISSA_CUDA=ON)");
+  MT_CHECK(hooks->device_count() > 0,
+           "pin_memory: pinned host memory needs a CUDA device, and this machine has none");
+  if (is_pinned()) return *this;
+  Allocator* pinned = hooks->pinned_allocator();
+  const size_t nbytes = static_cast<size_t>(this->nbytes());
+  auto storage =
+      std::make_shared<StorageImpl>(pinned->allocate(nbytes), nbytes, Device::cpu(),
+                                    [pinned, nbytes](void* p) { pinned->deallocate(p, nbytes); });
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->sizes = shape();
+  impl->strides = contiguous_strides(shape());
+  impl->dtype = dtype();
+  impl->refresh_contiguous();
+  Tensor out(std::move(impl));
+  detail::copy_into(out, *this);
+  return out;
+}
+
+}  // namespace mantissa

@@ -8,7 +8,7 @@
 namespace mantissa::cuda {
 
 struct MemoryStats {
-  int64_t allocated_bytes = 0;       // held by live tensors (sizes after rounding)
+  int64_t allocated_bytes = 0;       // held by live tensors (block sizes, after rounding)
   int64_t reserved_bytes = 0;        // obtained from cudaMalloc: allocated + cached
   int64_t cached_bytes = 0;          // reserved but free, kept for reuse
   int64_t peak_allocated_bytes = 0;  // since start or the last reset_peak_memory_stats()
@@ -18,7 +18,12 @@ struct MemoryStats {
   int64_t num_cache_hits = 0;   // ... of which were served from the cache
   int64_t num_cuda_mallocs = 0;
   int64_t num_cuda_frees = 0;
-  int64_t num_oom_retries = 0;  // cudaMalloc failures retried after emptying the cache
+  int64_t num_oom_retries = 0;      // cudaMalloc failures retried after emptying the cache
+  int64_t num_segments = 0;         // cudaMalloc'd segments currently held
+  int64_t num_splits = 0;           // blocks split to serve a smaller request
+  int64_t num_merges = 0;           // freed blocks merged with a free neighbour
+  int64_t num_capture_mallocs = 0;  // cudaMalloc calls made while a CUDA graph was captured
+  int64_t graph_pool_bytes = 0;     // reserved bytes held by private pools of CUDA graphs
 };
 
 // Stats of cuda:`device`; throws mantissa::Error if that device does not exist (or the build has

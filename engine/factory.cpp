@@ -233,7 +233,7 @@ Tensor dense(const Tensor& t) {
   return c;
 }
 
-void copy_into(const Tensor& dst, const Tensor& src) {
+void copy_into(const Tensor& dst, const Tensor& src, bool non_blocking) {
   Tensor s = src;
   if (!(s.shape() == dst.shape())) {
     const Shape b = broadcast_shapes(dst.shape(), s.shape(), "copy_");
@@ -262,8 +262,10 @@ void copy_into(const Tensor& dst, const Tensor& src) {
   const CudaHooks* hooks = cuda_hooks();
   MT_CHECK(hooks != nullptr, "copy_: cannot copy between ", s.device(), " and ", dst.device(),
            " in a build without CUDA");
+  // A staging buffer is pageable memory that dies here, so only a direct copy may be asynchronous.
   hooks->copy_bytes(staged.data_ptr(), staged.device(), dense.data_ptr(), dense.device(),
-                    static_cast<size_t>(dense.nbytes()));
+                    static_cast<size_t>(dense.nbytes()),
+                    non_blocking && dense.is_same(s) && staged.is_same(dst));
   if (!staged.is_same(dst)) copy_kernel(dst.device())(dst, staged);
 }
 

@@ -90,7 +90,7 @@ namespace detail {
 // A view sharing t's storage (no autograd recording; the autograd layer wraps this).
 Tensor make_view(const Tensor& t, const Shape& sizes, const Shape& strides, int64_t offset);
 // dst <- src with dtype conversion and broadcasting of src to dst's shape; any devices.
-void copy_into(const Tensor& dst, const Tensor& src);
+void copy_into(const Tensor& dst, const Tensor& src, bool non_blocking = false);
 // t itself if undefined or contiguous, else a contiguous copy (no autograd recording).
 Tensor dense(const Tensor& t);
 // Calls body(o) with a contiguous o that ends up in `out`: out itself when contiguous, else a

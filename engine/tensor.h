@@ -81,7 +81,9 @@ class Tensor {
   std::string str() const;           // PyTorch-like repr
 
   // ---- conversions (differentiable where PyTorch's are) ----------------------------------
-  Tensor to(Device device) const;
+  // non_blocking: with a pinned CPU side, the copy is queued on the current CUDA stream and the
+  // host does not wait for it (PyTorch semantics; with pageable memory the host always waits).
+  Tensor to(Device device, bool non_blocking = false) const;
   Tensor to(DType dtype) const;
   Tensor to(Device device, DType dtype) const;
   Tensor cpu() const { return to(Device::cpu()); }
@@ -89,6 +91,10 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor detach() const;
+  // A copy in pinned (page-locked) host memory, for fast and non_blocking host<->GPU copies
+  // (this tensor if already pinned). CPU tensors only; needs CUDA (engine/cuda_memory.cpp).
+  Tensor pin_memory() const;
+  bool is_pinned() const;
 
   // ---- views -----------------------------------------------------------------------------
   Tensor view(const Shape& shape) const;

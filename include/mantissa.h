@@ -2,6 +2,7 @@
 #pragma once
 
 #include "engine/cuda_memory.h"
+#include "engine/cuda_stream.h"
 #include "engine/device.h"
 #include "engine/dtype.h"
 #include "engine/error.h"

@@ -110,10 +110,10 @@ Tensor to(const Tensor& x, DType dtype) {
   return out;
 }
 
-Tensor to(const Tensor& x, Device device) {
+Tensor to(const Tensor& x, Device device, bool non_blocking) {
   if (x.device() == device) return x;
   Tensor out = empty(x.shape(), TensorOptions(device).dtype(x.dtype()));
-  detail::copy_into(out, x);
+  detail::copy_into(out, x, non_blocking);
   if (Recorder rec{"ToCopyBackward0", {&x}}) {
     rec.finish(
         out, [from = x.device()](BackwardContext& ctx) -> Grads { return {ctx.grad().to(from)}; });
@@ -132,7 +132,7 @@ Tensor clone(const Tensor& x) {
 
 Tensor contiguous(const Tensor& x) { return x.is_contiguous() ? x : clone(x); }
 
-Tensor Tensor::to(Device d) const { return mantissa::to(*this, d); }
+Tensor Tensor::to(Device d, bool non_blocking) const { return mantissa::to(*this, d, non_blocking); }
 Tensor Tensor::to(DType t) const { return mantissa::to(*this, t); }
 Tensor Tensor::to(Device d, DType t) const { return mantissa::to(mantissa::to(*this, d), t); }
 Tensor Tensor::contiguous() const { return mantissa::contiguous(*this); }

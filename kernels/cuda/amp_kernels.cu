@@ -72,7 +72,7 @@ void unscale_contiguous(const std::vector<const Tensor*>& ts, float* found, cons
       largest = std::max(largest, list.numel[k]);
     }
     const dim3 grid(grid_for(largest), static_cast<unsigned>(count));
-    unscale_list_kernel<T><<<grid, kBlockSize>>>(list, found, inv);
+    unscale_list_kernel<T><<<grid, kBlockSize, 0, detail::current_stream()>>>(list, found, inv);
     MT_CUDA_CHECK_LAUNCH();
   }
 }
@@ -143,10 +143,10 @@ void amp_update_scale_cuda(const Tensor& scale, const Tensor& growth_tracker,
     MT_ASSERT(t->device() == scale.device(), "amp_update_scale: state on ", t->device(),
               " but scale on ", scale.device());
   DeviceGuard guard(scale.device().index());
-  update_scale_kernel<<<1, 1>>>(static_cast<float*>(scale.data_ptr()),
-                                static_cast<int32_t*>(growth_tracker.data_ptr()),
-                                static_cast<int32_t*>(overflow_streak.data_ptr()),
-                                static_cast<const float*>(found_inf.data_ptr()), p);
+  update_scale_kernel<<<1, 1, 0, detail::current_stream()>>>(
+      static_cast<float*>(scale.data_ptr()), static_cast<int32_t*>(growth_tracker.data_ptr()),
+      static_cast<int32_t*>(overflow_streak.data_ptr()),
+      static_cast<const float*>(found_inf.data_ptr()), p);
   MT_CUDA_CHECK_LAUNCH();
 }
 

@@ -4,8 +4,8 @@
 // engine/kernel_tables.h) and a cross-correlation descriptor with the group count, asks cuDNN's
 // heuristics (the *_v7 queries: no benchmarking, so no device sync and no timing noise) for an
 // algorithm, and runs it with a workspace from mantissa's caching allocator, released as soon as
-// the call is enqueued: all work is on the legacy default stream, so later users of that block
-// are ordered after this convolution.
+// the call is enqueued: the caching allocator reuses a block only on the stream that freed it
+// (the current stream), so later users of that block are ordered after this convolution.
 //
 // Precision: float16/bfloat16 compute in float on tensor cores; float64 in double; float32 uses
 // FMA math (true float32) unless the effective matmul precision is "high", which allows TF32
@@ -56,11 +56,11 @@ class CudnnLease {
     std::call_once(s.created, [&] {
       cudnnHandle_t h = nullptr;
       MT_CUDNN_CHECK(cudnnCreate(&h));
-      MT_CUDNN_CHECK(cudnnSetStream(h, nullptr));  // the legacy default stream, like every kernel
       s.handle = h;
     });
     lock_ = std::unique_lock<std::mutex>(s.mutex);
     handle_ = s.handle;
+    MT_CUDNN_CHECK(cudnnSetStream(handle_, detail::current_stream()));
   }
   cudnnHandle_t handle() const { return handle_; }
 
@@ -194,7 +194,9 @@ struct Scaling {
   const void* zero() const { return dbl ? static_cast<const void*>(&d0) : &f0; }
 };
 
-void zero_fill(const Tensor& t) { MT_CUDA_CHECK(cudaMemsetAsync(t.data_ptr(), 0, t.nbytes())); }
+void zero_fill(const Tensor& t) {
+  MT_CUDA_CHECK(cudaMemsetAsync(t.data_ptr(), 0, t.nbytes(), detail::current_stream()));
+}
 
 // ---- bias ---------------------------------------------------------------------------------
 template <typename T>
@@ -211,9 +213,9 @@ void add_bias(const Tensor& out, const Tensor& bias) {
   const int64_t n = out.numel(), plane = out.size(2) * out.size(3), channels = out.size(1);
   dispatch_dtype<kFloatingTypes>(out.dtype(), "conv2d", out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    add_bias_kernel<T><<<grid_for(n), kBlockSize>>>(static_cast<T*>(out.data_ptr()),
-                                                    static_cast<const T*>(bias.data_ptr()), n,
-                                                    plane, channels);
+    add_bias_kernel<T><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
+        static_cast<T*>(out.data_ptr()), static_cast<const T*>(bias.data_ptr()), n, plane,
+        channels);
     MT_CUDA_CHECK_LAUNCH();
   });
 }

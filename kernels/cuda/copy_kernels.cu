@@ -60,7 +60,7 @@ void copy_kernel_cuda(const Tensor& dst, const Tensor& src) {
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
     DeviceGuard guard(dst.device().index());
     MT_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(dst.nbytes()),
-                                  cudaMemcpyDeviceToDevice, /*stream=*/0));
+                                  cudaMemcpyDeviceToDevice, detail::current_stream()));
     return;
   }
   dispatch_dtype<kAllTypesAndBool>(dst.dtype(), "copy", dst.device(), [&](auto dst_tag) {

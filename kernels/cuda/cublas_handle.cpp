@@ -7,6 +7,7 @@
 #include "engine/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_guard.h"
+#include "kernels/cuda/stream.h"
 
 namespace mantissa::cuda {
 namespace {
@@ -45,6 +46,7 @@ CublasLease::CublasLease(int device) {
   });
   lock_ = std::unique_lock<std::mutex>(s.mutex);
   handle_ = s.handle;
+  MT_CUBLAS_CHECK(cublasSetStream(handle_, detail::current_stream()));
 }
 
 }  // namespace mantissa::cuda

@@ -4,8 +4,8 @@
 // allows one handle on several threads, but serialising the (asynchronous, cheap) enqueue keeps
 // any handle state a call sets from leaking into another thread's call. Handles are never
 // destroyed: at process exit the CUDA context may already be gone (PyTorch does the same).
-// Every handle runs on the legacy default stream, like the other CUDA kernels, and forbids
-// reduced-precision reductions so float16/bfloat16 GEMMs accumulate in float32 throughout.
+// Each lease points the handle at the current stream (kernels/cuda/stream.h); every handle
+// forbids reduced-precision reductions so float16/bfloat16 GEMMs accumulate in float32 throughout.
 #pragma once
 
 #include <cublas_v2.h>

@@ -1,6 +1,6 @@
 // The CUDA backend's entry into the engine (engine/backend_hooks.h): device discovery, the
-// per-device allocators, copies between devices, and synchronisation. Registered during static
-// initialisation, so merely linking the library with CUDA makes cuda:i usable.
+// per-device allocators, pinned memory, copies between devices, and synchronisation. Registered
+// during static initialisation, so merely linking the library with CUDA makes cuda:i usable.
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -8,11 +8,14 @@
 #include <string>
 
 #include "engine/backend_hooks.h"
+#include "engine/cuda_stream.h"
 #include "engine/error.h"
 #include "engine/logging.h"
 #include "kernels/cuda/allocator.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_guard.h"
+#include "kernels/cuda/pinned_allocator.h"
+#include "kernels/cuda/stream.h"
 
 namespace mantissa::cuda {
 namespace {
@@ -41,38 +44,67 @@ class CudaHooksImpl final : public CudaHooks {
 
   Allocator* allocator(int device) const override { return caching_allocator(device); }
   cuda::MemoryStats memory_stats(int device) const override {
-    return caching_allocator_stats(device);
+    return block_allocator(device).stats();
   }
-  void reset_peak_memory_stats(int device) const override { caching_allocator_reset_peaks(device); }
-  void empty_cache() const override { caching_allocator_empty_cache(); }
+  void reset_peak_memory_stats(int device) const override { block_allocator(device).reset_peaks(); }
+  void empty_cache() const override {
+    caching_allocator_empty_cache();
+    pinned_empty_cache();
+  }
+  Allocator* pinned_allocator() const override { return cuda::pinned_allocator(); }
+  bool is_pinned(const void* ptr) const override { return is_pinned_ptr(ptr); }
 
-  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
-                  size_t nbytes) const override {
+  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
+                  bool non_blocking) const override {
     if (nbytes == 0) return;
     if (dst_device.is_cpu() && src_device.is_cpu()) {
       std::memcpy(dst, src, nbytes);
-    } else if (dst_device.is_cpu()) {
-      // Device to pageable host memory: cudaMemcpy returns once the data is on the host.
-      DeviceGuard guard(src_device.index());
-      MT_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost));
-    } else if (src_device.is_cpu()) {
-      // From pageable host memory cudaMemcpy returns once `src` has been staged, so the caller
-      // may reuse it at once; kernels queued later on the default stream see the data.
-      DeviceGuard guard(dst_device.index());
-      MT_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice));
+    } else if (dst_device.is_cpu() || src_device.is_cpu()) {
+      // Host <-> device on the device's current stream. Only a pinned host buffer lets the copy
+      // run while the host goes on; with pageable memory the host waits (as in PyTorch), and so
+      // does it unless non_blocking was asked for.
+      const bool to_host = dst_device.is_cpu();
+      const int device = to_host ? src_device.index() : dst_device.index();
+      const void* host = to_host ? dst : src;
+      const bool async = non_blocking && is_pinned_ptr(host);
+      DeviceGuard guard(device);
+      const cudaStream_t stream = detail::current_stream(device);
+      if (!async) {
+        detail::check_not_capturing(stream, to_host ? "copy from CUDA to the CPU"
+                                                    : "copy from pageable CPU memory to CUDA");
+      }
+      MT_CUDA_CHECK(cudaMemcpyAsync(
+          dst, src, nbytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, stream));
+      if (async) {
+        // The pinned block must outlive the copy: it is reused only after this stream's work.
+        pinned_record_stream(host, device, stream);
+      } else {
+        MT_CUDA_CHECK(cudaStreamSynchronize(stream));
+      }
     } else if (dst_device == src_device) {
       DeviceGuard guard(dst_device.index());
-      MT_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToDevice));
+      MT_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice,
+                                    detail::current_stream(dst_device.index())));
     } else {
-      // Works with or without peer access (the driver stages through the host if needed) and is
-      // ordered after pending work on both devices.
-      DeviceGuard guard(dst_device.index());
-      MT_CUDA_CHECK(cudaMemcpyPeer(dst, dst_device.index(), src, src_device.index(), nbytes));
+      // Between GPUs, on the destination's current stream, after the work queued on the source's
+      // current stream; the source's stream then waits for the copy, so the source block (which
+      // the allocator reuses on that stream) is not overwritten before it has been read. Works
+      // with or without peer access (the driver stages through the host if needed).
+      const Stream dst_stream = current_stream(dst_device.index());
+      const Stream src_stream = current_stream(src_device.index());
+      dst_stream.wait(src_stream);
+      {
+        DeviceGuard guard(dst_device.index());
+        MT_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index(), src, src_device.index(), nbytes,
+                                          static_cast<cudaStream_t>(dst_stream.handle())));
+      }
+      src_stream.wait(dst_stream);
     }
   }
 
   void synchronize(int device) const override {
     check_device_exists(Device::cuda(device));
+    detail::check_not_capturing(detail::current_stream(device), "synchronize");
     DeviceGuard guard(device);
     MT_CUDA_CHECK(cudaDeviceSynchronize());
   }

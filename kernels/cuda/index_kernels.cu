@@ -33,15 +33,20 @@ class BadIndexFlag {
  public:
   explicit BadIndexFlag(Device device)
       : buf_(empty(Shape{2}, TensorOptions(device).dtype(kInt64))) {
-    MT_CUDA_CHECK(cudaMemsetAsync(buf_.data_ptr(), 0, 2 * sizeof(int64_t), /*stream=*/0));
+    MT_CUDA_CHECK(
+        cudaMemsetAsync(buf_.data_ptr(), 0, 2 * sizeof(int64_t), detail::current_stream()));
   }
   unsigned long long* device_ptr() const {
     return static_cast<unsigned long long*>(buf_.data_ptr());
   }
-  // Waits for the kernels queued so far (cudaMemcpy to pageable memory is synchronous).
+  // Waits for the kernels queued so far on the current stream.
   void throw_if_any(const char* op, int64_t dim, int64_t size) const {
     int64_t host[2] = {0, 0};
-    MT_CUDA_CHECK(cudaMemcpy(host, buf_.data_ptr(), sizeof(host), cudaMemcpyDeviceToHost));
+    const cudaStream_t stream = detail::current_stream();
+    detail::check_not_capturing(stream, op);
+    MT_CUDA_CHECK(
+        cudaMemcpyAsync(host, buf_.data_ptr(), sizeof(host), cudaMemcpyDeviceToHost, stream));
+    MT_CUDA_CHECK(cudaStreamSynchronize(stream));
     if (host[0] != 0) index_views::throw_out_of_bounds(op, host[1], dim, size);
   }
 
@@ -132,8 +137,8 @@ void gather_impl(const char* op, const Tensor& out, const Tensor& in_r, const Te
     launch3(out.shape(), {&out, &in_r, &index_r},
             [&](auto calc, const Pointers<3>& ptrs, int64_t n) {
               using index_t = std::remove_cvref_t<decltype(calc.sizes[0])>;
-              gather_elements<T, index_t>
-                  <<<grid_for(n), kBlockSize>>>(calc, ptrs, n, dim_size, step, bad.device_ptr());
+              gather_elements<T, index_t><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
+                  calc, ptrs, n, dim_size, step, bad.device_ptr());
             });
   });
   bad.throw_if_any(op, dim, dim_size);
@@ -166,7 +171,8 @@ void scatter_add_impl(const char* op, const Tensor& self, int64_t dim, const Ten
             [&](auto calc, const Pointers<3>& ptrs, int64_t n) {
               using index_t = std::remove_cvref_t<decltype(calc.sizes[0])>;
               scatter_add_elements<Acc, T, index_t>
-                  <<<grid_for(n), kBlockSize>>>(calc, ptrs, n, dim_size, step, bad.device_ptr());
+                  <<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
+                      calc, ptrs, n, dim_size, step, bad.device_ptr());
             });
     bad.throw_if_any(op, dim, dim_size);  // before a copy touches self, as on the CPU
     if (!direct) mantissa::detail::copy_into(self, acc);

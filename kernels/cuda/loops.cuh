@@ -30,6 +30,7 @@
 #include "engine/tensor.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_guard.h"
+#include "kernels/cuda/stream.h"
 
 namespace mantissa::cuda {
 
@@ -246,8 +247,9 @@ void gpu_elementwise(const Tensor& out, const F& f, const Ts&... ins) {
   Out* out_ptr = static_cast<Out*>(out.data_ptr());
   if (layout.dense({static_cast<int64_t>(sizeof(Out)), static_cast<int64_t>(sizeof(In))...}) &&
       detail::packs_aligned<V>(out_ptr, static_cast<const In*>(ins.data_ptr())...)) {
-    vectorized_kernel<V, F, Out, In...><<<grid_for((n + V - 1) / V), kBlockSize>>>(
-        n, f, out_ptr, static_cast<const In*>(ins.data_ptr())...);
+    vectorized_kernel<V, F, Out, In...>
+        <<<grid_for((n + V - 1) / V), kBlockSize, 0, detail::current_stream()>>>(
+            n, f, out_ptr, static_cast<const In*>(ins.data_ptr())...);
     MT_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -255,10 +257,12 @@ void gpu_elementwise(const Tensor& out, const F& f, const Ts&... ins) {
   for (int k = 0; k < N; ++k) ptrs.p[k] = layout.base[k];
   if (layout.fits_int32(n)) {
     strided_kernel<F, int32_t, Out, In...>
-        <<<grid_for(n), kBlockSize>>>(OffsetCalculator<N, int32_t>(layout), ptrs, n, f);
+        <<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
+            OffsetCalculator<N, int32_t>(layout), ptrs, n, f);
   } else {
     strided_kernel<F, int64_t, Out, In...>
-        <<<grid_for(n), kBlockSize>>>(OffsetCalculator<N, int64_t>(layout), ptrs, n, f);
+        <<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
+            OffsetCalculator<N, int64_t>(layout), ptrs, n, f);
   }
   MT_CUDA_CHECK_LAUNCH();
 }
@@ -271,11 +275,11 @@ void gpu_generate(const Tensor& out, const F& f) {
   DeviceGuard guard(out.device().index());
   const Layout<1> layout(out.shape(), std::array<const Tensor*, 1>{&out});
   if (layout.fits_int32(n)) {
-    generate_kernel<F, int32_t, Out>
-        <<<grid_for(n), kBlockSize>>>(OffsetCalculator<1, int32_t>(layout), layout.base[0], n, f);
+    generate_kernel<F, int32_t, Out><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
+        OffsetCalculator<1, int32_t>(layout), layout.base[0], n, f);
   } else {
-    generate_kernel<F, int64_t, Out>
-        <<<grid_for(n), kBlockSize>>>(OffsetCalculator<1, int64_t>(layout), layout.base[0], n, f);
+    generate_kernel<F, int64_t, Out><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
+        OffsetCalculator<1, int64_t>(layout), layout.base[0], n, f);
   }
   MT_CUDA_CHECK_LAUNCH();
 }

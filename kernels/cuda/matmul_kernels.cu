@@ -145,9 +145,9 @@ template <typename T>
 void bmm_integral(const Tensor& out, const Tensor& a, const Tensor& b) {
   const BmmShape s{out.size(0), out.size(1), out.size(2), a.size(2),   a.stride(0),
                    a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2)};
-  bmm_integral_kernel<T><<<grid_for(out.numel()), kBlockSize>>>(static_cast<const T*>(a.data_ptr()),
-                                                                static_cast<const T*>(b.data_ptr()),
-                                                                static_cast<T*>(out.data_ptr()), s);
+  bmm_integral_kernel<T><<<grid_for(out.numel()), kBlockSize, 0, detail::current_stream()>>>(
+      static_cast<const T*>(a.data_ptr()), static_cast<const T*>(b.data_ptr()),
+      static_cast<T*>(out.data_ptr()), s);
   MT_CUDA_CHECK_LAUNCH();
 }
 
@@ -162,7 +162,8 @@ void bmm_kernel_cuda(const Tensor& out, const Tensor& a, const Tensor& b) {
   dispatch_dtype<kAllTypes>(out.dtype(), "bmm", out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (a.size(2) == 0) {
-      MT_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, static_cast<size_t>(out.nbytes()), 0));
+      MT_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, static_cast<size_t>(out.nbytes()),
+                                    detail::current_stream()));
       return;
     }
     if constexpr (std::is_integral_v<T>) {

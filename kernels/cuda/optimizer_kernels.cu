@@ -80,7 +80,7 @@ void sgd_step_cuda(const Tensor& param, const Tensor& grad, const Tensor& moment
     a.neg_lr = static_cast<M>(-hp.lr);
     MT_ASSERT(!a.use_momentum || a.buf != nullptr, "sgd_step: momentum without a buffer");
     DeviceGuard guard(param.device().index());
-    sgd_step_kernel_cuda<T><<<grid_for(n), kBlockSize>>>(a, n);
+    sgd_step_kernel_cuda<T><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(a, n);
     MT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -158,7 +158,7 @@ void adam_step_cuda(const Tensor& param, const Tensor& grad, const Tensor& exp_a
     a.eps = static_cast<M>(hp.eps);
     MT_ASSERT(!a.amsgrad || a.mx != nullptr, "adam_step: amsgrad without max_exp_avg_sq");
     DeviceGuard guard(param.device().index());
-    adam_step_kernel_cuda<T><<<grid_for(n), kBlockSize>>>(a, n);
+    adam_step_kernel_cuda<T><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(a, n);
     MT_CUDA_CHECK_LAUNCH();
   });
 }

@@ -171,8 +171,8 @@ void max_pool2d_forward_cuda(const Tensor& out, const Tensor& indices, const Ten
   const Geometry g(input.shape(), out.shape(), p);
   dispatch_dtype<kFloatingTypes>(out.dtype(), "max_pool2d", out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    max_forward_kernel<T><<<grid_for(n), kBlockSize>>>(g, cdata<T>(input), mdata<T>(out),
-                                                       mdata<int64_t>(indices), n);
+    max_forward_kernel<T><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
+        g, cdata<T>(input), mdata<T>(out), mdata<int64_t>(indices), n);
     MT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -186,7 +186,7 @@ void max_pool2d_backward_cuda(const Tensor& grad_input, const Tensor& grad_out,
   dispatch_dtype<kFloatingTypes>(
       grad_input.dtype(), "max_pool2d_backward", grad_input.device(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        max_backward_kernel<T><<<grid_for(n), kBlockSize>>>(
+        max_backward_kernel<T><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
             g, cdata<T>(grad_out), cdata<int64_t>(indices), mdata<T>(grad_input), n);
         MT_CUDA_CHECK_LAUNCH();
       });
@@ -199,7 +199,8 @@ void avg_pool2d_forward_cuda(const Tensor& out, const Tensor& input, const Pool2
   const Geometry g(input.shape(), out.shape(), p);
   dispatch_dtype<kFloatingTypes>(out.dtype(), "avg_pool2d", out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    avg_forward_kernel<T><<<grid_for(n), kBlockSize>>>(g, cdata<T>(input), mdata<T>(out), n);
+    avg_forward_kernel<T><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
+        g, cdata<T>(input), mdata<T>(out), n);
     MT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -213,8 +214,8 @@ void avg_pool2d_backward_cuda(const Tensor& grad_input, const Tensor& grad_out,
   dispatch_dtype<kFloatingTypes>(
       grad_input.dtype(), "avg_pool2d_backward", grad_input.device(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        avg_backward_kernel<T>
-            <<<grid_for(n), kBlockSize>>>(g, cdata<T>(grad_out), mdata<T>(grad_input), n);
+        avg_backward_kernel<T><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
+            g, cdata<T>(grad_out), mdata<T>(grad_input), n);
         MT_CUDA_CHECK_LAUNCH();
       });
 }

@@ -89,13 +89,14 @@ void gpu_reduce(const Tensor& layout, const Tensor& in, const Op& op) {
   const ReducePlan plan = make_reduce_plan(layout, in);
   const In* src = static_cast<const In*>(in.data_ptr());
   if (plan.nr <= kSerialMax) {
-    reduce_serial_kernel<In, Op><<<grid_for(plan.nk), kBlockSize>>>(plan, src, op);
+    reduce_serial_kernel<In, Op>
+        <<<grid_for(plan.nk), kBlockSize, 0, detail::current_stream()>>>(plan, src, op);
   } else {
     // Fewer threads than elements would idle: the smallest power of two >= nr, at least a warp.
     int threads = 32;
     while (threads < kReduceBlock && threads < plan.nr) threads *= 2;
     const auto blocks = static_cast<unsigned>(std::min<int64_t>(plan.nk, kMaxBlocks));
-    reduce_block_kernel<In, Op><<<blocks, threads>>>(plan, src, op);
+    reduce_block_kernel<In, Op><<<blocks, threads, 0, detail::current_stream()>>>(plan, src, op);
   }
   MT_CUDA_CHECK_LAUNCH();
 }

@@ -93,7 +93,7 @@ void all_finite_cuda(const Tensor& out, const Tensor& in) {
     using T = typename decltype(tag)::type;
     if constexpr (!is_float_type_v<T>) {
       DeviceGuard guard(out.device().index());
-      MT_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 1, sizeof(bool), /*stream=*/0));
+      MT_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 1, sizeof(bool), detail::current_stream()));
     } else {
       // An empty input reduces to init(): true.
       gpu_reduce<T>(layout, in, AllFiniteOp<T>{static_cast<bool*>(out.data_ptr())});

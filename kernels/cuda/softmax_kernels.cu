@@ -216,9 +216,11 @@ void softmax_cuda(const Tensor& out_in, const Tensor& in_in, int64_t dim) {
           const T* x = static_cast<const T*>(in.data_ptr());
           T* y = static_cast<T*>(out.data_ptr());
           if (block_per_row(rows)) {
-            softmax_block_kernel<T, Log><<<row_blocks(rows), kRowBlock>>>(x, y, rows);
+            softmax_block_kernel<T, Log>
+                <<<row_blocks(rows), kRowBlock, 0, detail::current_stream()>>>(x, y, rows);
           } else {
-            softmax_thread_kernel<T, Log><<<grid_for(rows.count), kBlockSize>>>(x, y, rows);
+            softmax_thread_kernel<T, Log>
+                <<<grid_for(rows.count), kBlockSize, 0, detail::current_stream()>>>(x, y, rows);
           }
           MT_CUDA_CHECK_LAUNCH();
         });
@@ -232,22 +234,23 @@ void softmax_backward_cuda(const Tensor& grad_in_out, const Tensor& grad_out_in,
   const Tensor go = dense(grad_out_in), out = dense(output_in);
   const Rows rows = rows_of(out, dim);
   with_dense_out(grad_in_out, [&](const Tensor& grad_in) {
-    dispatch_dtype<kFloatingTypes>(out.dtype(), Log ? "log_softmax_backward" : "softmax_backward",
-                                   out.device(), [&](auto tag) {
-                                     using T = typename decltype(tag)::type;
-                                     DeviceGuard guard(out.device().index());
-                                     const T* g = static_cast<const T*>(go.data_ptr());
-                                     const T* y = static_cast<const T*>(out.data_ptr());
-                                     T* gi = static_cast<T*>(grad_in.data_ptr());
-                                     if (block_per_row(rows)) {
-                                       softmax_backward_block_kernel<T, Log>
-                                           <<<row_blocks(rows), kRowBlock>>>(g, y, gi, rows);
-                                     } else {
-                                       softmax_backward_thread_kernel<T, Log>
-                                           <<<grid_for(rows.count), kBlockSize>>>(g, y, gi, rows);
-                                     }
-                                     MT_CUDA_CHECK_LAUNCH();
-                                   });
+    dispatch_dtype<kFloatingTypes>(
+        out.dtype(), Log ? "log_softmax_backward" : "softmax_backward", out.device(),
+        [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          DeviceGuard guard(out.device().index());
+          const T* g = static_cast<const T*>(go.data_ptr());
+          const T* y = static_cast<const T*>(out.data_ptr());
+          T* gi = static_cast<T*>(grad_in.data_ptr());
+          if (block_per_row(rows)) {
+            softmax_backward_block_kernel<T, Log>
+                <<<row_blocks(rows), kRowBlock, 0, detail::current_stream()>>>(g, y, gi, rows);
+          } else {
+            softmax_backward_thread_kernel<T, Log>
+                <<<grid_for(rows.count), kBlockSize, 0, detail::current_stream()>>>(g, y, gi, rows);
+          }
+          MT_CUDA_CHECK_LAUNCH();
+        });
   });
 }
 
