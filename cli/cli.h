@@ -1,0 +1,63 @@
+// The `mantissa` command: one function per subcommand, shared helpers. Exit codes: 0 success,
+// 1 a failure while running (I/O, a refused checkpoint, a numerical error), 2 a bad command line
+// or config (reported before anything runs or any file is written).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mantissa::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitUsage = 2;
+
+struct TrainArgs {
+  std::string config;  // empty: the built-in default (configs/toy.yaml)
+  std::vector<std::string> sets;
+  std::string device;
+  std::string run_dir;
+  bool dry_run = false;
+  bool quiet = false;
+};
+int train(const TrainArgs& args);
+
+struct ResumeArgs {
+  std::string run_dir;
+  std::string device;
+  bool quiet = false;
+};
+int resume(const ResumeArgs& args);
+
+struct EvalArgs {
+  std::string source;  // run dir or checkpoint
+  std::string data;    // train | val | a .csv / .safetensors path; empty: val if any, else train
+  std::vector<std::string> sets;
+  std::string device;
+  bool json = false;
+};
+int eval(const EvalArgs& args);
+
+int export_weights(const std::string& source, const std::string& out);
+
+struct ImportArgs {
+  std::string path;
+  std::string config;  // optional: check the weights load into this config's model
+  std::vector<std::string> sets;
+};
+int import_weights(const ImportArgs& args);
+
+int devices();
+
+int plot(const std::string& run_dir, const std::string& out);
+
+// ---- helpers (common.cpp) ----
+// "mantissa: <message>" on stderr (the message's first line only: errors are one line).
+void print_error(const std::string& message);
+// A checkpoint path from a run dir (its newest valid checkpoint, printing why newer ones were
+// refused) or a checkpoint file. Throws mantissa::Error when there is none.
+std::string resolve_checkpoint(const std::string& source, bool verbose = true);
+// The built-in default config's YAML text.
+const char* default_config_yaml();
+
+}  // namespace mantissa::cli

@@ -1,0 +1,40 @@
+#include <filesystem>
+#include <iostream>
+
+#include "cli/cli.h"
+#include "cli/default_config.h"
+#include "engine/error.h"
+#include "runner/checkpoint.h"
+
+namespace mantissa::cli {
+
+namespace fs = std::filesystem;
+
+void print_error(const std::string& message) {
+  std::cerr << "mantissa: " << message.substr(0, message.find('\n')) << "\n";
+}
+
+const char* default_config_yaml() { return kDefaultConfigYaml; }
+
+std::string resolve_checkpoint(const std::string& source, bool verbose) {
+  std::error_code ec;
+  if (!fs::exists(source, ec))
+    MT_THROW("'", source, "' does not exist (expected a run directory or a checkpoint file)");
+  if (!fs::is_directory(source, ec)) return source;
+  const std::string dir = fs::is_directory(fs::path(source) / "checkpoints", ec)
+                              ? (fs::path(source) / "checkpoints").string()
+                              : source;
+  std::vector<std::string> refused;
+  auto choice = runner::latest_valid_checkpoint(dir, &refused);
+  if (verbose) {
+    for (const auto& r : refused) std::cerr << "mantissa: refused newer checkpoint " << r << "\n";
+  }
+  if (!choice) {
+    MT_THROW(
+        "no valid checkpoint in ", dir,
+        refused.empty() ? " (it has none)" : " (" + std::to_string(refused.size()) + " refused)");
+  }
+  return choice->path;
+}
+
+}  // namespace mantissa::cli

@@ -1,0 +1,79 @@
+// `mantissa`: config-driven training runs from the command line (docs/cli.md). A thin shell over
+// the runner library: CLI11 parses the command line, runner/ does the work.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "cli/cli.h"
+
+namespace cli = mantissa::cli;
+
+int main(int argc, char** argv) {
+  CLI::App app{"mantissa: mixed-precision training runs from YAML configs", "mantissa"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Print help for every command");
+
+  cli::TrainArgs train;
+  auto* t = app.add_subcommand("train", "Train a model from a YAML config (default: the ToyModel)");
+  t->add_option("config", train.config, "Config file (default: the built-in configs/toy.yaml)");
+  t->add_option("--set", train.sets, "Override a config key: --set optimizer.lr=0.1 (repeatable)")
+      ->allow_extra_args(false);
+  t->add_option("--device", train.device, "cpu, cuda, cuda:N or auto (overrides the config)");
+  t->add_option("--run-dir", train.run_dir,
+                "Run directory (default: runs/<name>-<YYYYmmdd-HHMMSS>)");
+  t->add_flag("--dry-run", train.dry_run, "Validate and print the resolved config; write nothing");
+  t->add_flag("-q,--quiet", train.quiet, "No progress output");
+
+  cli::ResumeArgs resume;
+  auto* r = app.add_subcommand("resume", "Continue a run from its newest valid checkpoint");
+  r->add_option("run_dir", resume.run_dir, "The run directory")->required();
+  r->add_option("--device", resume.device, "Resume on another device (cpu, cuda, cuda:N)");
+  r->add_flag("-q,--quiet", resume.quiet, "No progress output");
+
+  cli::EvalArgs eval;
+  auto* e = app.add_subcommand("eval", "Loss and metrics of a checkpoint on a dataset");
+  e->add_option("source", eval.source, "Run directory (newest valid checkpoint) or checkpoint file")
+      ->required();
+  e->add_option("--data", eval.data,
+                "train, val (the run's split; default val when it has one) or a .csv / "
+                ".safetensors file");
+  e->add_option("--set", eval.sets, "Override a key of the run's config, e.g. data.batch_size=256")
+      ->allow_extra_args(false);
+  e->add_option("--device", eval.device, "cpu, cuda, cuda:N or auto");
+  e->add_flag("--json", eval.json, "Print the result as one JSON object");
+
+  std::string export_source, export_out;
+  auto* x = app.add_subcommand("export", "Write a checkpoint's model weights as safetensors");
+  x->add_option("source", export_source, "Run directory or checkpoint file")->required();
+  x->add_option("out", export_out, "Output .safetensors file")->required();
+
+  cli::ImportArgs import;
+  auto* i =
+      app.add_subcommand("import", "Validate a safetensors weights file and list its tensors");
+  i->add_option("weights", import.path, "The .safetensors file")->required();
+  i->add_option("--config", import.config, "Also check it loads into this config's model");
+  i->add_option("--set", import.sets, "Override a key of --config")->allow_extra_args(false);
+
+  app.add_subcommand("devices", "List the CPU and every GPU with what they support");
+
+  std::string plot_dir, plot_out;
+  auto* p = app.add_subcommand("plot", "Plot loss, learning rate and loss scale of a run (SVG)");
+  p->add_option("run_dir", plot_dir, "The run directory")->required();
+  p->add_option("-o,--out", plot_out, "Output file (default: RUN_DIR/plot.svg)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& err) {
+    const int code = app.exit(err);
+    return code == 0 ? 0 : cli::kExitUsage;
+  }
+
+  if (t->parsed()) return cli::train(train);
+  if (r->parsed()) return cli::resume(resume);
+  if (e->parsed()) return cli::eval(eval);
+  if (x->parsed()) return cli::export_weights(export_source, export_out);
+  if (i->parsed()) return cli::import_weights(import);
+  if (app.get_subcommand("devices")->parsed()) return cli::devices();
+  if (p->parsed()) return cli::plot(plot_dir, plot_out);
+  return cli::kExitUsage;
+}

@@ -1,0 +1,167 @@
+// `mantissa train` and `mantissa resume`.
+#include <csignal>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+
+#include "cli/cli.h"
+#include "runner/atomic_file.h"
+#include "runner/build_from_config.h"
+#include "runner/checkpoint.h"
+#include "runner/metrics.h"
+#include "runner/trainer.h"
+
+namespace mantissa::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+volatile std::sig_atomic_t g_stop = 0;
+extern "C" void on_sigint(int) { g_stop = 1; }
+
+// Ctrl-C stops after the current step; the trainer then writes its final checkpoint and summary,
+// so `mantissa resume` continues from there. A second Ctrl-C kills the process as usual.
+class StopOnSignal : public runner::Callback {
+ public:
+  void on_train_begin(runner::Trainer&) override {
+    g_stop = 0;
+    std::signal(SIGINT, on_sigint);
+  }
+  void on_step_end(runner::Trainer& t, const runner::StepMetrics&) override { check(t); }
+  void on_batch_end(runner::Trainer& t) override { check(t); }
+  void on_train_end(runner::Trainer&, const runner::TrainSummary&) override {
+    std::signal(SIGINT, SIG_DFL);
+  }
+
+ private:
+  static void check(runner::Trainer& t) {
+    if (g_stop) {
+      std::signal(SIGINT, SIG_DFL);
+      std::cerr << "\nmantissa: interrupted; stopping after this step\n";
+      t.request_stop();
+    }
+  }
+};
+
+std::string timestamp() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  return buf;
+}
+
+// runs/<name>-<stamp>, with -2, -3, ... if two runs start within one second.
+std::string default_run_dir(const std::string& name) {
+  const std::string base = "runs/" + name + "-" + timestamp();
+  std::string dir = base;
+  for (int i = 2; fs::exists(dir); ++i) dir = base + "-" + std::to_string(i);
+  return dir;
+}
+
+void print_summary(const runner::TrainSummary& s, const std::string& run_dir) {
+  std::cout << "done: " << s.steps << " steps (" << s.steps_skipped << " skipped) in "
+            << s.wall_time_s << " s; final loss " << s.final_loss << ", best " << s.best_loss;
+  if (s.final_eval) std::cout << "; " << runner::format_eval(*s.final_eval);
+  std::cout << "\nrun directory: " << run_dir << "\n";
+}
+
+int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& checkpoint,
+        bool quiet) {
+  runner::TrainerOptions opts = run.trainer_options;
+  opts.run_dir = run_dir;
+  opts.progress = !quiet;
+  runner::Trainer trainer(run.model, run.loss, run.optimizer, run.train_loader, opts);
+  if (run.scheduler) trainer.set_scheduler(run.scheduler);
+  if (run.val_loader) trainer.set_val_loader(run.val_loader);
+  trainer.add_callback(std::make_shared<StopOnSignal>());
+  if (!checkpoint.empty()) trainer.resume_from(checkpoint);
+  const runner::TrainSummary summary = trainer.fit();
+  print_summary(summary, run_dir);
+  return kExitOk;
+}
+
+}  // namespace
+
+int train(const TrainArgs& args) {
+  runner::RunObjects run;
+  std::string run_dir = args.run_dir;
+  try {
+    std::vector<std::string> sets = args.sets;
+    if (!args.device.empty()) sets.push_back("device=" + args.device);
+    runner::Config config =
+        args.config.empty()
+            ? runner::parse_config(default_config_yaml(), "<default config>", sets, "toy")
+            : runner::parse_config_file(args.config, sets);
+    // Everything is checked (files, shapes, device) before the run directory exists.
+    run = runner::build_run(config);
+    if (args.dry_run) {
+      std::cout << run.config_text;
+      return kExitOk;
+    }
+    if (run_dir.empty()) {
+      run_dir = default_run_dir(config.name);
+    } else if (fs::exists(run_dir) && !fs::is_empty(run_dir)) {
+      throw runner::ConfigError("--run-dir " + run_dir +
+                                " already exists and is not empty (continue it with `mantissa "
+                                "resume " +
+                                run_dir + "`)");
+    }
+  } catch (const runner::ConfigError& e) {
+    print_error(e.what());
+    return kExitUsage;
+  } catch (const Error& e) {
+    print_error(e.what());
+    return kExitUsage;
+  }
+  try {
+    fs::create_directories(run_dir);
+    runner::write_file_atomically((fs::path(run_dir) / "resolved.yaml").string(), run.config_text);
+    std::cout << "training " << run.config.name << " on " << run.device << " ("
+              << run.config.precision << "), run directory " << run_dir << "\n";
+    return fit(run, run_dir, "", args.quiet);
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    return kExitFailed;
+  }
+}
+
+int resume(const ResumeArgs& args) {
+  runner::RunObjects run;
+  std::string checkpoint;
+  try {
+    const std::string resolved = (fs::path(args.run_dir) / "resolved.yaml").string();
+    if (!fs::exists(resolved)) {
+      throw runner::ConfigError(args.run_dir + " is not a run directory (no resolved.yaml)");
+    }
+    const std::string text = runner::read_file_bytes(resolved);
+    std::vector<std::string> sets;
+    if (!args.device.empty()) sets.push_back("device=" + args.device);
+    runner::Config config = runner::parse_config(text, resolved, sets);
+    run = runner::build_run(config, text);  // the stored text, so the config hash matches
+  } catch (const Error& e) {
+    print_error(e.what());
+    return kExitUsage;
+  }
+  try {
+    const std::string dir = (fs::path(args.run_dir) / "checkpoints").string();
+    std::vector<std::string> refused;
+    auto choice = runner::latest_valid_checkpoint(dir, &refused);
+    for (const auto& r : refused) std::cout << "refused newer checkpoint " << r << "\n";
+    if (!choice) {
+      print_error("no valid checkpoint to resume from in " + dir +
+                  (refused.empty() ? "" : " (" + std::to_string(refused.size()) + " refused)"));
+      return kExitFailed;
+    }
+    std::cout << "resuming from " << choice->path
+              << (refused.empty() ? " (the newest checkpoint)" : " (the newest valid checkpoint)")
+              << " on " << run.device << "\n";
+    return fit(run, args.run_dir, choice->path, args.quiet);
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    return kExitFailed;
+  }
+}
+
+}  // namespace mantissa::cli

@@ -1,0 +1,194 @@
+// `mantissa eval`, `mantissa export` and `mantissa import`: checkpoints and weights files.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include "amp/autocast.h"
+#include "autograd/node.h"
+#include "cli/cli.h"
+#include "runner/build_from_config.h"
+#include "runner/checkpoint.h"
+#include "runner/json.h"
+#include "runner/model_builder.h"
+#include "runner/safetensors.h"
+
+namespace mantissa::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << s;
+  return os.str();
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Points the config's data at `data` (train / val / a file).
+void select_data(runner::Config& c, const std::string& data, bool* use_val) {
+  *use_val = c.data.val_split > 0;
+  if (data.empty()) return;
+  if (data == "train" || data == "val") {
+    if (data == "val" && c.data.val_split <= 0) {
+      throw runner::ConfigError(
+          "--data val: the run has no validation split (data.val_split is 0)");
+    }
+    *use_val = data == "val";
+    return;
+  }
+  runner::DataConfig d;
+  d.batch_size = c.data.batch_size;
+  d.shuffle = false;
+  if (ends_with(data, ".csv")) {
+    d.type = "csv";
+    d.target_columns = c.data.type == "csv" ? c.data.target_columns : std::vector<std::string>{};
+    d.input_columns = c.data.type == "csv" ? c.data.input_columns : std::vector<std::string>{};
+    d.target_dtype = c.loss.type == "cross_entropy" ? "int64" : "float32";
+  } else if (ends_with(data, ".safetensors")) {
+    d.type = "safetensors";
+    if (c.data.type == "safetensors") d.inputs = c.data.inputs, d.targets = c.data.targets;
+  } else {
+    throw runner::ConfigError("--data " + data +
+                              ": expected train, val, or a .csv or .safetensors file");
+  }
+  d.path = data;
+  c.value_text["data.path"] = data;
+  c.origin["data.path"] = "--data";
+  c.data = d;
+  *use_val = false;
+}
+
+}  // namespace
+
+int eval(const EvalArgs& args) {
+  runner::RunObjects run;
+  std::string checkpoint;
+  bool use_val = false;
+  try {
+    checkpoint = resolve_checkpoint(args.source);
+    const runner::CheckpointInfo info = runner::read_checkpoint(checkpoint);
+    std::vector<std::string> sets = args.sets;
+    if (!args.device.empty()) sets.push_back("device=" + args.device);
+    runner::Config config =
+        runner::parse_config(info.config_text, checkpoint + " (its config)", sets);
+    select_data(config, args.data, &use_val);
+    run = runner::build_eval(config);
+  } catch (const runner::ConfigError& e) {
+    print_error(e.what());
+    return kExitUsage;
+  } catch (const Error& e) {
+    print_error(e.what());
+    return kExitFailed;
+  }
+  try {
+    runner::CheckpointParts parts;
+    parts.model = run.model.get();
+    parts.rng = false;
+    runner::load_checkpoint(checkpoint, parts);
+    runner::DataLoader& loader = use_val ? *run.val_loader : *run.train_loader;
+    loader.set_epoch(0);
+
+    run.model->eval();
+    autograd::NoGradGuard no_grad;
+    const amp::Precision precision = amp::Precision::parse(run.config.precision);
+    double loss_sum = 0.0;
+    int64_t samples = 0, correct = 0;
+    const bool classes = loader.dataset().target_dtype() == DType::Int64;
+    while (auto batch = loader.next()) {
+      amp::autocast guard(run.device.type(), precision,
+                          precision.kind() != amp::Precision::Float32);
+      Tensor out = run.model->forward(batch->input);
+      const double loss = run.loss(out.to(DType::Float32), batch->target).item<double>();
+      const int64_t n = batch->size();
+      loss_sum += run.config.loss.reduction == "sum" ? loss : loss * static_cast<double>(n);
+      samples += n;
+      if (classes) {
+        correct += (out.argmax(-1) == batch->target).sum().item<int64_t>();
+      }
+    }
+    const double mean = samples ? loss_sum / static_cast<double>(samples) : 0.0;
+    const std::string what = args.data.empty() ? (use_val ? "val" : "train") : args.data;
+    if (args.json) {
+      runner::Json j = runner::Json::object();
+      j.set("checkpoint", checkpoint);
+      j.set("data", what);
+      j.set("samples", samples);
+      j.set("loss", mean);
+      if (classes) j.set("accuracy", static_cast<double>(correct) / std::max<int64_t>(samples, 1));
+      std::cout << j.dump() << "\n";
+    } else {
+      std::cout << "checkpoint " << checkpoint << "\ndata " << what << " ("
+                << loader.dataset().describe() << ")\nloss " << mean;
+      if (classes) {
+        std::cout << "  accuracy " << static_cast<double>(correct) / std::max<int64_t>(samples, 1);
+      }
+      std::cout << "  (" << samples << " samples, " << run.config.loss.type << ")\n";
+    }
+    return kExitOk;
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    return kExitFailed;
+  }
+}
+
+int export_weights(const std::string& source, const std::string& out) {
+  try {
+    const std::string checkpoint = resolve_checkpoint(source);
+    const runner::CheckpointInfo info = runner::read_checkpoint(checkpoint);
+    std::map<std::string, std::string> meta{{"format", "pt"},
+                                            {"mantissa.config_hash", info.config_hash}};
+    if (const runner::Json* step = info.trainer_state.find("step")) {
+      meta["mantissa.step"] = step->dump();
+    }
+    runner::save_safetensors(out, info.weights, meta);
+    std::cout << "wrote " << info.weights.size() << " tensors from " << checkpoint << " to " << out
+              << "\n";
+    return kExitOk;
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    return kExitFailed;
+  }
+}
+
+int import_weights(const ImportArgs& args) {
+  runner::SafetensorsFile file;
+  try {
+    file = runner::load_safetensors(args.path);
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    return kExitFailed;
+  }
+  int64_t total = 0;
+  std::cout << args.path << ": " << file.tensors.size() << " tensors\n";
+  for (const auto& [name, t] : file.tensors) {
+    std::printf("  %-32s %-9s %s\n", name.c_str(), std::string(dtype_name(t.dtype())).c_str(),
+                shape_str(t.shape()).c_str());
+    total += t.numel();
+  }
+  std::cout << "  " << total << " values\n";
+  for (const auto& [k, v] : file.metadata) std::cout << "  metadata " << k << " = " << v << "\n";
+  if (args.config.empty()) return kExitOk;
+  try {
+    runner::Config config = runner::parse_config_file(args.config, args.sets);
+    auto model = runner::build_model(config.model);
+    const runner::LoadWeightsReport report = runner::load_weights(*model, file, /*strict=*/true);
+    std::cout << "loads into the model of " << args.config << " ("
+              << model->named_parameters().size() << " parameters"
+              << (report.converted_keys.empty() ? "" : ", some converted") << ")\n"
+              << "use it with: model.init_from: " << args.path << "\n";
+    return kExitOk;
+  } catch (const runner::ConfigError& e) {
+    print_error(e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    return kExitFailed;
+  }
+}
+
+}  // namespace mantissa::cli
