@@ -1,0 +1,525 @@
+#include "runner/checkpoint.h"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "amp/grad_scaler.h"
+#include "engine/generator.h"
+#include "nn/module.h"
+#include "nn/optim/lr_scheduler.h"
+#include "nn/optim/optimizer.h"
+#include "runner/atomic_file.h"
+
+namespace mantissa::runner {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kMetaKey = "mantissa.checkpoint";
+constexpr const char* kChecksumKey = "mantissa.checksum";
+// Written as 16 '0's, hashed, then overwritten in place: the checksum covers every other byte of
+// the file (header, metadata, data), so any flipped byte is caught.
+constexpr size_t kChecksumDigits = 16;
+
+std::string hex64(uint64_t v) {
+  static const char* digits = "0123456789abcdef";
+  std::string s(kChecksumDigits, '0');
+  for (size_t i = 0; i < kChecksumDigits; ++i)
+    s[kChecksumDigits - 1 - i] = digits[(v >> (4 * i)) & 0xf];
+  return s;
+}
+
+// Where the checksum's digits sit in the file: inside the header, after the key. The key's
+// quotes cannot occur unescaped inside another JSON string, so this finds the real entry.
+size_t checksum_position(std::string_view bytes, size_t header_end) {
+  const std::string needle = std::string("\"") + kChecksumKey + "\":\"";
+  const size_t at = bytes.substr(0, header_end).find(needle);
+  if (at == std::string_view::npos) return std::string_view::npos;
+  const size_t pos = at + needle.size();
+  return pos + kChecksumDigits <= header_end ? pos : std::string_view::npos;
+}
+
+// FNV-1a 64 over the file with the checksum digits read as '0's, without copying the file.
+uint64_t file_checksum(std::string_view bytes, size_t pos) {
+  uint64_t h = 14695981039346656037ull;
+  auto feed = [&h](std::string_view s) {
+    for (const char c : s) {
+      h ^= static_cast<uint8_t>(c);
+      h *= 1099511628211ull;
+    }
+  };
+  feed(bytes.substr(0, pos));
+  feed(std::string(kChecksumDigits, '0'));
+  feed(bytes.substr(pos + kChecksumDigits));
+  return h;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Json shape_json(const Shape& s) {
+  Json a = Json::array();
+  for (const int64_t d : s) a.push_back(d);
+  return a;
+}
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << s;
+  return os.str();
+}
+
+// uint64 values (seeds, Philox offsets) as decimal strings: JSON integers here are int64.
+std::string u64_str(uint64_t v) { return std::to_string(v); }
+uint64_t parse_u64(const Json& v, const std::string& what) {
+  const std::string& s = v.as_string();
+  uint64_t out = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  MT_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty(), what,
+           ": expected an unsigned integer, got '", s, "'");
+  return out;
+}
+
+Json optimizer_json(const optim::Optimizer& opt, const optim::OptimizerState& st) {
+  Json j;
+  j["name"] = opt.name();
+  j["master_weights"] = opt.master_weights();
+  Json groups = Json::array();
+  for (const auto& g : st.param_groups) {
+    Json gj;
+    Json options = Json::object();
+    for (const auto& [k, v] : g.options) options[k] = v;
+    gj["options"] = std::move(options);
+    Json ids = Json::array();
+    for (const int64_t id : g.params) ids.push_back(id);
+    gj["params"] = std::move(ids);
+    groups.push_back(std::move(gj));
+  }
+  j["param_groups"] = std::move(groups);
+  Json state = Json::array();
+  for (const auto& [id, s] : st.state) {
+    Json sj;
+    sj["id"] = id;
+    sj["step"] = s.step;
+    Json names = Json::array();
+    for (const auto& [name, _] : s.buffers) names.push_back(name);
+    sj["buffers"] = std::move(names);
+    state.push_back(std::move(sj));
+  }
+  j["state"] = std::move(state);
+  return j;
+}
+
+std::string optim_tensor_name(int64_t id, const std::string& buffer) {
+  return "optim." + std::to_string(id) + "." + buffer;
+}
+
+// The parsed, checksum-verified file.
+struct Loaded {
+  SafetensorsFile file;
+  Json meta;
+};
+
+Loaded read_verified(const std::string& path) {
+  const std::string what = "checkpoint '" + path + "'";
+  const std::string bytes = read_file_bytes(path);
+  Loaded out;
+  out.file = parse_safetensors(bytes, what);
+  const auto& md = out.file.metadata;
+  auto format = md.find("format");
+  MT_CHECK(format != md.end() && format->second == kCheckpointFormat, what,
+           ": not a mantissa checkpoint (metadata 'format' is ",
+           format == md.end() ? std::string("missing") : "'" + format->second + "'",
+           "; a plain weights file can be loaded with load_weights / init_from)");
+  auto version = md.find("format_version");
+  MT_CHECK(version != md.end(), what, ": no format_version in the metadata");
+  MT_CHECK(version->second == std::to_string(kCheckpointFormatVersion), what,
+           ": unsupported checkpoint format version '", version->second,
+           "' (this build reads version ", kCheckpointFormatVersion, ")");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
+  const size_t pos = checksum_position(bytes, static_cast<size_t>(8 + n));
+  auto stored = md.find(kChecksumKey);
+  MT_CHECK(pos != std::string_view::npos && stored != md.end() &&
+               stored->second.size() == kChecksumDigits,
+           what, ": no checksum in the metadata (corrupted)");
+  const std::string computed = hex64(file_checksum(bytes, pos));
+  MT_CHECK(computed == stored->second, what, ": checksum mismatch (stored ", stored->second,
+           ", computed ", computed, "): the file is corrupted");
+  auto meta = md.find(kMetaKey);
+  MT_CHECK(meta != md.end(), what, ": no '", kMetaKey, "' entry in the metadata");
+  out.meta = Json::parse(meta->second, what + " metadata");
+  MT_CHECK(out.meta.is_object(), what, ": metadata '", kMetaKey, "' is not a JSON object");
+  return out;
+}
+
+// Throws unless the model's state_dict has exactly the saved names, shapes and dtypes.
+void check_model(const std::string& what, const Json& saved, const nn::Module& model) {
+  const NamedTensors own = module_tensors(model);
+  std::map<std::string, const Json*> by_name;
+  for (const Json& t : saved.as_array()) by_name.emplace(t.at("name").as_string(), &t);
+  const std::string prefix = what + " does not match the model (" + model.type_name() + "): ";
+  for (const auto& [name, t] : own) {
+    auto it = by_name.find(name);
+    MT_CHECK(it != by_name.end(), prefix, "'", name, "' is in the model but not in the checkpoint");
+    std::vector<int64_t> dims;
+    for (const Json& d : it->second->at("shape").as_array()) dims.push_back(d.as_int());
+    MT_CHECK(Shape(dims) == t.shape(), prefix, "'", name, "' has shape ", shape_str(Shape(dims)),
+             " in the checkpoint but ", shape_str(t.shape()), " in the model");
+    const std::string dtype = it->second->at("dtype").as_string();
+    MT_CHECK(dtype == dtype_name(t.dtype()), prefix, "'", name, "' has dtype ", dtype,
+             " in the checkpoint but ", t.dtype(), " in the model");
+    by_name.erase(it);
+  }
+  MT_CHECK(by_name.empty(), prefix, "'", by_name.empty() ? "" : by_name.begin()->first,
+           "' is in the checkpoint but not in the model");
+}
+
+optim::OptimizerState optimizer_state(const std::string& what, const Json& j,
+                                      const SafetensorsFile& file, const optim::Optimizer& opt) {
+  MT_CHECK(j.at("name").as_string() == opt.name(), what, " holds ", j.at("name").as_string(),
+           " optimizer state but the optimizer is ", opt.name());
+  optim::OptimizerState st;
+  std::vector<const Tensor*> params;
+  const auto& groups = j.at("param_groups").as_array();
+  MT_CHECK(groups.size() == opt.param_groups().size(), what, " has ", groups.size(),
+           " optimizer parameter group(s) but the optimizer has ", opt.param_groups().size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    optim::OptimizerState::Group group;
+    for (const auto& [k, v] : groups[g].at("options").as_object()) group.options[k] = v.as_double();
+    for (const Json& id : groups[g].at("params").as_array()) group.params.push_back(id.as_int());
+    MT_CHECK(group.params.size() == opt.param_groups()[g].params.size(), what,
+             ": optimizer parameter group ", g, " has ", group.params.size(),
+             " parameters in the checkpoint but ", opt.param_groups()[g].params.size(),
+             " in the optimizer");
+    for (const Tensor& p : opt.param_groups()[g].params) params.push_back(&p);
+    st.param_groups.push_back(std::move(group));
+  }
+  for (const Json& sj : j.at("state").as_array()) {
+    const int64_t id = sj.at("id").as_int();
+    MT_CHECK(id >= 0 && id < static_cast<int64_t>(params.size()), what,
+             ": optimizer state for parameter id ", id, ", but the optimizer has ", params.size(),
+             " parameters");
+    optim::ParamState ps;
+    ps.step = sj.at("step").as_int();
+    for (const Json& b : sj.at("buffers").as_array()) {
+      const std::string name = optim_tensor_name(id, b.as_string());
+      const Tensor* t = file.find(name);
+      MT_CHECK(t != nullptr, what, ": optimizer tensor '", name, "' is missing");
+      MT_CHECK(t->shape() == params[id]->shape(), what, ": optimizer tensor '", name,
+               "' has shape ", shape_str(t->shape()), " but the parameter has ",
+               shape_str(params[id]->shape()));
+      ps.buffers.emplace(b.as_string(), *t);
+    }
+    st.state.emplace(id, std::move(ps));
+  }
+  return st;
+}
+
+amp::GradScalerState scaler_state(const Json& j) {
+  amp::GradScalerState s;
+  s.scale = j.at("scale").as_double();
+  s.growth_factor = j.at("growth_factor").as_double();
+  s.backoff_factor = j.at("backoff_factor").as_double();
+  s.growth_interval = j.at("growth_interval").as_int();
+  s.growth_tracker = j.at("growth_tracker").as_int();
+  s.min_scale = j.at("min_scale").as_double();
+  s.hysteresis = j.at("hysteresis").as_int();
+  s.overflow_streak = j.at("overflow_streak").as_int();
+  s.steps_taken = j.at("steps_taken").as_int();
+  s.steps_skipped = j.at("steps_skipped").as_int();
+  return s;
+}
+
+std::vector<double> doubles(const Json& j) {
+  std::vector<double> out;
+  for (const Json& v : j.as_array()) out.push_back(v.as_double());
+  return out;
+}
+
+int64_t step_of(const std::string& filename) {
+  // "step-<digits>.ckpt"
+  constexpr std::string_view pre = "step-", suf = ".ckpt";
+  if (filename.size() <= pre.size() + suf.size() || !filename.starts_with(pre) ||
+      !filename.ends_with(suf))
+    return -1;
+  const std::string_view digits(filename.data() + pre.size(),
+                                filename.size() - pre.size() - suf.size());
+  int64_t step = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  if (ec != std::errc() || end != digits.data() + digits.size()) return -1;
+  return step;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const CheckpointParts& parts) {
+  MT_CHECK(parts.model != nullptr, "save_checkpoint('", path, "'): no model given");
+  NamedTensors tensors;
+  Json meta;
+  meta["format"] = kCheckpointFormat;
+  meta["format_version"] = kCheckpointFormatVersion;
+  meta["created"] = utc_now();
+  meta["config_hash"] = parts.config_hash;
+  Json model;
+  model["type"] = parts.model->type_name();
+  Json sig = Json::array();
+  for (const auto& [name, t] : module_tensors(*parts.model)) {
+    Json e;
+    e["name"] = name;
+    e["shape"] = shape_json(t.shape());
+    e["dtype"] = std::string(dtype_name(t.dtype()));
+    sig.push_back(std::move(e));
+    tensors.emplace_back("model." + name, t);
+  }
+  model["tensors"] = std::move(sig);
+  meta["model"] = std::move(model);
+
+  if (parts.optimizer) {
+    const optim::OptimizerState st = parts.optimizer->state_dict();
+    meta["optimizer"] = optimizer_json(*parts.optimizer, st);
+    for (const auto& [id, s] : st.state)
+      for (const auto& [name, t] : s.buffers) tensors.emplace_back(optim_tensor_name(id, name), t);
+  } else {
+    meta["optimizer"] = nullptr;
+  }
+  if (parts.scaler) {
+    const amp::GradScalerState s = parts.scaler->state_dict();
+    Json j;
+    j["enabled"] = parts.scaler->is_enabled();
+    j["scale"] = s.scale;
+    j["growth_factor"] = s.growth_factor;
+    j["backoff_factor"] = s.backoff_factor;
+    j["growth_interval"] = s.growth_interval;
+    j["growth_tracker"] = s.growth_tracker;
+    j["min_scale"] = s.min_scale;
+    j["hysteresis"] = s.hysteresis;
+    j["overflow_streak"] = s.overflow_streak;
+    j["steps_taken"] = s.steps_taken;
+    j["steps_skipped"] = s.steps_skipped;
+    meta["scaler"] = std::move(j);
+  } else {
+    meta["scaler"] = nullptr;
+  }
+  if (parts.scheduler) {
+    const optim::SchedulerState s = parts.scheduler->state_dict();
+    Json j;
+    j["last_epoch"] = s.last_epoch;
+    Json base = Json::array(), last = Json::array();
+    for (const double v : s.base_lrs) base.push_back(v);
+    for (const double v : s.last_lr) last.push_back(v);
+    j["base_lrs"] = std::move(base);
+    j["last_lr"] = std::move(last);
+    meta["scheduler"] = std::move(j);
+  } else {
+    meta["scheduler"] = nullptr;
+  }
+  if (parts.rng) {
+    Json rng = Json::array();
+    for (const GeneratorState& g : get_rng_states()) {
+      Json j;
+      j["device"] = g.device.str();
+      j["seed"] = u64_str(g.seed);
+      j["offset"] = u64_str(g.offset);
+      rng.push_back(std::move(j));
+    }
+    meta["rng"] = std::move(rng);
+  } else {
+    meta["rng"] = nullptr;
+  }
+  meta["trainer_state"] = parts.trainer_state;
+  meta["config_text"] = parts.config_text;
+
+  std::map<std::string, std::string> md;
+  md["format"] = kCheckpointFormat;
+  md["format_version"] = std::to_string(kCheckpointFormatVersion);
+  md[kMetaKey] = meta.dump();
+  md[kChecksumKey] = std::string(kChecksumDigits, '0');
+  std::string bytes = serialize_safetensors(tensors, md);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
+  const size_t pos = checksum_position(bytes, static_cast<size_t>(8 + n));
+  MT_ASSERT(pos != std::string::npos, "checksum placeholder not found in the header");
+  bytes.replace(pos, kChecksumDigits, hex64(file_checksum(bytes, pos)));
+  write_file_atomically(path, bytes);
+}
+
+namespace {
+// read_checkpoint, keeping the parsed file for load_checkpoint's optimizer tensors.
+CheckpointInfo read_info(const std::string& path, SafetensorsFile* keep) {
+  Loaded l = read_verified(path);
+  const std::string what = "checkpoint '" + path + "'";
+  CheckpointInfo info;
+  try {
+    info.path = path;
+    info.format_version = l.meta.at("format_version").as_int();
+    info.created = l.meta.at("created").as_string();
+    info.trainer_state = l.meta.at("trainer_state");
+    info.config_hash = l.meta.at("config_hash").as_string();
+    info.config_text = l.meta.at("config_text").as_string();
+    for (const Json& t : l.meta.at("model").at("tensors").as_array()) {
+      const std::string name = t.at("name").as_string();
+      info.weights.emplace_back(name, l.file.at("model." + name));
+    }
+  } catch (const Error& e) {
+    MT_THROW(what, ": malformed checkpoint metadata: ", e.what());
+  }
+  info.meta = std::move(l.meta);
+  if (keep) *keep = std::move(l.file);
+  return info;
+}
+}  // namespace
+
+CheckpointInfo read_checkpoint(const std::string& path) { return read_info(path, nullptr); }
+
+void load_checkpoint(const std::string& path, CheckpointParts& parts) {
+  MT_CHECK(parts.model != nullptr, "load_checkpoint('", path, "'): no model given");
+  const std::string what = "checkpoint '" + path + "'";
+  SafetensorsFile file;
+  CheckpointInfo info = read_info(path, &file);
+  const Json& meta = info.meta;
+
+  // Everything is checked and decoded before anything is restored: a refused checkpoint leaves
+  // the model, optimizer and the rest as they were.
+  std::optional<optim::OptimizerState> opt_state;
+  std::optional<amp::GradScalerState> scaler;
+  std::optional<optim::SchedulerState> sched;
+  std::vector<GeneratorState> rng;
+  bool master_weights = false;
+  try {
+    check_model(what, meta.at("model").at("tensors"), *parts.model);
+    if (parts.optimizer) {
+      const Json& j = meta.at("optimizer");
+      MT_CHECK(!j.is_null(), what, " has no optimizer state, but an optimizer was given");
+      opt_state = optimizer_state(what, j, file, *parts.optimizer);
+      master_weights = j.at("master_weights").as_bool();
+    }
+    if (parts.scaler) {
+      const Json& j = meta.at("scaler");
+      MT_CHECK(!j.is_null(), what, " has no GradScaler state, but a GradScaler was given");
+      MT_CHECK(j.at("enabled").as_bool() == parts.scaler->is_enabled(), what,
+               ": the GradScaler was ", j.at("enabled").as_bool() ? "enabled" : "disabled",
+               " when saved but is ", parts.scaler->is_enabled() ? "enabled" : "disabled", " now");
+      scaler = scaler_state(j);
+    }
+    if (parts.scheduler) {
+      const Json& j = meta.at("scheduler");
+      MT_CHECK(!j.is_null(), what, " has no LR scheduler state, but a scheduler was given");
+      sched = optim::SchedulerState{j.at("last_epoch").as_int(), doubles(j.at("base_lrs")),
+                                    doubles(j.at("last_lr"))};
+      MT_CHECK(sched->base_lrs.size() == parts.scheduler->base_lrs().size(), what,
+               ": the LR scheduler has ", sched->base_lrs.size(),
+               " parameter group(s) in the checkpoint but ", parts.scheduler->base_lrs().size(),
+               " now");
+    }
+    if (parts.rng && !meta.at("rng").is_null()) {
+      for (const Json& g : meta.at("rng").as_array())
+        rng.push_back({Device(g.at("device").as_string()),
+                       parse_u64(g.at("seed"), what + " rng seed"),
+                       parse_u64(g.at("offset"), what + " rng offset")});
+    }
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    if (msg.find(what) != std::string::npos) throw;
+    MT_THROW(what, ": malformed checkpoint metadata: ", msg);
+  }
+
+  {
+    nn::StateDict sd;
+    for (const auto& [name, t] : info.weights) sd.insert(name, t);
+    parts.model->load_state_dict(sd, /*strict=*/true);
+  }
+  if (opt_state) {
+    parts.optimizer->set_master_weights(master_weights);
+    parts.optimizer->load_state_dict(*opt_state);
+  }
+  if (scaler) parts.scaler->load_state_dict(*scaler);
+  if (sched) parts.scheduler->load_state_dict(*sched);
+  if (!rng.empty()) set_rng_states(rng);
+  parts.trainer_state = std::move(info.trainer_state);
+  parts.config_hash = std::move(info.config_hash);
+  parts.config_text = std::move(info.config_text);
+}
+
+std::string checkpoint_filename(int64_t step) {
+  MT_CHECK(step >= 0, "checkpoint_filename: negative step ", step);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step-%09lld.ckpt", static_cast<long long>(step));
+  return buf;
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return {};
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const int64_t step = step_of(name);
+    if (step >= 0 && entry.is_regular_file(ec)) found.emplace_back(step, entry.path().string());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second > b.second;
+  });
+  std::vector<std::string> out;
+  for (auto& [_, p] : found) out.push_back(std::move(p));
+  return out;
+}
+
+std::optional<CheckpointChoice> latest_valid_checkpoint(const std::string& dir,
+                                                        std::vector<std::string>* refused) {
+  std::vector<std::string> reasons;
+  for (const std::string& path : list_checkpoints(dir)) {
+    try {
+      (void)read_checkpoint(path);
+      if (refused) *refused = reasons;
+      return CheckpointChoice{path, std::move(reasons)};
+    } catch (const Error& e) {
+      reasons.emplace_back(e.what());
+    }
+  }
+  if (refused) *refused = std::move(reasons);
+  return std::nullopt;
+}
+
+std::optional<CheckpointChoice> latest_valid_checkpoint(const std::string& dir) {
+  return latest_valid_checkpoint(dir, nullptr);
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep_last) {
+  std::vector<std::string> deleted;
+  if (keep_last > 0) {
+    const std::vector<std::string> all = list_checkpoints(dir);
+    for (size_t i = static_cast<size_t>(keep_last); i < all.size(); ++i) {
+      std::error_code ec;
+      if (fs::remove(all[i], ec)) deleted.push_back(all[i]);
+    }
+  }
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return deleted;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!is_atomic_temp_name(name)) continue;
+    // Only temporaries of processes that no longer exist: a live writer's file is not stale.
+    const size_t at = name.rfind(".tmp-");
+    const std::string pid = name.substr(at + 5);
+    const bool alive = !pid.empty() && fs::exists("/proc/" + pid, ec);
+    std::error_code rm;
+    if (!alive && fs::remove(entry.path(), rm)) deleted.push_back(entry.path().string());
+  }
+  return deleted;
+}
+
+}  // namespace mantissa::runner
