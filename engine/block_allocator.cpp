@@ -74,8 +74,8 @@ void* BlockAllocator::allocate(size_t nbytes, StreamId stream) {
     block = new_segment(key, size);
     if (block == nullptr) throw_oom(nbytes, size);
   }
+  block->state = BlockState::Allocated;  // before split(), so the rest does not merge back
   block = split(block, size);
-  block->state = BlockState::Allocated;
   block->requested = nbytes;
   live_.emplace(block->ptr, block);
   ++stats_.num_allocations;
