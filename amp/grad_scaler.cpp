@@ -70,22 +70,58 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   }
 }
 
-bool GradScaler::step(optim::Optimizer& optimizer) {
+bool StepResult::stepped() const {
+  if (!stepped_) {
+    stepped_ = found_inf_.item<float>() == 0.0f;
+    found_inf_ = Tensor();
+  }
+  return *stepped_;
+}
+
+StepResult GradScaler::step(optim::Optimizer& optimizer) {
   if (!options_.enabled) {
     optimizer.step();
     ++steps_taken_;
-    return true;
+    return StepResult(true);
   }
   PerOptimizer& st = state_for(optimizer);
   MT_CHECK(st.stage != Stage::Stepped, "step() has already been called since the last update().");
   if (st.stage == Stage::Ready) unscale_(optimizer);
   MT_CHECK(st.found_inf.defined(), "No inf checks were recorded for this optimizer.");
-  const bool overflow = st.found_inf.item<float>() > 0.0f;
-  if (!overflow) optimizer.step();
-  optimizer.set_last_step_skipped(overflow);
-  (overflow ? steps_skipped_ : steps_taken_) += 1;
+  // No item() here: the optimizer's kernels read found_inf on its device.
+  optimizer.step_if_finite(st.found_inf);
+  {
+    autograd::NoGradGuard no_grad;
+    if (!pending_skips_.defined()) {
+      pending_skips_ = zeros({}, TensorOptions(st.found_inf.device()).dtype(kFloat32));
+    }
+    pending_skips_.add_(st.found_inf.device() == pending_skips_.device()
+                            ? st.found_inf
+                            : st.found_inf.to(pending_skips_.device()));
+  }
+  ++pending_steps_;
   st.stage = Stage::Stepped;
-  return !overflow;
+  return StepResult(st.found_inf);
+}
+
+void GradScaler::fold_counters() const {
+  if (pending_steps_ == 0) return;
+  // found_inf is exactly 0 or 1, so the float32 sum is exact for 2^24 steps between reads.
+  const auto skipped = static_cast<int64_t>(pending_skips_.item<float>());
+  steps_skipped_ += skipped;
+  steps_taken_ += pending_steps_ - skipped;
+  pending_steps_ = 0;
+  pending_skips_ = Tensor();
+}
+
+int64_t GradScaler::steps_taken() const {
+  fold_counters();
+  return steps_taken_;
+}
+
+int64_t GradScaler::steps_skipped() const {
+  fold_counters();
+  return steps_skipped_;
 }
 
 void GradScaler::update() {
@@ -132,8 +168,8 @@ GradScalerState GradScaler::state_dict() const {
   s.hysteresis = options_.hysteresis;
   s.overflow_streak =
       overflow_streak_.defined() ? overflow_streak_.item<int32_t>() : init_overflow_streak_;
-  s.steps_taken = steps_taken_;
-  s.steps_skipped = steps_skipped_;
+  s.steps_taken = steps_taken();
+  s.steps_skipped = steps_skipped();
   return s;
 }
 
@@ -157,6 +193,8 @@ void GradScaler::load_state_dict(const GradScalerState& s) {
   }
   steps_taken_ = s.steps_taken;
   steps_skipped_ = s.steps_skipped;
+  pending_steps_ = 0;
+  pending_skips_ = Tensor();
   per_optimizer_.clear();
 }
 

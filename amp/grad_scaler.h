@@ -5,12 +5,16 @@
 //   scaler.step(optimizer);   // unscales (if not done), skips the step on inf/NaN gradients
 //   scaler.update();          // backs off on overflow, grows after growth_interval clean steps
 //
-// The scale, growth tracker and found_inf flags are tensors on the gradients' device.
+// The scale, growth tracker and found_inf flags are tensors on the gradients' device, and a
+// step needs no host synchronisation: unscale_ is one multi-tensor kernel, the optimizer's
+// kernels read found_inf and skip on the device, and update() is a device kernel. Whether a step
+// was skipped is read only when asked (StepResult, last_step_skipped, the step counters).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <ostream>
 
 #include "engine/tensor.h"
 #include "nn/optim/optimizer.h"
@@ -27,6 +31,28 @@ struct GradScalerOptions {
   // hysteresis-th consecutive overflowing step (and every consecutive one after it).
   double min_scale = 0.0;
   int64_t hysteresis = 1;
+};
+
+// What GradScaler::step returns: whether the optimizer stepped. The flag stays on the device
+// until the result is converted to bool (the one optional sync of a step; cached after it), so
+// discarding the result costs nothing. Implicit, so `bool stepped = scaler.step(opt)` reads it.
+class StepResult {
+ public:
+  explicit StepResult(bool stepped) : stepped_(stepped) {}
+  // found_inf: float32, 1 element; the step happened iff it is 0.
+  explicit StepResult(Tensor found_inf) : found_inf_(std::move(found_inf)) {}
+  bool stepped() const;
+  operator bool() const { return stepped(); }  // NOLINT(google-explicit-constructor)
+  friend bool operator==(const StepResult& a, const StepResult& b) {
+    return a.stepped() == b.stepped();
+  }
+  friend std::ostream& operator<<(std::ostream& os, const StepResult& r) {
+    return os << (r.stepped() ? "stepped" : "skipped");
+  }
+
+ private:
+  mutable Tensor found_inf_;
+  mutable std::optional<bool> stepped_;
 };
 
 struct GradScalerState {
@@ -52,8 +78,9 @@ class GradScaler {
   // Divides the optimizer's gradients by the scale in place and records inf/NaN; at most once
   // per optimizer between update()s, and not after step().
   void unscale_(optim::Optimizer& optimizer);
-  // Runs optimizer.step() unless its gradients had inf/NaN. Returns whether it stepped.
-  bool step(optim::Optimizer& optimizer);
+  // Runs optimizer.step_if_finite(found_inf): the optimizer's kernels skip the step on the
+  // device if the gradients had inf/NaN. Returns whether it stepped, read lazily.
+  StepResult step(optim::Optimizer& optimizer);
   // Adjusts the scale from the inf checks recorded since the last update.
   void update();
   // Sets the scale directly (no inf checks needed).
@@ -63,8 +90,9 @@ class GradScaler {
   // The current scale (1.0 when disabled; init_scale before the first scale()).
   double get_scale() const;
   int64_t growth_tracker() const;
-  int64_t steps_taken() const { return steps_taken_; }
-  int64_t steps_skipped() const { return steps_skipped_; }
+  // Counters of step() calls, kept on the device and read (a sync on CUDA) when asked.
+  int64_t steps_taken() const;
+  int64_t steps_skipped() const;
   const GradScalerOptions& options() const { return options_; }
 
   GradScalerState state_dict() const;
@@ -77,6 +105,8 @@ class GradScaler {
     Tensor found_inf;  // float32, 1 element, on the gradients' device
   };
   void lazy_init(Device device);
+  // Adds the steps counted on the device since the last read into the host counters.
+  void fold_counters() const;
   PerOptimizer& state_for(const optim::Optimizer& optimizer) { return per_optimizer_[&optimizer]; }
 
   GradScalerOptions options_;
@@ -87,8 +117,11 @@ class GradScaler {
   int64_t init_growth_tracker_ = 0;
   int64_t init_overflow_streak_ = 0;
   std::map<const optim::Optimizer*, PerOptimizer> per_optimizer_;
-  int64_t steps_taken_ = 0;
-  int64_t steps_skipped_ = 0;
+  mutable int64_t steps_taken_ = 0;
+  mutable int64_t steps_skipped_ = 0;
+  // Steps not yet in the host counters: how many, and the sum of their found_inf (device).
+  mutable int64_t pending_steps_ = 0;
+  mutable Tensor pending_skips_;
 };
 
 }  // namespace mantissa::amp

@@ -45,6 +45,8 @@ MT_DEFINE_TABLE(bernoulli, BernoulliKernel)
 MT_DEFINE_TABLE(randint, RandintKernel)
 MT_DEFINE_TABLE(sgd_step, SgdStepKernel)
 MT_DEFINE_TABLE(adam_step, AdamStepKernel)
+MT_DEFINE_TABLE(sgd_multi_step, SgdMultiStepKernel)
+MT_DEFINE_TABLE(adam_multi_step, AdamMultiStepKernel)
 MT_DEFINE_TABLE(conv2d_forward, Conv2dForwardKernel)
 MT_DEFINE_TABLE(conv2d_backward_input, Conv2dBackwardInputKernel)
 MT_DEFINE_TABLE(conv2d_backward_weight, Conv2dBackwardWeightKernel)
@@ -70,4 +72,5 @@ void throw_not_implemented(const char* op, DType dtype, Device device) {
 namespace mantissa {
 KernelTable<AmpUnscaleKernel> amp_unscale_kernel{"amp_unscale"};
 KernelTable<AmpUpdateScaleKernel> amp_update_scale_kernel{"amp_update_scale"};
+KernelTable<AmpStreamGateKernel> amp_stream_gate_kernel{"amp_stream_gate"};
 }  // namespace mantissa

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/dispatch.h"
 #include "engine/scalar.h"
@@ -148,6 +149,31 @@ using AdamStepKernel = void (*)(const Tensor& param, const Tensor& grad, const T
                                 const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq,
                                 const AdamStepParams& p);
 MT_DECLARE_TABLE(adam_step, AdamStepKernel)
+// Multi-tensor forms of the steps above: one call updates every parameter of a list (one device),
+// with the same per-element arithmetic, so results equal the per-parameter kernels bit for bit.
+// Entry i of each vector belongs to parameter i:
+//   param  contiguous, updated in place (the float32 master copy under master weights)
+//   grad   contiguous, param's dtype
+//   model  empty, or per entry the float16/bfloat16 parameter that receives the rounded param in
+//          the same pass (master weights; undefined entries: none)
+//   state  SGD: [0] momentum_buffer (undefined when momentum == 0); Adam: [0] exp_avg,
+//          [1] exp_avg_sq, [2] max_exp_avg_sq (undefined unless amsgrad); param's dtype
+//   step   int64 0-d per parameter on the device: Adam's update count (step + 1 is used and
+//          stored), SGD's count of momentum updates (0 means buf = d, the first step)
+// found_inf: undefined (always step) or float32, 1 element, on the device: when it is non-zero
+// the kernels return without writing anything, so skipping a step needs no host sync.
+struct OptimizerTensorLists {
+  std::vector<Tensor> param, grad, model, step;
+  std::vector<Tensor> state[3];
+};
+// p.first_step is ignored (read per parameter from step).
+using SgdMultiStepKernel = void (*)(const OptimizerTensorLists& lists, const Tensor& found_inf,
+                                    const SgdStepParams& p);
+MT_DECLARE_TABLE(sgd_multi_step, SgdMultiStepKernel)
+// p.step is ignored (read per parameter from step).
+using AdamMultiStepKernel = void (*)(const OptimizerTensorLists& lists, const Tensor& found_inf,
+                                     const AdamStepParams& p);
+MT_DECLARE_TABLE(adam_multi_step, AdamMultiStepKernel)
 
 // ---- convolution and pooling (kernels/cpu/conv_kernels.cpp, pool_kernels.cpp) ----------------
 // The op passes every operand contiguous (NCHW, weight [O, C/groups, kh, kw]) and in one dtype,

@@ -2,10 +2,15 @@
 // must give the same bits for every floating dtype and layout (both multiply in opmath by the same
 // float inv_scale and round once), detect a single inf/NaN anywhere in a large tensor, and the
 // scale update must follow the CPU's sequence exactly. A small mixed-precision training loop on
-// CUDA must track the same loop on the CPU. Every test skips without a GPU.
+// CUDA must track the same loop on the CPU. The fused multi-tensor SGD/Adam/AdamW steps must follow
+// the CPU (SGD bit for bit), skip on the device when found_inf is set, and an AMP step (unscale,
+// step, update; and with forward/backward) must not wait for the GPU, shown with a StreamGate that
+// holds the stream while the host queues the step. Every test skips without a GPU.
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,13 +19,13 @@
 #include "test_util.h"
 
 namespace mt = mantissa;
-using mt::testing::all_dtypes;
-using mt::testing::kGpu;
 using mt::Device;
 using mt::DType;
 using mt::Shape;
 using mt::Tensor;
 using mt::TensorOptions;
+using mt::testing::all_dtypes;
+using mt::testing::kGpu;
 
 namespace {
 
@@ -282,4 +287,180 @@ TEST(CudaAmp, GradScalerTrainingLoopFollowsTheCpu) {
   }
   EXPECT_EQ(gpu_scaler.steps_taken(), cpu_scaler.steps_taken());
   EXPECT_EQ(gpu_scaler.get_scale(), 1024.0 * 16);  // 12 clean steps, growth every 3
+}
+
+// ---- fused multi-tensor optimizer steps and the sync-free AMP step --------------------------
+
+namespace {
+
+struct OptCase {
+  std::string name;
+  std::function<std::unique_ptr<mt::optim::Optimizer>(std::vector<Tensor>)> make;
+  bool bitwise;  // Adam's bias correction uses the device's pow: equal up to its last bit
+};
+
+std::vector<OptCase> opt_cases() {
+  using namespace mt::optim;
+  return {
+      {"sgd momentum dampening wd",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<SGD>(std::move(p), 0.05, SGDOptions{0.9, 0.3, 0.01});
+       },
+       true},
+      {"sgd nesterov",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<SGD>(std::move(p), 0.05,
+                                      SGDOptions{.momentum = 0.8, .nesterov = true});
+       },
+       true},
+      {"adam amsgrad wd",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<Adam>(
+             std::move(p), AdamOptions{.lr = 0.01, .weight_decay = 0.1, .amsgrad = true});
+       },
+       false},
+      {"adamw",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<AdamW>(std::move(p), AdamWOptions{.lr = 0.01});
+       },
+       false},
+  };
+}
+
+// Many parameters of mixed sizes: more than one launch's worth of tensors (24) and one parameter
+// larger than a launch's worth of chunks (320 x 4096 elements), so lists continue across launches.
+std::vector<Shape> many_shapes() {
+  std::vector<Shape> shapes;
+  for (int k = 0; k < 30; ++k) shapes.push_back({k % 5 + 1, 3 * k + 1});
+  shapes.push_back({320 * 4096 + 17});
+  shapes.push_back({0});
+  return shapes;
+}
+
+}  // namespace
+
+TEST(CudaFusedOptim, MultiTensorStepFollowsTheCpu) {
+  MT_REQUIRE_GPU();
+  for (const DType dt : {mt::kFloat32, mt::kFloat16, mt::kBFloat16}) {
+    for (const bool master : {false, true}) {
+      if (master && dt == mt::kFloat32) continue;
+      for (const OptCase& c : opt_cases()) {
+        const std::string what =
+            c.name + " " + std::string(mt::dtype_name(dt)) + (master ? " master" : "");
+        std::vector<Tensor> cpu, gpu;
+        for (const Shape& s : many_shapes()) {
+          Tensor t = mt::testing::random_tensor(s, dt, false);
+          gpu.push_back(t.to(kGpu).requires_grad_());
+          cpu.push_back(t.requires_grad_());
+        }
+        auto oc = c.make(cpu), og = c.make(gpu);
+        oc->set_master_weights(master);
+        og->set_master_weights(master);
+        for (int step = 0; step < 3; ++step) {
+          for (size_t k = 0; k < cpu.size(); ++k) {
+            Tensor g = mt::testing::random_tensor(cpu[k].shape(), dt, false);
+            cpu[k].set_grad(g);
+            gpu[k].set_grad(g.to(kGpu));
+          }
+          oc->step();
+          og->step();
+        }
+        for (size_t k = 0; k < cpu.size(); ++k) {
+          if (c.bitwise) {
+            expect_same_values(gpu[k], cpu[k], what + " param " + std::to_string(k));
+          } else {
+            mt::testing::expect_close(gpu[k].to(Device::cpu()), cpu[k], 1e-5, 1e-6,
+                                      what + " param " + std::to_string(k));
+          }
+          EXPECT_EQ(og->state(k)->step, oc->state(k)->step) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaFusedOptim, FoundInfSkipsOnTheDevice) {
+  MT_REQUIRE_GPU();
+  for (const OptCase& c : opt_cases()) {
+    std::vector<Tensor> ps;
+    for (const Shape& s : many_shapes()) {
+      ps.push_back(mt::testing::random_tensor(s, mt::kFloat16, false).to(kGpu).requires_grad_());
+    }
+    auto opt = c.make(ps);
+    opt->set_master_weights(true);
+    auto set_grads = [&] {
+      for (Tensor& p : ps)
+        p.set_grad(mt::testing::random_tensor(p.shape(), mt::kFloat16, false).to(kGpu));
+    };
+    set_grads();
+    opt->step();
+    std::vector<Tensor> before;
+    for (const Tensor& p : ps) before.push_back(p.detach().clone());
+    const auto state_before = opt->state_dict();
+    std::map<int64_t, std::map<std::string, Tensor>> buffers;
+    for (const auto& [id, s] : state_before.state) {
+      for (const auto& [key, t] : s.buffers) buffers[id][key] = t.clone();
+    }
+    set_grads();
+    opt->step_if_finite(scalar_f32(1.0f, kGpu));
+    EXPECT_TRUE(opt->last_step_skipped()) << c.name;
+    for (size_t k = 0; k < ps.size(); ++k) expect_same_values(ps[k], before[k], c.name);
+    const auto state_after = opt->state_dict();
+    for (const auto& [id, s] : state_after.state) {
+      EXPECT_EQ(s.step, state_before.state.at(id).step) << c.name;
+      for (const auto& [key, t] : s.buffers)
+        expect_same_values(t, buffers.at(id).at(key), c.name + " " + key);
+    }
+  }
+}
+
+namespace {
+
+// One AMP step with the stream held by a gate: the host must get through it without waiting for
+// the GPU (a sync would block until the gate times out).
+void expect_step_without_host_sync(bool include_forward) {
+  mt::manual_seed(0);
+  auto model = std::make_shared<Mlp>();
+  model->to(kGpu);
+  mt::optim::AdamW opt(model->parameters(), {.lr = 1e-3});
+  mt::amp::GradScaler scaler(mt::amp::GradScalerOptions{.init_scale = 1024.0});
+  mt::nn::MSELoss loss_fn;
+  const Tensor x = mt::randn({24, 16}).to(kGpu), y = mt::randn({24, 4}).to(kGpu);
+  auto forward_backward = [&] {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      mt::amp::autocast ac(mt::DeviceType::CUDA, mt::kFloat16);
+      loss = loss_fn(model->forward(x), y);
+    }
+    scaler.scale(loss).backward();
+  };
+  for (int warm = 0; warm < 3; ++warm) {  // fills the caching allocator and the lazy state
+    forward_backward();
+    (void)scaler.step(opt);
+    scaler.update();
+  }
+  EXPECT_GT(scaler.steps_taken(), 0);  // a sync, before the gate
+  if (!include_forward) forward_backward();
+  mt::StreamGate gate;
+  mt::amp_stream_gate_kernel(kGpu)(kGpu, &gate);
+  if (include_forward) forward_backward();
+  const mt::amp::StepResult stepped = scaler.step(opt);
+  scaler.update();
+  gate.release = true;
+  EXPECT_TRUE(stepped.stepped());  // the optional sync, after the gate opened
+  EXPECT_FALSE(gate.timed_out.load()) << "the host waited for the GPU inside the step"
+                                      << (include_forward ? " (with forward)" : "");
+}
+
+}  // namespace
+
+TEST(CudaFusedOptim, UnscaleStepAndUpdateNeedNoHostSync) {
+  MT_REQUIRE_GPU();
+  expect_step_without_host_sync(/*include_forward=*/false);
+}
+
+TEST(CudaFusedOptim, FullAmpTrainingStepNeedsNoHostSync) {
+  MT_REQUIRE_GPU();
+  expect_step_without_host_sync(/*include_forward=*/true);
 }

@@ -1,17 +1,28 @@
-// CUDA fused optimizer steps (SGD, Adam/AdamW): one elementwise pass per parameter that reads the
-// gradient and state and writes the parameter and state back, with exactly the per-element
-// arithmetic of kernels/cpu/optimizer_kernels.cpp (PyTorch's single-tensor order; see there).
+// CUDA fused optimizer steps (SGD, Adam/AdamW), per parameter and multi-tensor, with exactly the
+// per-element arithmetic of kernels/cpu/optimizer_kernels.cpp (PyTorch's single-tensor order;
+// see there). The element math lives once, in sgd_element/adam_element, for both forms.
 //
 // To agree with the CPU bit for bit, this file is compiled with --fmad=false (CMakeLists.txt):
 // nvcc would otherwise contract `p + neg_lr * d` and friends into fused multiply-adds, which
 // round once instead of twice. Division and sqrt are IEEE-rounded under nvcc's defaults
-// (-prec-div=true, -prec-sqrt=true), and the scalar factors are computed on the host in double
-// exactly as the CPU computes them, so float32 and float64 steps match the CPU exactly.
+// (-prec-div=true, -prec-sqrt=true). The per-parameter kernels get their scalar factors from the
+// host in double, exactly as the CPU computes them. The multi-tensor Adam kernel reads the step
+// count on the device, so it computes the bias corrections there, also in double; CUDA's pow may
+// differ from the host's in the last bit of the double, which rarely survives the cast to float.
+//
+// Multi-tensor apply (as PyTorch's multi_tensor_apply): the host packs up to kListTensors
+// parameters of one dtype combination and up to kListBlocks (tensor, chunk) pairs into a kernel
+// argument (no device-side metadata, so no copy and no sync); each block updates one kChunk-element
+// chunk. found_inf and the step counts are read on the device: a skipped step is a kernel that
+// returns at once. The step counts are advanced by a small kernel before the update launches, so
+// every chunk of a parameter reads the same count.
 #include <cmath>
+#include <vector>
 
 #include "engine/kernel_tables.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/loops.cuh"
+#include "kernels/cuda/stream.h"
 
 namespace mantissa::cuda {
 namespace {
@@ -26,35 +37,129 @@ __device__ __forceinline__ bool nan_of(M v) {
   return v != v;
 }
 
-template <typename T>
-struct SgdArgs {
-  using M = opmath_t<T>;
-  T* p;
-  const T* g;
-  T* buf;
+__device__ __forceinline__ bool skip(const float* found_inf) {
+  return found_inf != nullptr && *found_inf != 0.0f;
+}
+
+// ---- element math ---------------------------------------------------------------------------
+
+template <typename M>
+struct SgdConsts {
   M wd, mom, keep, neg_lr;
-  bool use_wd, use_momentum, maximize, nesterov, first;
+  bool use_wd, use_momentum, maximize, nesterov;
 };
 
-template <typename T>
-__global__ void __launch_bounds__(kBlockSize) sgd_step_kernel_cuda(SgdArgs<T> a, int64_t n) {
+template <typename M>
+SgdConsts<M> sgd_consts(const SgdStepParams& hp) {
+  SgdConsts<M> c;
+  c.use_wd = hp.weight_decay != 0.0;
+  c.use_momentum = hp.momentum != 0.0;
+  c.maximize = hp.maximize;
+  c.nesterov = hp.nesterov;
+  c.wd = static_cast<M>(hp.weight_decay);
+  c.mom = static_cast<M>(hp.momentum);
+  c.keep = static_cast<M>(1.0 - hp.dampening);
+  c.neg_lr = static_cast<M>(-hp.lr);
+  return c;
+}
+
+template <typename T, typename Md>
+__device__ __forceinline__ void sgd_element(const SgdConsts<opmath_t<T>>& c, bool first, T* p,
+                                            const T* g, T* buf, Md* model, int64_t i) {
   using M = opmath_t<T>;
+  const M pv = static_cast<M>(p[i]);
+  M d = static_cast<M>(g[i]);
+  if (c.maximize) d = -d;
+  if (c.use_wd) d = d + c.wd * pv;  // grad.add(param, alpha=weight_decay)
+  if (c.use_momentum) {
+    // buf = clone(d) on the first step, else buf.mul_(momentum).add_(d, alpha=1-dampening)
+    M b = first ? d : static_cast<M>(static_cast<T>(static_cast<M>(buf[i]) * c.mom)) + c.keep * d;
+    buf[i] = static_cast<T>(b);
+    b = static_cast<M>(buf[i]);
+    d = c.nesterov ? d + c.mom * b : b;
+  }
+  p[i] = static_cast<T>(pv + c.neg_lr * d);  // param.add_(d, alpha=-lr)
+  if (model != nullptr) model[i] = static_cast<Md>(p[i]);
+}
+
+// The step-independent factors; the step-dependent ones (neg_step_size, bc2_sqrt) are set by
+// the caller from the step count.
+template <typename M>
+struct AdamConsts {
+  M wd, decay, w1, one_minus_w1, beta2, w2, neg_step_size, bc2_sqrt, eps;
+  double lr, beta1_d, beta2_d;
+  bool maximize, amsgrad, coupled_wd, decoupled_wd, lerp_small;
+};
+
+template <typename M>
+__host__ __device__ void adam_set_step(AdamConsts<M>& c, double step) {
+  const double bias_correction1 = 1.0 - pow(c.beta1_d, step);
+  const double bias_correction2 = 1.0 - pow(c.beta2_d, step);
+  c.neg_step_size = static_cast<M>(-(c.lr / bias_correction1));
+  c.bc2_sqrt = static_cast<M>(sqrt(bias_correction2));
+}
+
+template <typename M>
+AdamConsts<M> adam_consts(const AdamStepParams& hp) {
+  AdamConsts<M> c;
+  c.maximize = hp.maximize;
+  c.amsgrad = hp.amsgrad;
+  c.coupled_wd = hp.weight_decay != 0.0 && !hp.decoupled_weight_decay;
+  c.decoupled_wd = hp.weight_decay != 0.0 && hp.decoupled_weight_decay;
+  c.wd = static_cast<M>(hp.weight_decay);
+  c.decay = static_cast<M>(1.0 - hp.lr * hp.weight_decay);
+  c.w1 = static_cast<M>(1.0 - hp.beta1);
+  c.lerp_small = std::abs(c.w1) < M(0.5);
+  c.one_minus_w1 = M(1) - c.w1;
+  c.beta2 = static_cast<M>(hp.beta2);
+  c.w2 = static_cast<M>(1.0 - hp.beta2);
+  c.eps = static_cast<M>(hp.eps);
+  c.lr = hp.lr;
+  c.beta1_d = hp.beta1;
+  c.beta2_d = hp.beta2;
+  c.neg_step_size = M(0);
+  c.bc2_sqrt = M(1);
+  return c;
+}
+
+template <typename T, typename Md>
+__device__ __forceinline__ void adam_element(const AdamConsts<opmath_t<T>>& c, T* p, const T* g,
+                                             T* m1, T* m2, T* mx, Md* model, int64_t i) {
+  using M = opmath_t<T>;
+  M pv = static_cast<M>(p[i]);
+  M gv = static_cast<M>(g[i]);
+  if (c.maximize) gv = -gv;
+  if (c.coupled_wd) gv = gv + c.wd * pv;  // grad.add(param, alpha=wd)
+  if (c.decoupled_wd) pv = static_cast<M>(static_cast<T>(pv * c.decay));  // param.mul_(1 - lr*wd)
+  const M m = static_cast<M>(m1[i]);
+  // exp_avg.lerp_(grad, 1 - beta1), with lerp's two-sided formula for accuracy near 1.
+  m1[i] = static_cast<T>(c.lerp_small ? m + c.w1 * (gv - m) : gv - (gv - m) * c.one_minus_w1);
+  // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+  const M v = static_cast<M>(static_cast<T>(static_cast<M>(m2[i]) * c.beta2));
+  m2[i] = static_cast<T>(v + c.w2 * gv * gv);
+  M second = static_cast<M>(m2[i]);
+  if (c.amsgrad) {
+    const M old = static_cast<M>(mx[i]);
+    // torch.maximum propagates NaN from either side
+    const M best = (nan_of(old) || old > second) && !nan_of(second) ? old : second;
+    mx[i] = static_cast<T>(best);
+    second = static_cast<M>(mx[i]);
+  }
+  const M denom = dmath::sqrt(second) / c.bc2_sqrt + c.eps;
+  p[i] = static_cast<T>(pv + c.neg_step_size * static_cast<M>(m1[i]) / denom);  // addcdiv_
+  if (model != nullptr) model[i] = static_cast<Md>(p[i]);
+}
+
+// ---- per-parameter kernels ------------------------------------------------------------------
+
+template <typename T>
+__global__ void __launch_bounds__(kBlockSize)
+    sgd_step_kernel_cuda(SgdConsts<opmath_t<T>> c, bool first, T* p, const T* g, T* buf,
+                         int64_t n) {
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    const M pv = static_cast<M>(a.p[i]);
-    M d = static_cast<M>(a.g[i]);
-    if (a.maximize) d = -d;
-    if (a.use_wd) d = d + a.wd * pv;  // grad.add(param, alpha=weight_decay)
-    if (a.use_momentum) {
-      // buf = clone(d) on the first step, else buf.mul_(momentum).add_(d, alpha=1-dampening)
-      M b = a.first ? d
-                    : static_cast<M>(static_cast<T>(static_cast<M>(a.buf[i]) * a.mom)) + a.keep * d;
-      a.buf[i] = static_cast<T>(b);
-      b = static_cast<M>(a.buf[i]);
-      d = a.nesterov ? d + a.mom * b : b;
-    }
-    a.p[i] = static_cast<T>(pv + a.neg_lr * d);  // param.add_(d, alpha=-lr)
+    sgd_element(c, first, p, g, buf, static_cast<T*>(nullptr), i);
   }
 }
 
@@ -64,64 +169,25 @@ void sgd_step_cuda(const Tensor& param, const Tensor& grad, const Tensor& moment
   if (n == 0) return;
   dispatch_dtype<kFloatingTypes>(param.dtype(), "sgd_step", param.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using M = opmath_t<T>;
-    SgdArgs<T> a;
-    a.p = static_cast<T*>(param.data_ptr());
-    a.g = static_cast<const T*>(grad.data_ptr());
-    a.buf = maybe_data<T>(momentum_buffer);
-    a.use_wd = hp.weight_decay != 0.0;
-    a.use_momentum = hp.momentum != 0.0;
-    a.maximize = hp.maximize;
-    a.nesterov = hp.nesterov;
-    a.first = hp.first_step;
-    a.wd = static_cast<M>(hp.weight_decay);
-    a.mom = static_cast<M>(hp.momentum);
-    a.keep = static_cast<M>(1.0 - hp.dampening);
-    a.neg_lr = static_cast<M>(-hp.lr);
-    MT_ASSERT(!a.use_momentum || a.buf != nullptr, "sgd_step: momentum without a buffer");
+    const auto c = sgd_consts<opmath_t<T>>(hp);
+    T* buf = maybe_data<T>(momentum_buffer);
+    MT_ASSERT(!c.use_momentum || buf != nullptr, "sgd_step: momentum without a buffer");
     DeviceGuard guard(param.device().index());
-    sgd_step_kernel_cuda<T><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(a, n);
+    sgd_step_kernel_cuda<T><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
+        c, hp.first_step, static_cast<T*>(param.data_ptr()), static_cast<const T*>(grad.data_ptr()),
+        buf, n);
     MT_CUDA_CHECK_LAUNCH();
   });
 }
 
 template <typename T>
-struct AdamArgs {
-  using M = opmath_t<T>;
-  T* p;
-  const T* g;
-  T *m1, *m2, *mx;
-  M wd, decay, w1, one_minus_w1, beta2, w2, neg_step_size, bc2_sqrt, eps;
-  bool maximize, amsgrad, coupled_wd, decoupled_wd, lerp_small;
-};
-
-template <typename T>
-__global__ void __launch_bounds__(kBlockSize) adam_step_kernel_cuda(AdamArgs<T> a, int64_t n) {
-  using M = opmath_t<T>;
+__global__ void __launch_bounds__(kBlockSize)
+    adam_step_kernel_cuda(AdamConsts<opmath_t<T>> c, T* p, const T* g, T* m1, T* m2, T* mx,
+                          int64_t n) {
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    M pv = static_cast<M>(a.p[i]);
-    M gv = static_cast<M>(a.g[i]);
-    if (a.maximize) gv = -gv;
-    if (a.coupled_wd) gv = gv + a.wd * pv;  // grad.add(param, alpha=wd)
-    if (a.decoupled_wd) pv = static_cast<M>(static_cast<T>(pv * a.decay));  // param.mul_(1 - lr*wd)
-    const M m = static_cast<M>(a.m1[i]);
-    // exp_avg.lerp_(grad, 1 - beta1), with lerp's two-sided formula for accuracy near 1.
-    a.m1[i] = static_cast<T>(a.lerp_small ? m + a.w1 * (gv - m) : gv - (gv - m) * a.one_minus_w1);
-    // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    const M v = static_cast<M>(static_cast<T>(static_cast<M>(a.m2[i]) * a.beta2));
-    a.m2[i] = static_cast<T>(v + a.w2 * gv * gv);
-    M second = static_cast<M>(a.m2[i]);
-    if (a.amsgrad) {
-      const M old = static_cast<M>(a.mx[i]);
-      // torch.maximum propagates NaN from either side
-      const M best = (nan_of(old) || old > second) && !nan_of(second) ? old : second;
-      a.mx[i] = static_cast<T>(best);
-      second = static_cast<M>(a.mx[i]);
-    }
-    const M denom = dmath::sqrt(second) / a.bc2_sqrt + a.eps;
-    a.p[i] = static_cast<T>(pv + a.neg_step_size * static_cast<M>(a.m1[i]) / denom);  // addcdiv_
+    adam_element(c, p, g, m1, m2, mx, static_cast<T*>(nullptr), i);
   }
 }
 
@@ -132,40 +198,213 @@ void adam_step_cuda(const Tensor& param, const Tensor& grad, const Tensor& exp_a
   if (n == 0) return;
   dispatch_dtype<kFloatingTypes>(param.dtype(), "adam_step", param.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using M = opmath_t<T>;
-    AdamArgs<T> a;
-    a.p = static_cast<T*>(param.data_ptr());
-    a.g = static_cast<const T*>(grad.data_ptr());
-    a.m1 = static_cast<T*>(exp_avg.data_ptr());
-    a.m2 = static_cast<T*>(exp_avg_sq.data_ptr());
-    a.mx = maybe_data<T>(max_exp_avg_sq);
-    a.maximize = hp.maximize;
-    a.amsgrad = hp.amsgrad;
-    a.coupled_wd = hp.weight_decay != 0.0 && !hp.decoupled_weight_decay;
-    a.decoupled_wd = hp.weight_decay != 0.0 && hp.decoupled_weight_decay;
-    const double step = static_cast<double>(hp.step);
-    const double bias_correction1 = 1.0 - std::pow(hp.beta1, step);
-    const double bias_correction2 = 1.0 - std::pow(hp.beta2, step);
-    a.wd = static_cast<M>(hp.weight_decay);
-    a.decay = static_cast<M>(1.0 - hp.lr * hp.weight_decay);
-    a.w1 = static_cast<M>(1.0 - hp.beta1);
-    a.lerp_small = std::abs(a.w1) < M(0.5);
-    a.one_minus_w1 = M(1) - a.w1;
-    a.beta2 = static_cast<M>(hp.beta2);
-    a.w2 = static_cast<M>(1.0 - hp.beta2);
-    a.neg_step_size = static_cast<M>(-(hp.lr / bias_correction1));
-    a.bc2_sqrt = static_cast<M>(std::sqrt(bias_correction2));
-    a.eps = static_cast<M>(hp.eps);
-    MT_ASSERT(!a.amsgrad || a.mx != nullptr, "adam_step: amsgrad without max_exp_avg_sq");
+    auto c = adam_consts<opmath_t<T>>(hp);
+    adam_set_step(c, static_cast<double>(hp.step));  // on the host, as the CPU kernel
+    T* mx = maybe_data<T>(max_exp_avg_sq);
+    MT_ASSERT(!c.amsgrad || mx != nullptr, "adam_step: amsgrad without max_exp_avg_sq");
     DeviceGuard guard(param.device().index());
-    adam_step_kernel_cuda<T><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(a, n);
+    adam_step_kernel_cuda<T><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
+        c, static_cast<T*>(param.data_ptr()), static_cast<const T*>(grad.data_ptr()),
+        static_cast<T*>(exp_avg.data_ptr()), static_cast<T*>(exp_avg_sq.data_ptr()), mx, n);
     MT_CUDA_CHECK_LAUNCH();
   });
+}
+
+// ---- multi-tensor kernels -------------------------------------------------------------------
+
+inline constexpr int kListTensors = 24;
+inline constexpr int kListBlocks = 320;
+inline constexpr int64_t kChunk = 16 * kBlockSize;
+inline constexpr int kStepList = 256;
+
+// One launch's worth of parameters (about 3 KiB, within the 4 KiB kernel-argument limit).
+template <typename T, typename Md>
+struct ParamList {
+  T* p[kListTensors];
+  const T* g[kListTensors];
+  T* s[3][kListTensors];
+  Md* model[kListTensors];
+  const int64_t* step[kListTensors];
+  int64_t numel[kListTensors];
+  unsigned char block_tensor[kListBlocks];
+  int32_t block_chunk[kListBlocks];
+
+  void move_slot(int to, int from) {
+    p[to] = p[from];
+    g[to] = g[from];
+    for (auto& list : s) list[to] = list[from];
+    model[to] = model[from];
+    step[to] = step[from];
+    numel[to] = numel[from];
+  }
+};
+
+struct StepList {
+  int64_t* count[kStepList];
+};
+
+__global__ void advance_steps_kernel(StepList list, int n, const float* found_inf) {
+  if (skip(found_inf)) return;
+  const int i = static_cast<int>(threadIdx.x);
+  if (i < n) ++*list.count[i];
+}
+
+void advance_steps(const std::vector<Tensor>& steps, const float* found_inf) {
+  for (size_t first = 0; first < steps.size(); first += kStepList) {
+    const int n = static_cast<int>(std::min<size_t>(kStepList, steps.size() - first));
+    StepList list{};
+    for (int k = 0; k < n; ++k) list.count[k] = static_cast<int64_t*>(steps[first + k].data_ptr());
+    advance_steps_kernel<<<1, kStepList, 0, detail::current_stream()>>>(list, n, found_inf);
+    MT_CUDA_CHECK_LAUNCH();
+  }
+}
+
+// The range of chunk `blockIdx.x` of a list.
+template <typename L>
+__device__ __forceinline__ void chunk_of(const L& l, int& t, int64_t& begin, int64_t& end) {
+  t = l.block_tensor[blockIdx.x];
+  begin = static_cast<int64_t>(l.block_chunk[blockIdx.x]) * kChunk;
+  end = begin + kChunk < l.numel[t] ? begin + kChunk : l.numel[t];
+}
+
+template <typename T, typename Md>
+__global__ void __launch_bounds__(kBlockSize)
+    sgd_list_kernel(ParamList<T, Md> l, SgdConsts<opmath_t<T>> c, const float* found_inf) {
+  if (skip(found_inf)) return;
+  int t;
+  int64_t begin, end;
+  chunk_of(l, t, begin, end);
+  // The count was advanced before this launch: 1 means this is the first momentum update.
+  const bool first = c.use_momentum && *l.step[t] == 1;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    sgd_element(c, first, l.p[t], l.g[t], l.s[0][t], l.model[t], i);
+  }
+}
+
+template <typename T, typename Md>
+__global__ void __launch_bounds__(kBlockSize)
+    adam_list_kernel(ParamList<T, Md> l, AdamConsts<opmath_t<T>> c, const float* found_inf) {
+  if (skip(found_inf)) return;
+  int t;
+  int64_t begin, end;
+  chunk_of(l, t, begin, end);
+  adam_set_step(c, static_cast<double>(*l.step[t]));  // advanced before this launch
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    adam_element(c, l.p[t], l.g[t], l.s[0][t], l.s[1][t], l.s[2][t], l.model[t], i);
+  }
+}
+
+// Packs the entries (indices into `lists`, all of param type T and model type Md) into
+// ParamLists and calls launch(list, blocks) for each full one and the rest.
+template <typename T, typename Md, typename Launch>
+void for_each_list(const OptimizerTensorLists& lists, const std::vector<size_t>& entries,
+                   const Launch& launch) {
+  ParamList<T, Md> l{};
+  int nt = 0, nb = 0;
+  for (size_t e : entries) {
+    const int64_t n = lists.param[e].numel();
+    if (n == 0) continue;
+    l.p[nt] = static_cast<T*>(lists.param[e].data_ptr());
+    l.g[nt] = static_cast<const T*>(lists.grad[e].data_ptr());
+    for (int k = 0; k < 3; ++k) l.s[k][nt] = maybe_data<T>(lists.state[k][e]);
+    l.model[nt] = lists.model.empty() ? nullptr : maybe_data<Md>(lists.model[e]);
+    l.step[nt] = static_cast<const int64_t*>(lists.step[e].data_ptr());
+    l.numel[nt] = n;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    for (int64_t c = 0; c < chunks; ++c) {
+      l.block_tensor[nb] = static_cast<unsigned char>(nt);
+      l.block_chunk[nb] = static_cast<int32_t>(c);
+      ++nb;
+      const bool last_chunk = c == chunks - 1;
+      if (nb == kListBlocks || (nt == kListTensors - 1 && last_chunk)) {
+        launch(l, nb);
+        nb = 0;
+        if (last_chunk) {
+          nt = -1;  // the next parameter starts the next list
+        } else {
+          l.move_slot(0, nt);  // the rest of this parameter continues in slot 0
+          nt = 0;
+        }
+      }
+    }
+    ++nt;
+  }
+  if (nb > 0) launch(l, nb);
+}
+
+// Calls f(TypeTag<T>, TypeTag<Md>, entries) for each (param dtype, model dtype) combination of
+// the lists; Md = T when there is no model parameter.
+template <typename F>
+void for_each_dtype_group(const OptimizerTensorLists& lists, const char* op, const F& f) {
+  std::vector<size_t> groups[kNumDTypes][kNumDTypes + 1];
+  for (size_t e = 0; e < lists.param.size(); ++e) {
+    const bool has_model = !lists.model.empty() && lists.model[e].defined();
+    const int md = has_model ? static_cast<int>(lists.model[e].dtype()) : kNumDTypes;
+    groups[static_cast<int>(lists.param[e].dtype())][md].push_back(e);
+  }
+  const Device device = lists.param.front().device();
+  for (int pd = 0; pd < kNumDTypes; ++pd) {
+    for (int md = 0; md <= kNumDTypes; ++md) {
+      const std::vector<size_t>& entries = groups[pd][md];
+      if (entries.empty()) continue;
+      dispatch_dtype<kFloatingTypes>(static_cast<DType>(pd), op, device, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if (md == kNumDTypes) {
+          f(tag, TypeTag<T>{}, entries);
+          return;
+        }
+        constexpr uint32_t kModelTypes = dtype_bit(DType::Float16) | dtype_bit(DType::BFloat16);
+        dispatch_dtype<kModelTypes>(static_cast<DType>(md), op, device,
+                                    [&](auto model_tag) { f(tag, model_tag, entries); });
+      });
+    }
+  }
+}
+
+const float* found_inf_ptr(const Tensor& found_inf) {
+  return found_inf.defined() ? static_cast<const float*>(found_inf.data_ptr()) : nullptr;
+}
+
+void sgd_multi_step_cuda(const OptimizerTensorLists& lists, const Tensor& found_inf,
+                         const SgdStepParams& hp) {
+  if (lists.param.empty()) return;
+  DeviceGuard guard(lists.param.front().device().index());
+  const float* found = found_inf_ptr(found_inf);
+  if (hp.momentum != 0.0) advance_steps(lists.step, found);
+  for_each_dtype_group(lists, "sgd_multi_step", [&](auto tag, auto model_tag, const auto& entries) {
+    using T = typename decltype(tag)::type;
+    using Md = typename decltype(model_tag)::type;
+    const auto c = sgd_consts<opmath_t<T>>(hp);
+    for_each_list<T, Md>(lists, entries, [&](const ParamList<T, Md>& l, int blocks) {
+      sgd_list_kernel<T, Md><<<blocks, kBlockSize, 0, detail::current_stream()>>>(l, c, found);
+      MT_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void adam_multi_step_cuda(const OptimizerTensorLists& lists, const Tensor& found_inf,
+                          const AdamStepParams& hp) {
+  if (lists.param.empty()) return;
+  DeviceGuard guard(lists.param.front().device().index());
+  const float* found = found_inf_ptr(found_inf);
+  advance_steps(lists.step, found);
+  for_each_dtype_group(
+      lists, "adam_multi_step", [&](auto tag, auto model_tag, const auto& entries) {
+        using T = typename decltype(tag)::type;
+        using Md = typename decltype(model_tag)::type;
+        const auto c = adam_consts<opmath_t<T>>(hp);
+        for_each_list<T, Md>(lists, entries, [&](const ParamList<T, Md>& l, int blocks) {
+          adam_list_kernel<T, Md><<<blocks, kBlockSize, 0, detail::current_stream()>>>(l, c, found);
+          MT_CUDA_CHECK_LAUNCH();
+        });
+      });
 }
 
 }  // namespace
 
 MT_REGISTER_KERNEL(sgd_step_kernel, kCUDA, &sgd_step_cuda);
 MT_REGISTER_KERNEL(adam_step_kernel, kCUDA, &adam_step_cuda);
+MT_REGISTER_KERNEL(sgd_multi_step_kernel, kCUDA, &sgd_multi_step_cuda);
+MT_REGISTER_KERNEL(adam_multi_step_kernel, kCUDA, &adam_multi_step_cuda);
 
 }  // namespace mantissa::cuda

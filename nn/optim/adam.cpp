@@ -49,10 +49,19 @@ void Adam::validate(const ParamGroup& g) const {
   MT_CHECK(wd >= 0.0, name(), ": Invalid weight_decay value: ", wd);
 }
 
+namespace {
+
+AdamStepParams adam_params(const ParamGroup& g, int64_t step) {
+  return AdamStepParams{
+      g.get("lr"),           g.get("beta1"),         g.get("beta2"),
+      g.get("eps"),          g.get("weight_decay"),  g.get("decoupled_weight_decay") != 0,
+      g.get("amsgrad") != 0, g.get("maximize") != 0, step};
+}
+
+}  // namespace
+
 void Adam::update(const ParamGroup& g, const Tensor& param, const Tensor& grad, ParamState& state) {
-  AdamStepParams hp{g.get("lr"),        g.get("beta1"),        g.get("beta2"),
-                    g.get("eps"),       g.get("weight_decay"), flag(g, "decoupled_weight_decay"),
-                    flag(g, "amsgrad"), flag(g, "maximize"),   state.step + 1};
+  const AdamStepParams hp = adam_params(g, state.step + 1);
   const Tensor exp_avg = lazy_buffer(state, "exp_avg", param);
   const Tensor exp_avg_sq = lazy_buffer(state, "exp_avg_sq", param);
   // Zeros when amsgrad is switched on mid-run: max(0, exp_avg_sq) starts the running max.
@@ -62,6 +71,24 @@ void Adam::update(const ParamGroup& g, const Tensor& param, const Tensor& grad, 
   exp_avg.bump_version();
   exp_avg_sq.bump_version();
   if (max_exp_avg_sq.defined()) max_exp_avg_sq.bump_version();
+}
+
+void Adam::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
+                       const std::vector<ParamState*>& states, const Tensor& found_inf) {
+  // The step is read per parameter from lists.step on the device.
+  const AdamStepParams hp = adam_params(g, /*step=*/0);
+  for (size_t i = 0; i < states.size(); ++i) {
+    const Tensor& p = lists.param[i];
+    lists.state[0].push_back(lazy_buffer(*states[i], "exp_avg", p));
+    lists.state[1].push_back(lazy_buffer(*states[i], "exp_avg_sq", p));
+    lists.state[2].push_back(hp.amsgrad ? lazy_buffer(*states[i], "max_exp_avg_sq", p) : Tensor());
+  }
+  adam_multi_step_kernel(lists.param.front().device())(lists, found_inf, hp);
+  for (const auto& list : lists.state) {
+    for (const Tensor& t : list) {
+      if (t.defined()) t.bump_version();
+    }
+  }
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)

@@ -56,6 +56,8 @@ class Adam : public Optimizer {
   void validate(const ParamGroup& group) const override;
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
               ParamState& state) override;
+  void update_many(const ParamGroup& group, OptimizerTensorLists& lists,
+                   const std::vector<ParamState*>& states, const Tensor& found_inf) override;
   std::vector<std::string> state_keys() const override {
     return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
   }

@@ -17,6 +17,8 @@ LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
 void LRScheduler::step() {
   // A step the GradScaler skipped (inf/nan gradients) did not update the weights, so the
   // schedule does not advance either. The flag is consumed so a later step() is not skipped.
+  // After a GradScaler step the flag is a device tensor: reading it is the one host sync of a
+  // CUDA AMP step, unavoidable here because the learning rate is a host value.
   if (last_epoch_ >= 0 && optimizer_.last_step_skipped()) {
     optimizer_.set_last_step_skipped(false);
     return;

@@ -6,6 +6,7 @@
 #include "autograd/node.h"
 #include "engine/error.h"
 #include "engine/factory.h"
+#include "engine/kernel_tables.h"
 
 namespace mantissa::optim {
 namespace {
@@ -22,7 +23,9 @@ Tensor copy_to(const Tensor& t, Device device, DType dtype) {
   out.copy_(t);
   return out;
 }
-Tensor copy_like(const Tensor& t, const Tensor& like) { return copy_to(t, like.device(), like.dtype()); }
+Tensor copy_like(const Tensor& t, const Tensor& like) {
+  return copy_to(t, like.device(), like.dtype());
+}
 
 }  // namespace
 
@@ -75,39 +78,119 @@ void Optimizer::add_param_group(ParamGroup group) {
 }
 
 void Optimizer::step() {
-  autograd::NoGradGuard no_grad;
-  // A GradScaler sets the flag again after calling step(); a plain step must clear a stale one,
+  // A GradScaler records its flag through step_if_finite; a plain step must clear a stale one,
   // or a scheduler would skip its next step.
-  last_step_skipped_ = false;
+  set_last_step_skipped(false);
+  run_step(Tensor());
+}
+
+void Optimizer::step_if_finite(const Tensor& found_inf) {
+  MT_CHECK(!found_inf.defined() || (found_inf.numel() == 1 && found_inf.dtype() == kFloat32),
+           name(), ": step_if_finite expects found_inf as a float32 tensor of 1 element, got ",
+           found_inf.dtype(), " of shape ", found_inf.shape());
+  run_step(found_inf);
+  set_last_step_skipped(false);
+  skipped_flag_ = found_inf;
+}
+
+bool Optimizer::last_step_skipped() const {
+  if (skipped_flag_.defined()) {
+    // The one optional sync of a device-resident step; cached, the flag never changes after it.
+    last_step_skipped_ = skipped_flag_.item<float>() != 0.0f;
+    const_cast<Tensor&>(skipped_flag_) = Tensor();
+  }
+  return last_step_skipped_;
+}
+
+Tensor Optimizer::step_count(int64_t index, Device device) {
+  auto it = step_counts_.find(index);
+  if (it == step_counts_.end() || !(it->second.device() == device)) {
+    const int64_t host = state_[index].step;
+    it = step_counts_.insert_or_assign(index, full({}, host, TensorOptions(device).dtype(kInt64)))
+             .first;
+  }
+  return it->second;
+}
+
+void Optimizer::refresh_steps() const {
+  for (const auto& [index, count] : step_counts_) state_[index].step = count.item<int64_t>();
+}
+
+void Optimizer::run_step(const Tensor& found_inf) {
+  autograd::NoGradGuard no_grad;
+  // One batch per group and device, for the multi-tensor kernels.
+  struct Batch {
+    Device device;
+    OptimizerTensorLists lists;
+    std::vector<ParamState*> states;
+  };
+  std::optional<bool> skip_on_host;  // unfused path only
   int64_t id = 0;
   for (const ParamGroup& group : groups_) {
+    std::vector<Batch> batches;
+    // Writes of a non-contiguous parameter (target -> param) after the kernels.
+    std::vector<std::pair<Tensor, Tensor>> copy_back;
+    std::vector<Tensor> touched;  // parameters updated in place: their versions are bumped
     for (const Tensor& param : group.params) {
       const int64_t index = id++;
       Tensor grad = param.grad();
       if (!grad.defined()) continue;
+      ParamState& st = state_[index];
+      Tensor target, model;
       if (uses_master(param)) {
-        ParamState& st = state_[index];
         auto [it, created] = st.buffers.try_emplace("master");
         if (created) it->second = copy_to(param, param.device(), kFloat32);
         auto pending = pending_master_grads_.find(index);
-        const Tensor g32 = pending != pending_master_grads_.end()
-                               ? pending->second.contiguous()
-                               : copy_to(grad, grad.device(), kFloat32);
-        update(group, it->second, g32, st);
-        Tensor(param).copy_(it->second);
+        grad = pending != pending_master_grads_.end() ? pending->second.contiguous()
+                                                      : copy_to(grad, grad.device(), kFloat32);
+        target = it->second;
+        if (param.is_contiguous()) {
+          model = param;
+          touched.push_back(param);
+        } else {
+          copy_back.emplace_back(param, target);
+        }
+      } else {
+        // The kernels want one dtype and dense memory; gradients normally already are.
+        if (grad.dtype() != param.dtype()) grad = grad.to(param.dtype());
+        if (!grad.is_contiguous()) grad = grad.contiguous();
+        target = param.is_contiguous() ? param : copy_like(param, param);
+        if (target.is_same(param)) {
+          touched.push_back(param);
+        } else {
+          copy_back.emplace_back(param, target);
+        }
+      }
+      if (!fused_) {
+        // The reference path: per-parameter kernels, with the flag and the count read on the
+        // host.
+        if (!skip_on_host) skip_on_host = found_inf.defined() && found_inf.item<float>() != 0.0f;
+        if (*skip_on_host) continue;
+        Tensor count = step_count(index, param.device());
+        st.step = count.item<int64_t>();
+        update(group, target, grad, st);
+        count.fill_(st.step);
+        if (model.defined()) model.copy_(target);
         continue;
       }
-      // The kernels want one dtype and dense memory; gradients normally already are.
-      if (grad.dtype() != param.dtype()) grad = grad.to(param.dtype());
-      if (!grad.is_contiguous()) grad = grad.contiguous();
-      const Tensor target = param.is_contiguous() ? param : copy_like(param, param);
-      update(group, target, grad, state_[index]);
-      if (target.is_same(param)) {
-        param.bump_version();
-      } else {
-        Tensor(param).copy_(target);
-      }
+      auto b = std::find_if(batches.begin(), batches.end(),
+                            [&](const Batch& x) { return x.device == param.device(); });
+      if (b == batches.end()) b = batches.insert(batches.end(), Batch{param.device(), {}, {}});
+      b->lists.param.push_back(target);
+      b->lists.grad.push_back(grad);
+      b->lists.model.push_back(model);
+      b->lists.step.push_back(step_count(index, param.device()));
+      b->states.push_back(&st);
     }
+    for (Batch& b : batches) {
+      const Tensor flag = found_inf.defined() && !(found_inf.device() == b.device)
+                              ? found_inf.to(b.device)
+                              : found_inf;
+      update_many(group, b.lists, b.states, flag);
+    }
+    if (skip_on_host.value_or(false)) continue;
+    for (auto& [param, target] : copy_back) Tensor(param).copy_(target);
+    for (const Tensor& p : touched) p.bump_version();
   }
   pending_master_grads_.clear();
 }
@@ -179,11 +262,15 @@ Tensor Optimizer::lazy_buffer(ParamState& state, const std::string& key, const T
 
 const ParamState* Optimizer::state(size_t index) const {
   auto it = state_.find(static_cast<int64_t>(index));
-  return it == state_.end() ? nullptr : &it->second;
+  if (it == state_.end()) return nullptr;
+  auto count = step_counts_.find(it->first);
+  if (count != step_counts_.end()) it->second.step = count->second.item<int64_t>();
+  return &it->second;
 }
 
 OptimizerState Optimizer::state_dict() const {
   OptimizerState out;
+  refresh_steps();
   int64_t id = 0;
   for (const ParamGroup& g : groups_) {
     OptimizerState::Group saved{g.options, {}};
@@ -239,7 +326,7 @@ void Optimizer::load_state_dict(const OptimizerState& loaded) {
     MT_CHECK(saved.step >= 0, name(), ": loaded state for parameter ", saved_id,
              " has a negative step count ", saved.step);
     ParamState s;
-    s.step = saved.step;
+    s.step = loaded_step(saved);
     for (const auto& [key, t] : saved.buffers) {
       MT_CHECK(std::find(keys.begin(), keys.end(), key) != keys.end(), name(),
                ": loaded state for parameter ", saved_id, " has unknown entry '", key, "' (",
@@ -255,6 +342,7 @@ void Optimizer::load_state_dict(const OptimizerState& loaded) {
   }
   for (size_t g = 0; g < groups_.size(); ++g) groups_[g].options = std::move(options[g]);
   state_ = std::move(state);
+  step_counts_.clear();  // recreated from state_[*].step at the next step
 }
 
 }  // namespace mantissa::optim

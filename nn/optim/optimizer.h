@@ -9,6 +9,11 @@
 // Per-parameter state lives in the optimizer, keyed by the parameter's position across all
 // groups (PyTorch's integer ids). State tensors are contiguous with the parameter's shape, dtype
 // and device; the fused step kernels rely on that.
+//
+// Steps run through multi-tensor kernels (one call per group and device updates every parameter,
+// master weights included) unless set_fused(false) picks the per-parameter kernels. Each
+// parameter's step count lives in an int64 tensor on its device, incremented by the kernels, so
+// step_if_finite(found_inf) can skip a step on the device with no host synchronisation.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +23,10 @@
 #include <vector>
 
 #include "engine/tensor.h"
+
+namespace mantissa {
+struct OptimizerTensorLists;  // engine/kernel_tables.h
+}  // namespace mantissa
 
 namespace mantissa::optim {
 
@@ -33,7 +42,8 @@ struct ParamGroup {
   bool has(const std::string& key) const { return options.count(key) != 0; }
 };
 
-// One parameter's state: the update count (Adam; 0 for SGD) and named buffers.
+// One parameter's state: the update count and named buffers. The count is Adam's step (bias
+// correction) and SGD's number of momentum updates (0: the next one initialises the buffer).
 struct ParamState {
   int64_t step = 0;
   std::map<std::string, Tensor> buffers;
@@ -59,6 +69,11 @@ class Optimizer {
   // One update of every parameter that has a gradient; parameters without one are skipped.
   // Runs without recording autograd history.
   void step();
+  // step() that the kernels skip on the device when found_inf (float32, 1 element, e.g. a
+  // GradScaler's) is non-zero: parameters, state and step counts are left untouched. With an
+  // undefined found_inf it always steps. Needs no host synchronisation on CUDA (with the fused
+  // kernels); found_inf becomes the last_step_skipped() flag, read lazily.
+  void step_if_finite(const Tensor& found_inf);
   // Clears gradients: drops them (set_to_none) or fills them with zeros.
   void zero_grad(bool set_to_none = true);
 
@@ -87,17 +102,28 @@ class Optimizer {
   void set_master_weights(bool enabled) { master_weights_ = enabled; }
   bool master_weights() const { return master_weights_; }
 
+  // Fused (the default): multi-tensor kernels. Unfused: one kernel per parameter, the reference
+  // path; it reads found_inf and the step counts on the host (a sync on CUDA). Both give
+  // bitwise-identical results.
+  void set_fused(bool fused) { fused_ = fused; }
+  bool fused() const { return fused_; }
+
   // For a GradScaler: the gradients step() will read, to be unscaled in place (each parameter's
   // defined .grad; with master weights, float32 copies of half-precision gradients, which the
   // next step() then uses), and a record of whether the last step was skipped because of
-  // inf/nan gradients.
+  // inf/nan gradients. After step_if_finite the flag is found_inf itself, and reading it is
+  // the only host synchronisation of a CUDA step (done at most once; the result is cached).
   std::vector<Tensor> grads_to_unscale();
-  void set_last_step_skipped(bool skipped) { last_step_skipped_ = skipped; }
-  bool last_step_skipped() const { return last_step_skipped_; }
+  void set_last_step_skipped(bool skipped) {
+    skipped_flag_ = Tensor();
+    last_step_skipped_ = skipped;
+  }
+  bool last_step_skipped() const;
 
   // "SGD", "Adam", ... (used in error messages).
   virtual const char* name() const = 0;
-  // The state of the parameter with id `index` (null if it has none yet).
+  // The state of the parameter with id `index` (null if it has none yet). Its step is read
+  // from the device count (a sync on CUDA).
   const ParamState* state(size_t index) const;
 
  protected:
@@ -111,8 +137,17 @@ class Optimizer {
   // `param` is contiguous (a non-contiguous parameter is updated through a copy).
   virtual void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
                       ParamState& state) = 0;
+  // The multi-tensor form of update(): one group's parameters on one device. The base fills
+  // lists.param/grad/model/step (see OptimizerTensorLists); the subclass adds its state lists
+  // (created with lazy_buffer) and calls its kernel, which skips on the device when found_inf
+  // is set and advances the step counts otherwise.
+  virtual void update_many(const ParamGroup& group, OptimizerTensorLists& lists,
+                           const std::vector<ParamState*>& states, const Tensor& found_inf) = 0;
   // Names of the buffers this optimizer keeps (checked by load_state_dict).
   virtual std::vector<std::string> state_keys() const = 0;
+  // The step count to resume from for a loaded parameter state (SGD: older snapshots have a
+  // momentum buffer with step 0).
+  virtual int64_t loaded_step(const ParamState& saved) const { return saved.step; }
 
   static bool flag(const ParamGroup& group, const char* key) { return group.get(key) != 0.0; }
   // state.buffers[key], created as zeros shaped like `param` (same dtype and device) on first
@@ -127,10 +162,20 @@ class Optimizer {
     return master_weights_ && is_reduced_float(param.dtype());
   }
 
-  std::map<int64_t, ParamState> state_;
+  void run_step(const Tensor& found_inf);
+  // The device step count of parameter `index` (int64, 0-d), created from the host count.
+  Tensor step_count(int64_t index, Device device);
+  // Copies the device step counts into state_[*].step (host reads).
+  void refresh_steps() const;
+
+  // Mutable so that const readers can refresh the cached step from the device count.
+  mutable std::map<int64_t, ParamState> state_;
+  std::map<int64_t, Tensor> step_counts_;           // authoritative step counts, per parameter
   std::map<int64_t, Tensor> pending_master_grads_;  // from grads_to_unscale, used by step()
-  bool last_step_skipped_ = false;
+  Tensor skipped_flag_;                             // found_inf of the last step_if_finite
+  mutable bool last_step_skipped_ = false;
   bool master_weights_ = false;
+  bool fused_ = true;
 };
 
 }  // namespace mantissa::optim

@@ -1,5 +1,7 @@
 #include "nn/optim/sgd.h"
 
+#include <algorithm>
+
 #include "engine/error.h"
 #include "engine/kernel_tables.h"
 
@@ -36,14 +38,46 @@ void SGD::validate(const ParamGroup& g) const {
            ", dampening ", g.get("dampening"), ")");
 }
 
+namespace {
+
+SgdStepParams sgd_params(const ParamGroup& g) {
+  return SgdStepParams{g.get("lr"),           g.get("momentum"),      g.get("dampening"),
+                       g.get("weight_decay"), g.get("nesterov") != 0, g.get("maximize") != 0,
+                       /*first_step=*/false};
+}
+
+}  // namespace
+
 void SGD::update(const ParamGroup& g, const Tensor& param, const Tensor& grad, ParamState& state) {
-  SgdStepParams hp{g.get("lr"),           g.get("momentum"),   g.get("dampening"),
-                   g.get("weight_decay"), flag(g, "nesterov"), flag(g, "maximize"),
-                   /*first_step=*/false};
+  SgdStepParams hp = sgd_params(g);
   Tensor buf;
-  if (hp.momentum != 0.0) buf = lazy_buffer(state, "momentum_buffer", param, &hp.first_step);
+  if (hp.momentum != 0.0) {
+    buf = lazy_buffer(state, "momentum_buffer", param);
+    hp.first_step = state.step == 0;
+  }
   sgd_step_kernel(param.device())(param, grad, buf, hp);
-  if (buf.defined()) buf.bump_version();
+  if (buf.defined()) {
+    buf.bump_version();
+    ++state.step;
+  }
+}
+
+void SGD::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
+                      const std::vector<ParamState*>& states, const Tensor& found_inf) {
+  const SgdStepParams hp = sgd_params(g);
+  for (size_t i = 0; i < states.size(); ++i) {
+    lists.state[0].push_back(
+        hp.momentum != 0.0 ? lazy_buffer(*states[i], "momentum_buffer", lists.param[i]) : Tensor());
+  }
+  sgd_multi_step_kernel(lists.param.front().device())(lists, found_inf, hp);
+  for (const Tensor& buf : lists.state[0]) {
+    if (buf.defined()) buf.bump_version();
+  }
+}
+
+int64_t SGD::loaded_step(const ParamState& saved) const {
+  // Snapshots from before the count was kept have step 0 next to an initialised buffer.
+  return std::max<int64_t>(saved.step, saved.buffers.count("momentum_buffer") != 0 ? 1 : 0);
 }
 
 }  // namespace mantissa::optim

@@ -9,7 +9,8 @@
 //   param = param - lr * d
 //
 // Group options: "lr", "momentum", "dampening", "weight_decay", "nesterov" (0/1),
-// "maximize" (0/1). State per parameter: "momentum_buffer" (only when momentum != 0).
+// "maximize" (0/1). State per parameter: "momentum_buffer" (only when momentum != 0) and the
+// step count, which counts momentum updates (0: the next one sets buf = d).
 #pragma once
 
 #include <vector>
@@ -38,7 +39,10 @@ class SGD : public Optimizer {
   void validate(const ParamGroup& group) const override;
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
               ParamState& state) override;
+  void update_many(const ParamGroup& group, OptimizerTensorLists& lists,
+                   const std::vector<ParamState*>& states, const Tensor& found_inf) override;
   std::vector<std::string> state_keys() const override { return {"momentum_buffer"}; }
+  int64_t loaded_step(const ParamState& saved) const override;
 };
 
 }  // namespace mantissa::optim
