@@ -1,0 +1,140 @@
+// metrics.jsonl and train.log writers.
+#include "runner/metrics.h"
+
+#include <cmath>
+#include <ctime>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <vector>
+
+#include "engine/error.h"
+
+namespace mantissa::runner {
+
+namespace {
+
+std::string number(double v, int precision = 6) {
+  if (std::isnan(v)) return "nan";
+  std::ostringstream os;
+  os << std::setprecision(precision) << v;
+  return os.str();
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+// The step of a metrics record ({"step": ...} or {"eval": {"step": ...}}), or
+// -1.
+int64_t record_step(const std::string& line) {
+  try {
+    const Json j = Json::parse(line);
+    if (const Json* s = j.find("step")) return s->as_int();
+    if (const Json* e = j.find("eval"))
+      if (const Json* s = e->find("step")) return s->as_int();
+  } catch (const Error&) {
+    // A torn last line from a killed run: dropped.
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::string format_step(const StepMetrics& m, int64_t total_steps) {
+  std::ostringstream os;
+  os << "step " << m.step << "/" << total_steps << "  epoch " << m.epoch << "  loss "
+     << number(m.loss) << "  lr " << number(m.lr, 4) << "  scale " << number(m.loss_scale);
+  if (!std::isnan(m.grad_norm)) os << "  grad_norm " << number(m.grad_norm, 4);
+  os << "  " << number(m.samples_per_s, 4) << " samples/s  " << number(m.step_time_ms, 4)
+     << " ms/step";
+  if (m.skipped) os << "  (step skipped: inf/nan gradients)";
+  return os.str();
+}
+
+std::string format_eval(const EvalMetrics& m) {
+  std::ostringstream os;
+  os << "eval at step " << m.step << ": loss " << number(m.loss);
+  if (m.accuracy) os << "  accuracy " << number(*m.accuracy * 100.0, 4) << "%";
+  os << "  (" << m.samples << " samples)";
+  return os.str();
+}
+
+MetricsJsonlWriter::MetricsJsonlWriter(std::string path) : path_(std::move(path)) {}
+
+void MetricsJsonlWriter::on_train_begin(Trainer& trainer) {
+  std::vector<std::string> kept;
+  if (trainer.step() > 0) {
+    std::ifstream in(path_);
+    std::string line;
+    while (std::getline(in, line)) {
+      const int64_t s = record_step(line);
+      if (s >= 0 && s <= trainer.step()) kept.push_back(line);
+    }
+  }
+  out_.open(path_, std::ios::out | std::ios::trunc);
+  MT_CHECK(out_.good(), "metrics: cannot open '", path_, "' for writing");
+  for (const auto& line : kept) out_ << line << '\n';
+  out_.flush();
+}
+
+void MetricsJsonlWriter::write_line(const Json& record) {
+  out_ << record.dump() << '\n';
+  out_.flush();
+  MT_CHECK(out_.good(), "metrics: error writing '", path_, "'");
+}
+
+void MetricsJsonlWriter::on_step_end(Trainer&, const StepMetrics& m) { write_line(m.to_json()); }
+
+void MetricsJsonlWriter::on_eval(Trainer&, const EvalMetrics& m) {
+  Json record = Json::object();
+  record.set("eval", m.to_json());
+  write_line(record);
+}
+
+HumanLog::HumanLog(std::string path, bool echo_stdout)
+    : path_(std::move(path)), echo_(echo_stdout) {
+  out_.open(path_, std::ios::out | std::ios::app);
+  MT_CHECK(out_.good(), "log: cannot open '", path_, "' for writing");
+}
+
+void HumanLog::line(const std::string& text) {
+  out_ << utc_now() << "  " << text << '\n';
+  out_.flush();
+  if (echo_) std::cout << text << std::endl;
+}
+
+void HumanLog::on_train_begin(Trainer& t) {
+  const auto& o = t.options();
+  std::ostringstream os;
+  if (t.step() > 0)
+    os << "resuming at step " << t.step() << " (epoch " << t.epoch() << "); ";
+  else
+    os << "training ";
+  os << "to step " << t.total_steps() << " on " << o.device << ", precision " << o.precision.name()
+     << ", loss scaling " << (t.scaler().is_enabled() ? "on" : "off") << ", "
+     << t.train_loader().batches_per_epoch() << " batches/epoch of "
+     << t.train_loader().options().batch_size << " from " << t.train_loader().dataset().describe();
+  line(os.str());
+}
+
+void HumanLog::on_step_end(Trainer& t, const StepMetrics& m) {
+  line(format_step(m, t.total_steps()));
+}
+void HumanLog::on_eval(Trainer&, const EvalMetrics& m) { line(format_eval(m)); }
+void HumanLog::on_checkpoint(Trainer&, const std::string& path) { line("checkpoint " + path); }
+
+void HumanLog::on_train_end(Trainer&, const TrainSummary& s) {
+  std::ostringstream os;
+  os << "done: " << s.steps << " steps (" << s.steps_skipped << " skipped), final loss "
+     << number(s.final_loss) << ", best loss " << number(s.best_loss) << ", "
+     << number(s.wall_time_s, 4) << " s";
+  line(os.str());
+}
+
+}  // namespace mantissa::runner

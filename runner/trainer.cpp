@@ -1,0 +1,434 @@
+// The Trainer's loop, evaluation, checkpoints and summary. The per-step path
+// does no host reads unless the step is logged (or clipping asks for the
+// gradient norm): the loss is summed on the device and read once per log
+// interval.
+#include "runner/trainer.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "autograd/functions.h"
+#include "autograd/node.h"
+#include "engine/cuda_memory.h"
+#include "engine/error.h"
+#include "engine/factory.h"
+#include "engine/generator.h"
+#include "nn/clip_grad.h"
+#include "runner/atomic_file.h"
+#include "runner/checkpoint.h"
+#include "runner/metrics.h"
+#include "runner/progress.h"
+
+namespace mantissa::runner {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+Json number_or_null(double v) { return std::isfinite(v) ? Json(v) : Json(); }
+
+amp::GradScalerOptions default_scaler(const TrainerOptions& o) {
+  if (o.scaler) return *o.scaler;
+  amp::GradScalerOptions s;
+  s.enabled = o.precision == amp::Precision::Float16;
+  return s;
+}
+
+}  // namespace
+
+Json StepMetrics::to_json() const {
+  Json j = Json::object();
+  j.set("step", step);
+  j.set("epoch", epoch);
+  j.set("loss", number_or_null(loss));
+  j.set("lr", lr);
+  j.set("loss_scale", loss_scale);
+  j.set("skipped", skipped);
+  j.set("skipped_total", skipped_total);
+  j.set("grad_norm", number_or_null(grad_norm));
+  j.set("samples_per_s", samples_per_s);
+  j.set("step_time_ms", step_time_ms);
+  return j;
+}
+
+Json EvalMetrics::to_json() const {
+  Json j = Json::object();
+  j.set("step", step);
+  j.set("epoch", epoch);
+  j.set("loss", number_or_null(loss));
+  if (accuracy) j.set("accuracy", *accuracy);
+  j.set("samples", samples);
+  return j;
+}
+
+Json TrainSummary::to_json() const {
+  Json j = Json::object();
+  j.set("final_loss", number_or_null(final_loss));
+  j.set("best_loss", number_or_null(best_loss));
+  if (final_eval) j.set("final_eval", final_eval->to_json());
+  j.set("steps", steps);
+  j.set("steps_skipped", steps_skipped);
+  j.set("epochs", epochs);
+  j.set("resumed_from_step", resumed_from_step);
+  j.set("wall_time_s", wall_time_s);
+  Json mem = Json::object();
+  for (const auto& [device, bytes] : peak_memory_bytes) mem.set(device, bytes);
+  j.set("peak_memory_bytes", mem);
+  return j;
+}
+
+// What the loop carries between steps besides the counters in Trainer.
+struct Trainer::Impl {
+  // float64 0-d on the device: the sum of step losses since the last log.
+  // float64 so that a sum split by a checkpoint (host part + device part)
+  // rounds as the unsplit one does.
+  Tensor loss_sum;
+  int64_t loss_count = 0;
+  double pending_loss_sum = 0.0;  // restored from a checkpoint taken between logs
+  int64_t samples_since_log = 0;
+  Clock::time_point last_log_time;
+  Clock::time_point session_start;
+  double prior_wall_time_s = 0.0;  // from the runs this one resumes
+  int64_t last_checkpoint_step = -1;
+  int64_t last_eval_step = -1;
+  std::optional<EvalMetrics> last_eval;
+  double last_grad_norm = std::numeric_limits<double>::quiet_NaN();
+  std::vector<std::shared_ptr<Callback>> builtins;
+};
+
+Trainer::Trainer(std::shared_ptr<nn::Module> model, ForwardFn forward, LossFn loss,
+                 std::shared_ptr<optim::Optimizer> optimizer,
+                 std::shared_ptr<DataLoader> train_loader, TrainerOptions options)
+    : model_(std::move(model)),
+      forward_(std::move(forward)),
+      loss_(std::move(loss)),
+      optimizer_(std::move(optimizer)),
+      train_loader_(std::move(train_loader)),
+      options_(std::move(options)),
+      scaler_(default_scaler(options_)),
+      impl_(std::make_unique<Impl>()) {
+  MT_CHECK(model_ != nullptr && optimizer_ != nullptr && train_loader_ != nullptr,
+           "Trainer: model, optimizer and train loader are required");
+  MT_CHECK(forward_ && loss_, "Trainer: forward and loss functions are required");
+  MT_CHECK(options_.max_steps > 0 || options_.max_epochs > 0,
+           "Trainer: max_steps or max_epochs must be positive, got max_steps ", options_.max_steps,
+           " and max_epochs ", options_.max_epochs);
+  MT_CHECK(options_.max_steps >= 0 && options_.max_epochs >= 0 && options_.log_every >= 0 &&
+               options_.eval_every >= 0 && options_.checkpoint_every >= 0 &&
+               options_.keep_last >= 0,
+           "Trainer: step counts and intervals must be >= 0");
+  MT_CHECK(options_.clip_grad_norm >= 0.0, "Trainer: clip_grad_norm must be >= 0, got ",
+           options_.clip_grad_norm);
+  model_->to(options_.device);
+  train_loader_->set_device(options_.device);
+  optimizer_->set_master_weights(options_.master_weights);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::set_scheduler(std::shared_ptr<optim::LRScheduler> scheduler) {
+  MT_CHECK(scheduler == nullptr || &scheduler->optimizer() == optimizer_.get(),
+           "Trainer.set_scheduler: the scheduler drives a different optimizer");
+  scheduler_ = std::move(scheduler);
+}
+
+void Trainer::set_scaler(const amp::GradScalerOptions& options) {
+  MT_CHECK(step_ == 0, "Trainer.set_scaler: must be called before training starts");
+  options_.scaler = options;
+  scaler_ = amp::GradScaler(options);
+}
+
+void Trainer::set_val_loader(std::shared_ptr<DataLoader> loader) {
+  if (loader) loader->set_device(options_.device);
+  val_loader_ = std::move(loader);
+}
+
+void Trainer::add_callback(std::shared_ptr<Callback> callback) {
+  MT_CHECK(callback != nullptr, "Trainer.add_callback: null callback");
+  callbacks_.push_back(std::move(callback));
+}
+
+int64_t Trainer::epoch() const { return train_loader_->epoch(); }
+
+int64_t Trainer::total_steps() const {
+  return options_.max_steps > 0 ? options_.max_steps
+                                : options_.max_epochs * train_loader_->batches_per_epoch();
+}
+
+Json Trainer::trainer_state() const {
+  Json s = Json::object();
+  s.set("step", step_);
+  s.set("epoch", epoch());
+  s.set("loader", train_loader_->state());
+  s.set("steps_skipped", steps_skipped_);
+  s.set("best_loss", number_or_null(best_loss_));
+  s.set("last_loss", number_or_null(last_loss_));
+  // The loss accumulated since the last log, so the first record after a resume
+  // is the same.
+  const double pending =
+      impl_->pending_loss_sum +
+      (impl_->loss_count > 0 && impl_->loss_sum.defined() ? impl_->loss_sum.item<double>() : 0.0);
+  s.set("pending_loss_sum", pending);
+  s.set("pending_loss_count", impl_->loss_count);
+  s.set("pending_samples", impl_->samples_since_log);
+  s.set("wall_time_s", impl_->prior_wall_time_s + seconds_since(impl_->session_start));
+  s.set("precision", std::string(options_.precision.name()));
+  s.set("seed", static_cast<int64_t>(options_.seed));
+  return s;
+}
+
+// Returns whether the optimizer stepped.
+bool Trainer::train_one_step(const Batch& batch) {
+  optimizer_->zero_grad();
+  Tensor loss;
+  {
+    amp::autocast guard(options_.device, options_.precision,
+                        /*enabled=*/options_.precision != amp::Precision::Float32);
+    loss = loss_(forward_(batch.input), batch.target);
+  }
+  MT_CHECK(loss.numel() == 1, "Trainer: the loss function must return one value, got shape ",
+           loss.shape());
+  scaler_.scale(loss).backward();
+  if (options_.clip_grad_norm > 0.0) {
+    // Clip the true gradients: unscale first (PyTorch's recipe), then step()
+    // does not unscale again. On an overflowing step the norm is inf/NaN and
+    // the step is skipped anyway.
+    scaler_.unscale_(*optimizer_);
+    impl_->last_grad_norm = nn::clip_grad_norm_(model_->parameters(), options_.clip_grad_norm);
+  }
+  const bool stepped = scaler_.step(*optimizer_);
+  scaler_.update();
+  {
+    autograd::NoGradGuard no_grad;
+    const Tensor l = loss.detach().reshape({}).to(DType::Float64);
+    impl_->loss_sum = impl_->loss_count == 0 ? l.clone() : impl_->loss_sum.add(l);
+  }
+  ++impl_->loss_count;
+  impl_->samples_since_log += batch.size();
+  return stepped;
+}
+
+void Trainer::emit_log(bool skipped, double lr) {
+  const double elapsed = seconds_since(impl_->last_log_time);
+  StepMetrics m;
+  m.step = step_;
+  m.epoch = epoch();
+  const double sum = impl_->pending_loss_sum + impl_->loss_sum.item<double>();
+  m.loss = sum / static_cast<double>(impl_->loss_count);
+  m.lr = lr;
+  m.loss_scale = scaler_.get_scale();
+  m.skipped = skipped;
+  m.skipped_total = steps_skipped_;
+  m.grad_norm = impl_->last_grad_norm;
+  m.samples_per_s = elapsed > 0 ? static_cast<double>(impl_->samples_since_log) / elapsed : 0.0;
+  m.step_time_ms = 1000.0 * elapsed / static_cast<double>(impl_->loss_count);
+  last_loss_ = m.loss;
+  if (std::isfinite(m.loss) && !(m.loss >= best_loss_)) best_loss_ = m.loss;
+  impl_->loss_count = 0;
+  impl_->pending_loss_sum = 0.0;
+  impl_->samples_since_log = 0;
+  impl_->last_log_time = Clock::now();
+  for (auto& cb : impl_->builtins) cb->on_step_end(*this, m);
+  for (auto& cb : callbacks_) cb->on_step_end(*this, m);
+}
+
+EvalMetrics Trainer::evaluate(DataLoader& loader) {
+  loader.set_device(options_.device);
+  const Json position = loader.state();
+  const bool was_training = model_->is_training();
+  model_->eval();
+  autograd::NoGradGuard no_grad;
+  double loss_sum = 0.0;
+  int64_t samples = 0, correct = 0;
+  bool classification = false;
+  loader.set_epoch(loader.epoch());
+  try {
+    while (auto batch = loader.next()) {
+      Tensor output;
+      Tensor loss;
+      {
+        amp::autocast guard(options_.device, options_.precision,
+                            options_.precision != amp::Precision::Float32);
+        output = forward_(batch->input);
+        loss = loss_(output, batch->target);
+      }
+      const int64_t n = batch->size();
+      // Losses here are means over the batch; weight by the batch size for the
+      // dataset mean.
+      loss_sum += loss.item<double>() * static_cast<double>(n);
+      samples += n;
+      if (batch->target.dtype() == DType::Int64 && output.dim() == 2) {
+        classification = true;
+        const auto pred = output.argmax(1).to_vector<int64_t>();
+        const auto truth = batch->target.to_vector<int64_t>();
+        for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == truth[i];
+      }
+    }
+  } catch (...) {
+    loader.load_state(position);
+    model_->train(was_training);
+    throw;
+  }
+  loader.load_state(position);
+  model_->train(was_training);
+  EvalMetrics m;
+  m.step = step_;
+  m.epoch = epoch();
+  m.samples = samples;
+  m.loss = samples > 0 ? loss_sum / static_cast<double>(samples) : std::nan("");
+  if (classification) m.accuracy = static_cast<double>(correct) / static_cast<double>(samples);
+  return m;
+}
+
+void Trainer::run_eval() {
+  EvalMetrics m = evaluate(*val_loader_);
+  impl_->last_eval = m;
+  impl_->last_eval_step = step_;
+  for (auto& cb : impl_->builtins) cb->on_eval(*this, m);
+  for (auto& cb : callbacks_) cb->on_eval(*this, m);
+}
+
+std::string Trainer::save_checkpoint(const std::string& path) {
+  std::string target = path;
+  if (target.empty()) {
+    MT_CHECK(!options_.run_dir.empty(),
+             "Trainer.save_checkpoint: no path given and no run_dir to put "
+             "checkpoints in");
+    const fs::path dir = fs::path(options_.run_dir) / "checkpoints";
+    fs::create_directories(dir);
+    target = (dir / checkpoint_filename(step_)).string();
+  }
+  CheckpointParts parts;
+  parts.model = model_.get();
+  parts.optimizer = optimizer_.get();
+  parts.scaler = &scaler_;
+  parts.scheduler = scheduler_.get();
+  parts.trainer_state = trainer_state();
+  parts.config_hash = options_.config_hash;
+  parts.config_text = options_.config_text;
+  runner::save_checkpoint(target, parts);
+  impl_->last_checkpoint_step = step_;
+  for (auto& cb : impl_->builtins) cb->on_checkpoint(*this, target);
+  for (auto& cb : callbacks_) cb->on_checkpoint(*this, target);
+  if (path.empty()) prune_checkpoints();
+  return target;
+}
+
+void Trainer::prune_checkpoints() {
+  if (options_.keep_last > 0)
+    runner::prune_checkpoints((fs::path(options_.run_dir) / "checkpoints").string(),
+                              options_.keep_last);
+}
+
+void Trainer::resume_from(const std::string& checkpoint_path) {
+  if (!options_.config_hash.empty()) {
+    // Refuse before anything is restored.
+    const std::string saved = read_checkpoint(checkpoint_path).config_hash;
+    MT_CHECK(saved.empty() || saved == options_.config_hash, "Trainer.resume_from: '",
+             checkpoint_path, "' was written with config hash ", saved,
+             " but this run's config hash is ", options_.config_hash);
+  }
+  CheckpointParts parts;
+  parts.model = model_.get();
+  parts.optimizer = optimizer_.get();
+  parts.scaler = &scaler_;
+  parts.scheduler = scheduler_.get();
+  load_checkpoint(checkpoint_path, parts);
+  const Json& s = parts.trainer_state;
+  MT_CHECK(s.is_object() && s.contains("step") && s.contains("loader"), "Trainer.resume_from: '",
+           checkpoint_path, "' has no trainer state (not written by a Trainer)");
+  train_loader_->load_state(s.at("loader"));
+  step_ = s.at("step").as_int();
+  steps_skipped_ = s.at("steps_skipped").as_int();
+  auto as_number = [&](const char* key) {
+    const Json* v = s.find(key);
+    return v != nullptr && v->is_number() ? v->as_double()
+                                          : std::numeric_limits<double>::quiet_NaN();
+  };
+  best_loss_ = as_number("best_loss");
+  last_loss_ = as_number("last_loss");
+  impl_->pending_loss_sum = s.contains("pending_loss_sum") ? as_number("pending_loss_sum") : 0.0;
+  impl_->loss_count = s.contains("pending_loss_count") ? s.at("pending_loss_count").as_int() : 0;
+  impl_->samples_since_log = s.contains("pending_samples") ? s.at("pending_samples").as_int() : 0;
+  impl_->loss_sum = zeros({}, TensorOptions(options_.device).dtype(DType::Float64));
+  impl_->prior_wall_time_s = s.contains("wall_time_s") ? as_number("wall_time_s") : 0.0;
+  impl_->last_checkpoint_step = step_;
+  resumed_from_step_ = step_;
+  resumed_ = true;
+}
+
+void Trainer::write_summary(const TrainSummary& summary) {
+  const fs::path path = fs::path(options_.run_dir) / "summary.json";
+  write_file_atomically(path.string(), summary.to_json().dump(2) + "\n");
+}
+
+TrainSummary Trainer::fit() {
+  if (!resumed_ && step_ == 0) manual_seed(options_.seed);
+  impl_->session_start = impl_->last_log_time = Clock::now();
+  impl_->builtins.clear();
+  if (!options_.run_dir.empty()) {
+    fs::create_directories(options_.run_dir);
+    impl_->builtins.push_back(std::make_shared<MetricsJsonlWriter>(
+        (fs::path(options_.run_dir) / "metrics.jsonl").string()));
+    impl_->builtins.push_back(std::make_shared<HumanLog>(
+        (fs::path(options_.run_dir) / "train.log").string(), options_.log_to_stdout));
+  }
+  if (options_.progress) impl_->builtins.push_back(std::make_shared<ProgressBar>());
+  for (auto& cb : impl_->builtins) cb->on_train_begin(*this);
+  for (auto& cb : callbacks_) cb->on_train_begin(*this);
+
+  const int64_t total = total_steps();
+  model_->train();
+  stop_requested_ = false;
+  while (step_ < total && !stop_requested_) {
+    std::optional<Batch> batch = train_loader_->next();
+    if (!batch) continue;  // epoch boundary: the loader moved to the next epoch
+    const bool last = step_ + 1 == total;
+    const bool log_now = last || (options_.log_every > 0 && (step_ + 1) % options_.log_every == 0);
+    const double lr = optimizer_->lr(0);  // the lr this step uses (the scheduler moves it after)
+    const bool stepped = train_one_step(*batch);
+    ++step_;
+    if (!stepped) ++steps_skipped_;
+    if (scheduler_) scheduler_->step();
+    if (log_now || stop_requested_) emit_log(!stepped, lr);
+    for (auto& cb : impl_->builtins) cb->on_batch_end(*this);
+    for (auto& cb : callbacks_) cb->on_batch_end(*this);
+    if (val_loader_ && options_.eval_every > 0 && step_ % options_.eval_every == 0) run_eval();
+    if (!options_.run_dir.empty() && options_.checkpoint_every > 0 &&
+        step_ % options_.checkpoint_every == 0)
+      save_checkpoint();
+  }
+  if (val_loader_ && impl_->last_eval_step != step_) run_eval();
+  if (!options_.run_dir.empty() && impl_->last_checkpoint_step != step_) save_checkpoint();
+
+  TrainSummary summary;
+  summary.final_loss = last_loss_;
+  summary.best_loss = best_loss_;
+  summary.final_eval = impl_->last_eval;
+  summary.steps = step_;
+  summary.steps_skipped = steps_skipped_;
+  summary.epochs = train_loader_->epoch() + (train_loader_->index() > 0 ? 1 : 0);
+  summary.resumed_from_step = resumed_from_step_;
+  summary.wall_time_s = impl_->prior_wall_time_s + seconds_since(impl_->session_start);
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  summary.peak_memory_bytes.emplace_back("cpu", static_cast<int64_t>(usage.ru_maxrss) * 1024);
+  if (options_.device.is_cuda())
+    summary.peak_memory_bytes.emplace_back(
+        options_.device.str(), cuda::memory_stats(options_.device.index()).peak_allocated_bytes);
+  if (!options_.run_dir.empty()) write_summary(summary);
+  for (auto& cb : impl_->builtins) cb->on_train_end(*this, summary);
+  for (auto& cb : callbacks_) cb->on_train_end(*this, summary);
+  return summary;
+}
+
+}  // namespace mantissa::runner

@@ -1,0 +1,353 @@
+// The Trainer: learning on teacher data, metrics.jsonl / train.log / summary.json / checkpoints in
+// the run directory, evaluation, and exact resume (N steps straight == k steps, checkpoint, fresh
+// objects, resume) in float32, bfloat16 and float16 autocast, mid-epoch and at a skipped step.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/factory.h"
+#include "engine/generator.h"
+#include "nn/layers.h"
+#include "nn/loss.h"
+#include "nn/optim/adam.h"
+#include "nn/optim/lr_scheduler.h"
+#include "nn/optim/sgd.h"
+#include "runner/checkpoint.h"
+#include "runner/data.h"
+#include "runner/trainer.h"
+#include "test_util.h"
+
+namespace mt = mantissa;
+namespace fs = std::filesystem;
+using mt::Tensor;
+using mt::runner::Json;
+using mt::runner::Trainer;
+using mt::runner::TrainerOptions;
+
+namespace {
+
+// The ToyModel, with optional dropout so resume also depends on the generator state.
+struct ToyModel : mt::nn::Module {
+  mt::nn::Linear net1{nullptr}, net2{nullptr};
+  mt::nn::Dropout drop{nullptr};
+  explicit ToyModel(double p = 0.0) : mt::nn::Module("ToyModel") {
+    net1 = register_module("net1", mt::nn::Linear(10, 10));
+    drop = register_module("drop", mt::nn::Dropout(p));
+    net2 = register_module("net2", mt::nn::Linear(10, 5));
+  }
+  Tensor forward(const Tensor& x) { return net2(drop(net1(x).relu())); }
+};
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() /
+           ("mt_trainer_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+// Records what the trainer reports.
+struct Recorder : mt::runner::Callback {
+  std::vector<mt::runner::StepMetrics> steps;
+  std::vector<mt::runner::EvalMetrics> evals;
+  std::vector<std::string> checkpoints;
+  int64_t stop_at_checkpoint = -1;
+  void on_step_end(Trainer&, const mt::runner::StepMetrics& m) override { steps.push_back(m); }
+  void on_eval(Trainer&, const mt::runner::EvalMetrics& m) override { evals.push_back(m); }
+  void on_checkpoint(Trainer& t, const std::string& path) override {
+    checkpoints.push_back(path);
+    // What a SIGKILL right after this checkpoint leaves: nothing after it.
+    if (t.step() == stop_at_checkpoint) t.request_stop();
+  }
+};
+
+std::vector<Json> read_jsonl(const fs::path& path) {
+  std::ifstream in(path);
+  std::vector<Json> out;
+  std::string line;
+  while (std::getline(in, line)) out.push_back(Json::parse(line, path.string()));
+  return out;
+}
+
+std::vector<uint32_t> bits(const Tensor& t) {
+  const auto v = t.to_vector<float>();
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+}  // namespace
+
+TEST(RunnerTrainer, LossDecreasesOnTeacherData) {
+  mt::manual_seed(0);
+  auto data = mt::runner::make_teacher_dataset({.samples = 512, .seed = 1});
+  auto split = mt::runner::random_split(data, 0.125, 2);
+  auto train = std::make_shared<mt::runner::DataLoader>(
+      split.train, mt::runner::DataLoaderOptions{.batch_size = 32, .seed = 3});
+  auto val = std::make_shared<mt::runner::DataLoader>(
+      split.val, mt::runner::DataLoaderOptions{.batch_size = 64, .shuffle = false});
+  auto model = std::make_shared<ToyModel>();
+  auto opt =
+      std::make_shared<mt::optim::Adam>(model->parameters(), mt::optim::AdamOptions{.lr = 1e-2});
+  Trainer trainer(model, mt::nn::MSELoss(), opt, train,
+                  {.max_epochs = 15, .log_every = 14, .progress = false});
+  trainer.set_val_loader(val);
+  auto rec = std::make_shared<Recorder>();
+  trainer.add_callback(rec);
+  const double before = trainer.evaluate(*val).loss;
+  const auto summary = trainer.fit();
+  EXPECT_EQ(summary.steps, 15 * 14);
+  EXPECT_EQ(summary.epochs, 15);
+  ASSERT_EQ(rec->steps.size(), 15u);  // one record per 14 steps
+  EXPECT_LT(rec->steps.back().loss, 0.3 * rec->steps.front().loss);
+  ASSERT_EQ(rec->evals.size(), 1u);  // eval_every = 0: once at the end
+  EXPECT_LT(rec->evals.back().loss, 0.3 * before);
+  EXPECT_FALSE(rec->evals.back().accuracy.has_value());
+  EXPECT_EQ(rec->evals.back().samples, 64);
+  EXPECT_EQ(summary.final_loss, rec->steps.back().loss);
+  EXPECT_LE(summary.best_loss, summary.final_loss);
+  // At the end of the last epoch (the next next() would start epoch 15); evaluate() on the
+  // validation loader left this position alone.
+  EXPECT_EQ(train->epoch(), 14);
+  EXPECT_EQ(train->index(), 14);
+  EXPECT_TRUE(model->is_training());
+}
+
+TEST(RunnerTrainer, ClassificationAccuracyOnSpirals) {
+  mt::manual_seed(0);
+  auto data = mt::runner::make_spirals_dataset({.samples = 256, .noise = 0.02, .seed = 1});
+  auto loader = std::make_shared<mt::runner::DataLoader>(
+      data, mt::runner::DataLoaderOptions{.batch_size = 32, .seed = 1});
+  auto model = std::make_shared<mt::nn::SequentialImpl>(mt::nn::Linear(2, 32), mt::nn::Tanh(),
+                                                        mt::nn::Linear(32, 32), mt::nn::Tanh(),
+                                                        mt::nn::Linear(32, 2));
+  auto opt =
+      std::make_shared<mt::optim::Adam>(model->parameters(), mt::optim::AdamOptions{.lr = 2e-2});
+  Trainer trainer(model, mt::nn::CrossEntropyLoss(), opt, loader,
+                  {.max_steps = 400, .log_every = 0, .progress = false});
+  mt::runner::DataLoader eval_loader(data, {.batch_size = 100, .shuffle = false});
+  const auto before = trainer.evaluate(eval_loader);
+  ASSERT_TRUE(before.accuracy.has_value());
+  trainer.fit();
+  const auto after = trainer.evaluate(eval_loader);
+  EXPECT_EQ(after.samples, 256);
+  EXPECT_LT(after.loss, before.loss);
+  EXPECT_GT(*after.accuracy, 0.9);
+}
+
+TEST(RunnerTrainer, RunDirectoryRecords) {
+  TempDir dir;
+  mt::manual_seed(0);
+  auto data = mt::runner::make_teacher_dataset({.samples = 96, .seed = 1});
+  auto split = mt::runner::random_split(data, 0.25, 2);
+  auto train = std::make_shared<mt::runner::DataLoader>(
+      split.train, mt::runner::DataLoaderOptions{.batch_size = 8, .seed = 3});
+  auto val = std::make_shared<mt::runner::DataLoader>(
+      split.val, mt::runner::DataLoaderOptions{.batch_size = 8, .shuffle = false});
+  auto model = std::make_shared<ToyModel>();
+  auto opt = std::make_shared<mt::optim::SGD>(model->parameters(), 0.05);
+  Trainer trainer(model, mt::nn::MSELoss(), opt, train,
+                  {.max_steps = 25,
+                   .clip_grad_norm = 1.0,
+                   .log_every = 5,
+                   .eval_every = 10,
+                   .checkpoint_every = 10,
+                   .keep_last = 2,
+                   .run_dir = dir.path.string(),
+                   .progress = false});
+  trainer.set_scheduler(std::make_shared<mt::optim::StepLR>(*opt, 10, 0.5));
+  trainer.set_val_loader(val);
+  auto rec = std::make_shared<Recorder>();
+  trainer.add_callback(rec);
+  trainer.fit();
+
+  const auto records = read_jsonl(dir.path / "metrics.jsonl");
+  std::vector<int64_t> step_records, eval_records;
+  for (const Json& r : records) {
+    if (const Json* e = r.find("eval")) {
+      eval_records.push_back(e->at("step").as_int());
+      EXPECT_TRUE(e->at("loss").is_number());
+      continue;
+    }
+    step_records.push_back(r.at("step").as_int());
+    for (const char* key : {"step", "epoch", "loss", "lr", "loss_scale", "skipped", "grad_norm",
+                            "samples_per_s", "step_time_ms"})
+      EXPECT_TRUE(r.contains(key)) << "metrics record lacks " << key << ": " << r.dump();
+    EXPECT_TRUE(r.at("grad_norm").is_number()) << "clipping reports the norm";
+    EXPECT_EQ(r.at("loss_scale").as_double(), 1.0) << "float32: scaler disabled";
+    EXPECT_FALSE(r.at("skipped").as_bool());
+  }
+  EXPECT_EQ(step_records, (std::vector<int64_t>{5, 10, 15, 20, 25}));
+  EXPECT_EQ(eval_records, (std::vector<int64_t>{10, 20, 25}));
+  // lr is the one each logged step used: 0.05 for steps 1-10, 0.025 for 11-20, then 0.0125.
+  EXPECT_DOUBLE_EQ(records[0].at("lr").as_double(), 0.05);
+  EXPECT_DOUBLE_EQ(records.back().find("eval") ? records[records.size() - 2].at("lr").as_double()
+                                               : records.back().at("lr").as_double(),
+                   0.0125);
+
+  const Json summary = Json::parse(std::string(
+      std::istreambuf_iterator<char>(std::ifstream(dir.path / "summary.json").rdbuf()), {}));
+  for (const char* key :
+       {"final_loss", "best_loss", "steps", "steps_skipped", "wall_time_s", "peak_memory_bytes"})
+    EXPECT_TRUE(summary.contains(key)) << "summary lacks " << key;
+  EXPECT_EQ(summary.at("steps").as_int(), 25);
+  EXPECT_EQ(summary.at("steps_skipped").as_int(), 0);
+  EXPECT_GT(summary.at("peak_memory_bytes").at("cpu").as_int(), 0);
+  EXPECT_DOUBLE_EQ(summary.at("final_loss").as_double(), rec->steps.back().loss);
+  EXPECT_TRUE(summary.at("final_eval").contains("loss"));
+
+  std::ifstream log(dir.path / "train.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(text.find("step 25/25"), std::string::npos) << text;
+  EXPECT_NE(text.find("eval at step 20"), std::string::npos) << text;
+  // Checkpoints at 10, 20 and the end (25); keep_last = 2 keeps the newest two.
+  EXPECT_EQ(rec->checkpoints.size(), 3u);
+  const auto kept = mt::runner::list_checkpoints((dir.path / "checkpoints").string());
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_NE(kept[0].find(mt::runner::checkpoint_filename(25)), std::string::npos);
+  EXPECT_NE(kept[1].find(mt::runner::checkpoint_filename(20)), std::string::npos);
+}
+
+namespace {
+
+struct ResumeCase {
+  mt::amp::Precision precision;
+  bool adam_cosine_clip;  // else SGD with momentum + StepLR
+  std::optional<mt::amp::GradScalerOptions> scaler{};
+  int64_t total = 24;
+  int64_t k = 10;  // 100 examples / 16 per batch = 7 batches per epoch: step 10 is mid-epoch
+};
+
+struct RunResult {
+  std::vector<std::vector<uint32_t>> params;
+  std::vector<mt::runner::StepMetrics> steps;
+  double scale;
+  int64_t skipped;
+};
+
+// One training run; with resume_dir, a fresh run that resumes from the checkpoint at step k
+// there. With stop_at, the run stops right after writing its checkpoint at that step.
+RunResult run(const ResumeCase& c, const std::string& run_dir, int64_t stop_at, bool resume) {
+  // Fresh objects; a resumed run starts from other weights, which the checkpoint overwrites.
+  mt::manual_seed(resume ? 999 : 0);
+  auto data = mt::runner::make_teacher_dataset({.samples = 100, .seed = 1});
+  auto loader = std::make_shared<mt::runner::DataLoader>(
+      data, mt::runner::DataLoaderOptions{.batch_size = 16, .seed = 5});
+  auto model = std::make_shared<ToyModel>(/*dropout=*/0.2);
+  std::shared_ptr<mt::optim::Optimizer> opt;
+  std::shared_ptr<mt::optim::LRScheduler> sched;
+  if (c.adam_cosine_clip) {
+    auto adam =
+        std::make_shared<mt::optim::Adam>(model->parameters(), mt::optim::AdamOptions{.lr = 1e-2});
+    sched = std::make_shared<mt::optim::CosineWarmupLR>(*adam, 3, c.total);
+    opt = adam;
+  } else {
+    auto sgd = std::make_shared<mt::optim::SGD>(model->parameters(), 0.05,
+                                                mt::optim::SGDOptions{.momentum = 0.9});
+    sched = std::make_shared<mt::optim::StepLR>(*sgd, 7, 0.5);
+    opt = sgd;
+  }
+  TrainerOptions o{.max_steps = c.total,
+                   .precision = c.precision,
+                   .scaler = c.scaler,
+                   .clip_grad_norm = c.adam_cosine_clip ? 0.5 : 0.0,
+                   .log_every = 1,
+                   .checkpoint_every = c.k,
+                   .keep_last = 0,
+                   .run_dir = run_dir,
+                   .seed = 11,
+                   .progress = false};
+  Trainer trainer(model, mt::nn::MSELoss(), opt, loader, o);
+  trainer.set_scheduler(sched);
+  auto rec = std::make_shared<Recorder>();
+  rec->stop_at_checkpoint = stop_at;
+  trainer.add_callback(rec);
+  if (resume)
+    trainer.resume_from(
+        (fs::path(run_dir) / "checkpoints" / mt::runner::checkpoint_filename(c.k)).string());
+  trainer.fit();
+  RunResult r;
+  for (const auto& p : model->parameters()) r.params.push_back(bits(p));
+  r.steps = rec->steps;
+  r.scale = trainer.scaler().get_scale();
+  r.skipped = trainer.steps_skipped();
+  return r;
+}
+
+void expect_resume_exact(const ResumeCase& c) {
+  TempDir straight_dir, killed_dir;
+  const RunResult straight = run(c, straight_dir.path.string(), -1, false);
+  const RunResult first = run(c, killed_dir.path.string(), c.k, false);
+  ASSERT_EQ(first.steps.size(), static_cast<size_t>(c.k));
+  const RunResult resumed = run(c, killed_dir.path.string(), -1, true);
+  ASSERT_EQ(straight.params.size(), resumed.params.size());
+  for (size_t i = 0; i < straight.params.size(); ++i)
+    EXPECT_EQ(straight.params[i], resumed.params[i]) << "parameter " << i << " differs";
+  EXPECT_EQ(straight.scale, resumed.scale);
+  EXPECT_EQ(straight.skipped, resumed.skipped);
+  // The records after the resume point are the same too (losses bitwise, lr, scale, skips).
+  ASSERT_EQ(resumed.steps.size(), static_cast<size_t>(c.total - c.k));
+  for (size_t i = 0; i < resumed.steps.size(); ++i) {
+    const auto& a = straight.steps[c.k + i];
+    const auto& b = resumed.steps[i];
+    EXPECT_EQ(a.step, b.step);
+    EXPECT_EQ(a.epoch, b.epoch);
+    EXPECT_EQ(a.loss, b.loss) << "step " << a.step;
+    EXPECT_EQ(a.lr, b.lr) << "step " << a.step;
+    EXPECT_EQ(a.loss_scale, b.loss_scale) << "step " << a.step;
+    EXPECT_EQ(a.skipped, b.skipped) << "step " << a.step;
+  }
+  // And the straight run really learned something different from its start.
+  EXPECT_LT(straight.steps.back().loss, straight.steps.front().loss);
+}
+
+}  // namespace
+
+TEST(RunnerTrainerResume, Float32MidEpochEqualsUninterrupted) {
+  expect_resume_exact({.precision = mt::amp::Precision::Float32, .adam_cosine_clip = false});
+}
+
+TEST(RunnerTrainerResume, BFloat16AutocastAdamClipEqualsUninterrupted) {
+  expect_resume_exact({.precision = mt::amp::Precision::BFloat16, .adam_cosine_clip = true});
+}
+
+TEST(RunnerTrainerResume, Float16WithSkippedStepAtCheckpointEqualsUninterrupted) {
+  // A huge initial scale makes the first float16 steps overflow: the step at k = 10 is skipped,
+  // and the scale must come back from the checkpoint mid back-off.
+  mt::amp::GradScalerOptions s;
+  s.init_scale = std::ldexp(1.0, 40);
+  s.growth_interval = 4;
+  // About 25 steps overflow before the scale is small enough; 40 steps leave some to learn.
+  const ResumeCase c{
+      .precision = mt::amp::Precision::Float16, .adam_cosine_clip = true, .scaler = s, .total = 40};
+  TempDir dir;
+  const RunResult straight = run(c, dir.path.string(), -1, false);
+  ASSERT_TRUE(straight.steps[c.k - 1].skipped) << "the test needs step k to be skipped";
+  EXPECT_GT(straight.skipped, c.k - 1);
+  EXPECT_LT(straight.skipped, c.total) << "some steps must be taken";
+  expect_resume_exact(c);
+}
+
+TEST(RunnerTrainerResume, RefusesAnotherConfigHash) {
+  TempDir dir;
+  mt::manual_seed(0);
+  auto data = mt::runner::make_teacher_dataset({.samples = 32, .seed = 1});
+  auto loader = std::make_shared<mt::runner::DataLoader>(
+      data, mt::runner::DataLoaderOptions{.batch_size = 8});
+  auto model = std::make_shared<ToyModel>();
+  auto opt = std::make_shared<mt::optim::SGD>(model->parameters(), 0.05);
+  Trainer trainer(
+      model, mt::nn::MSELoss(), opt, loader,
+      {.max_steps = 3, .run_dir = dir.path.string(), .progress = false, .config_hash = "aaa"});
+  trainer.fit();
+  const std::string ckpt = trainer.save_checkpoint((dir.path / "x.ckpt").string());
+  Trainer other(model, mt::nn::MSELoss(), opt, loader,
+                {.max_steps = 3, .progress = false, .config_hash = "bbb"});
+  mantissa::testing::expect_error([&] { other.resume_from(ckpt); }, {"config hash aaa", "bbb"});
+}
