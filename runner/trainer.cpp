@@ -103,6 +103,7 @@ struct Trainer::Impl {
   std::optional<EvalMetrics> last_eval;
   double last_grad_norm = std::numeric_limits<double>::quiet_NaN();
   std::vector<std::shared_ptr<Callback>> builtins;
+  std::vector<Tensor> params;  // for clipping, collected once per fit()
 };
 
 Trainer::Trainer(std::shared_ptr<nn::Module> model, ForwardFn forward, LossFn loss,
@@ -203,7 +204,7 @@ bool Trainer::train_one_step(const Batch& batch) {
     // does not unscale again. On an overflowing step the norm is inf/NaN and
     // the step is skipped anyway.
     scaler_.unscale_(*optimizer_);
-    impl_->last_grad_norm = nn::clip_grad_norm_(model_->parameters(), options_.clip_grad_norm);
+    impl_->last_grad_norm = nn::clip_grad_norm_(impl_->params, options_.clip_grad_norm);
   }
   const bool stepped = scaler_.step(*optimizer_);
   scaler_.update();
@@ -388,6 +389,7 @@ TrainSummary Trainer::fit() {
 
   const int64_t total = total_steps();
   model_->train();
+  impl_->params = model_->parameters();
   stop_requested_ = false;
   while (step_ < total && !stop_requested_) {
     std::optional<Batch> batch = train_loader_->next();

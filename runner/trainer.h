@@ -14,6 +14,7 @@
 // it is accumulated on the device.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -170,8 +171,9 @@ class Trainer {
   DataLoader& train_loader() { return *train_loader_; }
   // The state written under CheckpointParts::trainer_state.
   Json trainer_state() const;
-  // Requests a stop after the current step (from a callback or a signal handler's flag).
-  void request_stop() { stop_requested_ = true; }
+  // Requests a stop after the current step; fit() then evaluates, checkpoints (with a run_dir)
+  // and summarises as at a normal end. Async-signal-safe (a lock-free atomic store).
+  void request_stop() { stop_requested_.store(true, std::memory_order_relaxed); }
 
  private:
   template <typename L>
@@ -209,7 +211,7 @@ class Trainer {
   double last_loss_ = std::numeric_limits<double>::quiet_NaN();
   int64_t resumed_from_step_ = 0;
   bool resumed_ = false;
-  bool stop_requested_ = false;
+  std::atomic<bool> stop_requested_{false};  // set from callbacks or signal handlers
 };
 
 }  // namespace mantissa::runner
