@@ -1,0 +1,425 @@
+// Checkpoints: training k steps, saving, loading into fresh objects (other weights, other random
+// state) and continuing is bitwise equal to training without interruption — SGD with momentum and
+// Adam, float32 and float16/bfloat16 autocast with a GradScaler (including a step the scaler
+// skipped), master weights — and truncated, corrupted, wrong-version and wrong-model files are
+// refused, with latest_valid_checkpoint falling back past them.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+
+#include "runner/atomic_file.h"
+#include "runner/checkpoint.h"
+#include "test_util.h"
+
+namespace mt = mantissa;
+namespace nn = mantissa::nn;
+namespace optim = mantissa::optim;
+using mt::Tensor;
+using mt::runner::CheckpointParts;
+using mt::runner::Json;
+using mt::testing::expect_error;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("mantissa_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+// ToyModel with dropout, so the forward pass draws from the cpu generator too.
+struct ToyModel : nn::Module {
+  nn::Linear net1{nullptr}, net2{nullptr};
+  nn::ReLU relu;
+  nn::Dropout drop{nullptr};
+  explicit ToyModel(int64_t hidden = 10) : nn::Module("ToyModel") {
+    net1 = register_module("net1", nn::Linear(10, hidden));
+    relu = register_module("relu", nn::ReLU());
+    drop = register_module("drop", nn::Dropout(0.1));
+    net2 = register_module("net2", nn::Linear(hidden, 5));
+  }
+  Tensor forward(const Tensor& x) { return net2(drop(relu(net1(x)))); }
+};
+
+struct Setup {
+  std::string optimizer = "sgd";         // "sgd" (momentum, nesterov) or "adam"
+  std::optional<mt::DType> autocast;     // run the forward under autocast to this dtype
+  mt::DType param_dtype = mt::kFloat32;  // model parameters' dtype
+  bool master_weights = false;
+  bool scaler = false;
+  std::vector<int> inf_steps;  // steps whose gradient is made inf (the scaler skips them)
+};
+
+Setup make_setup(std::string optimizer, std::optional<mt::DType> autocast = std::nullopt,
+                 mt::DType param_dtype = mt::kFloat32, bool master_weights = false,
+                 bool scaler = false, std::vector<int> inf_steps = {}) {
+  Setup s;
+  s.optimizer = std::move(optimizer);
+  s.autocast = autocast;
+  s.param_dtype = param_dtype;
+  s.master_weights = master_weights;
+  s.scaler = scaler;
+  s.inf_steps = std::move(inf_steps);
+  return s;
+}
+
+struct Training {
+  std::shared_ptr<ToyModel> model;
+  std::unique_ptr<optim::Optimizer> opt;
+  std::unique_ptr<optim::LRScheduler> sched;
+  std::unique_ptr<mt::amp::GradScaler> scaler;
+  Setup setup;
+
+  Training(const Setup& s, uint64_t seed) : setup(s) {
+    mt::manual_seed(seed);
+    model = std::make_shared<ToyModel>();
+    if (s.param_dtype != mt::kFloat32) model->to(s.param_dtype);
+    if (s.optimizer == "sgd") {
+      opt = std::make_unique<optim::SGD>(model->parameters(), 0.05,
+                                         optim::SGDOptions{.momentum = 0.9, .nesterov = true});
+      sched = std::make_unique<optim::StepLR>(*opt, 2, 0.5);
+    } else {
+      opt = std::make_unique<optim::Adam>(model->parameters(),
+                                          optim::AdamOptions{.lr = 1e-2, .weight_decay = 1e-3});
+      sched = std::make_unique<optim::CosineWarmupLR>(*opt, 2, 10, 1e-4);
+    }
+    opt->set_master_weights(s.master_weights);
+    if (s.scaler)
+      scaler = std::make_unique<mt::amp::GradScaler>(
+          mt::amp::GradScalerOptions{.init_scale = 1024.0, .growth_interval = 2});
+    // Consume some randomness so a run that forgot to restore the generators would differ.
+    if (seed != 42) (void)mt::randn({17});
+  }
+
+  CheckpointParts parts(Json trainer_state = {}) {
+    CheckpointParts p;
+    p.model = model.get();
+    p.optimizer = opt.get();
+    p.scheduler = sched.get();
+    p.scaler = scaler.get();
+    p.trainer_state = std::move(trainer_state);
+    p.config_hash = "hash-1";
+    p.config_text = "model: toy\n";
+    return p;
+  }
+
+  void step(int i) {
+    const Tensor x = mt::randn({8, 10});
+    const Tensor y = x.narrow(1, 0, 5) * 0.5 - x.narrow(1, 5, 5).relu();
+    Tensor out;
+    {
+      std::optional<mt::amp::autocast> guard;
+      if (setup.autocast) guard.emplace(mt::kCPU, mt::amp::Precision(*setup.autocast));
+      out = model->forward(x.to(setup.param_dtype));
+    }
+    const Tensor loss = nn::functional::mse_loss(out.to(mt::kFloat32), y);
+    const bool make_inf =
+        std::find(setup.inf_steps.begin(), setup.inf_steps.end(), i) != setup.inf_steps.end();
+    if (scaler) {
+      scaler->scale(loss).backward();
+      if (make_inf) model->net1->weight.grad().fill_(std::numeric_limits<double>::infinity());
+      const bool stepped = scaler->step(*opt);
+      EXPECT_EQ(stepped, !make_inf) << "step " << i;
+      scaler->update();
+    } else {
+      loss.backward();
+      opt->step();
+    }
+    sched->step();
+    opt->zero_grad();
+  }
+};
+
+std::string raw_bytes(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  return std::string(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.nbytes()));
+}
+
+void expect_same_state(Training& a, Training& b) {
+  const auto pa = a.model->named_parameters(), pb = b.model->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_TRUE(raw_bytes(pa[i].second) == raw_bytes(pb[i].second)) << pa[i].first << " differs:\n"
+                                                                    << pa[i].second << "\nvs\n"
+                                                                    << pb[i].second;
+  const auto sa = a.opt->state_dict(), sb = b.opt->state_dict();
+  ASSERT_EQ(sa.state.size(), sb.state.size());
+  for (const auto& [id, s] : sa.state) {
+    const auto& t = sb.state.at(id);
+    EXPECT_EQ(s.step, t.step) << "param " << id;
+    for (const auto& [name, buf] : s.buffers)
+      EXPECT_TRUE(raw_bytes(buf) == raw_bytes(t.buffers.at(name))) << id << "." << name;
+  }
+  EXPECT_EQ(a.opt->lr(), b.opt->lr());
+  EXPECT_EQ(a.sched->last_epoch(), b.sched->last_epoch());
+  if (a.scaler) {
+    EXPECT_EQ(a.scaler->get_scale(), b.scaler->get_scale());
+    EXPECT_EQ(a.scaler->growth_tracker(), b.scaler->growth_tracker());
+    EXPECT_EQ(a.scaler->steps_skipped(), b.scaler->steps_skipped());
+    EXPECT_EQ(a.scaler->steps_taken(), b.scaler->steps_taken());
+  }
+}
+
+// N steps straight vs k steps, save, load into fresh objects, N - k more.
+void check_exact_resume(const Setup& setup, int k, int n) {
+  TempDir dir;
+  Training straight(setup, 42);
+  for (int i = 0; i < n; ++i) straight.step(i);
+  const auto rng_straight = mt::get_rng_states();
+
+  const std::string path = dir.file(mt::runner::checkpoint_filename(k));
+  {
+    Training first(setup, 42);
+    for (int i = 0; i < k; ++i) first.step(i);
+    Json ts;
+    ts["step"] = k;
+    ts["epoch"] = 0;
+    mt::runner::save_checkpoint(path, first.parts(ts));
+  }
+  Training resumed(setup, 999);  // other weights, other random state
+  CheckpointParts parts = resumed.parts();
+  mt::runner::load_checkpoint(path, parts);
+  EXPECT_EQ(parts.trainer_state.at("step").as_int(), k);
+  EXPECT_EQ(parts.config_hash, "hash-1");
+  EXPECT_EQ(parts.config_text, "model: toy\n");
+  for (int i = k; i < n; ++i) resumed.step(i);
+  expect_same_state(straight, resumed);
+  EXPECT_EQ(mt::get_rng_states()[0].offset, rng_straight[0].offset);
+}
+
+void flip_byte(const std::string& path, size_t pos_from_end) {
+  std::string bytes = mt::runner::read_file_bytes(path);
+  bytes[bytes.size() - pos_from_end] ^= 0x10;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+void truncate_file(const std::string& path, size_t keep) {
+  const std::string bytes = mt::runner::read_file_bytes(path);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, keep);
+}
+
+}  // namespace
+
+TEST(RunnerCheckpoint, ResumeIsBitwiseExactSgdFloat32) {
+  check_exact_resume(make_setup("sgd"), 4, 8);
+}
+
+TEST(RunnerCheckpoint, ResumeIsBitwiseExactAdamFloat32) {
+  check_exact_resume(make_setup("adam"), 3, 7);
+}
+
+TEST(RunnerCheckpoint, ResumeIsBitwiseExactBFloat16AutocastWithSkippedStepAtK) {
+  check_exact_resume(make_setup("adam", mt::kBFloat16, mt::kFloat32, false, true, {3, 5}), 4, 8);
+}
+
+TEST(RunnerCheckpoint, ResumeIsBitwiseExactFloat16AutocastWithSkippedStep) {
+  check_exact_resume(make_setup("sgd", mt::kFloat16, mt::kFloat32, false, true, {1, 3}), 4, 7);
+}
+
+TEST(RunnerCheckpoint, ResumeIsBitwiseExactBFloat16MasterWeights) {
+  check_exact_resume(make_setup("adam", std::nullopt, mt::kBFloat16, true, true, {2}), 3, 6);
+}
+
+TEST(RunnerCheckpoint, ReadCheckpointWithoutAModel) {
+  TempDir dir;
+  Training run(make_setup("sgd"), 42);
+  run.step(0);
+  Json ts;
+  ts["step"] = 1;
+  const std::string path = dir.file("step-000000001.ckpt");
+  mt::runner::save_checkpoint(path, run.parts(ts));
+  const auto info = mt::runner::read_checkpoint(path);
+  EXPECT_EQ(info.format_version, mt::runner::kCheckpointFormatVersion);
+  EXPECT_EQ(info.trainer_state.at("step").as_int(), 1);
+  EXPECT_EQ(info.config_text, "model: toy\n");
+  ASSERT_EQ(info.weights.size(), 4u);
+  EXPECT_EQ(info.weights[0].first, "net1.weight");
+  EXPECT_TRUE(raw_bytes(info.weights[0].second) == raw_bytes(run.model->net1->weight));
+  EXPECT_EQ(info.meta.at("optimizer").at("name").as_string(), "SGD");
+  // It is a safetensors file other tools can open.
+  const auto st = mt::runner::load_safetensors(path);
+  EXPECT_EQ(st.metadata.at("format"), "mantissa-checkpoint");
+  EXPECT_NE(st.find("model.net2.bias"), nullptr);
+  EXPECT_NE(st.find("optim.0.momentum_buffer"), nullptr);
+  // Eval-style load: model only.
+  ToyModel other;
+  CheckpointParts only_model;
+  only_model.model = &other;
+  only_model.rng = false;
+  mt::runner::load_checkpoint(path, only_model);
+  EXPECT_TRUE(raw_bytes(other.net2->weight) == raw_bytes(run.model->net2->weight));
+}
+
+TEST(RunnerCheckpoint, RefusesCorruptedTruncatedWrongVersionAndWrongModel) {
+  TempDir dir;
+  Training run(make_setup("adam", std::nullopt, mt::kFloat32, false, true), 42);
+  run.step(0);
+  const std::string good = dir.file("good.ckpt");
+  mt::runner::save_checkpoint(good, run.parts());
+  const std::string good_bytes = mt::runner::read_file_bytes(good);
+
+  auto refused = [&](const std::string& path, std::vector<std::string> parts) {
+    Training target(make_setup("adam", std::nullopt, mt::kFloat32, false, true), 7);
+    const Tensor before = target.model->net1->weight.clone();
+    CheckpointParts p = target.parts();
+    parts.push_back(path);
+    expect_error([&] { mt::runner::load_checkpoint(path, p); }, parts);
+    EXPECT_TRUE(raw_bytes(before) == raw_bytes(target.model->net1->weight))
+        << "a refused load changed the model";
+  };
+
+  const std::string flipped = dir.file("flipped.ckpt");
+  std::ofstream(flipped, std::ios::binary) << good_bytes;
+  flip_byte(flipped, 5);  // inside the last tensor's data
+  refused(flipped, {"checksum mismatch", "corrupted"});
+
+  // A flip inside the JSON metadata text (a digit of the learning rate, say) is caught too.
+  std::string meta_flip = good_bytes;
+  const size_t lr = meta_flip.find("\\\"lr\\\": ");
+  ASSERT_NE(lr, std::string::npos);
+  meta_flip[lr + 9] = meta_flip[lr + 9] == '1' ? '2' : '1';
+  const std::string meta_path = dir.file("meta.ckpt");
+  std::ofstream(meta_path, std::ios::binary) << meta_flip;
+  refused(meta_path, {"checksum mismatch"});
+
+  const std::string truncated = dir.file("truncated.ckpt");
+  std::ofstream(truncated, std::ios::binary) << good_bytes;
+  truncate_file(truncated, good_bytes.size() - 100);
+  refused(truncated, {"truncated"});
+  truncate_file(truncated, 3);
+  refused(truncated, {"truncated"});
+
+  // Another format version (its checksum is not even looked at).
+  auto file = mt::runner::parse_safetensors(good_bytes, "good");
+  file.metadata["format_version"] = "2";
+  const std::string v2 = dir.file("v2.ckpt");
+  mt::runner::save_safetensors(v2, file.tensors, file.metadata);
+  refused(v2, {"unsupported checkpoint format version '2'", "reads version 1"});
+
+  // A plain weights file is not a checkpoint.
+  const std::string weights = dir.file("weights.safetensors");
+  mt::runner::save_weights(*run.model, weights);
+  refused(weights, {"not a mantissa checkpoint"});
+
+  // Another model: the first differing parameter is named with both shapes.
+  {
+    ToyModel wide(20);
+    CheckpointParts p;
+    p.model = &wide;
+    expect_error([&] { mt::runner::load_checkpoint(good, p); },
+                 {good, "does not match the model", "'net1.weight'", "[10, 10]", "[20, 10]"});
+    ToyModel bf16;
+    bf16.to(mt::kBFloat16);
+    p.model = &bf16;
+    expect_error([&] { mt::runner::load_checkpoint(good, p); },
+                 {"'net1.weight' has dtype float32 in the checkpoint but bfloat16"});
+  }
+  // Another optimizer.
+  {
+    Training sgd(make_setup("sgd", std::nullopt, mt::kFloat32, false, true), 7);
+    CheckpointParts p = sgd.parts();
+    expect_error([&] { mt::runner::load_checkpoint(good, p); },
+                 {"holds Adam optimizer state but the optimizer is SGD"});
+  }
+  // Parts present on load must have been saved.
+  {
+    Training no_scaler(make_setup("adam"), 42);
+    const std::string path = dir.file("noscaler.ckpt");
+    mt::runner::save_checkpoint(path, no_scaler.parts());
+    CheckpointParts p = run.parts();
+    expect_error([&] { mt::runner::load_checkpoint(path, p); }, {"has no GradScaler state"});
+  }
+}
+
+TEST(RunnerCheckpoint, LatestValidCheckpointFallsBackWithReasons) {
+  TempDir dir;
+  EXPECT_FALSE(mt::runner::latest_valid_checkpoint(dir.path.string()).has_value());
+  EXPECT_FALSE(mt::runner::latest_valid_checkpoint(dir.file("missing")).has_value());
+  Training run(make_setup("sgd"), 42);
+  for (int step : {2, 4, 6, 10}) {
+    run.step(step);
+    Json ts;
+    ts["step"] = step;
+    mt::runner::save_checkpoint(dir.file(mt::runner::checkpoint_filename(step)), run.parts(ts));
+  }
+  EXPECT_EQ(mt::runner::checkpoint_filename(10), "step-000000010.ckpt");
+  // Noise the listing must ignore: a temporary of a killed writer, other files.
+  std::ofstream(dir.file(".step-000000012.ckpt.tmp-999999999")) << "partial";
+  std::ofstream(dir.file("notes.txt")) << "x";
+  std::ofstream(dir.file("step-abc.ckpt")) << "x";
+  const auto listed = mt::runner::list_checkpoints(dir.path.string());
+  ASSERT_EQ(listed.size(), 4u);
+  EXPECT_EQ(fs::path(listed[0]).filename(), "step-000000010.ckpt");  // by step, not by name
+  EXPECT_EQ(fs::path(listed[3]).filename(), "step-000000002.ckpt");
+
+  flip_byte(listed[0], 1);
+  truncate_file(listed[1], 1000);
+  std::vector<std::string> refused;
+  const auto choice = mt::runner::latest_valid_checkpoint(dir.path.string(), &refused);
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->path, listed[2]);
+  ASSERT_EQ(choice->refused.size(), 2u);
+  EXPECT_NE(choice->refused[0].find(listed[0]), std::string::npos);
+  EXPECT_NE(choice->refused[0].find("checksum mismatch"), std::string::npos);
+  EXPECT_NE(choice->refused[1].find(listed[1]), std::string::npos);
+  EXPECT_NE(choice->refused[1].find("truncated"), std::string::npos);
+  EXPECT_EQ(refused, choice->refused);
+  EXPECT_EQ(mt::runner::read_checkpoint(choice->path).trainer_state.at("step").as_int(), 4);
+
+  // Every one refused: nullopt, with every reason.
+  truncate_file(listed[2], 10);
+  truncate_file(listed[3], 0);
+  EXPECT_FALSE(mt::runner::latest_valid_checkpoint(dir.path.string(), &refused).has_value());
+  EXPECT_EQ(refused.size(), 4u);
+}
+
+TEST(RunnerCheckpoint, PruneKeepsTheNewestAndRemovesStaleTemporaries) {
+  TempDir dir;
+  Training run(make_setup("sgd"), 42);
+  for (int step = 1; step <= 5; ++step)
+    mt::runner::save_checkpoint(dir.file(mt::runner::checkpoint_filename(step * 10)), run.parts());
+  std::ofstream(dir.file(".step-000000060.ckpt.tmp-999999999")) << "partial";  // dead writer
+  const std::string live = ".step-000000070.ckpt.tmp-" + std::to_string(::getpid());
+  std::ofstream(dir.file(live)) << "being written";
+  const auto deleted = mt::runner::prune_checkpoints(dir.path.string(), 2);
+  EXPECT_EQ(deleted.size(), 4u);  // steps 10, 20, 30 and the dead writer's temporary
+  const auto left = mt::runner::list_checkpoints(dir.path.string());
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_EQ(fs::path(left[0]).filename(), "step-000000050.ckpt");
+  EXPECT_EQ(fs::path(left[1]).filename(), "step-000000040.ckpt");
+  EXPECT_TRUE(fs::exists(dir.file(live)));
+  EXPECT_TRUE(mt::runner::prune_checkpoints(dir.path.string(), 0).empty());  // 0 keeps all
+}
+
+TEST(RunnerCheckpoint, RngStatesRoundTrip) {
+  mt::manual_seed(5);
+  (void)mt::randn({100});
+  const auto states = mt::get_rng_states();
+  ASSERT_GE(states.size(), 1u);
+  EXPECT_TRUE(states[0].device.is_cpu());
+  EXPECT_EQ(states[0].seed, 5u);
+  EXPECT_GT(states[0].offset, 0u);
+  const Tensor next = mt::randn({10});
+  mt::manual_seed(77);
+  mt::set_rng_states(states);
+  EXPECT_TRUE(raw_bytes(mt::randn({10})) == raw_bytes(next));
+  // A GPU's state in a checkpoint resumed where that GPU does not exist is skipped.
+  mt::set_rng_states({{mt::Device::cuda(63), 1, 2}});
+}
