@@ -351,3 +351,35 @@ TEST(RunnerTrainerResume, RefusesAnotherConfigHash) {
                 {.max_steps = 3, .progress = false, .config_hash = "bbb"});
   mantissa::testing::expect_error([&] { other.resume_from(ckpt); }, {"config hash aaa", "bbb"});
 }
+
+TEST(RunnerTrainerCuda, Float16OnTheGpuLearnsAndReportsDeviceMemory) {
+  MT_REQUIRE_GPU();
+  TempDir dir;
+  mt::manual_seed(0);
+  auto data = mt::runner::make_teacher_dataset({.samples = 256, .seed = 1});
+  auto loader = std::make_shared<mt::runner::DataLoader>(
+      data, mt::runner::DataLoaderOptions{.batch_size = 32, .seed = 3});
+  auto model = std::make_shared<ToyModel>();
+  auto opt =
+      std::make_shared<mt::optim::Adam>(model->parameters(), mt::optim::AdamOptions{.lr = 1e-2});
+  Trainer trainer(model, mt::nn::MSELoss(), opt, loader,
+                  {.max_steps = 80,
+                   .device = mt::testing::kGpu,
+                   .precision = mt::amp::Precision::Float16,
+                   .clip_grad_norm = 1.0,
+                   .log_every = 10,
+                   .run_dir = dir.path.string(),
+                   .progress = false});
+  auto rec = std::make_shared<Recorder>();
+  trainer.add_callback(rec);
+  const auto summary = trainer.fit();
+  EXPECT_TRUE(model->parameters()[0].is_cuda());
+  EXPECT_TRUE(trainer.scaler().is_enabled());
+  ASSERT_EQ(rec->steps.size(), 8u);
+  EXPECT_LT(rec->steps.back().loss, 0.5 * rec->steps.front().loss);
+  ASSERT_EQ(summary.peak_memory_bytes.size(), 2u);
+  EXPECT_EQ(summary.peak_memory_bytes[1].first, "cuda:0");
+  EXPECT_GT(summary.peak_memory_bytes[1].second, 0);
+  mt::runner::DataLoader eval_loader(data, {.batch_size = 64, .shuffle = false});
+  EXPECT_LT(trainer.evaluate(eval_loader).loss, rec->steps.front().loss);
+}
