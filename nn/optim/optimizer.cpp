@@ -97,17 +97,18 @@ bool Optimizer::last_step_skipped() const {
   if (skipped_flag_.defined()) {
     // The one optional sync of a device-resident step; cached, the flag never changes after it.
     last_step_skipped_ = skipped_flag_.item<float>() != 0.0f;
-    const_cast<Tensor&>(skipped_flag_) = Tensor();
+    skipped_flag_ = Tensor();
   }
   return last_step_skipped_;
 }
 
 Tensor Optimizer::step_count(int64_t index, Device device) {
   auto it = step_counts_.find(index);
-  if (it == step_counts_.end() || !(it->second.device() == device)) {
+  if (it == step_counts_.end()) {
     const int64_t host = state_[index].step;
-    it = step_counts_.insert_or_assign(index, full({}, host, TensorOptions(device).dtype(kInt64)))
-             .first;
+    it = step_counts_.emplace(index, full({}, host, TensorOptions(device).dtype(kInt64))).first;
+  } else if (!(it->second.device() == device)) {
+    it->second = it->second.to(device);  // the parameter moved
   }
   return it->second;
 }

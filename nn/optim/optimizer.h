@@ -172,7 +172,7 @@ class Optimizer {
   mutable std::map<int64_t, ParamState> state_;
   std::map<int64_t, Tensor> step_counts_;           // authoritative step counts, per parameter
   std::map<int64_t, Tensor> pending_master_grads_;  // from grads_to_unscale, used by step()
-  Tensor skipped_flag_;                             // found_inf of the last step_if_finite
+  mutable Tensor skipped_flag_;  // found_inf of the last step_if_finite, until read
   mutable bool last_step_skipped_ = false;
   bool master_weights_ = false;
   bool fused_ = true;
