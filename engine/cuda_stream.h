@@ -2,8 +2,9 @@
 // See docs/cuda.md for how they interact with the caching allocator.
 //
 // Declared in every build so that user code compiles unchanged everywhere: in a build without
-// CUDA (or with no visible GPU) every function that needs a device throws mantissa::Error saying
-// so; Stream::default_stream() and current_stream() need none until they are used.
+// CUDA, or with no visible GPU, every call that needs a device throws mantissa::Error saying which
+// is missing (the message of check_device_exists). is_current_stream_capturing() is then false,
+// and an unused Graph can be constructed and destroyed.
 //
 // Every kernel, cuBLAS/cuDNN call and copy is queued on the *current stream* of its device: the
 // device's default stream unless a StreamGuard on this thread chose another.
