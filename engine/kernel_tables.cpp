@@ -54,6 +54,11 @@ MT_DEFINE_TABLE(max_pool2d_forward, MaxPool2dForwardKernel)
 MT_DEFINE_TABLE(max_pool2d_backward, MaxPool2dBackwardKernel)
 MT_DEFINE_TABLE(avg_pool2d_forward, AvgPool2dForwardKernel)
 MT_DEFINE_TABLE(avg_pool2d_backward, AvgPool2dBackwardKernel)
+MT_DEFINE_TABLE(linear_forward, LinearForwardKernel)
+MT_DEFINE_TABLE(linear_backward_weight, LinearBackwardWeightKernel)
+MT_DEFINE_TABLE(linear_backward_act, LinearBackwardActKernel)
+MT_DEFINE_TABLE(layer_norm_forward, LayerNormForwardKernel)
+MT_DEFINE_TABLE(layer_norm_backward, LayerNormBackwardKernel)
 
 namespace detail {
 void throw_no_kernel(const char* op, DeviceType device) {

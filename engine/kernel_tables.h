@@ -222,6 +222,53 @@ using AvgPool2dBackwardKernel = void (*)(const Tensor& grad_input, const Tensor&
                                          const Pool2dParams& p);
 MT_DECLARE_TABLE(avg_pool2d_backward, AvgPool2dBackwardKernel)
 
+// ---- linear with fused epilogues and layer norm (kernels/cpu/linear_kernels.cpp,
+// layer_norm_kernels.cpp; kernels/cuda/cublaslt_linear.cpp, layer_norm_kernels.cu) ----------------
+// The activation a linear layer may fuse into its GEMM. GeluTanh is GELU's tanh approximation,
+// the form cuBLASLt's GELU epilogues compute (exact GELU is not fused anywhere).
+enum class LinearActivation : uint8_t { None, Relu, GeluTanh };
+// out [M,N] = act(x [M,K] @ w[N,K]^T + bias[N]), bias optional (undefined). x and w have any
+// strides; out is contiguous; all operands share a dtype. The kernel returns an aux tensor (else
+// undefined) for the backward of the activation:
+//  - GeluTanh, always: the pre-activation x @ w^T + bias, contiguous [M,N] in out's dtype.
+//  - Relu with want_aux, on CUDA when cuBLASLt ran it: the 1-bit ReLU mask cuBLASLt's
+//    RELU_AUX_BIAS epilogue writes (uint8), which only linear_backward_act reads. ReLU's backward
+//    otherwise reads `out` itself: out > 0 exactly where the pre-activation is.
+using LinearForwardKernel = Tensor (*)(const Tensor& out, const Tensor& x, const Tensor& w,
+                                       const Tensor& bias, LinearActivation act, bool want_aux);
+MT_DECLARE_TABLE(linear_forward, LinearForwardKernel)
+// grad_w [N,K] = grad_out[M,N]^T @ x[M,K] and, when grad_bias is defined, grad_bias [N] = column
+// sums of grad_out, in one pass over grad_out (cuBLASLt's BGRADB epilogue). grad_w and grad_bias
+// are contiguous and overwritten; grad_out and x have any strides.
+using LinearBackwardWeightKernel = void (*)(const Tensor& grad_w, const Tensor& grad_bias,
+                                            const Tensor& grad_out, const Tensor& x);
+MT_DECLARE_TABLE(linear_backward_weight, LinearBackwardWeightKernel)
+// The backward of a linear layer whose input h was produced by a fused linear + activation:
+// grad_pre [M,K] = (grad_out [M,N] @ w [N,K]) * act'(pre) and, when grad_bias is defined,
+// grad_bias [K] = column sums of grad_pre (cuBLASLt's DRELU_BGRAD / DGELU_BGRAD epilogues).
+// h [M,K] is the forward's activation output and `aux` what linear_forward returned for it with
+// want_aux. grad_pre and grad_bias are contiguous and overwritten; grad_out and w have any strides.
+using LinearBackwardActKernel = void (*)(const Tensor& grad_pre, const Tensor& grad_bias,
+                                         const Tensor& grad_out, const Tensor& w, const Tensor& h,
+                                         const Tensor& aux, LinearActivation act);
+MT_DECLARE_TABLE(linear_backward_act, LinearBackwardActKernel)
+
+// Layer norm over the last N elements of M rows: out = (x - mean) * rstd * weight + bias, with
+// rstd = 1 / sqrt(var + eps) (biased variance). x and out are contiguous [M,N]; weight and bias
+// are contiguous [N] or undefined. mean and rstd are contiguous [M] in x's opmath dtype (float32
+// for float32/float16/bfloat16, float64 for float64) and are what the backward reads.
+using LayerNormForwardKernel = void (*)(const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                                        const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                        double eps);
+MT_DECLARE_TABLE(layer_norm_forward, LayerNormForwardKernel)
+// grad_x [M,N], grad_weight [N], grad_bias [N] (each undefined when not wanted; grad_weight
+// only with a weight) from grad_out [M,N] (contiguous) and the forward's x, mean, rstd, weight.
+using LayerNormBackwardKernel = void (*)(const Tensor& grad_x, const Tensor& grad_weight,
+                                         const Tensor& grad_bias, const Tensor& grad_out,
+                                         const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                         const Tensor& weight);
+MT_DECLARE_TABLE(layer_norm_backward, LayerNormBackwardKernel)
+
 #undef MT_DECLARE_TABLE
 
 }  // namespace mantissa

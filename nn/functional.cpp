@@ -1,6 +1,8 @@
 #include "nn/functional.h"
 
 #include "autograd/autocast_seam.h"
+#include "autograd/function.h"
+#include "engine/kernel_tables.h"
 #include "engine/logging.h"
 
 namespace mantissa::nn {
@@ -64,14 +66,59 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
     MT_CHECK(bias.shape() == normalized_shape, "layer_norm: bias of shape ", bias.shape(),
              " does not match normalized_shape ", normalized_shape);
   }
-  Shape dims;
-  for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
-  const Tensor mu = mean(x, dims, /*keepdim=*/true);
-  const Tensor centered = x - mu;
-  const Tensor variance = mean(centered * centered, dims, /*keepdim=*/true);
-  Tensor y = centered * rsqrt(variance + eps);
-  if (weight.defined()) y = y * weight;
-  if (bias.defined()) y = y + bias;
+  MT_CHECK(is_floating(x.dtype()), "layer_norm: expected a floating point input, got ", x.dtype());
+  for (const Tensor* p : {&weight, &bias}) {
+    if (!p->defined()) continue;
+    MT_CHECK(p->device() == x.device(), "layer_norm: expected weight and bias on ", x.device(),
+             " like the input, got ", p->device());
+    MT_CHECK(p->dtype() == x.dtype(), "layer_norm: expected weight and bias of dtype ", x.dtype(),
+             " like the input, got ", p->dtype());
+  }
+  // The kernels see [M, N] rows; mean/rstd are saved in opmath (float64 only for float64 input).
+  const int64_t N = normalized_shape.numel();
+  const int64_t M = N == 0 ? 0 : x.numel() / N;
+  const DType stat_dtype = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  auto rows = [&](const Tensor& t) {
+    return detail::make_view(t, Shape{M, N}, Shape{N, 1}, t.storage_offset());
+  };
+  auto vec = [&](const Tensor& t) {
+    return t.defined() ? detail::make_view(t, Shape{N}, Shape{1}, t.storage_offset()) : Tensor();
+  };
+  Tensor xc, wc, bc;
+  {
+    autograd::NoGradGuard no_grad;
+    xc = x.contiguous();
+    if (weight.defined()) wc = weight.contiguous();
+    if (bias.defined()) bc = bias.contiguous();
+  }
+  const TensorOptions opts = TensorOptions(x.device()).dtype(x.dtype());
+  Tensor y = empty(x.shape(), opts);
+  Tensor mu = empty(Shape{M}, TensorOptions(x.device()).dtype(stat_dtype));
+  Tensor rstd = empty(Shape{M}, TensorOptions(x.device()).dtype(stat_dtype));
+  layer_norm_forward_kernel(x.device())(rows(y), mu, rstd, rows(xc), vec(wc), vec(bc), eps);
+
+  if (autograd::Recorder rec{"NativeLayerNormBackward0", {&x, &weight, &bias}}) {
+    rec.save(xc).save(wc).save(mu).save(rstd);
+    rec.finish(y, [M, N, w_shape = normalized_shape](autograd::BackwardContext& ctx) {
+      const Tensor x = ctx.saved(0), w = ctx.saved(1);
+      const Tensor g = ctx.grad().contiguous();
+      const TensorOptions o = TensorOptions(x.device()).dtype(x.dtype());
+      Tensor gx = ctx.needs(0) ? empty(x.shape(), o) : Tensor();
+      Tensor gw = ctx.needs(1) ? empty(w_shape, o) : Tensor();
+      Tensor gb = ctx.needs(2) ? empty(w_shape, o) : Tensor();
+      auto rows = [&](const Tensor& t) {
+        return t.defined() ? detail::make_view(t, Shape{M, N}, Shape{N, 1}, t.storage_offset())
+                           : Tensor();
+      };
+      auto vec = [&](const Tensor& t) {
+        return t.defined() ? detail::make_view(t, Shape{N}, Shape{1}, t.storage_offset())
+                           : Tensor();
+      };
+      layer_norm_backward_kernel(x.device())(rows(gx), vec(gw), vec(gb), rows(g), rows(x),
+                                             ctx.saved(2), ctx.saved(3), vec(w));
+      return std::vector<Tensor>{gx, gw, gb};
+    });
+  }
   return y;
 }
 

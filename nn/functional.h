@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "autograd/functions.h"
+#include "autograd/linear_act.h"
 
 namespace mantissa::nn {
 
@@ -15,6 +16,18 @@ namespace functional {
 
 inline Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor()) {
   return mantissa::linear(x, w, b);
+}
+// The activation a linear layer fuses into its GEMM (cuBLASLt epilogues on CUDA; docs/kernels.md).
+using Activation = LinearActivation;
+// act(x @ w^T + b) in one fused op; Activation::GeluTanh is gelu(x, "tanh").
+inline Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act) {
+  return mantissa::linear_act(x, w, b, act);
+}
+// linear(act(linear(x, w1, b1)), w2, b2) with the activation's backward and b1's gradient fused
+// into the hidden layer's gradient GEMM.
+inline Tensor linear_act_linear(const Tensor& x, const Tensor& w1, const Tensor& b1,
+                                Activation act, const Tensor& w2, const Tensor& b2) {
+  return mantissa::linear_act_linear(x, w1, b1, act, w2, b2);
 }
 inline Tensor relu(const Tensor& x) { return mantissa::relu(x); }
 inline Tensor gelu(const Tensor& x, std::string_view approximate = "none") {

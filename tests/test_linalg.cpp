@@ -488,3 +488,162 @@ TEST(LinalgGrad, HalfGradientsKeepDtype) {
   for (int i = 0; i < 3; ++i)
     for (int k = 0; k < 4; ++k) EXPECT_NEAR(ga[i * 4 + k], bv[k * 2] + bv[k * 2 + 1], 4e-3);
 }
+
+// ---- fused linear + activation (linear_forward / linear_backward_* kernels) --------------------
+
+namespace {
+
+using Act = mt::LinearActivation;
+using mt::testing::expect_close;
+
+Tensor unfused(const Tensor& x, const Tensor& w, const Tensor& b, Act act) {
+  const Tensor z = b.defined() ? mt::matmul(x, w.t()) + b : mt::matmul(x, w.t());
+  switch (act) {
+    case Act::None:
+      return z;
+    case Act::Relu:
+      return mt::relu(z);
+    case Act::GeluTanh:
+      return mt::gelu(z, "tanh");
+  }
+  return z;
+}
+
+const char* act_label(Act a) {
+  return a == Act::None ? "none" : a == Act::Relu ? "relu" : "gelu_tanh";
+}
+
+}  // namespace
+
+TEST(LinearFused, MatchesUnfusedCompositionEveryDtypeAndLayout) {
+  mt::manual_seed(21);
+  for (mt::DType dt : mt::testing::floating_dtypes()) {
+    for (Act act : {Act::None, Act::Relu, Act::GeluTanh}) {
+      for (bool strided : {false, true}) {
+        for (bool with_bias : {false, true}) {
+          const std::string what = std::string(mt::dtype_name(dt)) + " " + act_label(act) +
+                                   (strided ? " strided" : "") + (with_bias ? " bias" : "");
+          const Tensor x = mt::testing::random_tensor({2, 5, 7}, dt, strided);
+          const Tensor w = mt::testing::random_tensor({6, 7}, dt, strided);
+          const Tensor b = with_bias ? mt::testing::random_tensor({6}, dt, false) : Tensor();
+          const Tensor y = mt::nn::functional::linear(x, w, b, act);
+          ASSERT_EQ(y.shape(), (Shape{2, 5, 6})) << what;
+          // The reference in float64 from the same (rounded) operands.
+          const Tensor ref = unfused(x.to(mt::kFloat64), w.to(mt::kFloat64),
+                                     with_bias ? b.to(mt::kFloat64) : Tensor(), act);
+          const auto tol = mt::testing::tolerance_for(dt);
+          // Half types round after the GEMM and again after the bias, as mm + add does.
+          const double scale = mt::is_reduced_float(dt) ? 4.0 : 1.0;
+          expect_close(y, ref, tol.rtol * scale, tol.atol * scale * 7, what);
+        }
+      }
+    }
+  }
+}
+
+TEST(LinearFused, GradientsMatchUnfusedAndGradcheck) {
+  mt::manual_seed(22);
+  for (Act act : {Act::None, Act::Relu, Act::GeluTanh}) {
+    for (bool strided : {false, true}) {
+      const std::string what = std::string(act_label(act)) + (strided ? " strided" : "");
+      auto fused = [act](const std::vector<Tensor>& in) {
+        return mt::nn::functional::linear(in[0], in[1], in[2], act);
+      };
+      // Values away from ReLU's kink, so finite differences do not straddle it.
+      Tensor x = mt::testing::random_tensor({3, 4, 5}, mt::kFloat64, strided);
+      x = (x + mt::sign(x) * 0.1).detach().requires_grad_();
+      const Tensor w = mt::testing::random_tensor({3, 5}, mt::kFloat64, strided).requires_grad_();
+      const Tensor b = mt::testing::random_tensor({3}, mt::kFloat64, false).requires_grad_();
+      EXPECT_TRUE(mt::autograd::gradcheck(fused, {x, w, b}, 1e-7)) << what;
+      // Against autograd through the unfused ops.
+      const Tensor gy = mt::rand({3, 4, 3}, mt::kFloat64);
+      Tensor x1 = x.detach().requires_grad_(), w1 = w.detach().requires_grad_(),
+             b1 = b.detach().requires_grad_();
+      Tensor x2 = x.detach().requires_grad_(), w2 = w.detach().requires_grad_(),
+             b2 = b.detach().requires_grad_();
+      mt::sum(fused({x1, w1, b1}) * gy).backward();
+      mt::sum(unfused(x2, w2, b2, act) * gy).backward();
+      expect_close(x1.grad(), x2.grad(), 1e-12, 1e-12, what + " grad x");
+      expect_close(w1.grad(), w2.grad(), 1e-12, 1e-12, what + " grad w");
+      expect_close(b1.grad(), b2.grad(), 1e-12, 1e-12, what + " grad b");
+    }
+  }
+}
+
+TEST(LinearFused, BroadcastBiasAndFrozenOperands) {
+  mt::manual_seed(23);
+  // A 0-d and a [1] bias broadcast over the outputs; their gradient sums every output.
+  for (const Shape& bs : {Shape{}, Shape{1}}) {
+    EXPECT_TRUE(mt::autograd::gradcheck(
+        [](const auto& in) {
+          return mt::nn::functional::linear(in[0], in[1], in[2], Act::GeluTanh);
+        },
+        {leaf({3, 4}), leaf({2, 4}), leaf(bs)}))
+        << bs;
+  }
+  auto fn = [](const auto& in) { return mt::nn::functional::linear(in[0], in[1], in[2], Act::Relu); };
+  EXPECT_TRUE(mt::autograd::gradcheck(
+      fn, {leaf({3, 4}), uniform_values({2, 4}, mt::kFloat64), leaf({2})}));
+  EXPECT_TRUE(mt::autograd::gradcheck(
+      fn, {uniform_values({3, 4}, mt::kFloat64), leaf({2, 4}), uniform_values({2}, mt::kFloat64)}));
+}
+
+TEST(LinearFused, TwoLayerBlockMatchesUnfused) {
+  mt::manual_seed(24);
+  for (Act act : {Act::Relu, Act::GeluTanh, Act::None}) {
+    for (bool with_b1 : {true, false}) {
+      const std::string what = std::string(act_label(act)) + (with_b1 ? " b1" : "");
+      auto fused = [act, with_b1](const std::vector<Tensor>& in) {
+        return mt::nn::functional::linear_act_linear(in[0], in[1], with_b1 ? in[2] : Tensor(),
+                                                     act, in[3], in[4]);
+      };
+      Tensor x = mt::testing::random_tensor({2, 3, 5}, mt::kFloat64, true);
+      x = (x + mt::sign(x) * 0.1).detach().requires_grad_();
+      std::vector<Tensor> in{x, leaf({4, 5}), leaf({4}), leaf({2, 4}), leaf({2})};
+      EXPECT_TRUE(mt::autograd::gradcheck(fused, in, 1e-7)) << what;
+      auto reference = [act, with_b1](const std::vector<Tensor>& v) {
+        return unfused(unfused(v[0], v[1], with_b1 ? v[2] : Tensor(), act), v[3], v[4], Act::None);
+      };
+      std::vector<Tensor> a, r;
+      for (const Tensor& t : in) {
+        a.push_back(t.detach().requires_grad_());
+        r.push_back(t.detach().requires_grad_());
+      }
+      const Tensor ya = fused(a), yr = reference(r);
+      expect_close(ya, yr, 1e-12, 1e-12, what + " forward");
+      const Tensor gy = mt::rand(ya.shape(), mt::kFloat64);
+      mt::sum(ya * gy).backward();
+      mt::sum(yr * gy).backward();
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (i == 2 && !with_b1) continue;
+        expect_close(a[i].grad(), r[i].grad(), 1e-12, 1e-12, what + " grad " + std::to_string(i));
+      }
+    }
+  }
+}
+
+TEST(LinearFused, KernelAuxIsThePreActivationOnTheCpu) {
+  const Tensor x = uniform_values({3, 4}, mt::kFloat32), w = uniform_values({5, 4}, mt::kFloat32);
+  const Tensor b = uniform_values({5}, mt::kFloat32);
+  const Tensor out = mt::empty({3, 5});
+  const Tensor aux = mt::linear_forward_kernel(mt::kCPU)(out, x, w, b, Act::GeluTanh, true);
+  ASSERT_TRUE(aux.defined());
+  expect_close(aux, mt::linear(x, w, b), 1e-6, 1e-6, "pre-activation");
+  expect_close(out, mt::gelu(aux, "tanh"), 1e-6, 1e-6, "output");
+  // ReLU needs no aux on the CPU: its backward reads the output.
+  EXPECT_FALSE(mt::linear_forward_kernel(mt::kCPU)(out, x, w, b, Act::Relu, true).defined());
+}
+
+TEST(LinearFused, Errors) {
+  mt::testing::expect_error(
+      [] {
+        mt::nn::functional::linear(mt::ones({2, 3}), mt::ones({4, 5}), Tensor(), Act::Relu);
+      },
+      {"linear", "cannot be multiplied", "[2, 3]", "[4, 5]"});
+  mt::testing::expect_error(
+      [] {
+        mt::nn::functional::linear(mt::ones({2, 3}, mt::kInt64), mt::ones({4, 3}, mt::kInt64),
+                                   Tensor(), Act::GeluTanh);
+      },
+      {"linear", "gelu_tanh", "floating"});
+}

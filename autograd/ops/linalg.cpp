@@ -1,7 +1,7 @@
-// Matrix products: mm, bmm, matmul and linear, with their backward formulas. Every product runs
-// on the bmm kernel (2-D operands are passed as one-batch views). matmul is a composition of
-// recorded views and mm/bmm, so its gradient (including batch broadcasting) comes from theirs;
-// linear folds leading dims into one GEMM and records its own backward so it saves only x and W.
+// Matrix products: mm, bmm and matmul, with their backward formulas. Every product runs on the
+// bmm kernel (2-D operands are passed as one-batch views). matmul is a composition of recorded
+// views and mm/bmm, so its gradient (including batch broadcasting) comes from theirs. linear and
+// its fused-activation forms are in autograd/ops/linear.cpp (the fused linear kernels).
 #include <algorithm>
 
 #include "autograd/autocast_seam.h"
@@ -39,12 +39,6 @@ Tensor mm_forward(const Tensor& a, const Tensor& b) {
   Tensor out = empty(Shape{a.size(0), b.size(1)}, TensorOptions(a.device()).dtype(a.dtype()));
   bmm_kernel(a.device())(as_batch(out), as_batch(a), as_batch(b));
   return out;
-}
-
-// Rows x cols view or copy of x without recording (x's elements in row-major order).
-Tensor as_matrix(const Tensor& x, int64_t rows, int64_t cols) {
-  autograd::NoGradGuard no_grad;
-  return x.reshape(Shape{rows, cols});
 }
 
 // Saves what a product's backward reads: each operand only if the other one needs a gradient
@@ -160,56 +154,6 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
                    .reshape(eo);
   if (a.dim() == 1) return out.squeeze(-2);
   if (b.dim() == 1) return out.squeeze(-1);
-  return out;
-}
-
-Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
-  const Tensor x = autocast::cast_input(OpId::linear, x_in);
-  const Tensor weight = autocast::cast_input(OpId::linear, weight_in);
-  const Tensor bias = autocast::cast_input(OpId::linear, bias_in);
-  check_operands("linear", x, weight);
-  MT_CHECK(x.dim() >= 1, "linear: expected input with at least 1 dim, got ", x.shape());
-  MT_CHECK(weight.dim() == 2, "linear: expected a 2-D weight [out_features, in_features], got ",
-           weight.shape());
-  const int64_t in = weight.size(1), out_features = weight.size(0);
-  MT_CHECK(x.size(-1) == in, "linear: input and weight shapes cannot be multiplied (", x.shape(),
-           " and ", weight.shape(), "): expected input's last dim to be ", in);
-  if (bias.defined()) {
-    ops::check_same_device("linear", x, bias);
-    MT_CHECK(bias.dtype() == x.dtype(), "linear: expected bias to have dtype ", x.dtype(),
-             ", but got ", bias.dtype());
-    MT_CHECK(
-        bias.dim() == 0 || (bias.dim() == 1 && (bias.size(0) == out_features || bias.size(0) == 1)),
-        "linear: expected bias of shape [", out_features, "], got ", bias.shape());
-  }
-  Shape out_shape = drop_last(x.shape(), 1);
-  const int64_t rows = out_shape.numel();
-  out_shape.push_back(out_features);
-
-  Tensor out2 = mm_forward(as_matrix(x, rows, in), weight.t());
-  if (bias.defined()) {
-    const Tensor bias_row = bias.dim() == 0 ? bias : bias.reshape(Shape{bias.size(0)});
-    add_kernel(out2.device())(out2, out2, ops::broadcast_view(bias_row, out2.shape()), 1);
-  }
-  Tensor out = detail::make_view(out2, out_shape, contiguous_strides(out_shape), 0);
-
-  if (is_floating(out.dtype())) {
-    if (Recorder rec{"LinearBackward0", {&x, &weight, &bias}}) {
-      save_operands(rec, x, weight);
-      rec.finish(
-          out,
-          [rows, in, out_features, x_shape = x.shape(),
-           bias_shape = bias.defined() ? bias.shape() : Shape{}](BackwardContext& ctx) -> Grads {
-            const Tensor x = ctx.saved(0), w = ctx.saved(1);
-            const Tensor g2 = ctx.grad().reshape(Shape{rows, out_features});
-            Tensor gx, gw, gb;
-            if (ctx.needs(0)) gx = mm(g2, w).reshape(x_shape);
-            if (ctx.needs(1)) gw = mm(g2.t(), x.reshape(Shape{rows, in}));
-            if (ctx.needs(2)) gb = autograd::sum_to(g2, bias_shape);
-            return {gx, gw, gb};
-          });
-    }
-  }
   return out;
 }
 

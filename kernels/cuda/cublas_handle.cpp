@@ -16,6 +16,8 @@ struct Slot {
   std::once_flag created;
   std::mutex mutex;
   cublasHandle_t handle = nullptr;
+  std::once_flag lt_created;
+  cublasLtHandle_t lt_handle = nullptr;
 };
 
 Slot& slot(int device) {
@@ -47,6 +49,17 @@ CublasLease::CublasLease(int device) {
   lock_ = std::unique_lock<std::mutex>(s.mutex);
   handle_ = s.handle;
   MT_CUBLAS_CHECK(cublasSetStream(handle_, detail::current_stream()));
+}
+
+cublasLtHandle_t cublaslt_handle(int device) {
+  Slot& s = slot(device);
+  std::call_once(s.lt_created, [&] {
+    DeviceGuard guard(device);
+    cublasLtHandle_t h = nullptr;
+    MT_CUBLAS_CHECK(cublasLtCreate(&h));
+    s.lt_handle = h;
+  });
+  return s.lt_handle;
 }
 
 }  // namespace mantissa::cuda

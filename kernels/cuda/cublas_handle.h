@@ -6,8 +6,12 @@
 // destroyed: at process exit the CUDA context may already be gone (PyTorch does the same).
 // Each lease points the handle at the current stream (kernels/cuda/stream.h); every handle
 // forbids reduced-precision reductions so float16/bfloat16 GEMMs accumulate in float32 throughout.
+//
+// cuBLASLt handles keep no per-call state (stream, workspace and compute type are arguments of
+// each cublasLtMatmul), so cublaslt_handle() shares one per device without a lock.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include <mutex>
@@ -24,5 +28,8 @@ class CublasLease {
   std::unique_lock<std::mutex> lock_;
   cublasHandle_t handle_ = nullptr;
 };
+
+// The cuBLASLt handle of `device`, created on first use (the caller holds a DeviceGuard).
+cublasLtHandle_t cublaslt_handle(int device);
 
 }  // namespace mantissa::cuda
