@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 
 #include <unistd.h>
@@ -92,6 +93,21 @@ NamedTensors every_dtype() {
   out.emplace_back("x.y/z:weird name \"quoted\"", mt::ones({2, 1, 2}, mt::kFloat32));
   return out;
 }
+
+// A heap copy with no slack after the last byte, so ASan flags any read past the end (a
+// std::string or a prefix view of a longer buffer would hide it).
+class ExactBuffer {
+ public:
+  explicit ExactBuffer(std::string_view bytes)
+      : data_(new char[bytes.size()]), size_(bytes.size()) {
+    if (size_) std::memcpy(data_.get(), bytes.data(), size_);
+  }
+  std::string_view view() const { return {data_.get(), size_}; }
+
+ private:
+  std::unique_ptr<char[]> data_;
+  size_t size_;
+};
 
 // A header + buffer written by hand, for the malformed cases.
 std::string file_with(const std::string& header, const std::string& data, int64_t length = -1) {
@@ -267,7 +283,11 @@ TEST(RunnerSafetensors, RefusesEachKindOfMalformedFile) {
     SCOPED_TRACE(c.name);
     auto parts = c.parts;
     parts.push_back("bad.safetensors");  // every message names the file
-    expect_error([&] { (void)mt::runner::parse_safetensors(c.bytes, "bad.safetensors"); }, parts);
+    expect_error(
+        [&] {
+          (void)mt::runner::parse_safetensors(ExactBuffer(c.bytes).view(), "bad.safetensors");
+        },
+        parts);
   }
   // From disk: the path is named; a missing file is a clear error too.
   TempDir dir;
@@ -290,8 +310,8 @@ TEST(RunnerSafetensors, RefusesEachKindOfMalformedFile) {
 TEST(RunnerSafetensors, FuzzedFilesOnlyEverThrowMantissaError) {
   const std::string good = mt::runner::serialize_safetensors(every_dtype(), {{"k", "v"}});
   for (size_t len = 0; len < good.size(); ++len) {
-    EXPECT_THROW((void)mt::runner::parse_safetensors(std::string_view(good).substr(0, len), "f"),
-                 mt::Error)
+    const ExactBuffer cut(std::string_view(good).substr(0, len));
+    EXPECT_THROW((void)mt::runner::parse_safetensors(cut.view(), "f"), mt::Error)
         << "truncated to " << len << " bytes was accepted";
   }
   std::mt19937 rng(1234);
@@ -309,7 +329,7 @@ TEST(RunnerSafetensors, FuzzedFilesOnlyEverThrowMantissaError) {
                             : static_cast<char>(bad[pos] ^ (1 << (rng() % 8)));
     }
     try {
-      const auto file = mt::runner::parse_safetensors(bad, "fuzz");
+      const auto file = mt::runner::parse_safetensors(ExactBuffer(bad).view(), "fuzz");
       for (const auto& [name, t] : file.tensors) (void)raw_bytes(t);
       ++accepted;
     } catch (const mt::Error&) {
