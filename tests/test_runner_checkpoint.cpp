@@ -5,7 +5,13 @@
 // refused, with latest_valid_checkpoint falling back past them.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include <cstring>
 #include <filesystem>
@@ -422,4 +428,67 @@ TEST(RunnerCheckpoint, RngStatesRoundTrip) {
   EXPECT_TRUE(raw_bytes(mt::randn({10})) == raw_bytes(next));
   // A GPU's state in a checkpoint resumed where that GPU does not exist is skipped.
   mt::set_rng_states({{mt::Device::cuda(63), 1, 2}});
+}
+
+// Not run directly: the writer process of KilledWriterNeverLeavesAPartialCheckpoint, which saves
+// ~25 MB checkpoints to one path until it is killed.
+TEST(RunnerCheckpoint, DISABLED_WriterChild) {
+  const char* path = std::getenv("MANTISSA_TEST_CKPT_WRITER");
+  if (!path) GTEST_SKIP() << "only run by KilledWriterNeverLeavesAPartialCheckpoint";
+  auto model = std::make_shared<ToyModel>(300000);
+  optim::SGD opt(model->parameters(), 0.1, optim::SGDOptions{.momentum = 0.9});
+  CheckpointParts parts;
+  parts.model = model.get();
+  parts.optimizer = &opt;
+  for (int64_t i = 0;; ++i) {
+    Json ts;
+    ts["step"] = i;
+    parts.trainer_state = ts;
+    mt::runner::save_checkpoint(path, parts);
+  }
+}
+
+// SIGKILL while a checkpoint is being written leaves the previous complete checkpoint under the
+// final name (and a temporary that prune_checkpoints removes), never a partial file.
+TEST(RunnerCheckpoint, KilledWriterNeverLeavesAPartialCheckpoint) {
+  TempDir dir;
+  const std::string path = dir.file(mt::runner::checkpoint_filename(1));
+  ::setenv("MANTISSA_TEST_CKPT_WRITER", path.c_str(), 1);
+  std::string self = fs::read_symlink("/proc/self/exe").string();
+  std::string filter = "--gtest_filter=RunnerCheckpoint.DISABLED_WriterChild";
+  std::string disabled = "--gtest_also_run_disabled_tests";
+  char* argv[] = {self.data(), filter.data(), disabled.data(), nullptr};
+  pid_t pid = 0;
+  ASSERT_EQ(::posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv, environ), 0);
+  ::unsetenv("MANTISSA_TEST_CKPT_WRITER");
+  // Wait (without asserting on time) for a finished checkpoint and then for the next write to be
+  // under way — a temporary with data in it, or the final file changing size (which only an
+  // in-place writer would show) — so the kill lands mid-write.
+  std::error_code ec;
+  for (int i = 0; i < 60000 && !fs::exists(path, ec); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto full_size = fs::file_size(path, ec);
+  auto mid_write = [&] {
+    for (const auto& e : fs::directory_iterator(dir.path, ec))
+      if (mt::runner::is_atomic_temp_name(e.path().filename().string()) &&
+          fs::file_size(e.path(), ec) > 0)
+        return true;
+    return fs::file_size(path, ec) != full_size;
+  };
+  for (int i = 0; i < 200000 && !mid_write(); ++i)
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "writer exited on its own";
+  ASSERT_TRUE(fs::exists(path));
+  const auto info = mt::runner::read_checkpoint(path);  // complete: checksum verified
+  EXPECT_GE(info.trainer_state.at("step").as_int(), 0);
+  const auto choice = mt::runner::latest_valid_checkpoint(dir.path.string());
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_TRUE(choice->refused.empty());
+  mt::runner::prune_checkpoints(dir.path.string(), 1);
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path)) ++entries;
+  EXPECT_EQ(entries, 1) << "the killed writer's temporary was not pruned";
 }
