@@ -2,7 +2,9 @@
 // (the oracle): the same values, laid out the same way (contiguous or strided), run on both
 // devices for every dtype each op supports. Also gradients computed on CUDA against CPU autograd,
 // TF32 vs full float32 matmul, out-of-range index errors, and ten training steps of a small MLP
-// that must follow the CPU's trajectory.
+// that must follow the CPU's trajectory. The table-driven sweep over every op x dtype on strided
+// inputs, with gradcheck on CUDA, is tests/test_cuda_op_table.cpp; the fused linear epilogues
+// are in tests/test_cuda_linear.cpp.
 //
 // Tolerances: integers and pure data movement (gather, index_select, max/min indices) must match
 // exactly. Floating reductions accumulate in float on CUDA and in double on the CPU
@@ -22,15 +24,15 @@
 #include "test_util.h"
 
 namespace mt = mantissa;
-using mt::testing::all_dtypes;
-using mt::testing::kGpu;
 using mt::Device;
 using mt::DType;
 using mt::Shape;
 using mt::Tensor;
 using mt::TensorOptions;
+using mt::testing::all_dtypes;
 using mt::testing::expect_close;
 using mt::testing::expect_error;
+using mt::testing::kGpu;
 
 namespace {
 
@@ -532,6 +534,22 @@ TEST(CudaOps, Float64GradientsMatchCpuAutograd) {
       {"norm", {{4, 6}}, [](const std::vector<Tensor>& x) { return mt::norm(x[0], 2.0, {1}); }},
       {"var", {{4, 6}}, [](const std::vector<Tensor>& x) { return mt::var(x[0], {0}); }},
       {"amax", {{4, 6}}, [](const std::vector<Tensor>& x) { return mt::amax(x[0], {1}); }},
+      {"linear gelu_tanh",
+       {{4, 6}, {8, 6}, {8}},
+       [](const std::vector<Tensor>& x) {
+         return mt::nn::functional::linear(x[0], x[1], x[2], mt::LinearActivation::GeluTanh);
+       }},
+      {"linear_act_linear relu",
+       {{4, 6}, {8, 6}, {8}, {3, 8}, {3}},
+       [](const std::vector<Tensor>& x) {
+         return mt::nn::functional::linear_act_linear(x[0], x[1], x[2], mt::LinearActivation::Relu,
+                                                      x[3], x[4]);
+       }},
+      {"layer_norm",
+       {{4, 6}, {6}, {6}},
+       [](const std::vector<Tensor>& x) {
+         return mt::nn::functional::layer_norm(x[0], {6}, x[1], x[2]);
+       }},
   };
   for (const Case& c : cases) {
     std::vector<Tensor> xc, xg;
