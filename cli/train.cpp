@@ -1,8 +1,11 @@
 // `mantissa train` and `mantissa resume`.
+#include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 
 #include "cli/cli.h"
 #include "runner/atomic_file.h"
@@ -43,6 +46,19 @@ class StopOnSignal : public runner::Callback {
   }
 };
 
+// MANTISSA_STEP_DELAY_MS=<ms> sleeps after every step: lets tests (and demos) stop or kill a run
+// at a chosen point of a toy-sized run that would otherwise finish in milliseconds.
+class StepDelay : public runner::Callback {
+ public:
+  explicit StepDelay(int ms) : ms_(ms) {}
+  void on_batch_end(runner::Trainer&) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
+  }
+
+ private:
+  int ms_;
+};
+
 std::string timestamp() {
   std::time_t now = std::time(nullptr);
   std::tm tm{};
@@ -76,6 +92,9 @@ int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& 
   if (run.scheduler) trainer.set_scheduler(run.scheduler);
   if (run.val_loader) trainer.set_val_loader(run.val_loader);
   trainer.add_callback(std::make_shared<StopOnSignal>());
+  if (const char* delay = std::getenv("MANTISSA_STEP_DELAY_MS"); delay && std::atoi(delay) > 0) {
+    trainer.add_callback(std::make_shared<StepDelay>(std::atoi(delay)));
+  }
   if (!checkpoint.empty()) trainer.resume_from(checkpoint);
   const runner::TrainSummary summary = trainer.fit();
   print_summary(summary, run_dir);

@@ -141,7 +141,11 @@ RunObjects build_common(const Config& c) {
   lo.seed = c.data.seed;
   lo.drop_last = c.data.drop_last;
   lo.device = r.device;
-  r.train_loader = std::make_shared<DataLoader>(r.train_data, lo);
+  try {
+    r.train_loader = std::make_shared<DataLoader>(r.train_data, lo);
+  } catch (const Error& e) {
+    c.fail("data.batch_size", first_line(e.what()));
+  }
   if (r.train_loader->batches_per_epoch() == 0) {
     c.fail("data.batch_size", "larger than the " + std::to_string(r.train_data->size()) +
                                   " training examples with data.drop_last: true (no batches)");

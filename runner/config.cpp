@@ -607,10 +607,16 @@ void apply_override(Context& ctx, YAML::Node& root, const std::string& text) {
     } else {
       if (!cur[parts[i]].IsDefined() || cur[parts[i]].IsNull()) {
         cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
+        ctx.override_paths.push_back(so_far);  // created by this override
       }
       YAML::Node next = cur[parts[i]];
       cur.reset(next);
     }
+  }
+  // Overriding the run length replaces the file's choice of steps or epochs.
+  if (path == "steps" || path == "epochs") {
+    const char* other = path == "steps" ? "epochs" : "steps";
+    if (root[other].IsDefined()) root.remove(other);
   }
   ctx.override_paths.push_back(path);
 }

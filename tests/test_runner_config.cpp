@@ -1,0 +1,320 @@
+// Run configs: parsing, defaults, the resolved-YAML round trip, every kind of bad config (one line
+// naming key, value and line), --set overrides, the model builder and the data/shape checks.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/generator.h"
+#include "runner/build_from_config.h"
+#include "runner/config.h"
+#include "runner/model_builder.h"
+#include "runner/safetensors.h"
+#include "test_util.h"
+
+namespace rn = mantissa::runner;
+namespace fs = std::filesystem;
+using mantissa::Shape;
+
+namespace {
+
+std::string source_dir() {
+  const char* s = std::getenv("MANTISSA_SOURCE_DIR");
+  return s ? s : ".";
+}
+
+// Parses and expects a ConfigError whose one-line message contains every part.
+void expect_config_error(const std::string& yaml, const std::vector<std::string>& parts,
+                         const std::vector<std::string>& sets = {}) {
+  try {
+    rn::parse_config(yaml, "test.yaml", sets);
+    ADD_FAILURE() << "expected a config error for:\n" << yaml;
+  } catch (const rn::ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_EQ(msg.rfind("config error: ", 0), 0u) << msg;
+    for (const auto& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << msg << "\nlacks: " << p;
+  }
+}
+
+void expect_build_error(const std::string& yaml, const std::vector<std::string>& parts) {
+  const rn::Config c = rn::parse_config(yaml, "test.yaml");
+  try {
+    rn::build_run(c);
+    ADD_FAILURE() << "expected a config error from build_run for:\n" << yaml;
+  } catch (const rn::ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    for (const auto& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << msg << "\nlacks: " << p;
+  }
+}
+
+std::vector<std::string> param_names(const mantissa::nn::Module& m) {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : m.named_parameters()) out.push_back(name);
+  return out;
+}
+
+}  // namespace
+
+TEST(RunnerConfig, DefaultsForAnEmptyConfig) {
+  const rn::Config c = rn::parse_config("", "empty.yaml", {}, "empty");
+  EXPECT_EQ(c.name, "empty");
+  EXPECT_EQ(c.model.preset, "toy");
+  EXPECT_EQ(c.data.type, "teacher");
+  EXPECT_EQ(c.loss.type, "mse");
+  EXPECT_EQ(c.optimizer.type, "sgd");
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.01);
+  EXPECT_EQ(c.steps, 100);
+  EXPECT_EQ(c.epochs, 0);
+  EXPECT_EQ(c.precision, "float32");
+  EXPECT_FALSE(c.scaler.enabled.has_value());
+  EXPECT_EQ(c.origin.at("optimizer.lr"), "default");
+}
+
+TEST(RunnerConfig, ParsesTheBundledToyConfigWithLines) {
+  const rn::Config c = rn::parse_config_file(source_dir() + "/configs/toy.yaml");
+  EXPECT_EQ(c.name, "toy");
+  EXPECT_EQ(c.optimizer.type, "sgd");
+  EXPECT_DOUBLE_EQ(c.optimizer.momentum, 0.9);
+  EXPECT_EQ(c.data.val_split, 0.125);
+  EXPECT_EQ(c.steps, 300);
+  EXPECT_EQ(c.origin.at("optimizer.type").rfind("line ", 0), 0u);
+}
+
+TEST(RunnerConfig, ResolvedYamlRoundTripsForEveryBundledConfig) {
+  int n = 0;
+  for (const auto& entry : fs::directory_iterator(source_dir() + "/configs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(entry.path().string());
+    const rn::Config c = rn::parse_config_file(entry.path().string());
+    const std::string text = rn::to_yaml(c);
+    const rn::Config back = rn::parse_config(text, "resolved.yaml");
+    EXPECT_EQ(rn::to_yaml(back), text);
+    EXPECT_EQ(rn::config_hash(rn::to_yaml(back)), rn::config_hash(text));
+    ++n;
+  }
+  EXPECT_GE(n, 4);
+}
+
+TEST(RunnerConfig, RoundTripKeepsExactDoublesAndLayers) {
+  const std::string yaml = R"(
+optimizer: {type: adamw, lr: 0.1, betas: [0.8, 0.95], eps: 1e-7}
+model:
+  layers:
+    - {type: conv2d, in: 1, out: 4, kernel: 3, padding: 1}
+    - {type: maxpool2d, kernel: 2}
+    - flatten
+    - {type: layernorm, shape: 64}
+    - {type: dropout, p: 0.25}
+    - {type: gelu, approximate: tanh}
+    - {type: linear, name: head, in: 64, out: 3, bias: false}
+data: {type: csv, path: x.csv, target_columns: [y], target_dtype: int64, header: true}
+loss: {type: cross_entropy, label_smoothing: 0.1}
+schedule: {type: cosine, warmup_steps: 5, min_lr: 1e-5}
+scaler: {enabled: true, init_scale: 128}
+)";
+  const rn::Config c = rn::parse_config(yaml, "t.yaml");
+  const rn::Config back = rn::parse_config(rn::to_yaml(c), "resolved.yaml");
+  EXPECT_EQ(back.optimizer.lr, 0.1);
+  EXPECT_EQ(back.optimizer.beta2, 0.95);
+  EXPECT_EQ(back.optimizer.eps, 1e-7);
+  EXPECT_EQ(back.schedule.min_lr, 1e-5);
+  ASSERT_EQ(back.model.layers.size(), 7u);
+  EXPECT_EQ(back.model.layers[6].name, "head");
+  EXPECT_FALSE(back.model.layers[6].bias);
+  EXPECT_EQ(back.model.layers[3].shape, std::vector<int64_t>{64});
+  EXPECT_EQ(back.model.layers[1].stride, 2);  // maxpool stride defaults to kernel
+  EXPECT_EQ(back.data.target_columns, std::vector<std::string>{"y"});
+  EXPECT_EQ(back.data.header, std::optional<bool>(true));
+  EXPECT_EQ(back.scaler.enabled, std::optional<bool>(true));
+  EXPECT_EQ(rn::to_yaml(back), rn::to_yaml(c));
+}
+
+TEST(RunnerConfig, UnknownKeysSuggestTheNearestValidKey) {
+  expect_config_error("steps: 10\nseed: 1\noptimiser:\n  lr: 0.1\n",
+                      {"unknown key 'optimiser' at line 3 — did you mean 'optimizer'?"});
+  expect_config_error("optimizer:\n  type: sgd\n  lrr: 0.1\n",
+                      {"unknown key 'optimizer.lrr' at line 3", "did you mean 'optimizer.lr'?"});
+  expect_config_error("data:\n  batchsize: 8\n", {"'data.batchsize'", "'data.batch_size'"});
+  expect_config_error("zzzzqqq: 1\n", {"unknown key 'zzzzqqq' at line 1", "valid keys here:"});
+  expect_config_error("optimizer:\n  type: sgd\n  betas: [0.9, 0.99]\n",
+                      {"'optimizer.betas' at line 3", "does not apply to optimizer.type 'sgd'"});
+  expect_config_error("steps: 1\nsteps: 2\n", {"duplicate key 'steps' at line 2"});
+}
+
+TEST(RunnerConfig, WrongTypesAndRangesNameKeyValueAndLine) {
+  expect_config_error("optimizer:\n  lr: fast\n",
+                      {"optimizer.lr = fast (line 2): expected a number"});
+  expect_config_error("optimizer:\n  lr: -1\n", {"optimizer.lr = -1 (line 2): must be > 0"});
+  expect_config_error("data:\n  batch_size: 0\n", {"data.batch_size = 0 (line 2): must be >= 1"});
+  expect_config_error("data:\n  batch_size: 2.5\n",
+                      {"data.batch_size = 2.5", "expected an integer"});
+  expect_config_error("data:\n  val_split: 1\n", {"data.val_split = 1", "must be in [0, 1)"});
+  expect_config_error("data:\n  shuffle: maybe\n", {"data.shuffle = maybe", "true or false"});
+  expect_config_error("precision: fp17\n", {"precision = fp17 (line 1)", "expected one of"});
+  expect_config_error("precision: bfloat61\n", {"did you mean 'bfloat16'?"});
+  expect_config_error("device: tpu\n", {"device = tpu (line 1)", "cpu, cuda or cuda:N"});
+  expect_config_error("steps: 5\nepochs: 2\n", {"epochs = 2 (line 2)", "either steps or epochs"});
+  expect_config_error("scaler:\n  backoff_factor: 1.5\n",
+                      {"scaler.backoff_factor = 1.5", "(0, 1)"});
+  expect_config_error("optimizer: {type: adam, betas: [0.9]}\n",
+                      {"optimizer.betas", "[beta1, beta2]"});
+  expect_config_error("optimizer: {type: sgd, nesterov: true}\n",
+                      {"optimizer.nesterov", "momentum > 0"});
+  expect_config_error("model: 3\n", {"model = 3 (line 1): expected a map"});
+  expect_config_error("data: {type: csv}\n", {"data.path: required for data.type 'csv'"});
+  expect_config_error("a: [1, 2\n", {"test.yaml is not valid YAML", "line"});
+}
+
+TEST(RunnerConfig, LayerListsAreValidated) {
+  expect_config_error("model:\n  layers:\n    - relu\n    - {type: linear, in: 3}\n",
+                      {"model.layers.1", "linear needs key 'out'"});
+  expect_config_error("model:\n  layers:\n    - rleu\n",
+                      {"model.layers.0 = rleu (line 3)", "did you mean 'relu'?"});
+  expect_config_error("model:\n  layers:\n    - linear\n", {"model.layers.0", "needs parameters"});
+  expect_config_error("model:\n  layers:\n    - {type: linear, in: 2, out: 2, stride: 1}\n",
+                      {"model.layers.0.stride", "does not apply to model.layers.0.type 'linear'"});
+  expect_config_error("model:\n  layers:\n    - {type: dropout, p: 1}\n",
+                      {"model.layers.0.p = 1 (line 3)", "[0, 1)"});
+  expect_config_error(
+      "model:\n  layers:\n    - {type: relu, name: a}\n    - {type: tanh, name: a}\n",
+      {"model.layers.1.name = a", "another layer already has this name"});
+  expect_config_error("model:\n  preset: toy\n  layers: [relu]\n", {"not both"});
+}
+
+TEST(RunnerConfig, SetOverridesAreValidatedAndReportedAsSet) {
+  const rn::Config c = rn::parse_config(
+      "optimizer:\n  lr: 0.1\nmodel:\n  layers:\n    - {type: linear, in: 10, out: 4}\n", "t.yaml",
+      {"optimizer.lr=0.5", "data.shuffle=false", "optimizer.type=adam", "model.layers.0.out=5",
+       "schedule.type=step"});
+  EXPECT_EQ(c.optimizer.lr, 0.5);
+  EXPECT_EQ(c.optimizer.type, "adam");
+  EXPECT_FALSE(c.data.shuffle);
+  EXPECT_EQ(c.model.layers[0].out, 5);
+  EXPECT_EQ(c.schedule.type, "step");
+  EXPECT_EQ(c.origin.at("optimizer.lr"), "--set");
+  expect_config_error("", {"optimizer.lr = abc (--set): expected a number"}, {"optimizer.lr=abc"});
+  expect_config_error("", {"unknown key 'optimiser' at --set", "did you mean 'optimizer'?"},
+                      {"optimiser.lr=1"});
+  expect_config_error("", {"--set 'steps'", "key.path=value"}, {"steps"});
+  expect_config_error("model:\n  layers: [relu]\n", {"'model.layers.3' is not an index"},
+                      {"model.layers.3.p=1"});
+}
+
+TEST(RunnerConfig, NearestKey) {
+  EXPECT_EQ(rn::nearest_key("optimiser", {"model", "optimizer", "data"}), "optimizer");
+  EXPECT_EQ(rn::nearest_key("LR", {"lr", "eps"}), "lr");
+  EXPECT_EQ(rn::nearest_key("completely_else", {"lr", "eps"}), "");
+}
+
+TEST(RunnerModelBuilder, ParameterNamesFollowPyTorch) {
+  mantissa::manual_seed(0);
+  auto toy = rn::build_model(rn::parse_config("", "t").model);
+  EXPECT_EQ(param_names(*toy),
+            (std::vector<std::string>{"net1.weight", "net1.bias", "net2.weight", "net2.bias"}));
+  EXPECT_EQ(toy->forward(mantissa::randn({3, 10})).shape(), (Shape{3, 5}));
+
+  const rn::Config c = rn::parse_config(
+      "model:\n  layers:\n    - {type: linear, in: 4, out: 8}\n    - relu\n"
+      "    - {type: layernorm, shape: 8}\n    - {type: linear, name: head, in: 8, out: 2}\n",
+      "t");
+  auto seq = rn::build_model(c.model);
+  EXPECT_EQ(param_names(*seq), (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias",
+                                                         "head.weight", "head.bias"}));
+  EXPECT_EQ(seq->forward(mantissa::randn({5, 4})).shape(), (Shape{5, 2}));
+  EXPECT_EQ(rn::output_key(c.model), "model.layers.3.out");
+}
+
+TEST(RunnerModelBuilder, ShapeInferenceMatchesTheModelAndNamesTheLayer) {
+  const rn::Config c = rn::parse_config_file(source_dir() + "/configs/mnist_cnn.yaml");
+  EXPECT_EQ(rn::infer_output_shape(c, Shape{1, 28, 28}, "input"), (Shape{10}));
+  mantissa::manual_seed(0);
+  auto model = rn::build_model(c.model);
+  EXPECT_EQ(model->forward(mantissa::randn({2, 1, 28, 28})).shape(), (Shape{2, 10}));
+  mantissa::testing::expect_error(
+      [&] {
+        rn::infer_output_shape(c, Shape{1, 32, 32}, "data input shape [1, 32, 32]");
+      },
+      {"model.layers.7.in = 784", "line", "does not match the input", "[1024]"});
+  mantissa::testing::expect_error([&] { rn::infer_output_shape(c, Shape{784}, "data"); },
+                                  {"model.layers.0.in", "needs [channels, height, width]"});
+}
+
+TEST(RunnerBuild, ShapeMismatchesAgainstTheDataAreConfigErrors) {
+  expect_build_error(
+      "model:\n  layers:\n    - {type: linear, in: 12, out: 5}\ndata: {type: teacher}\n",
+      {"model.layers.0.in = 12 (line 3)", "[10]"});
+  expect_build_error(
+      "model:\n  layers:\n    - {type: linear, in: 10, out: 3}\ndata: {type: teacher}\n",
+      {"model.layers.0.out = 3 (line 3)", "outputs [3]", "targets are [5]"});
+  expect_build_error("data: {type: sine}\n", {"model.preset", "10 input features", "[1]"});
+  expect_build_error(
+      "model:\n  layers:\n    - {type: linear, in: 2, out: 2}\ndata: {type: spirals}\n",
+      {"loss.type", "needs floating-point targets", "cross_entropy"});
+  expect_build_error(
+      "model:\n  layers:\n    - {type: linear, in: 10, out: 5}\nloss: {type: cross_entropy}\n",
+      {"loss.type", "int64 class labels"});
+  expect_build_error(
+      "model:\n  layers:\n    - {type: linear, in: 2, out: 1}\ndata: {type: spirals}\n"
+      "loss: {type: cross_entropy}\n",
+      {"model.layers.0.out = 1", "labels go from 0 to 1"});
+  expect_build_error("data:\n  type: csv\n  path: /nonexistent/x.csv\n",
+                     {"data.path = /nonexistent/x.csv (line 3): file not found"});
+  expect_build_error("model:\n  init_from: /nonexistent/w.safetensors\n",
+                     {"model.init_from", "(line 2): file not found"});
+  expect_build_error("device: cuda:7\n", {"device = cuda:7 (line 1)"});
+  expect_build_error("data: {batch_size: 2000, drop_last: true}\nsteps: 1\n",
+                     {"data.batch_size = 2000", "no batches"});
+}
+
+TEST(RunnerBuild, BuildsEveryPartFromTheConfig) {
+  const rn::Config c = rn::parse_config(
+      "optimizer: {type: adamw, lr: 0.002}\nschedule: {type: cosine, warmup_steps: 3}\n"
+      "data: {samples: 100, val_split: 0.2, batch_size: 16}\nprecision: bfloat16\nsteps: 7\n",
+      "t.yaml");
+  rn::RunObjects r = rn::build_run(c);
+  EXPECT_EQ(r.device, mantissa::try_gpu());
+  EXPECT_EQ(r.train_data->size(), 80);
+  EXPECT_EQ(r.val_data->size(), 20);
+  EXPECT_EQ(r.train_loader->batches_per_epoch(), 5);
+  EXPECT_STREQ(r.optimizer->name(), "AdamW");
+  EXPECT_DOUBLE_EQ(r.optimizer->param_groups()[0].get("weight_decay"), 0.01);
+  ASSERT_NE(r.scheduler, nullptr);
+  EXPECT_EQ(r.trainer_options.max_steps, 7);
+  EXPECT_EQ(r.trainer_options.precision, mantissa::amp::Precision::BFloat16);
+  ASSERT_TRUE(r.trainer_options.scaler.has_value());
+  EXPECT_FALSE(r.trainer_options.scaler->enabled);  // auto: float16 only
+  EXPECT_EQ(r.trainer_options.config_hash, rn::config_hash(r.config_text));
+  // Same seed, same initial weights.
+  rn::RunObjects r2 = rn::build_run(c);
+  EXPECT_TRUE(mantissa::equal(r.model->named_parameters()[0].second,
+                              r2.model->named_parameters()[0].second));
+}
+
+TEST(RunnerBuild, InitFromLoadsSafetensorsWeights) {
+  const fs::path dir = fs::temp_directory_path() / ("mt_cfg_init_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "w.safetensors").string();
+  mantissa::manual_seed(123);
+  auto source = rn::build_model(rn::parse_config("", "t").model);
+  rn::save_weights(*source, path);
+  const rn::Config c = rn::parse_config("model:\n  init_from: " + path + "\n", "t.yaml");
+  rn::RunObjects r = rn::build_run(c);
+  EXPECT_TRUE(mantissa::equal(r.model->named_parameters()[2].second.cpu(),
+                              source->named_parameters()[2].second));
+  // A file for another model is refused naming the key.
+  const rn::Config bad = rn::parse_config(
+      "model:\n  init_from: " + path + "\n  layers:\n    - {type: linear, in: 10, out: 5}\n",
+      "t.yaml");
+  try {
+    rn::build_run(bad);
+    ADD_FAILURE() << "expected init_from to be refused";
+  } catch (const rn::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.init_from"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
