@@ -170,7 +170,7 @@ Json Trainer::trainer_state() const {
   s.set("step", step_);
   s.set("epoch", epoch());
   s.set("loader", train_loader_->state());
-  s.set("steps_skipped", steps_skipped_);
+  s.set("steps_skipped", steps_skipped());
   s.set("best_loss", number_or_null(best_loss_));
   s.set("last_loss", number_or_null(last_loss_));
   // The loss accumulated since the last log, so the first record after a resume
@@ -187,8 +187,9 @@ Json Trainer::trainer_state() const {
   return s;
 }
 
-// Returns whether the optimizer stepped.
-bool Trainer::train_one_step(const Batch& batch) {
+// Returns whether the optimizer stepped, read lazily: converting it to bool is a device sync,
+// done only on logged steps.
+amp::StepResult Trainer::train_one_step(const Batch& batch) {
   optimizer_->zero_grad();
   Tensor loss;
   {
@@ -206,7 +207,7 @@ bool Trainer::train_one_step(const Batch& batch) {
     scaler_.unscale_(*optimizer_);
     impl_->last_grad_norm = nn::clip_grad_norm_(impl_->params, options_.clip_grad_norm);
   }
-  const bool stepped = scaler_.step(*optimizer_);
+  amp::StepResult stepped = scaler_.step(*optimizer_);
   scaler_.update();
   {
     autograd::NoGradGuard no_grad;
@@ -228,7 +229,7 @@ void Trainer::emit_log(bool skipped, double lr) {
   m.lr = lr;
   m.loss_scale = scaler_.get_scale();
   m.skipped = skipped;
-  m.skipped_total = steps_skipped_;
+  m.skipped_total = steps_skipped();
   m.grad_norm = impl_->last_grad_norm;
   m.samples_per_s = elapsed > 0 ? static_cast<double>(impl_->samples_since_log) / elapsed : 0.0;
   m.step_time_ms = 1000.0 * elapsed / static_cast<double>(impl_->loss_count);
@@ -349,7 +350,6 @@ void Trainer::resume_from(const std::string& checkpoint_path) {
            checkpoint_path, "' has no trainer state (not written by a Trainer)");
   train_loader_->load_state(s.at("loader"));
   step_ = s.at("step").as_int();
-  steps_skipped_ = s.at("steps_skipped").as_int();
   auto as_number = [&](const char* key) {
     const Json* v = s.find(key);
     return v != nullptr && v->is_number() ? v->as_double()
@@ -397,11 +397,10 @@ TrainSummary Trainer::fit() {
     const bool last = step_ + 1 == total;
     const bool log_now = last || (options_.log_every > 0 && (step_ + 1) % options_.log_every == 0);
     const double lr = optimizer_->lr(0);  // the lr this step uses (the scheduler moves it after)
-    const bool stepped = train_one_step(*batch);
+    const amp::StepResult stepped = train_one_step(*batch);
     ++step_;
-    if (!stepped) ++steps_skipped_;
     if (scheduler_) scheduler_->step();
-    if (log_now || stop_requested_) emit_log(!stepped, lr);
+    if (log_now || stop_requested_) emit_log(!stepped.stepped(), lr);
     for (auto& cb : impl_->builtins) cb->on_batch_end(*this);
     for (auto& cb : callbacks_) cb->on_batch_end(*this);
     if (val_loader_ && options_.eval_every > 0 && step_ % options_.eval_every == 0) run_eval();
@@ -417,7 +416,7 @@ TrainSummary Trainer::fit() {
   summary.best_loss = best_loss_;
   summary.final_eval = impl_->last_eval;
   summary.steps = step_;
-  summary.steps_skipped = steps_skipped_;
+  summary.steps_skipped = steps_skipped();
   summary.epochs = train_loader_->epoch() + (train_loader_->index() > 0 ? 1 : 0);
   summary.resumed_from_step = resumed_from_step_;
   summary.wall_time_s = impl_->prior_wall_time_s + seconds_since(impl_->session_start);

@@ -159,7 +159,8 @@ class Trainer {
   int64_t epoch() const;
   // The step count fit() stops at (max_steps, or max_epochs * batches per epoch).
   int64_t total_steps() const;
-  int64_t steps_skipped() const { return steps_skipped_; }
+  // Steps the scaler skipped (inf/NaN gradients) so far; reads the scaler's device counter.
+  int64_t steps_skipped() const { return scaler_.steps_skipped(); }
   // The mean loss of the last logged interval, and the lowest such mean (NaN before any log).
   double last_loss() const { return last_loss_; }
   double best_loss() const { return best_loss_; }
@@ -187,7 +188,7 @@ class Trainer {
     }
   }
   struct Impl;
-  bool train_one_step(const Batch& batch);
+  amp::StepResult train_one_step(const Batch& batch);
   void emit_log(bool skipped, double lr);
   void run_eval();
   void prune_checkpoints();
@@ -206,7 +207,6 @@ class Trainer {
   std::unique_ptr<Impl> impl_;
 
   int64_t step_ = 0;
-  int64_t steps_skipped_ = 0;
   double best_loss_ = std::numeric_limits<double>::quiet_NaN();
   double last_loss_ = std::numeric_limits<double>::quiet_NaN();
   int64_t resumed_from_step_ = 0;
