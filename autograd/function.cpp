@@ -1,6 +1,7 @@
 #include "autograd/function.h"
 
 #include "engine/factory.h"
+#include "engine/small_pool.h"
 
 namespace mantissa::autograd {
 
@@ -62,7 +63,7 @@ Recorder::Recorder(const char* name, const std::vector<const Tensor*>& inputs) {
 template <typename Range>
 void Recorder::init(const char* name, const Range& inputs) {
   if (!any_requires_grad(inputs)) return;
-  node_ = std::make_shared<FunctionNode>(name, nullptr);
+  node_ = ::mantissa::detail::make_pooled<FunctionNode>(name, nullptr);
   node_->next_edges.reserve(inputs.size());
   for (const Tensor* t : inputs)
     node_->next_edges.push_back(t != nullptr && t->defined() ? gradient_edge(*t) : Edge{});
@@ -73,23 +74,31 @@ Recorder& Recorder::save(const Tensor& t) {
   return *this;
 }
 
+namespace {
+void attach(const std::shared_ptr<FunctionNode>& node, const Tensor& out, uint32_t i) {
+  node->outputs.push_back({out.shape(), out.dtype(), out.device()});
+  if (!is_floating(out.dtype())) return;  // integer outputs (indices) carry no gradient
+  AutogradMeta& m = ensure_meta(out);
+  m.requires_grad = true;
+  m.grad_fn = node;
+  m.output_nr = i;
+  m.retains_grad = false;
+}
+}  // namespace
+
+// The one-output form skips building a vector: nearly every op records through it.
 void Recorder::finish(const Tensor& out, BackwardFn fn) {
-  finish(std::vector<Tensor>{out}, std::move(fn));
+  node_->fn_ = std::move(fn);
+  node_->num_outputs = 1;
+  node_->outputs.reserve(1);
+  attach(node_, out, 0);
 }
 
 void Recorder::finish(const std::vector<Tensor>& outs, BackwardFn fn) {
   node_->fn_ = std::move(fn);
   node_->num_outputs = static_cast<uint32_t>(outs.size());
-  for (uint32_t i = 0; i < outs.size(); ++i) {
-    const Tensor& out = outs[i];
-    node_->outputs.push_back({out.shape(), out.dtype(), out.device()});
-    if (!is_floating(out.dtype())) continue;  // integer outputs (indices) carry no gradient
-    AutogradMeta& m = ensure_meta(out);
-    m.requires_grad = true;
-    m.grad_fn = node_;
-    m.output_nr = i;
-    m.retains_grad = false;
-  }
+  node_->outputs.reserve(outs.size());
+  for (uint32_t i = 0; i < outs.size(); ++i) attach(node_, outs[i], i);
 }
 
 }  // namespace mantissa::autograd

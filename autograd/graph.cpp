@@ -3,8 +3,9 @@
 // last runs first (as in PyTorch), which keeps the order deterministic.
 #include "autograd/graph.h"
 
+#include <bit>
+#include <cstdint>
 #include <queue>
-#include <unordered_map>
 
 #include "autograd/node.h"
 #include "engine/factory.h"
@@ -19,14 +20,54 @@ struct Capture {
   size_t slot;
 };
 
-struct ByNewest {
-  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
-};
-
 void add_into(Tensor& slot, const Tensor& g) {
   if (!g.defined()) return;
   slot = slot.defined() ? slot + g : g;
 }
+
+// Per-node state of one backward pass, found by node address in an open-addressing table: the
+// pass touches every node a few times, and std::unordered_map's per-entry allocations cost more
+// than the small graphs of a training step spend in their kernels.
+class NodeStates {
+ public:
+  struct State {
+    Node* node = nullptr;
+    int deps = 0;          // edges from reachable nodes not yet processed
+    bool visited = false;  // reached by the dependency walk
+    std::vector<Tensor> grads;
+  };
+
+  // The index of `node`'s state, created if absent.
+  size_t index(Node* node) {
+    if ((states_.size() + 1) * 2 > slots_.size()) grow();
+    size_t i = hash(node);
+    while (slots_[i] != kEmpty) {
+      if (states_[slots_[i]].node == node) return slots_[i];
+      i = (i + 1) & (slots_.size() - 1);
+    }
+    slots_[i] = states_.size();
+    states_.emplace_back().node = node;
+    return slots_[i];
+  }
+  State& operator[](size_t i) { return states_[i]; }
+
+ private:
+  static constexpr size_t kEmpty = ~size_t(0);
+  size_t hash(Node* node) const {
+    return (reinterpret_cast<uintptr_t>(node) >> 4) * 0x9E3779B97F4A7C15ull >>
+           (64 - std::countr_zero(slots_.size()));
+  }
+  void grow() {
+    slots_.assign(std::max<size_t>(64, slots_.size() * 2), kEmpty);
+    for (size_t k = 0; k < states_.size(); ++k) {
+      size_t i = hash(states_[k].node);
+      while (slots_[i] != kEmpty) i = (i + 1) & (slots_.size() - 1);
+      slots_[i] = k;
+    }
+  }
+  std::vector<size_t> slots_;
+  std::vector<State> states_;
+};
 
 std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
                                  const std::vector<Tensor>& grad_outputs, bool retain_graph,
@@ -43,8 +84,9 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
     }
     ~AutocastOff() { autocast_state::current() = saved; }
   } autocast_off;
-  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  NodeStates states;
   std::vector<std::shared_ptr<Node>> roots;
+  std::vector<size_t> root_index;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& out = outputs[i];
     MT_CHECK(out.requires_grad(), "backward: element ", i,
@@ -62,48 +104,54 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
                " but the output has shape ", out.shape());
     }
     Edge e = gradient_edge(out);
-    auto& buf = buffers[e.fn.get()];
+    const size_t k = states.index(e.fn.get());
+    auto& buf = states[k].grads;
     buf.resize(e.fn->num_outputs);
     add_into(buf[e.input_nr], g);
     roots.push_back(e.fn);
+    root_index.push_back(k);
   }
 
   // Dependencies: how many edges point at each node from nodes reachable from the roots.
-  std::unordered_map<Node*, int> deps;
-  std::vector<Node*> stack;
-  std::unordered_map<Node*, bool> seen;
-  for (auto& r : roots) {
-    if (!seen[r.get()]) {
-      seen[r.get()] = true;
-      stack.push_back(r.get());
+  std::vector<size_t> stack;
+  for (size_t k : root_index) {
+    if (!states[k].visited) {
+      states[k].visited = true;
+      stack.push_back(k);
     }
   }
   while (!stack.empty()) {
-    Node* n = stack.back();
+    Node* n = states[stack.back()].node;
     stack.pop_back();
     for (const Edge& e : n->next_edges) {
       if (!e.fn) continue;
-      ++deps[e.fn.get()];
-      if (!seen[e.fn.get()]) {
-        seen[e.fn.get()] = true;
-        stack.push_back(e.fn.get());
+      const size_t k = states.index(e.fn.get());
+      ++states[k].deps;
+      if (!states[k].visited) {
+        states[k].visited = true;
+        stack.push_back(k);
       }
     }
   }
 
   std::vector<Tensor> captured(capture_edges ? capture_edges->size() : 0);
-  std::priority_queue<Node*, std::vector<Node*>, ByNewest> ready;
-  for (auto& r : roots) {
-    if (deps[r.get()] == 0 && seen[r.get()]) {
-      seen[r.get()] = false;  // queue each root once
-      ready.push(r.get());
+  struct Ready {
+    uint64_t sequence_nr;
+    size_t index;
+    bool operator<(const Ready& o) const { return sequence_nr < o.sequence_nr; }
+  };
+  std::priority_queue<Ready> ready;
+  for (size_t k : root_index) {
+    if (states[k].deps == 0 && states[k].visited) {
+      states[k].visited = false;  // queue each root once
+      ready.push({states[k].node->sequence_nr, k});
     }
   }
   while (!ready.empty()) {
-    Node* node = ready.top();
+    const size_t index = ready.top().index;
     ready.pop();
-    std::vector<Tensor> grads = std::move(buffers[node]);
-    buffers.erase(node);
+    Node* node = states[index].node;
+    std::vector<Tensor> grads = std::move(states[index].grads);
     grads.resize(node->num_outputs);
     for (auto& [nr, weak] : node->retained) {
       if (auto impl = weak.lock(); impl && nr < grads.size() && grads[nr].defined()) {
@@ -129,10 +177,11 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& e = node->next_edges[i];
       if (!e.fn) continue;
-      auto& buf = buffers[e.fn.get()];
+      const size_t k = states.index(e.fn.get());
+      auto& buf = states[k].grads;
       buf.resize(e.fn->num_outputs);
       if (i < input_grads.size()) add_into(buf[e.input_nr], input_grads[i]);
-      if (--deps[e.fn.get()] == 0) ready.push(e.fn.get());
+      if (--states[k].deps == 0) ready.push({e.fn->sequence_nr, k});
     }
   }
   return captured;

@@ -4,6 +4,7 @@
 
 #include "autograd/graph.h"
 #include "engine/factory.h"
+#include "engine/small_pool.h"
 
 namespace mantissa {
 namespace autograd {
@@ -68,7 +69,7 @@ AutogradMeta* meta(const Tensor& t) {
 
 AutogradMeta& ensure_meta(const Tensor& t) {
   auto& slot = t.unsafe_impl()->autograd;
-  if (!slot) slot = std::make_shared<AutogradMeta>();
+  if (!slot) slot = ::mantissa::detail::make_pooled<AutogradMeta>();
   return *slot;
 }
 
@@ -78,7 +79,7 @@ Edge gradient_edge(const Tensor& t) {
   if (m->grad_fn) return {m->grad_fn, m->output_nr};
   std::shared_ptr<Node> acc = m->grad_accumulator.lock();
   if (!acc) {
-    acc = std::make_shared<AccumulateGrad>(t);
+    acc = ::mantissa::detail::make_pooled<AccumulateGrad>(t);
     m->grad_accumulator = acc;
   }
   return {acc, 0};

@@ -1,26 +1,11 @@
 #include "engine/allocator.h"
 
-#include <cstdlib>
-#include <new>
-
 #include "engine/backend_hooks.h"
+#include "engine/cpu_allocator.h"
 #include "engine/error.h"
 
 namespace mantissa {
 namespace {
-
-class CpuAllocator final : public Allocator {
- public:
-  void* allocate(size_t nbytes) override {
-    if (nbytes == 0) return nullptr;
-    constexpr size_t kAlign = 64;
-    const size_t rounded = (nbytes + kAlign - 1) / kAlign * kAlign;
-    void* p = std::aligned_alloc(kAlign, rounded);
-    MT_CHECK(p != nullptr, "cpu: out of memory allocating ", nbytes, " bytes");
-    return p;
-  }
-  void deallocate(void* ptr, size_t) override { std::free(ptr); }
-};
 
 const CudaHooks*& hooks_slot() {
   static const CudaHooks* hooks = nullptr;
@@ -29,10 +14,7 @@ const CudaHooks*& hooks_slot() {
 
 }  // namespace
 
-Allocator* cpu_allocator() {
-  static CpuAllocator alloc;
-  return &alloc;
-}
+Allocator* cpu_allocator() { return detail::caching_cpu_allocator(); }
 
 Allocator* allocator_for(Device device) {
   if (device.is_cpu()) return cpu_allocator();

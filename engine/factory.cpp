@@ -5,6 +5,7 @@
 
 #include "engine/backend_hooks.h"
 #include "engine/kernel_tables.h"
+#include "engine/small_pool.h"
 
 namespace mantissa {
 namespace {
@@ -28,9 +29,9 @@ Tensor allocate(const Shape& shape, const Shape& strides, DType dtype, Device de
     }
     extent += (shape[i] - 1) * strides[i];
   }
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = detail::make_pooled<TensorImpl>();
   impl->storage =
-      std::make_shared<StorageImpl>(static_cast<size_t>(extent * itemsize(dtype)), device);
+      detail::make_pooled<StorageImpl>(static_cast<size_t>(extent * itemsize(dtype)), device);
   impl->sizes = shape;
   impl->strides = strides;
   impl->dtype = dtype;
@@ -203,7 +204,7 @@ Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dty
            " have different lengths");
   int64_t extent = shape.numel() == 0 ? 0 : 1;
   for (int64_t i = 0; i < shape.size() && extent; ++i) extent += (shape[i] - 1) * strides[i];
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = detail::make_pooled<TensorImpl>();
   impl->storage = std::make_shared<StorageImpl>(data, static_cast<size_t>(extent * itemsize(dtype)),
                                                 device, std::move(deleter));
   impl->sizes = shape;
@@ -216,7 +217,7 @@ Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dty
 namespace detail {
 
 Tensor make_view(const Tensor& t, const Shape& sizes, const Shape& strides, int64_t offset) {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = detail::make_pooled<TensorImpl>();
   impl->storage = t.storage();
   impl->sizes = sizes;
   impl->strides = strides;

@@ -25,8 +25,19 @@ TensorImpl& Tensor::impl() const {
   return *impl_;
 }
 
-int64_t Tensor::size(int64_t d) const { return impl().sizes[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return impl().strides[wrap_dim(d, dim(), "stride")]; }
+// Kernels call these per dim of every operand: in-range dims skip wrap_dim's checks.
+int64_t Tensor::size(int64_t d) const {
+  const TensorImpl& i = impl();
+  if (d >= 0 && d < i.sizes.size()) [[likely]]
+    return i.sizes[d];
+  return i.sizes[wrap_dim(d, i.sizes.size(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  const TensorImpl& i = impl();
+  if (d >= 0 && d < i.strides.size()) [[likely]]
+    return i.strides[d];
+  return i.strides[wrap_dim(d, i.strides.size(), "stride")];
+}
 
 void* Tensor::data_ptr() const {
   const auto& i = impl();

@@ -18,7 +18,12 @@
 
 namespace mantissa::cpu {
 
-inline constexpr int64_t kParallelGrain = 32768;
+// Elements below which a loop stays on the calling thread. High on purpose: after a parallel
+// region libgomp's workers spin-wait (OMP_WAIT_POLICY's default), and on a machine with few
+// cores they take the cores OpenBLAS's own threads need for the next GEMM; an MLP step with
+// 128K-element activations ran 3-20x slower with a 32K grain on 2 cores. Memory-bound loops
+// this small gain little from a second thread anyway.
+inline constexpr int64_t kParallelGrain = int64_t(1) << 20;
 
 template <int N>
 struct Layout {

@@ -1,0 +1,34 @@
+// The CPU allocator: 64-byte aligned blocks, cached by size class for reuse.
+//
+// A training step frees and reallocates the same sizes every iteration. Handing them back to
+// malloc costs twice: aligned allocations bypass glibc's fast per-thread caches (memalign
+// splits and coalesces chunks on every call), and large blocks go back to the kernel and fault
+// in again page by page. So freed blocks are kept in per-size-class free lists, as PyTorch's
+// CUDA caching allocator does for device memory, up to a cap on cached bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/allocator.h"
+
+namespace mantissa {
+
+struct CpuMemoryStats {
+  int64_t allocated_bytes = 0;       // held by live tensors (after size-class rounding)
+  int64_t cached_bytes = 0;          // freed, kept for reuse
+  int64_t peak_allocated_bytes = 0;  // since start or reset_cpu_peak_memory_stats()
+  int64_t num_allocations = 0;
+  int64_t num_cache_hits = 0;
+};
+
+namespace detail {
+Allocator* caching_cpu_allocator();
+}  // namespace detail
+
+CpuMemoryStats cpu_memory_stats();
+void reset_cpu_peak_memory_stats();
+// Returns every cached block to the system. Live tensors are unaffected.
+void cpu_empty_cache();
+
+}  // namespace mantissa
