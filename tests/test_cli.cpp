@@ -1,0 +1,397 @@
+// The `mantissa` command end to end: the built binary is run as a child process (fork/exec), as a
+// user would run it. Covers --help everywhere, the no-argument default run, every bundled config,
+// plot/eval/export/import, bad configs (one line, exit code 2, no run directory), and exact resume
+// after SIGKILL in float32, float16 (with skipped steps) and bfloat16.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runner/json.h"
+
+namespace fs = std::filesystem;
+using mantissa::runner::Json;
+
+#ifndef MANTISSA_CLI_PATH
+#error "tests/CMakeLists.txt defines MANTISSA_CLI_PATH for test_cli"
+#endif
+
+namespace {
+
+std::string source_dir() {
+  const char* s = std::getenv("MANTISSA_SOURCE_DIR");
+  return s ? s : ".";
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+// A scratch directory per test, removed at the end.
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("mt_cli_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  // Starts `mantissa args...` in the scratch directory with stdout+stderr to `log`.
+  pid_t spawn(const std::vector<std::string>& args, const fs::path& log,
+              const std::vector<std::string>& env = {}) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      if (::chdir(dir_.c_str()) != 0) _exit(127);
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd < 0) _exit(127);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
+      std::vector<char*> argv;
+      std::string exe = MANTISSA_CLI_PATH;
+      argv.push_back(exe.data());
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(exe.c_str(), argv.data());
+      _exit(127);
+    }
+    return pid;
+  }
+  static int wait_exit(pid_t pid, bool* signaled = nullptr) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (signaled) *signaled = WIFSIGNALED(status);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+  struct Result {
+    int code;
+    std::string output;
+  };
+  Result run(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+    const fs::path log = dir_ / ("out_" + std::to_string(counter_++) + ".txt");
+    const int code = wait_exit(spawn(args, log, env));
+    return {code, read_file(log)};
+  }
+  std::string config(const std::string& name) const { return source_dir() + "/configs/" + name; }
+
+  fs::path dir_;
+  int counter_ = 0;
+};
+
+// MNIST IDX files with `n` random 28x28 images and labels 0..9.
+void write_tiny_mnist(const fs::path& images, const fs::path& labels, int n) {
+  auto be32 = [](std::string& s, uint32_t v) {
+    for (int i = 3; i >= 0; --i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  std::string img, lab;
+  be32(img, 2051), be32(img, n), be32(img, 28), be32(img, 28);
+  be32(lab, 2049), be32(lab, n);
+  uint32_t state = 12345;
+  for (int i = 0; i < n; ++i) {
+    for (int p = 0; p < 28 * 28; ++p) {
+      state = state * 1664525u + 1013904223u;
+      img.push_back(static_cast<char>(state >> 24));
+    }
+    lab.push_back(static_cast<char>(i % 10));
+  }
+  write_file(images, img);
+  write_file(labels, lab);
+}
+
+}  // namespace
+
+TEST_F(CliTest, HelpWorksForEveryCommand) {
+  const Result top = run({"--help"});
+  EXPECT_EQ(top.code, 0) << top.output;
+  for (const char* cmd : {"train", "resume", "eval", "export", "import", "devices", "plot"}) {
+    EXPECT_NE(top.output.find(cmd), std::string::npos) << cmd;
+    const Result r = run({cmd, "--help"});
+    EXPECT_EQ(r.code, 0) << cmd << ": " << r.output;
+    EXPECT_NE(r.output.find("Usage"), std::string::npos) << cmd << ": " << r.output;
+  }
+  const Result none = run({});
+  EXPECT_EQ(none.code, 2) << none.output;
+  const Result unknown = run({"trian"});
+  EXPECT_EQ(unknown.code, 2) << unknown.output;
+}
+
+TEST_F(CliTest, TrainWithoutArgumentsTrainsTheToyModel) {
+  const Result r = run({"train"});
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("training toy on"), std::string::npos) << r.output;
+  std::vector<fs::path> runs;
+  for (const auto& e : fs::directory_iterator(dir_ / "runs")) runs.push_back(e.path());
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].filename().string().rfind("toy-", 0), 0u) << runs[0];
+  for (const char* f : {"resolved.yaml", "metrics.jsonl", "train.log", "summary.json"}) {
+    EXPECT_TRUE(fs::exists(runs[0] / f)) << f;
+  }
+  const Json summary = Json::parse(read_file(runs[0] / "summary.json"));
+  EXPECT_EQ(summary.at("steps").as_int(), 300);
+  EXPECT_LT(summary.at("final_loss").as_double(), 0.1);
+  EXPECT_FALSE(fs::is_empty(runs[0] / "checkpoints"));
+  // The compiled-in default is configs/toy.yaml.
+  const Result dry_default = run({"train", "--dry-run"});
+  const Result dry_file = run({"train", config("toy.yaml"), "--dry-run"});
+  ASSERT_EQ(dry_default.code, 0) << dry_default.output;
+  EXPECT_EQ(dry_default.output, dry_file.output);
+}
+
+TEST_F(CliTest, EveryBundledConfigRuns) {
+  write_tiny_mnist(dir_ / "images.idx", dir_ / "labels.idx", 40);
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(source_dir() + "/configs")) {
+    if (e.path().extension() != ".yaml") continue;
+    const std::string name = e.path().stem().string();
+    std::vector<std::string> args = {
+        "train", e.path().string(), "--set",    "steps=3", "--run-dir", name,
+        "--set", "log_every=1",     "--device", "cpu",     "-q"};
+    if (name == "mlp_sine") {  // its warmup (50 steps) must fit in the run
+      args.insert(args.end(), {"--set", "schedule.warmup_steps=1"});
+    }
+    if (name == "mnist_cnn") {
+      args.insert(args.end(),
+                  {"--set", "data.images=images.idx", "--set", "data.labels=labels.idx"});
+    }
+    const Result r = run(args);
+    EXPECT_EQ(r.code, 0) << name << ": " << r.output;
+    if (!fs::exists(dir_ / name / "summary.json")) {
+      ADD_FAILURE() << name << ": no summary.json";
+      continue;
+    }
+    const Json summary = Json::parse(read_file(dir_ / name / "summary.json"));
+    EXPECT_EQ(summary.at("steps").as_int(), 3) << name;
+    ++n;
+  }
+  EXPECT_GE(n, 5);
+  // Without its files, the MNIST example stops with a config error before doing anything.
+  const Result missing = run({"train", config("mnist_cnn.yaml"), "--run-dir", "m2"});
+  EXPECT_EQ(missing.code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("data.images = data/mnist/train-images-idx3-ubyte (line"),
+            std::string::npos)
+      << missing.output;
+  EXPECT_FALSE(fs::exists(dir_ / "m2"));
+}
+
+TEST_F(CliTest, BadConfigsFailWithOneLineAndExitCode2BeforeWritingAnything) {
+  write_file(dir_ / "typo.yaml", "steps: 10\nseed: 1\noptimiser:\n  lr: 0.1\n");
+  write_file(dir_ / "type.yaml", "optimizer:\n  lr: fast\n");
+  write_file(dir_ / "range.yaml", "data:\n  batch_size: 0\n");
+  write_file(dir_ / "file.yaml", "data:\n  type: csv\n  path: nowhere.csv\n");
+  write_file(dir_ / "shape.yaml",
+             "model:\n  layers:\n    - {type: linear, in: 12, out: 5}\ndata: {type: teacher}\n");
+  write_file(dir_ / "out.yaml",
+             "model:\n  layers:\n    - {type: linear, in: 10, out: 4}\ndata: {type: teacher}\n");
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{"typo.yaml"}, "unknown key 'optimiser' at line 3 — did you mean 'optimizer'?"},
+      {{"type.yaml"}, "optimizer.lr = fast (line 2): expected a number"},
+      {{"range.yaml"}, "data.batch_size = 0 (line 2): must be >= 1"},
+      {{"file.yaml"}, "data.path = nowhere.csv (line 3): file not found"},
+      {{"shape.yaml"}, "model.layers.0.in = 12 (line 3): does not match the input"},
+      {{"out.yaml"}, "model.layers.0.out = 4 (line 3): the model outputs [4]"},
+      {{"--set", "optimizer.lr=-2"}, "optimizer.lr = -2 (--set): must be > 0"},
+      {{"--set", "optimiser.lr=1"}, "did you mean 'optimizer'?"},
+      {{"--device", "gpu"}, "device = gpu (--set): expected auto, cpu, cuda or cuda:N"},
+      {{"missing.yaml"}, "cannot read config file 'missing.yaml'"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"train"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    args.insert(args.end(), {"--run-dir", "never"});
+    const Result r = run(args);
+    EXPECT_EQ(r.code, 2) << c.expected << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_FALSE(fs::exists(dir_ / "never")) << c.expected;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "runs"));
+}
+
+TEST_F(CliTest, PlotEvalExportImport) {
+  ASSERT_EQ(run({"train", "--run-dir", "r", "-q", "--set", "steps=60", "--set", "log_every=5",
+                 "--set", "eval_every=20", "--set", "checkpoint_every=20"})
+                .code,
+            0);
+  const Result p = run({"plot", "r"});
+  ASSERT_EQ(p.code, 0) << p.output;
+  const std::string svg = read_file(dir_ / "r" / "plot.svg");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  size_t polylines = 0;
+  for (size_t at = svg.find("<polyline"); at != std::string::npos;
+       at = svg.find("<polyline", at + 1)) {
+    ++polylines;
+    const size_t pts = svg.find("points=\"", at);
+    ASSERT_NE(pts, std::string::npos);
+    EXPECT_NE(svg[pts + 8], '"') << "empty polyline";  // has points
+  }
+  EXPECT_EQ(polylines, 3u);
+  for (const char* label : {">loss", ">learning rate", ">loss scale", ">step<"}) {
+    EXPECT_NE(svg.find(label), std::string::npos) << label;
+  }
+
+  const Result e = run({"eval", "r", "--json"});
+  ASSERT_EQ(e.code, 0) << e.output;
+  const Json ej = Json::parse(e.output);
+  EXPECT_EQ(ej.at("data").as_string(), "val");
+  EXPECT_EQ(ej.at("samples").as_int(), 128);
+  EXPECT_GT(ej.at("loss").as_double(), 0.0);
+  const Json summary = Json::parse(read_file(dir_ / "r" / "summary.json"));
+  EXPECT_NEAR(ej.at("loss").as_double(), summary.at("final_eval").at("loss").as_double(), 1e-6);
+
+  const Result x = run({"export", "r", "w.safetensors"});
+  ASSERT_EQ(x.code, 0) << x.output;
+  const Result i = run({"import", "w.safetensors", "--config", config("toy.yaml")});
+  ASSERT_EQ(i.code, 0) << i.output;
+  EXPECT_NE(i.output.find("net1.weight"), std::string::npos) << i.output;
+  EXPECT_NE(i.output.find("[10, 10]"), std::string::npos) << i.output;
+  EXPECT_NE(i.output.find("loads into the model"), std::string::npos) << i.output;
+  // The weights start another run (init_from), whose eval at step 0 equals the exported model's.
+  const Result again = run({"train", "--run-dir", "r2", "-q", "--set",
+                            "model.init_from=w.safetensors", "--set", "steps=1"});
+  EXPECT_EQ(again.code, 0) << again.output;
+  // A file that is not safetensors is refused clearly.
+  write_file(dir_ / "bad.safetensors", "not a safetensors file");
+  const Result bad = run({"import", "bad.safetensors"});
+  EXPECT_EQ(bad.code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("bad.safetensors"), std::string::npos) << bad.output;
+  const Result dev = run({"devices"});
+  EXPECT_EQ(dev.code, 0) << dev.output;
+  EXPECT_NE(dev.output.find("cpu: "), std::string::npos) << dev.output;
+}
+
+namespace {
+
+// A run of 40 steps over 100 examples in batches of 24 (5 per epoch, the last one short), with
+// checkpoints every 7 steps: every checkpoint but step 35 falls mid-epoch.
+std::string resume_config(const std::string& precision, const std::string& extra = "") {
+  return "model:\n  layers:\n    - {type: linear, in: 10, out: 32}\n    - relu\n"
+         "    - {type: dropout, p: 0.1}\n    - {type: linear, in: 32, out: 5}\n"
+         "data: {type: teacher, samples: 100, batch_size: 24, val_split: 0.1, noise: 0.1}\n"
+         "optimizer: {type: adam, lr: 0.01}\n"
+         "schedule: {type: cosine, warmup_steps: 5}\n"
+         "precision: " +
+         precision + "\nsteps: 40\nlog_every: 3\neval_every: 10\ncheckpoint_every: 7\n" + extra;
+}
+
+}  // namespace
+
+class CliResumeTest : public CliTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(CliResumeTest, KilledAndResumedRunEqualsUninterruptedRun) {
+  const std::string precision = GetParam();
+  // float16: a scale far too large that grows back fast after each backoff makes the float16
+  // gradients overflow every few steps, so skipped steps are sprinkled through the run, around
+  // the checkpoints too.
+  const std::string extra =
+      precision == "float16"
+          ? "scaler: {init_scale: 1.0e+12, backoff_factor: 0.001, growth_factor: 1000, "
+            "growth_interval: 3}\n"
+          : "";
+  write_file(dir_ / "cfg.yaml", resume_config(precision, extra));
+  const std::vector<std::string> common = {"--device", "cpu", "-q"};
+
+  std::vector<std::string> args = {"train", "cfg.yaml", "--run-dir", "full"};
+  args.insert(args.end(), common.begin(), common.end());
+  const Result full = run(args);
+  ASSERT_EQ(full.code, 0) << full.output;
+
+  // The same run, killed with SIGKILL once checkpoint 14 exists (a delay per step keeps it
+  // running long enough to be caught mid-way).
+  args = {"train", "cfg.yaml", "--run-dir", "killed"};
+  args.insert(args.end(), common.begin(), common.end());
+  const pid_t pid = spawn(args, dir_ / "killed.txt", {"MANTISSA_STEP_DELAY_MS=60"});
+  const fs::path ckpt = dir_ / "killed" / "checkpoints" / "step-000000014.ckpt";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(ckpt) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(fs::exists(ckpt)) << read_file(dir_ / "killed.txt");
+  ::kill(pid, SIGKILL);
+  bool signaled = false;
+  wait_exit(pid, &signaled);
+  ASSERT_TRUE(signaled) << "the run ended before it could be killed";
+  ASSERT_FALSE(fs::exists(dir_ / "killed" / "summary.json"));
+
+  const Result resumed = run({"resume", "killed", "-q"});
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming from killed/checkpoints/step-0000000"), std::string::npos)
+      << resumed.output;
+
+  // Final weights bitwise equal, and the same losses.
+  ASSERT_EQ(run({"export", "full", "full.safetensors"}).code, 0);
+  ASSERT_EQ(run({"export", "killed", "killed.safetensors"}).code, 0);
+  EXPECT_EQ(read_file(dir_ / "full.safetensors"), read_file(dir_ / "killed.safetensors"));
+  const Json a = Json::parse(read_file(dir_ / "full" / "summary.json"));
+  const Json b = Json::parse(read_file(dir_ / "killed" / "summary.json"));
+  EXPECT_EQ(a.at("final_loss").as_double(), b.at("final_loss").as_double());
+  EXPECT_EQ(a.at("steps_skipped").as_int(), b.at("steps_skipped").as_int());
+  EXPECT_EQ(a.at("final_eval").at("loss").as_double(), b.at("final_eval").at("loss").as_double());
+  if (precision == "float16") {
+    EXPECT_GT(a.at("steps_skipped").as_int(), 0);
+  }
+  EXPECT_GT(b.at("resumed_from_step").as_int(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CliResumeTest,
+                         ::testing::Values("float32", "float16", "bfloat16"));
+
+TEST_F(CliTest, ResumeFallsBackFromACorruptedCheckpointAndSaysSo) {
+  write_file(dir_ / "cfg.yaml", resume_config("float32", "keep_last: 0\n"));
+  ASSERT_EQ(run({"train", "cfg.yaml", "--run-dir", "r", "-q", "--set", "steps=21"}).code, 0);
+  ASSERT_EQ(run({"export", "r", "before.safetensors"}).code, 0);
+  // Corrupt the newest checkpoint (step 21): flip a byte in its tensor data.
+  const fs::path newest = dir_ / "r" / "checkpoints" / "step-000000021.ckpt";
+  std::string bytes = read_file(newest);
+  ASSERT_GT(bytes.size(), 100u);
+  bytes[bytes.size() - 20] ^= 0x5a;
+  write_file(newest, bytes);
+
+  const Result r = run({"resume", "r", "-q"});
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("refused newer checkpoint"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step-000000021.ckpt"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resuming from r/checkpoints/step-000000014.ckpt"), std::string::npos)
+      << r.output;
+  // Steps 15..21 are redone exactly.
+  ASSERT_EQ(run({"export", "r", "after.safetensors"}).code, 0);
+  EXPECT_EQ(read_file(dir_ / "before.safetensors"), read_file(dir_ / "after.safetensors"));
+
+  // With every checkpoint corrupted there is nothing to resume from: a clear error.
+  for (const auto& e : fs::directory_iterator(dir_ / "r" / "checkpoints")) {
+    std::string b = read_file(e.path());
+    b.resize(b.size() / 2);
+    write_file(e.path(), b);
+  }
+  const Result none = run({"resume", "r", "-q"});
+  EXPECT_EQ(none.code, 1) << none.output;
+  EXPECT_NE(none.output.find("no valid checkpoint"), std::string::npos) << none.output;
+}
