@@ -64,19 +64,20 @@ struct ToyModel : nn::Module {
   Tensor forward(const Tensor& x) { return net2(drop(relu(net1(x)))); }
 };
 
-struct Setup {
+struct RunSetup {
   std::string optimizer = "sgd";         // "sgd" (momentum, nesterov) or "adam"
   std::optional<mt::DType> autocast;     // run the forward under autocast to this dtype
   mt::DType param_dtype = mt::kFloat32;  // model parameters' dtype
   bool master_weights = false;
   bool scaler = false;
   std::vector<int> inf_steps;  // steps whose gradient is made inf (the scaler skips them)
+  mt::Device device = mt::Device::cpu();
 };
 
-Setup make_setup(std::string optimizer, std::optional<mt::DType> autocast = std::nullopt,
-                 mt::DType param_dtype = mt::kFloat32, bool master_weights = false,
-                 bool scaler = false, std::vector<int> inf_steps = {}) {
-  Setup s;
+RunSetup make_setup(std::string optimizer, std::optional<mt::DType> autocast = std::nullopt,
+                    mt::DType param_dtype = mt::kFloat32, bool master_weights = false,
+                    bool scaler = false, std::vector<int> inf_steps = {}) {
+  RunSetup s;
   s.optimizer = std::move(optimizer);
   s.autocast = autocast;
   s.param_dtype = param_dtype;
@@ -91,11 +92,12 @@ struct Training {
   std::unique_ptr<optim::Optimizer> opt;
   std::unique_ptr<optim::LRScheduler> sched;
   std::unique_ptr<mt::amp::GradScaler> scaler;
-  Setup setup;
+  RunSetup setup;
 
-  Training(const Setup& s, uint64_t seed) : setup(s) {
+  Training(const RunSetup& s, uint64_t seed) : setup(s) {
     mt::manual_seed(seed);
     model = std::make_shared<ToyModel>();
+    model->to(s.device);
     if (s.param_dtype != mt::kFloat32) model->to(s.param_dtype);
     if (s.optimizer == "sgd") {
       opt = std::make_unique<optim::SGD>(model->parameters(), 0.05,
@@ -111,7 +113,7 @@ struct Training {
       scaler = std::make_unique<mt::amp::GradScaler>(
           mt::amp::GradScalerOptions{.init_scale = 1024.0, .growth_interval = 2});
     // Consume some randomness so a run that forgot to restore the generators would differ.
-    if (seed != 42) (void)mt::randn({17});
+    if (seed != 42) (void)mt::randn({17}, s.device);
   }
 
   CheckpointParts parts(Json trainer_state = {}) {
@@ -127,12 +129,12 @@ struct Training {
   }
 
   void step(int i) {
-    const Tensor x = mt::randn({8, 10});
+    const Tensor x = mt::randn({8, 10}, setup.device);
     const Tensor y = x.narrow(1, 0, 5) * 0.5 - x.narrow(1, 5, 5).relu();
     Tensor out;
     {
       std::optional<mt::amp::autocast> guard;
-      if (setup.autocast) guard.emplace(mt::kCPU, mt::amp::Precision(*setup.autocast));
+      if (setup.autocast) guard.emplace(setup.device, mt::amp::Precision(*setup.autocast));
       out = model->forward(x.to(setup.param_dtype));
     }
     const Tensor loss = nn::functional::mse_loss(out.to(mt::kFloat32), y);
@@ -154,7 +156,7 @@ struct Training {
 };
 
 std::string raw_bytes(const Tensor& t) {
-  const Tensor c = t.contiguous();
+  const Tensor c = t.cpu().contiguous();
   return std::string(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.nbytes()));
 }
 
@@ -184,7 +186,7 @@ void expect_same_state(Training& a, Training& b) {
 }
 
 // N steps straight vs k steps, save, load into fresh objects, N - k more.
-void check_exact_resume(const Setup& setup, int k, int n) {
+void check_exact_resume(const RunSetup& setup, int k, int n) {
   TempDir dir;
   Training straight(setup, 42);
   for (int i = 0; i < n; ++i) straight.step(i);
@@ -207,7 +209,12 @@ void check_exact_resume(const Setup& setup, int k, int n) {
   EXPECT_EQ(parts.config_text, "model: toy\n");
   for (int i = k; i < n; ++i) resumed.step(i);
   expect_same_state(straight, resumed);
-  EXPECT_EQ(mt::get_rng_states()[0].offset, rng_straight[0].offset);
+  const auto rng_resumed = mt::get_rng_states();
+  ASSERT_EQ(rng_resumed.size(), rng_straight.size());
+  for (size_t i = 0; i < rng_straight.size(); ++i) {
+    EXPECT_EQ(rng_resumed[i].seed, rng_straight[i].seed) << rng_straight[i].device;
+    EXPECT_EQ(rng_resumed[i].offset, rng_straight[i].offset) << rng_straight[i].device;
+  }
 }
 
 void flip_byte(const std::string& path, size_t pos_from_end) {
@@ -241,6 +248,33 @@ TEST(RunnerCheckpoint, ResumeIsBitwiseExactFloat16AutocastWithSkippedStep) {
 
 TEST(RunnerCheckpoint, ResumeIsBitwiseExactBFloat16MasterWeights) {
   check_exact_resume(make_setup("adam", std::nullopt, mt::kBFloat16, true, true, {2}), 3, 6);
+}
+
+TEST(RunnerCheckpoint, ResumeIsBitwiseExactOnTheGpu) {
+  MT_REQUIRE_GPU();
+  RunSetup adam = make_setup("adam");
+  adam.device = mt::testing::kGpu;
+  check_exact_resume(adam, 3, 6);
+  RunSetup fp16 = make_setup("sgd", mt::kFloat16, mt::kFloat32, false, true, {2, 4});
+  fp16.device = mt::testing::kGpu;
+  check_exact_resume(fp16, 3, 6);
+}
+
+TEST(RunnerCheckpoint, GpuCheckpointLoadsOnTheCpu) {
+  MT_REQUIRE_GPU();
+  TempDir dir;
+  RunSetup gpu = make_setup("adam", std::nullopt, mt::kFloat32, false, true);
+  gpu.device = mt::testing::kGpu;
+  Training run(gpu, 42);
+  run.step(0);
+  const std::string path = dir.file("gpu.ckpt");
+  mt::runner::save_checkpoint(path, run.parts());
+  Training cpu(make_setup("adam", std::nullopt, mt::kFloat32, false, true), 7);
+  CheckpointParts parts = cpu.parts();
+  mt::runner::load_checkpoint(path, parts);
+  EXPECT_TRUE(cpu.model->net1->weight.device().is_cpu());
+  EXPECT_TRUE(raw_bytes(cpu.model->net1->weight) == raw_bytes(run.model->net1->weight));
+  EXPECT_EQ(cpu.scaler->get_scale(), run.scaler->get_scale());
 }
 
 TEST(RunnerCheckpoint, ReadCheckpointWithoutAModel) {
