@@ -12,6 +12,7 @@
 #include "runner/build_from_config.h"
 #include "runner/checkpoint.h"
 #include "runner/metrics.h"
+#include "runner/progress.h"
 #include "runner/trainer.h"
 
 namespace mantissa::cli {
@@ -78,7 +79,8 @@ std::string default_run_dir(const std::string& name) {
 
 void print_summary(const runner::TrainSummary& s, const std::string& run_dir) {
   std::cout << "done: " << s.steps << " steps (" << s.steps_skipped << " skipped) in "
-            << s.wall_time_s << " s; final loss " << s.final_loss << ", best " << s.best_loss;
+            << runner::format_duration(s.wall_time_s) << "; final loss " << s.final_loss
+            << ", best " << s.best_loss;
   if (s.final_eval) std::cout << "; " << runner::format_eval(*s.final_eval);
   std::cout << "\nrun directory: " << run_dir << "\n";
 }

@@ -167,6 +167,11 @@ RunObjects build_common(const Config& c) {
     }
   }
   r.model->to(r.device);
+  // master_weights: the model itself is stored in the low precision (half the memory) and the
+  // optimizer updates float32 master copies, writing the rounded result back after each step.
+  if (c.master_weights && (c.precision == "float16" || c.precision == "bfloat16")) {
+    r.model->to(c.precision == "float16" ? DType::Float16 : DType::BFloat16);
+  }
   r.loss = make_loss(c.loss);
   return r;
 }

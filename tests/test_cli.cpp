@@ -315,7 +315,8 @@ TEST_P(CliResumeTest, KilledAndResumedRunEqualsUninterruptedRun) {
       precision == "float16"
           ? "scaler: {init_scale: 1.0e+12, backoff_factor: 0.001, growth_factor: 1000, "
             "growth_interval: 3}\n"
-          : "";
+      : precision == "bfloat16" ? "master_weights: true\n"  // bfloat16 model, float32 masters
+                                : "";
   write_file(dir_ / "cfg.yaml", resume_config(precision, extra));
   const std::vector<std::string> common = {"--device", "cpu", "-q"};
 
