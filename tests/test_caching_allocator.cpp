@@ -78,13 +78,13 @@ class FakeRaw final : public detail::RawMemory {
   std::set<Event*> events;
 };
 
-struct Fixture : ::testing::Test {
+struct CachingAllocatorBlocks : ::testing::Test {
   FakeRaw raw;
   BlockAllocator alloc{"cuda:0", &raw};
   static constexpr StreamId kS0 = 0, kS1 = 0x1000, kS2 = 0x2000;
 };
 
-TEST_F(Fixture, SteadyStateReusesBlocksWithoutRawAllocations) {
+TEST_F(CachingAllocatorBlocks, SteadyStateReusesBlocksWithoutRawAllocations) {
   // A training-step-like pattern: the same sizes allocated and freed every iteration.
   const std::vector<size_t> sizes{100, 4 * kKiB, 300 * kKiB, 3 * kMiB, 17 * kMiB};
   auto step = [&] {
@@ -106,7 +106,7 @@ TEST_F(Fixture, SteadyStateReusesBlocksWithoutRawAllocations) {
   EXPECT_EQ(s.cached_bytes, s.reserved_bytes);
 }
 
-TEST_F(Fixture, SmallRequestsShareOneSegmentAndRoundTo512) {
+TEST_F(CachingAllocatorBlocks, SmallRequestsShareOneSegmentAndRoundTo512) {
   void* a = alloc.allocate(1, kS0);
   void* b = alloc.allocate(513, kS0);
   void* c = alloc.allocate(kMiB, kS0);  // still small
@@ -125,7 +125,7 @@ TEST_F(Fixture, SmallRequestsShareOneSegmentAndRoundTo512) {
   alloc.free(c);
 }
 
-TEST_F(Fixture, LargeRequestsGetSegmentsRoundedTo2MiB) {
+TEST_F(CachingAllocatorBlocks, LargeRequestsGetSegmentsRoundedTo2MiB) {
   void* p = alloc.allocate(kMiB + 1, kS0);
   EXPECT_EQ(raw.sizes.back().second, 2 * kMiB);
   void* q = alloc.allocate(5 * kMiB, kS0);
@@ -135,7 +135,7 @@ TEST_F(Fixture, LargeRequestsGetSegmentsRoundedTo2MiB) {
   alloc.free(q);
 }
 
-TEST_F(Fixture, SplitsLargeBlocksAndMergesNeighboursOnFree) {
+TEST_F(CachingAllocatorBlocks, SplitsLargeBlocksAndMergesNeighboursOnFree) {
   void* big = alloc.allocate(20 * kMiB, kS0);
   alloc.free(big);
   EXPECT_EQ(raw.allocs, 1);
@@ -164,7 +164,7 @@ TEST_F(Fixture, SplitsLargeBlocksAndMergesNeighboursOnFree) {
   alloc.free(whole);
 }
 
-TEST_F(Fixture, SmallRequestsDoNotFragmentLargeSegments) {
+TEST_F(CachingAllocatorBlocks, SmallRequestsDoNotFragmentLargeSegments) {
   void* big = alloc.allocate(4 * kMiB, kS0);
   alloc.free(big);
   void* small = alloc.allocate(4 * kKiB, kS0);
@@ -172,7 +172,7 @@ TEST_F(Fixture, SmallRequestsDoNotFragmentLargeSegments) {
   alloc.free(small);
 }
 
-TEST_F(Fixture, BlocksFreedOnOneStreamAreNotReusedOnAnother) {
+TEST_F(CachingAllocatorBlocks, BlocksFreedOnOneStreamAreNotReusedOnAnother) {
   void* a = alloc.allocate(64 * kKiB, kS1);
   alloc.free(a);
   void* b = alloc.allocate(64 * kKiB, kS2);
@@ -185,7 +185,7 @@ TEST_F(Fixture, BlocksFreedOnOneStreamAreNotReusedOnAnother) {
   alloc.free(c);
 }
 
-TEST_F(Fixture, RecordStreamDelaysReuseUntilTheOtherStreamIsDone) {
+TEST_F(CachingAllocatorBlocks, RecordStreamDelaysReuseUntilTheOtherStreamIsDone) {
   void* a = alloc.allocate(64 * kKiB, kS1);
   alloc.record_stream(static_cast<char*>(a) + 100, kS2);  // a view inside the block counts
   alloc.free(a);
@@ -201,7 +201,7 @@ TEST_F(Fixture, RecordStreamDelaysReuseUntilTheOtherStreamIsDone) {
   expect_error([&] { alloc.record_stream(c, kS2); }, {"record_stream", "not memory of a live"});
 }
 
-TEST_F(Fixture, PeakAndCurrentStats) {
+TEST_F(CachingAllocatorBlocks, PeakAndCurrentStats) {
   void* a = alloc.allocate(4 * kMiB, kS0);
   void* b = alloc.allocate(6 * kMiB, kS0);
   alloc.free(a);
@@ -219,7 +219,7 @@ TEST_F(Fixture, PeakAndCurrentStats) {
   EXPECT_EQ(alloc.stats().peak_allocated_bytes, static_cast<int64_t>(6 * kMiB));
 }
 
-TEST_F(Fixture, AllocatedCountsTheWholeBlockWhenTheRestIsTooSmallToSplit) {
+TEST_F(CachingAllocatorBlocks, AllocatedCountsTheWholeBlockWhenTheRestIsTooSmallToSplit) {
   // 3 MiB from a 4 MiB segment: a 1 MiB rest is too small for a large request, so it stays
   // with the block (and counts as allocated), as in PyTorch.
   void* a = alloc.allocate(3 * kMiB, kS0);
@@ -229,7 +229,7 @@ TEST_F(Fixture, AllocatedCountsTheWholeBlockWhenTheRestIsTooSmallToSplit) {
   alloc.free(a);
 }
 
-TEST_F(Fixture, EmptyCacheReturnsOnlyWholeUnusedSegments) {
+TEST_F(CachingAllocatorBlocks, EmptyCacheReturnsOnlyWholeUnusedSegments) {
   void* a = alloc.allocate(kKiB, kS0);  // small segment, stays partly used
   void* b = alloc.allocate(2 * kKiB, kS0);
   void* big = alloc.allocate(8 * kMiB, kS0);  // large segment, freed entirely
@@ -248,7 +248,7 @@ TEST_F(Fixture, EmptyCacheReturnsOnlyWholeUnusedSegments) {
   EXPECT_EQ(raw.in_use, 0u);
 }
 
-TEST_F(Fixture, OutOfMemoryReleasesTheCacheAndRetriesOnce) {
+TEST_F(CachingAllocatorBlocks, OutOfMemoryReleasesTheCacheAndRetriesOnce) {
   raw.limit = 10 * kMiB;
   void* a = alloc.allocate(8 * kMiB, kS1);
   alloc.free(a);  // cached on stream 1, useless to stream 2
@@ -267,7 +267,7 @@ TEST_F(Fixture, OutOfMemoryReleasesTheCacheAndRetriesOnce) {
   alloc.free(b);
 }
 
-TEST_F(Fixture, TransientRawFailureIsRetried) {
+TEST_F(CachingAllocatorBlocks, TransientRawFailureIsRetried) {
   raw.fail_next = 1;
   void* a = alloc.allocate(kKiB, kS0);
   EXPECT_NE(a, nullptr);
@@ -275,7 +275,7 @@ TEST_F(Fixture, TransientRawFailureIsRetried) {
   alloc.free(a);
 }
 
-TEST_F(Fixture, GraphPoolIsPrivateAndReleasedWithItsGraph) {
+TEST_F(CachingAllocatorBlocks, GraphPoolIsPrivateAndReleasedWithItsGraph) {
   const StreamId capture = kS1;
   const auto pool = alloc.create_pool();
   // Warm-up outside the capture fills the private pool ...
@@ -306,7 +306,7 @@ TEST_F(Fixture, GraphPoolIsPrivateAndReleasedWithItsGraph) {
   expect_error([&] { alloc.begin_pool_use(capture, pool); }, {"pool", "released"});
 }
 
-TEST_F(Fixture, GraphPoolBlocksStillLiveAreReleasedWhenFreed) {
+TEST_F(CachingAllocatorBlocks, GraphPoolBlocksStillLiveAreReleasedWhenFreed) {
   const auto pool = alloc.create_pool();
   alloc.begin_pool_use(kS1, pool);
   alloc.begin_capture();
@@ -321,7 +321,7 @@ TEST_F(Fixture, GraphPoolBlocksStillLiveAreReleasedWhenFreed) {
   EXPECT_EQ(alloc.stats().reserved_bytes, 0);
 }
 
-TEST_F(Fixture, NoRetryDuringCapture) {
+TEST_F(CachingAllocatorBlocks, NoRetryDuringCapture) {
   raw.limit = 4 * kMiB;
   void* a = alloc.allocate(4 * kMiB, kS0);
   alloc.free(a);
@@ -331,7 +331,7 @@ TEST_F(Fixture, NoRetryDuringCapture) {
   alloc.end_capture();
 }
 
-TEST_F(Fixture, UnknownFreeIsIgnoredAndZeroBytesIsNull) {
+TEST_F(CachingAllocatorBlocks, UnknownFreeIsIgnoredAndZeroBytesIsNull) {
   EXPECT_EQ(alloc.allocate(0, kS0), nullptr);
   int x = 0;
   alloc.free(&x);  // logged, not thrown
