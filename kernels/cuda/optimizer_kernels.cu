@@ -306,7 +306,9 @@ void for_each_list(const OptimizerTensorLists& lists, const std::vector<size_t>&
     if (n == 0) continue;
     l.p[nt] = static_cast<T*>(lists.param[e].data_ptr());
     l.g[nt] = static_cast<const T*>(lists.grad[e].data_ptr());
-    for (int k = 0; k < 3; ++k) l.s[k][nt] = maybe_data<T>(lists.state[k][e]);
+    for (int k = 0; k < 3; ++k) {  // SGD fills only state[0]
+      l.s[k][nt] = lists.state[k].empty() ? nullptr : maybe_data<T>(lists.state[k][e]);
+    }
     l.model[nt] = lists.model.empty() ? nullptr : maybe_data<Md>(lists.model[e]);
     l.step[nt] = static_cast<const int64_t*>(lists.step[e].data_ptr());
     l.numel[nt] = n;
