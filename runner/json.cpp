@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <unordered_set>
 
 #include "engine/error.h"
 
@@ -290,13 +291,15 @@ class Parser {
   Json object(int depth) {
     ++pos_;  // '{'
     Json obj = Json::object();
+    // A set, not obj.contains(): a hostile safetensors header may hold millions of keys.
+    std::unordered_set<std::string> seen;
     skip_space();
     if (consume("}")) return obj;
     for (;;) {
       skip_space();
       if (pos_ >= text_.size() || text_[pos_] != '"') fail("expected a string key");
       std::string key = string();
-      if (obj.contains(key)) fail("duplicate key '" + key + "'");
+      if (!seen.insert(key).second) fail("duplicate key '" + key + "'");
       skip_space();
       if (!consume(":")) fail("expected ':'");
       skip_space();
