@@ -17,6 +17,7 @@
 #include "nn/optim/sgd.h"
 #include "runner/checkpoint.h"
 #include "runner/data.h"
+#include "runner/progress.h"
 #include "runner/trainer.h"
 #include "test_util.h"
 
@@ -214,6 +215,33 @@ TEST(RunnerTrainer, RunDirectoryRecords) {
   EXPECT_NE(kept[1].find(mt::runner::checkpoint_filename(20)), std::string::npos);
 }
 
+TEST(RunnerTrainer, ProgressLinesWithoutATerminal) {
+  mt::manual_seed(0);
+  auto data = mt::runner::make_teacher_dataset({.samples = 64, .seed = 1});
+  auto loader = std::make_shared<mt::runner::DataLoader>(
+      data, mt::runner::DataLoaderOptions{.batch_size = 8});
+  auto model = std::make_shared<ToyModel>();
+  auto opt = std::make_shared<mt::optim::SGD>(model->parameters(), 0.05);
+  Trainer trainer(model, mt::nn::MSELoss(), opt, loader, {.max_steps = 30, .progress = false});
+  std::FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  // Not a terminal, a line at most every 0 s: one per step, then the final one.
+  trainer.add_callback(std::make_shared<mt::runner::ProgressBar>(false, 0.0, out));
+  trainer.fit();
+  std::rewind(out);
+  std::string text;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, out)) text += buf;
+  std::fclose(out);
+  EXPECT_EQ(text.find('\r'), std::string::npos) << "no redraws in a log";
+  EXPECT_NE(text.find("progress:  10%  step 3/30"), std::string::npos) << text;
+  EXPECT_NE(text.find("progress: 100%  step 30/30  loss "), std::string::npos) << text;
+  EXPECT_NE(text.find("elapsed"), std::string::npos) << text;
+  EXPECT_NE(text.find("ETA"), std::string::npos) << text;
+  EXPECT_EQ(mt::runner::format_duration(65), "1m05s");
+  EXPECT_EQ(mt::runner::format_duration(7380), "2h03m");
+}
+
 namespace {
 
 struct ResumeCase {
@@ -285,7 +313,19 @@ void expect_resume_exact(const ResumeCase& c) {
   const RunResult straight = run(c, straight_dir.path.string(), -1, false);
   const RunResult first = run(c, killed_dir.path.string(), c.k, false);
   ASSERT_EQ(first.steps.size(), static_cast<size_t>(c.k));
+  {
+    // What a run killed a little after checkpoint k leaves behind: a record past k and a torn
+    // line. The resumed run must drop both.
+    std::ofstream out(killed_dir.path / "metrics.jsonl", std::ios::app);
+    out << "{\"step\": " << c.k + 1 << ", \"loss\": 1.0}\n{\"step\": " << c.k + 2 << ", \"lo";
+  }
   const RunResult resumed = run(c, killed_dir.path.string(), -1, true);
+  std::vector<int64_t> logged;
+  for (const Json& r : read_jsonl(killed_dir.path / "metrics.jsonl"))
+    logged.push_back(r.at("step").as_int());
+  std::vector<int64_t> expected_steps(c.total);
+  for (int64_t i = 0; i < c.total; ++i) expected_steps[i] = i + 1;
+  EXPECT_EQ(logged, expected_steps) << "metrics.jsonl reads as one uninterrupted run";
   ASSERT_EQ(straight.params.size(), resumed.params.size());
   for (size_t i = 0; i < straight.params.size(); ++i)
     EXPECT_EQ(straight.params[i], resumed.params[i]) << "parameter " << i << " differs";
