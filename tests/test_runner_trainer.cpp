@@ -353,6 +353,10 @@ TEST(RunnerTrainerResume, Float32MidEpochEqualsUninterrupted) {
   expect_resume_exact({.precision = mt::amp::Precision::Float32, .adam_cosine_clip = false});
 }
 
+TEST(RunnerTrainerResume, Tf32MidEpochEqualsUninterrupted) {
+  expect_resume_exact({.precision = mt::amp::kTF32, .adam_cosine_clip = true, .k = 12});
+}
+
 TEST(RunnerTrainerResume, BFloat16AutocastAdamClipEqualsUninterrupted) {
   expect_resume_exact({.precision = mt::amp::Precision::BFloat16, .adam_cosine_clip = true});
 }
