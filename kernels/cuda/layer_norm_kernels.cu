@@ -9,13 +9,16 @@
 // once on store, as on the CPU (kernels/cpu/layer_norm_kernels.cpp, which accumulates in double
 // and is the oracle in tests/test_layer_norm.cpp).
 //
-// Weight and bias gradients are column sums over all rows: a thread per column walks the rows,
-// so consecutive threads read consecutive addresses of each row.
+// Weight and bias gradients are column sums over all rows, in two stages: a thread per
+// (column, chunk of 128 rows) walks its rows, so consecutive threads read consecutive addresses
+// and a tall [M, N] still fills the GPU; then a thread per column adds the chunks.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
+#include "engine/factory.h"
 #include "engine/kernel_tables.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_guard.h"
@@ -127,20 +130,43 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   }
 }
 
+// Stage 1 of the weight/bias gradients: block (bx, by) sums rows [by * kRowChunk, ...) of the
+// columns it owns into partial[by][j] (opmath), so the grid covers the GPU even when N is small
+// and M large (a batch of tokens). Stage 2 adds the chunks of each column and rounds once.
+constexpr int64_t kRowChunk = 128;
+
 template <typename T>
 __global__ void __launch_bounds__(kBlockSize)
-    layer_norm_backward_params_kernel(T* dw, T* db, const T* dy, const T* x,
-                                      const opmath_t<T>* mean, const opmath_t<T>* rstd, int64_t M,
-                                      int64_t N) {
+    layer_norm_params_partial_kernel(opmath_t<T>* partial_w, opmath_t<T>* partial_b, const T* dy,
+                                     const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd,
+                                     int64_t M, int64_t N) {
+  using A = opmath_t<T>;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= N) return;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kRowChunk;
+  const int64_t r1 = r0 + kRowChunk < M ? r0 + kRowChunk : M;
+  A sw = 0, sb = 0;
+  for (int64_t r = r0; r < r1; ++r) {
+    const A g = static_cast<A>(dy[r * N + j]);
+    sw += g * (static_cast<A>(x[r * N + j]) - mean[r]) * rstd[r];
+    sb += g;
+  }
+  if (partial_w) partial_w[blockIdx.y * N + j] = sw;
+  if (partial_b) partial_b[blockIdx.y * N + j] = sb;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kBlockSize)
+    layer_norm_params_finish_kernel(T* dw, T* db, const opmath_t<T>* partial_w,
+                                    const opmath_t<T>* partial_b, int64_t chunks, int64_t N) {
   using A = opmath_t<T>;
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < N;
        j += stride) {
     A sw = 0, sb = 0;
-    for (int64_t r = 0; r < M; ++r) {
-      const A g = static_cast<A>(dy[r * N + j]);
-      sw += g * (static_cast<A>(x[r * N + j]) - mean[r]) * rstd[r];
-      sb += g;
+    for (int64_t c = 0; c < chunks; ++c) {
+      if (partial_w) sw += partial_w[c * N + j];
+      if (partial_b) sb += partial_b[c * N + j];
     }
     if (dw) dw[j] = static_cast<T>(sw);
     if (db) db[j] = static_cast<T>(sb);
@@ -197,10 +223,24 @@ void layer_norm_backward_cuda(const Tensor& grad_x, const Tensor& grad_weight,
       MT_CUDA_CHECK_LAUNCH();
     }
     if (grad_weight.defined() || grad_bias.defined()) {
-      layer_norm_backward_params_kernel<T>
-          <<<grid_for(N), kBlockSize, 0, detail::current_stream()>>>(
-              ptr<T>(grad_weight), ptr<T>(grad_bias), ptr<T>(grad_out), ptr<T>(x), ptr<A>(mean),
-              ptr<A>(rstd), M, N);
+      // Partial sums per chunk of rows in opmath, from the caching allocator (stream-ordered).
+      const int64_t chunks = std::max<int64_t>(1, (M + kRowChunk - 1) / kRowChunk);
+      MT_CHECK(chunks <= 65535, "layer_norm_backward: ", M, " rows exceed the CUDA kernel's ",
+               65535 * kRowChunk, "-row limit");
+      const TensorOptions acc_opts =
+          TensorOptions(x.device())
+              .dtype(std::is_same_v<A, double> ? DType::Float64 : DType::Float32);
+      const Tensor pw = grad_weight.defined() ? empty(Shape{chunks, N}, acc_opts) : Tensor();
+      const Tensor pb = grad_bias.defined() ? empty(Shape{chunks, N}, acc_opts) : Tensor();
+      const dim3 grid(static_cast<unsigned>((N + kBlockSize - 1) / kBlockSize),
+                      static_cast<unsigned>(chunks));
+      if (M > 0) {
+        layer_norm_params_partial_kernel<T><<<grid, kBlockSize, 0, detail::current_stream()>>>(
+            ptr<A>(pw), ptr<A>(pb), ptr<T>(grad_out), ptr<T>(x), ptr<A>(mean), ptr<A>(rstd), M, N);
+        MT_CUDA_CHECK_LAUNCH();
+      }
+      layer_norm_params_finish_kernel<T><<<grid_for(N), kBlockSize, 0, detail::current_stream()>>>(
+          ptr<T>(grad_weight), ptr<T>(grad_bias), ptr<A>(pw), ptr<A>(pb), M > 0 ? chunks : 0, N);
       MT_CUDA_CHECK_LAUNCH();
     }
   });
