@@ -25,8 +25,8 @@ inline Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activati
 }
 // linear(act(linear(x, w1, b1)), w2, b2) with the activation's backward and b1's gradient fused
 // into the hidden layer's gradient GEMM.
-inline Tensor linear_act_linear(const Tensor& x, const Tensor& w1, const Tensor& b1,
-                                Activation act, const Tensor& w2, const Tensor& b2) {
+inline Tensor linear_act_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, Activation act,
+                                const Tensor& w2, const Tensor& b2) {
   return mantissa::linear_act_linear(x, w1, b1, act, w2, b2);
 }
 inline Tensor relu(const Tensor& x) { return mantissa::relu(x); }

@@ -581,9 +581,11 @@ TEST(LinearFused, BroadcastBiasAndFrozenOperands) {
         {leaf({3, 4}), leaf({2, 4}), leaf(bs)}))
         << bs;
   }
-  auto fn = [](const auto& in) { return mt::nn::functional::linear(in[0], in[1], in[2], Act::Relu); };
-  EXPECT_TRUE(mt::autograd::gradcheck(
-      fn, {leaf({3, 4}), uniform_values({2, 4}, mt::kFloat64), leaf({2})}));
+  auto fn = [](const auto& in) {
+    return mt::nn::functional::linear(in[0], in[1], in[2], Act::Relu);
+  };
+  EXPECT_TRUE(
+      mt::autograd::gradcheck(fn, {leaf({3, 4}), uniform_values({2, 4}, mt::kFloat64), leaf({2})}));
   EXPECT_TRUE(mt::autograd::gradcheck(
       fn, {uniform_values({3, 4}, mt::kFloat64), leaf({2, 4}), uniform_values({2}, mt::kFloat64)}));
 }
@@ -594,8 +596,8 @@ TEST(LinearFused, TwoLayerBlockMatchesUnfused) {
     for (bool with_b1 : {true, false}) {
       const std::string what = std::string(act_label(act)) + (with_b1 ? " b1" : "");
       auto fused = [act, with_b1](const std::vector<Tensor>& in) {
-        return mt::nn::functional::linear_act_linear(in[0], in[1], with_b1 ? in[2] : Tensor(),
-                                                     act, in[3], in[4]);
+        return mt::nn::functional::linear_act_linear(in[0], in[1], with_b1 ? in[2] : Tensor(), act,
+                                                     in[3], in[4]);
       };
       Tensor x = mt::testing::random_tensor({2, 3, 5}, mt::kFloat64, true);
       x = (x + mt::sign(x) * 0.1).detach().requires_grad_();
