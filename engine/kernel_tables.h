@@ -228,12 +228,12 @@ MT_DECLARE_TABLE(avg_pool2d_backward, AvgPool2dBackwardKernel)
 // the form cuBLASLt's GELU epilogues compute (exact GELU is not fused anywhere).
 enum class LinearActivation : uint8_t { None, Relu, GeluTanh };
 // out [M,N] = act(x [M,K] @ w[N,K]^T + bias[N]), bias optional (undefined). x and w have any
-// strides; out is contiguous; all operands share a dtype. The kernel returns an aux tensor (else
-// undefined) for the backward of the activation:
-//  - GeluTanh, always: the pre-activation x @ w^T + bias, contiguous [M,N] in out's dtype.
-//  - Relu with want_aux, on CUDA when cuBLASLt ran it: the 1-bit ReLU mask cuBLASLt's
-//    RELU_AUX_BIAS epilogue writes (uint8), which only linear_backward_act reads. ReLU's backward
-//    otherwise reads `out` itself: out > 0 exactly where the pre-activation is.
+// strides; out is contiguous; all operands share a dtype. With want_aux (a backward will run) the
+// kernel returns an aux tensor for the activation's backward (else undefined):
+//  - GeluTanh: the pre-activation x @ w^T + bias, contiguous [M,N] in out's dtype.
+//  - Relu, on CUDA when cuBLASLt ran it: the 1-bit ReLU mask cuBLASLt's RELU_AUX_BIAS epilogue
+//    writes (uint8), which only linear_backward_act reads. ReLU's backward otherwise reads `out`
+//    itself: out > 0 exactly where the pre-activation is.
 using LinearForwardKernel = Tensor (*)(const Tensor& out, const Tensor& x, const Tensor& w,
                                        const Tensor& bias, LinearActivation act, bool want_aux);
 MT_DECLARE_TABLE(linear_forward, LinearForwardKernel)

@@ -61,11 +61,11 @@ inline void column_sums(const Tensor& out, const Tensor& m) {
 }
 
 inline Tensor forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
-                      LinearActivation act) {
+                      LinearActivation act, bool want_aux) {
   bmm_kernel(out.device())(batch1(out), batch1(x), batch1(w.t()));
   if (bias.defined()) add_bias(out, bias);
   Tensor aux;
-  if (act == LinearActivation::GeluTanh) {  // the pre-activation GELU's backward reads
+  if (want_aux && act == LinearActivation::GeluTanh) {  // what GELU's backward reads
     aux = empty(out.shape(), TensorOptions(out.device()).dtype(out.dtype()));
     copy_kernel(out.device())(aux, out);
   }

@@ -634,6 +634,9 @@ TEST(LinearFused, KernelAuxIsThePreActivationOnTheCpu) {
   expect_close(out, mt::gelu(aux, "tanh"), 1e-6, 1e-6, "output");
   // ReLU needs no aux on the CPU: its backward reads the output.
   EXPECT_FALSE(mt::linear_forward_kernel(mt::kCPU)(out, x, w, b, Act::Relu, true).defined());
+  // Without a backward to feed (inference) no aux is made at all.
+  EXPECT_FALSE(mt::linear_forward_kernel(mt::kCPU)(out, x, w, b, Act::GeluTanh, false).defined());
+  expect_close(out, mt::gelu(aux, "tanh"), 1e-6, 1e-6, "output without aux");
 }
 
 TEST(LinearFused, Errors) {

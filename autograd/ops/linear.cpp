@@ -100,8 +100,9 @@ Tensor linear_act(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
 
   Tensor out2 = fresh(Shape{l.rows, l.out}, x);
   const bool record = is_floating(x.dtype()) && autograd::needs_grad({&x, &weight, &bias});
-  // GeluTanh's backward reads the pre-activation; ReLU's reads the output.
-  const Tensor pre = linear_forward_kernel(x.device())(out2, l.x2, weight, l.bias1, act, false);
+  // GeluTanh's backward reads the pre-activation (aux); ReLU's reads the output.
+  const Tensor pre = linear_forward_kernel(x.device())(out2, l.x2, weight, l.bias1, act,
+                                                       record && act == LinearActivation::GeluTanh);
   Tensor out = detail::make_view(out2, l.out_shape, contiguous_strides(l.out_shape), 0);
   if (!record) return out;
 

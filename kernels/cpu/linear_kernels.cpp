@@ -7,8 +7,8 @@ namespace mantissa::cpu {
 namespace {
 
 Tensor linear_forward_cpu(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
-                          LinearActivation act, bool /*want_aux*/) {
-  return linear_composite::forward(out, x, w, bias, act);
+                          LinearActivation act, bool want_aux) {
+  return linear_composite::forward(out, x, w, bias, act, want_aux);
 }
 
 void linear_backward_act_cpu(const Tensor& grad_pre, const Tensor& grad_bias,

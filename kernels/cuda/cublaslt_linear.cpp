@@ -2,7 +2,7 @@
 // and the backward reduces the bias gradient inside a GEMM. Epilogues used (docs/kernels.md):
 //
 //   linear_forward          D = act(W x + b)      BIAS, RELU_BIAS / RELU_AUX_BIAS,
-//                                                 GELU_AUX_BIAS (GELU is the tanh form)
+//                                                 GELU_BIAS / GELU_AUX_BIAS (tanh GELU)
 //   linear_backward_weight  dW = g^T x, db = sum g           BGRADB (DEFAULT without db)
 //   linear_backward_act     dZ = (g W) * act'(aux), db = sum dZ   DRELU_BGRAD / DGELU_BGRAD
 //
@@ -199,7 +199,7 @@ Tensor linear_forward_cuda(const Tensor& out, const Tensor& x, const Tensor& w, 
   const bool has_bias = bias.defined();
   // GELU's aux is the [M, N] pre-activation with leading dimension N, which cuBLASLt wants to
   // be a multiple of 8 elements.
-  const bool aux_ok = act != LinearActivation::GeluTanh || N % 8 == 0;
+  const bool aux_ok = !want_aux || act != LinearActivation::GeluTanh || N % 8 == 0;
   if (K > 0 && ldx != 0 && ldw != 0 && (!has_bias || packed_vector(bias)) && aux_ok) {
     LtGemm g;
     g.m = N;
@@ -230,16 +230,19 @@ Tensor linear_forward_cuda(const Tensor& out, const Tensor& x, const Tensor& w, 
         }
         break;
       case LinearActivation::GeluTanh:
-        // Always kept: GELU's own backward reads the pre-activation.
-        aux = empty(Shape{M, N}, TensorOptions(out.device()).dtype(out.dtype()));
-        g.aux = aux.data_ptr();
-        g.aux_ld = N;
-        g.epilogue = has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        if (want_aux) {
+          aux = empty(Shape{M, N}, TensorOptions(out.device()).dtype(out.dtype()));
+          g.aux = aux.data_ptr();
+          g.aux_ld = N;
+          g.epilogue = has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        } else {
+          g.epilogue = has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+        }
         break;
     }
     if (lt_matmul(g, out.dtype(), out.device().index())) return aux;
   }
-  return linear_composite::forward(out, x, w, bias, act);
+  return linear_composite::forward(out, x, w, bias, act, want_aux);
 }
 
 void linear_backward_weight_cuda(const Tensor& grad_w, const Tensor& grad_bias,
