@@ -5,7 +5,8 @@
 // CUDA must track the same loop on the CPU. The fused multi-tensor SGD/Adam/AdamW steps must follow
 // the CPU (SGD bit for bit), skip on the device when found_inf is set, and an AMP step (unscale,
 // step, update; and with forward/backward) must not wait for the GPU, shown with a StreamGate that
-// holds the stream while the host queues the step. Every test skips without a GPU.
+// holds the stream while the host queues the step, and by capturing the step into a CUDA graph.
+// Every test skips without a GPU.
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "engine/amp_kernel_tables.h"
+#include "engine/cuda_stream.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -463,4 +465,48 @@ TEST(CudaFusedOptim, UnscaleStepAndUpdateNeedNoHostSync) {
 TEST(CudaFusedOptim, FullAmpTrainingStepNeedsNoHostSync) {
   MT_REQUIRE_GPU();
   expect_step_without_host_sync(/*include_forward=*/true);
+}
+
+TEST(CudaFusedOptim, AmpStepCapturesIntoACudaGraphAndReplaysLikeEagerSteps) {
+  MT_REQUIRE_GPU();
+  // A capture throws on any host sync, so capturing scale/backward/step/update proves the step is
+  // sync-free; the replays (device-side found_inf, scale and Adam step counts) must then follow
+  // an eager twin exactly.
+  mt::manual_seed(0);
+  auto eager_model = std::make_shared<Mlp>();
+  mt::manual_seed(0);
+  auto graph_model = std::make_shared<Mlp>();
+  eager_model->to(kGpu);
+  graph_model->to(kGpu);
+  mt::optim::AdamW eager_opt(eager_model->parameters(), {.lr = 1e-3});
+  mt::optim::AdamW graph_opt(graph_model->parameters(), {.lr = 1e-3});
+  const mt::amp::GradScalerOptions so{.init_scale = 1024.0, .growth_interval = 2};
+  mt::amp::GradScaler eager_scaler(so), graph_scaler(so);
+  mt::nn::MSELoss loss_fn;
+  const Tensor x = mt::randn({24, 16}).to(kGpu), y = mt::randn({24, 4}).to(kGpu);
+  auto step = [&](Mlp& model, mt::optim::Optimizer& opt, mt::amp::GradScaler& scaler) {
+    opt.zero_grad(/*set_to_none=*/false);
+    Tensor loss;
+    {
+      mt::amp::autocast ac(mt::DeviceType::CUDA, mt::kFloat16);
+      loss = loss_fn(model.forward(x), y);
+    }
+    scaler.scale(loss).backward();
+    (void)scaler.step(opt);  // not read: reading it would sync
+    scaler.update();
+  };
+  mt::cuda::GraphedStep graphed([&] { step(*graph_model, graph_opt, graph_scaler); },
+                                /*warmup_steps=*/3);
+  for (int k = 0; k < 7; ++k) {
+    step(*eager_model, eager_opt, eager_scaler);
+    graphed();
+  }
+  EXPECT_TRUE(graphed.captured());
+  const auto pe = eager_model->parameters(), pg = graph_model->parameters();
+  ASSERT_EQ(pe.size(), pg.size());
+  for (size_t k = 0; k < pe.size(); ++k) {
+    expect_same_values(pg[k], pe[k].to(kGpu), "param " + std::to_string(k));
+  }
+  EXPECT_EQ(graph_scaler.get_scale(), eager_scaler.get_scale());
+  EXPECT_EQ(graph_opt.state(0)->step, eager_opt.state(0)->step);  // counted on the device
 }
