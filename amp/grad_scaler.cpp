@@ -91,37 +91,32 @@ StepResult GradScaler::step(optim::Optimizer& optimizer) {
   // No item() here: the optimizer's kernels read found_inf on its device.
   optimizer.step_if_finite(st.found_inf);
   {
+    // Counted on the device (two tiny kernels, no sync), into tensors that are never replaced,
+    // so CUDA-graph replays of a captured step count too.
     autograd::NoGradGuard no_grad;
-    if (!pending_skips_.defined()) {
-      pending_skips_ = zeros({}, TensorOptions(st.found_inf.device()).dtype(kFloat32));
+    const Device device = st.found_inf.device();
+    if (!device_steps_.defined()) {
+      device_steps_ = zeros({}, TensorOptions(device).dtype(kFloat64));
+      device_skips_ = zeros({}, TensorOptions(device).dtype(kFloat64));
     }
-    pending_skips_.add_(st.found_inf.device() == pending_skips_.device()
-                            ? st.found_inf
-                            : st.found_inf.to(pending_skips_.device()));
+    device_steps_.add_(1.0);
+    device_skips_.add_(device == device_skips_.device() ? st.found_inf
+                                                        : st.found_inf.to(device_skips_.device()));
   }
-  ++pending_steps_;
   st.stage = Stage::Stepped;
   return StepResult(st.found_inf);
 }
 
-void GradScaler::fold_counters() const {
-  if (pending_steps_ == 0) return;
-  // found_inf is exactly 0 or 1, so the float32 sum is exact for 2^24 steps between reads.
-  const auto skipped = static_cast<int64_t>(pending_skips_.item<float>());
-  steps_skipped_ += skipped;
-  steps_taken_ += pending_steps_ - skipped;
-  pending_steps_ = 0;
-  pending_skips_ = Tensor();
-}
-
+// found_inf is exactly 0 or 1, so the float64 sums are exact.
 int64_t GradScaler::steps_taken() const {
-  fold_counters();
-  return steps_taken_;
+  if (!device_steps_.defined()) return steps_taken_;
+  return steps_taken_ + static_cast<int64_t>(device_steps_.item<double>()) -
+         static_cast<int64_t>(device_skips_.item<double>());
 }
 
 int64_t GradScaler::steps_skipped() const {
-  fold_counters();
-  return steps_skipped_;
+  if (!device_skips_.defined()) return steps_skipped_;
+  return steps_skipped_ + static_cast<int64_t>(device_skips_.item<double>());
 }
 
 void GradScaler::update() {
@@ -193,8 +188,12 @@ void GradScaler::load_state_dict(const GradScalerState& s) {
   }
   steps_taken_ = s.steps_taken;
   steps_skipped_ = s.steps_skipped;
-  pending_steps_ = 0;
-  pending_skips_ = Tensor();
+  if (device_steps_.defined()) {
+    // In place: a captured CUDA graph keeps adding into these.
+    autograd::NoGradGuard no_grad;
+    device_steps_.fill_(0.0);
+    device_skips_.fill_(0.0);
+  }
   per_optimizer_.clear();
 }
 

@@ -105,8 +105,6 @@ class GradScaler {
     Tensor found_inf;  // float32, 1 element, on the gradients' device
   };
   void lazy_init(Device device);
-  // Adds the steps counted on the device since the last read into the host counters.
-  void fold_counters() const;
   PerOptimizer& state_for(const optim::Optimizer& optimizer) { return per_optimizer_[&optimizer]; }
 
   GradScalerOptions options_;
@@ -117,11 +115,12 @@ class GradScaler {
   int64_t init_growth_tracker_ = 0;
   int64_t init_overflow_streak_ = 0;
   std::map<const optim::Optimizer*, PerOptimizer> per_optimizer_;
-  mutable int64_t steps_taken_ = 0;
-  mutable int64_t steps_skipped_ = 0;
-  // Steps not yet in the host counters: how many, and the sum of their found_inf (device).
-  mutable int64_t pending_steps_ = 0;
-  mutable Tensor pending_skips_;
+  int64_t steps_taken_ = 0;  // plus the device counts
+  int64_t steps_skipped_ = 0;
+  // Steps counted on the device since the state was loaded: how many, and the sum of their
+  // found_inf (float64, 0-d; created by the first enabled step()).
+  Tensor device_steps_;
+  Tensor device_skips_;
 };
 
 }  // namespace mantissa::amp

@@ -509,4 +509,6 @@ TEST(CudaFusedOptim, AmpStepCapturesIntoACudaGraphAndReplaysLikeEagerSteps) {
   }
   EXPECT_EQ(graph_scaler.get_scale(), eager_scaler.get_scale());
   EXPECT_EQ(graph_opt.state(0)->step, eager_opt.state(0)->step);  // counted on the device
+  EXPECT_EQ(graph_scaler.steps_taken(), 7);  // replays count: the counters live on the device
+  EXPECT_EQ(graph_scaler.steps_taken(), eager_scaler.steps_taken());
 }

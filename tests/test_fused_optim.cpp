@@ -286,4 +286,16 @@ TEST(FusedOptim, GradScalerResultsAreReadLazilyAndAgree) {
   const mt::amp::GradScalerState s = scaler.state_dict();
   EXPECT_EQ(s.steps_taken, taken);
   EXPECT_EQ(s.steps_skipped, 2);
+  // Loading resets the device counts in place and restarts from the loaded values.
+  mt::amp::GradScalerState loaded = s;
+  loaded.steps_taken = 100;
+  loaded.steps_skipped = 7;
+  scaler.load_state_dict(loaded);
+  EXPECT_EQ(scaler.steps_taken(), 100);
+  EXPECT_EQ(scaler.steps_skipped(), 7);
+  scaler.scale((w * w).sum()).backward();
+  EXPECT_TRUE(scaler.step(opt));
+  scaler.update();
+  EXPECT_EQ(scaler.steps_taken(), 101);
+  EXPECT_EQ(scaler.steps_skipped(), 7);
 }
