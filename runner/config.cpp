@@ -320,7 +320,6 @@ LayerSpec parse_layer(Context& ctx, const YAML::Node& node, const std::string& p
   LayerSpec l;
   l.path = path;
   if (node.IsScalar()) {  // "- relu"
-    Section s(ctx, YAML::Node(YAML::NodeType::Map), path, {"type"});
     l.type = node.Scalar();
     if (std::find(kLayerTypes.begin(), kLayerTypes.end(), l.type) == kLayerTypes.end()) {
       const std::string near = nearest_key(l.type, kLayerTypes);
