@@ -398,3 +398,33 @@ TEST_F(CliTest, ResumeFallsBackFromACorruptedCheckpointAndSaysSo) {
   EXPECT_EQ(none.code, 1) << none.output;
   EXPECT_NE(none.output.find("no valid checkpoint"), std::string::npos) << none.output;
 }
+
+TEST_F(CliTest, CtrlCStopsCleanlyAndTheRunResumesExactly) {
+  write_file(dir_ / "cfg.yaml", resume_config("float32"));
+  ASSERT_EQ(run({"train", "cfg.yaml", "--run-dir", "full", "-q"}).code, 0);
+  const pid_t pid = spawn({"train", "cfg.yaml", "--run-dir", "stopped", "-q"}, dir_ / "stopped.txt",
+                          {"MANTISSA_STEP_DELAY_MS=60"});
+  const fs::path ckpt = dir_ / "stopped" / "checkpoints" / "step-000000007.ckpt";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(ckpt) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(fs::exists(ckpt)) << read_file(dir_ / "stopped.txt");
+  ::kill(pid, SIGINT);
+  EXPECT_EQ(wait_exit(pid), 0) << read_file(dir_ / "stopped.txt");
+  EXPECT_NE(read_file(dir_ / "stopped.txt").find("interrupted"), std::string::npos);
+  // It stopped early, with a final checkpoint and summary at the step where it stopped.
+  const Json partial = Json::parse(read_file(dir_ / "stopped" / "summary.json"));
+  const int64_t stopped_at = partial.at("steps").as_int();
+  EXPECT_GE(stopped_at, 7);
+  EXPECT_LT(stopped_at, 40);
+  const std::string last = "step-" + std::string(9 - std::to_string(stopped_at).size(), '0') +
+                           std::to_string(stopped_at) + ".ckpt";
+  EXPECT_TRUE(fs::exists(dir_ / "stopped" / "checkpoints" / last)) << last;
+
+  const Result resumed = run({"resume", "stopped", "-q"});
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  ASSERT_EQ(run({"export", "full", "full.safetensors"}).code, 0);
+  ASSERT_EQ(run({"export", "stopped", "stopped.safetensors"}).code, 0);
+  EXPECT_EQ(read_file(dir_ / "full.safetensors"), read_file(dir_ / "stopped.safetensors"));
+}
