@@ -235,6 +235,13 @@ TEST_F(CliTest, BadConfigsFailWithOneLineAndExitCode2BeforeWritingAnything) {
     EXPECT_FALSE(fs::exists(dir_ / "never")) << c.expected;
   }
   EXPECT_FALSE(fs::exists(dir_ / "runs"));
+  // An existing run is never overwritten by train.
+  fs::create_directories(dir_ / "old");
+  write_file(dir_ / "old" / "keep.txt", "x");
+  const Result exists = run({"train", "--run-dir", "old"});
+  EXPECT_EQ(exists.code, 2) << exists.output;
+  EXPECT_NE(exists.output.find("already exists"), std::string::npos) << exists.output;
+  EXPECT_EQ(read_file(dir_ / "old" / "keep.txt"), "x");
 }
 
 TEST_F(CliTest, PlotEvalExportImport) {
