@@ -121,8 +121,8 @@ void register_all() {
   for (const auto& w : mantissa_bench::workloads()) {
     for (const auto device : devices) {
       for (const auto& m : modes) {
-        const std::string name = std::string(w.name) + "/" + (device.is_cuda() ? "cuda" : "cpu") +
-                                 "/" + m.name;
+        const std::string name =
+            std::string(w.name) + "/" + (device.is_cuda() ? "cuda" : "cpu") + "/" + m.name;
         benchmark::internal::Benchmark* b = nullptr;
         if (w.name == "add") {
           b = benchmark::RegisterBenchmark(name.c_str(), [&w, device, m](benchmark::State& s) {

@@ -45,11 +45,13 @@ fi
 
 # ---- build --------------------------------------------------------------------------------------
 jobs="${JOBS:-$(nproc)}"
-fresh=()  # a new build directory skips tests and examples; an existing one keeps its settings
-[ -f "$build/CMakeCache.txt" ] || fresh=(-DCMAKE_BUILD_TYPE=Release -DMANTISSA_BUILD_TESTS=OFF
-                                         -DMANTISSA_BUILD_EXAMPLES=OFF)
-cmake -S "$root" -B "$build" -G Ninja "${fresh[@]}" -DMANTISSA_BUILD_BENCHMARKS=ON \
-      -DMANTISSA_CUDA="${MANTISSA_CUDA:-AUTO}" >&2
+# A new build directory: Release, no tests or examples, the CUDA backend when nvcc is found. An
+# existing one keeps its settings (MANTISSA_CUDA=ON/OFF in the environment still applies).
+settings=()
+[ -f "$build/CMakeCache.txt" ] || settings=(-DCMAKE_BUILD_TYPE=Release -DMANTISSA_BUILD_TESTS=OFF
+                                            -DMANTISSA_BUILD_EXAMPLES=OFF -DMANTISSA_CUDA=AUTO)
+[ -n "${MANTISSA_CUDA:-}" ] && settings+=(-DMANTISSA_CUDA="$MANTISSA_CUDA")
+cmake -S "$root" -B "$build" -G Ninja "${settings[@]}" -DMANTISSA_BUILD_BENCHMARKS=ON >&2
 ninja -C "$build" -j"$jobs" mantissa_bench >&2
 devices=cpu  # CUDA rows when a GPU is visible (mantissa_bench registers them if its build has CUDA)
 if nvidia-smi -L >/dev/null 2>&1; then devices=cpu,cuda; fi

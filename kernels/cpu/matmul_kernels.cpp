@@ -84,31 +84,38 @@ class Scratch {
   size_t capacity_ = 0;
 };
 
-// Copies x (3-D, element type T) into a dense [Bx, R, C] buffer of type Acc, Bx = 1 when the
-// batch is broadcast.
+// Copies x (3-D, element type T) into a dense buffer of type Acc, Bx = 1 when the batch is
+// broadcast: [Bx, R, C], or [Bx, C, R] (returns true) when x's columns are its dense dim, as for
+// a transposed weight. Packing in memory order keeps the reads sequential; reading a transposed
+// 4096x1024 matrix column by column costs a cache miss per element, several times the GEMM's
+// own share of the step.
 template <typename Acc, typename T>
-void pack(const Tensor& x, Scratch<Acc>& buf) {
+bool pack(const Tensor& x, Scratch<Acc>& buf) {
   const int64_t batches = x.stride(0) == 0 ? 1 : x.size(0);
   const int64_t rows = x.size(1), cols = x.size(2);
   const int64_t sb = x.stride(0), sr = x.stride(1), sc = x.stride(2);
   const T* src = static_cast<const T*>(x.data_ptr());
   buf.resize(static_cast<size_t>(batches * rows * cols));
-  const int64_t total_rows = batches * rows;
+  const bool transposed = sr == 1 && sc != 1 && rows > 1;
+  // Lines of the buffer: rows of x, or of x^T when transposed.
+  const int64_t lines = transposed ? cols : rows, len = transposed ? rows : cols;
+  const int64_t s_line = transposed ? sc : sr, s_elem = transposed ? sr : sc;
   // Serial on purpose: the conversion is O(n^2) next to the O(n^3) GEMM, and an OpenMP team
   // here competes with OpenBLAS's own (spinning) threads, which costs far more than it saves.
-  for (int64_t r = 0; r < total_rows; ++r) {
-    const T* row = src + (r / rows) * sb + (r % rows) * sr;
-    Acc* dst = buf.data() + r * cols;
+  for (int64_t l = 0; l < batches * lines; ++l) {
+    const T* line = src + (l / lines) * sb + (l % lines) * s_line;
+    Acc* dst = buf.data() + l * len;
     if constexpr (std::is_same_v<Acc, float> &&
                   (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)) {
-      if (sc == 1) {
-        convert_dense(row, dst, cols);
+      if (s_elem == 1) {
+        convert_dense(line, dst, len);
         continue;
       }
     }
-    for (int64_t c = 0; c < cols; ++c)
-      dst[c] = static_cast<Acc>(static_cast<opmath_t<T>>(row[c * sc]));
+    for (int64_t c = 0; c < len; ++c)
+      dst[c] = static_cast<Acc>(static_cast<opmath_t<T>>(line[c * s_elem]));
   }
+  return transposed;
 }
 
 // Chooses between using x in place and packing it into `buf` (which must outlive the GEMM).
@@ -123,11 +130,11 @@ GemmOperand<Acc> prepare(const Tensor& x, Scratch<Acc>& buf, bool must_pack) {
       return op;
     }
   }
-  pack<Acc, T>(x, buf);
+  const bool transposed = pack<Acc, T>(x, buf);
   op.base = buf.data();
   op.batch_stride = x.stride(0) == 0 ? 0 : rows * cols;
-  op.trans = CblasNoTrans;
-  op.ld = std::max<int64_t>(1, cols);
+  op.trans = transposed ? CblasTrans : CblasNoTrans;
+  op.ld = std::max<int64_t>(1, transposed ? rows : cols);
   return op;
 }
 
