@@ -5,6 +5,7 @@
 #include "engine/error.h"
 #include "engine/logging.h"
 #include "engine/op_id.h"
+#include "engine/small_pool.h"
 
 namespace mantissa {
 namespace {
@@ -31,7 +32,8 @@ MatmulPrecision get_float32_matmul_precision() { return global_precision.load();
 
 namespace autocast_state {
 ThreadState& current() {
-  thread_local ThreadState state;
+  // Read by every op (autocast check); see small_pool.h on the TLS model.
+  thread_local ThreadState state MT_POOL_TLS;
   return state;
 }
 }  // namespace autocast_state
