@@ -20,10 +20,12 @@ namespace mantissa::cpu {
 
 // Elements below which a loop stays on the calling thread. High on purpose: after a parallel
 // region libgomp's workers spin-wait (OMP_WAIT_POLICY's default), and on a machine with few
-// cores they take the cores OpenBLAS's own threads need for the next GEMM; an MLP step with
-// 128K-element activations ran 3-20x slower with a 32K grain on 2 cores. Memory-bound loops
-// this small gain little from a second thread anyway.
-inline constexpr int64_t kParallelGrain = int64_t(1) << 20;
+// cores they take the cores OpenBLAS's own threads need for the next GEMM. On 2 cores a 32K
+// grain made an MLP 512 step 3-20x slower, and a 1M grain still cost the MLP 4096 step 25%
+// (285 ms vs 229 ms with OMP_WAIT_POLICY=passive) — far more than a second thread saves on a
+// memory-bound loop of a few million elements. Only loops over 16M elements (64 MB of float32)
+// are split, where the loop itself outlasts the spinning.
+inline constexpr int64_t kParallelGrain = int64_t(1) << 24;
 
 template <int N>
 struct Layout {
