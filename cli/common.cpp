@@ -27,7 +27,7 @@ std::string resolve_checkpoint(const std::string& source, bool verbose) {
   std::vector<std::string> refused;
   auto choice = runner::latest_valid_checkpoint(dir, &refused);
   if (verbose) {
-    for (const auto& r : refused) std::cerr << "mantissa: refused newer checkpoint " << r << "\n";
+    for (const auto& r : refused) std::cerr << "mantissa: refused newer " << r << "\n";
   }
   if (!choice) {
     MT_THROW(

@@ -140,7 +140,8 @@ int train(const TrainArgs& args) {
     fs::create_directories(run_dir);
     runner::write_file_atomically((fs::path(run_dir) / "resolved.yaml").string(), run.config_text);
     std::cout << "training " << run.config.name << " on " << run.device << " ("
-              << run.config.precision << "), run directory " << run_dir << "\n";
+              << run.config.precision << "), run directory " << run_dir << "\n"
+              << std::flush;  // before the progress lines on (unbuffered) stderr
     return fit(run, run_dir, "", args.quiet);
   } catch (const std::exception& e) {
     print_error(e.what());
@@ -169,7 +170,8 @@ int resume(const ResumeArgs& args) {
     const std::string dir = (fs::path(args.run_dir) / "checkpoints").string();
     std::vector<std::string> refused;
     auto choice = runner::latest_valid_checkpoint(dir, &refused);
-    for (const auto& r : refused) std::cout << "refused newer checkpoint " << r << "\n";
+    // Each refusal reads "checkpoint '<path>': <why>".
+    for (const auto& r : refused) std::cout << "refused newer " << r << "\n";
     if (!choice) {
       print_error("no valid checkpoint to resume from in " + dir +
                   (refused.empty() ? "" : " (" + std::to_string(refused.size()) + " refused)"));
@@ -177,7 +179,8 @@ int resume(const ResumeArgs& args) {
     }
     std::cout << "resuming from " << choice->path
               << (refused.empty() ? " (the newest checkpoint)" : " (the newest valid checkpoint)")
-              << " on " << run.device << "\n";
+              << " on " << run.device << "\n"
+              << std::flush;
     return fit(run, args.run_dir, choice->path, args.quiet);
   } catch (const std::exception& e) {
     print_error(e.what());

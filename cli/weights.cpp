@@ -12,17 +12,13 @@
 #include "runner/json.h"
 #include "runner/model_builder.h"
 #include "runner/safetensors.h"
+#include "runner/text.h"
 
 namespace mantissa::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string shape_str(const Shape& s) {
-  std::ostringstream os;
-  os << s;
-  return os.str();
-}
+using runner::shape_str;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&

@@ -9,26 +9,19 @@
 #include "nn/loss.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/sgd.h"
+#include "runner/determinism.h"
 #include "runner/model_builder.h"
 #include "runner/safetensors.h"
+#include "runner/text.h"
 
 namespace mantissa::runner {
 namespace {
-
-std::string shape_str(const Shape& s) {
-  std::ostringstream os;
-  os << s;
-  return os.str();
-}
 
 void require_file(const Config& c, const std::string& key, const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) c.fail(key, "file not found");
   if (std::filesystem::is_directory(path, ec)) c.fail(key, "is a directory, expected a file");
 }
-
-// The first line of an engine error (file parsers give one already).
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 // Checks the model's output against the data's targets for the configured loss.
 void check_output(const Config& c, const Dataset& data) {
@@ -62,13 +55,22 @@ void check_output(const Config& c, const Dataset& data) {
     c.fail("loss.type", c.loss.type + " needs floating-point targets, but " + t +
                             " (class labels go with loss.type: cross_entropy)");
   }
+  if (const size_t n = c.loss.pos_weight.size(); n > 1) {
+    // Broadcast against the output's last dim, as PyTorch does.
+    const int64_t classes = out.size() > 0 ? out[out.size() - 1] : 1;
+    if (static_cast<int64_t>(n) != classes) {
+      c.fail("loss.pos_weight", "has " + std::to_string(n) + " weights, but the model outputs " +
+                                    shape_str(out) + " per example (give one weight, or " +
+                                    std::to_string(classes) + ")");
+    }
+  }
   if (!(out == target)) {
     c.fail(key, "the model outputs " + shape_str(out) + " per example, but " + t + " (loss " +
                     c.loss.type + " compares them elementwise)");
   }
 }
 
-LossFn make_loss(const LossConfig& l) {
+LossFn make_loss(const LossConfig& l, Device device) {
   const nn::Reduction r = l.reduction == "sum" ? nn::Reduction::Sum : nn::Reduction::Mean;
   if (l.type == "mse") {
     return [r](const Tensor& o, const Tensor& t) { return nn::functional::mse_loss(o, t, r); };
@@ -81,8 +83,14 @@ LossFn make_loss(const LossConfig& l) {
       return nn::functional::cross_entropy(o, t, r, ls, ii);
     };
   }
-  return [r](const Tensor& o, const Tensor& t) {
-    return nn::functional::binary_cross_entropy_with_logits(o, t, r);
+  Tensor pos_weight;  // undefined: none
+  if (!l.pos_weight.empty()) {
+    std::vector<float> w(l.pos_weight.begin(), l.pos_weight.end());
+    const int64_t n = static_cast<int64_t>(w.size());
+    pos_weight = from_vector(w, Shape{n}).to(device);
+  }
+  return [r, pos_weight](const Tensor& o, const Tensor& t) {
+    return nn::functional::binary_cross_entropy_with_logits(o, t, r, pos_weight);
   };
 }
 
@@ -172,7 +180,7 @@ RunObjects build_common(const Config& c) {
   if (c.master_weights && (c.precision == "float16" || c.precision == "bfloat16")) {
     r.model->to(c.precision == "float16" ? DType::Float16 : DType::BFloat16);
   }
-  r.loss = make_loss(c.loss);
+  r.loss = make_loss(c.loss, r.device);
   return r;
 }
 
@@ -263,6 +271,16 @@ RunObjects build_run(const Config& c, std::string config_text) {
   RunObjects r = build_common(c);
   r.config_text = config_text.empty() ? to_yaml(c) : std::move(config_text);
   r.config_hash = config_hash(r.config_text);
+  if (c.deterministic) {
+    // Refused before any file is written, rather than a run that silently is not reproducible.
+    const auto parts = nondeterministic_parts(*r.model, r.device);
+    if (!parts.empty()) {
+      c.fail("deterministic",
+             parts.front() +
+                 (parts.size() > 1 ? " (and " + std::to_string(parts.size() - 1) + " more)" : "") +
+                 "; set deterministic: false to allow it, or use device: cpu");
+    }
+  }
   r.optimizer = make_optimizer(c.optimizer, r.model->parameters());
 
   const int64_t total_steps =

@@ -16,6 +16,7 @@
 #include "nn/optim/lr_scheduler.h"
 #include "nn/optim/optimizer.h"
 #include "runner/atomic_file.h"
+#include "runner/text.h"
 
 namespace mantissa::runner {
 namespace {
@@ -74,12 +75,6 @@ Json shape_json(const Shape& s) {
   Json a = Json::array();
   for (const int64_t d : s) a.push_back(d);
   return a;
-}
-
-std::string shape_str(const Shape& s) {
-  std::ostringstream os;
-  os << s;
-  return os.str();
 }
 
 // uint64 values (seeds, Philox offsets) as decimal strings: JSON integers here are int64.

@@ -10,12 +10,12 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
 
 #include "engine/device.h"
+#include "runner/atomic_file.h"
 
 namespace mantissa::runner {
 
@@ -477,12 +477,37 @@ void parse_data(Context& ctx, const YAML::Node& node, DataConfig& d) {
 }
 
 void parse_loss(Context& ctx, const YAML::Node& node, LossConfig& l) {
-  Section s(ctx, node, "loss", {"type", "reduction", "label_smoothing", "ignore_index"});
+  Section s(ctx, node, "loss",
+            {"type", "reduction", "label_smoothing", "ignore_index", "pos_weight"});
   l.type = s.get_choice("type", "mse", {"mse", "l1", "cross_entropy", "bce_with_logits"});
   l.reduction = s.get_choice("reduction", "mean", {"mean", "sum"});
   if (l.type == "cross_entropy") {
     l.label_smoothing = s.get_double("label_smoothing", 0.0, Range{0, 1, false, false});
     l.ignore_index = s.get_int("ignore_index", -100, std::numeric_limits<int64_t>::min());
+  }
+  if (l.type == "bce_with_logits") {
+    // A number or a list (one weight per output); its length is checked against the model in
+    // build_from_config, which knows the output shape.
+    std::vector<std::string> text;
+    if (auto v = s.take("pos_weight")) {
+      std::vector<YAML::Node> items;
+      if (v->IsSequence()) {
+        for (const auto& e : *v) items.push_back(e);
+      } else {
+        items.push_back(*v);
+      }
+      if (items.empty()) s.bad("pos_weight", *v, "expected a number or a non-empty list of them");
+      for (const auto& e : items) {
+        const double w = s.scalar<double>("pos_weight", e, "a number or a list of numbers");
+        if (!(std::isfinite(w) && w >= 0)) s.bad("pos_weight", e, "weights must be >= 0");
+        l.pos_weight.push_back(w);
+        text.push_back(fmt_double(w));
+      }
+      ctx.cfg.origin["loss.pos_weight"] = ctx.where("loss.pos_weight", *v);
+    } else {
+      ctx.cfg.origin["loss.pos_weight"] = "default";
+    }
+    ctx.cfg.value_text["loss.pos_weight"] = text.empty() ? "null" : "[" + join(text) + "]";
   }
   s.finish();
 }
@@ -646,6 +671,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
     top.bad("name", root["name"], "must be a non-empty name without '/'");
   }
   cfg.seed = static_cast<uint64_t>(top.get_int("seed", 0, 0));
+  // Checked against the model and device in build_from_config (runner/determinism.h).
   cfg.deterministic = top.get_bool("deterministic", true);
   cfg.device = top.get_string("device", "auto");
   if (cfg.device != "auto") {
@@ -685,11 +711,18 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
 }
 
 Config parse_config_file(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError("config error: cannot read config file '" + path + "'");
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return parse_config(buf.str(), path, overrides, std::filesystem::path(path).stem().string());
+  const std::string what = "config error: cannot read config file '" + path + "': ";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    throw ConfigError(what + (std::filesystem::exists(path, ec) ? "not a file" : "no such file"));
+  }
+  std::string text;
+  try {
+    text = read_file_bytes(path);
+  } catch (const Error& e) {  // e.g. permissions; the message names the OS error
+    throw ConfigError(what + e.what());
+  }
+  return parse_config(text, path, overrides, std::filesystem::path(path).stem().string());
 }
 
 }  // namespace mantissa::runner

@@ -84,6 +84,9 @@ struct LossConfig {
   std::string reduction = "mean";
   double label_smoothing = 0.0;  // cross_entropy
   int64_t ignore_index = -100;   // cross_entropy
+  // bce_with_logits: weight of the positive term, one value or one per output (last dim); empty:
+  // none (PyTorch's pos_weight=None).
+  std::vector<double> pos_weight;
 };
 
 struct OptimizerConfig {
@@ -119,7 +122,7 @@ struct ScalerConfig {
 struct Config {
   std::string name;  // run name; default: the config file's stem ("toy")
   uint64_t seed = 0;
-  bool deterministic = true;
+  bool deterministic = true;  // refuse what is not run-to-run deterministic (runner/determinism.h)
   std::string device = "auto";  // auto cpu cuda cuda:N
   std::string precision = "float32";
   bool master_weights = false;

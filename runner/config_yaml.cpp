@@ -143,6 +143,12 @@ std::string to_yaml(const Config& c) {
     os << "  label_smoothing: " << num(c.loss.label_smoothing)
        << "\n  ignore_index: " << c.loss.ignore_index << "\n";
   }
+  if (c.loss.type == "bce_with_logits" && !c.loss.pos_weight.empty()) {
+    os << "  pos_weight: [";
+    for (size_t i = 0; i < c.loss.pos_weight.size(); ++i)
+      os << (i ? ", " : "") << num(c.loss.pos_weight[i]);
+    os << "]\n";
+  }
 
   const OptimizerConfig& o = c.optimizer;
   os << "optimizer:\n  type: " << o.type << "\n  lr: " << num(o.lr)

@@ -4,24 +4,24 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <sstream>
 
 #include "engine/error.h"
 #include "engine/factory.h"
+#include "runner/atomic_file.h"
 #include "runner/data.h"
 
 namespace mantissa::runner {
 
 namespace {
 
+// read_file_bytes's message ("cannot open '<path>': <OS error>"), prefixed with what was read.
 std::string read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  MT_CHECK(in.good(), what, ": cannot open '", path, "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  MT_CHECK(!in.bad(), what, ": error reading '", path, "'");
-  return ss.str();
+  try {
+    return read_file_bytes(path);
+  } catch (const Error& e) {
+    MT_THROW(what, ": ", e.what());
+  }
 }
 
 std::string_view trim(std::string_view s) {

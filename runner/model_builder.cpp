@@ -3,15 +3,10 @@
 #include <sstream>
 
 #include "nn/conv.h"
+#include "runner/text.h"
 
 namespace mantissa::runner {
 namespace {
-
-std::string shape_str(const Shape& s) {
-  std::ostringstream os;
-  os << s;
-  return os.str();
-}
 
 std::shared_ptr<nn::UnaryModule> make_layer(const LayerSpec& l) {
   if (l.type == "linear") return nn::Linear(l.in, l.out, l.bias).ptr();

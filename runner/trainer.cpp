@@ -20,6 +20,7 @@
 #include "nn/clip_grad.h"
 #include "runner/atomic_file.h"
 #include "runner/checkpoint.h"
+#include "runner/determinism.h"
 #include "runner/metrics.h"
 #include "runner/progress.h"
 
@@ -129,6 +130,11 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, ForwardFn forward, LossFn lo
            "Trainer: step counts and intervals must be >= 0");
   MT_CHECK(options_.clip_grad_norm >= 0.0, "Trainer: clip_grad_norm must be >= 0, got ",
            options_.clip_grad_norm);
+  if (options_.deterministic) {  // by module type, so before anything touches the device
+    const auto parts = nondeterministic_parts(*model_, options_.device);
+    MT_CHECK(parts.empty(), "Trainer: deterministic is set, but ", parts.empty() ? "" : parts[0],
+             "; set TrainerOptions::deterministic = false to allow it");
+  }
   model_->to(options_.device);
   train_loader_->set_device(options_.device);
   optimizer_->set_master_weights(options_.master_weights);

@@ -53,9 +53,11 @@ struct TrainerOptions {
   int64_t keep_last = 3;         // checkpoints kept in run_dir/checkpoints (0: keep all)
   std::string run_dir{};         // empty: no files are written
   uint64_t seed = 0;             // seeds the engine's generators at the start of a fresh run
-  bool deterministic = true;     // recorded; the CPU kernels are deterministic regardless
-  bool progress = true;          // progress bar (TTY) or periodic plain lines on stderr
-  bool log_to_stdout = false;    // also echo the human log lines to stdout
+  // Refuse (at construction) a model/device with parts that are not run-to-run deterministic;
+  // what is guaranteed is in runner/determinism.h.
+  bool deterministic = true;
+  bool progress = true;        // progress bar (TTY) or periodic plain lines on stderr
+  bool log_to_stdout = false;  // also echo the human log lines to stdout
   // Stored in checkpoints (the CLI passes the resolved config) and checked on resume.
   std::string config_hash{};
   std::string config_text{};

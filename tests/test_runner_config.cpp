@@ -7,8 +7,11 @@
 #include <fstream>
 
 #include "engine/generator.h"
+#include "nn/functional.h"
+#include "nn/optim/sgd.h"
 #include "runner/build_from_config.h"
 #include "runner/config.h"
+#include "runner/determinism.h"
 #include "runner/model_builder.h"
 #include "runner/safetensors.h"
 #include "test_util.h"
@@ -317,4 +320,72 @@ TEST(RunnerBuild, InitFromLoadsSafetensorsWeights) {
     EXPECT_NE(std::string(e.what()).find("model.init_from"), std::string::npos) << e.what();
   }
   fs::remove_all(dir);
+}
+
+TEST(RunnerConfig, BceWithLogitsPosWeight) {
+  const rn::Config c =
+      rn::parse_config("loss:\n  type: bce_with_logits\n  pos_weight: [1, 2, 3, 4, 5]\n", "t.yaml");
+  EXPECT_EQ(c.loss.pos_weight, (std::vector<double>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(c.describe("loss.pos_weight"), "loss.pos_weight = [1, 2, 3, 4, 5] (line 3)");
+  const rn::Config one =
+      rn::parse_config("loss: {type: bce_with_logits, pos_weight: 2.5}\n", "t.yaml");
+  EXPECT_EQ(one.loss.pos_weight, (std::vector<double>{2.5}));
+  // The resolved YAML keeps it (and parses back to the same weights).
+  const std::string yaml = rn::to_yaml(c);
+  EXPECT_NE(yaml.find("pos_weight: [1.0, 2.0, 3.0, 4.0, 5.0]"), std::string::npos) << yaml;
+  EXPECT_EQ(rn::parse_config(yaml, "resolved").loss.pos_weight, c.loss.pos_weight);
+  EXPECT_EQ(rn::parse_config("loss: {type: bce_with_logits}\n", "t").loss.pos_weight.size(), 0u);
+
+  expect_config_error("loss:\n  type: bce_with_logits\n  pos_weight: -1\n",
+                      {"loss.pos_weight = -1 (line 3)", ">= 0"});
+  expect_config_error("loss:\n  type: bce_with_logits\n  pos_weight: [1, x]\n",
+                      {"loss.pos_weight = x (line 3)", "expected a number"});
+  expect_config_error("loss:\n  type: bce_with_logits\n  pos_weight: []\n",
+                      {"loss.pos_weight", "non-empty"});
+  expect_config_error("loss:\n  type: mse\n  pos_weight: 2\n",
+                      {"loss.pos_weight", "line 3", "does not apply to loss.type 'mse'"});
+  // One weight per output: the toy model outputs 5.
+  expect_build_error("loss:\n  type: bce_with_logits\n  pos_weight: [1, 2]\n",
+                     {"loss.pos_weight = [1, 2] (line 3)", "has 2 weights", "outputs [5]"});
+
+  // The built loss applies the weights, as PyTorch's BCEWithLogitsLoss(pos_weight=...).
+  rn::RunObjects r = rn::build_run(c);
+  rn::RunObjects plain = rn::build_run(rn::parse_config("loss: {type: bce_with_logits}\n", "t"));
+  const mantissa::Tensor out = mantissa::randn({4, 5});
+  const mantissa::Tensor target = mantissa::rand({4, 5});
+  const mantissa::Tensor expected = mantissa::nn::functional::binary_cross_entropy_with_logits(
+      out, target, mantissa::nn::Reduction::Mean,
+      mantissa::from_vector(std::vector<float>{1, 2, 3, 4, 5}));
+  EXPECT_TRUE(mantissa::equal(r.loss(out, target), expected));
+  EXPECT_FALSE(mantissa::equal(plain.loss(out, target), expected));
+}
+
+TEST(RunnerDeterminism, ConvOnCudaIsRefusedUnlessDeterministicIsOff) {
+  const rn::Config c = rn::parse_config(
+      "model:\n  layers:\n    - {type: conv2d, in: 1, out: 2, kernel: 3}\n    - flatten\n",
+      "t.yaml");
+  EXPECT_TRUE(c.deterministic);  // the default
+  auto model = rn::build_model(c.model);
+  EXPECT_TRUE(rn::nondeterministic_parts(*model, mantissa::Device::cpu()).empty());
+  const auto parts = rn::nondeterministic_parts(*model, mantissa::Device::cuda(0));
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_NE(parts[0].find("conv2d '0'"), std::string::npos) << parts[0];
+  EXPECT_NE(parts[0].find("cuda:0"), std::string::npos) << parts[0];
+  auto linear = rn::build_model(rn::parse_config("", "t").model);
+  EXPECT_TRUE(rn::nondeterministic_parts(*linear, mantissa::Device::cuda(0)).empty());
+
+  // The Trainer refuses before touching the device (so this runs without a GPU too).
+  auto loader =
+      std::make_shared<rn::DataLoader>(rn::make_teacher_dataset({}), rn::DataLoaderOptions{});
+  auto opt = std::make_shared<mantissa::optim::SGD>(model->parameters(), 0.1);
+  auto loss = [](const mantissa::Tensor& o, const mantissa::Tensor& t) {
+    return mantissa::nn::functional::mse_loss(o, t);
+  };
+  rn::TrainerOptions o;
+  o.device = mantissa::Device::cuda(0);
+  mantissa::testing::expect_error(
+      [&] { rn::Trainer t(model, loss, opt, loader, o); },
+      {"Trainer: deterministic is set", "conv2d '0'", "cuda:0", "deterministic = false"});
+  o.device = mantissa::Device::cpu();
+  EXPECT_NO_THROW({ rn::Trainer t(model, loss, opt, loader, o); });
 }
