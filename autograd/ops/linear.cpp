@@ -56,15 +56,17 @@ Layer check_layer(const char* op, const Tensor& x, const Tensor& weight, const T
     MT_CHECK(bias.dim() == 0 || (bias.dim() == 1 && (bias.size(0) == l.out || bias.size(0) == 1)),
              op, ": expected bias of shape [", l.out, "], got ", bias.shape());
     l.bias_is_vector = bias.dim() == 1 && bias.size(0) == l.out;
-    l.bias1 = detail::make_view(bias, Shape{l.out}, Shape{l.bias_is_vector ? bias.stride(0) : 0},
-                                bias.storage_offset());
+    // The bias itself when it already is the [out] vector: no view object per call.
+    l.bias1 = l.bias_is_vector
+                  ? bias
+                  : detail::make_view(bias, Shape{l.out}, Shape{0}, bias.storage_offset());
   }
   l.out_shape = x.shape();
   l.out_shape.resize(x.dim() - 1);
   l.rows = l.out_shape.numel();
   l.out_shape.push_back(l.out);
   autograd::NoGradGuard no_grad;
-  l.x2 = x.reshape(Shape{l.rows, l.in});
+  l.x2 = x.dim() == 2 ? x : x.reshape(Shape{l.rows, l.in});
   return l;
 }
 
@@ -103,7 +105,9 @@ Tensor linear_act(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
   // GeluTanh's backward reads the pre-activation (aux); ReLU's reads the output.
   const Tensor pre = linear_forward_kernel(x.device())(out2, l.x2, weight, l.bias1, act,
                                                        record && act == LinearActivation::GeluTanh);
-  Tensor out = detail::make_view(out2, l.out_shape, contiguous_strides(l.out_shape), 0);
+  Tensor out = x.dim() == 2
+                   ? out2
+                   : detail::make_view(out2, l.out_shape, contiguous_strides(l.out_shape), 0);
   if (!record) return out;
 
   Recorder rec{act == LinearActivation::None ? "LinearBackward0" : "LinearActBackward0",
@@ -117,7 +121,8 @@ Tensor linear_act(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
       [l_rows = l.rows, l_out = l.out, act, bias_is_vector = l.bias_is_vector, x_shape = x.shape(),
        bias_shape = bias.defined() ? bias.shape() : Shape{}](BackwardContext& ctx) -> Grads {
         const Tensor x2 = ctx.saved(0), w = ctx.saved(1);
-        Tensor g = ctx.grad().reshape(Shape{l_rows, l_out});
+        Tensor g = ctx.grad();
+        if (g.dim() != 2) g = g.reshape(Shape{l_rows, l_out});
         Tensor gx, gw, gb;
         if (act != LinearActivation::None) {
           const Tensor gz = fresh(g.shape(), g);
@@ -126,7 +131,10 @@ Tensor linear_act(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
           g = gz;
         }
         weight_and_bias_grads(ctx, 1, 2, g, x2, bias_is_vector, bias_shape, gw, gb);
-        if (ctx.needs(0)) gx = mm(g, w).reshape(x_shape);
+        if (ctx.needs(0)) {
+          gx = mm(g, w);
+          if (x_shape.size() != 2) gx = gx.reshape(x_shape);
+        }
         return {gx, gw, gb};
       });
   return out;

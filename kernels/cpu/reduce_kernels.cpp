@@ -34,13 +34,29 @@ constexpr int64_t kChunk = 32768;   // elements folded by one task of a long red
 constexpr int64_t kMaxTile = 4096;  // outputs accumulated together when the inner dim is kept
 constexpr int kLanes = 8;           // independent accumulators over a contiguous run
 
-
 bool use_threads(int64_t work) {
 #if defined(_OPENMP)
   return work >= kParallelGrain && omp_get_max_threads() > 1 && !omp_in_parallel();
 #else
   return false;
 #endif
+}
+
+// body(i) for i in [0, n), split over threads when `threads`. Not `#pragma omp parallel for if`:
+// a false `if` still enters libgomp and runs a one-thread team, which costs a small reduction
+// (the bias gradient of a tiny layer) more than the reduction itself.
+template <typename F>
+void for_range(int64_t n, bool threads, const F& body) {
+#if defined(_OPENMP)
+  if (threads) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+#else
+  (void)threads;
+#endif
+  for (int64_t i = 0; i < n; ++i) body(i);
 }
 
 // Width of the tiles a kept inner dim of `vsize` is cut into: wide, so each input row is read in
@@ -118,9 +134,9 @@ typename Op::Acc fold_output(const Op& op, const ReduceDims& red, const In* base
   if (nr <= kChunk) return fold_range(op, red, base, 0, nr);
   const int64_t chunks = (nr + kChunk - 1) / kChunk;
   std::vector<typename Op::Acc> partial(chunks);
-#pragma omp parallel for schedule(static) if (parallel_chunks)
-  for (int64_t c = 0; c < chunks; ++c)
+  for_range(chunks, parallel_chunks, [&](int64_t c) {
     partial[c] = fold_range(op, red, base, c * kChunk, std::min(nr, (c + 1) * kChunk));
+  });
   typename Op::Acc acc = partial[0];
   for (int64_t c = 1; c < chunks; ++c) op.merge(acc, partial[c]);
   return acc;
@@ -141,12 +157,11 @@ void reduce(const Tensor& layout, const Tensor& in, const Op& op, const Store& s
       store(0, fold_output(op, plan.red, src, nr, threads));
       return;
     }
-#pragma omp parallel for schedule(static) if (threads)
-    for (int64_t o = 0; o < nk; ++o) {
+    for_range(nk, threads, [&](int64_t o) {
       int64_t in_off, out_off;
       plan.kept.offsets(o, in_off, out_off);
       store(out_off, fold_output(op, plan.red, src + in_off, nr, false));
-    }
+    });
     return;
   }
 
@@ -157,8 +172,7 @@ void reduce(const Tensor& layout, const Tensor& in, const Op& op, const Store& s
   const int64_t vos = plan.kept.out_stride[v];
   const int64_t tile = tile_width(vsize, outer.numel(), threads);
   const int64_t tiles = (vsize + tile - 1) / tile, items = outer.numel() * tiles;
-#pragma omp parallel for schedule(static) if (threads)
-  for (int64_t item = 0; item < items; ++item) {
+  for_range(items, threads, [&](int64_t item) {
     const int64_t j0 = (item % tiles) * tile, n = std::min(tile, vsize - j0);
     int64_t in_off, out_off;
     outer.offsets(item / tiles, in_off, out_off);
@@ -177,7 +191,7 @@ void reduce(const Tensor& layout, const Tensor& in, const Op& op, const Store& s
       }
     }
     for (int64_t j = 0; j < n; ++j) store(out_off + (j0 + j) * vos, acc[j]);
-  }
+  });
 }
 
 template <typename T>
