@@ -1,5 +1,7 @@
 #include "nn/functional.h"
 
+#include <algorithm>
+
 #include "autograd/autocast_seam.h"
 #include "autograd/function.h"
 #include "engine/kernel_tables.h"
@@ -122,11 +124,93 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   return y;
 }
 
+namespace {
+
+// The fused CPU mse_loss (mean or sum of same-shape dense float32/float64 tensors): one forward
+// pass and one backward node instead of sub, mul and mean with three nodes. It computes exactly
+// what the composition does: diff and diff * diff rounded in T, summed in double in the sum
+// kernel's order (8 lanes over chunks of 32768, partials merged in order), and the gradient
+// 2 * ((g / n) * diff), which is mul's two gradient contributions of (g / n) * diff added.
+constexpr int64_t kMseChunk = 32768;
+constexpr int kMseLanes = 8;
+
+template <typename T>
+double mse_fold(const T* a, const T* b, int64_t n) {
+  auto sq = [&](int64_t i) {
+    const T d = a[i] - b[i];
+    return static_cast<double>(T(d * d));
+  };
+  double acc = 0;
+  int64_t i = 0;
+  if (n >= 4 * kMseLanes) {
+    double lane[kMseLanes] = {};
+    for (; i + kMseLanes <= n; i += kMseLanes)
+      for (int k = 0; k < kMseLanes; ++k) lane[k] += sq(i + k);
+    for (int k = 0; k < kMseLanes; ++k) acc += lane[k];
+  }
+  for (; i < n; ++i) acc += sq(i);
+  return acc;
+}
+
+template <typename T>
+T mse_forward(const T* a, const T* b, int64_t n, Reduction reduction) {
+  double acc = mse_fold(a, b, std::min(n, kMseChunk));
+  for (int64_t c = kMseChunk; c < n; c += kMseChunk)
+    acc += mse_fold(a + c, b + c, std::min(kMseChunk, n - c));
+  return reduction == Reduction::Mean ? T(acc / double(n)) : T(acc);
+}
+
+bool fused_mse_applies(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return reduction != Reduction::None && input.device().is_cpu() && target.device().is_cpu() &&
+         (input.dtype() == kFloat32 || input.dtype() == kFloat64) &&
+         target.dtype() == input.dtype() && input.shape() == target.shape() && input.numel() > 0 &&
+         input.is_contiguous() && target.is_contiguous();
+}
+
+template <typename T>
+Tensor fused_mse(const Tensor& input, const Tensor& target, Reduction reduction) {
+  const int64_t n = input.numel();
+  Tensor out = empty(Shape{}, TensorOptions(input.device()).dtype(input.dtype()));
+  *static_cast<T*>(out.data_ptr()) =
+      mse_forward(static_cast<const T*>(input.data_ptr()), static_cast<const T*>(target.data_ptr()),
+                  n, reduction);
+  if (autograd::Recorder rec{"MseLossBackward0", {&input, &target}}) {
+    rec.save(input).save(target);
+    rec.finish(out, [n, reduction](autograd::BackwardContext& ctx) {
+      const Tensor x = ctx.saved(0), t = ctx.saved(1);
+      const Tensor g = ctx.grad();
+      T scale = *static_cast<const T*>(g.data_ptr());
+      if (reduction == Reduction::Mean) scale = scale / T(n);
+      const TensorOptions o = TensorOptions(x.device()).dtype(x.dtype());
+      Tensor gx = ctx.needs(0) ? empty(x.shape(), o) : Tensor();
+      Tensor gt = ctx.needs(1) ? empty(x.shape(), o) : Tensor();
+      const T* px = static_cast<const T*>(x.data_ptr());
+      const T* pt = static_cast<const T*>(t.data_ptr());
+      T* pgx = gx.defined() ? static_cast<T*>(gx.data_ptr()) : nullptr;
+      T* pgt = gt.defined() ? static_cast<T*>(gt.data_ptr()) : nullptr;
+      for (int64_t i = 0; i < n; ++i) {
+        const T half = scale * T(px[i] - pt[i]);
+        const T v = half + half;
+        if (pgx != nullptr) pgx[i] = v;
+        if (pgt != nullptr) pgt[i] = -v;
+      }
+      return std::vector<Tensor>{gx, gt};
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
 Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
   const Tensor input = autocast::cast_input(OpId::mse_loss, input_in);
   const Tensor target = autocast::cast_input(OpId::mse_loss, target_in);
   check_floating("mse_loss", input, "input");
   warn_if_broadcast("mse_loss", input, target);
+  if (fused_mse_applies(input, target, reduction)) {
+    return input.dtype() == kFloat32 ? fused_mse<float>(input, target, reduction)
+                                     : fused_mse<double>(input, target, reduction);
+  }
   const Tensor diff = input - target;
   return reduce(diff * diff, reduction);
 }

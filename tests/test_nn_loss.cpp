@@ -126,6 +126,32 @@ TEST(Loss, MseAndL1MatchReference) {
   }
 }
 
+// Dense same-shape float32/float64 mse_loss runs a fused CPU kernel with one backward node; it
+// must equal the sub/mul/mean composition bit for bit, also past the sum kernel's 32768-element
+// chunks, with gradients for both input and target.
+TEST(Loss, MseFusedPathEqualsComposition) {
+  for (mt::DType dtype : {mt::kFloat32, mt::kFloat64}) {
+    for (const Shape& shape : {Shape{20, 5}, Shape{3, 40000}, Shape{7}}) {
+      for (Reduction r : {Reduction::Mean, Reduction::Sum}) {
+        const std::string what = std::string(mt::dtype_name(dtype)) + " " + reduction_name(r) +
+                                 " numel " + std::to_string(shape.numel());
+        const Tensor x0 = random_tensor(shape, dtype, false),
+                     t0 = random_tensor(shape, dtype, false);
+        const Tensor x = x0.detach().requires_grad_(), t = t0.detach().requires_grad_();
+        const Tensor xr = x0.detach().requires_grad_(), tr = t0.detach().requires_grad_();
+        const Tensor fused = F::mse_loss(x, t, r);
+        const Tensor d = xr - tr;
+        const Tensor ref = r == Reduction::Mean ? (d * d).mean() : (d * d).sum();
+        (fused * 3.0).backward();
+        (ref * 3.0).backward();
+        EXPECT_EQ(fused.item<double>(), ref.item<double>()) << what;
+        EXPECT_TRUE(mt::equal(x.grad(), xr.grad())) << what;
+        EXPECT_TRUE(mt::equal(t.grad(), tr.grad())) << what;
+      }
+    }
+  }
+}
+
 TEST(Loss, CrossEntropyClassIndices) {
   struct Case {
     Shape input;
