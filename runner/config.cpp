@@ -140,7 +140,10 @@ class Section {
       }
       if (std::find(keys_.begin(), keys_.end(), key) == keys_.end()) {
         const std::string near = nearest_key(key, keys_);
-        ctx_.fail("unknown key '" + full + "' at " + ctx_.where(full, kv.first) +
+        // The value too (when it is one), so the message names key, value and line.
+        const std::string value =
+            kv.second.IsScalar() ? " (value " + node_text(kv.second) + ")" : "";
+        ctx_.fail("unknown key '" + full + "' at " + ctx_.where(full, kv.first) + value +
                   (near.empty() ? " — valid keys here: " + join(keys_)
                                 : " — did you mean '" + sub(near) + "'?"));
       }

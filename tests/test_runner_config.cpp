@@ -140,8 +140,9 @@ scaler: {enabled: true, init_scale: 128}
 TEST(RunnerConfig, UnknownKeysSuggestTheNearestValidKey) {
   expect_config_error("steps: 10\nseed: 1\noptimiser:\n  lr: 0.1\n",
                       {"unknown key 'optimiser' at line 3 — did you mean 'optimizer'?"});
-  expect_config_error("optimizer:\n  type: sgd\n  lrr: 0.1\n",
-                      {"unknown key 'optimizer.lrr' at line 3", "did you mean 'optimizer.lr'?"});
+  expect_config_error(
+      "optimizer:\n  type: sgd\n  lrr: 0.1\n",
+      {"unknown key 'optimizer.lrr' at line 3 (value 0.1) — did you mean 'optimizer.lr'?"});
   expect_config_error("data:\n  batchsize: 8\n", {"'data.batchsize'", "'data.batch_size'"});
   expect_config_error("zzzzqqq: 1\n", {"unknown key 'zzzzqqq' at line 1", "valid keys here:"});
   expect_config_error("optimizer:\n  type: sgd\n  betas: [0.9, 0.99]\n",
