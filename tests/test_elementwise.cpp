@@ -203,6 +203,27 @@ TEST(Unary, LargeInputsUseEveryPath) {
   }
 }
 
+// Dense float16 operands take a blocked path (vectorised conversions around float math); it must
+// round exactly as computing in float32 and storing to float16 once does, across block edges
+// (256) and with the output aliasing an input.
+TEST(Unary, DenseFloat16BlocksRoundOnce) {
+  for (int64_t n : {int64_t(5), int64_t(256), int64_t(1000)}) {
+    const Tensor xf = rnd({n}, mt::kFloat32, false, -3.0, 3.0).to(mt::kFloat16).to(mt::kFloat32);
+    const Tensor yf = rnd({n}, mt::kFloat32, false, 0.5, 3.0).to(mt::kFloat16).to(mt::kFloat32);
+    const Tensor x = xf.to(mt::kFloat16), y = yf.to(mt::kFloat16);
+    auto h = [](const Tensor& t) { return t.to(mt::kFloat16); };
+    const std::string what = "n " + std::to_string(n);
+    EXPECT_TRUE(mt::equal(mt::relu(x), h(mt::relu(xf)))) << what;
+    EXPECT_TRUE(mt::equal(mt::exp(x), h(mt::exp(xf)))) << what;
+    EXPECT_TRUE(mt::equal(x * y, h(xf * yf))) << what;
+    EXPECT_TRUE(mt::equal(x / y, h(xf / yf))) << what;
+    EXPECT_TRUE(mt::equal(mt::add(x, y, 0.3), h(mt::add(xf, yf, 0.3)))) << what;
+    Tensor z = x.clone();
+    z.add_(y);
+    EXPECT_TRUE(mt::equal(z, h(xf + yf))) << what;
+  }
+}
+
 TEST(Unary, IntegerDtypes) {
   for (const auto& c : unary_cases()) {
     if (!c.ints && !c.ints_to_float) continue;

@@ -1,17 +1,60 @@
 // CPU kernels for the elementwise ops: unary math, binary math, comparisons, add, where, clamp
 // and the activation backwards. The math is in kernels/functors.h, shared with CUDA.
+#include <algorithm>
+#include <type_traits>
+
 #include "engine/kernel_tables.h"
+#include "kernels/cpu/convert_dense.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/functors.h"
 
 namespace mantissa::cpu {
 namespace {
 
+// float16 math on dense, same-shape operands, a block at a time: the inputs are widened to float
+// with the vectorised conversions (F16C when the CPU has it; exact), the float op runs on the
+// block and the results are rounded to float16 once on store, which is what the per-element Half
+// conversions compute, without their branchy software rounding. `out` may alias an input: a
+// block is read completely before it is written. Tensors big enough to split across threads keep
+// the generic engine. Returns false (nothing done) when the operands do not qualify.
+template <typename F, typename... Ts, size_t... I>
+bool dense_half_impl(const Tensor& out, const F& f, std::index_sequence<I...>, const Ts&... ins) {
+  const int64_t n = out.numel();
+  if (n == 0 || n >= kParallelGrain || !out.is_contiguous() ||
+      !((ins.is_contiguous() && ins.shape() == out.shape()) && ...)) {
+    return false;
+  }
+  constexpr int64_t kBlock = 256;
+  float in_buf[sizeof...(Ts)][kBlock];
+  float res[kBlock];
+  const Half* src[] = {static_cast<const Half*>(ins.data_ptr())...};
+  Half* dst = static_cast<Half*>(out.data_ptr());
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t m = std::min(kBlock, n - b);
+    for (size_t k = 0; k < sizeof...(Ts); ++k) convert_dense(src[k] + b, in_buf[k], m);
+    for (int64_t i = 0; i < m; ++i) res[i] = f(in_buf[I][i]...);
+    convert_dense(res, dst + b, m);
+  }
+  return true;
+}
+
+template <typename T, typename F, typename... Ts>
+bool dense_half(const Tensor& out, const F& f, const Ts&... ins) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return dense_half_impl(out, f, std::index_sequence_for<Ts...>{}, ins...);
+  } else {
+    return false;
+  }
+}
+
 template <typename Op>
 void unary_kernel(const Tensor& out, const Tensor& in) {
   dispatch_dtype<Op::dtypes>(out.dtype(), Op::name, out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
+    if (dense_half<T>(
+            out, [](auto x) { return float(Op{}(x)); }, in))
+      return;
     elementwise<T, T>(
         out, [](T x) { return T(Op{}(M(x))); }, in);
   });
@@ -22,6 +65,9 @@ void binary_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
   dispatch_dtype<Op::dtypes>(out.dtype(), Op::name, out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
+    if (dense_half<T>(
+            out, [](auto x, auto y) { return float(Op{}(x, y)); }, a, b))
+      return;
     elementwise<T, T, T>(
         out, [](T x, T y) { return T(Op{}(M(x), M(y))); }, a, b);
   });
@@ -46,6 +92,9 @@ void add_kernel_cpu(const Tensor& out, const Tensor& a, const Tensor& b, const S
           out, [](T x, T y) { return x || y; }, a, b);
     } else {
       const M al = alpha.to<M>();
+      if (dense_half<T>(
+              out, [al](auto x, auto y) { return float(x + al * y); }, a, b))
+        return;
       if (al == M(1)) {
         elementwise<T, T, T>(
             out, [](T x, T y) { return T(M(x) + M(y)); }, a, b);
