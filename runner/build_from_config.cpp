@@ -313,6 +313,7 @@ RunObjects build_run(const Config& c, std::string config_text) {
   t.scaler = so;
   t.master_weights = c.master_weights;
   t.clip_grad_norm = c.clip_grad_norm;
+  t.loss_sums_over_batch = c.loss.reduction == "sum";
   t.log_every = c.log_every;
   t.eval_every = c.eval_every;
   t.checkpoint_every = c.checkpoint_every;

@@ -270,9 +270,9 @@ EvalMetrics Trainer::evaluate(DataLoader& loader) {
         loss = loss_(output, batch->target);
       }
       const int64_t n = batch->size();
-      // Losses here are means over the batch; weight by the batch size for the
-      // dataset mean.
-      loss_sum += loss.item<double>() * static_cast<double>(n);
+      // The per-example mean over the loader: a batch mean counts n times, a batch sum once.
+      loss_sum +=
+          loss.item<double>() * (options_.loss_sums_over_batch ? 1.0 : static_cast<double>(n));
       samples += n;
       if (batch->target.dtype() == DType::Int64 && output.dim() == 2) {
         classification = true;

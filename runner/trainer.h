@@ -56,6 +56,10 @@ struct TrainerOptions {
   // Refuse (at construction) a model/device with parts that are not run-to-run deterministic;
   // what is guaranteed is in runner/determinism.h.
   bool deterministic = true;
+  // The loss function sums over the batch (reduction sum) rather than averaging: evaluate() then
+  // adds batch losses as they are instead of weighting means by the batch size, so its per-example
+  // loss does not depend on the batch size either way.
+  bool loss_sums_over_batch = false;
   bool progress = true;        // progress bar (TTY) or periodic plain lines on stderr
   bool log_to_stdout = false;  // also echo the human log lines to stdout
   // Stored in checkpoints (the CLI passes the resolved config) and checked on resume.

@@ -2,6 +2,7 @@
 // naming key, value and line), --set overrides, the model builder and the data/shape checks.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -389,4 +390,21 @@ TEST(RunnerDeterminism, ConvOnCudaIsRefusedUnlessDeterministicIsOff) {
       {"Trainer: deterministic is set", "conv2d '0'", "cuda:0", "deterministic = false"});
   o.device = mantissa::Device::cpu();
   EXPECT_NO_THROW({ rn::Trainer t(model, loss, opt, loader, o); });
+}
+
+TEST(RunnerBuild, EvalLossWithSumReductionDoesNotDependOnTheBatchSize) {
+  auto eval_loss = [](int64_t batch_size) {
+    const rn::Config c = rn::parse_config(
+        "loss: {type: mse, reduction: sum}\ndata: {samples: 100, val_split: 0.5, batch_size: " +
+            std::to_string(batch_size) + "}\n",
+        "t.yaml");
+    rn::RunObjects r = rn::build_run(c);
+    EXPECT_TRUE(r.trainer_options.loss_sums_over_batch);
+    rn::Trainer trainer(r.model, r.loss, r.optimizer, r.train_loader, r.trainer_options);
+    return trainer.evaluate(*r.val_loader).loss;
+  };
+  // Same seed, same model and split; only the batching differs. Weighting batch sums by the batch
+  // size (the old behaviour) made these differ by about the batch-size ratio.
+  const double small = eval_loss(5), large = eval_loss(50);
+  EXPECT_NEAR(small, large, 1e-5 * std::abs(large));
 }
