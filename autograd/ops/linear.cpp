@@ -132,7 +132,15 @@ Tensor linear_act(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
         }
         weight_and_bias_grads(ctx, 1, 2, g, x2, bias_is_vector, bias_shape, gw, gb);
         if (ctx.needs(0)) {
-          gx = mm(g, w);
+          if (g.device().is_cpu()) {
+            // g @ w straight into a fresh [rows, in] (the act-None form of the fused kernel):
+            // no mm op with its operand views and checks.
+            gx = fresh(Shape{l_rows, w.size(1)}, g);
+            linear_backward_act_kernel(g.device())(gx, Tensor(), g, w, Tensor(), Tensor(),
+                                                   LinearActivation::None);
+          } else {
+            gx = mm(g, w);
+          }
           if (x_shape.size() != 2) gx = gx.reshape(x_shape);
         }
         return {gx, gw, gb};

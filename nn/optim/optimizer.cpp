@@ -132,6 +132,7 @@ void Optimizer::run_step(const Tensor& found_inf) {
     // Writes of a non-contiguous parameter (target -> param) after the kernels.
     std::vector<std::pair<Tensor, Tensor>> copy_back;
     std::vector<Tensor> touched;  // parameters updated in place: their versions are bumped
+    touched.reserve(group.params.size());
     for (const Tensor& param : group.params) {
       const int64_t index = id++;
       Tensor grad = param.grad();
@@ -176,7 +177,16 @@ void Optimizer::run_step(const Tensor& found_inf) {
       }
       auto b = std::find_if(batches.begin(), batches.end(),
                             [&](const Batch& x) { return x.device == param.device(); });
-      if (b == batches.end()) b = batches.insert(batches.end(), Batch{param.device(), {}, {}});
+      if (b == batches.end()) {
+        b = batches.insert(batches.end(), Batch{param.device(), {}, {}});
+        // Sized once: growing seven lists parameter by parameter is most of a tiny model's step.
+        const size_t n = group.params.size();
+        for (auto* list : {&b->lists.param, &b->lists.grad, &b->lists.model, &b->lists.step,
+                           &b->lists.state[0], &b->lists.state[1], &b->lists.state[2]}) {
+          list->reserve(n);
+        }
+        b->states.reserve(n);
+      }
       b->lists.param.push_back(target);
       b->lists.grad.push_back(grad);
       b->lists.model.push_back(model);
