@@ -1,130 +1,298 @@
-// CPU fused linear ops. Dense float32 layers (the common case) call SGEMM directly and apply the
-// bias and ReLU in one pass over the GEMM's output; the backward fuses ReLU's derivative with the
-// bias gradient's column sums. Everything else (other dtypes, strided operands, GELU, TF32
-// emulation) runs the shared composition of the bmm, add, sum and activation kernels
-// (kernels/linear_composite.h), which is also what the CUDA kernels fall back to. The direct path
-// computes exactly what the composition does: the same GEMM, bias added in float32 after it, ReLU
-// after the bias, and bias gradients accumulated in double row by row like the sum kernel. The
-// CPU never makes a ReLU mask: ReLU's backward reads the layer's output.
+// CPU fused linear ops. Dense float32, float16 and bfloat16 layers (rows with unit stride) call
+// SGEMM directly and apply the bias and ReLU in one pass over the GEMM's output; the backward
+// fuses ReLU's derivative with the bias gradient's column sums. Everything else (float64,
+// strided operands, GELU, TF32 emulation) runs the shared composition of the bmm, add, sum and
+// activation kernels (kernels/linear_composite.h), which is also what the CUDA kernels fall back
+// to. The direct path computes exactly what the composition does: the same GEMM on the same
+// float32 operands (half types widened exactly), the result rounded to the storage type, the bias
+// added in float and rounded again, ReLU after that, and bias gradients accumulated in double row
+// by row like the sum kernel. The CPU never makes a ReLU mask: ReLU's backward reads the output.
 #include <cblas.h>
 
+#include <algorithm>
 #include <climits>
 #include <memory>
+#include <type_traits>
 
 #include "engine/precision.h"
+#include "kernels/cpu/convert_dense.h"
 #include "kernels/linear_composite.h"
 
 namespace mantissa::cpu {
 namespace {
 
-// A 2-D float32 matrix whose rows are dense (unit column stride), as row-major GEMM reads it.
-bool dense_rows(const Tensor& m) {
-  return m.dtype() == DType::Float32 && m.dim() == 2 && m.size(0) > 0 && m.size(1) > 0 &&
+// A 2-D matrix of `dtype` whose rows are dense (unit column stride), as row-major GEMM reads it.
+bool dense_rows(const Tensor& m, DType dtype) {
+  return m.dtype() == dtype && m.dim() == 2 && m.size(0) > 0 && m.size(1) > 0 &&
          m.size(0) <= INT_MAX && m.size(1) <= INT_MAX && m.stride(1) == 1 &&
          m.stride(0) >= m.size(1) && m.stride(0) <= INT_MAX;
 }
-
-bool contiguous_vector(const Tensor& v, int64_t n) {
-  return !v.defined() ||
-         (v.dtype() == DType::Float32 && v.dim() == 1 && v.size(0) == n && v.stride(0) == 1);
+bool dense(const Tensor& m, DType dtype) {
+  return dense_rows(m, dtype) && m.stride(0) == m.size(1);
+}
+bool contiguous_vector(const Tensor& v, DType dtype, int64_t n) {
+  return !v.defined() || (v.dtype() == dtype && v.dim() == 1 && v.size(0) == n && v.stride(0) == 1);
 }
 
-// TF32 emulation rounds the operands first; the bmm kernel owns that.
-bool plain_float32_gemm() {
-  return effective_matmul_precision(DeviceType::CPU) != MatmulPrecision::High;
+// The storage types with a direct path. float32 also needs plain float32 GEMMs: TF32 emulation
+// rounds the operands first, which the bmm kernel owns.
+bool direct_dtype(DType dtype) {
+  if (dtype == DType::Float16 || dtype == DType::BFloat16) return true;
+  return dtype == DType::Float32 &&
+         effective_matmul_precision(DeviceType::CPU) != MatmulPrecision::High;
 }
 
-float relu(float v) { return v < 0.0f ? 0.0f : v; }  // NaN propagates, as in functors.h
+// A grow-only float buffer per role and thread (no zero fill, no page faults once grown).
+class Scratch {
+ public:
+  float* get(int64_t n) {
+    if (n > capacity_) {
+      data_.reset(new float[static_cast<size_t>(n)]);
+      capacity_ = n;
+    }
+    return data_.get();
+  }
 
-// sums[j] += rows of m [rows, cols] (dense rows, leading dim ld), in double, in row order.
-void accumulate_columns(double* sums, const float* m, int64_t rows, int64_t cols, int64_t ld) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = m + r * ld;
-    for (int64_t j = 0; j < cols; ++j) sums[j] += static_cast<double>(row[j]);
+ private:
+  std::unique_ptr<float[]> data_;
+  int64_t capacity_ = 0;
+};
+
+// One storage row <-> float. float32 rows are used in place.
+template <typename T>
+void widen(const T* src, float* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::copy(src, src + n, dst);
+  } else {
+    convert_dense(src, dst, n);
+  }
+}
+template <typename T>
+void narrow_to(const float* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::copy(src, src + n, dst);
+  } else {
+    convert_dense(src, dst, n);
   }
 }
 
+// The GEMM operand for a dense-rows matrix m: itself (float32) or its rows widened into `buf`.
+template <typename T>
+const float* operand(const Tensor& m, Scratch& buf, int& ld) {
+  if constexpr (std::is_same_v<T, float>) {
+    ld = static_cast<int>(m.stride(0));
+    return static_cast<const float*>(m.data_ptr());
+  } else {
+    const int64_t rows = m.size(0), cols = m.size(1);
+    float* dst = buf.get(rows * cols);
+    const T* src = static_cast<const T*>(m.data_ptr());
+    for (int64_t r = 0; r < rows; ++r) convert_dense(src + r * m.stride(0), dst + r * cols, cols);
+    ld = static_cast<int>(cols);
+    return dst;
+  }
+}
+
+// Where the GEMM writes: `out` itself (float32, dense) or a float buffer rounded afterwards.
+template <typename T>
+float* gemm_target(const Tensor& out, Scratch& buf) {
+  if constexpr (std::is_same_v<T, float>) {
+    return out.data<float>();
+  } else {
+    return buf.get(out.numel());
+  }
+}
+
+float relu(float v) { return v < 0.0f ? 0.0f : v; }  // NaN and -0 pass, as in functors.h
+
+template <typename T>
 void store_sums(const Tensor& out, const double* sums, int64_t n) {
-  float* dst = out.data<float>();
-  for (int64_t j = 0; j < n; ++j) dst[j] = static_cast<float>(sums[j]);
+  T* dst = out.data<T>();
+  // As the sum kernel stores: T(double), i.e. through float for the half types.
+  for (int64_t j = 0; j < n; ++j) dst[j] = T(sums[j]);
+}
+
+struct Buffers {
+  Scratch a, b, c, row, row2;
+};
+Buffers& buffers() {
+  thread_local Buffers b;
+  return b;
+}
+
+template <typename T>
+void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
+                    bool relu_out) {
+  Buffers& buf = buffers();
+  const int64_t M = out.size(0), N = out.size(1), K = x.size(1);
+  int lda = 0, ldb = 0;
+  const float* a = operand<T>(x, buf.a, lda);
+  const float* b = operand<T>(w, buf.b, ldb);
+  float* c = gemm_target<T>(out, buf.c);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.0f, a, lda, b, ldb,
+              0.0f, c, int(N));
+  const float* bf = nullptr;
+  if (bias.defined()) {
+    float* tmp = buf.row2.get(N);
+    widen(static_cast<const T*>(bias.data_ptr()), tmp, N);
+    bf = tmp;
+  }
+  T* o = out.data<T>();
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf == nullptr && !relu_out) return;
+    for (int64_t i = 0; i < M; ++i) {
+      float* row = o + i * N;
+      if (bf != nullptr && relu_out) {
+        for (int64_t j = 0; j < N; ++j) row[j] = relu(row[j] + bf[j]);
+      } else if (bf != nullptr) {
+        for (int64_t j = 0; j < N; ++j) row[j] += bf[j];
+      } else {
+        for (int64_t j = 0; j < N; ++j) row[j] = relu(row[j]);
+      }
+    }
+  } else {
+    // Rounded after the GEMM, again after the bias; ReLU on the rounded value (keeps -0).
+    float* tmp = buf.row.get(N);
+    for (int64_t i = 0; i < M; ++i) {
+      T* row = o + i * N;
+      narrow_to(c + i * N, row, N);
+      if (bf == nullptr && !relu_out) continue;
+      widen(row, tmp, N);
+      if (bf != nullptr) {
+        for (int64_t j = 0; j < N; ++j) tmp[j] += bf[j];
+        narrow_to(tmp, row, N);
+        if (relu_out) widen(row, tmp, N);
+      }
+      if (relu_out) {
+        for (int64_t j = 0; j < N; ++j) tmp[j] = relu(tmp[j]);
+        narrow_to(tmp, row, N);
+      }
+    }
+  }
+}
+
+template <typename T>
+void backward_weight_direct(const Tensor& grad_w, const Tensor& grad_bias, const Tensor& grad_out,
+                            const Tensor& x) {
+  Buffers& buf = buffers();
+  const int64_t M = grad_out.size(0), N = grad_out.size(1), K = x.size(1);
+  int ldg = 0, ldx = 0;
+  const float* g = operand<T>(grad_out, buf.a, ldg);
+  const float* xf = operand<T>(x, buf.b, ldx);
+  float* c = gemm_target<T>(grad_w, buf.c);
+  // grad_w [N,K] = grad_out^T [N,M] @ x [M,K]
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(N), int(K), int(M), 1.0f, g, ldg, xf,
+              ldx, 0.0f, c, int(K));
+  if constexpr (!std::is_same_v<T, float>) narrow_to(c, grad_w.data<T>(), N * K);
+  if (!grad_bias.defined()) return;
+  const std::unique_ptr<double[]> sums(new double[N]());
+  for (int64_t r = 0; r < M; ++r) {
+    const float* row = g + r * ldg;
+    for (int64_t j = 0; j < N; ++j) sums[j] += static_cast<double>(row[j]);
+  }
+  store_sums<T>(grad_bias, sums.get(), N);
+}
+
+template <typename T>
+void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const Tensor& grad_out,
+                         const Tensor& w, const Tensor& h, bool relu_act) {
+  Buffers& buf = buffers();
+  const int64_t M = grad_pre.size(0), K = grad_pre.size(1), N = grad_out.size(1);
+  int ldg = 0, ldw = 0;
+  const float* g = operand<T>(grad_out, buf.a, ldg);
+  const float* wf = operand<T>(w, buf.b, ldw);
+  float* c = gemm_target<T>(grad_pre, buf.c);
+  // grad_pre [M,K] = grad_out [M,N] @ w [N,K]
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), 1.0f, g, ldg, wf,
+              ldw, 0.0f, c, int(K));
+  std::unique_ptr<double[]> sums;
+  if (grad_bias.defined()) sums.reset(new double[K]());
+  if (!relu_act && !sums) {
+    if constexpr (!std::is_same_v<T, float>) narrow_to(c, grad_pre.data<T>(), M * K);
+    return;
+  }
+  T* gp = grad_pre.data<T>();
+  const T* hp = relu_act ? static_cast<const T*>(h.data_ptr()) : nullptr;
+  float* gf = buf.row.get(K);
+  float* hbuf = buf.row2.get(K);
+  for (int64_t i = 0; i < M; ++i) {
+    T* row = gp + i * K;
+    if constexpr (std::is_same_v<T, float>) {
+      gf = row;
+    } else {
+      narrow_to(c + i * K, row, K);  // the GEMM's rounding
+      widen(row, gf, K);
+    }
+    if (hp != nullptr) {
+      const float* hf = hbuf;
+      if constexpr (std::is_same_v<T, float>) {
+        hf = hp + i * h.stride(0);
+      } else {
+        widen(hp + i * h.stride(0), hbuf, K);
+      }
+      for (int64_t j = 0; j < K; ++j) gf[j] = hf[j] <= 0.0f ? 0.0f : gf[j];
+      if constexpr (!std::is_same_v<T, float>) narrow_to(gf, row, K);  // exact
+    }
+    if (sums) {
+      for (int64_t j = 0; j < K; ++j) sums[j] += static_cast<double>(gf[j]);
+    }
+  }
+  if (sums) store_sums<T>(grad_bias, sums.get(), K);
+}
+
+template <typename F>
+void with_storage_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::Float16:
+      f(Half{});
+      return;
+    case DType::BFloat16:
+      f(BFloat16{});
+      return;
+    default:
+      f(0.0f);
+      return;
+  }
 }
 
 Tensor linear_forward_cpu(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
                           LinearActivation act, bool want_aux) {
-  const bool direct = act != LinearActivation::GeluTanh && dense_rows(out) && dense_rows(x) &&
-                      dense_rows(w) && out.stride(0) == out.size(1) &&
-                      contiguous_vector(bias, out.size(1)) && plain_float32_gemm();
+  const DType dt = out.dtype();
+  const bool direct = act != LinearActivation::GeluTanh && direct_dtype(dt) && dense(out, dt) &&
+                      dense_rows(x, dt) && dense_rows(w, dt) &&
+                      contiguous_vector(bias, dt, out.size(1));
   if (!direct) return linear_composite::forward(out, x, w, bias, act, want_aux);
-  const int64_t M = out.size(0), N = out.size(1), K = x.size(1);
-  float* c = out.data<float>();
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.0f,
-              static_cast<const float*>(x.data_ptr()), int(x.stride(0)),
-              static_cast<const float*>(w.data_ptr()), int(w.stride(0)), 0.0f, c, int(N));
-  const float* b = bias.defined() ? static_cast<const float*>(bias.data_ptr()) : nullptr;
-  const bool relu_out = act == LinearActivation::Relu;
-  if (b == nullptr && !relu_out) return Tensor();
-  for (int64_t i = 0; i < M; ++i) {
-    float* row = c + i * N;
-    if (b != nullptr && relu_out) {
-      for (int64_t j = 0; j < N; ++j) row[j] = relu(row[j] + b[j]);
-    } else if (b != nullptr) {
-      for (int64_t j = 0; j < N; ++j) row[j] += b[j];
-    } else {
-      for (int64_t j = 0; j < N; ++j) row[j] = relu(row[j]);
-    }
-  }
+  with_storage_type(dt, [&](auto tag) {
+    forward_direct<decltype(tag)>(out, x, w, bias, act == LinearActivation::Relu);
+  });
   return Tensor();
 }
 
 void linear_backward_weight_cpu(const Tensor& grad_w, const Tensor& grad_bias,
                                 const Tensor& grad_out, const Tensor& x) {
-  const bool direct = dense_rows(grad_w) && grad_w.stride(0) == grad_w.size(1) &&
-                      dense_rows(grad_out) && dense_rows(x) &&
-                      contiguous_vector(grad_bias, grad_out.size(1)) && plain_float32_gemm();
+  const DType dt = grad_w.dtype();
+  const bool direct = direct_dtype(dt) && dense(grad_w, dt) && dense_rows(grad_out, dt) &&
+                      dense_rows(x, dt) && contiguous_vector(grad_bias, dt, grad_out.size(1));
   if (!direct) return linear_composite::backward_weight(grad_w, grad_bias, grad_out, x);
-  const int64_t M = grad_out.size(0), N = grad_out.size(1), K = x.size(1);
-  const float* g = static_cast<const float*>(grad_out.data_ptr());
-  // grad_w [N,K] = grad_out^T [N,M] @ x [M,K]
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(N), int(K), int(M), 1.0f, g,
-              int(grad_out.stride(0)), static_cast<const float*>(x.data_ptr()), int(x.stride(0)),
-              0.0f, grad_w.data<float>(), int(K));
-  if (!grad_bias.defined()) return;
-  const std::unique_ptr<double[]> sums(new double[N]());
-  accumulate_columns(sums.get(), g, M, N, grad_out.stride(0));
-  store_sums(grad_bias, sums.get(), N);
+  with_storage_type(
+      dt, [&](auto tag) { backward_weight_direct<decltype(tag)>(grad_w, grad_bias, grad_out, x); });
 }
 
 void linear_backward_act_cpu(const Tensor& grad_pre, const Tensor& grad_bias,
                              const Tensor& grad_out, const Tensor& w, const Tensor& h,
                              const Tensor& aux, LinearActivation act) {
-  const bool direct = act != LinearActivation::GeluTanh && dense_rows(grad_pre) &&
-                      grad_pre.stride(0) == grad_pre.size(1) && dense_rows(grad_out) &&
-                      dense_rows(w) && (act == LinearActivation::None || dense_rows(h)) &&
-                      contiguous_vector(grad_bias, grad_pre.size(1)) && plain_float32_gemm();
+  const DType dt = grad_pre.dtype();
+  const bool relu_act = act == LinearActivation::Relu;
+  const bool direct = act != LinearActivation::GeluTanh && direct_dtype(dt) &&
+                      dense(grad_pre, dt) && dense_rows(grad_out, dt) && dense_rows(w, dt) &&
+                      (!relu_act || (dense_rows(h, dt) && h.size(0) == grad_pre.size(0) &&
+                                     h.size(1) == grad_pre.size(1))) &&
+                      contiguous_vector(grad_bias, dt, grad_pre.size(1));
   if (!direct) {
     return linear_composite::backward_act(grad_pre, grad_bias, grad_out, w, h, aux, act);
   }
-  const int64_t M = grad_pre.size(0), K = grad_pre.size(1), N = grad_out.size(1);
-  float* gp = grad_pre.data<float>();
-  // grad_pre [M,K] = grad_out [M,N] @ w [N,K]
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), 1.0f,
-              static_cast<const float*>(grad_out.data_ptr()), int(grad_out.stride(0)),
-              static_cast<const float*>(w.data_ptr()), int(w.stride(0)), 0.0f, gp, int(K));
-  std::unique_ptr<double[]> sums;
-  if (grad_bias.defined()) sums.reset(new double[K]());
-  const float* hp =
-      act == LinearActivation::Relu ? static_cast<const float*>(h.data_ptr()) : nullptr;
-  for (int64_t i = 0; i < M; ++i) {
-    float* row = gp + i * K;
-    if (hp != nullptr) {
-      const float* hrow = hp + i * h.stride(0);
-      for (int64_t j = 0; j < K; ++j) row[j] = hrow[j] <= 0.0f ? 0.0f : row[j];
-    }
-    if (sums) {
-      for (int64_t j = 0; j < K; ++j) sums[j] += static_cast<double>(row[j]);
-    }
-  }
-  if (sums) store_sums(grad_bias, sums.get(), K);
+  with_storage_type(dt, [&](auto tag) {
+    backward_act_direct<decltype(tag)>(grad_pre, grad_bias, grad_out, w, h, relu_act);
+  });
 }
 
 }  // namespace
