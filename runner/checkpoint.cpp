@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -60,15 +59,6 @@ uint64_t file_checksum(std::string_view bytes, size_t pos) {
   feed(std::string(kChecksumDigits, '0'));
   feed(bytes.substr(pos + kChecksumDigits));
   return h;
-}
-
-std::string utc_now() {
-  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 Json shape_json(const Shape& s) {
@@ -267,7 +257,7 @@ void save_checkpoint(const std::string& path, const CheckpointParts& parts) {
   Json meta;
   meta["format"] = kCheckpointFormat;
   meta["format_version"] = kCheckpointFormatVersion;
-  meta["created"] = utc_now();
+  meta["created"] = utc_now("%Y-%m-%dT%H:%M:%SZ");
   meta["config_hash"] = parts.config_hash;
   Json model;
   model["type"] = parts.model->type_name();

@@ -16,6 +16,7 @@
 
 #include "engine/device.h"
 #include "runner/atomic_file.h"
+#include "runner/text.h"
 
 namespace mantissa::runner {
 
@@ -67,14 +68,6 @@ std::string join(const std::vector<std::string>& v, const std::string& sep = ", 
   return out;
 }
 
-std::string fmt_double(double v) {
-  if (std::isnan(v)) return ".nan";
-  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
-
 // Where values came from: a line of the file, or a --set override.
 struct Context {
   Config& cfg;
@@ -110,11 +103,11 @@ struct Range {
   std::string text() const {
     const bool has_lo = std::isfinite(lo), has_hi = std::isfinite(hi);
     if (has_lo && has_hi) {
-      return std::string("must be in ") + (lo_open ? "(" : "[") + fmt_double(lo) + ", " +
-             fmt_double(hi) + (hi_open ? ")" : "]");
+      return std::string("must be in ") + (lo_open ? "(" : "[") + yaml_double(lo) + ", " +
+             yaml_double(hi) + (hi_open ? ")" : "]");
     }
-    if (has_lo) return std::string("must be ") + (lo_open ? "> " : ">= ") + fmt_double(lo);
-    if (has_hi) return std::string("must be ") + (hi_open ? "< " : "<= ") + fmt_double(hi);
+    if (has_lo) return std::string("must be ") + (lo_open ? "> " : ">= ") + yaml_double(lo);
+    if (has_hi) return std::string("must be ") + (hi_open ? "< " : "<= ") + yaml_double(hi);
     return "must be finite";
   }
 };
@@ -177,7 +170,7 @@ class Section {
 
   double get_double(const std::string& key, double def, Range range = {}) {
     auto v = take(key);
-    if (!v) return record(key, def, fmt_double(def));
+    if (!v) return record(key, def, yaml_double(def));
     const double x = scalar<double>(key, *v, "a number");
     if (!std::isfinite(x) || !range.contains(x)) bad(key, *v, range.text());
     return record(key, x, v->Scalar(), *v);
@@ -504,7 +497,7 @@ void parse_loss(Context& ctx, const YAML::Node& node, LossConfig& l) {
         const double w = s.scalar<double>("pos_weight", e, "a number or a list of numbers");
         if (!(std::isfinite(w) && w >= 0)) s.bad("pos_weight", e, "weights must be >= 0");
         l.pos_weight.push_back(w);
-        text.push_back(fmt_double(w));
+        text.push_back(yaml_double(w));
       }
       ctx.cfg.origin["loss.pos_weight"] = ctx.where("loss.pos_weight", *v);
     } else {
@@ -546,7 +539,7 @@ void parse_optimizer(Context& ctx, const YAML::Node& node, OptimizerConfig& o) {
       ctx.cfg.origin["optimizer.betas"] = "default";
     }
     ctx.cfg.value_text["optimizer.betas"] =
-        "[" + fmt_double(o.beta1) + ", " + fmt_double(o.beta2) + "]";
+        "[" + yaml_double(o.beta1) + ", " + yaml_double(o.beta2) + "]";
   }
   s.finish();
 }

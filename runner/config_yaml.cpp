@@ -2,22 +2,18 @@
 // Written by hand rather than with YAML::Emitter so that doubles keep their shortest round-trip
 // form (0.1, not 0.10000000000000001) and only the keys that apply to the chosen types appear —
 // the parser refuses the others.
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
 #include "runner/config.h"
+#include "runner/text.h"
 
 namespace mantissa::runner {
 namespace {
 
 std::string num(double v) {
-  if (std::isnan(v)) return ".nan";
-  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
-  std::string s(buf, r.ptr);
+  std::string s = yaml_double(v);
   // Keep it a float to the eye ("1.0"); the parser accepts either.
   if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
   return s;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/error.h"
+#include "runner/text.h"
 
 namespace mantissa::runner {
 
@@ -19,15 +20,6 @@ std::string number(double v, int precision = 6) {
   std::ostringstream os;
   os << std::setprecision(precision) << v;
   return os.str();
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
 }
 
 // The step of a metrics record ({"step": ...} or {"eval": {"step": ...}}), or
@@ -104,7 +96,7 @@ HumanLog::HumanLog(std::string path, bool echo_stdout)
 }
 
 void HumanLog::line(const std::string& text) {
-  out_ << utc_now() << "  " << text << '\n';
+  out_ << utc_now("%Y-%m-%d %H:%M:%S") << "  " << text << '\n';
   out_.flush();
   if (echo_) std::cout << text << std::endl;
 }

@@ -2,6 +2,9 @@
 // errors the same way everywhere.
 #pragma once
 
+#include <charconv>
+#include <cmath>
+#include <ctime>
 #include <sstream>
 #include <string>
 
@@ -18,5 +21,24 @@ inline std::string shape_str(const Shape& s) {
 
 // The first line of a message (engine errors may carry more), for one-line config errors.
 inline std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// The shortest text that reads back as the same double ("0.1", "1e-08"), with YAML's spellings
+// of the non-finite values (".nan", ".inf", "-.inf"), for configs and their messages.
+inline std::string yaml_double(double v) {
+  if (std::isnan(v)) return ".nan";
+  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+// The current UTC time in strftime `format`.
+inline std::string utc_now(const char* format) {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  return std::string(buf, std::strftime(buf, sizeof buf, format, &tm));
+}
 
 }  // namespace mantissa::runner
