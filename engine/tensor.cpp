@@ -20,28 +20,17 @@ void TensorImpl::refresh_contiguous() {
   }
 }
 
-TensorImpl& Tensor::impl() const {
-  MT_CHECK(impl_ != nullptr, "operation on an undefined tensor (default-constructed Tensor)");
-  return *impl_;
+void Tensor::throw_undefined() {
+  MT_THROW("operation on an undefined tensor (default-constructed Tensor)");
 }
 
-// Kernels call these per dim of every operand: in-range dims skip wrap_dim's checks.
-int64_t Tensor::size(int64_t d) const {
+int64_t Tensor::size_wrapped(int64_t d) const {
   const TensorImpl& i = impl();
-  if (d >= 0 && d < i.sizes.size()) [[likely]]
-    return i.sizes[d];
   return i.sizes[wrap_dim(d, i.sizes.size(), "size")];
 }
-int64_t Tensor::stride(int64_t d) const {
+int64_t Tensor::stride_wrapped(int64_t d) const {
   const TensorImpl& i = impl();
-  if (d >= 0 && d < i.strides.size()) [[likely]]
-    return i.strides[d];
   return i.strides[wrap_dim(d, i.strides.size(), "stride")];
-}
-
-void* Tensor::data_ptr() const {
-  const auto& i = impl();
-  return static_cast<char*>(i.storage->data) + i.offset * itemsize(i.dtype);
 }
 
 template <typename T>

@@ -48,9 +48,19 @@ class Tensor {
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const { return impl().sizes; }
   const Shape& sizes() const { return impl().sizes; }
-  int64_t size(int64_t dim) const;
+  int64_t size(int64_t dim) const {
+    const TensorImpl& i = impl();
+    if (dim >= 0 && dim < i.sizes.size()) [[likely]]
+      return i.sizes[dim];
+    return size_wrapped(dim);
+  }
   const Shape& strides() const { return impl().strides; }
-  int64_t stride(int64_t dim) const;
+  int64_t stride(int64_t dim) const {
+    const TensorImpl& i = impl();
+    if (dim >= 0 && dim < i.strides.size()) [[likely]]
+      return i.strides[dim];
+    return stride_wrapped(dim);
+  }
   int64_t storage_offset() const { return impl().offset; }
   int64_t dim() const { return impl().sizes.size(); }
   int64_t numel() const { return impl().sizes.numel(); }
@@ -63,7 +73,10 @@ class Tensor {
   int64_t element_size() const { return itemsize(dtype()); }
   int64_t nbytes() const { return numel() * element_size(); }
   const Storage& storage() const { return impl().storage; }
-  void* data_ptr() const;
+  void* data_ptr() const {
+    const TensorImpl& i = impl();
+    return static_cast<char*>(i.storage->data) + i.offset * itemsize(i.dtype);
+  }
   template <typename T>
   T* data() const;  // checks T against dtype()
   TensorImpl* unsafe_impl() const { return impl_.get(); }
@@ -172,7 +185,15 @@ class Tensor {
   void register_hook(std::function<void(const Tensor&)> hook) const;
 
  private:
-  TensorImpl& impl() const;
+  // Inline: every op and kernel reads metadata through these, many times per call.
+  TensorImpl& impl() const {
+    if (impl_ == nullptr) [[unlikely]]
+      throw_undefined();
+    return *impl_;
+  }
+  [[noreturn]] static void throw_undefined();
+  int64_t size_wrapped(int64_t dim) const;  // negative or out-of-range dims
+  int64_t stride_wrapped(int64_t dim) const;
   std::shared_ptr<TensorImpl> impl_;
 };
 
