@@ -74,7 +74,10 @@ class CliTest : public ::testing::Test {
       ::dup2(fd, 2);
       for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
       std::vector<char*> argv;
-      std::string exe = MANTISSA_CLI_PATH;
+      // MANTISSA_CLI points at a staged binary when the tests run away from their build tree
+      // (scripts/gpu/run.sh).
+      const char* staged = std::getenv("MANTISSA_CLI");
+      std::string exe = staged ? staged : MANTISSA_CLI_PATH;
       argv.push_back(exe.data());
       for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);

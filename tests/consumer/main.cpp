@@ -1,4 +1,5 @@
 #include <mantissa.h>
+#include <runner/data.h>
 
 #include <iostream>
 
@@ -8,5 +9,11 @@ int main() {
   mt::Tensor b = a + a;
   const float v = b.to_vector<float>()[3];
   std::cout << b << "\n";
-  return v == 6.0f ? 0 : 1;
+  // The runner library links and runs too.
+  mt::runner::DataLoader loader(mt::runner::make_teacher_dataset({.samples = 64}),
+                                {.batch_size = 16, .shuffle = true, .seed = 1});
+  int batches = 0;
+  while (loader.next()) ++batches;
+  std::cout << batches << " batches\n";
+  return v == 6.0f && batches == 4 ? 0 : 1;
 }
