@@ -118,6 +118,37 @@ void bench_train(benchmark::State& state, const Workload& w, mt::Device device,
   finish(state, w, device);
 }
 
+#if MANTISSA_CUDA
+// The same training step captured once as a CUDA graph (cuda::GraphedStep) and replayed: the
+// inputs live in static tensors, as CUDA graphs require.
+void bench_train_graphed(benchmark::State& state, const Workload& w,
+                         std::optional<mt::amp::Precision> precision) {
+  const mt::Device device = mt::Device::cuda(0);
+  mt::manual_seed(0);
+  auto model = make_mlp(w, device);
+  auto x = mt::randn({w.batch, w.layers.front()}, device);
+  auto target = mt::randn({w.batch, w.layers.back()}, device);
+  mt::nn::MSELoss loss_fn;
+  mt::optim::SGD optimizer(model->parameters(), w.lr, {.momentum = w.momentum});
+  mt::cuda::GraphedStep step([&] {
+    optimizer.zero_grad();
+    mt::Tensor loss;
+    {
+      mt::amp::autocast scope(device, precision, precision.has_value());
+      loss = loss_fn(model->forward(x), target);
+    }
+    loss.backward();
+    optimizer.step();
+  });
+  int64_t done = 0;
+  for (auto _ : state) {
+    step();
+    sync_after_last(state, done, device);
+  }
+  finish(state, w, device);
+}
+#endif
+
 void register_all() {
   std::vector<mt::Device> devices = {mt::Device::cpu()};
   if (mt::cuda::is_available()) devices.push_back(mt::Device::cuda(0));
@@ -151,6 +182,16 @@ void register_all() {
         b->Unit(benchmark::kMicrosecond)->UseRealTime();
       }
     }
+#if MANTISSA_CUDA
+    if (w.train && mt::cuda::is_available()) {
+      for (const auto& m : modes) {
+        const std::string name = std::string(w.name) + "/cuda_graph/" + m.name;
+        benchmark::RegisterBenchmark(name.c_str(), [&w, m](benchmark::State& s) {
+          bench_train_graphed(s, w, m.precision);
+        })->Unit(benchmark::kMicrosecond)->UseRealTime();
+      }
+    }
+#endif
   }
 }
 
