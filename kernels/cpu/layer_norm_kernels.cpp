@@ -19,17 +19,6 @@
 namespace mantissa::cpu {
 namespace {
 
-template <typename Fn>
-void parallel_rows(int64_t rows, int64_t work, const Fn& fn) {
-#if defined(_OPENMP)
-  const bool threads = work >= kParallelGrain && omp_get_max_threads() > 1 && !omp_in_parallel();
-#else
-  const bool threads = false;
-#endif
-#pragma omp parallel for schedule(static) if (threads)
-  for (int64_t r = 0; r < rows; ++r) fn(r);
-}
-
 template <typename T>
 const T* ptr_or_null(const Tensor& t) {
   return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
@@ -47,7 +36,7 @@ void layer_norm_forward_cpu(const Tensor& out, const Tensor& mean, const Tensor&
     Acc* rp = static_cast<Acc*>(rstd.data_ptr());
     const T* wp = ptr_or_null<T>(weight);
     const T* bp = ptr_or_null<T>(bias);
-    parallel_rows(M, M * N, [&](int64_t r) {
+    parallel_tasks(M, M * N, [&](int64_t r) {
       const T* row = xp + r * N;
       double s = 0;
       for (int64_t j = 0; j < N; ++j) s += static_cast<double>(static_cast<Acc>(row[j]));
@@ -86,7 +75,7 @@ void layer_norm_backward_cpu(const Tensor& grad_x, const Tensor& grad_weight,
     const T* wp = ptr_or_null<T>(weight);
     if (grad_x.defined()) {
       T* dxp = static_cast<T*>(grad_x.data_ptr());
-      parallel_rows(M, M * N, [&](int64_t r) {
+      parallel_tasks(M, M * N, [&](int64_t r) {
         const T* xr = xp + r * N;
         const T* gr = gp + r * N;
         const double m = mp[r], rs = rp[r];

@@ -58,22 +58,22 @@ class Scratch {
   int64_t capacity_ = 0;
 };
 
-// One storage row <-> float. float32 rows are used in place.
-template <typename T>
-void widen(const T* src, float* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) {
+// One storage row <-> float: a plain copy for float32, F16C/bit-shift conversion for half types.
+template <typename Src, typename Dst>
+void convert_row(const Src* src, Dst* dst, int64_t n) {
+  if constexpr (std::is_same_v<Src, Dst>) {
     std::copy(src, src + n, dst);
   } else {
     convert_dense(src, dst, n);
   }
 }
 template <typename T>
+void widen(const T* src, float* dst, int64_t n) {
+  convert_row(src, dst, n);
+}
+template <typename T>
 void narrow_to(const float* src, T* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    std::copy(src, src + n, dst);
-  } else {
-    convert_dense(src, dst, n);
-  }
+  convert_row(src, dst, n);
 }
 
 // The GEMM operand for a dense-rows matrix m: itself (float32) or its rows widened into `buf`.

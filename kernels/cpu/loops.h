@@ -27,6 +27,28 @@ namespace mantissa::cpu {
 // are split, where the loop itself outlasts the spinning.
 inline constexpr int64_t kParallelGrain = int64_t(1) << 24;
 
+// Whether a loop over `work` elements gets a parallel region (never nested in another).
+inline bool use_threads(int64_t work) {
+#if defined(_OPENMP)
+  return work >= kParallelGrain && omp_get_max_threads() > 1 && !omp_in_parallel();
+#else
+  return false;
+#endif
+}
+
+// Runs fn(task) for task in [0, tasks), on threads when the `work` behind them is large enough.
+// Small work skips the pragma altogether: a false `if` clause still enters libgomp and runs a
+// one-thread team, which costs more than a small softmax or layer norm.
+template <typename Fn>
+void parallel_tasks(int64_t tasks, int64_t work, const Fn& fn) {
+  if (!use_threads(work)) {
+    for (int64_t t = 0; t < tasks; ++t) fn(t);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < tasks; ++t) fn(t);
+}
+
 template <int N>
 struct Layout {
   int ndim = 0;

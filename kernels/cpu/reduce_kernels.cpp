@@ -34,14 +34,6 @@ constexpr int64_t kChunk = 32768;   // elements folded by one task of a long red
 constexpr int64_t kMaxTile = 4096;  // outputs accumulated together when the inner dim is kept
 constexpr int kLanes = 8;           // independent accumulators over a contiguous run
 
-bool use_threads(int64_t work) {
-#if defined(_OPENMP)
-  return work >= kParallelGrain && omp_get_max_threads() > 1 && !omp_in_parallel();
-#else
-  return false;
-#endif
-}
-
 // body(i) for i in [0, n), split over threads when `threads`. Not `#pragma omp parallel for if`:
 // a false `if` still enters libgomp and runs a one-thread team, which costs a small reduction
 // (the bias gradient of a tiny layer) more than the reduction itself.

@@ -37,18 +37,6 @@ Geometry geometry(const Tensor& t, int64_t dim) {
   return g;
 }
 
-// Runs fn(task) for task in [0, tasks), on threads when the work is large enough.
-template <typename Fn>
-void parallel_tasks(int64_t tasks, int64_t work, const Fn& fn) {
-#if defined(_OPENMP)
-  const bool threads = work >= kParallelGrain && omp_get_max_threads() > 1 && !omp_in_parallel();
-#else
-  const bool threads = false;
-#endif
-#pragma omp parallel for schedule(static) if (threads)
-  for (int64_t t = 0; t < tasks; ++t) fn(t);
-}
-
 // Width of the tiles the inner dims are cut into when inner > 1: wide, so each row of the inner
 // dims is read in long runs, but narrow enough to give every thread work. Never changes results.
 int64_t tile_width(const Geometry& g) {
