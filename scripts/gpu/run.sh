@@ -75,8 +75,10 @@ if [ "$bench" = 1 ]; then
   fi
   python3 -c "import torch" 2>/dev/null &&
     peer_args+=(--python python3 --pytorch-peer "$root/bench/peers/pytorch_eager.py")
+  devices=cpu
+  nvidia-smi -L >/dev/null 2>&1 && devices=cpu,cuda
   python3 "$root/bench/collect.py" --mantissa-bench "$stage/bin/mantissa_bench" "${peer_args[@]}" \
-    --devices cpu,cuda --commit "$(cat "$stage/commit.txt")" --markdown "$out/bench.md" \
+    --devices "$devices" --commit "$(cat "$stage/commit.txt")" --markdown "$out/bench.md" \
     "${bench_args[@]}" 2>"$out/bench.err" | tee "$out/bench.txt"
 fi
 echo "tests: $total_pass passed, $total_fail failed, $total_skip skipped"
