@@ -215,7 +215,7 @@ def flops(w):
 
 
 def bar_lines(med, devices):
-    """The CPU performance bar of the benchmark issue, checked on this run's numbers."""
+    """mantissa's CPU performance targets, checked on this run's numbers."""
     if "cpu" not in devices:
         return []
     out = ["CPU bar (this run):"]
@@ -247,7 +247,7 @@ def bar_lines(med, devices):
 
 
 def gpu_bar_lines(med, devices):
-    """The GPU targets of the benchmark issue that this table measures (the cuBLAS-throughput
+    """mantissa's GPU targets that this table measures (the cuBLAS-throughput
     target needs a raw GEMM row and is not checked here)."""
     if "cuda" not in devices:
         return []

@@ -3,7 +3,7 @@
 # without package access needs into .gpu/stage.tar.xz (ignored by git): the test binaries, the
 # examples, the `mantissa` command, the benchmark binary, libmantissa and libmantissa_runner, and
 # the non-system shared libraries they load. Binaries are stripped and the archive compressed so
-# it fits the device tool's carry limit. Then run scripts/gpu/run.sh there, carrying .gpu.
+# it stays small to copy. Then run scripts/gpu/run.sh on the GPU machine with .gpu/ alongside.
 #   scripts/gpu/prepare.sh [ARCH]     ARCH defaults to 90 (H100/H200)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)

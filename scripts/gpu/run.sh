@@ -3,7 +3,7 @@
 # scripts/gpu/prepare.sh: every test binary (CUDA tests included; optionally the CUDA ones again
 # under compute-sanitizer), then the benchmarks (mantissa on cpu and cuda, PyTorch eager and
 # CUDA-graphed with the PyTorch installed there), and prints a summary table. Logs and tables go
-# to $OUT when set (the device tool), else to ./gpu-logs.
+# to $OUT when set, else to ./gpu-logs.
 #   scripts/gpu/run.sh [--sanitize] [--no-bench] [--quick-bench]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
