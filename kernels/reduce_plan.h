@@ -7,8 +7,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 #include "engine/macros.h"
 #include "engine/tensor.h"
@@ -91,6 +93,31 @@ inline ReducePlan make_reduce_plan(const Tensor& out, const Tensor& in) {
   plan.nr = plan.red.numel();
   plan.inner_reduced = m == 0 || merged[m - 1].red;
   return plan;
+}
+
+// Which p-norm a reduction computes: the special cases have their own accumulators. The one
+// mapping from p to a kind, for the CPU and the CUDA norm kernels.
+enum class NormKind { Zero, One, Two, Inf, NegInf, General };
+
+// Calls fn(std::integral_constant<NormKind, K>{}) with the kind of `p`.
+template <typename Fn>
+void with_norm_kind(double p, Fn&& fn) {
+  using K = NormKind;
+  if (p == 2.0) {
+    fn(std::integral_constant<K, K::Two>{});
+  } else if (p == 1.0) {
+    fn(std::integral_constant<K, K::One>{});
+  } else if (p == 0.0) {
+    fn(std::integral_constant<K, K::Zero>{});
+  } else if (std::isinf(p)) {
+    if (p > 0) {
+      fn(std::integral_constant<K, K::Inf>{});
+    } else {
+      fn(std::integral_constant<K, K::NegInf>{});
+    }
+  } else {
+    fn(std::integral_constant<K, K::General>{});
+  }
 }
 
 }  // namespace mantissa

@@ -157,7 +157,6 @@ void var_cuda(const Tensor& out, const Tensor& in, int64_t correction) {
 
 // ---- norm ---------------------------------------------------------------------------------------
 // Sums of |x|^p and max/min |x| (NaN-propagating), all in opmath.
-enum class NormKind { Zero, One, Two, Inf, NegInf, General };
 
 template <typename T, NormKind K>
 struct NormOp {
@@ -200,21 +199,7 @@ void norm_impl(const Tensor& out, const Tensor& in, double p) {
 void norm_cuda(const Tensor& out, const Tensor& in, double p) {
   dispatch_dtype<kFloatingTypes>(in.dtype(), "norm", in.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (p == 2.0) {
-      norm_impl<T, NormKind::Two>(out, in, p);
-    } else if (p == 1.0) {
-      norm_impl<T, NormKind::One>(out, in, p);
-    } else if (p == 0.0) {
-      norm_impl<T, NormKind::Zero>(out, in, p);
-    } else if (std::isinf(p)) {
-      if (p > 0) {
-        norm_impl<T, NormKind::Inf>(out, in, p);
-      } else {
-        norm_impl<T, NormKind::NegInf>(out, in, p);
-      }
-    } else {
-      norm_impl<T, NormKind::General>(out, in, p);
-    }
+    with_norm_kind(p, [&](auto kind) { norm_impl<T, decltype(kind)::value>(out, in, p); });
   });
 }
 
