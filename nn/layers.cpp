@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <sstream>
+#include <typeinfo>
 
+#include "autograd/linear_act.h"
 #include "nn/init.h"
 
 namespace mantissa::nn {
@@ -82,12 +84,47 @@ void SequentialImpl::push_back(std::shared_ptr<UnaryModule> module) {
 void SequentialImpl::push_back(const std::string& name, std::shared_ptr<UnaryModule> module) {
   register_module(name, module);
   layers_.push_back(std::move(module));
+  // Exact classes only: a subclass may override forward.
+  const auto is = [&](size_t k, const std::type_info& type) {
+    const UnaryModule& m = *layers_[k];
+    return typeid(m) == type;
+  };
+  linear_relu_linear_at_.push_back(0);
+  const size_t n = layers_.size();
+  if (n >= 3 && is(n - 3, typeid(LinearImpl)) && is(n - 2, typeid(ReLUImpl)) &&
+      is(n - 1, typeid(LinearImpl))) {
+    linear_relu_linear_at_[n - 3] = 1;
+  }
 }
+
+Tensor SequentialImpl::try_linear_relu_linear(size_t i, const Tensor& x) const {
+  const auto& l1 = static_cast<const LinearImpl&>(*layers_[i]);
+  const auto& act = *layers_[i + 1];
+  const auto& l2 = static_cast<const LinearImpl&>(*layers_[i + 2]);
+  if (l1.has_forward_hooks() || act.has_forward_hooks() || l2.has_forward_hooks()) return {};
+  // Anything unusual takes the module-by-module path, which owns the error messages.
+  if (!x.defined() || !is_floating(x.dtype()) || x.dim() < 1 || x.size(-1) != l1.in_features ||
+      l1.out_features != l2.in_features) {
+    return {};
+  }
+  for (const Tensor* t : {&l1.weight, &l1.bias, &l2.weight, &l2.bias}) {
+    if (t->defined() && (t->dtype() != x.dtype() || !(t->device() == x.device()))) return {};
+  }
+  return linear_act_linear(x, l1.weight, l1.bias, LinearActivation::Relu, l2.weight, l2.bias);
+}
+
 Tensor SequentialImpl::forward(const Tensor& x) {
   Tensor y = x;
-  for (auto& layer : layers_) {
-    y = layer->forward(y);
-    layer->run_forward_hooks(y);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (linear_relu_linear_at_[i]) {
+      if (Tensor fused = try_linear_relu_linear(i, y); fused.defined()) {
+        y = std::move(fused);
+        i += 2;
+        continue;
+      }
+    }
+    y = layers_[i]->forward(y);
+    layers_[i]->run_forward_hooks(y);
   }
   return y;
 }

@@ -106,6 +106,11 @@ class FlattenImpl : public UnaryModule {
 MANTISSA_MODULE(Flatten);
 
 // Runs its children in order; children are named "0", "1", ... unless given a name.
+//
+// Three consecutive children Linear -> ReLU -> Linear (exactly those classes, no forward hooks,
+// matching dtypes and devices) run as one linear_act_linear op: one autograd node instead of
+// three, the ReLU applied inside the first layer's kernel and its derivative fused with the bias
+// gradient. The results are those of running the three modules one by one, bit for bit.
 class SequentialImpl : public UnaryModule {
  public:
   SequentialImpl() : UnaryModule("Sequential") {}
@@ -131,7 +136,12 @@ class SequentialImpl : public UnaryModule {
   std::shared_ptr<UnaryModule> operator[](size_t i) const { return layers_.at(i); }
 
  private:
+  // Runs layers i..i+2 as one fused op when they form Linear -> ReLU -> Linear and nothing
+  // observes the intermediate results; undefined otherwise.
+  Tensor try_linear_relu_linear(size_t i, const Tensor& x) const;
+
   std::vector<std::shared_ptr<UnaryModule>> layers_;
+  std::vector<char> linear_relu_linear_at_;  // per layer: starts that pattern (by class)
 };
 MANTISSA_MODULE(Sequential);
 

@@ -95,6 +95,7 @@ class Module : public std::enable_shared_from_this<Module> {
   using ForwardHook = std::function<void(Module& module, const Tensor& output)>;
   int register_forward_hook(ForwardHook hook);
   void remove_forward_hook(int handle);
+  bool has_forward_hooks() const { return !forward_hooks_.empty(); }
   void run_forward_hooks(const Tensor& output) {
     if (!forward_hooks_.empty()) [[unlikely]]
       run_forward_hooks_slow(output);

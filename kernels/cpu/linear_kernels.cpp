@@ -7,8 +7,6 @@
 // float32 operands (half types widened exactly), the result rounded to the storage type, the bias
 // added in float and rounded again, ReLU after that, and bias gradients accumulated in double row
 // by row like the sum kernel. The CPU never makes a ReLU mask: ReLU's backward reads the output.
-#include <cblas.h>
-
 #include <algorithm>
 #include <climits>
 #include <memory>
@@ -16,6 +14,7 @@
 
 #include "engine/precision.h"
 #include "kernels/cpu/convert_dense.h"
+#include "kernels/cpu/sgemm.h"
 #include "kernels/linear_composite.h"
 
 namespace mantissa::cpu {
@@ -128,8 +127,7 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
   const float* a = operand<T>(x, buf.a, lda);
   const float* b = operand<T>(w, buf.b, ldb);
   float* c = gemm_target<T>(out, buf.c);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.0f, a, lda, b, ldb,
-              0.0f, c, int(N));
+  sgemm(CblasNoTrans, CblasTrans, int(M), int(N), int(K), a, lda, b, ldb, c, int(N));
   const float* bf = nullptr;
   if (bias.defined()) {
     float* tmp = buf.row2.get(N);
@@ -180,8 +178,7 @@ void backward_weight_direct(const Tensor& grad_w, const Tensor& grad_bias, const
   const float* xf = operand<T>(x, buf.b, ldx);
   float* c = gemm_target<T>(grad_w, buf.c);
   // grad_w [N,K] = grad_out^T [N,M] @ x [M,K]
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(N), int(K), int(M), 1.0f, g, ldg, xf,
-              ldx, 0.0f, c, int(K));
+  sgemm(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K));
   if constexpr (!std::is_same_v<T, float>) narrow_to(c, grad_w.data<T>(), N * K);
   if (!grad_bias.defined()) return;
   const std::unique_ptr<double[]> sums(new double[N]());
@@ -202,8 +199,7 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
   const float* wf = operand<T>(w, buf.b, ldw);
   float* c = gemm_target<T>(grad_pre, buf.c);
   // grad_pre [M,K] = grad_out [M,N] @ w [N,K]
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), 1.0f, g, ldg, wf,
-              ldw, 0.0f, c, int(K));
+  sgemm(CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), g, ldg, wf, ldw, c, int(K));
   std::unique_ptr<double[]> sums;
   if (grad_bias.defined()) sums.reset(new double[K]());
   if (!relu_act && !sums) {

@@ -17,6 +17,7 @@
 #include "engine/kernel_tables.h"
 #include "engine/precision.h"
 #include "kernels/cpu/convert_dense.h"
+#include "kernels/cpu/sgemm.h"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -140,9 +141,8 @@ GemmOperand<Acc> prepare(const Tensor& x, Scratch<Acc>& buf, bool must_pack) {
 
 inline void gemm(const GemmOperand<float>& a, const GemmOperand<float>& b, int64_t batch, int m,
                  int n, int k, float* c) {
-  cblas_sgemm(CblasRowMajor, a.trans, b.trans, m, n, k, 1.0f, a.base + batch * a.batch_stride,
-              static_cast<int>(a.ld), b.base + batch * b.batch_stride, static_cast<int>(b.ld), 0.0f,
-              c, std::max(1, n));
+  sgemm(a.trans, b.trans, m, n, k, a.base + batch * a.batch_stride, static_cast<int>(a.ld),
+        b.base + batch * b.batch_stride, static_cast<int>(b.ld), c, std::max(1, n));
 }
 inline void gemm(const GemmOperand<double>& a, const GemmOperand<double>& b, int64_t batch, int m,
                  int n, int k, double* c) {

@@ -1,0 +1,98 @@
+#include "kernels/cpu/sgemm.h"
+
+#include <algorithm>
+#include <type_traits>
+
+namespace mantissa::cpu {
+namespace {
+
+// Up to this many multiply-adds (and this many output columns) a product is "small". Measured on
+// a Zen 4 core: the loop below beats OpenBLAS 0.3.21 up to about 32^3; past that OpenBLAS's
+// register blocking wins.
+constexpr int64_t kSmallWork = 32 * 32 * 32;
+constexpr int kSmallMaxN = 128;
+constexpr int64_t kPackedMax = 4096;  // floats of op(B), padded, on the stack
+
+using Vec8 = float __attribute__((vector_size(32)));
+using Vec16 = float __attribute__((vector_size(64)));
+constexpr int kRows = 4;  // independent accumulator chains per column block
+
+// C rows [0, M) from op(A) and Bp, op(B) packed as [K, Np] (Np a multiple of W floats, zero
+// padded, 64-byte aligned). The file is built without FMA contraction and every product is
+// rounded before its sum, so each clone (and each machine) computes the same bits: lanes are
+// independent columns, and every element sums k = 0, 1, ... K-1 in order.
+template <int W>
+__attribute__((always_inline)) inline void small_kernel_body(int M, int N, int K, const float* A,
+                                                             int64_t a_row, int64_t a_col,
+                                                             const float* Bp, int Np, float* C,
+                                                             int64_t ldc) {
+  using Vec = std::conditional_t<W == 16, Vec16, Vec8>;
+  for (int i0 = 0; i0 < M; i0 += kRows) {
+    // Rows past the end repeat the last row (valid memory); their results are dropped.
+    const float* a[kRows];
+    for (int r = 0; r < kRows; ++r) a[r] = A + std::min(i0 + r, M - 1) * a_row;
+    for (int jb = 0; jb < Np; jb += W) {
+      Vec acc0{}, acc1{}, acc2{}, acc3{};
+      for (int k = 0; k < K; ++k) {
+        const Vec b = *reinterpret_cast<const Vec*>(Bp + static_cast<int64_t>(k) * Np + jb);
+        const int64_t ak = k * a_col;
+        acc0 += a[0][ak] * b;
+        acc1 += a[1][ak] * b;
+        acc2 += a[2][ak] * b;
+        acc3 += a[3][ak] * b;
+      }
+      const int width = std::min(W, N - jb);
+      const Vec acc[kRows] = {acc0, acc1, acc2, acc3};
+      for (int r = 0; r < kRows && i0 + r < M; ++r) {
+        float* c = C + (i0 + r) * ldc + jb;
+        for (int j = 0; j < width; ++j) c[j] = acc[r][j];
+      }
+    }
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void small_kernel(
+    int W, int M, int N, int K, const float* A, int64_t a_row, int64_t a_col, const float* Bp,
+    int Np, float* C, int64_t ldc) {
+  if (W == 16) {
+    small_kernel_body<16>(M, N, K, A, a_row, a_col, Bp, Np, C, ldc);
+  } else {
+    small_kernel_body<8>(M, N, K, A, a_row, a_col, Bp, Np, C, ldc);
+  }
+}
+
+}  // namespace
+
+bool sgemm_is_small(int M, int N, int K) {
+  const int64_t padded = (static_cast<int64_t>(N) + 15) / 16 * 16;
+  return N <= kSmallMaxN && static_cast<int64_t>(M) * N * K <= kSmallWork &&
+         padded * K <= kPackedMax;
+}
+
+void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float* A, int lda,
+           const float* B, int ldb, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (!sgemm_is_small(M, N, K)) {
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+    return;
+  }
+  // op(B) as a dense, zero-padded [K, Np] block, so the inner loop reads whole vectors.
+  alignas(64) float packed[kPackedMax];
+  const int lanes = N > 8 ? 16 : 8;
+  const int Np = (N + lanes - 1) / lanes * lanes;
+  for (int k = 0; k < K; ++k) {
+    float* row = packed + static_cast<int64_t>(k) * Np;
+    if (tb == CblasTrans) {
+      for (int j = 0; j < N; ++j) row[j] = B[static_cast<int64_t>(j) * ldb + k];
+    } else {
+      const float* src = B + static_cast<int64_t>(k) * ldb;
+      for (int j = 0; j < N; ++j) row[j] = src[j];
+    }
+    std::fill(row + N, row + Np, 0.0f);
+  }
+  // op(A)(i, k) = A[i * a_row + k * a_col].
+  const int64_t a_row = ta == CblasTrans ? 1 : lda, a_col = ta == CblasTrans ? lda : 1;
+  small_kernel(lanes, M, N, K, A, a_row, a_col, packed, Np, C, ldc);
+}
+
+}  // namespace mantissa::cpu

@@ -1,0 +1,23 @@
+// Every float32 GEMM of the CPU kernels (matmul/bmm, the fused linear ops, convolution) goes
+// through sgemm(), so that the same product computed by different kernels gives the same bits.
+//
+// Small products (a ToyModel layer: 20x10x10) run an in-house loop: OpenBLAS spends about
+// 150 ns per call on argument checks, thread decisions and packing before any arithmetic, which
+// is several times the arithmetic itself at these sizes. Larger ones go to cblas_sgemm.
+#pragma once
+
+#include <cblas.h>
+
+#include <cstdint>
+
+namespace mantissa::cpu {
+
+// C[M,N] = op(A)[M,K] @ op(B)[K,N], row-major, with alpha = 1 and beta = 0 (C is overwritten).
+// op(X) is X or its transpose per `ta`/`tb`; lda/ldb/ldc are row strides as in cblas.
+void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float* A, int lda,
+           const float* B, int ldb, float* C, int ldc);
+
+// Whether sgemm() computes this shape itself rather than calling OpenBLAS (for tests).
+bool sgemm_is_small(int M, int N, int K);
+
+}  // namespace mantissa::cpu
