@@ -70,6 +70,8 @@ void Recorder::init(const char* name, const Range& inputs) {
 }
 
 Recorder& Recorder::save(const Tensor& t) {
+  // One allocation for the usual handful of saved tensors instead of a growth per save.
+  if (node_->saved.empty()) node_->saved.reserve(6);
   node_->saved.emplace_back(t);
   return *this;
 }

@@ -3,9 +3,10 @@
 // last runs first (as in PyTorch), which keeps the order deterministic.
 #include "autograd/graph.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
-#include <queue>
+#include <optional>
 
 #include "autograd/node.h"
 #include "engine/factory.h"
@@ -27,7 +28,9 @@ void add_into(Tensor& slot, const Tensor& g) {
 
 // Per-node state of one backward pass, found by node address in an open-addressing table: the
 // pass touches every node a few times, and std::unordered_map's per-entry allocations cost more
-// than the small graphs of a training step spend in their kernels.
+// than the small graphs of a training step spend in their kernels. The table and the states are
+// kept per thread and reused (reset() keeps every vector's capacity), so that a training step's
+// backward allocates nothing here.
 class NodeStates {
  public:
   struct State {
@@ -39,17 +42,28 @@ class NodeStates {
 
   // The index of `node`'s state, created if absent.
   size_t index(Node* node) {
-    if ((states_.size() + 1) * 2 > slots_.size()) grow();
+    if ((size_ + 1) * 2 > slots_.size()) grow();
     size_t i = hash(node);
     while (slots_[i] != kEmpty) {
       if (states_[slots_[i]].node == node) return slots_[i];
       i = (i + 1) & (slots_.size() - 1);
     }
-    slots_[i] = states_.size();
-    states_.emplace_back().node = node;
-    return slots_[i];
+    if (size_ == states_.size()) states_.emplace_back();
+    State& s = states_[size_];
+    s.node = node;
+    s.deps = 0;
+    s.visited = false;
+    slots_[i] = size_;
+    return size_++;
   }
   State& operator[](size_t i) { return states_[i]; }
+
+  // Forgets every node and drops the gradients still held.
+  void reset() {
+    for (size_t k = 0; k < size_; ++k) states_[k].grads.clear();
+    if (size_ != 0) std::fill(slots_.begin(), slots_.end(), kEmpty);
+    size_ = 0;
+  }
 
  private:
   static constexpr size_t kEmpty = ~size_t(0);
@@ -59,21 +73,60 @@ class NodeStates {
   }
   void grow() {
     slots_.assign(std::max<size_t>(64, slots_.size() * 2), kEmpty);
-    for (size_t k = 0; k < states_.size(); ++k) {
+    for (size_t k = 0; k < size_; ++k) {
       size_t i = hash(states_[k].node);
       while (slots_[i] != kEmpty) i = (i + 1) & (slots_.size() - 1);
       slots_[i] = k;
     }
   }
   std::vector<size_t> slots_;
-  std::vector<State> states_;
+  std::vector<State> states_;  // the first size_ are in use
+  size_t size_ = 0;
 };
 
-std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
-                                 const std::vector<Tensor>& grad_outputs, bool retain_graph,
+struct Ready {
+  uint64_t sequence_nr;
+  size_t index;
+  bool operator<(const Ready& o) const { return sequence_nr < o.sequence_nr; }
+};
+
+// Everything one backward pass needs besides the graph, reused across passes on a thread.
+struct Workspace {
+  NodeStates states;
+  std::vector<size_t> root_index, stack;
+  std::vector<Ready> ready;  // a max-heap on sequence_nr
+  bool in_use = false;
+};
+
+// The thread's workspace, or a fresh one for a backward started from inside another (a hook).
+class WorkspaceLease {
+ public:
+  WorkspaceLease() {
+    thread_local Workspace cached;
+    ws_ = cached.in_use ? &own_.emplace() : &cached;
+    ws_->in_use = true;
+  }
+  ~WorkspaceLease() {
+    ws_->states.reset();
+    ws_->root_index.clear();
+    ws_->stack.clear();
+    ws_->ready.clear();
+    ws_->in_use = false;
+  }
+  WorkspaceLease(const WorkspaceLease&) = delete;
+  WorkspaceLease& operator=(const WorkspaceLease&) = delete;
+  Workspace& operator*() { return *ws_; }
+
+ private:
+  std::optional<Workspace> own_;
+  Workspace* ws_;
+};
+
+std::vector<Tensor> run_backward(const Tensor* outputs, size_t n_outputs,
+                                 const Tensor* grad_outputs, size_t n_grads, bool retain_graph,
                                  const std::vector<Edge>* capture_edges) {
-  MT_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "backward: got ",
-           grad_outputs.size(), " gradients for ", outputs.size(), " outputs");
+  MT_CHECK(n_grads == 0 || n_grads == n_outputs, "backward: got ", n_grads, " gradients for ",
+           n_outputs, " outputs");
   NoGradGuard no_grad;
   // Backward runs each op in the dtype its forward ran in: autocast does not apply here.
   struct AutocastOff {
@@ -84,15 +137,18 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
     }
     ~AutocastOff() { autocast_state::current() = saved; }
   } autocast_off;
-  NodeStates states;
-  std::vector<std::shared_ptr<Node>> roots;
-  std::vector<size_t> root_index;
-  for (size_t i = 0; i < outputs.size(); ++i) {
+  WorkspaceLease lease;
+  Workspace& ws = *lease;
+  NodeStates& states = ws.states;
+  // Owns the root nodes for the pass: a leaf's AccumulateGrad is held only by its edge.
+  std::shared_ptr<Node> first_root;
+  std::vector<std::shared_ptr<Node>> more_roots;
+  for (size_t i = 0; i < n_outputs; ++i) {
     const Tensor& out = outputs[i];
     MT_CHECK(out.requires_grad(), "backward: element ", i,
              " of tensors does not require grad and "
              "does not have a grad_fn");
-    Tensor g = grad_outputs.empty() ? Tensor() : grad_outputs[i];
+    Tensor g = n_grads == 0 ? Tensor() : grad_outputs[i];
     if (!g.defined()) {
       MT_CHECK(out.numel() == 1,
                "backward: grad can be implicitly created only for scalar "
@@ -108,13 +164,17 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
     auto& buf = states[k].grads;
     buf.resize(e.fn->num_outputs);
     add_into(buf[e.input_nr], g);
-    roots.push_back(e.fn);
-    root_index.push_back(k);
+    if (i == 0) {
+      first_root = e.fn;
+    } else {
+      more_roots.push_back(e.fn);
+    }
+    ws.root_index.push_back(k);
   }
 
   // Dependencies: how many edges point at each node from nodes reachable from the roots.
-  std::vector<size_t> stack;
-  for (size_t k : root_index) {
+  std::vector<size_t>& stack = ws.stack;
+  for (size_t k : ws.root_index) {
     if (!states[k].visited) {
       states[k].visited = true;
       stack.push_back(k);
@@ -135,23 +195,25 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
   }
 
   std::vector<Tensor> captured(capture_edges ? capture_edges->size() : 0);
-  struct Ready {
-    uint64_t sequence_nr;
-    size_t index;
-    bool operator<(const Ready& o) const { return sequence_nr < o.sequence_nr; }
+  std::vector<Ready>& ready = ws.ready;
+  const auto push_ready = [&](uint64_t sequence_nr, size_t index) {
+    ready.push_back({sequence_nr, index});
+    std::push_heap(ready.begin(), ready.end());
   };
-  std::priority_queue<Ready> ready;
-  for (size_t k : root_index) {
+  for (size_t k : ws.root_index) {
     if (states[k].deps == 0 && states[k].visited) {
       states[k].visited = false;  // queue each root once
-      ready.push({states[k].node->sequence_nr, k});
+      push_ready(states[k].node->sequence_nr, k);
     }
   }
   while (!ready.empty()) {
-    const size_t index = ready.top().index;
-    ready.pop();
+    std::pop_heap(ready.begin(), ready.end());
+    const size_t index = ready.back().index;
+    ready.pop_back();
     Node* node = states[index].node;
-    std::vector<Tensor> grads = std::move(states[index].grads);
+    // Every reachable node has its state already, so no index() below grows the table and this
+    // reference stays valid.
+    std::vector<Tensor>& grads = states[index].grads;
     grads.resize(node->num_outputs);
     for (auto& [nr, weak] : node->retained) {
       if (auto impl = weak.lock(); impl && nr < grads.size() && grads[nr].defined()) {
@@ -173,6 +235,7 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
       if (dynamic_cast<AccumulateGrad*>(node) != nullptr) continue;
     }
     std::vector<Tensor> input_grads = node->apply(std::move(grads));
+    grads.clear();  // this node's incoming gradients are no longer needed
     if (!retain_graph) node->release_saved();
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& e = node->next_edges[i];
@@ -181,7 +244,7 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
       auto& buf = states[k].grads;
       buf.resize(e.fn->num_outputs);
       if (i < input_grads.size()) add_into(buf[e.input_nr], input_grads[i]);
-      if (--states[k].deps == 0) ready.push({e.fn->sequence_nr, k});
+      if (--states[k].deps == 0) push_ready(e.fn->sequence_nr, k);
     }
   }
   return captured;
@@ -191,7 +254,12 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
               bool retain_graph) {
-  run_backward(outputs, grad_outputs, retain_graph, nullptr);
+  run_backward(outputs.data(), outputs.size(), grad_outputs.data(), grad_outputs.size(),
+               retain_graph, nullptr);
+}
+
+void backward_from(const Tensor& output, const Tensor& grad_output, bool retain_graph) {
+  run_backward(&output, 1, &grad_output, 1, retain_graph, nullptr);
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
@@ -202,7 +270,8 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     MT_CHECK(inputs[i].requires_grad(), "grad: input ", i, " does not require grad");
     edges.push_back(gradient_edge(inputs[i]));
   }
-  std::vector<Tensor> result = run_backward(outputs, grad_outputs, retain_graph, &edges);
+  std::vector<Tensor> result = run_backward(outputs.data(), outputs.size(), grad_outputs.data(),
+                                            grad_outputs.size(), retain_graph, &edges);
   for (size_t i = 0; i < result.size(); ++i) {
     MT_CHECK(result[i].defined() || allow_unused, "grad: input ", i, " (shape ", inputs[i].shape(),
              ") was not used in the graph; pass allow_unused=true to get an undefined tensor");

@@ -142,7 +142,7 @@ std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
 }
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
-  autograd::backward({*this}, {gradient}, retain_graph);
+  autograd::backward_from(*this, gradient, retain_graph);
 }
 
 void Tensor::retain_grad() const {

@@ -169,7 +169,8 @@ Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& 
   linear_forward_kernel(x.device())(out2, h, w2, l2.bias1, LinearActivation::None, false);
   Shape out_shape = l1.out_shape;
   out_shape[out_shape.size() - 1] = l2.out;
-  Tensor out = detail::make_view(out2, out_shape, contiguous_strides(out_shape), 0);
+  Tensor out =
+      x.dim() == 2 ? out2 : detail::make_view(out2, out_shape, contiguous_strides(out_shape), 0);
   if (!record) return out;
 
   Recorder rec{"LinearActLinearBackward0", {&x, &w1, &b1, &w2, &b2}};
@@ -180,7 +181,8 @@ Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& 
        x_shape = x.shape(), b1_shape = b1.defined() ? b1.shape() : Shape{},
        b2_shape = b2.defined() ? b2.shape() : Shape{}](BackwardContext& ctx) -> Grads {
         const Tensor x2 = ctx.saved(0), w1 = ctx.saved(1), h = ctx.saved(2), w2 = ctx.saved(3);
-        const Tensor g = ctx.grad().reshape(Shape{rows, n2});
+        Tensor g = ctx.grad();
+        if (g.dim() != 2) g = g.reshape(Shape{rows, n2});
         Tensor gx, gw1, gb1, gw2, gb2;
         weight_and_bias_grads(ctx, 3, 4, g, h, b2_vec, b2_shape, gw2, gb2);
         if (ctx.needs(0) || ctx.needs(1) || ctx.needs(2)) {

@@ -117,22 +117,53 @@ void Optimizer::refresh_steps() const {
   for (const auto& [index, count] : step_counts_) state_[index].step = count.item<int64_t>();
 }
 
-void Optimizer::run_step(const Tensor& found_inf) {
-  autograd::NoGradGuard no_grad;
-  // One batch per group and device, for the multi-tensor kernels.
+// One batch per device of a group, for the multi-tensor kernels.
+struct Optimizer::StepScratch {
   struct Batch {
     Device device;
     OptimizerTensorLists lists;
     std::vector<ParamState*> states;
+    void clear() {
+      for (auto* list : {&lists.param, &lists.grad, &lists.model, &lists.step, &lists.state[0],
+                         &lists.state[1], &lists.state[2]}) {
+        list->clear();
+      }
+      states.clear();
+    }
   };
+  std::vector<Batch> batches;  // the first `used` are this group's
+  size_t used = 0;
+  // Writes of a non-contiguous parameter (target -> param) after the kernels.
+  std::vector<std::pair<Tensor, Tensor>> copy_back;
+  std::vector<Tensor> touched;  // parameters updated in place: their versions are bumped
+
+  Batch& batch_for(Device device) {
+    for (size_t i = 0; i < used; ++i)
+      if (batches[i].device == device) return batches[i];
+    if (used == batches.size()) batches.push_back(Batch{device, {}, {}});
+    Batch& b = batches[used++];
+    b.device = device;
+    b.clear();
+    return b;
+  }
+  void clear() {
+    for (size_t i = 0; i < used; ++i) batches[i].clear();
+    used = 0;
+    copy_back.clear();
+    touched.clear();
+  }
+};
+
+void Optimizer::run_step(const Tensor& found_inf) {
+  autograd::NoGradGuard no_grad;
+  if (!scratch_) scratch_ = std::make_unique<StepScratch>();
+  StepScratch& scratch = *scratch_;
   std::optional<bool> skip_on_host;  // unfused path only
   int64_t id = 0;
   for (const ParamGroup& group : groups_) {
-    std::vector<Batch> batches;
-    // Writes of a non-contiguous parameter (target -> param) after the kernels.
-    std::vector<std::pair<Tensor, Tensor>> copy_back;
-    std::vector<Tensor> touched;  // parameters updated in place: their versions are bumped
-    touched.reserve(group.params.size());
+    scratch.clear();
+    auto& copy_back = scratch.copy_back;
+    auto& touched = scratch.touched;
     for (const Tensor& param : group.params) {
       const int64_t index = id++;
       Tensor grad = param.grad();
@@ -175,25 +206,15 @@ void Optimizer::run_step(const Tensor& found_inf) {
         if (model.defined()) model.copy_(target);
         continue;
       }
-      auto b = std::find_if(batches.begin(), batches.end(),
-                            [&](const Batch& x) { return x.device == param.device(); });
-      if (b == batches.end()) {
-        b = batches.insert(batches.end(), Batch{param.device(), {}, {}});
-        // Sized once: growing seven lists parameter by parameter is most of a tiny model's step.
-        const size_t n = group.params.size();
-        for (auto* list : {&b->lists.param, &b->lists.grad, &b->lists.model, &b->lists.step,
-                           &b->lists.state[0], &b->lists.state[1], &b->lists.state[2]}) {
-          list->reserve(n);
-        }
-        b->states.reserve(n);
-      }
-      b->lists.param.push_back(target);
-      b->lists.grad.push_back(grad);
-      b->lists.model.push_back(model);
-      b->lists.step.push_back(step_count(index, param.device()));
-      b->states.push_back(&st);
+      StepScratch::Batch& b = scratch.batch_for(param.device());
+      b.lists.param.push_back(std::move(target));
+      b.lists.grad.push_back(std::move(grad));
+      b.lists.model.push_back(std::move(model));
+      b.lists.step.push_back(step_count(index, param.device()));
+      b.states.push_back(&st);
     }
-    for (Batch& b : batches) {
+    for (size_t i = 0; i < scratch.used; ++i) {
+      StepScratch::Batch& b = scratch.batches[i];
       const Tensor flag = found_inf.defined() && !(found_inf.device() == b.device)
                               ? found_inf.to(b.device)
                               : found_inf;
@@ -203,6 +224,8 @@ void Optimizer::run_step(const Tensor& found_inf) {
     for (auto& [param, target] : copy_back) Tensor(param).copy_(target);
     for (const Tensor& p : touched) p.bump_version();
   }
+  // Drops the references to gradients and state until the next step.
+  scratch.clear();
   pending_master_grads_.clear();
 }
 

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -167,6 +168,11 @@ class Optimizer {
   Tensor step_count(int64_t index, Device device);
   // Copies the device step counts into state_[*].step (host reads).
   void refresh_steps() const;
+
+  // run_step's per-device batches and lists, kept between steps so that a step of a small model
+  // allocates nothing (clearing keeps their capacity).
+  struct StepScratch;
+  std::unique_ptr<StepScratch> scratch_;
 
   // Mutable so that const readers can refresh the cached step from the device count.
   mutable std::map<int64_t, ParamState> state_;
