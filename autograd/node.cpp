@@ -20,8 +20,16 @@ Node::Node() : sequence_nr(next_sequence_nr.fetch_add(1, std::memory_order_relax
 
 SavedTensor::SavedTensor(const Tensor& t) {
   if (!t.defined()) return;
-  data_ = t.detach();
+  // Only a tensor with history needs a detached alias (it would hold its graph, possibly this
+  // node): plain data and leaves are kept as they are, which saves a tensor object per save.
+  // An output of the recording op gets its history afterwards; Recorder::finish detaches those.
+  const AutogradMeta* m = meta(t);
+  data_ = m == nullptr || m->grad_fn == nullptr ? t : t.detach();
   version_ = t.version();
+}
+
+void SavedTensor::detach_if_same(const Tensor& t) {
+  if (data_.defined() && data_.is_same(t)) data_ = data_.detach();
 }
 
 Tensor SavedTensor::unpack(const char* node_name) const {

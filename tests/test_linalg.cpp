@@ -688,44 +688,49 @@ TEST(LinearFused, KernelAuxIsThePreActivationOnTheCpu) {
 
 // The CPU's direct path (SGEMM plus one fused pass) for dense float32/float16/bfloat16 layers
 // must equal the kernel composition it replaces bit for bit: forward, weight and input gradients,
-// with and without bias and ReLU.
+// with and without bias and ReLU. The two large shapes make the bias/ReLU passes big enough to be
+// split across the worker pool (by rows forward, by columns for the bias sums).
 TEST(LinearFused, CpuDirectPathEqualsComposition) {
   mt::manual_seed(23);
-  for (mt::DType dt : {mt::kFloat32, mt::kFloat16, mt::kBFloat16}) {
-    for (Act act : {Act::None, Act::Relu}) {
-      for (bool with_bias : {false, true}) {
-        const std::string what =
-            std::string(mt::dtype_name(dt)) + " " + act_label(act) + (with_bias ? " bias" : "");
-        const int64_t M = 19, K = 33, N = 17;
-        const Tensor x = (mt::randn({M, K}) * 3.0).to(dt), w = mt::randn({N, K}).to(dt);
-        const Tensor b = with_bias ? mt::randn({N}).to(dt) : Tensor();
-        auto fresh = [&](const Shape& s) { return mt::empty(s, mt::TensorOptions().dtype(dt)); };
-        const Tensor y = fresh({M, N}), y_ref = fresh({M, N});
-        mt::linear_forward_kernel(mt::kCPU)(y, x, w, b, act, true);
-        mt::linear_composite::forward(y_ref, x, w, b, act, true);
-        EXPECT_TRUE(mt::equal(y, y_ref)) << what << " forward";
+  const int64_t shapes[][3] = {{19, 33, 17}, {512, 8, 4100}, {512, 4100, 8}};  // M, K, N
+  for (const auto& shape : shapes) {
+    for (mt::DType dt : {mt::kFloat32, mt::kFloat16, mt::kBFloat16}) {
+      for (Act act : {Act::None, Act::Relu}) {
+        for (bool with_bias : {false, true}) {
+          const int64_t M = shape[0], K = shape[1], N = shape[2];
+          const std::string what = std::string(mt::dtype_name(dt)) + " " + act_label(act) +
+                                   (with_bias ? " bias " : " ") + std::to_string(M) + "x" +
+                                   std::to_string(K) + "x" + std::to_string(N);
+          const Tensor x = (mt::randn({M, K}) * 3.0).to(dt), w = mt::randn({N, K}).to(dt);
+          const Tensor b = with_bias ? mt::randn({N}).to(dt) : Tensor();
+          auto fresh = [&](const Shape& s) { return mt::empty(s, mt::TensorOptions().dtype(dt)); };
+          const Tensor y = fresh({M, N}), y_ref = fresh({M, N});
+          mt::linear_forward_kernel(mt::kCPU)(y, x, w, b, act, true);
+          mt::linear_composite::forward(y_ref, x, w, b, act, true);
+          EXPECT_TRUE(mt::equal(y, y_ref)) << what << " forward";
 
-        const Tensor g = mt::randn({M, N}).to(dt);
-        const Tensor gw = fresh({N, K}), gw_ref = fresh({N, K});
-        const Tensor gb = with_bias ? fresh({N}) : Tensor(),
-                     gb_ref = with_bias ? fresh({N}) : Tensor();
-        mt::linear_backward_weight_kernel(mt::kCPU)(gw, gb, g, x);
-        mt::linear_composite::backward_weight(gw_ref, gb_ref, g, x);
-        EXPECT_TRUE(mt::equal(gw, gw_ref)) << what << " grad w";
-        if (with_bias) {
-          EXPECT_TRUE(mt::equal(gb, gb_ref)) << what << " grad b";
-        }
+          const Tensor g = mt::randn({M, N}).to(dt);
+          const Tensor gw = fresh({N, K}), gw_ref = fresh({N, K});
+          const Tensor gb = with_bias ? fresh({N}) : Tensor(),
+                       gb_ref = with_bias ? fresh({N}) : Tensor();
+          mt::linear_backward_weight_kernel(mt::kCPU)(gw, gb, g, x);
+          mt::linear_composite::backward_weight(gw_ref, gb_ref, g, x);
+          EXPECT_TRUE(mt::equal(gw, gw_ref)) << what << " grad w";
+          if (with_bias) {
+            EXPECT_TRUE(mt::equal(gb, gb_ref)) << what << " grad b";
+          }
 
-        // The previous layer's pre-activation gradient, its ReLU read from that layer's output h.
-        const Tensor w0 = mt::randn({N, K}).to(dt), h = mt::relu(mt::randn({M, K})).to(dt);
-        const Tensor gp = fresh({M, K}), gp_ref = fresh({M, K});
-        const Tensor gb0 = with_bias ? fresh({K}) : Tensor(),
-                     gb0_ref = with_bias ? fresh({K}) : Tensor();
-        mt::linear_backward_act_kernel(mt::kCPU)(gp, gb0, g, w0, h, Tensor(), act);
-        mt::linear_composite::backward_act(gp_ref, gb0_ref, g, w0, h, Tensor(), act);
-        EXPECT_TRUE(mt::equal(gp, gp_ref)) << what << " grad pre";
-        if (with_bias) {
-          EXPECT_TRUE(mt::equal(gb0, gb0_ref)) << what << " grad b0";
+          // The previous layer's pre-activation gradient, its ReLU read from that layer's output h.
+          const Tensor w0 = mt::randn({N, K}).to(dt), h = mt::relu(mt::randn({M, K})).to(dt);
+          const Tensor gp = fresh({M, K}), gp_ref = fresh({M, K});
+          const Tensor gb0 = with_bias ? fresh({K}) : Tensor(),
+                       gb0_ref = with_bias ? fresh({K}) : Tensor();
+          mt::linear_backward_act_kernel(mt::kCPU)(gp, gb0, g, w0, h, Tensor(), act);
+          mt::linear_composite::backward_act(gp_ref, gb0_ref, g, w0, h, Tensor(), act);
+          EXPECT_TRUE(mt::equal(gp, gp_ref)) << what << " grad pre";
+          if (with_bias) {
+            EXPECT_TRUE(mt::equal(gb0, gb0_ref)) << what << " grad b0";
+          }
         }
       }
     }

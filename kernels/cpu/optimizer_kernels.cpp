@@ -18,24 +18,21 @@
 
 #include "engine/kernel_tables.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/worker_pool.h"
 
 namespace mantissa::cpu {
 namespace {
 
 inline constexpr uint32_t kModelTypes = dtype_bit(DType::Float16) | dtype_bit(DType::BFloat16);
 
-// Calls f(i) for i in [0, n), split across threads for large tensors (elementwise, so the result
-// does not depend on the split).
+// Calls f(i) for i in [0, n), split across the worker pool for large tensors (elementwise, so the
+// result does not depend on the split). The pool's threads do not spin once done, which matters
+// here: the update sits between the backward's GEMMs and the next forward's.
 template <typename F>
 void parallel_range(int64_t n, const F& f) {
-#if defined(_OPENMP)
-  if (n >= kParallelGrain && omp_get_max_threads() > 1 && !omp_in_parallel()) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) f(i);
-    return;
-  }
-#endif
-  for (int64_t i = 0; i < n; ++i) f(i);
+  parallel_ranges(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) f(i);
+  });
 }
 
 template <typename T>

@@ -12,23 +12,24 @@ namespace {
 constexpr int64_t kSmallWork = 32 * 32 * 32;
 constexpr int kSmallMaxN = 128;
 constexpr int64_t kPackedMax = 4096;  // floats of op(B), padded, on the stack
+constexpr int64_t kOutMax = 8192;     // floats of C, padded, on the stack
 
 using Vec8 = float __attribute__((vector_size(32)));
 using Vec16 = float __attribute__((vector_size(64)));
 constexpr int kRows = 4;  // independent accumulator chains per column block
 
-// C rows [0, M) from op(A) and Bp, op(B) packed as [K, Np] (Np a multiple of W floats, zero
-// padded, 64-byte aligned). The file is built without FMA contraction and every product is
-// rounded before its sum, so each clone (and each machine) computes the same bits: lanes are
-// independent columns, and every element sums k = 0, 1, ... K-1 in order.
+// Cp rows [0, M rounded up to kRows) from op(A) and Bp, op(B) packed as [K, Np] (Np a multiple
+// of W floats, zero padded; Bp and Cp 64-byte aligned): whole vectors only, the caller copies
+// the M x N block out. The file is built without FMA contraction and every product is rounded
+// before its sum, so each clone (and each machine) computes the same bits: lanes are independent
+// columns, and every element sums k = 0, 1, ... K-1 in order.
 template <int W>
-__attribute__((always_inline)) inline void small_kernel_body(int M, int N, int K, const float* A,
+__attribute__((always_inline)) inline void small_kernel_body(int M, int K, const float* A,
                                                              int64_t a_row, int64_t a_col,
-                                                             const float* Bp, int Np, float* C,
-                                                             int64_t ldc) {
+                                                             const float* Bp, int Np, float* Cp) {
   using Vec = std::conditional_t<W == 16, Vec16, Vec8>;
   for (int i0 = 0; i0 < M; i0 += kRows) {
-    // Rows past the end repeat the last row (valid memory); their results are dropped.
+    // Rows past the end repeat the last row (valid memory); their results land in padding.
     const float* a[kRows];
     for (int r = 0; r < kRows; ++r) a[r] = A + std::min(i0 + r, M - 1) * a_row;
     for (int jb = 0; jb < Np; jb += W) {
@@ -41,23 +42,22 @@ __attribute__((always_inline)) inline void small_kernel_body(int M, int N, int K
         acc2 += a[2][ak] * b;
         acc3 += a[3][ak] * b;
       }
-      const int width = std::min(W, N - jb);
-      const Vec acc[kRows] = {acc0, acc1, acc2, acc3};
-      for (int r = 0; r < kRows && i0 + r < M; ++r) {
-        float* c = C + (i0 + r) * ldc + jb;
-        for (int j = 0; j < width; ++j) c[j] = acc[r][j];
-      }
+      float* c = Cp + static_cast<int64_t>(i0) * Np + jb;
+      *reinterpret_cast<Vec*>(c) = acc0;
+      *reinterpret_cast<Vec*>(c + Np) = acc1;
+      *reinterpret_cast<Vec*>(c + 2 * Np) = acc2;
+      *reinterpret_cast<Vec*>(c + 3 * Np) = acc3;
     }
   }
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void small_kernel(
-    int W, int M, int N, int K, const float* A, int64_t a_row, int64_t a_col, const float* Bp,
-    int Np, float* C, int64_t ldc) {
+    int W, int M, int K, const float* A, int64_t a_row, int64_t a_col, const float* Bp, int Np,
+    float* Cp) {
   if (W == 16) {
-    small_kernel_body<16>(M, N, K, A, a_row, a_col, Bp, Np, C, ldc);
+    small_kernel_body<16>(M, K, A, a_row, a_col, Bp, Np, Cp);
   } else {
-    small_kernel_body<8>(M, N, K, A, a_row, a_col, Bp, Np, C, ldc);
+    small_kernel_body<8>(M, K, A, a_row, a_col, Bp, Np, Cp);
   }
 }
 
@@ -65,8 +65,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void small_kernel(
 
 bool sgemm_is_small(int M, int N, int K) {
   const int64_t padded = (static_cast<int64_t>(N) + 15) / 16 * 16;
+  const int64_t rows = (static_cast<int64_t>(M) + kRows - 1) / kRows * kRows;
   return N <= kSmallMaxN && static_cast<int64_t>(M) * N * K <= kSmallWork &&
-         padded * K <= kPackedMax;
+         padded * K <= kPackedMax && rows * padded <= kOutMax;
 }
 
 void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float* A, int lda,
@@ -92,7 +93,13 @@ void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const fl
   }
   // op(A)(i, k) = A[i * a_row + k * a_col].
   const int64_t a_row = ta == CblasTrans ? 1 : lda, a_col = ta == CblasTrans ? lda : 1;
-  small_kernel(lanes, M, N, K, A, a_row, a_col, packed, Np, C, ldc);
+  alignas(64) float out[kOutMax];
+  small_kernel(lanes, M, K, A, a_row, a_col, packed, Np, out);
+  for (int i = 0; i < M; ++i) {
+    const float* src = out + static_cast<int64_t>(i) * Np;
+    float* dst = C + static_cast<int64_t>(i) * ldc;
+    for (int j = 0; j < N; ++j) dst[j] = src[j];
+  }
 }
 
 }  // namespace mantissa::cpu
