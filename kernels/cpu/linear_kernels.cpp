@@ -86,7 +86,11 @@ const float* operand(const Tensor& m, Scratch& buf, int& ld) {
     const int64_t rows = m.size(0), cols = m.size(1);
     float* dst = buf.get(rows * cols);
     const T* src = static_cast<const T*>(m.data_ptr());
-    for (int64_t r = 0; r < rows; ++r) convert_dense(src + r * m.stride(0), dst + r * cols, cols);
+    if (m.stride(0) == cols) {
+      convert_dense(src, dst, rows * cols);  // dense: one call, not one per (short) row
+    } else {
+      for (int64_t r = 0; r < rows; ++r) convert_dense(src + r * m.stride(0), dst + r * cols, cols);
+    }
     ld = static_cast<int>(cols);
     return dst;
   }
@@ -116,6 +120,9 @@ void store_sums(const Tensor& out, const double* sums, int64_t n) {
 // much longer than the pool's own grain (measured: splitting 256x512 passes made an MLP 512
 // step 1.9x slower; 512x4096 ones gain).
 int64_t pass_work(int64_t elements) { return elements >= (int64_t(1) << 21) ? elements : 0; }
+
+// Elements converted per call in the half-type passes (stays in L1 with its float copy).
+constexpr int64_t kChunkElements = 4096;
 
 struct Buffers {
   Scratch a, b, c, row, row2;
@@ -160,21 +167,25 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
         },
         pass_work(M * N));
   } else {
-    // Rounded after the GEMM, again after the bias; ReLU on the rounded value (keeps -0).
-    float* tmp = buf.row.get(N);
-    for (int64_t i = 0; i < M; ++i) {
-      T* row = o + i * N;
-      narrow_to(c + i * N, row, N);
+    // Rounded after the GEMM, again after the bias; ReLU on the rounded value (keeps -0). Whole
+    // chunks of rows per conversion call: a small layer's rows are a few elements long.
+    const int64_t chunk_rows = std::max<int64_t>(1, kChunkElements / N);
+    float* tmp = buf.row.get(std::min(M, chunk_rows) * N);
+    for (int64_t i0 = 0; i0 < M; i0 += chunk_rows) {
+      const int64_t rows = std::min(chunk_rows, M - i0), n = rows * N;
+      T* block = o + i0 * N;
+      narrow_to(c + i0 * N, block, n);
       if (bf == nullptr && !relu_out) continue;
-      widen(row, tmp, N);
+      widen(block, tmp, n);
       if (bf != nullptr) {
-        for (int64_t j = 0; j < N; ++j) tmp[j] += bf[j];
-        narrow_to(tmp, row, N);
-        if (relu_out) widen(row, tmp, N);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = 0; j < N; ++j) tmp[r * N + j] += bf[j];
+        narrow_to(tmp, block, n);
+        if (relu_out) widen(block, tmp, n);
       }
       if (relu_out) {
-        for (int64_t j = 0; j < N; ++j) tmp[j] = relu(tmp[j]);
-        narrow_to(tmp, row, N);
+        for (int64_t e = 0; e < n; ++e) tmp[e] = relu(tmp[e]);
+        narrow_to(tmp, block, n);
       }
     }
   }
@@ -233,29 +244,37 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
       K,
       [&](int64_t j0, int64_t j1) {
         const int64_t n = j1 - j0;
+        // Whole rows of dense matrices are converted a chunk of rows per call.
+        const bool blocks = n == K && (hp == nullptr || ldh == K);
+        const int64_t chunk_rows = blocks ? std::max<int64_t>(1, kChunkElements / K) : 1;
         Buffers& local = buffers();  // this thread's
-        float* gf = local.row.get(n);
-        float* hbuf = local.row2.get(n);
-        for (int64_t i = 0; i < M; ++i) {
-          T* row = gp + i * K + j0;
+        float* gbuf = local.row.get(std::min(M, chunk_rows) * n);
+        float* hbuf = local.row2.get(std::min(M, chunk_rows) * n);
+        for (int64_t i0 = 0; i0 < M; i0 += chunk_rows) {
+          const int64_t rows = std::min(chunk_rows, M - i0), e = rows * n;
+          T* block = gp + i0 * K + j0;
+          float* gf = nullptr;
           if constexpr (std::is_same_v<T, float>) {
-            gf = row;
+            gf = block;
           } else {
-            narrow_to(c + i * K + j0, row, n);  // the GEMM's rounding
-            widen(row, gf, n);
+            narrow_to(c + i0 * K + j0, block, e);  // the GEMM's rounding
+            widen(block, gbuf, e);
+            gf = gbuf;
           }
           if (hp != nullptr) {
-            const float* hf = hbuf;
+            const float* hf = nullptr;
             if constexpr (std::is_same_v<T, float>) {
-              hf = hp + i * ldh + j0;
+              hf = hp + i0 * ldh + j0;
             } else {
-              widen(hp + i * ldh + j0, hbuf, n);
+              widen(hp + i0 * ldh + j0, hbuf, e);
+              hf = hbuf;
             }
-            for (int64_t j = 0; j < n; ++j) gf[j] = hf[j] <= 0.0f ? 0.0f : gf[j];
-            if constexpr (!std::is_same_v<T, float>) narrow_to(gf, row, n);  // exact
+            for (int64_t t = 0; t < e; ++t) gf[t] = hf[t] <= 0.0f ? 0.0f : gf[t];
+            if constexpr (!std::is_same_v<T, float>) narrow_to(gf, block, e);  // exact
           }
           if (sp != nullptr) {
-            for (int64_t j = 0; j < n; ++j) sp[j0 + j] += static_cast<double>(gf[j]);
+            for (int64_t r = 0; r < rows; ++r)
+              for (int64_t j = 0; j < n; ++j) sp[j0 + j] += static_cast<double>(gf[r * n + j]);
           }
         }
       },
