@@ -1,5 +1,6 @@
 #include "engine/cpu_allocator.h"
 
+#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <mutex>
@@ -48,6 +49,25 @@ size_t cache_cap() {
   return kDefaultCacheCap;
 }
 
+// Blocks of the smallest classes (up to 4 KiB) freed on a thread are kept in that thread's own
+// lists first: a small model's step allocates and frees a dozen such tensors on one thread, and
+// taking the shared lists' mutex for each costs more than the rest of the allocation.
+constexpr int kThreadClasses = kSmallClasses + 4 * 2;  // sizes <= 4 KiB
+constexpr size_t kThreadListMax = 64;                  // blocks per class and thread
+
+class CachingCpuAllocator;
+
+// 0: this thread's cache not made yet, 1: alive, 2: destroyed (thread exit; tensors freed later,
+// by other thread-locals' or statics' destructors, go to the shared lists).
+thread_local int thread_cache_state = 0;
+
+struct ThreadCache {
+  std::vector<void*> lists[kThreadClasses];
+  CachingCpuAllocator* owner = nullptr;
+  ThreadCache() { thread_cache_state = 1; }
+  ~ThreadCache();
+};
+
 class CachingCpuAllocator final : public Allocator {
  public:
   CachingCpuAllocator() : cap_(cache_cap()), free_(kNumClasses) {}
@@ -58,17 +78,24 @@ class CachingCpuAllocator final : public Allocator {
     MT_CHECK(nbytes <= (size_t(1) << 48), "cpu: out of memory allocating ", nbytes, " bytes");
     const int c = class_of(nbytes);
     const size_t size = size_of_class(c);
+    count_allocation(size);
+    ThreadCache* tc = c < kThreadClasses && cap_ != 0 ? thread_cache() : nullptr;
+    if (tc != nullptr) {
+      auto& list = tc->lists[c];
+      if (!list.empty()) {
+        void* p = list.back();
+        list.pop_back();
+        cache_hit(size);
+        return p;
+      }
+    }
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      ++stats_.num_allocations;
-      stats_.allocated_bytes += static_cast<int64_t>(size);
-      stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
       auto& list = free_[c];
       if (!list.empty()) {
         void* p = list.back();
         list.pop_back();
-        ++stats_.num_cache_hits;
-        stats_.cached_bytes -= static_cast<int64_t>(size);
+        cache_hit(size);
         return p;
       }
     }
@@ -78,8 +105,7 @@ class CachingCpuAllocator final : public Allocator {
       p = std::aligned_alloc(kAlign, size);
     }
     if (p == nullptr) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stats_.allocated_bytes -= static_cast<int64_t>(size);
+      allocated_.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
       MT_THROW("cpu: out of memory allocating ", nbytes, " bytes");
     }
     return p;
@@ -89,46 +115,107 @@ class CachingCpuAllocator final : public Allocator {
     if (ptr == nullptr) return;
     const int c = class_of(nbytes);
     const size_t size = size_of_class(c);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stats_.allocated_bytes -= static_cast<int64_t>(size);
-      if (static_cast<size_t>(stats_.cached_bytes) + size <= cap_) {
-        free_[c].push_back(ptr);
-        stats_.cached_bytes += static_cast<int64_t>(size);
+    allocated_.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
+    if (!reserve_cache(size)) {
+      std::free(ptr);
+      return;
+    }
+    ThreadCache* tc = c < kThreadClasses ? thread_cache() : nullptr;
+    if (tc != nullptr) {
+      auto& list = tc->lists[c];
+      if (list.size() < kThreadListMax) {
+        list.push_back(ptr);
         return;
       }
     }
-    std::free(ptr);
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_[c].push_back(ptr);
   }
 
+  // Takes a thread's cached blocks into the shared lists (at thread exit).
+  void adopt(ThreadCache& tc) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (int c = 0; c < kThreadClasses; ++c) {
+      free_[c].insert(free_[c].end(), tc.lists[c].begin(), tc.lists[c].end());
+      tc.lists[c].clear();
+    }
+  }
+
+  // Frees the shared lists and the calling thread's own (other threads keep theirs, at most
+  // kThreadListMax small blocks per class).
   void empty_cache() {
     std::vector<void*> blocks;
+    int64_t bytes = 0;
+    if (ThreadCache* tc = thread_cache()) {
+      for (int c = 0; c < kThreadClasses; ++c) {
+        for (void* p : tc->lists[c]) blocks.push_back(p), bytes += size_of_class(c);
+        tc->lists[c].clear();
+      }
+    }
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (auto& list : free_) {
-        blocks.insert(blocks.end(), list.begin(), list.end());
-        list.clear();
+      for (int c = 0; c < kNumClasses; ++c) {
+        for (void* p : free_[c]) blocks.push_back(p), bytes += size_of_class(c);
+        free_[c].clear();
       }
-      stats_.cached_bytes = 0;
     }
+    cached_.fetch_sub(bytes, std::memory_order_relaxed);
     for (void* p : blocks) std::free(p);
   }
 
-  CpuMemoryStats stats() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
+  CpuMemoryStats stats() const {
+    CpuMemoryStats s;
+    s.allocated_bytes = allocated_.load(std::memory_order_relaxed);
+    s.cached_bytes = cached_.load(std::memory_order_relaxed);
+    s.peak_allocated_bytes = peak_.load(std::memory_order_relaxed);
+    s.num_allocations = allocations_.load(std::memory_order_relaxed);
+    s.num_cache_hits = hits_.load(std::memory_order_relaxed);
+    return s;
   }
-  void reset_peak() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.peak_allocated_bytes = stats_.allocated_bytes;
-  }
+  void reset_peak() { peak_.store(allocated_.load(std::memory_order_relaxed)); }
 
  private:
+  // Null once this thread's cache is destroyed.
+  ThreadCache* thread_cache() {
+    if (thread_cache_state == 2) [[unlikely]]
+      return nullptr;
+    thread_local ThreadCache tc;
+    tc.owner = this;
+    return &tc;
+  }
+  void count_allocation(size_t size) {
+    allocations_.fetch_add(1, std::memory_order_relaxed);
+    const int64_t now =
+        allocated_.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed) +
+        static_cast<int64_t>(size);
+    int64_t peak = peak_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
+  void cache_hit(size_t size) {
+    hits_.fetch_add(1, std::memory_order_relaxed);
+    cached_.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
+  }
+  // Counts `size` more cached bytes if that stays within the cap.
+  bool reserve_cache(size_t size) {
+    int64_t cached = cached_.load(std::memory_order_relaxed);
+    do {
+      if (static_cast<size_t>(cached) + size > cap_) return false;
+    } while (!cached_.compare_exchange_weak(cached, cached + static_cast<int64_t>(size),
+                                            std::memory_order_relaxed));
+    return true;
+  }
+
   const size_t cap_;
   std::mutex mutex_;
   std::vector<std::vector<void*>> free_;
-  CpuMemoryStats stats_;
+  std::atomic<int64_t> allocated_{0}, cached_{0}, peak_{0}, allocations_{0}, hits_{0};
 };
+
+ThreadCache::~ThreadCache() {
+  thread_cache_state = 2;
+  if (owner != nullptr) owner->adopt(*this);
+}
 
 CachingCpuAllocator& instance() {
   // Never destroyed: tensors in other static objects may be freed after this file's statics.

@@ -187,42 +187,44 @@ TEST(Mm, LargeEnoughForThreadedPacking) {
 }
 
 // The CPU's own loop for small float32 products against a double-precision reference, for every
-// transpose combination and leading dims wider than the matrices, on both sides of the size
-// where sgemm() hands over to OpenBLAS.
+// transpose combination, with dense and wider-than-the-matrix leading dims, on both sides of the
+// size where sgemm() hands over to OpenBLAS.
 TEST(Mm, SmallSgemmMatchesReferenceOnBothSidesOfTheCutover) {
   mt::manual_seed(9);
-  const int shapes[][3] = {{1, 1, 1},  {20, 10, 10}, {20, 5, 10},  {10, 10, 20}, {3, 17, 9},
-                           {33, 9, 2}, {32, 32, 32}, {32, 32, 33}, {5, 129, 4},  {40, 60, 50}};
+  const int shapes[][3] = {{1, 1, 1},    {20, 10, 10}, {20, 5, 10}, {10, 10, 20}, {3, 17, 9},
+                           {33, 9, 2},   {7, 4, 3},    {6, 9, 5},   {5, 16, 7},   {32, 32, 32},
+                           {32, 32, 33}, {5, 129, 4},  {40, 60, 50}};
   int small = 0, large = 0;
   for (const auto& s : shapes) {
     const int M = s[0], N = s[1], K = s[2];
     (mt::cpu::sgemm_is_small(M, N, K) ? small : large) += 1;
-    for (bool ta : {false, true}) {
-      for (bool tb : {false, true}) {
-        // Stored as op(X)^T when transposed, with 3 spare columns per row.
-        const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K,
-                  b_cols = tb ? K : N;
-        const Tensor a = mt::randn({a_rows, a_cols + 3}), b = mt::randn({b_rows, b_cols + 3});
-        const float* pa = a.data<float>();
-        const float* pb = b.data<float>();
-        std::vector<float> c(size_t(M) * (N + 2), -7.0f);
-        mt::cpu::sgemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, pa,
-                       a_cols + 3, pb, b_cols + 3, c.data(), N + 2);
-        for (int i = 0; i < M; ++i) {
-          for (int j = 0; j < N; ++j) {
-            double want = 0, scale = 0;
-            for (int k = 0; k < K; ++k) {
-              const double x = ta ? pa[k * (a_cols + 3) + i] : pa[i * (a_cols + 3) + k];
-              const double y = tb ? pb[j * (b_cols + 3) + k] : pb[k * (b_cols + 3) + j];
-              want += x * y;
-              scale += std::abs(x * y);
+    for (int pad : {0, 2}) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          // Stored as op(X)^T when transposed, with 3 spare columns per row.
+          const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K,
+                    b_cols = tb ? K : N;
+          const Tensor a = mt::randn({a_rows, a_cols + 3}), b = mt::randn({b_rows, b_cols + 3});
+          const float* pa = a.data<float>();
+          const float* pb = b.data<float>();
+          std::vector<float> c(size_t(M) * (N + pad) + pad, -7.0f);
+          mt::cpu::sgemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
+                         pa, a_cols + 3, pb, b_cols + 3, c.data(), N + pad);
+          for (int i = 0; i < M; ++i) {
+            for (int j = 0; j < N; ++j) {
+              double want = 0, scale = 0;
+              for (int k = 0; k < K; ++k) {
+                const double x = ta ? pa[k * (a_cols + 3) + i] : pa[i * (a_cols + 3) + k];
+                const double y = tb ? pb[j * (b_cols + 3) + k] : pb[k * (b_cols + 3) + j];
+                want += x * y;
+                scale += std::abs(x * y);
+              }
+              ASSERT_NEAR(c[size_t(i) * (N + pad) + j], want, 1e-6 * K * (scale + 1))
+                  << M << "x" << N << "x" << K << " ta=" << ta << " tb=" << tb << " pad=" << pad;
             }
-            ASSERT_NEAR(c[size_t(i) * (N + 2) + j], want, 1e-6 * K * (scale + 1))
-                << M << "x" << N << "x" << K << " ta=" << ta << " tb=" << tb;
+            // The padding columns (and whatever follows C) are not written.
+            for (int p = 0; p < pad; ++p) EXPECT_EQ(c[size_t(i) * (N + pad) + N + p], -7.0f);
           }
-          // The padding columns are not written.
-          EXPECT_EQ(c[size_t(i) * (N + 2) + N], -7.0f);
-          EXPECT_EQ(c[size_t(i) * (N + 2) + N + 1], -7.0f);
         }
       }
     }

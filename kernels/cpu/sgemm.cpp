@@ -1,6 +1,7 @@
 #include "kernels/cpu/sgemm.h"
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 namespace mantissa::cpu {
@@ -18,46 +19,55 @@ using Vec8 = float __attribute__((vector_size(32)));
 using Vec16 = float __attribute__((vector_size(64)));
 constexpr int kRows = 4;  // independent accumulator chains per column block
 
-// Cp rows [0, M rounded up to kRows) from op(A) and Bp, op(B) packed as [K, Np] (Np a multiple
-// of W floats, zero padded; Bp and Cp 64-byte aligned): whole vectors only, the caller copies
-// the M x N block out. The file is built without FMA contraction and every product is rounded
-// before its sum, so each clone (and each machine) computes the same bits: lanes are independent
-// columns, and every element sums k = 0, 1, ... K-1 in order.
+// The rows of C from op(A) and Bp, op(B) packed as [K, Np] (Np a multiple of W floats, zero
+// padded, 64-byte aligned), stored as whole vectors only:
+// - padded: into Cp, [M rounded up to kRows, Np] with row stride ldo; the caller copies out;
+// - direct (one column block, C dense with ldo == N): row i straight into C, its last W - N
+//   lanes spilling into row i + 1, which is stored after it and overwrites them; the last row,
+//   which would spill past C, goes to `last` for the caller to copy.
+// The file is built without FMA contraction and every product is rounded before its sum, so each
+// clone (and each machine) computes the same bits: lanes are independent columns, and every
+// element sums k = 0, 1, ... K-1 in order.
 template <int W>
 __attribute__((always_inline)) inline void small_kernel_body(int M, int K, const float* A,
                                                              int64_t a_row, int64_t a_col,
-                                                             const float* Bp, int Np, float* Cp) {
+                                                             const float* Bp, int Np, float* Cp,
+                                                             int64_t ldo, bool direct,
+                                                             float* last) {
   using Vec = std::conditional_t<W == 16, Vec16, Vec8>;
   for (int i0 = 0; i0 < M; i0 += kRows) {
-    // Rows past the end repeat the last row (valid memory); their results land in padding.
+    // Rows past the end repeat the last row (valid memory); their results are dropped.
     const float* a[kRows];
     for (int r = 0; r < kRows; ++r) a[r] = A + std::min(i0 + r, M - 1) * a_row;
     for (int jb = 0; jb < Np; jb += W) {
-      Vec acc0{}, acc1{}, acc2{}, acc3{};
+      Vec acc[kRows] = {};
       for (int k = 0; k < K; ++k) {
         const Vec b = *reinterpret_cast<const Vec*>(Bp + static_cast<int64_t>(k) * Np + jb);
         const int64_t ak = k * a_col;
-        acc0 += a[0][ak] * b;
-        acc1 += a[1][ak] * b;
-        acc2 += a[2][ak] * b;
-        acc3 += a[3][ak] * b;
+        acc[0] += a[0][ak] * b;
+        acc[1] += a[1][ak] * b;
+        acc[2] += a[2][ak] * b;
+        acc[3] += a[3][ak] * b;
       }
-      float* c = Cp + static_cast<int64_t>(i0) * Np + jb;
-      *reinterpret_cast<Vec*>(c) = acc0;
-      *reinterpret_cast<Vec*>(c + Np) = acc1;
-      *reinterpret_cast<Vec*>(c + 2 * Np) = acc2;
-      *reinterpret_cast<Vec*>(c + 3 * Np) = acc3;
+      for (int r = 0; r < kRows; ++r) {
+        const int i = i0 + r;
+        float* dst = !direct      ? Cp + i * ldo + jb
+                     : i < M - 1  ? Cp + i * ldo
+                     : i == M - 1 ? last
+                                  : nullptr;
+        if (dst != nullptr) std::memcpy(dst, &acc[r], sizeof(Vec));
+      }
     }
   }
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void small_kernel(
     int W, int M, int K, const float* A, int64_t a_row, int64_t a_col, const float* Bp, int Np,
-    float* Cp) {
+    float* Cp, int64_t ldo, bool direct, float* last) {
   if (W == 16) {
-    small_kernel_body<16>(M, K, A, a_row, a_col, Bp, Np, Cp);
+    small_kernel_body<16>(M, K, A, a_row, a_col, Bp, Np, Cp, ldo, direct, last);
   } else {
-    small_kernel_body<8>(M, K, A, a_row, a_col, Bp, Np, Cp);
+    small_kernel_body<8>(M, K, A, a_row, a_col, Bp, Np, Cp, ldo, direct, last);
   }
 }
 
@@ -93,8 +103,16 @@ void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const fl
   }
   // op(A)(i, k) = A[i * a_row + k * a_col].
   const int64_t a_row = ta == CblasTrans ? 1 : lda, a_col = ta == CblasTrans ? lda : 1;
+  // Direct stores need the spill (lanes - N) to stay inside the next row.
+  if (Np == lanes && ldc == N && 2 * N > lanes) {
+    alignas(64) float last[16];
+    small_kernel(lanes, M, K, A, a_row, a_col, packed, Np, C, ldc, true, last);
+    float* dst = C + static_cast<int64_t>(M - 1) * ldc;
+    for (int j = 0; j < N; ++j) dst[j] = last[j];
+    return;
+  }
   alignas(64) float out[kOutMax];
-  small_kernel(lanes, M, K, A, a_row, a_col, packed, Np, out);
+  small_kernel(lanes, M, K, A, a_row, a_col, packed, Np, out, Np, false, nullptr);
   for (int i = 0; i < M; ++i) {
     const float* src = out + static_cast<int64_t>(i) * Np;
     float* dst = C + static_cast<int64_t>(i) * ldc;

@@ -52,10 +52,17 @@ void Adam::validate(const ParamGroup& g) const {
 namespace {
 
 AdamStepParams adam_params(const ParamGroup& g, int64_t step) {
-  return AdamStepParams{
-      g.get("lr"),           g.get("beta1"),         g.get("beta2"),
-      g.get("eps"),          g.get("weight_decay"),  g.get("decoupled_weight_decay") != 0,
-      g.get("amsgrad") != 0, g.get("maximize") != 0, step};
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, wd = 0, decoupled = 0, amsgrad = 0, maximize = 0;
+  g.get_many({{"lr", &lr},
+              {"beta1", &beta1},
+              {"beta2", &beta2},
+              {"eps", &eps},
+              {"weight_decay", &wd},
+              {"decoupled_weight_decay", &decoupled},
+              {"amsgrad", &amsgrad},
+              {"maximize", &maximize}});
+  return AdamStepParams{lr,           beta1,         beta2, eps, wd, decoupled != 0,
+                        amsgrad != 0, maximize != 0, step};
 }
 
 }  // namespace

@@ -35,6 +35,21 @@ double ParamGroup::get(const std::string& key) const {
   return it->second;
 }
 
+void ParamGroup::get_many(std::initializer_list<OptionRef> wanted) const {
+  size_t found = 0;
+  for (const auto& [key, value] : options) {
+    for (const OptionRef& w : wanted) {
+      if (w.key == key) {
+        *w.value = value;
+        ++found;
+        break;
+      }
+    }
+  }
+  if (found == wanted.size()) return;
+  for (const OptionRef& w : wanted) (void)get(std::string(w.key));  // throws for the missing key
+}
+
 Optimizer::Optimizer(std::map<std::string, double> defaults) : defaults_(std::move(defaults)) {}
 Optimizer::~Optimizer() = default;
 

@@ -17,10 +17,12 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/tensor.h"
@@ -40,6 +42,13 @@ struct ParamGroup {
   double& operator[](const std::string& key) { return options[key]; }
   // Throws if the group has no option `key`.
   double get(const std::string& key) const;
+  // Reads several options in one pass over the group (the optimizers' per-step read: a lookup
+  // per key costs several string comparisons each); throws like get() if one is missing.
+  struct OptionRef {
+    std::string_view key;
+    double* value;
+  };
+  void get_many(std::initializer_list<OptionRef> wanted) const;
   bool has(const std::string& key) const { return options.count(key) != 0; }
 };
 

@@ -41,8 +41,19 @@ void SGD::validate(const ParamGroup& g) const {
 namespace {
 
 SgdStepParams sgd_params(const ParamGroup& g) {
-  return SgdStepParams{g.get("lr"),           g.get("momentum"),      g.get("dampening"),
-                       g.get("weight_decay"), g.get("nesterov") != 0, g.get("maximize") != 0,
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0, nesterov = 0, maximize = 0;
+  g.get_many({{"lr", &lr},
+              {"momentum", &momentum},
+              {"dampening", &dampening},
+              {"weight_decay", &weight_decay},
+              {"nesterov", &nesterov},
+              {"maximize", &maximize}});
+  return SgdStepParams{lr,
+                       momentum,
+                       dampening,
+                       weight_decay,
+                       nesterov != 0,
+                       maximize != 0,
                        /*first_step=*/false};
 }
 
