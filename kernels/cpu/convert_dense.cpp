@@ -51,7 +51,12 @@ void convert_dense(const Half* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = float(src[i]);
 }
 
-void convert_dense(const float* src, BFloat16* dst, int64_t n) {
+// The bfloat16 loops are integer bit operations, so wider vectors give the same bits; the clones
+// let them use AVX2/AVX-512 where the CPU has them (a mixed-precision step converts every operand
+// and result).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void convert_dense(const float* src,
+                                                                                BFloat16* dst,
+                                                                                int64_t n) {
   // Same rounding as BFloat16(float), written without branches so the loop vectorises.
   for (int64_t i = 0; i < n; ++i) {
     uint32_t u;
@@ -63,7 +68,9 @@ void convert_dense(const float* src, BFloat16* dst, int64_t n) {
   }
 }
 
-void convert_dense(const BFloat16* src, float* dst, int64_t n) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) void convert_dense(const BFloat16* src,
+                                                                                float* dst,
+                                                                                int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t u = static_cast<uint32_t>(src[i].x) << 16;
     std::memcpy(dst + i, &u, sizeof(u));
