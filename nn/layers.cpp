@@ -103,8 +103,10 @@ Tensor SequentialImpl::try_linear_relu_linear(size_t i, const Tensor& x) const {
   const auto& l2 = static_cast<const LinearImpl&>(*layers_[i + 2]);
   if (l1.has_forward_hooks() || act.has_forward_hooks() || l2.has_forward_hooks()) return {};
   // Anything unusual takes the module-by-module path, which owns the error messages.
-  if (!x.defined() || !is_floating(x.dtype()) || x.dim() < 1 || x.size(-1) != l1.in_features ||
-      l1.out_features != l2.in_features) {
+  // CPU only: there the fused op computes exactly what the modules do. On CUDA it rides in
+  // cuBLASLt epilogues, which add the bias before rounding a half-precision result.
+  if (!x.defined() || !x.device().is_cpu() || !is_floating(x.dtype()) || x.dim() < 1 ||
+      x.size(-1) != l1.in_features || l1.out_features != l2.in_features) {
     return {};
   }
   for (const Tensor* t : {&l1.weight, &l1.bias, &l2.weight, &l2.bias}) {

@@ -107,8 +107,8 @@ MANTISSA_MODULE(Flatten);
 
 // Runs its children in order; children are named "0", "1", ... unless given a name.
 //
-// Three consecutive children Linear -> ReLU -> Linear (exactly those classes, no forward hooks,
-// matching dtypes and devices) run as one linear_act_linear op: one autograd node instead of
+// On the CPU, three consecutive children Linear -> ReLU -> Linear (exactly those classes, no
+// forward hooks, matching dtypes) run as one linear_act_linear op: one autograd node instead of
 // three, the ReLU applied inside the first layer's kernel and its derivative fused with the bias
 // gradient. The results are those of running the three modules one by one, bit for bit.
 class SequentialImpl : public UnaryModule {
