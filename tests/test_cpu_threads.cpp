@@ -1,6 +1,7 @@
 // The CPU worker pool (kernels/cpu/worker_pool.h) and the loops split across it: every task runs
 // exactly once, nested and concurrent calls work, and split loops give the serial result.
 #include <atomic>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -33,6 +34,21 @@ TEST(WorkerPool, NestedAndConcurrentCallsComplete) {
   other.join();
   EXPECT_EQ(sum_a.load(), 200 * 28);
   EXPECT_EQ(sum_b.load(), 200 * 28);
+}
+
+TEST(WorkerPool, ATaskExceptionReachesTheCaller) {
+  std::atomic<int> ran{0};
+  EXPECT_THROW(mt::cpu::parallel_in_pool(6,
+                                         [&](int64_t t) {
+                                           ++ran;
+                                           if (t == 3) throw std::runtime_error("task 3");
+                                         }),
+               std::runtime_error);
+  EXPECT_EQ(ran.load(), 6);
+  // The pool is usable afterwards.
+  std::atomic<int> again{0};
+  mt::cpu::parallel_in_pool(6, [&](int64_t) { ++again; });
+  EXPECT_EQ(again.load(), 6);
 }
 
 TEST(WorkerPool, ParallelRangesCoverEachIndexOnce) {

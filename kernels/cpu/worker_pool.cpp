@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #if defined(_OPENMP)
@@ -44,16 +46,24 @@ class WorkerPool {
       finished_.wait(lock, [&] { return done_ == tasks_ && active_ == 0; });
       fn_ = nullptr;
     }
+    std::exception_ptr error = std::exchange(error_, nullptr);
     busy_.store(false, std::memory_order_release);
+    if (error) std::rethrow_exception(error);  // a task's exception reaches the caller
     return true;
   }
 
  private:
   // Takes tasks until none are left; returns how many this thread ran.
+  // An exception is kept (the first one) for run() to rethrow; it must not escape a worker.
   int64_t drain() {
     int64_t ran = 0;
     for (int64_t t = next_.fetch_add(1); t < tasks_; t = next_.fetch_add(1)) {
-      fn_(ctx_, t);
+      try {
+        fn_(ctx_, t);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
       ++ran;
     }
     return ran;
@@ -83,8 +93,9 @@ class WorkerPool {
   void* ctx_ = nullptr;
   int64_t tasks_ = 0;  // written under mutex_ before the workers are woken
   std::atomic<int64_t> next_{0};
-  int64_t done_ = 0;  // tasks finished in this job
-  int active_ = 0;    // workers inside drain()
+  std::exception_ptr error_;  // the first task exception of the current job
+  int64_t done_ = 0;          // tasks finished in this job
+  int active_ = 0;            // workers inside drain()
   uint64_t generation_ = 0;
 };
 
@@ -107,9 +118,18 @@ int pool_threads() {
 
 void run_in_pool(int64_t tasks, void (*fn)(void* ctx, int64_t task), void* ctx) {
   if (tasks <= 0) return;
-  if (tasks == 1 || pool_threads() <= 1 || !pool().run(tasks, fn, ctx)) {
-    for (int64_t t = 0; t < tasks; ++t) fn(ctx, t);
+  if (tasks == 1) return fn(ctx, 0);
+  if (pool_threads() > 1 && pool().run(tasks, fn, ctx)) return;
+  // On this thread, with the pool's contract: every task runs, the first exception is rethrown.
+  std::exception_ptr error;
+  for (int64_t t = 0; t < tasks; ++t) {
+    try {
+      fn(ctx, t);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
   }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace mantissa::cpu

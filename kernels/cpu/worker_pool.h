@@ -23,7 +23,8 @@ int pool_threads();
 
 // Calls fn(ctx, task) for every task in [0, tasks), on the calling thread and the pool's workers.
 // Runs everything on the calling thread when there is one thread, one task, or the pool is
-// already busy (a nested or concurrent call). Tasks must be independent.
+// already busy (a nested or concurrent call). Tasks must be independent. If tasks throw, the
+// remaining ones still run and the first exception is rethrown to the caller.
 void run_in_pool(int64_t tasks, void (*fn)(void* ctx, int64_t task), void* ctx);
 
 // run_in_pool for a callable: fn(task).
