@@ -4,7 +4,10 @@
 // malloc costs twice: aligned allocations bypass glibc's fast per-thread caches (memalign
 // splits and coalesces chunks on every call), and large blocks go back to the kernel and fault
 // in again page by page. So freed blocks are kept in per-size-class free lists, as PyTorch's
-// CUDA caching allocator does for device memory, up to a cap on cached bytes.
+// CUDA caching allocator does for device memory, up to a cap on cached bytes
+// (MANTISSA_CPU_CACHE_MB, default 1 GiB). Blocks up to 4 KiB freed on a thread are first kept in
+// that thread's own lists (at most 64 per size class), so a small model's step takes no lock;
+// cpu_empty_cache() frees the shared lists and the calling thread's.
 #pragma once
 
 #include <cstddef>
@@ -28,7 +31,8 @@ Allocator* caching_cpu_allocator();
 
 CpuMemoryStats cpu_memory_stats();
 void reset_cpu_peak_memory_stats();
-// Returns every cached block to the system. Live tensors are unaffected.
+// Returns the cached blocks to the system: the shared lists and the calling thread's own (other
+// threads keep theirs until they exit). Live tensors are unaffected.
 void cpu_empty_cache();
 
 }  // namespace mantissa
