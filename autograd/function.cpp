@@ -79,7 +79,6 @@ Recorder& Recorder::save(const Tensor& t) {
 namespace {
 void attach(const std::shared_ptr<FunctionNode>& node, const Tensor& out, uint32_t i) {
   node->outputs.push_back({out.shape(), out.dtype(), out.device()});
-  for (SavedTensor& s : node->saved) s.detach_if_same(out);  // no node -> output -> node cycle
   if (!is_floating(out.dtype())) return;  // integer outputs (indices) carry no gradient
   AutogradMeta& m = ensure_meta(out);
   m.requires_grad = true;

@@ -20,16 +20,13 @@ Node::Node() : sequence_nr(next_sequence_nr.fetch_add(1, std::memory_order_relax
 
 SavedTensor::SavedTensor(const Tensor& t) {
   if (!t.defined()) return;
-  // Only a tensor with history needs a detached alias (it would hold its graph, possibly this
-  // node): plain data and leaves are kept as they are, which saves a tensor object per save.
-  // An output of the recording op gets its history afterwards; Recorder::finish detaches those.
+  // A leaf that requires grad (a parameter) is kept as it is, which saves a tensor object per
+  // save: it has no history and cannot get any (in-place ops on it are refused). Anything else
+  // gets a detached alias, so that history it has or gets later (an in-place op) is not
+  // reachable from this node: no node -> tensor -> grad_fn -> ... -> node cycle.
   const AutogradMeta* m = meta(t);
-  data_ = m == nullptr || m->grad_fn == nullptr ? t : t.detach();
+  data_ = m != nullptr && m->requires_grad && m->grad_fn == nullptr ? t : t.detach();
   version_ = t.version();
-}
-
-void SavedTensor::detach_if_same(const Tensor& t) {
-  if (data_.defined() && data_.is_same(t)) data_ = data_.detach();
 }
 
 Tensor SavedTensor::unpack(const char* node_name) const {

@@ -46,9 +46,6 @@ class SavedTensor {
     released_ = true;
   }
   bool defined() const { return data_.defined() || released_; }
-  // Replaces the saved tensor by a detached alias when it is `t` (an output of the node that
-  // saved it, which is about to get that node as its grad_fn).
-  void detach_if_same(const Tensor& t);
 
  private:
   Tensor data_;

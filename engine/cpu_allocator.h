@@ -7,7 +7,9 @@
 // CUDA caching allocator does for device memory, up to a cap on cached bytes
 // (MANTISSA_CPU_CACHE_MB, default 1 GiB). Blocks up to 4 KiB freed on a thread are first kept in
 // that thread's own lists (at most 64 per size class), so a small model's step takes no lock;
-// cpu_empty_cache() frees the shared lists and the calling thread's.
+// cpu_empty_cache() frees the shared lists and the calling thread's. The statistics are
+// counters updated without a lock: exact when the allocator is quiet, approximate (e.g. a peak
+// momentarily below the allocated bytes) while other threads allocate.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,8 @@
 // The CPU worker pool (kernels/cpu/worker_pool.h) and the loops split across it: every task runs
 // exactly once, nested and concurrent calls work, and split loops give the serial result.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <stdexcept>
 #include <thread>
@@ -49,6 +52,25 @@ TEST(WorkerPool, ATaskExceptionReachesTheCaller) {
   std::atomic<int> again{0};
   mt::cpu::parallel_in_pool(6, [&](int64_t) { ++again; });
   EXPECT_EQ(again.load(), 6);
+}
+
+// After fork() the pool's workers do not exist in the child (and one may have held its mutex):
+// the child must still finish its split loops, on its own thread.
+TEST(WorkerPool, UsableInAForkedChild) {
+  std::atomic<int64_t> parent{0};
+  mt::cpu::parallel_in_pool(8, [&](int64_t t) { parent += t; });  // the pool exists now
+  ASSERT_EQ(parent.load(), 28);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(20);  // a deadlock ends the child instead of hanging the test
+    std::atomic<int64_t> child{0};
+    mt::cpu::parallel_in_pool(8, [&](int64_t t) { child += t; });
+    _exit(child.load() == 28 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
 }
 
 TEST(WorkerPool, ParallelRangesCoverEachIndexOnce) {

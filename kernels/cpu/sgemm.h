@@ -1,5 +1,6 @@
-// Every float32 GEMM of the CPU kernels (matmul/bmm, the fused linear ops, convolution) goes
-// through sgemm(), so that the same product computed by different kernels gives the same bits.
+// The float32 GEMM of the CPU matmul/bmm and fused linear kernels: both go through sgemm(), so
+// that a linear layer and its bmm/add composition give the same bits. (Convolution calls
+// OpenBLAS itself: some of its GEMMs accumulate into C, with beta = 1.)
 //
 // Small products (a ToyModel layer: 20x10x10) run an in-house loop: OpenBLAS spends about
 // 150 ns per call on argument checks, thread decisions and packing before any arithmetic, which

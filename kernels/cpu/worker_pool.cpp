@@ -1,13 +1,15 @@
 #include "kernels/cpu/worker_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
-#include <vector>
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -19,8 +21,13 @@ namespace {
 class WorkerPool {
  public:
   explicit WorkerPool(int threads) {
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
-    for (auto& w : workers_) w.detach();  // the pool lives until exit; see pool()
+    for (int i = 1; i < threads; ++i) {
+      try {
+        std::thread([this] { work(); }).detach();  // the pool lives until exit; see pool()
+      } catch (const std::system_error&) {
+        break;  // no more threads (a process limit): fewer workers, the caller does the rest
+      }
+    }
   }
 
   // False when another job is running (the caller then runs its tasks itself).
@@ -85,7 +92,6 @@ class WorkerPool {
     }
   }
 
-  std::vector<std::thread> workers_;
   std::atomic<bool> busy_{false};
   std::mutex mutex_;
   std::condition_variable wake_, finished_;
@@ -99,9 +105,16 @@ class WorkerPool {
   uint64_t generation_ = 0;
 };
 
+// Set in a child process after fork(): the pool's workers do not exist there and its mutex may
+// have been held by one of them, so the child runs every split loop on its own thread.
+std::atomic<bool> forked_child{false};
+
 WorkerPool& pool() {
   // Never destroyed: its workers block forever and are reclaimed at process exit.
-  static auto* p = new WorkerPool(pool_threads());
+  static auto* p = [] {
+    pthread_atfork(nullptr, nullptr, [] { forked_child.store(true, std::memory_order_relaxed); });
+    return new WorkerPool(pool_threads());
+  }();
   return *p;
 }
 
@@ -119,7 +132,10 @@ int pool_threads() {
 void run_in_pool(int64_t tasks, void (*fn)(void* ctx, int64_t task), void* ctx) {
   if (tasks <= 0) return;
   if (tasks == 1) return fn(ctx, 0);
-  if (pool_threads() > 1 && pool().run(tasks, fn, ctx)) return;
+  if (pool_threads() > 1 && !forked_child.load(std::memory_order_relaxed) &&
+      pool().run(tasks, fn, ctx)) {
+    return;
+  }
   // On this thread, with the pool's contract: every task runs, the first exception is rethrown.
   std::exception_ptr error;
   for (int64_t t = 0; t < tasks; ++t) {

@@ -173,6 +173,11 @@ void Optimizer::run_step(const Tensor& found_inf) {
   autograd::NoGradGuard no_grad;
   if (!scratch_) scratch_ = std::make_unique<StepScratch>();
   StepScratch& scratch = *scratch_;
+  // Drops the references to gradients and state when the step ends, also by an exception.
+  struct ClearOnExit {
+    StepScratch& s;
+    ~ClearOnExit() { s.clear(); }
+  } clear_on_exit{scratch};
   std::optional<bool> skip_on_host;  // unfused path only
   int64_t id = 0;
   for (const ParamGroup& group : groups_) {
@@ -239,8 +244,6 @@ void Optimizer::run_step(const Tensor& found_inf) {
     for (auto& [param, target] : copy_back) Tensor(param).copy_(target);
     for (const Tensor& p : touched) p.bump_version();
   }
-  // Drops the references to gradients and state until the next step.
-  scratch.clear();
   pending_master_grads_.clear();
 }
 
