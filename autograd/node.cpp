@@ -9,7 +9,7 @@
 namespace mantissa {
 namespace autograd {
 namespace {
-thread_local bool grad_mode_enabled MT_POOL_TLS = true;  // checked by every op
+thread_local bool grad_mode_enabled = true;  // checked by every op
 std::atomic<uint64_t> next_sequence_nr{0};
 }  // namespace
 

@@ -95,16 +95,24 @@ void bench_linear_fb(benchmark::State& state, const Workload& w, mt::Device devi
   finish(state, w, device);
 }
 
-void bench_train(benchmark::State& state, const Workload& w, mt::Device device,
-                 std::optional<mt::amp::Precision> precision) {
+// The workload's model after seeding the generator, so every run starts from the same weights
+// and data (the members below draw x and target right after it).
+std::shared_ptr<mt::nn::SequentialImpl> seeded_mlp(const Workload& w, mt::Device device) {
   mt::manual_seed(0);
-  auto model = make_mlp(w, device);
-  auto x = mt::randn({w.batch, w.layers.front()}, device);
-  auto target = mt::randn({w.batch, w.layers.back()}, device);
-  mt::nn::MSELoss loss_fn;
-  mt::optim::SGD optimizer(model->parameters(), w.lr, {.momentum = w.momentum});
-  int64_t done = 0;
-  for (auto _ : state) {
+  return make_mlp(w, device);
+}
+
+// One training workload's model, data, loss and optimizer (initialised in this order);
+// step() is the timed training step.
+struct TrainingRun {
+  TrainingRun(const Workload& w, mt::Device dev)
+      : device(dev),
+        model(seeded_mlp(w, dev)),
+        x(mt::randn({w.batch, w.layers.front()}, dev)),
+        target(mt::randn({w.batch, w.layers.back()}, dev)),
+        optimizer(model->parameters(), w.lr, {.momentum = w.momentum}) {}
+
+  void step(std::optional<mt::amp::Precision> precision) {
     optimizer.zero_grad();
     mt::Tensor loss;
     {
@@ -113,6 +121,21 @@ void bench_train(benchmark::State& state, const Workload& w, mt::Device device,
     }
     loss.backward();
     optimizer.step();
+  }
+
+  mt::Device device;
+  std::shared_ptr<mt::nn::SequentialImpl> model;
+  mt::Tensor x, target;
+  mt::nn::MSELoss loss_fn;
+  mt::optim::SGD optimizer;
+};
+
+void bench_train(benchmark::State& state, const Workload& w, mt::Device device,
+                 std::optional<mt::amp::Precision> precision) {
+  TrainingRun run(w, device);
+  int64_t done = 0;
+  for (auto _ : state) {
+    run.step(precision);
     sync_after_last(state, done, device);
   }
   finish(state, w, device);
@@ -124,22 +147,8 @@ void bench_train(benchmark::State& state, const Workload& w, mt::Device device,
 void bench_train_graphed(benchmark::State& state, const Workload& w,
                          std::optional<mt::amp::Precision> precision) {
   const mt::Device device = mt::Device::cuda(0);
-  mt::manual_seed(0);
-  auto model = make_mlp(w, device);
-  auto x = mt::randn({w.batch, w.layers.front()}, device);
-  auto target = mt::randn({w.batch, w.layers.back()}, device);
-  mt::nn::MSELoss loss_fn;
-  mt::optim::SGD optimizer(model->parameters(), w.lr, {.momentum = w.momentum});
-  mt::cuda::GraphedStep step([&] {
-    optimizer.zero_grad();
-    mt::Tensor loss;
-    {
-      mt::amp::autocast scope(device, precision, precision.has_value());
-      loss = loss_fn(model->forward(x), target);
-    }
-    loss.backward();
-    optimizer.step();
-  });
+  TrainingRun run(w, device);
+  mt::cuda::GraphedStep step([&] { run.step(precision); });
   int64_t done = 0;
   for (auto _ : state) {
     step();
@@ -186,9 +195,10 @@ void register_all() {
     if (w.train && mt::cuda::is_available()) {
       for (const auto& m : modes) {
         const std::string name = std::string(w.name) + "/cuda_graph/" + m.name;
-        benchmark::RegisterBenchmark(name.c_str(), [&w, m](benchmark::State& s) {
-          bench_train_graphed(s, w, m.precision);
-        })->Unit(benchmark::kMicrosecond)->UseRealTime();
+        benchmark::RegisterBenchmark(
+            name.c_str(), [&w, m](benchmark::State& s) { bench_train_graphed(s, w, m.precision); })
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
       }
     }
 #endif

@@ -5,7 +5,6 @@
 #include "engine/error.h"
 #include "engine/logging.h"
 #include "engine/op_id.h"
-#include "engine/small_pool.h"
 
 namespace mantissa {
 namespace {
@@ -32,8 +31,8 @@ MatmulPrecision get_float32_matmul_precision() { return global_precision.load();
 
 namespace autocast_state {
 ThreadState& current() {
-  // Read by every op (autocast check); see small_pool.h on the TLS model.
-  thread_local ThreadState state MT_POOL_TLS;
+  // Read by every op (autocast check); the library's TLS model is set in CMakeLists.txt.
+  thread_local ThreadState state;
   return state;
 }
 }  // namespace autocast_state

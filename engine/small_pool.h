@@ -15,14 +15,6 @@
 #include <new>
 #include <utility>
 
-// libmantissa is linked, not dlopen()ed, so its few bytes of thread-locals can live in the static
-// TLS block: an access is one %fs-relative load instead of a __tls_get_addr call.
-#if defined(__GNUC__)
-#define MT_POOL_TLS __attribute__((tls_model("initial-exec")))
-#else
-#define MT_POOL_TLS
-#endif
-
 namespace mantissa::detail {
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -79,12 +71,12 @@ class FixedPool {
     }
   };
   static List& list() {
-    thread_local List l MT_POOL_TLS;
+    thread_local List l;
     return l;
   }
   // Trivially destructible, so it stays readable after the list's destructor has run.
   static bool& exited() {
-    thread_local bool e MT_POOL_TLS = false;
+    thread_local bool e = false;
     return e;
   }
 };

@@ -84,20 +84,18 @@ void SequentialImpl::push_back(std::shared_ptr<UnaryModule> module) {
 void SequentialImpl::push_back(const std::string& name, std::shared_ptr<UnaryModule> module) {
   register_module(name, module);
   layers_.push_back(std::move(module));
+}
+
+Tensor SequentialImpl::try_linear_relu_linear(size_t i, const Tensor& x) const {
   // Exact classes only: a subclass may override forward.
   const auto is = [&](size_t k, const std::type_info& type) {
     const UnaryModule& m = *layers_[k];
     return typeid(m) == type;
   };
-  linear_relu_linear_at_.push_back(0);
-  const size_t n = layers_.size();
-  if (n >= 3 && is(n - 3, typeid(LinearImpl)) && is(n - 2, typeid(ReLUImpl)) &&
-      is(n - 1, typeid(LinearImpl))) {
-    linear_relu_linear_at_[n - 3] = 1;
+  if (i + 2 >= layers_.size() || !is(i, typeid(LinearImpl)) || !is(i + 1, typeid(ReLUImpl)) ||
+      !is(i + 2, typeid(LinearImpl))) {
+    return {};
   }
-}
-
-Tensor SequentialImpl::try_linear_relu_linear(size_t i, const Tensor& x) const {
   const auto& l1 = static_cast<const LinearImpl&>(*layers_[i]);
   const auto& act = *layers_[i + 1];
   const auto& l2 = static_cast<const LinearImpl&>(*layers_[i + 2]);
@@ -118,12 +116,10 @@ Tensor SequentialImpl::try_linear_relu_linear(size_t i, const Tensor& x) const {
 Tensor SequentialImpl::forward(const Tensor& x) {
   Tensor y = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    if (linear_relu_linear_at_[i]) {
-      if (Tensor fused = try_linear_relu_linear(i, y); fused.defined()) {
-        y = std::move(fused);
-        i += 2;
-        continue;
-      }
+    if (Tensor fused = try_linear_relu_linear(i, y); fused.defined()) {
+      y = std::move(fused);
+      i += 2;
+      continue;
     }
     y = layers_[i]->forward(y);
     layers_[i]->run_forward_hooks(y);

@@ -141,7 +141,6 @@ class SequentialImpl : public UnaryModule {
   Tensor try_linear_relu_linear(size_t i, const Tensor& x) const;
 
   std::vector<std::shared_ptr<UnaryModule>> layers_;
-  std::vector<char> linear_relu_linear_at_;  // per layer: starts that pattern (by class)
 };
 MANTISSA_MODULE(Sequential);
 

@@ -115,11 +115,11 @@ void store_sums(const Tensor& out, const double* sums, int64_t n) {
   for (int64_t j = 0; j < n; ++j) dst[j] = T(sums[j]);
 }
 
-// The work a bias/activation pass reports to parallel_ranges: it runs right after a GEMM, while
-// OpenBLAS's workers still spin for their next job, so a second thread only pays off on passes
-// much longer than the pool's own grain (measured: splitting 256x512 passes made an MLP 512
-// step 1.9x slower; 512x4096 ones gain).
-int64_t pass_work(int64_t elements) { return elements >= (int64_t(1) << 21) ? elements : 0; }
+// Elements from which a bias/activation pass is split across the worker pool. It runs right
+// after a GEMM, while OpenBLAS's workers still spin for their next job, so a second thread only
+// pays off on passes much longer than the pool's own grain (measured: splitting 256x512 passes
+// made an MLP 512 step 1.9x slower; 512x4096 ones gain).
+constexpr int64_t kPassGrain = int64_t(1) << 21;
 
 // Elements converted per call in the half-type passes (stays in L1 with its float copy).
 constexpr int64_t kChunkElements = 4096;
@@ -165,7 +165,7 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
             }
           }
         },
-        pass_work(M * N));
+        M * N, kPassGrain);
   } else {
     // Rounded after the GEMM, again after the bias; ReLU on the rounded value (keeps -0). Whole
     // chunks of rows per conversion call: a small layer's rows are a few elements long.
@@ -214,7 +214,7 @@ void backward_weight_direct(const Tensor& grad_w, const Tensor& grad_bias, const
           for (int64_t j = j0; j < j1; ++j) sums[j] += static_cast<double>(row[j]);
         }
       },
-      pass_work(M * N));
+      M * N, kPassGrain);
   store_sums<T>(grad_bias, sums.get(), N);
 }
 
@@ -278,7 +278,7 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
           }
         }
       },
-      pass_work(M * K));
+      M * K, kPassGrain);
   if (sums) store_sums<T>(grad_bias, sums.get(), K);
 }
 

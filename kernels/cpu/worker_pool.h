@@ -36,12 +36,12 @@ void parallel_in_pool(int64_t tasks, const Fn& fn) {
 }
 
 // Calls fn(begin, end) over [0, n) in one contiguous range per pool thread when the loop's
-// `work` (elements touched, n by default) is at least kPoolGrain, in one range otherwise. For
-// loops whose results do not depend on the split (elementwise, or each index owning its outputs).
+// `work` (elements touched, n by default) is at least `grain`, in one range otherwise. For loops
+// whose results do not depend on the split (elementwise, or each index owning its outputs).
 template <typename Fn>
-void parallel_ranges(int64_t n, const Fn& fn, int64_t work = -1) {
+void parallel_ranges(int64_t n, const Fn& fn, int64_t work = -1, int64_t grain = kPoolGrain) {
   if (work < 0) work = n;
-  const int64_t threads = work >= kPoolGrain && n > 1 ? std::min<int64_t>(pool_threads(), n) : 1;
+  const int64_t threads = work >= grain && n > 1 ? std::min<int64_t>(pool_threads(), n) : 1;
   if (threads <= 1) {
     fn(int64_t(0), n);
     return;
