@@ -15,6 +15,7 @@
 // are host memory, so reading them costs nothing; under master weights the rounded parameter is
 // written in the same pass, with the rounding of a float32 -> half copy.
 #include <cmath>
+#include <type_traits>
 
 #include "engine/kernel_tables.h"
 #include "kernels/cpu/loops.h"
@@ -40,49 +41,59 @@ T* maybe_data(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
-// Calls f(model_ptr) with the model parameter's typed pointer, or with a null T* when there is
-// none (then Md = T and nothing is written).
-template <typename T, typename F>
+// Stands for "no lower-precision model copy to write" in the loops below, so that the store is
+// compiled out rather than tested per element (a conditional store keeps a loop scalar).
+struct NoModel {};
+
+// Calls f(model_ptr) with the model parameter's typed pointer, or with a null NoModel* when there
+// is none.
+template <typename F>
 void with_model(const Tensor& model, const F& f) {
   if (!model.defined()) {
-    f(static_cast<T*>(nullptr));
+    f(static_cast<NoModel*>(nullptr));
     return;
   }
   dispatch_dtype<kModelTypes>(model.dtype(), "optimizer_step (master weights)", model.device(),
                               [&](auto tag) { f(model.data<typename decltype(tag)::type>()); });
 }
 
+template <typename Md, typename T>
+inline void store_model(Md* model, int64_t i, T value) {
+  if constexpr (!std::is_same_v<Md, NoModel>) model[i] = static_cast<Md>(value);
+}
+
 template <typename T, typename Md>
 void sgd_range(T* p, const T* g, T* buf, Md* model, int64_t n, const SgdStepParams& hp,
                bool first) {
   using M = opmath_t<T>;
-  const bool use_wd = hp.weight_decay != 0.0, use_momentum = hp.momentum != 0.0;
-  const bool maximize = hp.maximize, nesterov = hp.nesterov;
+  const bool use_wd = hp.weight_decay != 0.0, maximize = hp.maximize, nesterov = hp.nesterov;
   const M wd = static_cast<M>(hp.weight_decay), mom = static_cast<M>(hp.momentum);
   const M keep = static_cast<M>(1.0 - hp.dampening);
   const M neg_lr = static_cast<M>(-hp.lr);
-  if (!use_wd && !use_momentum && !maximize && model == nullptr) {
-    // Plain SGD, the same arithmetic as below without the per-element branches, so it vectorises.
+  // The momentum buffer's stores are in the loop only when there is one; the other options are
+  // selects, which the compiler turns into blends, so every variant vectorises.
+  const auto run = [&](auto use_momentum) {
     parallel_range(n, [=](int64_t i) {
-      p[i] = static_cast<T>(static_cast<M>(p[i]) + neg_lr * static_cast<M>(g[i]));
+      const M pv = static_cast<M>(p[i]);
+      M d = static_cast<M>(g[i]);
+      d = maximize ? -d : d;
+      d = use_wd ? d + wd * pv : d;  // grad.add(param, alpha=weight_decay)
+      if constexpr (decltype(use_momentum)::value) {
+        // buf = clone(d) on the first step, else buf.mul_(momentum).add_(d, alpha=1-dampening)
+        const M old = static_cast<M>(static_cast<T>(static_cast<M>(buf[i]) * mom));
+        const T b = static_cast<T>(first ? d : old + keep * d);
+        buf[i] = b;
+        d = nesterov ? d + mom * static_cast<M>(b) : static_cast<M>(b);
+      }
+      p[i] = static_cast<T>(pv + neg_lr * d);  // param.add_(d, alpha=-lr)
+      store_model(model, i, p[i]);
     });
-    return;
+  };
+  if (hp.momentum != 0.0) {
+    run(std::true_type{});
+  } else {
+    run(std::false_type{});
   }
-  parallel_range(n, [=](int64_t i) {
-    const M pv = static_cast<M>(p[i]);
-    M d = static_cast<M>(g[i]);
-    if (maximize) d = -d;
-    if (use_wd) d = d + wd * pv;  // grad.add(param, alpha=weight_decay)
-    if (use_momentum) {
-      // buf = clone(d) on the first step, else buf.mul_(momentum).add_(d, alpha=1-dampening)
-      M b = first ? d : static_cast<M>(static_cast<T>(static_cast<M>(buf[i]) * mom)) + keep * d;
-      buf[i] = static_cast<T>(b);
-      b = static_cast<M>(buf[i]);
-      d = nesterov ? d + mom * b : b;
-    }
-    p[i] = static_cast<T>(pv + neg_lr * d);  // param.add_(d, alpha=-lr)
-    if (model) model[i] = static_cast<Md>(p[i]);
-  });
 }
 
 template <typename T, typename Md>
@@ -105,29 +116,37 @@ void adam_range(T* p, const T* g, T* m1, T* m2, T* mx, Md* model, int64_t n,
   const M neg_step_size = static_cast<M>(-(hp.lr / bias_correction1));
   const M bc2_sqrt = static_cast<M>(std::sqrt(bias_correction2));
   const M eps = static_cast<M>(hp.eps);
-  parallel_range(n, [=](int64_t i) {
-    M pv = static_cast<M>(p[i]);
-    M gv = static_cast<M>(g[i]);
-    if (maximize) gv = -gv;
-    if (coupled_wd) gv = gv + wd * pv;                                  // grad.add(param, alpha=wd)
-    if (decoupled_wd) pv = static_cast<M>(static_cast<T>(pv * decay));  // param.mul_(1 - lr*wd)
-    const M a = static_cast<M>(m1[i]);
-    m1[i] = static_cast<T>(lerp_small ? a + w1 * (gv - a) : gv - (gv - a) * one_minus_w1);
-    // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    const M v = static_cast<M>(static_cast<T>(static_cast<M>(m2[i]) * beta2));
-    m2[i] = static_cast<T>(v + w2 * gv * gv);
-    M second = static_cast<M>(m2[i]);
-    if (amsgrad) {
-      const M old = static_cast<M>(mx[i]);
-      // torch.maximum propagates NaN from either side
-      const M best = (std::isnan(old) || old > second) && !std::isnan(second) ? old : second;
-      mx[i] = static_cast<T>(best);
-      second = static_cast<M>(mx[i]);
-    }
-    const M denom = std::sqrt(second) / bc2_sqrt + eps;
-    p[i] = static_cast<T>(pv + neg_step_size * static_cast<M>(m1[i]) / denom);  // addcdiv_
-    if (model) model[i] = static_cast<Md>(p[i]);
-  });
+  // As in sgd_range: only the max_exp_avg_sq store depends on an option at compile time.
+  const auto run = [&](auto use_amsgrad) {
+    parallel_range(n, [=](int64_t i) {
+      M pv = static_cast<M>(p[i]);
+      M gv = static_cast<M>(g[i]);
+      if (maximize) gv = -gv;
+      if (coupled_wd) gv = gv + wd * pv;  // grad.add(param, alpha=wd)
+      if (decoupled_wd) pv = static_cast<M>(static_cast<T>(pv * decay));  // param.mul_(1 - lr*wd)
+      const M a = static_cast<M>(m1[i]);
+      m1[i] = static_cast<T>(lerp_small ? a + w1 * (gv - a) : gv - (gv - a) * one_minus_w1);
+      // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+      const M v = static_cast<M>(static_cast<T>(static_cast<M>(m2[i]) * beta2));
+      m2[i] = static_cast<T>(v + w2 * gv * gv);
+      M second = static_cast<M>(m2[i]);
+      if constexpr (decltype(use_amsgrad)::value) {
+        const M old = static_cast<M>(mx[i]);
+        // torch.maximum propagates NaN from either side
+        const M best = (std::isnan(old) || old > second) && !std::isnan(second) ? old : second;
+        mx[i] = static_cast<T>(best);
+        second = static_cast<M>(mx[i]);
+      }
+      const M denom = std::sqrt(second) / bc2_sqrt + eps;
+      p[i] = static_cast<T>(pv + neg_step_size * static_cast<M>(m1[i]) / denom);  // addcdiv_
+      store_model(model, i, p[i]);
+    });
+  };
+  if (amsgrad) {
+    run(std::true_type{});
+  } else {
+    run(std::false_type{});
+  }
 }
 
 void sgd_step_cpu(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
@@ -135,7 +154,7 @@ void sgd_step_cpu(const Tensor& param, const Tensor& grad, const Tensor& momentu
   dispatch_dtype<kFloatingTypes>(param.dtype(), "sgd_step", param.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     sgd_range(param.data<T>(), grad.data<T>(), maybe_data<T>(momentum_buffer),
-              static_cast<T*>(nullptr), param.numel(), hp, hp.first_step);
+              static_cast<NoModel*>(nullptr), param.numel(), hp, hp.first_step);
   });
 }
 
@@ -145,7 +164,7 @@ void adam_step_cpu(const Tensor& param, const Tensor& grad, const Tensor& exp_av
   dispatch_dtype<kFloatingTypes>(param.dtype(), "adam_step", param.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     adam_range(param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(),
-               maybe_data<T>(max_exp_avg_sq), static_cast<T*>(nullptr), param.numel(), hp);
+               maybe_data<T>(max_exp_avg_sq), static_cast<NoModel*>(nullptr), param.numel(), hp);
   });
 }
 
@@ -166,7 +185,7 @@ void sgd_multi_step_cpu(const OptimizerTensorLists& l, const Tensor& found_inf,
     int64_t& count = *l.step[i].data<int64_t>();
     dispatch_dtype<kFloatingTypes>(param.dtype(), "sgd_multi_step", param.device(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      with_model<T>(model_at(l, i), [&](auto* model) {
+      with_model(model_at(l, i), [&](auto* model) {
         sgd_range(param.data<T>(), l.grad[i].data<T>(), maybe_data<T>(l.state[0][i]), model,
                   param.numel(), hp, count == 0);
       });
@@ -185,7 +204,7 @@ void adam_multi_step_cpu(const OptimizerTensorLists& l, const Tensor& found_inf,
     p.step = count + 1;
     dispatch_dtype<kFloatingTypes>(param.dtype(), "adam_multi_step", param.device(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      with_model<T>(model_at(l, i), [&](auto* model) {
+      with_model(model_at(l, i), [&](auto* model) {
         adam_range(param.data<T>(), l.grad[i].data<T>(), l.state[0][i].data<T>(),
                    l.state[1][i].data<T>(), maybe_data<T>(l.state[2][i]), model, param.numel(), p);
       });
