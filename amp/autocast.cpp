@@ -1,7 +1,8 @@
 #include "amp/autocast.h"
 
-#include <map>
-#include <utility>
+#include <memory>
+#include <optional>
+#include <vector>
 
 #include "autograd/autocast_seam.h"
 #include "autograd/functions.h"
@@ -12,10 +13,26 @@ namespace mantissa::amp {
 namespace {
 
 // Casts of weights (float32 leaves that require grad), made once per outermost scope. The cast
-// keeps its autograd history, so every use in the scope backpropagates into the weight.
+// keeps its autograd history, so every use in the scope backpropagates into the weight. An entry
+// without a cast is a weight an op rounded itself (a direct cast, see autograd/autocast_seam.h):
+// the first cast of it in the scope reroutes that op's input through the cast's node. A flat
+// list: a scope casts each weight once, and the list keeps its capacity between steps.
+struct CastEntry {
+  const TensorImpl* key;
+  DType dtype;
+  Tensor weight;  // holding it keeps its address unique for the scope
+  Tensor cast;    // undefined for a direct cast not yet shared
+  std::weak_ptr<autograd::Node> direct_node;
+  uint32_t direct_input = 0;
+};
 struct CastCache {
-  std::map<std::pair<const TensorImpl*, DType>, std::pair<Tensor, Tensor>>
-      entries;  // key -> (weight, cast)
+  std::vector<CastEntry> entries;
+  CastEntry* find(const Tensor& t, DType dtype) {
+    const TensorImpl* key = t.unsafe_impl();
+    for (auto& e : entries)
+      if (e.key == key && e.dtype == dtype) return &e;
+    return nullptr;
+  }
 };
 CastCache& cache() {
   thread_local CastCache c;
@@ -26,16 +43,40 @@ bool eligible_for_lower(const Tensor& t, DType target) {
   return is_floating(t.dtype()) && t.dtype() != kFloat64 && t.dtype() != target;
 }
 
+bool cacheable(const Tensor& t) {
+  return t.requires_grad() && t.is_leaf() && autograd::GradMode::is_enabled();
+}
+
 Tensor cast_with_cache(const Tensor& t, DType target) {
-  const bool cacheable = t.requires_grad() && t.is_leaf() && autograd::GradMode::is_enabled();
-  if (!cacheable) return t.to(target);
-  auto& entries = cache().entries;
-  const auto key = std::make_pair(static_cast<const TensorImpl*>(t.unsafe_impl()), target);
-  auto it = entries.find(key);
-  if (it != entries.end()) return it->second.second;
-  Tensor cast = t.to(target);
-  entries.emplace(key, std::make_pair(t, cast));  // holding `t` keeps its address unique
-  return cast;
+  if (!cacheable(t)) return t.to(target);
+  CastEntry* e = cache().find(t, target);
+  if (e == nullptr) {
+    Tensor cast = t.to(target);
+    cache().entries.push_back({t.unsafe_impl(), target, t, cast, {}, 0});
+    return cast;
+  }
+  if (!e->cast.defined()) {
+    // The weight's first use rounded it itself; from now on both uses go through this cast.
+    e->cast = t.to(target);
+    if (auto node = e->direct_node.lock()) {
+      node->next_edges.at(e->direct_input) = autograd::gradient_edge(e->cast);
+    }
+    e->direct_node.reset();
+  }
+  return e->cast;
+}
+
+std::optional<DType> direct_cast_dtype(OpId op, const Tensor& t) {
+  const auto& st = autocast_state::current().device[static_cast<int>(t.device().type())];
+  if (!st.enabled || st.tf32 || t.dtype() != kFloat32) return std::nullopt;
+  if (cast_policy(op) != CastPolicy::LowerPrecision || !cacheable(t)) return std::nullopt;
+  if (cache().find(t, st.dtype) != nullptr) return std::nullopt;
+  return st.dtype;
+}
+
+void record_direct_cast(const Tensor& t, DType dtype, const std::shared_ptr<autograd::Node>& node,
+                        uint32_t input_nr) {
+  cache().entries.push_back({t.unsafe_impl(), dtype, t, Tensor(), node, input_nr});
 }
 
 Tensor cast_hook(OpId op, const Tensor& t) {
@@ -60,6 +101,7 @@ void refresh_any_cast(autocast_state::ThreadState& s) {
 
 [[maybe_unused]] const bool hook_installed = [] {
   ::mantissa::autocast::set_cast_hook(&cast_hook);
+  ::mantissa::autocast::set_direct_cast_hooks({&direct_cast_dtype, &record_direct_cast});
   return true;
 }();
 

@@ -26,6 +26,17 @@ void add_into(Tensor& slot, const Tensor& g) {
   slot = slot.defined() ? slot + g : g;
 }
 
+// Adds a gradient for `to` into its slot, in the dtype `to` requires.
+void deliver(Tensor& slot, const Tensor& g, const Edge& to) {
+  if (!g.defined()) return;
+  const std::optional<DType> want = to.fn->grad_dtype(to.input_nr);
+  if (want && *want != g.dtype() && is_floating(g.dtype()) && is_floating(*want)) {
+    add_into(slot, g.to(*want));
+  } else {
+    add_into(slot, g);
+  }
+}
+
 // Per-node state of one backward pass, found by node address in an open-addressing table: the
 // pass touches every node a few times, and std::unordered_map's per-entry allocations cost more
 // than the small graphs of a training step spend in their kernels. The table and the states are
@@ -243,7 +254,7 @@ std::vector<Tensor> run_backward(const Tensor* outputs, size_t n_outputs,
       const size_t k = states.index(e.fn.get());
       auto& buf = states[k].grads;
       buf.resize(e.fn->num_outputs);
-      if (i < input_grads.size()) add_into(buf[e.input_nr], input_grads[i]);
+      if (i < input_grads.size()) deliver(buf[e.input_nr], input_grads[i], e);
       if (--states[k].deps == 0) push_ready(e.fn->sequence_nr, k);
     }
   }

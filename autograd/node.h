@@ -9,6 +9,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,10 @@ class Node : public std::enable_shared_from_this<Node> {
   virtual std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) = 0;
   // Frees saved tensors once backward has used them (unless retain_graph).
   virtual void release_saved() {}
+  // The dtype a gradient for output `output_nr` must have, when the node requires one: the
+  // engine converts a gradient of another floating dtype before handing it over (as PyTorch's
+  // engine casts a gradient to its input's dtype).
+  virtual std::optional<DType> grad_dtype(uint32_t /*output_nr*/) const { return std::nullopt; }
 
   std::vector<Edge> next_edges;
   uint32_t num_outputs = 1;
@@ -80,6 +85,9 @@ class AccumulateGrad final : public Node {
   explicit AccumulateGrad(Tensor variable);
   std::string name() const override { return "AccumulateGrad"; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override;
+  // A leaf's gradient has the leaf's dtype (ops that round a float32 weight to an autocast dtype
+  // themselves send their gradient in that dtype).
+  std::optional<DType> grad_dtype(uint32_t) const override { return variable.dtype(); }
   Tensor variable;
 };
 

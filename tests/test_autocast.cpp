@@ -303,3 +303,121 @@ TEST(Autocast, AmpTrainingMatchesFloat32) {
     }
   }
 }
+
+// Linear layers round float32 weights to the autocast dtype themselves (no cast node per weight;
+// autograd/autocast_seam.h). The reference is what PyTorch's autocast computes: each weight cast
+// once per scope with its own node, the layers run on the cast tensors.
+namespace {
+
+struct TwoLayers {
+  mt::Tensor w1, b1, w2, b2;
+  TwoLayers() {
+    mt::manual_seed(7);
+    w1 = mt::randn({16, 10}).requires_grad_();
+    b1 = mt::randn({16}).requires_grad_();
+    w2 = mt::randn({5, 16}).requires_grad_();
+    b2 = mt::randn({5}).requires_grad_();
+  }
+  std::vector<mt::Tensor> params() const { return {w1, b1, w2, b2}; }
+  void zero_grad() const {
+    for (const auto& p : params()) p.set_grad(mt::Tensor());
+  }
+};
+
+// y for one input, fused (linear_act_linear) or layer by layer, on the given weight tensors.
+mt::Tensor mlp(const mt::Tensor& x, const std::vector<mt::Tensor>& w, bool fused) {
+  namespace F = mt::nn::functional;
+  if (fused) return mt::linear_act_linear(x, w[0], w[1], mt::LinearActivation::Relu, w[2], w[3]);
+  return F::linear(F::relu(F::linear(x, w[0], w[1])), w[2], w[3]);
+}
+
+// Loss and gradients of a step over `inputs` (each through the two layers, MSE summed), under
+// autocast (direct casts), or with explicit casts shared by all uses (the reference).
+std::vector<mt::Tensor> step(const TwoLayers& m, const std::vector<mt::Tensor>& inputs,
+                             const mt::Tensor& target, mt::DType dtype, bool fused,
+                             bool reference) {
+  namespace F = mt::nn::functional;
+  m.zero_grad();
+  mt::Tensor loss;
+  if (reference) {
+    std::vector<mt::Tensor> cast;
+    for (const auto& p : m.params()) cast.push_back(p.to(dtype));  // with history, once
+    for (const auto& x : inputs) {
+      const mt::Tensor l = F::mse_loss(mlp(x.to(dtype), cast, fused).to(mt::kFloat32), target);
+      loss = loss.defined() ? loss + l : l;
+    }
+  } else {
+    autocast guard(mt::kCPU, dtype);
+    for (const auto& x : inputs) {
+      const mt::Tensor y = mlp(x, m.params(), fused);
+      EXPECT_EQ(y.dtype(), dtype);
+      const mt::Tensor l = F::mse_loss(y, target);
+      loss = loss.defined() ? loss + l : l;
+    }
+  }
+  loss.backward();
+  std::vector<mt::Tensor> out{loss.detach()};
+  for (const auto& p : m.params()) out.push_back(p.grad());
+  return out;
+}
+
+void expect_same_bits(const std::vector<mt::Tensor>& a, const std::vector<mt::Tensor>& b,
+                      const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(a[i].defined() && b[i].defined()) << what << " " << i;
+    EXPECT_EQ(a[i].dtype(), mt::kFloat32) << what << " " << i;
+    EXPECT_TRUE(mt::equal(a[i], b[i])) << what << ": loss/grad " << i << " differs";
+  }
+}
+
+}  // namespace
+
+TEST(AutocastDirectCast, LinearLayersMatchSharedCastsBitForBit) {
+  const TwoLayers m;
+  const mt::Tensor x = mt::randn({20, 10}), target = mt::randn({20, 5});
+  for (mt::DType dtype : {mt::kBFloat16, mt::kFloat16}) {
+    for (bool fused : {true, false}) {
+      const std::string what =
+          std::string(mt::dtype_name(dtype)) + (fused ? " fused" : " layer by layer");
+      expect_same_bits(step(m, {x}, target, dtype, fused, false),
+                       step(m, {x}, target, dtype, fused, true), what);
+    }
+  }
+}
+
+TEST(AutocastDirectCast, WeightsUsedTwiceInOneScopeSumGradientsInTheAutocastDtype) {
+  // The second use finds the first use's direct cast in the cache and reroutes it through one
+  // shared cast node, so both gradients are summed in bfloat16 before the float32 conversion,
+  // as with PyTorch's cached cast. Summing them in float32 instead changes the bits.
+  const TwoLayers m;
+  const mt::Tensor x1 = mt::randn({20, 10}), x2 = mt::randn({20, 10});
+  const mt::Tensor target = mt::randn({20, 5});
+  for (bool fused : {true, false}) {
+    const std::string what = fused ? "fused" : "layer by layer";
+    expect_same_bits(step(m, {x1, x2}, target, mt::kBFloat16, fused, false),
+                     step(m, {x1, x2}, target, mt::kBFloat16, fused, true), what);
+  }
+}
+
+TEST(AutocastDirectCast, WeightGradientFlowsStraightToTheWeight) {
+  const TwoLayers m;
+  const mt::Tensor x = mt::randn({4, 10});
+  mt::Tensor y;
+  {
+    autocast guard(mt::kCPU, mt::kBFloat16);
+    y = mlp(x, m.params(), true);
+    EXPECT_EQ(mt::amp::autocast_cache_size(), 4u);
+  }
+  // Inputs: x (cast, no grad), then the four float32 weights with no cast node in between.
+  const auto node = y.grad_fn();
+  ASSERT_EQ(node->next_edges.size(), 5u);
+  for (size_t i = 1; i < 5; ++i) EXPECT_EQ(node->next_edges[i].fn->name(), "AccumulateGrad");
+  // autograd::grad sees the weight's dtype, as .backward() stores it.
+  const auto grads = mt::autograd::grad({y.to(mt::kFloat32).sum()}, {m.w1, m.b2}, {}, true);
+  EXPECT_EQ(grads[0].dtype(), mt::kFloat32);
+  EXPECT_EQ(grads[1].dtype(), mt::kFloat32);
+  y.to(mt::kFloat32).sum().backward();
+  EXPECT_TRUE(mt::equal(grads[0], m.w1.grad()));
+  EXPECT_TRUE(mt::equal(grads[1], m.b2.grad()));
+}

@@ -3,6 +3,9 @@
 // and activation ride in cuBLASLt epilogues and the bias gradient in the weight-gradient GEMM.
 // Backward formulas run kernels directly: the autograd engine runs every backward without
 // recording (there is no create_graph), so they need not be differentiable themselves.
+#include <array>
+#include <optional>
+
 #include "autograd/autocast_seam.h"
 #include "autograd/linear_act.h"
 #include "autograd/ops/elementwise_common.h"
@@ -89,19 +92,66 @@ void weight_and_bias_grads(BackwardContext& ctx, size_t w_index, size_t b_index,
   if (want_b) gb = bias_is_vector ? gb_vec : autograd::sum_to(gb_vec, bias_shape);
 }
 
+// A weight or bias operand. Under autocast the op rounds a float32 weight to the autocast dtype
+// itself when it may (autograd/autocast_seam.h): `value` is what the kernels read and `input`
+// what the node records, the float32 weight, whose gradient the engine converts back.
+struct WeightOperand {
+  Tensor value;
+  Tensor input;
+  std::optional<DType> direct;
+};
+
+template <size_t N>
+std::array<WeightOperand, N> weight_operands(const std::array<const Tensor*, N>& weights) {
+  std::array<std::optional<DType>, N> direct{};
+  bool distinct = true;  // a weight passed twice goes through one shared cast instead
+  for (size_t i = 0; i < N; ++i) {
+    direct[i] = autocast::direct_cast_dtype(OpId::linear, *weights[i]);
+    for (size_t j = 0; j < i; ++j)
+      distinct = distinct && !(weights[i]->defined() && weights[i]->is_same(*weights[j]));
+  }
+  std::array<WeightOperand, N> out;
+  for (size_t i = 0; i < N; ++i) {
+    const Tensor& w = *weights[i];
+    if (direct[i] && distinct) {
+      autograd::NoGradGuard no_grad;
+      out[i] = {w.to(*direct[i]), w, direct[i]};
+    } else {
+      Tensor cast = autocast::cast_input(OpId::linear, w);
+      out[i] = {cast, cast, std::nullopt};
+    }
+  }
+  return out;
+}
+
+// After recording: lets a later cast of a directly rounded weight share its gradient path.
+template <size_t N>
+void register_direct_casts(const Tensor& out, const std::array<WeightOperand, N>& ops,
+                           uint32_t first_input) {
+  std::shared_ptr<autograd::Node> node;
+  for (size_t i = 0; i < N; ++i) {
+    if (!ops[i].direct) continue;
+    if (!node) node = out.grad_fn();
+    autocast::register_direct_cast(ops[i].input, *ops[i].direct, node,
+                                   first_input + static_cast<uint32_t>(i));
+  }
+}
+
 }  // namespace
 
 Tensor linear_act(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                   LinearActivation act) {
   const Tensor x = autocast::cast_input(OpId::linear, x_in);
-  const Tensor weight = autocast::cast_input(OpId::linear, weight_in);
-  const Tensor bias = autocast::cast_input(OpId::linear, bias_in);
+  const auto params = weight_operands<2>({&weight_in, &bias_in});
+  const Tensor &weight = params[0].value, &bias = params[1].value;
+  const Tensor &weight_input = params[0].input, &bias_input = params[1].input;
   const Layer l = check_layer("linear", x, weight, bias);
   MT_CHECK(act == LinearActivation::None || is_floating(x.dtype()), "linear: activation ",
            act_name(act), " needs a floating input, got ", x.dtype());
 
   Tensor out2 = fresh(Shape{l.rows, l.out}, x);
-  const bool record = is_floating(x.dtype()) && autograd::needs_grad({&x, &weight, &bias});
+  const bool record =
+      is_floating(x.dtype()) && autograd::needs_grad({&x, &weight_input, &bias_input});
   // GeluTanh's backward reads the pre-activation (aux); ReLU's reads the output.
   const Tensor pre = linear_forward_kernel(x.device())(out2, l.x2, weight, l.bias1, act,
                                                        record && act == LinearActivation::GeluTanh);
@@ -111,9 +161,9 @@ Tensor linear_act(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
   if (!record) return out;
 
   Recorder rec{act == LinearActivation::None ? "LinearBackward0" : "LinearActBackward0",
-               {&x, &weight, &bias}};
+               {&x, &weight_input, &bias_input}};
   // d/dW reads x and d/dx reads W: a frozen weight does not keep the input alive.
-  rec.save(weight.requires_grad() ? l.x2 : Tensor())
+  rec.save(weight_input.requires_grad() ? l.x2 : Tensor())
       .save(x.requires_grad() ? weight : Tensor())
       .save(act == LinearActivation::Relu ? out2 : pre);
   rec.finish(
@@ -145,6 +195,7 @@ Tensor linear_act(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
         }
         return {gx, gw, gb};
       });
+  register_direct_casts(out, params, 1);
   return out;
 }
 
@@ -155,14 +206,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1_in,
                          LinearActivation act, const Tensor& w2_in, const Tensor& b2_in) {
   const Tensor x = autocast::cast_input(OpId::linear, x_in);
-  const Tensor w1 = autocast::cast_input(OpId::linear, w1_in);
-  const Tensor b1 = autocast::cast_input(OpId::linear, b1_in);
-  const Tensor w2 = autocast::cast_input(OpId::linear, w2_in);
-  const Tensor b2 = autocast::cast_input(OpId::linear, b2_in);
+  const auto params = weight_operands<4>({&w1_in, &b1_in, &w2_in, &b2_in});
+  const Tensor &w1 = params[0].value, &b1 = params[1].value, &w2 = params[2].value,
+               &b2 = params[3].value;
   const Layer l1 = check_layer("linear_act_linear", x, w1, b1);
   MT_CHECK(is_floating(x.dtype()), "linear_act_linear: expected a floating input, got ", x.dtype());
   Tensor h = fresh(Shape{l1.rows, l1.out}, x);
-  const bool record = autograd::needs_grad({&x, &w1, &b1, &w2, &b2});
+  const bool record = autograd::needs_grad(
+      {&x, &params[0].input, &params[1].input, &params[2].input, &params[3].input});
   const Tensor aux = linear_forward_kernel(x.device())(h, l1.x2, w1, l1.bias1, act, record);
   const Layer l2 = check_layer("linear_act_linear", h, w2, b2);
   Tensor out2 = fresh(Shape{l2.rows, l2.out}, x);
@@ -173,7 +224,8 @@ Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& 
       x.dim() == 2 ? out2 : detail::make_view(out2, out_shape, contiguous_strides(out_shape), 0);
   if (!record) return out;
 
-  Recorder rec{"LinearActLinearBackward0", {&x, &w1, &b1, &w2, &b2}};
+  Recorder rec{"LinearActLinearBackward0",
+               {&x, &params[0].input, &params[1].input, &params[2].input, &params[3].input}};
   rec.save(l1.x2).save(w1).save(h).save(w2).save(aux);
   rec.finish(
       out,
@@ -204,6 +256,7 @@ Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& 
         }
         return {gx, gw1, gb1, gw2, gb2};
       });
+  register_direct_casts(out, params, 1);
   return out;
 }
 
