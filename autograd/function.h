@@ -45,6 +45,11 @@ class FunctionNode final : public Node {
   std::string name() const override { return name_; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override;
   void release_saved() override;
+  // A gradient has its output's dtype.
+  std::optional<DType> grad_dtype(uint32_t output_nr) const override {
+    if (output_nr < outputs.size()) return outputs[output_nr].dtype;
+    return std::nullopt;
+  }
 
   struct OutputInfo {
     Shape shape;

@@ -16,9 +16,10 @@
 namespace mantissa {
 
 // Elementwise unary ops that map one value to one value of the same dtype.
-#define MT_FORALL_UNARY_OPS(X) \
-  X(neg) X(abs) X(exp) X(log) X(sqrt) X(rsqrt) X(relu) X(sigmoid) X(tanh) X(silu) X(gelu) \
-  X(gelu_tanh) X(sign) X(reciprocal) X(sin) X(cos) X(log1p) X(expm1) X(square)
+#define MT_FORALL_UNARY_OPS(X)                                                                  \
+  X(neg)                                                                                        \
+  X(abs) X(exp) X(log) X(sqrt) X(rsqrt) X(relu) X(sigmoid) X(tanh) X(silu) X(gelu) X(gelu_tanh) \
+      X(sign) X(reciprocal) X(sin) X(cos) X(log1p) X(expm1) X(square)
 // Elementwise binary ops producing the inputs' dtype.
 #define MT_FORALL_BINARY_OPS(X) X(mul) X(div) X(pow) X(maximum) X(minimum)
 // Elementwise comparisons producing bool.
@@ -36,21 +37,24 @@ MT_FORALL_COMPARISON_OPS(MT_DECLARE_BINARY)
 #undef MT_DECLARE_BINARY
 
 // out = a + alpha * b
-using AddKernel = void (*)(const Tensor& out, const Tensor& a, const Tensor& b, const Scalar& alpha);
+using AddKernel = void (*)(const Tensor& out, const Tensor& a, const Tensor& b,
+                           const Scalar& alpha);
 MT_DECLARE_TABLE(add, AddKernel)
 // out = cond ? a : b
-using WhereKernel = void (*)(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
+using WhereKernel = void (*)(const Tensor& out, const Tensor& cond, const Tensor& a,
+                             const Tensor& b);
 MT_DECLARE_TABLE(where, WhereKernel)
 // out = min(max(in, lo), hi), either bound optional
-using ClampKernel = void (*)(const Tensor& out, const Tensor& in, const Scalar* lo, const Scalar* hi);
+using ClampKernel = void (*)(const Tensor& out, const Tensor& in, const Scalar* lo,
+                             const Scalar* hi);
 MT_DECLARE_TABLE(clamp, ClampKernel)
 // grad_in = grad_out * d(op)/dx, for ops whose derivative needs the forward input
-MT_DECLARE_TABLE(relu_backward, BinaryKernel)      // (grad_in, grad_out, input)
-MT_DECLARE_TABLE(gelu_backward, BinaryKernel)      // exact GELU
+MT_DECLARE_TABLE(relu_backward, BinaryKernel)  // (grad_in, grad_out, input)
+MT_DECLARE_TABLE(gelu_backward, BinaryKernel)  // exact GELU
 MT_DECLARE_TABLE(gelu_tanh_backward, BinaryKernel)
 MT_DECLARE_TABLE(silu_backward, BinaryKernel)
-MT_DECLARE_TABLE(sigmoid_backward, BinaryKernel)   // (grad_in, grad_out, output)
-MT_DECLARE_TABLE(tanh_backward, BinaryKernel)      // (grad_in, grad_out, output)
+MT_DECLARE_TABLE(sigmoid_backward, BinaryKernel)  // (grad_in, grad_out, output)
+MT_DECLARE_TABLE(tanh_backward, BinaryKernel)     // (grad_in, grad_out, output)
 
 // dst = src, converting dtype; same device, same shape (src may be expanded), any strides.
 using CopyKernel = void (*)(const Tensor& dst, const Tensor& src);
@@ -99,7 +103,8 @@ using BmmKernel = void (*)(const Tensor& out, const Tensor& a, const Tensor& b);
 MT_DECLARE_TABLE(bmm, BmmKernel)
 
 // Indexing along `dim` with an int64 index tensor.
-using GatherKernel = void (*)(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index);
+using GatherKernel = void (*)(const Tensor& out, const Tensor& in, int64_t dim,
+                              const Tensor& index);
 MT_DECLARE_TABLE(gather, GatherKernel)
 // self[index[i][j]][j] += src[i][j] (dim 0 shown); `self` is updated in place.
 using ScatterAddKernel = void (*)(const Tensor& self, int64_t dim, const Tensor& index,
@@ -227,6 +232,11 @@ MT_DECLARE_TABLE(avg_pool2d_backward, AvgPool2dBackwardKernel)
 // The activation a linear layer may fuse into its GEMM. GeluTanh is GELU's tanh approximation,
 // the form cuBLASLt's GELU epilogues compute (exact GELU is not fused anywhere).
 enum class LinearActivation : uint8_t { None, Relu, GeluTanh };
+// Mixed dtypes, CPU kernels only: in a float16/bfloat16 layer the weights and biases (w, bias)
+// and their gradients (grad_w, grad_bias) may be float32. Such a weight is read rounded to the
+// layer's dtype and such a gradient is rounded to it and stored widened: exactly what a cast of
+// the weight to the layer's dtype and the cast's backward give, without the cast copies (the
+// autocast direct casts of autograd/ops/linear.cpp).
 // out [M,N] = act(x [M,K] @ w[N,K]^T + bias[N]), bias optional (undefined). x and w have any
 // strides; out is contiguous; all operands share a dtype. With want_aux (a backward will run) the
 // kernel returns an aux tensor for the activation's backward (else undefined):

@@ -421,3 +421,49 @@ TEST(AutocastDirectCast, WeightGradientFlowsStraightToTheWeight) {
   EXPECT_TRUE(mt::equal(grads[0], m.w1.grad()));
   EXPECT_TRUE(mt::equal(grads[1], m.b2.grad()));
 }
+
+TEST(AutocastDirectCast, EveryLinearKernelPathMatchesSharedCasts) {
+  // The CPU kernels read the float32 weights rounded on their direct path and through rounded
+  // copies on the composed one (GELU, strided inputs, broadcast biases); both must give the
+  // bits of the cast weights, gradients included.
+  mt::manual_seed(11);
+  const mt::Tensor w = mt::randn({6, 8}).requires_grad_();
+  const mt::Tensor b_full = mt::randn({6}).requires_grad_();
+  const mt::Tensor b_one = mt::randn({1}).requires_grad_();
+  const mt::Tensor x_plain = mt::randn({5, 8});
+  const mt::Tensor x_3d = mt::randn({2, 3, 8});
+  const mt::Tensor x_strided = mt::randn({8, 5}).t();
+  struct Case {
+    const char* name;
+    mt::Tensor x, b;
+    mt::LinearActivation act;
+  };
+  const Case cases[] = {
+      {"plain", x_plain, b_full, mt::LinearActivation::None},
+      {"relu", x_plain, b_full, mt::LinearActivation::Relu},
+      {"gelu", x_plain, b_full, mt::LinearActivation::GeluTanh},
+      {"3-d relu", x_3d, b_full, mt::LinearActivation::Relu},
+      {"strided input", x_strided, b_full, mt::LinearActivation::Relu},
+      {"broadcast bias", x_plain, b_one, mt::LinearActivation::None},
+  };
+  for (mt::DType dtype : {mt::kBFloat16, mt::kFloat16}) {
+    for (const Case& c : cases) {
+      auto run = [&](bool reference) {
+        w.set_grad(mt::Tensor());
+        c.b.set_grad(mt::Tensor());
+        mt::Tensor y;
+        if (reference) {
+          y = mt::linear_act(c.x.to(dtype), w.to(dtype), c.b.to(dtype), c.act);
+        } else {
+          autocast guard(mt::kCPU, dtype);
+          y = mt::linear_act(c.x, w, c.b, c.act);
+        }
+        const mt::Tensor gy = mt::ones_like(y).to(mt::kFloat32) * 0.37f;
+        mt::sum(y.to(mt::kFloat32) * gy).backward();
+        return std::vector<mt::Tensor>{y.to(mt::kFloat32), w.grad(), c.b.grad()};
+      };
+      const std::string what = std::string(mt::dtype_name(dtype)) + " " + c.name;
+      expect_same_bits(run(false), run(true), what);
+    }
+  }
+}

@@ -29,6 +29,18 @@ const char* act_name(LinearActivation act) {
   return "?";
 }
 
+// A weight or bias operand. Under autocast a layer may round a float32 weight to the autocast
+// dtype itself (autograd/autocast_seam.h): `input` is what the node records (the weight) and
+// `value` what the kernels read: on the CPU the float32 weight itself, which the kernels round as
+// they read it (engine/kernel_tables.h), elsewhere a rounded copy. `dtype` is the layer's dtype
+// the operand stands for; gradients are made in value's dtype.
+struct WeightOperand {
+  Tensor value;
+  Tensor input;
+  DType dtype = DType::Float32;
+  std::optional<DType> direct;
+};
+
 // The checked operands of one linear layer, with x folded to [rows, in].
 struct Layer {
   Tensor x2;     // [rows, in] view or copy of x (not recorded)
@@ -38,12 +50,13 @@ struct Layer {
   bool bias_is_vector = false;  // bias has shape [out]: its gradient is the column sums as is
 };
 
-Layer check_layer(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Layer check_layer(const char* op, const Tensor& x, const WeightOperand& w, const WeightOperand& b) {
+  const Tensor &weight = w.value, &bias = b.value;
   MT_CHECK(x.defined() && weight.defined(), op, ": expected defined input and weight");
   ops::check_same_device(op, x, weight);
-  MT_CHECK(x.dtype() == weight.dtype(), op,
+  MT_CHECK(x.dtype() == w.dtype, op,
            ": expected input and weight to have the same dtype, but got: ", x.dtype(),
-           " != ", weight.dtype());
+           " != ", w.dtype);
   MT_CHECK(x.dim() >= 1, op, ": expected input with at least 1 dim, got ", x.shape());
   MT_CHECK(weight.dim() == 2, op, ": expected a 2-D weight [out_features, in_features], got ",
            weight.shape());
@@ -54,8 +67,8 @@ Layer check_layer(const char* op, const Tensor& x, const Tensor& weight, const T
            " and ", weight.shape(), "): expected input's last dim to be ", l.in);
   if (bias.defined()) {
     ops::check_same_device(op, x, bias);
-    MT_CHECK(bias.dtype() == x.dtype(), op, ": expected bias to have dtype ", x.dtype(),
-             ", but got ", bias.dtype());
+    MT_CHECK(b.dtype == x.dtype(), op, ": expected bias to have dtype ", x.dtype(), ", but got ",
+             b.dtype);
     MT_CHECK(bias.dim() == 0 || (bias.dim() == 1 && (bias.size(0) == l.out || bias.size(0) == 1)),
              op, ": expected bias of shape [", l.out, "], got ", bias.shape());
     l.bias_is_vector = bias.dim() == 1 && bias.size(0) == l.out;
@@ -78,28 +91,24 @@ Tensor fresh(const Shape& shape, const Tensor& like) {
 }
 
 // grad_w (and grad_b when wanted) from the pre-activation gradient g [rows, out] and x2.
+// gw and gb are made in w_dtype and b_dtype (float32 for weights rounded by the CPU kernels).
 void weight_and_bias_grads(BackwardContext& ctx, size_t w_index, size_t b_index, const Tensor& g,
                            const Tensor& x2, bool bias_is_vector, const Shape& bias_shape,
-                           Tensor& gw, Tensor& gb) {
-  const bool want_b = ctx.needs(b_index);
-  Tensor gb_vec = want_b ? fresh(Shape{g.size(1)}, g) : Tensor();
-  if (ctx.needs(w_index)) {
-    gw = fresh(Shape{g.size(1), x2.size(1)}, g);
+                           DType w_dtype, DType b_dtype, Tensor& gw, Tensor& gb) {
+  const bool want_w = ctx.needs(w_index), want_b = ctx.needs(b_index);
+  const auto opts = TensorOptions(g.device());
+  // The sum kernel, and column sums that sum_to reduces further, are in g's dtype (rounded
+  // there, as a cast bias's gradient is); the engine converts the gradient where it goes.
+  const DType gb_dtype = want_w && bias_is_vector ? b_dtype : g.dtype();
+  Tensor gb_vec = want_b ? empty(Shape{g.size(1)}, opts.dtype(gb_dtype)) : Tensor();
+  if (want_w) {
+    gw = empty(Shape{g.size(1), x2.size(1)}, opts.dtype(w_dtype));
     linear_backward_weight_kernel(g.device())(gw, gb_vec, g, x2);
   } else if (want_b) {
     sum_kernel(g.device())(detail::make_view(gb_vec, Shape{1, g.size(1)}, Shape{0, 1}, 0), g);
   }
   if (want_b) gb = bias_is_vector ? gb_vec : autograd::sum_to(gb_vec, bias_shape);
 }
-
-// A weight or bias operand. Under autocast the op rounds a float32 weight to the autocast dtype
-// itself when it may (autograd/autocast_seam.h): `value` is what the kernels read and `input`
-// what the node records, the float32 weight, whose gradient the engine converts back.
-struct WeightOperand {
-  Tensor value;
-  Tensor input;
-  std::optional<DType> direct;
-};
 
 template <size_t N>
 std::array<WeightOperand, N> weight_operands(const std::array<const Tensor*, N>& weights) {
@@ -114,11 +123,15 @@ std::array<WeightOperand, N> weight_operands(const std::array<const Tensor*, N>&
   for (size_t i = 0; i < N; ++i) {
     const Tensor& w = *weights[i];
     if (direct[i] && distinct) {
-      autograd::NoGradGuard no_grad;
-      out[i] = {w.to(*direct[i]), w, direct[i]};
+      if (w.device().is_cpu()) {
+        out[i] = {w, w, *direct[i], direct[i]};
+      } else {
+        autograd::NoGradGuard no_grad;
+        out[i] = {w.to(*direct[i]), w, *direct[i], direct[i]};
+      }
     } else {
       Tensor cast = autocast::cast_input(OpId::linear, w);
-      out[i] = {cast, cast, std::nullopt};
+      out[i] = {cast, cast, cast.defined() ? cast.dtype() : DType::Float32, std::nullopt};
     }
   }
   return out;
@@ -145,7 +158,7 @@ Tensor linear_act(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
   const auto params = weight_operands<2>({&weight_in, &bias_in});
   const Tensor &weight = params[0].value, &bias = params[1].value;
   const Tensor &weight_input = params[0].input, &bias_input = params[1].input;
-  const Layer l = check_layer("linear", x, weight, bias);
+  const Layer l = check_layer("linear", x, params[0], params[1]);
   MT_CHECK(act == LinearActivation::None || is_floating(x.dtype()), "linear: activation ",
            act_name(act), " needs a floating input, got ", x.dtype());
 
@@ -169,7 +182,8 @@ Tensor linear_act(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
   rec.finish(
       out,
       [l_rows = l.rows, l_out = l.out, act, bias_is_vector = l.bias_is_vector, x_shape = x.shape(),
-       bias_shape = bias.defined() ? bias.shape() : Shape{}](BackwardContext& ctx) -> Grads {
+       bias_shape = bias.defined() ? bias.shape() : Shape{}, w_dtype = weight.dtype(),
+       b_dtype = bias.defined() ? bias.dtype() : weight.dtype()](BackwardContext& ctx) -> Grads {
         const Tensor x2 = ctx.saved(0), w = ctx.saved(1);
         Tensor g = ctx.grad();
         if (g.dim() != 2) g = g.reshape(Shape{l_rows, l_out});
@@ -180,7 +194,8 @@ Tensor linear_act(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
               g.device())(gz, g, ctx.saved(2));
           g = gz;
         }
-        weight_and_bias_grads(ctx, 1, 2, g, x2, bias_is_vector, bias_shape, gw, gb);
+        weight_and_bias_grads(ctx, 1, 2, g, x2, bias_is_vector, bias_shape, w_dtype, b_dtype, gw,
+                              gb);
         if (ctx.needs(0)) {
           if (g.device().is_cpu()) {
             // g @ w straight into a fresh [rows, in] (the act-None form of the fused kernel):
@@ -209,13 +224,13 @@ Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& 
   const auto params = weight_operands<4>({&w1_in, &b1_in, &w2_in, &b2_in});
   const Tensor &w1 = params[0].value, &b1 = params[1].value, &w2 = params[2].value,
                &b2 = params[3].value;
-  const Layer l1 = check_layer("linear_act_linear", x, w1, b1);
+  const Layer l1 = check_layer("linear_act_linear", x, params[0], params[1]);
   MT_CHECK(is_floating(x.dtype()), "linear_act_linear: expected a floating input, got ", x.dtype());
   Tensor h = fresh(Shape{l1.rows, l1.out}, x);
   const bool record = autograd::needs_grad(
       {&x, &params[0].input, &params[1].input, &params[2].input, &params[3].input});
   const Tensor aux = linear_forward_kernel(x.device())(h, l1.x2, w1, l1.bias1, act, record);
-  const Layer l2 = check_layer("linear_act_linear", h, w2, b2);
+  const Layer l2 = check_layer("linear_act_linear", h, params[2], params[3]);
   Tensor out2 = fresh(Shape{l2.rows, l2.out}, x);
   linear_forward_kernel(x.device())(out2, h, w2, l2.bias1, LinearActivation::None, false);
   Shape out_shape = l1.out_shape;
@@ -231,17 +246,22 @@ Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& 
       out,
       [rows = l1.rows, n2 = l2.out, act, b1_vec = l1.bias_is_vector, b2_vec = l2.bias_is_vector,
        x_shape = x.shape(), b1_shape = b1.defined() ? b1.shape() : Shape{},
-       b2_shape = b2.defined() ? b2.shape() : Shape{}](BackwardContext& ctx) -> Grads {
+       b2_shape = b2.defined() ? b2.shape() : Shape{},
+       // The gradients' dtypes: float32 for weights the CPU kernels round themselves.
+       dt = std::array<DType, 4>{w1.dtype(), b1.defined() ? b1.dtype() : w1.dtype(), w2.dtype(),
+                                 b2.defined() ? b2.dtype() : w2.dtype()}](
+          BackwardContext& ctx) -> Grads {
         const Tensor x2 = ctx.saved(0), w1 = ctx.saved(1), h = ctx.saved(2), w2 = ctx.saved(3);
         Tensor g = ctx.grad();
         if (g.dim() != 2) g = g.reshape(Shape{rows, n2});
         Tensor gx, gw1, gb1, gw2, gb2;
-        weight_and_bias_grads(ctx, 3, 4, g, h, b2_vec, b2_shape, gw2, gb2);
+        weight_and_bias_grads(ctx, 3, 4, g, h, b2_vec, b2_shape, dt[2], dt[3], gw2, gb2);
         if (ctx.needs(0) || ctx.needs(1) || ctx.needs(2)) {
           // The hidden layer's pre-activation gradient, with b1's gradient from the same pass.
           const Tensor gz = fresh(h.shape(), h);
           const bool fused_b1 = ctx.needs(2) && b1_vec;
-          const Tensor gb1_vec = fused_b1 ? fresh(Shape{h.size(1)}, h) : Tensor();
+          const Tensor gb1_vec =
+              fused_b1 ? empty(Shape{h.size(1)}, TensorOptions(h.device()).dtype(dt[1])) : Tensor();
           linear_backward_act_kernel(g.device())(gz, gb1_vec, g, w2, h, ctx.saved(4), act);
           if (fused_b1) {
             gb1 = gb1_vec;
@@ -249,10 +269,20 @@ Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& 
             gb1 = autograd::sum_to(gz, b1_shape);
           }
           if (ctx.needs(1)) {
-            gw1 = fresh(Shape{h.size(1), x2.size(1)}, h);
+            gw1 = empty(Shape{h.size(1), x2.size(1)}, TensorOptions(h.device()).dtype(dt[0]));
             linear_backward_weight_kernel(g.device())(gw1, Tensor(), gz, x2);
           }
-          if (ctx.needs(0)) gx = mm(gz, w1).reshape(x_shape);
+          if (ctx.needs(0)) {
+            if (g.device().is_cpu()) {
+              // As in linear_act; the CPU kernel also reads a float32 w1 rounded.
+              gx = fresh(Shape{rows, w1.size(1)}, gz);
+              linear_backward_act_kernel(g.device())(gx, Tensor(), gz, w1, Tensor(), Tensor(),
+                                                     LinearActivation::None);
+            } else {
+              gx = mm(gz, w1);
+            }
+            if (x_shape.size() != 2) gx = gx.reshape(x_shape);
+          }
         }
         return {gx, gw1, gb1, gw2, gb2};
       });

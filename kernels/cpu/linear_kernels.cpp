@@ -76,6 +76,31 @@ void narrow_to(const float* src, T* dst, int64_t n) {
   convert_row(src, dst, n);
 }
 
+// Elements converted per call in the half-type passes (stays in L1 with its float copy).
+constexpr int64_t kChunkElements = 4096;
+
+// float32 values rounded to T and widened back: what reading a cast copy of them gives.
+template <typename T>
+void round_through(const float* src, float* dst, int64_t n) {
+  T tmp[kChunkElements];
+  for (int64_t i = 0; i < n; i += kChunkElements) {
+    const int64_t m = std::min(kChunkElements, n - i);
+    convert_dense(src + i, tmp, m);
+    convert_dense(tmp, dst + i, m);
+  }
+}
+
+// A half-type layer's weight or bias in float: widened, or, for a float32 weight the layer
+// rounds itself under autocast, rounded through T.
+template <typename T>
+void widen_operand(const Tensor& m, const void* src, float* dst, int64_t n) {
+  if (m.dtype() == DType::Float32) {
+    round_through<T>(static_cast<const float*>(src), dst, n);
+  } else {
+    convert_dense(static_cast<const T*>(src), dst, n);
+  }
+}
+
 // The GEMM operand for a dense-rows matrix m: itself (float32) or its rows widened into `buf`.
 template <typename T>
 const float* operand(const Tensor& m, Scratch& buf, int& ld) {
@@ -83,16 +108,28 @@ const float* operand(const Tensor& m, Scratch& buf, int& ld) {
     ld = static_cast<int>(m.stride(0));
     return static_cast<const float*>(m.data_ptr());
   } else {
-    const int64_t rows = m.size(0), cols = m.size(1);
+    const int64_t rows = m.size(0), cols = m.size(1), esize = m.element_size();
     float* dst = buf.get(rows * cols);
-    const T* src = static_cast<const T*>(m.data_ptr());
+    const char* src = static_cast<const char*>(m.data_ptr());
     if (m.stride(0) == cols) {
-      convert_dense(src, dst, rows * cols);  // dense: one call, not one per (short) row
+      widen_operand<T>(m, src, dst, rows * cols);  // dense: one call, not one per (short) row
     } else {
-      for (int64_t r = 0; r < rows; ++r) convert_dense(src + r * m.stride(0), dst + r * cols, cols);
+      for (int64_t r = 0; r < rows; ++r)
+        widen_operand<T>(m, src + r * m.stride(0) * esize, dst + r * cols, cols);
     }
     ld = static_cast<int>(cols);
     return dst;
+  }
+}
+
+// Stores a half-type layer's float results into `out`: rounded to T, and widened back when
+// `out` is the float32 gradient of a weight the layer rounded itself.
+template <typename T>
+void store_rounded(const float* src, const Tensor& out, int64_t n) {
+  if (out.dtype() == DType::Float32) {
+    round_through<T>(src, out.data<float>(), n);
+  } else {
+    narrow_to(src, out.data<T>(), n);
   }
 }
 
@@ -110,8 +147,14 @@ float relu(float v) { return v < 0.0f ? 0.0f : v; }  // NaN and -0 pass, as in f
 
 template <typename T>
 void store_sums(const Tensor& out, const double* sums, int64_t n) {
+  // As the sum kernel stores: T(double), i.e. through float for the half types; widened again
+  // for the float32 gradient of a bias the layer rounded itself.
+  if (!std::is_same_v<T, float> && out.dtype() == DType::Float32) {
+    float* dst = out.data<float>();
+    for (int64_t j = 0; j < n; ++j) dst[j] = static_cast<float>(T(sums[j]));
+    return;
+  }
   T* dst = out.data<T>();
-  // As the sum kernel stores: T(double), i.e. through float for the half types.
   for (int64_t j = 0; j < n; ++j) dst[j] = T(sums[j]);
 }
 
@@ -120,9 +163,6 @@ void store_sums(const Tensor& out, const double* sums, int64_t n) {
 // pays off on passes much longer than the pool's own grain (measured: splitting 256x512 passes
 // made an MLP 512 step 1.9x slower; 512x4096 ones gain).
 constexpr int64_t kPassGrain = int64_t(1) << 21;
-
-// Elements converted per call in the half-type passes (stays in L1 with its float copy).
-constexpr int64_t kChunkElements = 4096;
 
 struct Buffers {
   Scratch a, b, c, row, row2;
@@ -145,7 +185,11 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
   const float* bf = nullptr;
   if (bias.defined()) {
     float* tmp = buf.row2.get(N);
-    widen(static_cast<const T*>(bias.data_ptr()), tmp, N);
+    if constexpr (std::is_same_v<T, float>) {
+      std::copy(bias.data<float>(), bias.data<float>() + N, tmp);
+    } else {
+      widen_operand<T>(bias, bias.data_ptr(), tmp, N);
+    }
     bf = tmp;
   }
   T* o = out.data<T>();
@@ -202,7 +246,7 @@ void backward_weight_direct(const Tensor& grad_w, const Tensor& grad_bias, const
   float* c = gemm_target<T>(grad_w, buf.c);
   // grad_w [N,K] = grad_out^T [N,M] @ x [M,K]
   sgemm(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K));
-  if constexpr (!std::is_same_v<T, float>) narrow_to(c, grad_w.data<T>(), N * K);
+  if constexpr (!std::is_same_v<T, float>) store_rounded<T>(c, grad_w, N * K);
   if (!grad_bias.defined()) return;
   const std::unique_ptr<double[]> sums(new double[N]());
   // Split by columns: each column's sum still runs over the rows in order.
@@ -297,13 +341,45 @@ void with_storage_type(DType dtype, F&& f) {
   }
 }
 
+// Weights and their gradients may be float32 in a half-type layer (a weight the layer rounds
+// itself under autocast, engine/kernel_tables.h): `mixed` accepts them next to `dt` ones.
+bool is_half(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16; }
+bool dense_rows_mixed(const Tensor& m, DType dt) {
+  return dense_rows(m, dt) || (is_half(dt) && dense_rows(m, DType::Float32));
+}
+bool dense_mixed(const Tensor& m, DType dt) {
+  return dense(m, dt) || (is_half(dt) && dense(m, DType::Float32));
+}
+bool contiguous_vector_mixed(const Tensor& v, DType dt, int64_t n) {
+  return contiguous_vector(v, dt, n) || (is_half(dt) && contiguous_vector(v, DType::Float32, n));
+}
+
+// For the composition, whose operands share one dtype: a float32 weight rounded to dt, as a
+// cast copy would be (undefined and dt tensors pass through).
+Tensor in_dtype(const Tensor& t, DType dt) {
+  if (!t.defined() || t.dtype() == dt) return t;
+  Tensor r = empty(t.shape(), TensorOptions(t.device()).dtype(dt));
+  copy_kernel(t.device())(r, t);
+  return r;
+}
+// An output computed in dt by the composition, then widened into `out` when it is float32.
+Tensor out_in_dtype(const Tensor& out, DType dt) {
+  if (!out.defined() || out.dtype() == dt) return out;
+  return empty(out.shape(), TensorOptions(out.device()).dtype(dt));
+}
+void widen_into(const Tensor& out, const Tensor& computed) {
+  if (out.defined() && !out.is_same(computed)) copy_kernel(out.device())(out, computed);
+}
+
 Tensor linear_forward_cpu(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
                           LinearActivation act, bool want_aux) {
   const DType dt = out.dtype();
   const bool direct = act != LinearActivation::GeluTanh && direct_dtype(dt) && dense(out, dt) &&
-                      dense_rows(x, dt) && dense_rows(w, dt) &&
-                      contiguous_vector(bias, dt, out.size(1));
-  if (!direct) return linear_composite::forward(out, x, w, bias, act, want_aux);
+                      dense_rows(x, dt) && dense_rows_mixed(w, dt) &&
+                      contiguous_vector_mixed(bias, dt, out.size(1));
+  if (!direct) {
+    return linear_composite::forward(out, x, in_dtype(w, dt), in_dtype(bias, dt), act, want_aux);
+  }
   with_storage_type(dt, [&](auto tag) {
     forward_direct<decltype(tag)>(out, x, w, bias, act == LinearActivation::Relu);
   });
@@ -312,10 +388,16 @@ Tensor linear_forward_cpu(const Tensor& out, const Tensor& x, const Tensor& w, c
 
 void linear_backward_weight_cpu(const Tensor& grad_w, const Tensor& grad_bias,
                                 const Tensor& grad_out, const Tensor& x) {
-  const DType dt = grad_w.dtype();
-  const bool direct = direct_dtype(dt) && dense(grad_w, dt) && dense_rows(grad_out, dt) &&
-                      dense_rows(x, dt) && contiguous_vector(grad_bias, dt, grad_out.size(1));
-  if (!direct) return linear_composite::backward_weight(grad_w, grad_bias, grad_out, x);
+  const DType dt = grad_out.dtype();
+  const bool direct = direct_dtype(dt) && dense_mixed(grad_w, dt) && dense_rows(grad_out, dt) &&
+                      dense_rows(x, dt) && contiguous_vector_mixed(grad_bias, dt, grad_out.size(1));
+  if (!direct) {
+    const Tensor gw = out_in_dtype(grad_w, dt), gb = out_in_dtype(grad_bias, dt);
+    linear_composite::backward_weight(gw, gb, grad_out, x);
+    widen_into(grad_w, gw);
+    widen_into(grad_bias, gb);
+    return;
+  }
   with_storage_type(
       dt, [&](auto tag) { backward_weight_direct<decltype(tag)>(grad_w, grad_bias, grad_out, x); });
 }
@@ -326,12 +408,15 @@ void linear_backward_act_cpu(const Tensor& grad_pre, const Tensor& grad_bias,
   const DType dt = grad_pre.dtype();
   const bool relu_act = act == LinearActivation::Relu;
   const bool direct = act != LinearActivation::GeluTanh && direct_dtype(dt) &&
-                      dense(grad_pre, dt) && dense_rows(grad_out, dt) && dense_rows(w, dt) &&
+                      dense(grad_pre, dt) && dense_rows(grad_out, dt) && dense_rows_mixed(w, dt) &&
                       (!relu_act || (dense_rows(h, dt) && h.size(0) == grad_pre.size(0) &&
                                      h.size(1) == grad_pre.size(1))) &&
-                      contiguous_vector(grad_bias, dt, grad_pre.size(1));
+                      contiguous_vector_mixed(grad_bias, dt, grad_pre.size(1));
   if (!direct) {
-    return linear_composite::backward_act(grad_pre, grad_bias, grad_out, w, h, aux, act);
+    const Tensor gb = out_in_dtype(grad_bias, dt);
+    linear_composite::backward_act(grad_pre, gb, grad_out, in_dtype(w, dt), h, aux, act);
+    widen_into(grad_bias, gb);
+    return;
   }
   with_storage_type(dt, [&](auto tag) {
     backward_act_direct<decltype(tag)>(grad_pre, grad_bias, grad_out, w, h, relu_act);
