@@ -74,6 +74,12 @@ std::optional<DType> direct_cast_dtype(OpId op, const Tensor& t) {
   return st.dtype;
 }
 
+bool widens(OpId op, const Tensor& t) {
+  const auto& st = autocast_state::current().device[static_cast<int>(t.device().type())];
+  return st.enabled && !st.tf32 && is_reduced_float(t.dtype()) &&
+         cast_policy(op) == CastPolicy::Float32;
+}
+
 void record_direct_cast(const Tensor& t, DType dtype, const std::shared_ptr<autograd::Node>& node,
                         uint32_t input_nr) {
   cache().entries.push_back({t.unsafe_impl(), dtype, t, Tensor(), node, input_nr});
@@ -101,7 +107,7 @@ void refresh_any_cast(autocast_state::ThreadState& s) {
 
 [[maybe_unused]] const bool hook_installed = [] {
   ::mantissa::autocast::set_cast_hook(&cast_hook);
-  ::mantissa::autocast::set_direct_cast_hooks({&direct_cast_dtype, &record_direct_cast});
+  ::mantissa::autocast::set_direct_cast_hooks({&direct_cast_dtype, &record_direct_cast, &widens});
   return true;
 }();
 

@@ -19,6 +19,11 @@ std::optional<DType> call_direct_cast_dtype(OpId op, const Tensor& t) {
   return hook ? hook(op, t) : std::nullopt;
 }
 
+bool call_direct_widen(OpId op, const Tensor& t) {
+  const auto hook = direct_slot().widens;
+  return hook != nullptr && hook(op, t);
+}
+
 void register_direct_cast(const Tensor& t, DType dtype, const std::shared_ptr<autograd::Node>& node,
                           uint32_t input_nr) {
   if (const auto hook = direct_slot().record) hook(t, dtype, node, input_nr);

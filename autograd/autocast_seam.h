@@ -35,11 +35,18 @@ struct DirectCastHooks {
   std::optional<DType> (*dtype)(OpId op, const Tensor& t) = nullptr;
   void (*record)(const Tensor& t, DType dtype, const std::shared_ptr<autograd::Node>& node,
                  uint32_t input_nr) = nullptr;
+  // Whether autocast would widen `t` (float16/bfloat16) to float32 for `op`.
+  bool (*widens)(OpId op, const Tensor& t) = nullptr;
 };
 void set_direct_cast_hooks(DirectCastHooks hooks);
 
 // The dtype an op rounds weight `t` to itself, or nullopt: then it casts t with cast_input.
 inline std::optional<DType> direct_cast_dtype(OpId op, const Tensor& t);
+// Float32 ops (the float32 list of autocast) may likewise read a float16/bfloat16 input widened
+// themselves instead of through a cast copy: widening is exact, so they need only give the input
+// its gradient in its own dtype, rounded as the cast's backward rounds it. True when autocast
+// would widen `t` for `op`.
+inline bool direct_widen(OpId op, const Tensor& t);
 // Called once the op is recorded, for each weight it rounded itself (input `input_nr` of node).
 void register_direct_cast(const Tensor& t, DType dtype, const std::shared_ptr<autograd::Node>& node,
                           uint32_t input_nr);
@@ -56,6 +63,14 @@ inline std::optional<DType> direct_cast_dtype(OpId op, const Tensor& t) {
   if (!autocast_state::any_cast_enabled() || !t.defined()) [[likely]]
     return std::nullopt;
   return call_direct_cast_dtype(op, t);
+}
+
+bool call_direct_widen(OpId op, const Tensor& t);
+
+inline bool direct_widen(OpId op, const Tensor& t) {
+  if (!autocast_state::any_cast_enabled() || !t.defined()) [[likely]]
+    return false;
+  return call_direct_widen(op, t);
 }
 
 }  // namespace mantissa::autocast

@@ -1,6 +1,8 @@
 #include "nn/functional.h"
 
 #include <algorithm>
+#include <type_traits>
+#include <vector>
 
 #include "autograd/autocast_seam.h"
 #include "autograd/function.h"
@@ -167,13 +169,30 @@ bool fused_mse_applies(const Tensor& input, const Tensor& target, Reduction redu
          input.is_contiguous() && target.is_contiguous();
 }
 
-template <typename T>
+// The input's values as T: its own data, or a half-type input autocast widens to float32, widened
+// (exactly) into a per-thread buffer.
+template <typename T, typename In>
+const T* input_as(const Tensor& input) {
+  if constexpr (std::is_same_v<T, In>) {
+    return static_cast<const T*>(input.data_ptr());
+  } else {
+    thread_local std::vector<T> wide;
+    const int64_t n = input.numel();
+    wide.resize(static_cast<size_t>(n));
+    const In* p = static_cast<const In*>(input.data_ptr());
+    for (int64_t i = 0; i < n; ++i) wide[i] = static_cast<T>(p[i]);
+    return wide.data();
+  }
+}
+
+// In is the input's dtype: T, or float16/bfloat16 read widened (autocast's float32 policy without
+// the cast node); its gradient is then rounded to In, as the cast's backward rounds it.
+template <typename T, typename In = T>
 Tensor fused_mse(const Tensor& input, const Tensor& target, Reduction reduction) {
   const int64_t n = input.numel();
-  Tensor out = empty(Shape{}, TensorOptions(input.device()).dtype(input.dtype()));
+  Tensor out = empty(Shape{}, TensorOptions(input.device()).dtype(target.dtype()));
   *static_cast<T*>(out.data_ptr()) =
-      mse_forward(static_cast<const T*>(input.data_ptr()), static_cast<const T*>(target.data_ptr()),
-                  n, reduction);
+      mse_forward(input_as<T, In>(input), static_cast<const T*>(target.data_ptr()), n, reduction);
   if (autograd::Recorder rec{"MseLossBackward0", {&input, &target}}) {
     rec.save(input).save(target);
     rec.finish(out, [n, reduction](autograd::BackwardContext& ctx) {
@@ -181,17 +200,17 @@ Tensor fused_mse(const Tensor& input, const Tensor& target, Reduction reduction)
       const Tensor g = ctx.grad();
       T scale = *static_cast<const T*>(g.data_ptr());
       if (reduction == Reduction::Mean) scale = scale / T(n);
-      const TensorOptions o = TensorOptions(x.device()).dtype(x.dtype());
-      Tensor gx = ctx.needs(0) ? empty(x.shape(), o) : Tensor();
-      Tensor gt = ctx.needs(1) ? empty(x.shape(), o) : Tensor();
-      const T* px = static_cast<const T*>(x.data_ptr());
+      const TensorOptions o = TensorOptions(x.device());
+      Tensor gx = ctx.needs(0) ? empty(x.shape(), o.dtype(x.dtype())) : Tensor();
+      Tensor gt = ctx.needs(1) ? empty(x.shape(), o.dtype(t.dtype())) : Tensor();
+      const T* px = input_as<T, In>(x);
       const T* pt = static_cast<const T*>(t.data_ptr());
-      T* pgx = gx.defined() ? static_cast<T*>(gx.data_ptr()) : nullptr;
+      In* pgx = gx.defined() ? static_cast<In*>(gx.data_ptr()) : nullptr;
       T* pgt = gt.defined() ? static_cast<T*>(gt.data_ptr()) : nullptr;
       for (int64_t i = 0; i < n; ++i) {
         const T half = scale * T(px[i] - pt[i]);
         const T v = half + half;
-        if (pgx != nullptr) pgx[i] = v;
+        if (pgx != nullptr) pgx[i] = static_cast<In>(v);
         if (pgt != nullptr) pgt[i] = -v;
       }
       return std::vector<Tensor>{gx, gt};
@@ -200,11 +219,24 @@ Tensor fused_mse(const Tensor& input, const Tensor& target, Reduction reduction)
   return out;
 }
 
+// A float16/bfloat16 input that autocast widens, next to a float32 target: the fused loss reads
+// the input widened itself.
+bool fused_mse_widens(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return reduction != Reduction::None && input.device().is_cpu() && target.device().is_cpu() &&
+         target.dtype() == kFloat32 && input.shape() == target.shape() && input.numel() > 0 &&
+         input.is_contiguous() && target.is_contiguous() &&
+         autocast::direct_widen(OpId::mse_loss, input);
+}
+
 }  // namespace
 
 Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
-  const Tensor input = autocast::cast_input(OpId::mse_loss, input_in);
   const Tensor target = autocast::cast_input(OpId::mse_loss, target_in);
+  if (fused_mse_widens(input_in, target, reduction)) {
+    return input_in.dtype() == kBFloat16 ? fused_mse<float, BFloat16>(input_in, target, reduction)
+                                         : fused_mse<float, Half>(input_in, target, reduction);
+  }
+  const Tensor input = autocast::cast_input(OpId::mse_loss, input_in);
   check_floating("mse_loss", input, "input");
   warn_if_broadcast("mse_loss", input, target);
   if (fused_mse_applies(input, target, reduction)) {
