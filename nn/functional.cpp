@@ -1,7 +1,6 @@
 #include "nn/functional.h"
 
 #include <algorithm>
-#include <type_traits>
 #include <vector>
 
 #include "autograd/autocast_seam.h"
@@ -169,48 +168,36 @@ bool fused_mse_applies(const Tensor& input, const Tensor& target, Reduction redu
          input.is_contiguous() && target.is_contiguous();
 }
 
-// The input's values as T: its own data, or a half-type input autocast widens to float32, widened
-// (exactly) into a per-thread buffer.
-template <typename T, typename In>
-const T* input_as(const Tensor& input) {
-  if constexpr (std::is_same_v<T, In>) {
-    return static_cast<const T*>(input.data_ptr());
-  } else {
-    thread_local std::vector<T> wide;
-    const int64_t n = input.numel();
-    wide.resize(static_cast<size_t>(n));
-    const In* p = static_cast<const In*>(input.data_ptr());
-    for (int64_t i = 0; i < n; ++i) wide[i] = static_cast<T>(p[i]);
-    return wide.data();
-  }
-}
-
-// In is the input's dtype: T, or float16/bfloat16 read widened (autocast's float32 policy without
-// the cast node); its gradient is then rounded to In, as the cast's backward rounds it.
-template <typename T, typename In = T>
-Tensor fused_mse(const Tensor& input, const Tensor& target, Reduction reduction) {
-  const int64_t n = input.numel();
-  Tensor out = empty(Shape{}, TensorOptions(input.device()).dtype(target.dtype()));
+// `input` is what the node records; `values` holds its values as T: input itself, or the float32
+// copy of a float16/bfloat16 input that autocast widens. The loss's gradient for the input is
+// then float32 and the engine rounds it to the input's dtype, as the cast's backward would; the
+// node stands in for the cast's.
+template <typename T>
+Tensor fused_mse(const Tensor& input, const Tensor& values, const Tensor& target,
+                 Reduction reduction) {
+  const int64_t n = values.numel();
+  Tensor out = empty(Shape{}, TensorOptions(values.device()).dtype(values.dtype()));
   *static_cast<T*>(out.data_ptr()) =
-      mse_forward(input_as<T, In>(input), static_cast<const T*>(target.data_ptr()), n, reduction);
+      mse_forward(static_cast<const T*>(values.data_ptr()),
+                  static_cast<const T*>(target.data_ptr()), n, reduction);
   if (autograd::Recorder rec{"MseLossBackward0", {&input, &target}}) {
-    rec.save(input).save(target);
+    rec.save(values).save(target);
     rec.finish(out, [n, reduction](autograd::BackwardContext& ctx) {
       const Tensor x = ctx.saved(0), t = ctx.saved(1);
       const Tensor g = ctx.grad();
       T scale = *static_cast<const T*>(g.data_ptr());
       if (reduction == Reduction::Mean) scale = scale / T(n);
-      const TensorOptions o = TensorOptions(x.device());
-      Tensor gx = ctx.needs(0) ? empty(x.shape(), o.dtype(x.dtype())) : Tensor();
-      Tensor gt = ctx.needs(1) ? empty(x.shape(), o.dtype(t.dtype())) : Tensor();
-      const T* px = input_as<T, In>(x);
+      const TensorOptions o = TensorOptions(x.device()).dtype(x.dtype());
+      Tensor gx = ctx.needs(0) ? empty(x.shape(), o) : Tensor();
+      Tensor gt = ctx.needs(1) ? empty(x.shape(), o) : Tensor();
+      const T* px = static_cast<const T*>(x.data_ptr());
       const T* pt = static_cast<const T*>(t.data_ptr());
-      In* pgx = gx.defined() ? static_cast<In*>(gx.data_ptr()) : nullptr;
+      T* pgx = gx.defined() ? static_cast<T*>(gx.data_ptr()) : nullptr;
       T* pgt = gt.defined() ? static_cast<T*>(gt.data_ptr()) : nullptr;
       for (int64_t i = 0; i < n; ++i) {
         const T half = scale * T(px[i] - pt[i]);
         const T v = half + half;
-        if (pgx != nullptr) pgx[i] = static_cast<In>(v);
+        if (pgx != nullptr) pgx[i] = v;
         if (pgt != nullptr) pgt[i] = -v;
       }
       return std::vector<Tensor>{gx, gt};
@@ -219,8 +206,8 @@ Tensor fused_mse(const Tensor& input, const Tensor& target, Reduction reduction)
   return out;
 }
 
-// A float16/bfloat16 input that autocast widens, next to a float32 target: the fused loss reads
-// the input widened itself.
+// A float16/bfloat16 input that autocast widens, next to a float32 target: the fused loss widens
+// it itself (a plain copy, no cast node).
 bool fused_mse_widens(const Tensor& input, const Tensor& target, Reduction reduction) {
   return reduction != Reduction::None && input.device().is_cpu() && target.device().is_cpu() &&
          target.dtype() == kFloat32 && input.shape() == target.shape() && input.numel() > 0 &&
@@ -233,15 +220,16 @@ bool fused_mse_widens(const Tensor& input, const Tensor& target, Reduction reduc
 Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
   const Tensor target = autocast::cast_input(OpId::mse_loss, target_in);
   if (fused_mse_widens(input_in, target, reduction)) {
-    return input_in.dtype() == kBFloat16 ? fused_mse<float, BFloat16>(input_in, target, reduction)
-                                         : fused_mse<float, Half>(input_in, target, reduction);
+    const Tensor wide = empty(input_in.shape(), TensorOptions(input_in.device()).dtype(kFloat32));
+    copy_kernel(wide.device())(wide, input_in);
+    return fused_mse<float>(input_in, wide, target, reduction);
   }
   const Tensor input = autocast::cast_input(OpId::mse_loss, input_in);
   check_floating("mse_loss", input, "input");
   warn_if_broadcast("mse_loss", input, target);
   if (fused_mse_applies(input, target, reduction)) {
-    return input.dtype() == kFloat32 ? fused_mse<float>(input, target, reduction)
-                                     : fused_mse<double>(input, target, reduction);
+    return input.dtype() == kFloat32 ? fused_mse<float>(input, input, target, reduction)
+                                     : fused_mse<double>(input, input, target, reduction);
   }
   const Tensor diff = input - target;
   return reduce(diff * diff, reduction);
