@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "autograd/autocast_seam.h"
@@ -16,7 +17,8 @@ namespace {
 // keeps its autograd history, so every use in the scope backpropagates into the weight. An entry
 // without a cast is a weight an op rounded itself (a direct cast, see autograd/autocast_seam.h):
 // the first cast of it in the scope reroutes that op's input through the cast's node. A flat
-// list: a scope casts each weight once, and the list keeps its capacity between steps.
+// list that keeps its capacity between steps, indexed by a hash map once a scope casts many
+// weights.
 struct CastEntry {
   const TensorImpl* key;
   DType dtype;
@@ -24,14 +26,37 @@ struct CastEntry {
   Tensor cast;    // undefined for a direct cast not yet shared
   std::weak_ptr<autograd::Node> direct_node;
   uint32_t direct_input = 0;
+  uint32_t direct_version = 0;  // the weight's version when the op rounded it
 };
 struct CastCache {
+  static constexpr size_t kScanLimit = 32;
   std::vector<CastEntry> entries;
+  std::unordered_map<const TensorImpl*, std::vector<size_t>> index;  // above kScanLimit only
+
   CastEntry* find(const Tensor& t, DType dtype) {
     const TensorImpl* key = t.unsafe_impl();
-    for (auto& e : entries)
-      if (e.key == key && e.dtype == dtype) return &e;
+    if (entries.size() <= kScanLimit) {
+      for (auto& e : entries)
+        if (e.key == key && e.dtype == dtype) return &e;
+      return nullptr;
+    }
+    const auto it = index.find(key);
+    if (it == index.end()) return nullptr;
+    for (size_t i : it->second)
+      if (entries[i].dtype == dtype) return &entries[i];
     return nullptr;
+  }
+  void add(CastEntry e) {
+    entries.push_back(std::move(e));
+    if (entries.size() == kScanLimit + 1) {
+      for (size_t i = 0; i < entries.size(); ++i) index[entries[i].key].push_back(i);
+    } else if (entries.size() > kScanLimit + 1) {
+      index[entries.back().key].push_back(entries.size() - 1);
+    }
+  }
+  void clear() {
+    entries.clear();
+    index.clear();
   }
 };
 CastCache& cache() {
@@ -52,13 +77,16 @@ Tensor cast_with_cache(const Tensor& t, DType target) {
   CastEntry* e = cache().find(t, target);
   if (e == nullptr) {
     Tensor cast = t.to(target);
-    cache().entries.push_back({t.unsafe_impl(), target, t, cast, {}, 0});
+    cache().add({t.unsafe_impl(), target, t, cast, {}, 0, 0});
     return cast;
   }
   if (!e->cast.defined()) {
-    // The weight's first use rounded it itself; from now on both uses go through this cast.
+    // The weight's first use rounded it itself; from now on both uses go through this cast. If
+    // the weight changed in place since (a step inside the scope), the first use's rounding is
+    // not this cast: it keeps its own gradient path.
     e->cast = t.to(target);
-    if (auto node = e->direct_node.lock()) {
+    auto node = e->direct_node.lock();
+    if (node && e->direct_version == t.version()) {
       node->next_edges.at(e->direct_input) = autograd::gradient_edge(e->cast);
     }
     e->direct_node.reset();
@@ -82,7 +110,7 @@ bool widens(OpId op, const Tensor& t) {
 
 void record_direct_cast(const Tensor& t, DType dtype, const std::shared_ptr<autograd::Node>& node,
                         uint32_t input_nr) {
-  cache().entries.push_back({t.unsafe_impl(), dtype, t, Tensor(), node, input_nr});
+  cache().add({t.unsafe_impl(), dtype, t, Tensor(), node, input_nr, t.version()});
 }
 
 Tensor cast_hook(OpId op, const Tensor& t) {
@@ -200,7 +228,7 @@ Precision current_precision(DeviceType t) {
   return d.dtype;
 }
 
-void clear_autocast_cache() { cache().entries.clear(); }
+void clear_autocast_cache() { cache().clear(); }
 size_t autocast_cache_size() { return cache().entries.size(); }
 
 }  // namespace mantissa::amp

@@ -174,7 +174,7 @@ std::vector<Tensor> run_backward(const Tensor* outputs, size_t n_outputs,
     const size_t k = states.index(e.fn.get());
     auto& buf = states[k].grads;
     buf.resize(e.fn->num_outputs);
-    add_into(buf[e.input_nr], g);
+    deliver(buf[e.input_nr], g, e);
     if (i == 0) {
       first_root = e.fn;
     } else {

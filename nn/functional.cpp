@@ -218,13 +218,14 @@ bool fused_mse_widens(const Tensor& input, const Tensor& target, Reduction reduc
 }  // namespace
 
 Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
-  const Tensor target = autocast::cast_input(OpId::mse_loss, target_in);
-  if (fused_mse_widens(input_in, target, reduction)) {
+  // A float32 target is never cast, so only the input's cast is saved here.
+  if (fused_mse_widens(input_in, target_in, reduction)) {
     const Tensor wide = empty(input_in.shape(), TensorOptions(input_in.device()).dtype(kFloat32));
     copy_kernel(wide.device())(wide, input_in);
-    return fused_mse<float>(input_in, wide, target, reduction);
+    return fused_mse<float>(input_in, wide, target_in, reduction);
   }
   const Tensor input = autocast::cast_input(OpId::mse_loss, input_in);
+  const Tensor target = autocast::cast_input(OpId::mse_loss, target_in);
   check_floating("mse_loss", input, "input");
   warn_if_broadcast("mse_loss", input, target);
   if (fused_mse_applies(input, target, reduction)) {

@@ -467,3 +467,117 @@ TEST(AutocastDirectCast, EveryLinearKernelPathMatchesSharedCasts) {
     }
   }
 }
+
+TEST(AutocastDirectCast, FrozenWeightsOtherOpsAndNestedScopesMatchSharedCasts) {
+  namespace F = mt::nn::functional;
+  TwoLayers m;
+  const mt::Tensor x = mt::randn({20, 10}), x2 = mt::randn({20, 10}), x3 = mt::randn({20, 16});
+  const mt::Tensor target = mt::randn({20, 5});
+  const auto grads = [&] {
+    std::vector<mt::Tensor> g;
+    for (const auto& p : m.params()) g.push_back(p.grad());
+    return g;
+  };
+  // A frozen first-layer weight is cast as an input (no cache); its bias still goes direct.
+  {
+    m.w1.requires_grad_(false);
+    m.zero_grad();
+    {
+      autocast guard(mt::kCPU, mt::kBFloat16);
+      F::mse_loss(mlp(x, m.params(), true), target).backward();
+    }
+    const auto direct = grads();
+    m.zero_grad();
+    std::vector<mt::Tensor> cast;
+    for (const auto& p : m.params()) cast.push_back(p.to(mt::kBFloat16));
+    F::mse_loss(mlp(x.to(mt::kBFloat16), cast, true).to(mt::kFloat32), target).backward();
+    const auto reference = grads();
+    EXPECT_FALSE(direct[0].defined());
+    for (size_t i = 1; i < 4; ++i) EXPECT_TRUE(mt::equal(direct[i], reference[i])) << i;
+    m.w1.requires_grad_(true);
+  }
+  // A second use of W1 through mm, and a nested float16 scope using every weight again.
+  m.zero_grad();
+  {
+    autocast guard(mt::kCPU, mt::kBFloat16);
+    mt::Tensor loss = F::mse_loss(mlp(x, m.params(), true), target);
+    loss = loss + mt::mean(mt::mm(x3, m.w1));  // the leaf itself: the cached cast
+    {
+      autocast nested(mt::kCPU, mt::kFloat16);
+      loss = loss + F::mse_loss(mlp(x2, m.params(), false), target);
+    }
+    loss.backward();
+  }
+  const auto direct = grads();
+  m.zero_grad();
+  {
+    std::vector<mt::Tensor> bf, hf;
+    for (const auto& p : m.params()) {
+      bf.push_back(p.to(mt::kBFloat16));
+      hf.push_back(p.to(mt::kFloat16));
+    }
+    mt::Tensor loss = F::mse_loss(mlp(x.to(mt::kBFloat16), bf, true).to(mt::kFloat32), target);
+    loss = loss + mt::mean(mt::mm(x3.to(mt::kBFloat16), bf[0]).to(mt::kFloat32));
+    loss = loss + F::mse_loss(mlp(x2.to(mt::kFloat16), hf, false).to(mt::kFloat32), target);
+    loss.backward();
+  }
+  expect_same_bits(direct, grads(), "mm reuse and nested float16 scope");
+}
+
+TEST(AutocastDirectCast, WeightUpdatedInsideTheScopeKeepsItsOwnGradientPath) {
+  // A step between two uses in one scope: the second use casts the updated weight and the first
+  // use's gradient still reaches the weight (it is not rerouted through a cast of other values).
+  namespace F = mt::nn::functional;
+  TwoLayers m;
+  const mt::Tensor x = mt::randn({20, 10}), target = mt::randn({20, 5});
+  m.zero_grad();
+  autocast guard(mt::kCPU, mt::kBFloat16);
+  const mt::Tensor first = F::mse_loss(mlp(x, m.params(), true), target);
+  {
+    mt::autograd::NoGradGuard no_grad;
+    m.w1.add_(mt::ones_like(m.w1));  // w1 is not saved: x needs no gradient
+  }
+  const mt::Tensor second = F::mse_loss(mlp(x, m.params(), true), target);
+  ASSERT_EQ(first.grad_fn()->next_edges[0].fn->next_edges[1].fn->name(), "AccumulateGrad");
+  (first + second).backward();
+  EXPECT_TRUE(m.w1.grad().defined());
+  EXPECT_NE(mt::all_finite(m.w1.grad()).item<float>(), 0.0f);
+}
+
+TEST(AutocastDirectCast, ManyWeightsAreFoundThroughTheCacheIndex) {
+  // Past 32 entries the cache is indexed by a hash map; a second pass must still find and share
+  // every weight's cast.
+  namespace F = mt::nn::functional;
+  mt::manual_seed(5);
+  std::vector<mt::Tensor> params;
+  for (int i = 0; i < 20; ++i) {
+    params.push_back((mt::randn({4, 4}) * 0.5).requires_grad_());
+    params.push_back(mt::randn({4}).requires_grad_());
+  }
+  const mt::Tensor x = mt::randn({3, 4});
+  auto run = [&](bool reference) {
+    for (const auto& p : params) p.set_grad(mt::Tensor());
+    std::vector<mt::Tensor> w = params;
+    if (reference) {
+      for (auto& p : w) p = p.to(mt::kBFloat16);
+    }
+    mt::Tensor loss;
+    {
+      autocast guard(mt::kCPU, mt::kBFloat16, !reference);
+      for (int pass = 0; pass < 2; ++pass) {
+        mt::Tensor h = reference ? x.to(mt::kBFloat16) : x;
+        for (size_t i = 0; i < w.size(); i += 2) h = F::linear(h, w[i], w[i + 1]);
+        const mt::Tensor l = mt::sum(h.to(mt::kFloat32));
+        loss = loss.defined() ? loss + l : l;
+      }
+      if (!reference) {
+        EXPECT_EQ(mt::amp::autocast_cache_size(), params.size());
+      }
+    }
+    loss.backward();
+    std::vector<mt::Tensor> out{loss.detach()};
+    for (const auto& p : params) out.push_back(p.grad());
+    return out;
+  };
+  expect_same_bits(run(false), run(true), "40 weights, two passes");
+}

@@ -241,7 +241,8 @@ Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& 
 
   Recorder rec{"LinearActLinearBackward0",
                {&x, &params[0].input, &params[1].input, &params[2].input, &params[3].input}};
-  rec.save(l1.x2).save(w1).save(h).save(w2).save(aux);
+  // d/dx alone reads w1: without it, an update of w1 before backward is no error.
+  rec.save(l1.x2).save(x.requires_grad() ? w1 : Tensor()).save(h).save(w2).save(aux);
   rec.finish(
       out,
       [rows = l1.rows, n2 = l2.out, act, b1_vec = l1.bias_is_vector, b2_vec = l2.bias_is_vector,
@@ -251,7 +252,7 @@ Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& 
        dt = std::array<DType, 4>{w1.dtype(), b1.defined() ? b1.dtype() : w1.dtype(), w2.dtype(),
                                  b2.defined() ? b2.dtype() : w2.dtype()}](
           BackwardContext& ctx) -> Grads {
-        const Tensor x2 = ctx.saved(0), w1 = ctx.saved(1), h = ctx.saved(2), w2 = ctx.saved(3);
+        const Tensor x2 = ctx.saved(0), h = ctx.saved(2), w2 = ctx.saved(3);
         Tensor g = ctx.grad();
         if (g.dim() != 2) g = g.reshape(Shape{rows, n2});
         Tensor gx, gw1, gb1, gw2, gb2;
@@ -273,6 +274,7 @@ Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& 
             linear_backward_weight_kernel(g.device())(gw1, Tensor(), gz, x2);
           }
           if (ctx.needs(0)) {
+            const Tensor w1 = ctx.saved(1);
             if (g.device().is_cpu()) {
               // As in linear_act; the CPU kernel also reads a float32 w1 rounded.
               gx = fresh(Shape{rows, w1.size(1)}, gz);
