@@ -12,6 +12,7 @@
 #define MT_TEST_X86 1
 #endif
 
+#include "kernels/cpu/convert_dense.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -427,4 +428,46 @@ TEST(BFloat16, DenseCastKernelMatchesScalarConversion) {
       ASSERT_EQ(back[i], static_cast<float>(dense[i]));
     }
   }
+}
+
+// The linear kernels round float32 values in place through round_dense; it must give the bits of
+// a narrow and a widen through a 16-bit buffer, NaNs included, on every length (vector bodies and
+// scalar tails).
+TEST(RoundDense, EqualsNarrowThenWidenForHalfAndBFloat16) {
+  std::vector<float> values;
+  std::mt19937 rng(11);
+  for (int i = 0; i < 100003; ++i) {
+    uint32_t bits = static_cast<uint32_t>(rng());
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    values.push_back(f);
+  }
+  for (uint32_t bits : {0x3f808000u, 0x3f818000u, 0x7f800000u, 0xff800000u, 0x7fc00001u,
+                        0xffa00000u, 0x00000001u, 0x807fffffu, 0x7f7fffffu, 0x00000000u,
+                        0x80000000u, 0x477fe000u, 0x477ff000u, 0x33000000u, 0x7f7f8000u}) {
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    values.insert(values.begin(), f);
+  }
+  const auto check = [&](auto tag, const char* name) {
+    using T = decltype(tag);
+    for (size_t n : {values.size(), size_t(7), size_t(16), size_t(33)}) {
+      std::vector<T> narrow(n);
+      std::vector<float> expected(n), got(n), in_place(values.begin(), values.begin() + n);
+      mantissa::cpu::convert_dense(values.data(), narrow.data(), int64_t(n));
+      mantissa::cpu::convert_dense(narrow.data(), expected.data(), int64_t(n));
+      mantissa::cpu::round_dense(values.data(), got.data(), int64_t(n), T{});
+      mantissa::cpu::round_dense(in_place.data(), in_place.data(), int64_t(n), T{});
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t e, g, p;
+        std::memcpy(&e, &expected[i], 4);
+        std::memcpy(&g, &got[i], 4);
+        std::memcpy(&p, &in_place[i], 4);
+        ASSERT_EQ(g, e) << name << " element " << i << " of " << n;
+        ASSERT_EQ(p, e) << name << " in place, element " << i << " of " << n;
+      }
+    }
+  };
+  check(mantissa::Half{}, "float16");
+  check(mantissa::BFloat16{}, "bfloat16");
 }

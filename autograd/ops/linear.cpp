@@ -30,15 +30,19 @@ const char* act_name(LinearActivation act) {
 }
 
 // A weight or bias operand. Under autocast a layer may round a float32 weight to the autocast
-// dtype itself (autograd/autocast_seam.h): `input` is what the node records (the weight) and
-// `value` what the kernels read: on the CPU the float32 weight itself, which the kernels round as
+// dtype itself (autograd/autocast_seam.h): input() is what the node records (the weight) and
+// value() what the kernels read: on the CPU the float32 weight itself, which the kernels round as
 // they read it (engine/kernel_tables.h), elsewhere a rounded copy. `dtype` is the layer's dtype
-// the operand stands for; gradients are made in value's dtype.
+// the operand stands for; gradients are made in value's dtype. Outside autocast both are the
+// caller's tensor, referred to, not copied.
 struct WeightOperand {
-  Tensor value;
-  Tensor input;
+  const Tensor* weight = nullptr;  // the caller's tensor
+  Tensor cast;                     // autocast's cast, or the rounded copy of a direct cast
+  bool input_is_cast = false;      // autocast's cast: the node records it
   DType dtype = DType::Float32;
   std::optional<DType> direct;
+  const Tensor& value() const { return cast.defined() ? cast : *weight; }
+  const Tensor& input() const { return input_is_cast ? cast : *weight; }
 };
 
 // The checked operands of one linear layer, with x folded to [rows, in].
@@ -51,7 +55,7 @@ struct Layer {
 };
 
 Layer check_layer(const char* op, const Tensor& x, const WeightOperand& w, const WeightOperand& b) {
-  const Tensor &weight = w.value, &bias = b.value;
+  const Tensor &weight = w.value(), &bias = b.value();
   MT_CHECK(x.defined() && weight.defined(), op, ": expected defined input and weight");
   ops::check_same_device(op, x, weight);
   MT_CHECK(x.dtype() == w.dtype, op,
@@ -112,6 +116,13 @@ void weight_and_bias_grads(BackwardContext& ctx, size_t w_index, size_t b_index,
 
 template <size_t N>
 std::array<WeightOperand, N> weight_operands(const std::array<const Tensor*, N>& weights) {
+  std::array<WeightOperand, N> out;
+  for (size_t i = 0; i < N; ++i) {
+    out[i].weight = weights[i];
+    if (weights[i]->defined()) out[i].dtype = weights[i]->dtype();
+  }
+  if (!autocast_state::any_cast_enabled()) [[likely]]
+    return out;
   std::array<std::optional<DType>, N> direct{};
   bool distinct = true;  // a weight passed twice goes through one shared cast instead
   for (size_t i = 0; i < N; ++i) {
@@ -119,19 +130,20 @@ std::array<WeightOperand, N> weight_operands(const std::array<const Tensor*, N>&
     for (size_t j = 0; j < i; ++j)
       distinct = distinct && !(weights[i]->defined() && weights[i]->is_same(*weights[j]));
   }
-  std::array<WeightOperand, N> out;
   for (size_t i = 0; i < N; ++i) {
     const Tensor& w = *weights[i];
+    WeightOperand& o = out[i];
     if (direct[i] && distinct) {
-      if (w.device().is_cpu()) {
-        out[i] = {w, w, *direct[i], direct[i]};
-      } else {
+      o.dtype = *direct[i];
+      o.direct = direct[i];
+      if (!w.device().is_cpu()) {
         autograd::NoGradGuard no_grad;
-        out[i] = {w.to(*direct[i]), w, *direct[i], direct[i]};
+        o.cast = w.to(*direct[i]);
       }
-    } else {
-      Tensor cast = autocast::cast_input(OpId::linear, w);
-      out[i] = {cast, cast, cast.defined() ? cast.dtype() : DType::Float32, std::nullopt};
+    } else if (Tensor cast = autocast::cast_input(OpId::linear, w); !cast.is_same(w)) {
+      o.dtype = cast.dtype();
+      o.cast = std::move(cast);
+      o.input_is_cast = true;
     }
   }
   return out;
@@ -145,7 +157,7 @@ void register_direct_casts(const Tensor& out, const std::array<WeightOperand, N>
   for (size_t i = 0; i < N; ++i) {
     if (!ops[i].direct) continue;
     if (!node) node = out.grad_fn();
-    autocast::register_direct_cast(ops[i].input, *ops[i].direct, node,
+    autocast::register_direct_cast(ops[i].input(), *ops[i].direct, node,
                                    first_input + static_cast<uint32_t>(i));
   }
 }
@@ -156,8 +168,8 @@ Tensor linear_act(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
                   LinearActivation act) {
   const Tensor x = autocast::cast_input(OpId::linear, x_in);
   const auto params = weight_operands<2>({&weight_in, &bias_in});
-  const Tensor &weight = params[0].value, &bias = params[1].value;
-  const Tensor &weight_input = params[0].input, &bias_input = params[1].input;
+  const Tensor &weight = params[0].value(), &bias = params[1].value();
+  const Tensor &weight_input = params[0].input(), &bias_input = params[1].input();
   const Layer l = check_layer("linear", x, params[0], params[1]);
   MT_CHECK(act == LinearActivation::None || is_floating(x.dtype()), "linear: activation ",
            act_name(act), " needs a floating input, got ", x.dtype());
@@ -222,13 +234,13 @@ Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& 
                          LinearActivation act, const Tensor& w2_in, const Tensor& b2_in) {
   const Tensor x = autocast::cast_input(OpId::linear, x_in);
   const auto params = weight_operands<4>({&w1_in, &b1_in, &w2_in, &b2_in});
-  const Tensor &w1 = params[0].value, &b1 = params[1].value, &w2 = params[2].value,
-               &b2 = params[3].value;
+  const Tensor &w1 = params[0].value(), &b1 = params[1].value(), &w2 = params[2].value(),
+               &b2 = params[3].value();
   const Layer l1 = check_layer("linear_act_linear", x, params[0], params[1]);
   MT_CHECK(is_floating(x.dtype()), "linear_act_linear: expected a floating input, got ", x.dtype());
   Tensor h = fresh(Shape{l1.rows, l1.out}, x);
   const bool record = autograd::needs_grad(
-      {&x, &params[0].input, &params[1].input, &params[2].input, &params[3].input});
+      {&x, &params[0].input(), &params[1].input(), &params[2].input(), &params[3].input()});
   const Tensor aux = linear_forward_kernel(x.device())(h, l1.x2, w1, l1.bias1, act, record);
   const Layer l2 = check_layer("linear_act_linear", h, params[2], params[3]);
   Tensor out2 = fresh(Shape{l2.rows, l2.out}, x);
@@ -239,8 +251,9 @@ Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& 
       x.dim() == 2 ? out2 : detail::make_view(out2, out_shape, contiguous_strides(out_shape), 0);
   if (!record) return out;
 
-  Recorder rec{"LinearActLinearBackward0",
-               {&x, &params[0].input, &params[1].input, &params[2].input, &params[3].input}};
+  Recorder rec{
+      "LinearActLinearBackward0",
+      {&x, &params[0].input(), &params[1].input(), &params[2].input(), &params[3].input()}};
   // d/dx alone reads w1: without it, an update of w1 before backward is no error.
   rec.save(l1.x2).save(x.requires_grad() ? w1 : Tensor()).save(h).save(w2).save(aux);
   rec.finish(

@@ -24,6 +24,14 @@ __attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* src, Ha
   }
   for (; i < n; ++i) dst[i] = Half(src[i]);
 }
+__attribute__((target("avx,f16c"))) void round_half_f16c(const float* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = float(Half(src[i]));
+}
 __attribute__((target("avx,f16c"))) void half_to_float_f16c(const Half* src, float* dst,
                                                             int64_t n) {
   int64_t i = 0;
@@ -42,6 +50,13 @@ void convert_dense(const float* src, Half* dst, int64_t n) {
   if (cpu_has_f16c()) return float_to_half_f16c(src, dst, n);
 #endif
   for (int64_t i = 0; i < n; ++i) dst[i] = Half(src[i]);
+}
+
+void round_dense(const float* src, float* dst, int64_t n, Half) {
+#if MT_HAVE_X86
+  if (cpu_has_f16c()) return round_half_f16c(src, dst, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = float(Half(src[i]));
 }
 
 void convert_dense(const Half* src, float* dst, int64_t n) {
@@ -111,6 +126,21 @@ __attribute__((target("avx512f"))) void float_to_bf16_avx512(const float* src, B
 #endif
 
 }  // namespace
+
+// bf16_bits_rne(u) << 16, kept in 32-bit lanes (no narrowing, so it vectorises at any width).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void round_dense(const float* src,
+                                                                              float* dst, int64_t n,
+                                                                              BFloat16) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, src + i, sizeof(u));
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    const uint32_t quiet_nan = (u & 0xffff0000u) | 0x00400000u;
+    const uint32_t nan_mask = 0u - static_cast<uint32_t>((u & 0x7fffffffu) > 0x7f800000u);
+    const uint32_t bits = rounded ^ ((rounded ^ quiet_nan) & nan_mask);
+    std::memcpy(dst + i, &bits, sizeof(bits));
+  }
+}
 
 void convert_dense(const float* src, BFloat16* dst, int64_t n) {
 #if MT_HAVE_X86

@@ -15,4 +15,9 @@ void convert_dense(const Half* src, float* dst, int64_t n);
 void convert_dense(const float* src, BFloat16* dst, int64_t n);
 void convert_dense(const BFloat16* src, float* dst, int64_t n);
 
+// dst = src rounded to float16 / bfloat16 and widened back, in one pass (src == dst allowed):
+// what a narrow and a widen through a 16-bit buffer give, bit for bit.
+void round_dense(const float* src, float* dst, int64_t n, Half);
+void round_dense(const float* src, float* dst, int64_t n, BFloat16);
+
 }  // namespace mantissa::cpu

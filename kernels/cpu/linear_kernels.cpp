@@ -79,15 +79,11 @@ void narrow_to(const float* src, T* dst, int64_t n) {
 // Elements converted per call in the half-type passes (stays in L1 with its float copy).
 constexpr int64_t kChunkElements = 4096;
 
-// float32 values rounded to T and widened back: what reading a cast copy of them gives.
+// float32 values rounded to T and widened back (src == dst allowed): what reading a cast copy
+// of them gives.
 template <typename T>
 void round_through(const float* src, float* dst, int64_t n) {
-  T tmp[kChunkElements];
-  for (int64_t i = 0; i < n; i += kChunkElements) {
-    const int64_t m = std::min(kChunkElements, n - i);
-    convert_dense(src + i, tmp, m);
-    convert_dense(tmp, dst + i, m);
-  }
+  round_dense(src, dst, n, T{});
 }
 
 // A half-type layer's weight or bias in float: widened, or, for a float32 weight the layer
@@ -211,26 +207,23 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
         },
         M * N, kPassGrain);
   } else {
-    // Rounded after the GEMM, again after the bias; ReLU on the rounded value (keeps -0). Whole
-    // chunks of rows per conversion call: a small layer's rows are a few elements long.
+    // Rounded after the GEMM, again after the bias; ReLU on the rounded value (keeps -0). The
+    // GEMM's float buffer is rounded in place, so the last narrowing is exact. Whole chunks of
+    // rows per conversion call: a small layer's rows are a few elements long.
     const int64_t chunk_rows = std::max<int64_t>(1, kChunkElements / N);
-    float* tmp = buf.row.get(std::min(M, chunk_rows) * N);
     for (int64_t i0 = 0; i0 < M; i0 += chunk_rows) {
       const int64_t rows = std::min(chunk_rows, M - i0), n = rows * N;
-      T* block = o + i0 * N;
-      narrow_to(c + i0 * N, block, n);
-      if (bf == nullptr && !relu_out) continue;
-      widen(block, tmp, n);
+      float* v = c + i0 * N;
       if (bf != nullptr) {
+        round_through<T>(v, v, n);
         for (int64_t r = 0; r < rows; ++r)
-          for (int64_t j = 0; j < N; ++j) tmp[r * N + j] += bf[j];
-        narrow_to(tmp, block, n);
-        if (relu_out) widen(block, tmp, n);
+          for (int64_t j = 0; j < N; ++j) v[r * N + j] += bf[j];
       }
       if (relu_out) {
-        for (int64_t e = 0; e < n; ++e) tmp[e] = relu(tmp[e]);
-        narrow_to(tmp, block, n);
+        round_through<T>(v, v, n);
+        for (int64_t e = 0; e < n; ++e) v[e] = relu(v[e]);
       }
+      narrow_to(v, o + i0 * N, n);
     }
   }
 }
@@ -292,7 +285,6 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
         const bool blocks = n == K && (hp == nullptr || ldh == K);
         const int64_t chunk_rows = blocks ? std::max<int64_t>(1, kChunkElements / K) : 1;
         Buffers& local = buffers();  // this thread's
-        float* gbuf = local.row.get(std::min(M, chunk_rows) * n);
         float* hbuf = local.row2.get(std::min(M, chunk_rows) * n);
         for (int64_t i0 = 0; i0 < M; i0 += chunk_rows) {
           const int64_t rows = std::min(chunk_rows, M - i0), e = rows * n;
@@ -301,9 +293,8 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
           if constexpr (std::is_same_v<T, float>) {
             gf = block;
           } else {
-            narrow_to(c + i0 * K + j0, block, e);  // the GEMM's rounding
-            widen(block, gbuf, e);
-            gf = gbuf;
+            gf = c + i0 * K + j0;  // this range of the GEMM's float buffer, rounded in place
+            round_through<T>(gf, gf, e);
           }
           if (hp != nullptr) {
             const float* hf = nullptr;
@@ -314,8 +305,8 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
               hf = hbuf;
             }
             for (int64_t t = 0; t < e; ++t) gf[t] = hf[t] <= 0.0f ? 0.0f : gf[t];
-            if constexpr (!std::is_same_v<T, float>) narrow_to(gf, block, e);  // exact
           }
+          if constexpr (!std::is_same_v<T, float>) narrow_to(gf, block, e);  // exact
           if (sp != nullptr) {
             for (int64_t r = 0; r < rows; ++r)
               for (int64_t j = 0; j < n; ++j) sp[j0 + j] += static_cast<double>(gf[r * n + j]);
