@@ -108,6 +108,13 @@ bool widens(OpId op, const Tensor& t) {
          cast_policy(op) == CastPolicy::Float32;
 }
 
+std::optional<DType> lowers(OpId op, const Tensor& t) {
+  const auto& st = autocast_state::current().device[static_cast<int>(t.device().type())];
+  if (!st.enabled || st.tf32 || t.dtype() != kFloat32) return std::nullopt;
+  if (cast_policy(op) != CastPolicy::LowerPrecision || cacheable(t)) return std::nullopt;
+  return st.dtype;
+}
+
 void record_direct_cast(const Tensor& t, DType dtype, const std::shared_ptr<autograd::Node>& node,
                         uint32_t input_nr) {
   cache().add({t.unsafe_impl(), dtype, t, Tensor(), node, input_nr, t.version()});
@@ -135,7 +142,8 @@ void refresh_any_cast(autocast_state::ThreadState& s) {
 
 [[maybe_unused]] const bool hook_installed = [] {
   ::mantissa::autocast::set_cast_hook(&cast_hook);
-  ::mantissa::autocast::set_direct_cast_hooks({&direct_cast_dtype, &record_direct_cast, &widens});
+  ::mantissa::autocast::set_direct_cast_hooks(
+      {&direct_cast_dtype, &record_direct_cast, &widens, &lowers});
   return true;
 }();
 

@@ -24,6 +24,11 @@ bool call_direct_widen(OpId op, const Tensor& t) {
   return hook != nullptr && hook(op, t);
 }
 
+std::optional<DType> call_direct_lower_dtype(OpId op, const Tensor& t) {
+  const auto hook = direct_slot().lowers;
+  return hook ? hook(op, t) : std::nullopt;
+}
+
 void register_direct_cast(const Tensor& t, DType dtype, const std::shared_ptr<autograd::Node>& node,
                           uint32_t input_nr) {
   if (const auto hook = direct_slot().record) hook(t, dtype, node, input_nr);

@@ -37,6 +37,9 @@ struct DirectCastHooks {
                  uint32_t input_nr) = nullptr;
   // Whether autocast would widen `t` (float16/bfloat16) to float32 for `op`.
   bool (*widens)(OpId op, const Tensor& t) = nullptr;
+  // The dtype autocast would lower float32 `t` to for `op` when t is not a weight (no cast of it
+  // is cached or shared), else nullopt.
+  std::optional<DType> (*lowers)(OpId op, const Tensor& t) = nullptr;
 };
 void set_direct_cast_hooks(DirectCastHooks hooks);
 
@@ -47,6 +50,10 @@ inline std::optional<DType> direct_cast_dtype(OpId op, const Tensor& t);
 // its gradient in its own dtype, rounded as the cast's backward rounds it. True when autocast
 // would widen `t` for `op`.
 inline bool direct_widen(OpId op, const Tensor& t);
+// Likewise an op may round a float32 input that is not a weight (an activation) itself: the
+// dtype autocast would cast it to, or nullopt. Its gradient, made in that dtype, is converted
+// back by the engine, as the cast's backward would.
+inline std::optional<DType> direct_lower_dtype(OpId op, const Tensor& t);
 // Called once the op is recorded, for each weight it rounded itself (input `input_nr` of node).
 void register_direct_cast(const Tensor& t, DType dtype, const std::shared_ptr<autograd::Node>& node,
                           uint32_t input_nr);
@@ -66,6 +73,13 @@ inline std::optional<DType> direct_cast_dtype(OpId op, const Tensor& t) {
 }
 
 bool call_direct_widen(OpId op, const Tensor& t);
+std::optional<DType> call_direct_lower_dtype(OpId op, const Tensor& t);
+
+inline std::optional<DType> direct_lower_dtype(OpId op, const Tensor& t) {
+  if (!autocast_state::any_cast_enabled() || !t.defined()) [[likely]]
+    return std::nullopt;
+  return call_direct_lower_dtype(op, t);
+}
 
 inline bool direct_widen(OpId op, const Tensor& t) {
   if (!autocast_state::any_cast_enabled() || !t.defined()) [[likely]]

@@ -16,10 +16,11 @@
 namespace mantissa {
 
 // Elementwise unary ops that map one value to one value of the same dtype.
-#define MT_FORALL_UNARY_OPS(X)                                                                  \
-  X(neg)                                                                                        \
-  X(abs) X(exp) X(log) X(sqrt) X(rsqrt) X(relu) X(sigmoid) X(tanh) X(silu) X(gelu) X(gelu_tanh) \
-      X(sign) X(reciprocal) X(sin) X(cos) X(log1p) X(expm1) X(square)
+#define MT_FORALL_UNARY_OPS(X)                                                                   \
+  X(neg)                                                                                         \
+  X(abs)                                                                                         \
+  X(exp) X(log) X(sqrt) X(rsqrt) X(relu) X(sigmoid) X(tanh) X(silu) X(gelu) X(gelu_tanh) X(sign) \
+      X(reciprocal) X(sin) X(cos) X(log1p) X(expm1) X(square)
 // Elementwise binary ops producing the inputs' dtype.
 #define MT_FORALL_BINARY_OPS(X) X(mul) X(div) X(pow) X(maximum) X(minimum)
 // Elementwise comparisons producing bool.
@@ -232,10 +233,10 @@ MT_DECLARE_TABLE(avg_pool2d_backward, AvgPool2dBackwardKernel)
 // The activation a linear layer may fuse into its GEMM. GeluTanh is GELU's tanh approximation,
 // the form cuBLASLt's GELU epilogues compute (exact GELU is not fused anywhere).
 enum class LinearActivation : uint8_t { None, Relu, GeluTanh };
-// Mixed dtypes, CPU kernels only: in a float16/bfloat16 layer the weights and biases (w, bias)
-// and their gradients (grad_w, grad_bias) may be float32. Such a weight is read rounded to the
-// layer's dtype and such a gradient is rounded to it and stored widened: exactly what a cast of
-// the weight to the layer's dtype and the cast's backward give, without the cast copies (the
+// Mixed dtypes, CPU kernels only: in a float16/bfloat16 layer the input x, the weights and biases
+// (w, bias) and the weights' gradients (grad_w, grad_bias) may be float32. Such an operand is read
+// rounded to the layer's dtype and such a gradient is rounded to it and stored widened: exactly
+// what a cast to the layer's dtype and the cast's backward give, without the cast copies (the
 // autocast direct casts of autograd/ops/linear.cpp).
 // out [M,N] = act(x [M,K] @ w[N,K]^T + bias[N]), bias optional (undefined). x and w have any
 // strides; out is contiguous; all operands share a dtype. With want_aux (a backward will run) the

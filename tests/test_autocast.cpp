@@ -581,3 +581,37 @@ TEST(AutocastDirectCast, ManyWeightsAreFoundThroughTheCacheIndex) {
   };
   expect_same_bits(run(false), run(true), "40 weights, two passes");
 }
+
+TEST(AutocastDirectCast, ActivationInputsAreRoundedByTheLayerWithTheirGradients) {
+  // A float32 activation (not a weight) is rounded by the CPU kernels as they read it; its
+  // gradient comes back in the autocast dtype and is widened by the engine, as a cast's would.
+  TwoLayers m;
+  const mt::Tensor a = mt::randn({20, 10}).requires_grad_();
+  const mt::Tensor target = mt::randn({20, 5});
+  for (mt::DType dtype : {mt::kBFloat16, mt::kFloat16}) {
+    for (bool fused : {true, false}) {
+      auto run = [&](bool reference) {
+        m.zero_grad();
+        a.set_grad(mt::Tensor());
+        const mt::Tensor x = a * 2.0f;  // a non-leaf activation
+        mt::Tensor loss;
+        if (reference) {
+          std::vector<mt::Tensor> cast;
+          for (const auto& p : m.params()) cast.push_back(p.to(dtype));
+          loss =
+              mt::nn::functional::mse_loss(mlp(x.to(dtype), cast, fused).to(mt::kFloat32), target);
+        } else {
+          autocast guard(mt::kCPU, dtype);
+          loss = mt::nn::functional::mse_loss(mlp(x, m.params(), fused), target);
+        }
+        loss.backward();
+        std::vector<mt::Tensor> out{loss.detach(), a.grad()};
+        for (const auto& p : m.params()) out.push_back(p.grad());
+        return out;
+      };
+      const std::string what =
+          std::string(mt::dtype_name(dtype)) + (fused ? " fused" : " layer by layer");
+      expect_same_bits(run(false), run(true), what);
+    }
+  }
+}

@@ -54,12 +54,13 @@ struct Layer {
   bool bias_is_vector = false;  // bias has shape [out]: its gradient is the column sums as is
 };
 
-Layer check_layer(const char* op, const Tensor& x, const WeightOperand& w, const WeightOperand& b) {
-  const Tensor &weight = w.value(), &bias = b.value();
+Layer check_layer(const char* op, const WeightOperand& xo, const WeightOperand& w,
+                  const WeightOperand& b) {
+  const Tensor &x = xo.value(), &weight = w.value(), &bias = b.value();
   MT_CHECK(x.defined() && weight.defined(), op, ": expected defined input and weight");
   ops::check_same_device(op, x, weight);
-  MT_CHECK(x.dtype() == w.dtype, op,
-           ": expected input and weight to have the same dtype, but got: ", x.dtype(),
+  MT_CHECK(xo.dtype == w.dtype, op,
+           ": expected input and weight to have the same dtype, but got: ", xo.dtype,
            " != ", w.dtype);
   MT_CHECK(x.dim() >= 1, op, ": expected input with at least 1 dim, got ", x.shape());
   MT_CHECK(weight.dim() == 2, op, ": expected a 2-D weight [out_features, in_features], got ",
@@ -71,7 +72,7 @@ Layer check_layer(const char* op, const Tensor& x, const WeightOperand& w, const
            " and ", weight.shape(), "): expected input's last dim to be ", l.in);
   if (bias.defined()) {
     ops::check_same_device(op, x, bias);
-    MT_CHECK(b.dtype == x.dtype(), op, ": expected bias to have dtype ", x.dtype(), ", but got ",
+    MT_CHECK(b.dtype == xo.dtype, op, ": expected bias to have dtype ", xo.dtype, ", but got ",
              b.dtype);
     MT_CHECK(bias.dim() == 0 || (bias.dim() == 1 && (bias.size(0) == l.out || bias.size(0) == 1)),
              op, ": expected bias of shape [", l.out, "], got ", bias.shape());
@@ -92,6 +93,9 @@ Layer check_layer(const char* op, const Tensor& x, const WeightOperand& w, const
 
 Tensor fresh(const Shape& shape, const Tensor& like) {
   return empty(shape, TensorOptions(like.device()).dtype(like.dtype()));
+}
+Tensor fresh(const Shape& shape, const WeightOperand& like) {
+  return empty(shape, TensorOptions(like.value().device()).dtype(like.dtype));
 }
 
 // grad_w (and grad_b when wanted) from the pre-activation gradient g [rows, out] and x2.
@@ -149,6 +153,28 @@ std::array<WeightOperand, N> weight_operands(const std::array<const Tensor*, N>&
   return out;
 }
 
+// The layer's input x: on the CPU a float32 activation autocast would lower is rounded by the
+// kernels as they read it (like a weight, but never cached or shared).
+WeightOperand input_operand(const Tensor& x) {
+  WeightOperand o;
+  o.weight = &x;
+  if (x.defined()) o.dtype = x.dtype();
+  if (!autocast_state::any_cast_enabled()) [[likely]]
+    return o;
+  if (x.device().is_cpu()) {
+    if (const auto dt = autocast::direct_lower_dtype(OpId::linear, x)) {
+      o.dtype = *dt;
+      return o;
+    }
+  }
+  if (Tensor cast = autocast::cast_input(OpId::linear, x); !cast.is_same(x)) {
+    o.dtype = cast.dtype();
+    o.cast = std::move(cast);
+    o.input_is_cast = true;
+  }
+  return o;
+}
+
 // After recording: lets a later cast of a directly rounded weight share its gradient path.
 template <size_t N>
 void register_direct_casts(const Tensor& out, const std::array<WeightOperand, N>& ops,
@@ -166,17 +192,19 @@ void register_direct_casts(const Tensor& out, const std::array<WeightOperand, N>
 
 Tensor linear_act(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                   LinearActivation act) {
-  const Tensor x = autocast::cast_input(OpId::linear, x_in);
+  const WeightOperand xo = input_operand(x_in);
+  const Tensor& x = xo.value();
+  const Tensor& x_input = xo.input();
   const auto params = weight_operands<2>({&weight_in, &bias_in});
   const Tensor &weight = params[0].value(), &bias = params[1].value();
   const Tensor &weight_input = params[0].input(), &bias_input = params[1].input();
-  const Layer l = check_layer("linear", x, params[0], params[1]);
-  MT_CHECK(act == LinearActivation::None || is_floating(x.dtype()), "linear: activation ",
-           act_name(act), " needs a floating input, got ", x.dtype());
+  const Layer l = check_layer("linear", xo, params[0], params[1]);
+  MT_CHECK(act == LinearActivation::None || is_floating(xo.dtype), "linear: activation ",
+           act_name(act), " needs a floating input, got ", xo.dtype);
 
-  Tensor out2 = fresh(Shape{l.rows, l.out}, x);
+  Tensor out2 = fresh(Shape{l.rows, l.out}, xo);
   const bool record =
-      is_floating(x.dtype()) && autograd::needs_grad({&x, &weight_input, &bias_input});
+      is_floating(xo.dtype) && autograd::needs_grad({&x_input, &weight_input, &bias_input});
   // GeluTanh's backward reads the pre-activation (aux); ReLU's reads the output.
   const Tensor pre = linear_forward_kernel(x.device())(out2, l.x2, weight, l.bias1, act,
                                                        record && act == LinearActivation::GeluTanh);
@@ -186,10 +214,10 @@ Tensor linear_act(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
   if (!record) return out;
 
   Recorder rec{act == LinearActivation::None ? "LinearBackward0" : "LinearActBackward0",
-               {&x, &weight_input, &bias_input}};
+               {&x_input, &weight_input, &bias_input}};
   // d/dW reads x and d/dx reads W: a frozen weight does not keep the input alive.
   rec.save(weight_input.requires_grad() ? l.x2 : Tensor())
-      .save(x.requires_grad() ? weight : Tensor())
+      .save(x_input.requires_grad() ? weight : Tensor())
       .save(act == LinearActivation::Relu ? out2 : pre);
   rec.finish(
       out,
@@ -232,18 +260,23 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
 Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1_in,
                          LinearActivation act, const Tensor& w2_in, const Tensor& b2_in) {
-  const Tensor x = autocast::cast_input(OpId::linear, x_in);
+  const WeightOperand xo = input_operand(x_in);
+  const Tensor& x = xo.value();
+  const Tensor& x_input = xo.input();
   const auto params = weight_operands<4>({&w1_in, &b1_in, &w2_in, &b2_in});
   const Tensor &w1 = params[0].value(), &b1 = params[1].value(), &w2 = params[2].value(),
                &b2 = params[3].value();
-  const Layer l1 = check_layer("linear_act_linear", x, params[0], params[1]);
-  MT_CHECK(is_floating(x.dtype()), "linear_act_linear: expected a floating input, got ", x.dtype());
-  Tensor h = fresh(Shape{l1.rows, l1.out}, x);
+  const Layer l1 = check_layer("linear_act_linear", xo, params[0], params[1]);
+  MT_CHECK(is_floating(xo.dtype), "linear_act_linear: expected a floating input, got ", xo.dtype);
+  Tensor h = fresh(Shape{l1.rows, l1.out}, xo);
   const bool record = autograd::needs_grad(
-      {&x, &params[0].input(), &params[1].input(), &params[2].input(), &params[3].input()});
+      {&x_input, &params[0].input(), &params[1].input(), &params[2].input(), &params[3].input()});
   const Tensor aux = linear_forward_kernel(x.device())(h, l1.x2, w1, l1.bias1, act, record);
-  const Layer l2 = check_layer("linear_act_linear", h, params[2], params[3]);
-  Tensor out2 = fresh(Shape{l2.rows, l2.out}, x);
+  WeightOperand ho;
+  ho.weight = &h;
+  ho.dtype = h.dtype();
+  const Layer l2 = check_layer("linear_act_linear", ho, params[2], params[3]);
+  Tensor out2 = fresh(Shape{l2.rows, l2.out}, h);
   linear_forward_kernel(x.device())(out2, h, w2, l2.bias1, LinearActivation::None, false);
   Shape out_shape = l1.out_shape;
   out_shape[out_shape.size() - 1] = l2.out;
@@ -253,9 +286,9 @@ Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& 
 
   Recorder rec{
       "LinearActLinearBackward0",
-      {&x, &params[0].input(), &params[1].input(), &params[2].input(), &params[3].input()}};
+      {&x_input, &params[0].input(), &params[1].input(), &params[2].input(), &params[3].input()}};
   // d/dx alone reads w1: without it, an update of w1 before backward is no error.
-  rec.save(l1.x2).save(x.requires_grad() ? w1 : Tensor()).save(h).save(w2).save(aux);
+  rec.save(l1.x2).save(x_input.requires_grad() ? w1 : Tensor()).save(h).save(w2).save(aux);
   rec.finish(
       out,
       [rows = l1.rows, n2 = l2.out, act, b1_vec = l1.bias_is_vector, b2_vec = l2.bias_is_vector,

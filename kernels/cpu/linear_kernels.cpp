@@ -332,8 +332,8 @@ void with_storage_type(DType dtype, F&& f) {
   }
 }
 
-// Weights and their gradients may be float32 in a half-type layer (a weight the layer rounds
-// itself under autocast, engine/kernel_tables.h): `mixed` accepts them next to `dt` ones.
+// Inputs, weights and weight gradients may be float32 in a half-type layer (operands the layer
+// rounds itself under autocast, engine/kernel_tables.h): `mixed` accepts them next to `dt` ones.
 bool is_half(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16; }
 bool dense_rows_mixed(const Tensor& m, DType dt) {
   return dense_rows(m, dt) || (is_half(dt) && dense_rows(m, DType::Float32));
@@ -366,10 +366,11 @@ Tensor linear_forward_cpu(const Tensor& out, const Tensor& x, const Tensor& w, c
                           LinearActivation act, bool want_aux) {
   const DType dt = out.dtype();
   const bool direct = act != LinearActivation::GeluTanh && direct_dtype(dt) && dense(out, dt) &&
-                      dense_rows(x, dt) && dense_rows_mixed(w, dt) &&
+                      dense_rows_mixed(x, dt) && dense_rows_mixed(w, dt) &&
                       contiguous_vector_mixed(bias, dt, out.size(1));
   if (!direct) {
-    return linear_composite::forward(out, x, in_dtype(w, dt), in_dtype(bias, dt), act, want_aux);
+    return linear_composite::forward(out, in_dtype(x, dt), in_dtype(w, dt), in_dtype(bias, dt), act,
+                                     want_aux);
   }
   with_storage_type(dt, [&](auto tag) {
     forward_direct<decltype(tag)>(out, x, w, bias, act == LinearActivation::Relu);
@@ -381,10 +382,11 @@ void linear_backward_weight_cpu(const Tensor& grad_w, const Tensor& grad_bias,
                                 const Tensor& grad_out, const Tensor& x) {
   const DType dt = grad_out.dtype();
   const bool direct = direct_dtype(dt) && dense_mixed(grad_w, dt) && dense_rows(grad_out, dt) &&
-                      dense_rows(x, dt) && contiguous_vector_mixed(grad_bias, dt, grad_out.size(1));
+                      dense_rows_mixed(x, dt) &&
+                      contiguous_vector_mixed(grad_bias, dt, grad_out.size(1));
   if (!direct) {
     const Tensor gw = out_in_dtype(grad_w, dt), gb = out_in_dtype(grad_bias, dt);
-    linear_composite::backward_weight(gw, gb, grad_out, x);
+    linear_composite::backward_weight(gw, gb, grad_out, in_dtype(x, dt));
     widen_into(grad_w, gw);
     widen_into(grad_bias, gb);
     return;
