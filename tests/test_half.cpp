@@ -394,23 +394,31 @@ TEST(CastKernel, BFloat16AndFloat64Casts) {
   for (size_t i = 0; i < d.size(); ++i) expect_same_half(h[i], mt::Half(d[i]), i);
 }
 
-// The dense bfloat16 cast (branch-free, vectorised) must equal BFloat16(float) bit for bit,
-// including ties, NaN, infinities and subnormals; and widening must be exact.
-TEST(BFloat16, DenseCastKernelMatchesScalarConversion) {
+// n random bit patterns as floats (NaNs, infinities and subnormals among them), then ties,
+// NaN payloads, extremes and signed zeros.
+static std::vector<float> random_float_bits(unsigned seed, int n) {
   std::vector<float> values;
-  std::mt19937 rng(7);
-  for (int i = 0; i < 200000; ++i) {
-    uint32_t bits = static_cast<uint32_t>(rng());
+  std::mt19937 rng(seed);
+  for (int i = 0; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(rng());
     float f;
     std::memcpy(&f, &bits, sizeof(f));
     values.push_back(f);
   }
   for (uint32_t bits : {0x3f808000u, 0x3f818000u, 0x7f800000u, 0xff800000u, 0x7fc00001u,
-                        0xffa00000u, 0x00000001u, 0x807fffffu, 0x7f7fffffu, 0x00000000u}) {
+                        0xffa00000u, 0x00000001u, 0x807fffffu, 0x7f7fffffu, 0x00000000u,
+                        0x80000000u, 0x477fe000u, 0x477ff000u, 0x33000000u, 0x7f7f8000u}) {
     float f;
     std::memcpy(&f, &bits, sizeof(f));
     values.push_back(f);
   }
+  return values;
+}
+
+// The dense bfloat16 cast (branch-free, vectorised) must equal BFloat16(float) bit for bit,
+// including ties, NaN, infinities and subnormals; and widening must be exact.
+TEST(BFloat16, DenseCastKernelMatchesScalarConversion) {
+  const std::vector<float> values = random_float_bits(7, 200000);
   const mantissa::Tensor t = mantissa::from_vector(values);
   const auto dense = t.to(mantissa::kBFloat16).to_vector<mantissa::BFloat16>();
   ASSERT_EQ(dense.size(), values.size());
@@ -434,21 +442,7 @@ TEST(BFloat16, DenseCastKernelMatchesScalarConversion) {
 // a narrow and a widen through a 16-bit buffer, NaNs included, on every length (vector bodies and
 // scalar tails).
 TEST(RoundDense, EqualsNarrowThenWidenForHalfAndBFloat16) {
-  std::vector<float> values;
-  std::mt19937 rng(11);
-  for (int i = 0; i < 100003; ++i) {
-    uint32_t bits = static_cast<uint32_t>(rng());
-    float f;
-    std::memcpy(&f, &bits, sizeof(f));
-    values.push_back(f);
-  }
-  for (uint32_t bits : {0x3f808000u, 0x3f818000u, 0x7f800000u, 0xff800000u, 0x7fc00001u,
-                        0xffa00000u, 0x00000001u, 0x807fffffu, 0x7f7fffffu, 0x00000000u,
-                        0x80000000u, 0x477fe000u, 0x477ff000u, 0x33000000u, 0x7f7f8000u}) {
-    float f;
-    std::memcpy(&f, &bits, sizeof(f));
-    values.insert(values.begin(), f);
-  }
+  const std::vector<float> values = random_float_bits(11, 100003);
   const auto check = [&](auto tag, const char* name) {
     using T = decltype(tag);
     for (size_t n : {values.size(), size_t(7), size_t(16), size_t(33)}) {

@@ -153,6 +153,21 @@ std::array<WeightOperand, N> weight_operands(const std::array<const Tensor*, N>&
   return out;
 }
 
+// dx = g [rows, out] @ w [out, in], shaped like x. On the CPU straight into a fresh [rows, in]
+// through the act-None form of the fused kernel: no mm op with its operand views and checks, and
+// a float32 weight is read rounded like in the forward.
+Tensor input_grad(const Tensor& g, const Tensor& w, const Shape& x_shape) {
+  Tensor gx;
+  if (g.device().is_cpu()) {
+    gx = fresh(Shape{g.size(0), w.size(1)}, g);
+    linear_backward_act_kernel(g.device())(gx, Tensor(), g, w, Tensor(), Tensor(),
+                                           LinearActivation::None);
+  } else {
+    gx = mm(g, w);
+  }
+  return x_shape.size() == 2 ? gx : gx.reshape(x_shape);
+}
+
 // The layer's input x: on the CPU a float32 activation autocast would lower is rounded by the
 // kernels as they read it (like a weight, but never cached or shared).
 WeightOperand input_operand(const Tensor& x) {
@@ -236,18 +251,7 @@ Tensor linear_act(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
         }
         weight_and_bias_grads(ctx, 1, 2, g, x2, bias_is_vector, bias_shape, w_dtype, b_dtype, gw,
                               gb);
-        if (ctx.needs(0)) {
-          if (g.device().is_cpu()) {
-            // g @ w straight into a fresh [rows, in] (the act-None form of the fused kernel):
-            // no mm op with its operand views and checks.
-            gx = fresh(Shape{l_rows, w.size(1)}, g);
-            linear_backward_act_kernel(g.device())(gx, Tensor(), g, w, Tensor(), Tensor(),
-                                                   LinearActivation::None);
-          } else {
-            gx = mm(g, w);
-          }
-          if (x_shape.size() != 2) gx = gx.reshape(x_shape);
-        }
+        if (ctx.needs(0)) gx = input_grad(g, w, x_shape);
         return {gx, gw, gb};
       });
   register_direct_casts(out, params, 1);
@@ -319,18 +323,7 @@ Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& 
             gw1 = empty(Shape{h.size(1), x2.size(1)}, TensorOptions(h.device()).dtype(dt[0]));
             linear_backward_weight_kernel(g.device())(gw1, Tensor(), gz, x2);
           }
-          if (ctx.needs(0)) {
-            const Tensor w1 = ctx.saved(1);
-            if (g.device().is_cpu()) {
-              // As in linear_act; the CPU kernel also reads a float32 w1 rounded.
-              gx = fresh(Shape{rows, w1.size(1)}, gz);
-              linear_backward_act_kernel(g.device())(gx, Tensor(), gz, w1, Tensor(), Tensor(),
-                                                     LinearActivation::None);
-            } else {
-              gx = mm(gz, w1);
-            }
-            if (x_shape.size() != 2) gx = gx.reshape(x_shape);
-          }
+          if (ctx.needs(0)) gx = input_grad(gz, ctx.saved(1), x_shape);
         }
         return {gx, gw1, gb1, gw2, gb2};
       });
