@@ -94,25 +94,30 @@ Tensor cast_with_cache(const Tensor& t, DType target) {
   return e->cast;
 }
 
-std::optional<DType> direct_cast_dtype(OpId op, const Tensor& t) {
+// The dtype autocast lowers a float32 `t` to for `op` on t's device, or nullopt.
+std::optional<DType> lowered_dtype(OpId op, const Tensor& t) {
   const auto& st = autocast_state::current().device[static_cast<int>(t.device().type())];
   if (!st.enabled || st.tf32 || t.dtype() != kFloat32) return std::nullopt;
-  if (cast_policy(op) != CastPolicy::LowerPrecision || !cacheable(t)) return std::nullopt;
-  if (cache().find(t, st.dtype) != nullptr) return std::nullopt;
+  if (cast_policy(op) != CastPolicy::LowerPrecision) return std::nullopt;
   return st.dtype;
+}
+
+// A weight with no cast in this scope yet.
+std::optional<DType> direct_cast_dtype(OpId op, const Tensor& t) {
+  const std::optional<DType> dt = cacheable(t) ? lowered_dtype(op, t) : std::nullopt;
+  if (dt && cache().find(t, *dt) != nullptr) return std::nullopt;
+  return dt;
+}
+
+// Anything else, which is never cached.
+std::optional<DType> lowers(OpId op, const Tensor& t) {
+  return cacheable(t) ? std::nullopt : lowered_dtype(op, t);
 }
 
 bool widens(OpId op, const Tensor& t) {
   const auto& st = autocast_state::current().device[static_cast<int>(t.device().type())];
   return st.enabled && !st.tf32 && is_reduced_float(t.dtype()) &&
          cast_policy(op) == CastPolicy::Float32;
-}
-
-std::optional<DType> lowers(OpId op, const Tensor& t) {
-  const auto& st = autocast_state::current().device[static_cast<int>(t.device().type())];
-  if (!st.enabled || st.tf32 || t.dtype() != kFloat32) return std::nullopt;
-  if (cast_policy(op) != CastPolicy::LowerPrecision || cacheable(t)) return std::nullopt;
-  return st.dtype;
 }
 
 void record_direct_cast(const Tensor& t, DType dtype, const std::shared_ptr<autograd::Node>& node,

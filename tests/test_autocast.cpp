@@ -319,6 +319,12 @@ struct TwoLayers {
     b2 = mt::randn({5}).requires_grad_();
   }
   std::vector<mt::Tensor> params() const { return {w1, b1, w2, b2}; }
+  // The reference's casts: each weight cast once, with history, shared by every use.
+  std::vector<mt::Tensor> casts(mt::DType dtype) const {
+    std::vector<mt::Tensor> out;
+    for (const auto& p : params()) out.push_back(p.to(dtype));
+    return out;
+  }
   void zero_grad() const {
     for (const auto& p : params()) p.set_grad(mt::Tensor());
   }
@@ -340,8 +346,7 @@ std::vector<mt::Tensor> step(const TwoLayers& m, const std::vector<mt::Tensor>& 
   m.zero_grad();
   mt::Tensor loss;
   if (reference) {
-    std::vector<mt::Tensor> cast;
-    for (const auto& p : m.params()) cast.push_back(p.to(dtype));  // with history, once
+    const std::vector<mt::Tensor> cast = m.casts(dtype);
     for (const auto& x : inputs) {
       const mt::Tensor l = F::mse_loss(mlp(x.to(dtype), cast, fused).to(mt::kFloat32), target);
       loss = loss.defined() ? loss + l : l;
@@ -488,8 +493,7 @@ TEST(AutocastDirectCast, FrozenWeightsOtherOpsAndNestedScopesMatchSharedCasts) {
     }
     const auto direct = grads();
     m.zero_grad();
-    std::vector<mt::Tensor> cast;
-    for (const auto& p : m.params()) cast.push_back(p.to(mt::kBFloat16));
+    const std::vector<mt::Tensor> cast = m.casts(mt::kBFloat16);
     F::mse_loss(mlp(x.to(mt::kBFloat16), cast, true).to(mt::kFloat32), target).backward();
     const auto reference = grads();
     EXPECT_FALSE(direct[0].defined());
@@ -511,11 +515,7 @@ TEST(AutocastDirectCast, FrozenWeightsOtherOpsAndNestedScopesMatchSharedCasts) {
   const auto direct = grads();
   m.zero_grad();
   {
-    std::vector<mt::Tensor> bf, hf;
-    for (const auto& p : m.params()) {
-      bf.push_back(p.to(mt::kBFloat16));
-      hf.push_back(p.to(mt::kFloat16));
-    }
+    const std::vector<mt::Tensor> bf = m.casts(mt::kBFloat16), hf = m.casts(mt::kFloat16);
     mt::Tensor loss = F::mse_loss(mlp(x.to(mt::kBFloat16), bf, true).to(mt::kFloat32), target);
     loss = loss + mt::mean(mt::mm(x3.to(mt::kBFloat16), bf[0]).to(mt::kFloat32));
     loss = loss + F::mse_loss(mlp(x2.to(mt::kFloat16), hf, false).to(mt::kFloat32), target);
@@ -596,8 +596,7 @@ TEST(AutocastDirectCast, ActivationInputsAreRoundedByTheLayerWithTheirGradients)
         const mt::Tensor x = a * 2.0f;  // a non-leaf activation
         mt::Tensor loss;
         if (reference) {
-          std::vector<mt::Tensor> cast;
-          for (const auto& p : m.params()) cast.push_back(p.to(dtype));
+          const std::vector<mt::Tensor> cast = m.casts(dtype);
           loss =
               mt::nn::functional::mse_loss(mlp(x.to(dtype), cast, fused).to(mt::kFloat32), target);
         } else {

@@ -29,20 +29,36 @@ const char* act_name(LinearActivation act) {
   return "?";
 }
 
-// A weight or bias operand. Under autocast a layer may round a float32 weight to the autocast
-// dtype itself (autograd/autocast_seam.h): input() is what the node records (the weight) and
-// value() what the kernels read: on the CPU the float32 weight itself, which the kernels round as
-// they read it (engine/kernel_tables.h), elsewhere a rounded copy. `dtype` is the layer's dtype
-// the operand stands for; gradients are made in value's dtype. Outside autocast both are the
-// caller's tensor, referred to, not copied.
-struct WeightOperand {
-  const Tensor* weight = nullptr;  // the caller's tensor
-  Tensor cast;                     // autocast's cast, or the rounded copy of a direct cast
-  bool input_is_cast = false;      // autocast's cast: the node records it
+// An operand of a layer: its input, weight or bias. Under autocast a layer may round a float32
+// operand to the autocast dtype itself (autograd/autocast_seam.h): input() is what the node
+// records (the caller's tensor) and value() what the kernels read: on the CPU the float32 tensor
+// itself, which the kernels round as they read it (engine/kernel_tables.h), elsewhere a rounded
+// copy. `dtype` is the layer's dtype the operand stands for; gradients are made in value's
+// dtype. Outside autocast both are the caller's tensor, referred to, not copied.
+struct Operand {
+  const Tensor* given = nullptr;  // the caller's tensor
+  Tensor cast;                    // autocast's cast, or the rounded copy of a direct cast
+  bool input_is_cast = false;     // autocast's cast: the node records it
   DType dtype = DType::Float32;
-  std::optional<DType> direct;
-  const Tensor& value() const { return cast.defined() ? cast : *weight; }
-  const Tensor& input() const { return input_is_cast ? cast : *weight; }
+  std::optional<DType> direct;  // a weight rounded by the layer, to register with autocast
+  const Tensor& value() const { return cast.defined() ? cast : *given; }
+  const Tensor& input() const { return input_is_cast ? cast : *given; }
+
+  // The tensor as it is.
+  static Operand of(const Tensor& t) {
+    Operand o;
+    o.given = &t;
+    if (t.defined()) o.dtype = t.dtype();
+    return o;
+  }
+  // Through autocast's own cast (cast_input), when it casts.
+  void cast_by_autocast() {
+    if (Tensor c = autocast::cast_input(OpId::linear, *given); !c.is_same(*given)) {
+      dtype = c.dtype();
+      cast = std::move(c);
+      input_is_cast = true;
+    }
+  }
 };
 
 // The checked operands of one linear layer, with x folded to [rows, in].
@@ -54,8 +70,7 @@ struct Layer {
   bool bias_is_vector = false;  // bias has shape [out]: its gradient is the column sums as is
 };
 
-Layer check_layer(const char* op, const WeightOperand& xo, const WeightOperand& w,
-                  const WeightOperand& b) {
+Layer check_layer(const char* op, const Operand& xo, const Operand& w, const Operand& b) {
   const Tensor &x = xo.value(), &weight = w.value(), &bias = b.value();
   MT_CHECK(x.defined() && weight.defined(), op, ": expected defined input and weight");
   ops::check_same_device(op, x, weight);
@@ -94,7 +109,7 @@ Layer check_layer(const char* op, const WeightOperand& xo, const WeightOperand& 
 Tensor fresh(const Shape& shape, const Tensor& like) {
   return empty(shape, TensorOptions(like.device()).dtype(like.dtype()));
 }
-Tensor fresh(const Shape& shape, const WeightOperand& like) {
+Tensor fresh(const Shape& shape, const Operand& like) {
   return empty(shape, TensorOptions(like.value().device()).dtype(like.dtype));
 }
 
@@ -119,12 +134,9 @@ void weight_and_bias_grads(BackwardContext& ctx, size_t w_index, size_t b_index,
 }
 
 template <size_t N>
-std::array<WeightOperand, N> weight_operands(const std::array<const Tensor*, N>& weights) {
-  std::array<WeightOperand, N> out;
-  for (size_t i = 0; i < N; ++i) {
-    out[i].weight = weights[i];
-    if (weights[i]->defined()) out[i].dtype = weights[i]->dtype();
-  }
+std::array<Operand, N> weight_operands(const std::array<const Tensor*, N>& weights) {
+  std::array<Operand, N> out;
+  for (size_t i = 0; i < N; ++i) out[i] = Operand::of(*weights[i]);
   if (!autocast_state::any_cast_enabled()) [[likely]]
     return out;
   std::array<std::optional<DType>, N> direct{};
@@ -136,7 +148,7 @@ std::array<WeightOperand, N> weight_operands(const std::array<const Tensor*, N>&
   }
   for (size_t i = 0; i < N; ++i) {
     const Tensor& w = *weights[i];
-    WeightOperand& o = out[i];
+    Operand& o = out[i];
     if (direct[i] && distinct) {
       o.dtype = *direct[i];
       o.direct = direct[i];
@@ -144,10 +156,8 @@ std::array<WeightOperand, N> weight_operands(const std::array<const Tensor*, N>&
         autograd::NoGradGuard no_grad;
         o.cast = w.to(*direct[i]);
       }
-    } else if (Tensor cast = autocast::cast_input(OpId::linear, w); !cast.is_same(w)) {
-      o.dtype = cast.dtype();
-      o.cast = std::move(cast);
-      o.input_is_cast = true;
+    } else {
+      o.cast_by_autocast();
     }
   }
   return out;
@@ -170,10 +180,8 @@ Tensor input_grad(const Tensor& g, const Tensor& w, const Shape& x_shape) {
 
 // The layer's input x: on the CPU a float32 activation autocast would lower is rounded by the
 // kernels as they read it (like a weight, but never cached or shared).
-WeightOperand input_operand(const Tensor& x) {
-  WeightOperand o;
-  o.weight = &x;
-  if (x.defined()) o.dtype = x.dtype();
+Operand input_operand(const Tensor& x) {
+  Operand o = Operand::of(x);
   if (!autocast_state::any_cast_enabled()) [[likely]]
     return o;
   if (x.device().is_cpu()) {
@@ -182,17 +190,13 @@ WeightOperand input_operand(const Tensor& x) {
       return o;
     }
   }
-  if (Tensor cast = autocast::cast_input(OpId::linear, x); !cast.is_same(x)) {
-    o.dtype = cast.dtype();
-    o.cast = std::move(cast);
-    o.input_is_cast = true;
-  }
+  o.cast_by_autocast();
   return o;
 }
 
 // After recording: lets a later cast of a directly rounded weight share its gradient path.
 template <size_t N>
-void register_direct_casts(const Tensor& out, const std::array<WeightOperand, N>& ops,
+void register_direct_casts(const Tensor& out, const std::array<Operand, N>& ops,
                            uint32_t first_input) {
   std::shared_ptr<autograd::Node> node;
   for (size_t i = 0; i < N; ++i) {
@@ -207,7 +211,7 @@ void register_direct_casts(const Tensor& out, const std::array<WeightOperand, N>
 
 Tensor linear_act(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                   LinearActivation act) {
-  const WeightOperand xo = input_operand(x_in);
+  const Operand xo = input_operand(x_in);
   const Tensor& x = xo.value();
   const Tensor& x_input = xo.input();
   const auto params = weight_operands<2>({&weight_in, &bias_in});
@@ -264,7 +268,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
 Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1_in,
                          LinearActivation act, const Tensor& w2_in, const Tensor& b2_in) {
-  const WeightOperand xo = input_operand(x_in);
+  const Operand xo = input_operand(x_in);
   const Tensor& x = xo.value();
   const Tensor& x_input = xo.input();
   const auto params = weight_operands<4>({&w1_in, &b1_in, &w2_in, &b2_in});
@@ -276,10 +280,7 @@ Tensor linear_act_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& 
   const bool record = autograd::needs_grad(
       {&x_input, &params[0].input(), &params[1].input(), &params[2].input(), &params[3].input()});
   const Tensor aux = linear_forward_kernel(x.device())(h, l1.x2, w1, l1.bias1, act, record);
-  WeightOperand ho;
-  ho.weight = &h;
-  ho.dtype = h.dtype();
-  const Layer l2 = check_layer("linear_act_linear", ho, params[2], params[3]);
+  const Layer l2 = check_layer("linear_act_linear", Operand::of(h), params[2], params[3]);
   Tensor out2 = fresh(Shape{l2.rows, l2.out}, h);
   linear_forward_kernel(x.device())(out2, h, w2, l2.bias1, LinearActivation::None, false);
   Shape out_shape = l1.out_shape;

@@ -71,12 +71,16 @@ void convert_dense(const Half* src, float* dst, int64_t n) {
 // and result).
 namespace {
 
-// Same rounding as BFloat16(float), written without branches so the loop vectorises.
-inline uint16_t bf16_bits_rne(uint32_t u) {
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t quiet_nan = (u >> 16) | 0x0040u;
+// Same rounding as BFloat16(float), written without branches so the loops vectorise: the
+// bfloat16 bits in the upper half of the float's bits, the lower half zero (the rounded float).
+inline uint32_t bf16_rounded_float_bits(uint32_t u) {
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const uint32_t quiet_nan = (u & 0xffff0000u) | 0x00400000u;
   const uint32_t nan_mask = 0u - static_cast<uint32_t>((u & 0x7fffffffu) > 0x7f800000u);
-  return static_cast<uint16_t>(rounded ^ ((rounded ^ quiet_nan) & nan_mask));
+  return rounded ^ ((rounded ^ quiet_nan) & nan_mask);
+}
+inline uint16_t bf16_bits_rne(uint32_t u) {
+  return static_cast<uint16_t>(bf16_rounded_float_bits(u) >> 16);
 }
 
 __attribute__((target_clones("avx2", "default"))) void float_to_bf16_loop(const float* src,
@@ -127,17 +131,14 @@ __attribute__((target("avx512f"))) void float_to_bf16_avx512(const float* src, B
 
 }  // namespace
 
-// bf16_bits_rne(u) << 16, kept in 32-bit lanes (no narrowing, so it vectorises at any width).
+// Kept in 32-bit lanes (no narrowing store), so it vectorises at any width.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void round_dense(const float* src,
                                                                               float* dst, int64_t n,
                                                                               BFloat16) {
   for (int64_t i = 0; i < n; ++i) {
     uint32_t u;
     std::memcpy(&u, src + i, sizeof(u));
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    const uint32_t quiet_nan = (u & 0xffff0000u) | 0x00400000u;
-    const uint32_t nan_mask = 0u - static_cast<uint32_t>((u & 0x7fffffffu) > 0x7f800000u);
-    const uint32_t bits = rounded ^ ((rounded ^ quiet_nan) & nan_mask);
+    const uint32_t bits = bf16_rounded_float_bits(u);
     std::memcpy(dst + i, &bits, sizeof(bits));
   }
 }

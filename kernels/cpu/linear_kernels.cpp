@@ -79,19 +79,12 @@ void narrow_to(const float* src, T* dst, int64_t n) {
 // Elements converted per call in the half-type passes (stays in L1 with its float copy).
 constexpr int64_t kChunkElements = 4096;
 
-// float32 values rounded to T and widened back (src == dst allowed): what reading a cast copy
-// of them gives.
-template <typename T>
-void round_through(const float* src, float* dst, int64_t n) {
-  round_dense(src, dst, n, T{});
-}
-
 // A half-type layer's weight or bias in float: widened, or, for a float32 weight the layer
-// rounds itself under autocast, rounded through T.
+// rounds itself under autocast, rounded through T (what reading a cast copy of it gives).
 template <typename T>
 void widen_operand(const Tensor& m, const void* src, float* dst, int64_t n) {
   if (m.dtype() == DType::Float32) {
-    round_through<T>(static_cast<const float*>(src), dst, n);
+    round_dense(static_cast<const float*>(src), dst, n, T{});
   } else {
     convert_dense(static_cast<const T*>(src), dst, n);
   }
@@ -123,7 +116,7 @@ const float* operand(const Tensor& m, Scratch& buf, int& ld) {
 template <typename T>
 void store_rounded(const float* src, const Tensor& out, int64_t n) {
   if (out.dtype() == DType::Float32) {
-    round_through<T>(src, out.data<float>(), n);
+    round_dense(src, out.data<float>(), n, T{});
   } else {
     narrow_to(src, out.data<T>(), n);
   }
@@ -215,12 +208,12 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
       const int64_t rows = std::min(chunk_rows, M - i0), n = rows * N;
       float* v = c + i0 * N;
       if (bf != nullptr) {
-        round_through<T>(v, v, n);
+        round_dense(v, v, n, T{});
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < N; ++j) v[r * N + j] += bf[j];
       }
       if (relu_out) {
-        round_through<T>(v, v, n);
+        round_dense(v, v, n, T{});
         for (int64_t e = 0; e < n; ++e) v[e] = relu(v[e]);
       }
       narrow_to(v, o + i0 * N, n);
@@ -294,7 +287,7 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
             gf = block;
           } else {
             gf = c + i0 * K + j0;  // this range of the GEMM's float buffer, rounded in place
-            round_through<T>(gf, gf, e);
+            round_dense(gf, gf, e, T{});
           }
           if (hp != nullptr) {
             const float* hf = nullptr;

@@ -57,6 +57,17 @@ void with_model(const Tensor& model, const F& f) {
                               [&](auto tag) { f(model.data<typename decltype(tag)::type>()); });
 }
 
+// Calls f(std::true_type{}) or f(std::false_type{}): an option that decides whether a loop stores
+// somewhere becomes a compile-time constant, so each variant has no per-element test.
+template <typename F>
+void with_static_bool(bool value, const F& f) {
+  if (value) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
 template <typename Md, typename T>
 inline void store_model(Md* model, int64_t i, T value) {
   if constexpr (!std::is_same_v<Md, NoModel>) model[i] = static_cast<Md>(value);
@@ -72,7 +83,7 @@ void sgd_range(T* p, const T* g, T* buf, Md* model, int64_t n, const SgdStepPara
   const M neg_lr = static_cast<M>(-hp.lr);
   // The momentum buffer's stores are in the loop only when there is one; the other options are
   // selects, which the compiler turns into blends, so every variant vectorises.
-  const auto run = [&](auto use_momentum) {
+  with_static_bool(hp.momentum != 0.0, [&](auto use_momentum) {
     parallel_range(n, [=](int64_t i) {
       const M pv = static_cast<M>(p[i]);
       M d = static_cast<M>(g[i]);
@@ -88,12 +99,7 @@ void sgd_range(T* p, const T* g, T* buf, Md* model, int64_t n, const SgdStepPara
       p[i] = static_cast<T>(pv + neg_lr * d);  // param.add_(d, alpha=-lr)
       store_model(model, i, p[i]);
     });
-  };
-  if (hp.momentum != 0.0) {
-    run(std::true_type{});
-  } else {
-    run(std::false_type{});
-  }
+  });
 }
 
 template <typename T, typename Md>
@@ -117,7 +123,7 @@ void adam_range(T* p, const T* g, T* m1, T* m2, T* mx, Md* model, int64_t n,
   const M bc2_sqrt = static_cast<M>(std::sqrt(bias_correction2));
   const M eps = static_cast<M>(hp.eps);
   // As in sgd_range: only the max_exp_avg_sq store depends on an option at compile time.
-  const auto run = [&](auto use_amsgrad) {
+  with_static_bool(amsgrad, [&](auto use_amsgrad) {
     parallel_range(n, [=](int64_t i) {
       M pv = static_cast<M>(p[i]);
       M gv = static_cast<M>(g[i]);
@@ -141,12 +147,7 @@ void adam_range(T* p, const T* g, T* m1, T* m2, T* mx, Md* model, int64_t n,
       p[i] = static_cast<T>(pv + neg_step_size * static_cast<M>(m1[i]) / denom);  // addcdiv_
       store_model(model, i, p[i]);
     });
-  };
-  if (amsgrad) {
-    run(std::true_type{});
-  } else {
-    run(std::false_type{});
-  }
+  });
 }
 
 void sgd_step_cpu(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
