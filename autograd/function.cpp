@@ -28,7 +28,7 @@ std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grad_outputs) {
 }
 
 void FunctionNode::release_saved() {
-  for (auto& s : saved) s.release();
+  saved.for_each([](SavedTensor& s) { s.release(); });
 }
 
 namespace {
@@ -70,8 +70,6 @@ void Recorder::init(const char* name, const Range& inputs) {
 }
 
 Recorder& Recorder::save(const Tensor& t) {
-  // One allocation for the usual handful of saved tensors instead of a growth per save.
-  if (node_->saved.empty()) node_->saved.reserve(6);
   node_->saved.emplace_back(t);
   return *this;
 }
@@ -79,6 +77,7 @@ Recorder& Recorder::save(const Tensor& t) {
 namespace {
 void attach(const std::shared_ptr<FunctionNode>& node, const Tensor& out, uint32_t i) {
   node->outputs.push_back({out.shape(), out.dtype(), out.device()});
+  node->saved.for_each([&](SavedTensor& s) { s.detach_if_output(out); });
   if (!is_floating(out.dtype())) return;  // integer outputs (indices) carry no gradient
   AutogradMeta& m = ensure_meta(out);
   m.requires_grad = true;
@@ -92,14 +91,12 @@ void attach(const std::shared_ptr<FunctionNode>& node, const Tensor& out, uint32
 void Recorder::finish(const Tensor& out, BackwardFn fn) {
   node_->fn_ = std::move(fn);
   node_->num_outputs = 1;
-  node_->outputs.reserve(1);
   attach(node_, out, 0);
 }
 
 void Recorder::finish(const std::vector<Tensor>& outs, BackwardFn fn) {
   node_->fn_ = std::move(fn);
   node_->num_outputs = static_cast<uint32_t>(outs.size());
-  node_->outputs.reserve(outs.size());
   for (uint32_t i = 0; i < outs.size(); ++i) attach(node_, outs[i], i);
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "autograd/node.h"
+#include "engine/inline_vector.h"
 
 namespace mantissa::autograd {
 
@@ -58,8 +59,8 @@ class FunctionNode final : public Node {
   };
   const char* name_;
   BackwardFn fn_;
-  std::vector<SavedTensor> saved;
-  std::vector<OutputInfo> outputs;
+  ::mantissa::detail::InlineVector<SavedTensor, 4> saved;
+  ::mantissa::detail::InlineVector<OutputInfo, 1> outputs;
 };
 
 class Recorder {

@@ -1,6 +1,6 @@
 #include "autograd/node.h"
 
-#include <atomic>
+#include <cstdint>
 
 #include "autograd/graph.h"
 #include "engine/factory.h"
@@ -10,24 +10,14 @@ namespace mantissa {
 namespace autograd {
 namespace {
 thread_local bool grad_mode_enabled = true;  // checked by every op
-std::atomic<uint64_t> next_sequence_nr{0};
+// Per thread, as in PyTorch: a graph is recorded on one thread, and its order is what counts.
+thread_local uint64_t next_sequence_nr = 0;
 }  // namespace
 
 bool GradMode::is_enabled() { return grad_mode_enabled; }
 void GradMode::set_enabled(bool enabled) { grad_mode_enabled = enabled; }
 
-Node::Node() : sequence_nr(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
-
-SavedTensor::SavedTensor(const Tensor& t) {
-  if (!t.defined()) return;
-  // A leaf that requires grad (a parameter) is kept as it is, which saves a tensor object per
-  // save: it has no history and cannot get any (in-place ops on it are refused). Anything else
-  // gets a detached alias, so that history it has or gets later (an in-place op) is not
-  // reachable from this node: no node -> tensor -> grad_fn -> ... -> node cycle.
-  const AutogradMeta* m = meta(t);
-  data_ = m != nullptr && m->requires_grad && m->grad_fn == nullptr ? t : t.detach();
-  version_ = t.version();
-}
+Node::Node() : sequence_nr(next_sequence_nr++) {}
 
 Tensor SavedTensor::unpack(const char* node_name) const {
   MT_CHECK(!released_,
@@ -46,11 +36,17 @@ Tensor SavedTensor::unpack(const char* node_name) const {
   return data_;
 }
 
-AccumulateGrad::AccumulateGrad(Tensor v) : variable(std::move(v)) { num_outputs = 1; }
+AccumulateGrad::AccumulateGrad(const Tensor& v) : variable_(v.impl_ptr()), dtype_(v.dtype()) {
+  num_outputs = 1;
+  sequence_nr = UINT64_MAX;
+}
 
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   Tensor& g = grads[0];
   if (!g.defined()) return {};
+  std::shared_ptr<TensorImpl> impl = variable_.lock();
+  if (impl == nullptr) return {};
+  const Tensor variable(std::move(impl));
   AutogradMeta& m = ensure_meta(variable);
   NoGradGuard no_grad;
   for (const auto& hook : m.leaf_hooks) hook(g);
@@ -82,12 +78,9 @@ Edge gradient_edge(const Tensor& t) {
   AutogradMeta* m = meta(t);
   if (m == nullptr || !m->requires_grad) return {};
   if (m->grad_fn) return {m->grad_fn, m->output_nr};
-  std::shared_ptr<Node> acc = m->grad_accumulator.lock();
-  if (!acc) {
-    acc = ::mantissa::detail::make_pooled<AccumulateGrad>(t);
-    m->grad_accumulator = acc;
-  }
-  return {acc, 0};
+  if (!m->grad_accumulator)
+    m->grad_accumulator = ::mantissa::detail::make_pooled<AccumulateGrad>(t);
+  return {m->grad_accumulator, 0};
 }
 
 Tensor sum_to(const Tensor& grad, const Shape& shape) {

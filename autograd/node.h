@@ -30,16 +30,23 @@ struct AutogradMeta {
   Tensor grad;
   std::shared_ptr<Node> grad_fn;  // null for leaves
   uint32_t output_nr = 0;
-  std::weak_ptr<Node> grad_accumulator;                        // leaves only, created on first use
+  // Leaves only, created on first use and kept for the leaf's lifetime (it refers back to the
+  // leaf weakly), so that a training step does not build a new one for every parameter.
+  std::shared_ptr<Node> grad_accumulator;
   std::vector<std::function<void(const Tensor&)>> leaf_hooks;  // leaves: see register_hook
 };
 
-// A tensor saved for backward: the values (no history, so no reference cycles) and the version
-// counter at save time.
+// A tensor saved for backward, and its version counter at save time. Saved as it is, as PyTorch
+// saves a node's inputs: its history is older than the node, so it cannot lead back to it. An
+// output of the node itself is swapped for a detached alias when the node is attached to it
+// (detach_if_output), which keeps node -> tensor -> grad_fn == node cycles out.
 class SavedTensor {
  public:
   SavedTensor() = default;
-  explicit SavedTensor(const Tensor& t);
+  explicit SavedTensor(const Tensor& t) : data_(t), version_(t.defined() ? t.version() : 0) {}
+  void detach_if_output(const Tensor& output) {
+    if (data_.defined() && data_.is_same(output)) data_ = data_.detach();
+  }
   // Throws if the graph was freed (second backward) or the tensor was modified in place.
   Tensor unpack(const char* node_name) const;
   void release() {
@@ -79,16 +86,22 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<std::pair<uint32_t, std::function<void(const Tensor&)>>> grad_hooks;
 };
 
-// The node for a leaf: adds the incoming gradient into leaf.grad.
+// The node for a leaf: adds the incoming gradient into leaf.grad. The leaf owns it (its
+// AutogradMeta) and it refers to the leaf weakly; a gradient arriving after the leaf is gone
+// has nowhere to go and is dropped. Ready accumulators run before any other ready node, as in
+// PyTorch, so a leaf's .grad is final as soon as its last gradient has arrived.
 class AccumulateGrad final : public Node {
  public:
-  explicit AccumulateGrad(Tensor variable);
+  explicit AccumulateGrad(const Tensor& variable);
   std::string name() const override { return "AccumulateGrad"; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override;
   // A leaf's gradient has the leaf's dtype (ops that round a float32 weight to an autocast dtype
   // themselves send their gradient in that dtype).
-  std::optional<DType> grad_dtype(uint32_t) const override { return variable.dtype(); }
-  Tensor variable;
+  std::optional<DType> grad_dtype(uint32_t) const override { return dtype_; }
+
+ private:
+  std::weak_ptr<TensorImpl> variable_;
+  DType dtype_;
 };
 
 // ---- grad mode ---------------------------------------------------------------------------

@@ -29,14 +29,9 @@ Tensor allocate(const Shape& shape, const Shape& strides, DType dtype, Device de
     }
     extent += (shape[i] - 1) * strides[i];
   }
-  auto impl = detail::make_pooled<TensorImpl>();
-  impl->storage =
-      detail::make_pooled<StorageImpl>(static_cast<size_t>(extent * itemsize(dtype)), device);
-  impl->sizes = shape;
-  impl->strides = strides;
-  impl->dtype = dtype;
-  impl->refresh_contiguous();
-  return Tensor(std::move(impl));
+  return Tensor(detail::make_pooled<TensorImpl>(
+      detail::make_pooled<StorageImpl>(static_cast<size_t>(extent * itemsize(dtype)), device),
+      shape, strides, 0, dtype));
 }
 
 Generator& pick(Generator* gen, Device device) { return gen ? *gen : default_generator(device); }
@@ -204,27 +199,16 @@ Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dty
            " have different lengths");
   int64_t extent = shape.numel() == 0 ? 0 : 1;
   for (int64_t i = 0; i < shape.size() && extent; ++i) extent += (shape[i] - 1) * strides[i];
-  auto impl = detail::make_pooled<TensorImpl>();
-  impl->storage = std::make_shared<StorageImpl>(data, static_cast<size_t>(extent * itemsize(dtype)),
-                                                device, std::move(deleter));
-  impl->sizes = shape;
-  impl->strides = strides;
-  impl->dtype = dtype;
-  impl->refresh_contiguous();
-  return Tensor(std::move(impl));
+  return Tensor(detail::make_pooled<TensorImpl>(
+      std::make_shared<StorageImpl>(data, static_cast<size_t>(extent * itemsize(dtype)), device,
+                                    std::move(deleter)),
+      shape, strides, 0, dtype));
 }
 
 namespace detail {
 
 Tensor make_view(const Tensor& t, const Shape& sizes, const Shape& strides, int64_t offset) {
-  auto impl = detail::make_pooled<TensorImpl>();
-  impl->storage = t.storage();
-  impl->sizes = sizes;
-  impl->strides = strides;
-  impl->offset = offset;
-  impl->dtype = t.dtype();
-  impl->refresh_contiguous();
-  return Tensor(std::move(impl));
+  return Tensor(detail::make_pooled<TensorImpl>(t.storage(), sizes, strides, offset, t.dtype()));
 }
 
 Tensor dense(const Tensor& t) {

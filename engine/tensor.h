@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/device.h"
@@ -28,6 +29,19 @@ class Node;           // autograd/node.h
 }  // namespace autograd
 
 struct TensorImpl {
+  TensorImpl() = default;
+  // Copy-constructs the shapes in place: a default-constructed impl would zero both first, which
+  // costs as much as the copies on the path every op's outputs and views take.
+  TensorImpl(Storage s, const Shape& sizes_in, const Shape& strides_in, int64_t offset_in,
+             DType dtype_in)
+      : storage(std::move(s)),
+        sizes(sizes_in),
+        strides(strides_in),
+        offset(offset_in),
+        dtype(dtype_in) {
+    refresh_contiguous();
+  }
+
   Storage storage;
   Shape sizes;
   Shape strides;

@@ -1,6 +1,7 @@
 // The user-facing autograd API: leaf/graph flags, backward with and without seeds, retain_graph,
 // accumulation into .grad, grad mode (thread-local), detach, autograd::grad, in-place checks
-// (leaves and the version counter of saved tensors), retain_grad and hooks.
+// (leaves and the version counter of saved tensors), retain_grad and hooks, and what a graph keeps
+// alive.
 #include <string>
 #include <thread>
 #include <vector>
@@ -250,4 +251,64 @@ TEST(AutogradApi, Hooks) {
   expect_close(x.grad(), mt::full({3}, 10.0, mt::kFloat64));
   expect_error([] { mt::ones({2}).register_hook([](const Tensor&) {}); },
                {"doesn't require gradient"});
+}
+
+// What a graph keeps alive, and for how long: a node that saves its own output must not keep
+// itself alive through it, and a leaf's accumulator lives exactly as long as the leaf.
+TEST(GraphLifetime, NodeSavingItsOwnOutputIsFreedWithTheOutput) {
+  const Tensor x = leaf({3});
+  std::weak_ptr<ag::Node> node;
+  std::weak_ptr<mt::TensorImpl> out_impl;
+  {
+    const Tensor y = x.exp();  // ExpBackward0 saves y
+    node = y.grad_fn();
+    out_impl = y.impl_ptr();
+    ASSERT_FALSE(node.expired());
+  }
+  EXPECT_TRUE(node.expired());
+  EXPECT_TRUE(out_impl.expired());
+}
+
+TEST(GraphLifetime, SavedOutputStillChecksItsVersion) {
+  const Tensor x = leaf({3});
+  Tensor y = x.exp();
+  {
+    ag::NoGradGuard no_grad;
+    y.mul_(f64({2, 2, 2}, {3}));
+  }
+  expect_error([&] { y.sum().backward(); }, {"modified by an in-place operation", "ExpBackward0"});
+}
+
+TEST(GraphLifetime, LeafAccumulatorOutlivesTheGraphAndDiesWithTheLeaf) {
+  std::weak_ptr<ag::Node> acc;
+  std::weak_ptr<mt::TensorImpl> leaf_impl;
+  {
+    const Tensor p = leaf({2});
+    {
+      const Tensor y = p * 2.0;
+      acc = y.grad_fn()->next_edges[0].fn;
+    }
+    // The graph is gone; the next graph gets the same accumulator instead of a new one.
+    ASSERT_FALSE(acc.expired());
+    const Tensor y2 = p * 3.0;
+    EXPECT_EQ(y2.grad_fn()->next_edges[0].fn, acc.lock());
+    y2.sum().backward();
+    expect_close(p.grad(), f64({3, 3}, {2}));
+    leaf_impl = p.impl_ptr();
+  }
+  // No leaf <-> accumulator cycle: both go when the last handle does.
+  EXPECT_TRUE(acc.expired());
+  EXPECT_TRUE(leaf_impl.expired());
+}
+
+TEST(GraphLifetime, GradientForADroppedLeafIsDropped) {
+  Tensor y;
+  std::weak_ptr<mt::TensorImpl> leaf_impl;
+  {
+    const Tensor p = leaf({2});
+    leaf_impl = p.impl_ptr();
+    y = (p + 1.0).sum();
+  }
+  EXPECT_TRUE(leaf_impl.expired());
+  EXPECT_NO_THROW(y.backward());
 }

@@ -11,6 +11,7 @@
 #include <climits>
 #include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "engine/precision.h"
 #include "kernels/cpu/convert_dense.h"
@@ -155,7 +156,13 @@ constexpr int64_t kPassGrain = int64_t(1) << 21;
 
 struct Buffers {
   Scratch a, b, c, row, row2;
+  std::vector<double> sums;  // bias-gradient column sums
 };
+// The bias-gradient sums, zeroed, from this thread's buffer.
+double* zeroed_sums(Buffers& buf, int64_t n) {
+  buf.sums.assign(static_cast<size_t>(n), 0.0);
+  return buf.sums.data();
+}
 Buffers& buffers() {
   thread_local Buffers b;
   return b;
@@ -234,7 +241,7 @@ void backward_weight_direct(const Tensor& grad_w, const Tensor& grad_bias, const
   sgemm(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K));
   if constexpr (!std::is_same_v<T, float>) store_rounded<T>(c, grad_w, N * K);
   if (!grad_bias.defined()) return;
-  const std::unique_ptr<double[]> sums(new double[N]());
+  double* sums = zeroed_sums(buf, N);
   // Split by columns: each column's sum still runs over the rows in order.
   parallel_ranges(
       N,
@@ -245,7 +252,7 @@ void backward_weight_direct(const Tensor& grad_w, const Tensor& grad_bias, const
         }
       },
       M * N, kPassGrain);
-  store_sums<T>(grad_bias, sums.get(), N);
+  store_sums<T>(grad_bias, sums, N);
 }
 
 template <typename T>
@@ -259,16 +266,14 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
   float* c = gemm_target<T>(grad_pre, buf.c);
   // grad_pre [M,K] = grad_out [M,N] @ w [N,K]
   sgemm(CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), g, ldg, wf, ldw, c, int(K));
-  std::unique_ptr<double[]> sums;
-  if (grad_bias.defined()) sums.reset(new double[K]());
-  if (!relu_act && !sums) {
+  double* sp = grad_bias.defined() ? zeroed_sums(buf, K) : nullptr;
+  if (!relu_act && sp == nullptr) {
     if constexpr (!std::is_same_v<T, float>) narrow_to(c, grad_pre.data<T>(), M * K);
     return;
   }
   T* gp = grad_pre.data<T>();
   const T* hp = relu_act ? static_cast<const T*>(h.data_ptr()) : nullptr;
   const int64_t ldh = relu_act ? h.stride(0) : 0;
-  double* sp = sums.get();
   // Split by columns: each column's bias-gradient sum still runs over the rows in order.
   parallel_ranges(
       K,
@@ -307,7 +312,7 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
         }
       },
       M * K, kPassGrain);
-  if (sums) store_sums<T>(grad_bias, sums.get(), K);
+  if (sp != nullptr) store_sums<T>(grad_bias, sp, K);
 }
 
 template <typename F>
