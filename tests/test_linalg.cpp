@@ -186,7 +186,8 @@ TEST(Mm, LargeEnoughForThreadedPacking) {
   }
 }
 
-// The CPU's own loop for small float32 products against a double-precision reference, for every
+// The CPU's own loop for small float32 products against a double-precision reference (and, for
+// the sizes it computes itself, bit for bit against the in-order float sum), for every
 // transpose combination, with dense and wider-than-the-matrix leading dims, on both sides of the
 // size where sgemm() hands over to OpenBLAS.
 TEST(Mm, SmallSgemmMatchesReferenceOnBothSidesOfTheCutover) {
@@ -213,14 +214,22 @@ TEST(Mm, SmallSgemmMatchesReferenceOnBothSidesOfTheCutover) {
           for (int i = 0; i < M; ++i) {
             for (int j = 0; j < N; ++j) {
               double want = 0, scale = 0;
+              float in_order = 0;  // what the small loop computes: products rounded, k in order
               for (int k = 0; k < K; ++k) {
-                const double x = ta ? pa[k * (a_cols + 3) + i] : pa[i * (a_cols + 3) + k];
-                const double y = tb ? pb[j * (b_cols + 3) + k] : pb[k * (b_cols + 3) + j];
-                want += x * y;
-                scale += std::abs(x * y);
+                const float x = ta ? pa[k * (a_cols + 3) + i] : pa[i * (a_cols + 3) + k];
+                const float y = tb ? pb[j * (b_cols + 3) + k] : pb[k * (b_cols + 3) + j];
+                want += double(x) * y;
+                scale += std::abs(double(x) * y);
+                const volatile float product = x * y;
+                in_order = in_order + product;
               }
-              ASSERT_NEAR(c[size_t(i) * (N + pad) + j], want, 1e-6 * K * (scale + 1))
+              const float got = c[size_t(i) * (N + pad) + j];
+              ASSERT_NEAR(got, want, 1e-6 * K * (scale + 1))
                   << M << "x" << N << "x" << K << " ta=" << ta << " tb=" << tb << " pad=" << pad;
+              if (mt::cpu::sgemm_is_small(M, N, K)) {
+                ASSERT_EQ(got, in_order)
+                    << M << "x" << N << "x" << K << " ta=" << ta << " tb=" << tb << " pad=" << pad;
+              }
             }
             // The padding columns (and whatever follows C) are not written.
             for (int p = 0; p < pad; ++p) EXPECT_EQ(c[size_t(i) * (N + pad) + N + p], -7.0f);

@@ -1,5 +1,7 @@
 #include "kernels/cpu/sgemm.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -71,6 +73,96 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void small_kernel(
   }
 }
 
+#define MT_AVX512 __attribute__((target("avx512f,avx512vl")))
+
+// 16 or 8 float lanes with the lanes past the product's width masked off (loads read nothing
+// there, stores write nothing).
+struct Lanes16 {
+  using Reg = __m512;
+  __mmask16 mask;
+  MT_AVX512 static Reg zero() { return _mm512_setzero_ps(); }
+  MT_AVX512 Reg load(const float* p) const { return _mm512_maskz_loadu_ps(mask, p); }
+  MT_AVX512 static Reg broadcast(float v) { return _mm512_set1_ps(v); }
+  MT_AVX512 static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
+  MT_AVX512 static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
+  MT_AVX512 void store(float* p, Reg v) const { _mm512_mask_storeu_ps(p, mask, v); }
+};
+struct Lanes8 {
+  using Reg = __m256;
+  __mmask8 mask;
+  MT_AVX512 static Reg zero() { return _mm256_setzero_ps(); }
+  MT_AVX512 Reg load(const float* p) const { return _mm256_maskz_loadu_ps(mask, p); }
+  MT_AVX512 static Reg broadcast(float v) { return _mm256_set1_ps(v); }
+  MT_AVX512 static Reg mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
+  MT_AVX512 static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  MT_AVX512 void store(float* p, Reg v) const { _mm256_mask_storeu_ps(p, mask, v); }
+};
+
+// R rows of C = op(A) @ B for a B of at most one register's width, B's rows `ldb` apart.
+template <int R, typename L>
+MT_AVX512 inline void masked_rows(const L& lanes, int K, const float* A, int64_t a_row,
+                                  int64_t a_col, const float* B, int64_t ldb, float* C,
+                                  int64_t ldc) {
+  typename L::Reg acc[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = L::zero();
+  for (int k = 0; k < K; ++k) {
+    const typename L::Reg b = lanes.load(B + k * ldb);
+    const float* a = A + k * a_col;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r] = L::add(acc[r], L::mul(L::broadcast(a[r * a_row]), b));
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) lanes.store(C + r * ldc, acc[r]);
+}
+
+// Blocks of 8 rows, then one block of the rest: no padded rows are computed.
+template <typename L>
+MT_AVX512 void masked_kernel(const L& lanes, int M, int K, const float* A, int64_t a_row,
+                             int64_t a_col, const float* B, int64_t ldb, float* C, int64_t ldc) {
+  constexpr int kBlock = 8;
+  int i = 0;
+  for (; i + kBlock <= M; i += kBlock)
+    masked_rows<kBlock>(lanes, K, A + i * a_row, a_row, a_col, B, ldb, C + i * ldc, ldc);
+  const float* a = A + i * a_row;
+  float* c = C + i * ldc;
+  switch (M - i) {
+    case 7:
+      return masked_rows<7>(lanes, K, a, a_row, a_col, B, ldb, c, ldc);
+    case 6:
+      return masked_rows<6>(lanes, K, a, a_row, a_col, B, ldb, c, ldc);
+    case 5:
+      return masked_rows<5>(lanes, K, a, a_row, a_col, B, ldb, c, ldc);
+    case 4:
+      return masked_rows<4>(lanes, K, a, a_row, a_col, B, ldb, c, ldc);
+    case 3:
+      return masked_rows<3>(lanes, K, a, a_row, a_col, B, ldb, c, ldc);
+    case 2:
+      return masked_rows<2>(lanes, K, a, a_row, a_col, B, ldb, c, ldc);
+    case 1:
+      return masked_rows<1>(lanes, K, a, a_row, a_col, B, ldb, c, ldc);
+    default:
+      return;
+  }
+}
+
+MT_AVX512 void masked_gemm(int M, int N, int K, const float* A, int64_t a_row, int64_t a_col,
+                           const float* B, int64_t ldb, float* C, int64_t ldc) {
+  if (N > 8) {
+    masked_kernel(Lanes16{static_cast<__mmask16>((1u << N) - 1)}, M, K, A, a_row, a_col, B, ldb, C,
+                  ldc);
+  } else {
+    masked_kernel(Lanes8{static_cast<__mmask8>((1u << N) - 1)}, M, K, A, a_row, a_col, B, ldb, C,
+                  ldc);
+  }
+}
+#undef MT_AVX512
+
+bool has_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+  return yes;
+}
+
 }  // namespace
 
 bool sgemm_is_small(int M, int N, int K) {
@@ -87,8 +179,22 @@ void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const fl
     cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
     return;
   }
-  // op(B) as a dense, zero-padded [K, Np] block, so the inner loop reads whole vectors.
+  // op(A)(i, k) = A[i * a_row + k * a_col].
+  const int64_t a_row = ta == CblasTrans ? 1 : lda, a_col = ta == CblasTrans ? lda : 1;
   alignas(64) float packed[kPackedMax];
+  if (N <= 16 && has_avx512()) {
+    if (tb == CblasTrans) {  // op(B) rows are B's columns: gathered into [K, 16]
+      for (int j = 0; j < N; ++j) {
+        const float* src = B + static_cast<int64_t>(j) * ldb;
+        for (int k = 0; k < K; ++k) packed[k * 16 + j] = src[k];
+      }
+      masked_gemm(M, N, K, A, a_row, a_col, packed, 16, C, ldc);
+    } else {
+      masked_gemm(M, N, K, A, a_row, a_col, B, ldb, C, ldc);
+    }
+    return;
+  }
+  // op(B) as a dense, zero-padded [K, Np] block, so the inner loop reads whole vectors.
   const int lanes = N > 8 ? 16 : 8;
   const int Np = (N + lanes - 1) / lanes * lanes;
   for (int k = 0; k < K; ++k) {
@@ -101,8 +207,6 @@ void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const fl
     }
     std::fill(row + N, row + Np, 0.0f);
   }
-  // op(A)(i, k) = A[i * a_row + k * a_col].
-  const int64_t a_row = ta == CblasTrans ? 1 : lda, a_col = ta == CblasTrans ? lda : 1;
   // Direct stores need the spill (lanes - N) to stay inside the next row.
   if (Np == lanes && ldc == N && 2 * N > lanes) {
     alignas(64) float last[16];
