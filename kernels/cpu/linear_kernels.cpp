@@ -15,6 +15,7 @@
 
 #include "engine/precision.h"
 #include "kernels/cpu/convert_dense.h"
+#include "kernels/cpu/row_passes.h"
 #include "kernels/cpu/sgemm.h"
 #include "kernels/cpu/worker_pool.h"
 #include "kernels/linear_composite.h"
@@ -192,19 +193,7 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
   if constexpr (std::is_same_v<T, float>) {
     if (bf == nullptr && !relu_out) return;
     parallel_ranges(
-        M,
-        [&](int64_t i0, int64_t i1) {
-          for (int64_t i = i0; i < i1; ++i) {
-            float* row = o + i * N;
-            if (bf != nullptr && relu_out) {
-              for (int64_t j = 0; j < N; ++j) row[j] = relu(row[j] + bf[j]);
-            } else if (bf != nullptr) {
-              for (int64_t j = 0; j < N; ++j) row[j] += bf[j];
-            } else {
-              for (int64_t j = 0; j < N; ++j) row[j] = relu(row[j]);
-            }
-          }
-        },
+        M, [&](int64_t i0, int64_t i1) { bias_relu_rows(o + i0 * N, i1 - i0, N, bf, relu_out); },
         M * N, kPassGrain);
   } else {
     // Rounded after the GEMM, again after the bias; ReLU on the rounded value (keeps -0). The
@@ -244,13 +233,7 @@ void backward_weight_direct(const Tensor& grad_w, const Tensor& grad_bias, const
   double* sums = zeroed_sums(buf, N);
   // Split by columns: each column's sum still runs over the rows in order.
   parallel_ranges(
-      N,
-      [&](int64_t j0, int64_t j1) {
-        for (int64_t r = 0; r < M; ++r) {
-          const float* row = g + r * ldg;
-          for (int64_t j = j0; j < j1; ++j) sums[j] += static_cast<double>(row[j]);
-        }
-      },
+      N, [&](int64_t j0, int64_t j1) { add_column_sums(sums + j0, g + j0, M, j1 - j0, ldg); },
       M * N, kPassGrain);
   store_sums<T>(grad_bias, sums, N);
 }
@@ -305,10 +288,7 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
             for (int64_t t = 0; t < e; ++t) gf[t] = hf[t] <= 0.0f ? 0.0f : gf[t];
           }
           if constexpr (!std::is_same_v<T, float>) narrow_to(gf, block, e);  // exact
-          if (sp != nullptr) {
-            for (int64_t r = 0; r < rows; ++r)
-              for (int64_t j = 0; j < n; ++j) sp[j0 + j] += static_cast<double>(gf[r * n + j]);
-          }
+          if (sp != nullptr) add_column_sums(sp + j0, gf, rows, n, n);
         }
       },
       M * K, kPassGrain);

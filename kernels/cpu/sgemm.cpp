@@ -6,6 +6,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cpu/row_passes.h"
+
 namespace mantissa::cpu {
 namespace {
 
@@ -158,11 +160,6 @@ MT_AVX512 void masked_gemm(int M, int N, int K, const float* A, int64_t a_row, i
 }
 #undef MT_AVX512
 
-bool has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-  return yes;
-}
-
 }  // namespace
 
 bool sgemm_is_small(int M, int N, int K) {
@@ -182,7 +179,7 @@ void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const fl
   // op(A)(i, k) = A[i * a_row + k * a_col].
   const int64_t a_row = ta == CblasTrans ? 1 : lda, a_col = ta == CblasTrans ? lda : 1;
   alignas(64) float packed[kPackedMax];
-  if (N <= 16 && has_avx512()) {
+  if (N <= 16 && cpu_has_avx512_vl()) {
     if (tb == CblasTrans) {  // op(B) rows are B's columns: gathered into [K, 16]
       for (int j = 0; j < N; ++j) {
         const float* src = B + static_cast<int64_t>(j) * ldb;

@@ -39,7 +39,9 @@ void ParamGroup::get_many(std::initializer_list<OptionRef> wanted) const {
   size_t found = 0;
   for (const auto& [key, value] : options) {
     for (const OptionRef& w : wanted) {
-      if (w.key == key) {
+      // The first character decides most pairs without a call to memcmp (read every step).
+      if (w.key.size() == key.size() && (key.empty() || w.key.front() == key.front()) &&
+          w.key == key) {
         *w.value = value;
         ++found;
         break;

@@ -1,0 +1,80 @@
+#include "kernels/cpu/row_passes.h"
+
+#include <immintrin.h>
+
+namespace mantissa::cpu {
+namespace {
+
+#define MT_AVX512 __attribute__((target("avx512f,avx512vl")))
+
+MT_AVX512 __mmask16 lanes16(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+
+MT_AVX512 void bias_relu_rows_avx512(float* out, int64_t rows, int64_t n, const float* bias,
+                                     bool relu) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = out + i * n;
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 m = n - j >= 16 ? __mmask16(0xFFFF) : lanes16(n - j);
+      __m512 v = _mm512_maskz_loadu_ps(m, row + j);
+      if (bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + j));
+      if (relu) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
+      _mm512_mask_storeu_ps(row + j, m, v);
+    }
+  }
+}
+
+// Up to 16 columns stay in two registers of doubles across all rows.
+MT_AVX512 void add_column_sums_avx512(double* sums, const float* m, int64_t rows, int64_t n,
+                                      int64_t ld) {
+  for (int64_t j0 = 0; j0 < n; j0 += 16) {
+    const int64_t w = n - j0 < 16 ? n - j0 : 16;
+    const __mmask8 lo = static_cast<__mmask8>(w >= 8 ? 0xFF : (1u << w) - 1);
+    const __mmask8 hi = static_cast<__mmask8>(w <= 8 ? 0 : w >= 16 ? 0xFF : (1u << (w - 8)) - 1);
+    __m512d s0 = _mm512_maskz_loadu_pd(lo, sums + j0);
+    __m512d s1 = _mm512_maskz_loadu_pd(hi, sums + j0 + 8);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = m + r * ld + j0;
+      s0 = _mm512_add_pd(s0, _mm512_maskz_cvtps_pd(lo, _mm256_maskz_loadu_ps(lo, row)));
+      s1 = _mm512_add_pd(s1, _mm512_maskz_cvtps_pd(hi, _mm256_maskz_loadu_ps(hi, row + 8)));
+    }
+    _mm512_mask_storeu_pd(sums + j0, lo, s0);
+    _mm512_mask_storeu_pd(sums + j0 + 8, hi, s1);
+  }
+}
+
+#undef MT_AVX512
+
+float relu(float v) { return v < 0.0f ? 0.0f : v; }  // NaN and -0 pass, as in functors.h
+
+}  // namespace
+
+bool cpu_has_avx512_vl() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+  return yes;
+}
+
+void bias_relu_rows(float* out, int64_t rows, int64_t n, const float* bias, bool relu_out) {
+  if (bias == nullptr && !relu_out) return;
+  if (cpu_has_avx512_vl()) return bias_relu_rows_avx512(out, rows, n, bias, relu_out);
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = out + i * n;
+    if (bias != nullptr && relu_out) {
+      for (int64_t j = 0; j < n; ++j) row[j] = relu(row[j] + bias[j]);
+    } else if (bias != nullptr) {
+      for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
+    } else {
+      for (int64_t j = 0; j < n; ++j) row[j] = relu(row[j]);
+    }
+  }
+}
+
+void add_column_sums(double* sums, const float* m, int64_t rows, int64_t n, int64_t ld) {
+  if (cpu_has_avx512_vl()) return add_column_sums_avx512(sums, m, rows, n, ld);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = m + r * ld;
+    for (int64_t j = 0; j < n; ++j) sums[j] += static_cast<double>(row[j]);
+  }
+}
+
+}  // namespace mantissa::cpu

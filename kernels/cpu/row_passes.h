@@ -1,0 +1,22 @@
+// The elementwise passes around a float32 linear layer's GEMM, over rows of a few to a few
+// thousand floats: bias and ReLU on the output, column sums for the bias gradient. Small layers'
+// rows are shorter than a vector register, where the baseline build's 4-lane loops spend more
+// time on remainders than on the rows; with AVX-512 each row is whole masked registers. Results
+// are identical either way (same operations per element, column sums in row order).
+#pragma once
+
+#include <cstdint>
+
+namespace mantissa::cpu {
+
+// Whether this CPU has AVX-512F and VL (the masked-row paths and the small GEMM use them).
+bool cpu_has_avx512_vl();
+
+// row[j] = act(row[j] + bias[j]) for `rows` dense rows of n floats; bias may be null, and act is
+// ReLU (NaN and -0 pass) or the identity.
+void bias_relu_rows(float* out, int64_t rows, int64_t n, const float* bias, bool relu);
+
+// sums[j] += m[r * ld + j] in double, for r = 0, 1, ... rows - 1 in order.
+void add_column_sums(double* sums, const float* m, int64_t rows, int64_t n, int64_t ld);
+
+}  // namespace mantissa::cpu
