@@ -700,10 +700,12 @@ TEST(LinearFused, KernelAuxIsThePreActivationOnTheCpu) {
 // The CPU's direct path (SGEMM plus one fused pass) for dense float32/float16/bfloat16 layers
 // must equal the kernel composition it replaces bit for bit: forward, weight and input gradients,
 // with and without bias and ReLU. The two large shapes make the bias/ReLU passes big enough to be
-// split across the worker pool (by rows forward, by columns for the bias sums).
+// split across the worker pool (by rows forward, by columns for the bias sums); the small ones
+// are a ToyModel's layers, whose rows are shorter than a vector register.
 TEST(LinearFused, CpuDirectPathEqualsComposition) {
   mt::manual_seed(23);
-  const int64_t shapes[][3] = {{19, 33, 17}, {512, 8, 4100}, {512, 4100, 8}};  // M, K, N
+  const int64_t shapes[][3] = {
+      {19, 33, 17}, {20, 10, 10}, {20, 10, 5}, {512, 8, 4100}, {512, 4100, 8}};  // M, K, N
   for (const auto& shape : shapes) {
     for (mt::DType dt : {mt::kFloat32, mt::kFloat16, mt::kBFloat16}) {
       for (Act act : {Act::None, Act::Relu}) {
