@@ -178,6 +178,12 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
   const float* a = operand<T>(x, buf.a, lda);
   const float* b = operand<T>(w, buf.b, ldb);
   float* c = gemm_target<T>(out, buf.c);
+  if constexpr (std::is_same_v<T, float>) {
+    const GemmEpilogue ep{.bias = bias.defined() ? bias.data<float>() : nullptr, .relu = relu_out};
+    if (sgemm_fused(CblasNoTrans, CblasTrans, int(M), int(N), int(K), a, lda, b, ldb, c, int(N),
+                    ep))
+      return;
+  }
   sgemm(CblasNoTrans, CblasTrans, int(M), int(N), int(K), a, lda, b, ldb, c, int(N));
   const float* bf = nullptr;
   if (bias.defined()) {
@@ -247,9 +253,19 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
   const float* g = operand<T>(grad_out, buf.a, ldg);
   const float* wf = operand<T>(w, buf.b, ldw);
   float* c = gemm_target<T>(grad_pre, buf.c);
-  // grad_pre [M,K] = grad_out [M,N] @ w [N,K]
-  sgemm(CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), g, ldg, wf, ldw, c, int(K));
   double* sp = grad_bias.defined() ? zeroed_sums(buf, K) : nullptr;
+  // grad_pre [M,K] = grad_out [M,N] @ w [N,K]
+  if constexpr (std::is_same_v<T, float>) {
+    const GemmEpilogue ep{.relu_mask = relu_act ? static_cast<const float*>(h.data_ptr()) : nullptr,
+                          .mask_ld = relu_act ? h.stride(0) : 0,
+                          .col_sums = sp};
+    if (sgemm_fused(CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), g, ldg, wf, ldw, c, int(K),
+                    ep)) {
+      if (sp != nullptr) store_sums<T>(grad_bias, sp, K);
+      return;
+    }
+  }
+  sgemm(CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), g, ldg, wf, ldw, c, int(K));
   if (!relu_act && sp == nullptr) {
     if constexpr (!std::is_same_v<T, float>) narrow_to(c, grad_pre.data<T>(), M * K);
     return;

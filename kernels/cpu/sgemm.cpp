@@ -78,7 +78,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void small_kernel(
 #define MT_AVX512 __attribute__((target("avx512f,avx512vl")))
 
 // 16 or 8 float lanes with the lanes past the product's width masked off (loads read nothing
-// there, stores write nothing).
+// there and give 0, stores write nothing).
 struct Lanes16 {
   using Reg = __m512;
   __mmask16 mask;
@@ -87,7 +87,29 @@ struct Lanes16 {
   MT_AVX512 static Reg broadcast(float v) { return _mm512_set1_ps(v); }
   MT_AVX512 static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
   MT_AVX512 static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
+  // v, with 0 where `where` < 0 (relu: NaN and -0 pass) or <= 0 (ReLU's backward).
+  MT_AVX512 static Reg zero_if_negative(Reg v, Reg where) {
+    return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(where, zero(), _CMP_LT_OQ), zero());
+  }
+  MT_AVX512 static Reg zero_if_not_positive(Reg v, Reg where) {
+    return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(where, zero(), _CMP_LE_OQ), zero());
+  }
   MT_AVX512 void store(float* p, Reg v) const { _mm512_mask_storeu_ps(p, mask, v); }
+  // Column sums in double: lanes 0-7 and 8-15.
+  MT_AVX512 void load_sums(const double* p, __m512d s[2]) const {
+    s[0] = _mm512_maskz_loadu_pd(static_cast<__mmask8>(mask), p);
+    s[1] = _mm512_maskz_loadu_pd(static_cast<__mmask8>(mask >> 8), p + 8);
+  }
+  MT_AVX512 static void add_sums(__m512d s[2], Reg v) {
+    const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 0));
+    const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 1));
+    s[0] = _mm512_add_pd(s[0], _mm512_maskz_cvtps_pd(0xFF, lo));
+    s[1] = _mm512_add_pd(s[1], _mm512_maskz_cvtps_pd(0xFF, hi));
+  }
+  MT_AVX512 void store_sums(double* p, const __m512d s[2]) const {
+    _mm512_mask_storeu_pd(p, static_cast<__mmask8>(mask), s[0]);
+    _mm512_mask_storeu_pd(p + 8, static_cast<__mmask8>(mask >> 8), s[1]);
+  }
 };
 struct Lanes8 {
   using Reg = __m256;
@@ -97,14 +119,30 @@ struct Lanes8 {
   MT_AVX512 static Reg broadcast(float v) { return _mm256_set1_ps(v); }
   MT_AVX512 static Reg mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
   MT_AVX512 static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  MT_AVX512 static Reg zero_if_negative(Reg v, Reg where) {
+    return _mm256_mask_mov_ps(v, _mm256_cmp_ps_mask(where, zero(), _CMP_LT_OQ), zero());
+  }
+  MT_AVX512 static Reg zero_if_not_positive(Reg v, Reg where) {
+    return _mm256_mask_mov_ps(v, _mm256_cmp_ps_mask(where, zero(), _CMP_LE_OQ), zero());
+  }
   MT_AVX512 void store(float* p, Reg v) const { _mm256_mask_storeu_ps(p, mask, v); }
+  MT_AVX512 void load_sums(const double* p, __m512d s[2]) const {
+    s[0] = _mm512_maskz_loadu_pd(mask, p);
+  }
+  MT_AVX512 static void add_sums(__m512d s[2], Reg v) {
+    s[0] = _mm512_add_pd(s[0], _mm512_maskz_cvtps_pd(0xFF, v));
+  }
+  MT_AVX512 void store_sums(double* p, const __m512d s[2]) const {
+    _mm512_mask_storeu_pd(p, mask, s[0]);
+  }
 };
 
-// R rows of C = op(A) @ B for a B of at most one register's width, B's rows `ldb` apart.
+// R rows of C = op(A) @ B for a B of at most one register's width, B's rows `ldb` apart, each
+// row finished by the epilogue in registers before it is stored.
 template <int R, typename L>
 MT_AVX512 inline void masked_rows(const L& lanes, int K, const float* A, int64_t a_row,
-                                  int64_t a_col, const float* B, int64_t ldb, float* C,
-                                  int64_t ldc) {
+                                  int64_t a_col, const float* B, int64_t ldb, float* C, int64_t ldc,
+                                  const GemmEpilogue& ep, const float* mask_rows) {
   typename L::Reg acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = L::zero();
@@ -114,51 +152,92 @@ MT_AVX512 inline void masked_rows(const L& lanes, int K, const float* A, int64_t
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[r] = L::add(acc[r], L::mul(L::broadcast(a[r * a_row]), b));
   }
+  __m512d sums[2] = {};
+  if (ep.col_sums != nullptr) lanes.load_sums(ep.col_sums, sums);
+  const typename L::Reg bias = ep.bias != nullptr ? lanes.load(ep.bias) : L::zero();
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) lanes.store(C + r * ldc, acc[r]);
+  for (int r = 0; r < R; ++r) {
+    typename L::Reg v = acc[r];
+    if (ep.bias != nullptr) v = L::add(v, bias);
+    if (ep.relu) v = L::zero_if_negative(v, v);
+    if (mask_rows != nullptr)
+      v = L::zero_if_not_positive(v, lanes.load(mask_rows + r * ep.mask_ld));
+    lanes.store(C + r * ldc, v);
+    if (ep.col_sums != nullptr) L::add_sums(sums, v);
+  }
+  if (ep.col_sums != nullptr) lanes.store_sums(ep.col_sums, sums);
 }
 
 // Blocks of 8 rows, then one block of the rest: no padded rows are computed.
 template <typename L>
 MT_AVX512 void masked_kernel(const L& lanes, int M, int K, const float* A, int64_t a_row,
-                             int64_t a_col, const float* B, int64_t ldb, float* C, int64_t ldc) {
+                             int64_t a_col, const float* B, int64_t ldb, float* C, int64_t ldc,
+                             const GemmEpilogue& ep) {
   constexpr int kBlock = 8;
   int i = 0;
-  for (; i + kBlock <= M; i += kBlock)
-    masked_rows<kBlock>(lanes, K, A + i * a_row, a_row, a_col, B, ldb, C + i * ldc, ldc);
+  const auto mask_rows = [&](int row) {
+    return ep.relu_mask != nullptr ? ep.relu_mask + row * ep.mask_ld : nullptr;
+  };
+  for (; i + kBlock <= M; i += kBlock) {
+    masked_rows<kBlock>(lanes, K, A + i * a_row, a_row, a_col, B, ldb, C + i * ldc, ldc, ep,
+                        mask_rows(i));
+  }
   const float* a = A + i * a_row;
   float* c = C + i * ldc;
+  const float* m = mask_rows(i);
   switch (M - i) {
     case 7:
-      return masked_rows<7>(lanes, K, a, a_row, a_col, B, ldb, c, ldc);
+      return masked_rows<7>(lanes, K, a, a_row, a_col, B, ldb, c, ldc, ep, m);
     case 6:
-      return masked_rows<6>(lanes, K, a, a_row, a_col, B, ldb, c, ldc);
+      return masked_rows<6>(lanes, K, a, a_row, a_col, B, ldb, c, ldc, ep, m);
     case 5:
-      return masked_rows<5>(lanes, K, a, a_row, a_col, B, ldb, c, ldc);
+      return masked_rows<5>(lanes, K, a, a_row, a_col, B, ldb, c, ldc, ep, m);
     case 4:
-      return masked_rows<4>(lanes, K, a, a_row, a_col, B, ldb, c, ldc);
+      return masked_rows<4>(lanes, K, a, a_row, a_col, B, ldb, c, ldc, ep, m);
     case 3:
-      return masked_rows<3>(lanes, K, a, a_row, a_col, B, ldb, c, ldc);
+      return masked_rows<3>(lanes, K, a, a_row, a_col, B, ldb, c, ldc, ep, m);
     case 2:
-      return masked_rows<2>(lanes, K, a, a_row, a_col, B, ldb, c, ldc);
+      return masked_rows<2>(lanes, K, a, a_row, a_col, B, ldb, c, ldc, ep, m);
     case 1:
-      return masked_rows<1>(lanes, K, a, a_row, a_col, B, ldb, c, ldc);
+      return masked_rows<1>(lanes, K, a, a_row, a_col, B, ldb, c, ldc, ep, m);
     default:
       return;
   }
 }
 
 MT_AVX512 void masked_gemm(int M, int N, int K, const float* A, int64_t a_row, int64_t a_col,
-                           const float* B, int64_t ldb, float* C, int64_t ldc) {
+                           const float* B, int64_t ldb, float* C, int64_t ldc,
+                           const GemmEpilogue& ep) {
   if (N > 8) {
     masked_kernel(Lanes16{static_cast<__mmask16>((1u << N) - 1)}, M, K, A, a_row, a_col, B, ldb, C,
-                  ldc);
+                  ldc, ep);
   } else {
     masked_kernel(Lanes8{static_cast<__mmask8>((1u << N) - 1)}, M, K, A, a_row, a_col, B, ldb, C,
-                  ldc);
+                  ldc, ep);
   }
 }
 #undef MT_AVX512
+
+// The masked path: products at most 16 columns wide on an AVX-512 CPU.
+bool masked_path(int M, int N, int K) {
+  return N <= 16 && sgemm_is_small(M, N, K) && cpu_has_avx512_vl();
+}
+
+void run_masked(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float* A,
+                int lda, const float* B, int ldb, float* C, int ldc, const GemmEpilogue& ep) {
+  // op(A)(i, k) = A[i * a_row + k * a_col].
+  const int64_t a_row = ta == CblasTrans ? 1 : lda, a_col = ta == CblasTrans ? lda : 1;
+  if (tb == CblasTrans) {  // op(B) rows are B's columns: gathered into [K, 16]
+    alignas(64) float packed[kPackedMax];
+    for (int j = 0; j < N; ++j) {
+      const float* src = B + static_cast<int64_t>(j) * ldb;
+      for (int k = 0; k < K; ++k) packed[k * 16 + j] = src[k];
+    }
+    masked_gemm(M, N, K, A, a_row, a_col, packed, 16, C, ldc, ep);
+  } else {
+    masked_gemm(M, N, K, A, a_row, a_col, B, ldb, C, ldc, ep);
+  }
+}
 
 }  // namespace
 
@@ -176,21 +255,10 @@ void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const fl
     cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
     return;
   }
+  if (masked_path(M, N, K)) return run_masked(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, {});
   // op(A)(i, k) = A[i * a_row + k * a_col].
   const int64_t a_row = ta == CblasTrans ? 1 : lda, a_col = ta == CblasTrans ? lda : 1;
   alignas(64) float packed[kPackedMax];
-  if (N <= 16 && cpu_has_avx512_vl()) {
-    if (tb == CblasTrans) {  // op(B) rows are B's columns: gathered into [K, 16]
-      for (int j = 0; j < N; ++j) {
-        const float* src = B + static_cast<int64_t>(j) * ldb;
-        for (int k = 0; k < K; ++k) packed[k * 16 + j] = src[k];
-      }
-      masked_gemm(M, N, K, A, a_row, a_col, packed, 16, C, ldc);
-    } else {
-      masked_gemm(M, N, K, A, a_row, a_col, B, ldb, C, ldc);
-    }
-    return;
-  }
   // op(B) as a dense, zero-padded [K, Np] block, so the inner loop reads whole vectors.
   const int lanes = N > 8 ? 16 : 8;
   const int Np = (N + lanes - 1) / lanes * lanes;
@@ -219,6 +287,13 @@ void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const fl
     float* dst = C + static_cast<int64_t>(i) * ldc;
     for (int j = 0; j < N; ++j) dst[j] = src[j];
   }
+}
+
+bool sgemm_fused(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float* A,
+                 int lda, const float* B, int ldb, float* C, int ldc, const GemmEpilogue& ep) {
+  if (M <= 0 || !masked_path(M, N, K)) return false;
+  run_masked(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, ep);
+  return true;
 }
 
 }  // namespace mantissa::cpu

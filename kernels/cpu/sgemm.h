@@ -18,6 +18,24 @@ namespace mantissa::cpu {
 void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float* A, int lda,
            const float* B, int ldb, float* C, int ldc);
 
+// What a linear layer does to each row of its GEMM's result, in this order: add the bias, apply
+// ReLU (NaN and -0 pass), zero where the relu_mask row (ld mask_ld) is <= 0 (ReLU's backward),
+// then add the row into col_sums in double (rows in order: a bias gradient).
+struct GemmEpilogue {
+  const float* bias = nullptr;
+  bool relu = false;
+  const float* relu_mask = nullptr;
+  int64_t mask_ld = 0;
+  double* col_sums = nullptr;
+};
+
+// sgemm() with the epilogue applied to each row in registers before it is stored, for shapes
+// whose rows fit one AVX-512 register (small layers, where a separate pass would re-read every
+// row right after its store). Same bits as sgemm() followed by the epilogue as a pass. Returns
+// false, having done nothing, for other shapes or CPUs.
+bool sgemm_fused(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float* A,
+                 int lda, const float* B, int ldb, float* C, int ldc, const GemmEpilogue& ep);
+
 // Whether sgemm() computes this shape itself rather than calling OpenBLAS (for tests).
 bool sgemm_is_small(int M, int N, int K);
 
