@@ -155,6 +155,19 @@ void store_sums(const Tensor& out, const double* sums, int64_t n) {
 // made an MLP 512 step 1.9x slower; 512x4096 ones gain).
 constexpr int64_t kPassGrain = int64_t(1) << 21;
 
+// The GEMM epilogue's rounding and 16-bit output for storage type T (none for float32).
+template <typename T>
+constexpr Rounding rounding() {
+  if constexpr (std::is_same_v<T, BFloat16>) return Rounding::BFloat16;
+  if constexpr (std::is_same_v<T, Half>) return Rounding::Float16;
+  return Rounding::None;
+}
+template <typename T>
+void* out16(T* p) {
+  if constexpr (std::is_same_v<T, float>) return nullptr;
+  return p;
+}
+
 struct Buffers {
   Scratch a, b, c, row, row2;
   std::vector<double> sums;  // bias-gradient column sums
@@ -178,24 +191,22 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
   const float* a = operand<T>(x, buf.a, lda);
   const float* b = operand<T>(w, buf.b, ldb);
   float* c = gemm_target<T>(out, buf.c);
-  if constexpr (std::is_same_v<T, float>) {
-    const GemmEpilogue ep{.bias = bias.defined() ? bias.data<float>() : nullptr, .relu = relu_out};
-    if (sgemm_fused(CblasNoTrans, CblasTrans, int(M), int(N), int(K), a, lda, b, ldb, c, int(N),
-                    ep))
-      return;
-  }
-  sgemm(CblasNoTrans, CblasTrans, int(M), int(N), int(K), a, lda, b, ldb, c, int(N));
   const float* bf = nullptr;
   if (bias.defined()) {
-    float* tmp = buf.row2.get(N);
     if constexpr (std::is_same_v<T, float>) {
-      std::copy(bias.data<float>(), bias.data<float>() + N, tmp);
+      bf = bias.data<float>();
     } else {
+      float* tmp = buf.row2.get(N);
       widen_operand<T>(bias, bias.data_ptr(), tmp, N);
+      bf = tmp;
     }
-    bf = tmp;
   }
   T* o = out.data<T>();
+  // Small layers: bias, ReLU and the roundings in the GEMM's registers.
+  const GemmEpilogue ep{.bias = bf, .relu = relu_out, .round = rounding<T>(), .out16 = out16<T>(o)};
+  if (sgemm_fused(CblasNoTrans, CblasTrans, int(M), int(N), int(K), a, lda, b, ldb, c, int(N), ep))
+    return;
+  sgemm(CblasNoTrans, CblasTrans, int(M), int(N), int(K), a, lda, b, ldb, c, int(N));
   if constexpr (std::is_same_v<T, float>) {
     if (bf == nullptr && !relu_out) return;
     parallel_ranges(
@@ -254,16 +265,16 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
   const float* wf = operand<T>(w, buf.b, ldw);
   float* c = gemm_target<T>(grad_pre, buf.c);
   double* sp = grad_bias.defined() ? zeroed_sums(buf, K) : nullptr;
-  // grad_pre [M,K] = grad_out [M,N] @ w [N,K]
-  if constexpr (std::is_same_v<T, float>) {
-    const GemmEpilogue ep{.relu_mask = relu_act ? static_cast<const float*>(h.data_ptr()) : nullptr,
-                          .mask_ld = relu_act ? h.stride(0) : 0,
-                          .col_sums = sp};
-    if (sgemm_fused(CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), g, ldg, wf, ldw, c, int(K),
-                    ep)) {
-      if (sp != nullptr) store_sums<T>(grad_bias, sp, K);
-      return;
-    }
+  // grad_pre [M,K] = grad_out [M,N] @ w [N,K]; small layers finish it in the GEMM's registers.
+  const GemmEpilogue ep{.relu_mask = relu_act ? h.data_ptr() : nullptr,
+                        .mask_ld = relu_act ? h.stride(0) : 0,
+                        .col_sums = sp,
+                        .round = rounding<T>(),
+                        .out16 = out16<T>(grad_pre.data<T>())};
+  if (sgemm_fused(CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), g, ldg, wf, ldw, c, int(K),
+                  ep)) {
+    if (sp != nullptr) store_sums<T>(grad_bias, sp, K);
+    return;
   }
   sgemm(CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), g, ldg, wf, ldw, c, int(K));
   if (!relu_act && sp == nullptr) {

@@ -75,7 +75,11 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void small_kernel(
   }
 }
 
-#define MT_AVX512 __attribute__((target("avx512f,avx512vl")))
+// GCC 12 reports the intrinsics' internal _mm*_undefined_*() as maybe-uninitialized (GCC bug
+// 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define MT_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx2,f16c")))
 
 // 16 or 8 float lanes with the lanes past the product's width masked off (loads read nothing
 // there and give 0, stores write nothing).
@@ -110,6 +114,35 @@ struct Lanes16 {
     _mm512_mask_storeu_pd(p, static_cast<__mmask8>(mask), s[0]);
     _mm512_mask_storeu_pd(p + 8, static_cast<__mmask8>(mask >> 8), s[1]);
   }
+  // Half-type layers: v rounded to bfloat16/float16 (kept in float), and rows of 16-bit values.
+  MT_AVX512 static Reg round_bf16(Reg v) {
+    const __m512i u = _mm512_castps_si512(v), high = _mm512_set1_epi32(int(0xffff0000u));
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_and_si512(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), high);
+    const __m512i quiet = _mm512_or_si512(_mm512_and_si512(u, high), _mm512_set1_epi32(0x400000));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    return _mm512_castsi512_ps(_mm512_mask_mov_epi32(rounded, nan, quiet));
+  }
+  MT_AVX512 static __m256i to_half_bits(Reg v) {
+    return _mm512_maskz_cvtps_ph(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  MT_AVX512 static Reg round_half(Reg v) { return _mm512_cvtph_ps(to_half_bits(v)); }
+  MT_AVX512 Reg load_bf16(const void* p) const {
+    const __m512i u = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+  }
+  MT_AVX512 Reg load_half(const void* p) const {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
+  }
+  MT_AVX512 void store_bf16(void* p, Reg v) const {  // v already rounded
+    const __m512i bits = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
+    _mm256_mask_storeu_epi16(p, mask, _mm512_cvtepi32_epi16(bits));
+  }
+  MT_AVX512 void store_half(void* p, Reg v) const {
+    _mm256_mask_storeu_epi16(p, mask, to_half_bits(v));
+  }
 };
 struct Lanes8 {
   using Reg = __m256;
@@ -135,14 +168,85 @@ struct Lanes8 {
   MT_AVX512 void store_sums(double* p, const __m512d s[2]) const {
     _mm512_mask_storeu_pd(p, mask, s[0]);
   }
+  MT_AVX512 static Reg round_bf16(Reg v) {
+    const __m256i u = _mm256_castps_si256(v), high = _mm256_set1_epi32(int(0xffff0000u));
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_and_si256(
+        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), high);
+    const __m256i quiet = _mm256_or_si256(_mm256_and_si256(u, high), _mm256_set1_epi32(0x400000));
+    const __mmask8 nan = _mm256_cmpgt_epu32_mask(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                                 _mm256_set1_epi32(0x7f800000));
+    return _mm256_castsi256_ps(_mm256_mask_mov_epi32(rounded, nan, quiet));
+  }
+  MT_AVX512 static __m128i to_half_bits(Reg v) {
+    return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  MT_AVX512 static Reg round_half(Reg v) { return _mm256_cvtph_ps(to_half_bits(v)); }
+  MT_AVX512 Reg load_bf16(const void* p) const {
+    const __m256i u = _mm256_cvtepu16_epi32(_mm_maskz_loadu_epi16(mask, p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+  }
+  MT_AVX512 Reg load_half(const void* p) const {
+    return _mm256_cvtph_ps(_mm_maskz_loadu_epi16(mask, p));
+  }
+  MT_AVX512 void store_bf16(void* p, Reg v) const {
+    const __m256i bits = _mm256_srli_epi32(_mm256_castps_si256(v), 16);
+    _mm_mask_storeu_epi16(p, mask, _mm256_cvtepi32_epi16(bits));
+  }
+  MT_AVX512 void store_half(void* p, Reg v) const {
+    _mm_mask_storeu_epi16(p, mask, to_half_bits(v));
+  }
 };
+
+// The epilogue's steps that depend on the layer's storage type.
+template <typename L>
+MT_AVX512 inline typename L::Reg round_to(typename L::Reg v, Rounding r) {
+  if (r == Rounding::BFloat16) return L::round_bf16(v);
+  if (r == Rounding::Float16) return L::round_half(v);
+  return v;
+}
+template <typename L>
+MT_AVX512 inline typename L::Reg load_row(const L& lanes, const void* p, Rounding r) {
+  if (r == Rounding::BFloat16) return lanes.load_bf16(p);
+  if (r == Rounding::Float16) return lanes.load_half(p);
+  return lanes.load(static_cast<const float*>(p));
+}
 
 // R rows of C = op(A) @ B for a B of at most one register's width, B's rows `ldb` apart, each
 // row finished by the epilogue in registers before it is stored.
-template <int R, typename L>
-MT_AVX512 inline void masked_rows(const L& lanes, int K, const float* A, int64_t a_row,
-                                  int64_t a_col, const float* B, int64_t ldb, float* C, int64_t ldc,
-                                  const GemmEpilogue& ep, const float* mask_rows) {
+// One row's epilogue (see GemmEpilogue); Half: the layer stores a 16-bit type.
+template <bool Half, typename L>
+MT_AVX512 inline void finish_row(const L& lanes, typename L::Reg v, typename L::Reg bias,
+                                 const GemmEpilogue& ep, const void* mask_row, float* c_row,
+                                 void* out16_row, __m512d sums[2]) {
+  const Rounding rnd = Half ? ep.round : Rounding::None;
+  v = round_to<L>(v, rnd);
+  if (ep.bias != nullptr) v = L::add(v, bias);
+  if (ep.relu) {
+    v = round_to<L>(v, rnd);  // after the bias, rounded again (a no-op without one)
+    v = L::zero_if_negative(v, v);
+  }
+  if (mask_row != nullptr) v = L::zero_if_not_positive(v, load_row(lanes, mask_row, rnd));
+  if (Half && out16_row != nullptr) {
+    if (rnd == Rounding::Float16) {
+      lanes.store_half(out16_row, v);
+    } else {
+      lanes.store_bf16(out16_row, L::round_bf16(v));
+    }
+  } else {
+    lanes.store(c_row, v);
+  }
+  if (ep.col_sums != nullptr) L::add_sums(sums, v);
+}
+
+// R rows of C = op(A) @ B for a B of at most one register's width, B's rows `ldb` apart, each
+// row finished by the epilogue in registers before it is stored.
+template <int R, bool Half, typename L>
+MT_AVX512 void masked_rows(const L& lanes, int K, const float* A, int64_t a_row, int64_t a_col,
+                           const float* B, int64_t ldb, float* C, int64_t ldc,
+                           const GemmEpilogue& ep, int row) {
+  A += row * a_row;
+  C += row * ldc;
   typename L::Reg acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = L::zero();
@@ -155,53 +259,64 @@ MT_AVX512 inline void masked_rows(const L& lanes, int K, const float* A, int64_t
   __m512d sums[2] = {};
   if (ep.col_sums != nullptr) lanes.load_sums(ep.col_sums, sums);
   const typename L::Reg bias = ep.bias != nullptr ? lanes.load(ep.bias) : L::zero();
+  const int64_t mask_row_bytes = ep.mask_ld * (Half ? 2 : 4);
+  const char* mask = ep.relu_mask == nullptr
+                         ? nullptr
+                         : static_cast<const char*>(ep.relu_mask) + row * mask_row_bytes;
+  char* out16 =
+      Half && ep.out16 != nullptr ? static_cast<char*>(ep.out16) + row * ldc * 2 : nullptr;
+  if constexpr (!Half) {
+    // Unrolled, like the products: the float32 epilogue is a few instructions per row.
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    typename L::Reg v = acc[r];
-    if (ep.bias != nullptr) v = L::add(v, bias);
-    if (ep.relu) v = L::zero_if_negative(v, v);
-    if (mask_rows != nullptr)
-      v = L::zero_if_not_positive(v, lanes.load(mask_rows + r * ep.mask_ld));
-    lanes.store(C + r * ldc, v);
-    if (ep.col_sums != nullptr) L::add_sums(sums, v);
+    for (int r = 0; r < R; ++r) {
+      finish_row<false>(lanes, acc[r], bias, ep, mask ? mask + r * mask_row_bytes : nullptr,
+                        C + r * ldc, nullptr, sums);
+    }
+  } else {
+    // A loop: unrolled, the rounding variants made each instantiation kilobytes long, and a
+    // step's few GEMMs then missed the instruction cache.
+    typename L::Reg rows[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) rows[r] = acc[r];
+#pragma GCC unroll 1
+    for (int r = 0; r < R; ++r) {
+      finish_row<true>(lanes, rows[r], bias, ep, mask ? mask + r * mask_row_bytes : nullptr,
+                       C + r * ldc, out16 ? out16 + r * ldc * 2 : nullptr, sums);
+    }
   }
   if (ep.col_sums != nullptr) lanes.store_sums(ep.col_sums, sums);
 }
 
 // Blocks of 8 rows, then one block of the rest: no padded rows are computed.
-template <typename L>
+template <bool Half, typename L>
 MT_AVX512 void masked_kernel(const L& lanes, int M, int K, const float* A, int64_t a_row,
                              int64_t a_col, const float* B, int64_t ldb, float* C, int64_t ldc,
                              const GemmEpilogue& ep) {
   constexpr int kBlock = 8;
   int i = 0;
-  const auto mask_rows = [&](int row) {
-    return ep.relu_mask != nullptr ? ep.relu_mask + row * ep.mask_ld : nullptr;
-  };
-  for (; i + kBlock <= M; i += kBlock) {
-    masked_rows<kBlock>(lanes, K, A + i * a_row, a_row, a_col, B, ldb, C + i * ldc, ldc, ep,
-                        mask_rows(i));
-  }
-  const float* a = A + i * a_row;
-  float* c = C + i * ldc;
-  const float* m = mask_rows(i);
-  switch (M - i) {
-    case 7:
-      return masked_rows<7>(lanes, K, a, a_row, a_col, B, ldb, c, ldc, ep, m);
-    case 6:
-      return masked_rows<6>(lanes, K, a, a_row, a_col, B, ldb, c, ldc, ep, m);
-    case 5:
-      return masked_rows<5>(lanes, K, a, a_row, a_col, B, ldb, c, ldc, ep, m);
-    case 4:
-      return masked_rows<4>(lanes, K, a, a_row, a_col, B, ldb, c, ldc, ep, m);
-    case 3:
-      return masked_rows<3>(lanes, K, a, a_row, a_col, B, ldb, c, ldc, ep, m);
-    case 2:
-      return masked_rows<2>(lanes, K, a, a_row, a_col, B, ldb, c, ldc, ep, m);
-    case 1:
-      return masked_rows<1>(lanes, K, a, a_row, a_col, B, ldb, c, ldc, ep, m);
-    default:
-      return;
+  for (; i + kBlock <= M; i += kBlock)
+    masked_rows<kBlock, Half>(lanes, K, A, a_row, a_col, B, ldb, C, ldc, ep, i);
+  using Block = void (*)(const L&, int, const float*, int64_t, int64_t, const float*, int64_t,
+                         float*, int64_t, const GemmEpilogue&, int);
+  static constexpr Block kRest[kBlock] = {nullptr,
+                                          &masked_rows<1, Half, L>,
+                                          &masked_rows<2, Half, L>,
+                                          &masked_rows<3, Half, L>,
+                                          &masked_rows<4, Half, L>,
+                                          &masked_rows<5, Half, L>,
+                                          &masked_rows<6, Half, L>,
+                                          &masked_rows<7, Half, L>};
+  if (i < M) kRest[M - i](lanes, K, A, a_row, a_col, B, ldb, C, ldc, ep, i);
+}
+
+template <typename L>
+MT_AVX512 void masked_kernel_for(const L& lanes, int M, int K, const float* A, int64_t a_row,
+                                 int64_t a_col, const float* B, int64_t ldb, float* C, int64_t ldc,
+                                 const GemmEpilogue& ep) {
+  if (ep.round == Rounding::None) {
+    masked_kernel<false>(lanes, M, K, A, a_row, a_col, B, ldb, C, ldc, ep);
+  } else {
+    masked_kernel<true>(lanes, M, K, A, a_row, a_col, B, ldb, C, ldc, ep);
   }
 }
 
@@ -209,18 +324,21 @@ MT_AVX512 void masked_gemm(int M, int N, int K, const float* A, int64_t a_row, i
                            const float* B, int64_t ldb, float* C, int64_t ldc,
                            const GemmEpilogue& ep) {
   if (N > 8) {
-    masked_kernel(Lanes16{static_cast<__mmask16>((1u << N) - 1)}, M, K, A, a_row, a_col, B, ldb, C,
-                  ldc, ep);
+    masked_kernel_for(Lanes16{static_cast<__mmask16>((1u << N) - 1)}, M, K, A, a_row, a_col, B, ldb,
+                      C, ldc, ep);
   } else {
-    masked_kernel(Lanes8{static_cast<__mmask8>((1u << N) - 1)}, M, K, A, a_row, a_col, B, ldb, C,
-                  ldc, ep);
+    masked_kernel_for(Lanes8{static_cast<__mmask8>((1u << N) - 1)}, M, K, A, a_row, a_col, B, ldb,
+                      C, ldc, ep);
   }
 }
 #undef MT_AVX512
+#pragma GCC diagnostic pop
 
 // The masked path: products at most 16 columns wide on an AVX-512 CPU.
 bool masked_path(int M, int N, int K) {
-  return N <= 16 && sgemm_is_small(M, N, K) && cpu_has_avx512_vl();
+  static const bool cpu =
+      cpu_has_avx512_vl() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c");
+  return N <= 16 && sgemm_is_small(M, N, K) && cpu;
 }
 
 void run_masked(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float* A,

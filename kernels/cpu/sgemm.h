@@ -18,15 +18,23 @@ namespace mantissa::cpu {
 void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float* A, int lda,
            const float* B, int ldb, float* C, int ldc);
 
-// What a linear layer does to each row of its GEMM's result, in this order: add the bias, apply
-// ReLU (NaN and -0 pass), zero where the relu_mask row (ld mask_ld) is <= 0 (ReLU's backward),
-// then add the row into col_sums in double (rows in order: a bias gradient).
+enum class Rounding : uint8_t { None, BFloat16, Float16 };
+
+// What a linear layer does to each row of its GEMM's result, in this order: round it to `round`
+// (half-type layers), add the bias, apply ReLU (NaN and -0 pass) after rounding again, zero where
+// the relu_mask row (ld mask_ld; floats, or 16-bit values of the `round` type) is <= 0 (ReLU's
+// backward), store the row (to out16 as 16-bit values of the `round` type with row stride ldc,
+// rounding what the bias left unrounded, instead of C when out16 is set), then add it into
+// col_sums in double (rows in order: a bias gradient). These are the composition's steps and
+// rounding points (kernels/cpu/linear_kernels.cpp).
 struct GemmEpilogue {
   const float* bias = nullptr;
   bool relu = false;
-  const float* relu_mask = nullptr;
+  const void* relu_mask = nullptr;
   int64_t mask_ld = 0;
   double* col_sums = nullptr;
+  Rounding round = Rounding::None;
+  void* out16 = nullptr;
 };
 
 // sgemm() with the epilogue applied to each row in registers before it is stored, for shapes
