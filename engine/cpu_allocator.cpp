@@ -63,6 +63,7 @@ thread_local int thread_cache_state = 0;
 
 struct ThreadCache {
   std::vector<void*> lists[kThreadClasses];
+  int64_t bytes = 0;  // in the lists: counted here, not in the shared cached_ (no atomics)
   CachingCpuAllocator* owner = nullptr;
   ThreadCache() { thread_cache_state = 1; }
   ~ThreadCache();
@@ -85,7 +86,7 @@ class CachingCpuAllocator final : public Allocator {
       if (!list.empty()) {
         void* p = list.back();
         list.pop_back();
-        cache_hit(size);
+        tc->bytes -= static_cast<int64_t>(size);
         return p;
       }
     }
@@ -95,10 +96,11 @@ class CachingCpuAllocator final : public Allocator {
       if (!list.empty()) {
         void* p = list.back();
         list.pop_back();
-        cache_hit(size);
+        cached_.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
         return p;
       }
     }
+    misses_.fetch_add(1, std::memory_order_relaxed);
     void* p = std::aligned_alloc(kAlign, size);
     if (p == nullptr) {  // give the cache back and try once more
       empty_cache();
@@ -116,17 +118,20 @@ class CachingCpuAllocator final : public Allocator {
     const int c = class_of(nbytes);
     const size_t size = size_of_class(c);
     allocated_.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
-    if (!reserve_cache(size)) {
-      std::free(ptr);
-      return;
-    }
-    ThreadCache* tc = c < kThreadClasses ? thread_cache() : nullptr;
+    // A thread's own lists are bounded (kThreadListMax small blocks per class), so they are kept
+    // outside the cap, which leaves the shared atomics out of a small tensor's free.
+    ThreadCache* tc = c < kThreadClasses && cap_ != 0 ? thread_cache() : nullptr;
     if (tc != nullptr) {
       auto& list = tc->lists[c];
       if (list.size() < kThreadListMax) {
         list.push_back(ptr);
+        tc->bytes += static_cast<int64_t>(size);
         return;
       }
+    }
+    if (!reserve_cache(size)) {
+      std::free(ptr);
+      return;
     }
     std::lock_guard<std::mutex> lock(mutex_);
     free_[c].push_back(ptr);
@@ -139,6 +144,8 @@ class CachingCpuAllocator final : public Allocator {
       free_[c].insert(free_[c].end(), tc.lists[c].begin(), tc.lists[c].end());
       tc.lists[c].clear();
     }
+    cached_.fetch_add(tc.bytes, std::memory_order_relaxed);
+    tc.bytes = 0;
   }
 
   // Frees the shared lists and the calling thread's own (other threads keep theirs, at most
@@ -148,9 +155,10 @@ class CachingCpuAllocator final : public Allocator {
     int64_t bytes = 0;
     if (ThreadCache* tc = thread_cache()) {
       for (int c = 0; c < kThreadClasses; ++c) {
-        for (void* p : tc->lists[c]) blocks.push_back(p), bytes += size_of_class(c);
+        for (void* p : tc->lists[c]) blocks.push_back(p);
         tc->lists[c].clear();
       }
+      tc->bytes = 0;
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -163,13 +171,14 @@ class CachingCpuAllocator final : public Allocator {
     for (void* p : blocks) std::free(p);
   }
 
-  CpuMemoryStats stats() const {
+  CpuMemoryStats stats() {
     CpuMemoryStats s;
     s.allocated_bytes = allocated_.load(std::memory_order_relaxed);
     s.cached_bytes = cached_.load(std::memory_order_relaxed);
+    if (const ThreadCache* tc = thread_cache(); tc != nullptr) s.cached_bytes += tc->bytes;
     s.peak_allocated_bytes = peak_.load(std::memory_order_relaxed);
     s.num_allocations = allocations_.load(std::memory_order_relaxed);
-    s.num_cache_hits = hits_.load(std::memory_order_relaxed);
+    s.num_cache_hits = s.num_allocations - misses_.load(std::memory_order_relaxed);
     return s;
   }
   void reset_peak() { peak_.store(allocated_.load(std::memory_order_relaxed)); }
@@ -192,10 +201,6 @@ class CachingCpuAllocator final : public Allocator {
     while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
     }
   }
-  void cache_hit(size_t size) {
-    hits_.fetch_add(1, std::memory_order_relaxed);
-    cached_.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
-  }
   // Counts `size` more cached bytes if that stays within the cap.
   bool reserve_cache(size_t size) {
     int64_t cached = cached_.load(std::memory_order_relaxed);
@@ -209,7 +214,9 @@ class CachingCpuAllocator final : public Allocator {
   const size_t cap_;
   std::mutex mutex_;
   std::vector<std::vector<void*>> free_;
-  std::atomic<int64_t> allocated_{0}, cached_{0}, peak_{0}, allocations_{0}, hits_{0};
+  // cached_: the shared lists only (each thread counts its own in ThreadCache::bytes); misses_:
+  // allocations that went to the system (hits are the rest).
+  std::atomic<int64_t> allocated_{0}, cached_{0}, peak_{0}, allocations_{0}, misses_{0};
 };
 
 ThreadCache::~ThreadCache() {

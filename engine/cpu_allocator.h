@@ -21,7 +21,7 @@ namespace mantissa {
 
 struct CpuMemoryStats {
   int64_t allocated_bytes = 0;       // held by live tensors (after size-class rounding)
-  int64_t cached_bytes = 0;          // freed, kept for reuse
+  int64_t cached_bytes = 0;          // freed, kept for reuse (shared, and this thread's own)
   int64_t peak_allocated_bytes = 0;  // since start or reset_cpu_peak_memory_stats()
   int64_t num_allocations = 0;
   int64_t num_cache_hits = 0;

@@ -4,6 +4,7 @@
 #include <functional>
 #include <numeric>
 
+#include "engine/cpu_allocator.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -616,4 +617,23 @@ TEST(Random, ManualSeedReproducible) {
     if (std::string(e.what()).find("has no kernel") == std::string::npos) throw;
     GTEST_SKIP() << "random kernels not registered yet: " << e.what();
   }
+}
+
+// The CPU allocator's statistics: a freed small block is cached on its thread (counted in the
+// calling thread's cached_bytes) and the next tensor of its size class reuses it (a cache hit).
+TEST(CpuAllocatorStats, FreedBlocksAreCachedAndReused) {
+  mt::cpu_empty_cache();
+  const mt::CpuMemoryStats start = mt::cpu_memory_stats();
+  { const Tensor t = mt::empty({1000}); }  // 4000 bytes: the 4 KiB class
+  const mt::CpuMemoryStats freed = mt::cpu_memory_stats();
+  if (freed.cached_bytes == start.cached_bytes) GTEST_SKIP() << "this build does not cache";
+  EXPECT_EQ(freed.cached_bytes, start.cached_bytes + 4096);
+  EXPECT_EQ(freed.allocated_bytes, start.allocated_bytes);
+  const Tensor again = mt::empty({1000});
+  const mt::CpuMemoryStats reused = mt::cpu_memory_stats();
+  EXPECT_EQ(reused.num_allocations, freed.num_allocations + 1);
+  EXPECT_EQ(reused.num_cache_hits, freed.num_cache_hits + 1);
+  EXPECT_EQ(reused.cached_bytes, start.cached_bytes);
+  EXPECT_EQ(reused.allocated_bytes, start.allocated_bytes + 4096);
+  EXPECT_GE(reused.peak_allocated_bytes, reused.allocated_bytes);
 }
