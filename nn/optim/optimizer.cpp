@@ -152,7 +152,9 @@ struct Optimizer::StepScratch {
   size_t used = 0;
   // Writes of a non-contiguous parameter (target -> param) after the kernels.
   std::vector<std::pair<Tensor, Tensor>> copy_back;
-  std::vector<Tensor> touched;  // parameters updated in place: their versions are bumped
+  // Parameters updated in place, whose versions are bumped: pointers into the group's list,
+  // which outlives the step (holding them as tensors cost two atomic counts each).
+  std::vector<const Tensor*> touched;
 
   Batch& batch_for(Device device) {
     for (size_t i = 0; i < used; ++i)
@@ -201,7 +203,7 @@ void Optimizer::run_step(const Tensor& found_inf) {
         target = it->second;
         if (param.is_contiguous()) {
           model = param;
-          touched.push_back(param);
+          touched.push_back(&param);
         } else {
           copy_back.emplace_back(param, target);
         }
@@ -211,7 +213,7 @@ void Optimizer::run_step(const Tensor& found_inf) {
         if (!grad.is_contiguous()) grad = grad.contiguous();
         target = param.is_contiguous() ? param : copy_like(param, param);
         if (target.is_same(param)) {
-          touched.push_back(param);
+          touched.push_back(&param);
         } else {
           copy_back.emplace_back(param, target);
         }
@@ -244,7 +246,7 @@ void Optimizer::run_step(const Tensor& found_inf) {
     }
     if (skip_on_host.value_or(false)) continue;
     for (auto& [param, target] : copy_back) Tensor(param).copy_(target);
-    for (const Tensor& p : touched) p.bump_version();
+    for (const Tensor* p : touched) p->bump_version();
   }
   pending_master_grads_.clear();
 }
@@ -254,12 +256,13 @@ void Optimizer::zero_grad(bool set_to_none) {
   pending_master_grads_.clear();
   for (const ParamGroup& group : groups_) {
     for (const Tensor& param : group.params) {
-      const Tensor grad = param.grad();
-      if (!grad.defined()) continue;
+      autograd::AutogradMeta* meta = autograd::meta(param);
+      if (meta == nullptr || !meta->grad.defined()) continue;
       if (set_to_none) {
-        param.set_grad(Tensor());
+        meta->grad = Tensor();
         continue;
       }
+      const Tensor grad = meta->grad;
       // A gradient built with create_graph carries history; zero a detached alias instead.
       Tensor g = grad.requires_grad() ? grad.detach() : grad;
       g.zero_();
