@@ -26,14 +26,16 @@ void add_into(Tensor& slot, const Tensor& g) {
   slot = slot.defined() ? slot + g : g;
 }
 
-// Adds a gradient for `to` into its slot, in the dtype `to` requires.
-void deliver(Tensor& slot, const Tensor& g, const Edge& to) {
+// Adds a gradient for `to` into its slot, in the dtype `to` requires. Takes `g` over: the first
+// gradient into a slot is moved there, not shared.
+void deliver(Tensor& slot, Tensor&& g, const Edge& to) {
   if (!g.defined()) return;
   const std::optional<DType> want = to.fn->grad_dtype(to.input_nr);
-  if (want && *want != g.dtype() && is_floating(g.dtype()) && is_floating(*want)) {
-    add_into(slot, g.to(*want));
+  if (want && *want != g.dtype() && is_floating(g.dtype()) && is_floating(*want)) g = g.to(*want);
+  if (slot.defined()) {
+    slot = slot + g;
   } else {
-    add_into(slot, g);
+    slot = std::move(g);
   }
 }
 
@@ -174,7 +176,7 @@ std::vector<Tensor> run_backward(const Tensor* outputs, size_t n_outputs,
     const size_t k = states.index(e.fn.get());
     auto& buf = states[k].grads;
     buf.resize(e.fn->num_outputs);
-    deliver(buf[e.input_nr], g, e);
+    deliver(buf[e.input_nr], std::move(g), e);
     if (i == 0) {
       first_root = e.fn;
     } else {
@@ -254,7 +256,7 @@ std::vector<Tensor> run_backward(const Tensor* outputs, size_t n_outputs,
       const size_t k = states.index(e.fn.get());
       auto& buf = states[k].grads;
       buf.resize(e.fn->num_outputs);
-      if (i < input_grads.size()) deliver(buf[e.input_nr], input_grads[i], e);
+      if (i < input_grads.size()) deliver(buf[e.input_nr], std::move(input_grads[i]), e);
       if (--states[k].deps == 0) push_ready(e.fn->sequence_nr, k);
     }
   }

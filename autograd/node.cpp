@@ -57,7 +57,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
     // leaves never share one .grad buffer.
     const bool exclusive = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
                            g.is_contiguous() && g.dtype() == variable.dtype();
-    m.grad = exclusive ? g : g.to(variable.dtype()).clone();
+    m.grad = exclusive ? std::move(g) : g.to(variable.dtype()).clone();
   } else {
     m.grad.add_(g);
   }
