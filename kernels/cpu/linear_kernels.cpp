@@ -242,10 +242,17 @@ void backward_weight_direct(const Tensor& grad_w, const Tensor& grad_bias, const
   int ldg = 0, ldx = 0;
   const float* g = operand<T>(grad_out, buf.a, ldg);
   const float* xf = operand<T>(x, buf.b, ldx);
-  float* c = gemm_target<T>(grad_w, buf.c);
-  // grad_w [N,K] = grad_out^T [N,M] @ x [M,K]
-  sgemm(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K));
-  if constexpr (!std::is_same_v<T, float>) store_rounded<T>(c, grad_w, N * K);
+  // grad_w [N,K] = grad_out^T [N,M] @ x [M,K]. Small layers round in the GEMM's registers and
+  // store straight into grad_w: 16-bit, or the rounded values widened for a float32 weight.
+  const bool wide_w = grad_w.dtype() == DType::Float32;
+  const GemmEpilogue ep{.round = rounding<T>(),
+                        .out16 = wide_w ? nullptr : out16<T>(static_cast<T*>(grad_w.data_ptr()))};
+  float* c = wide_w ? grad_w.data<float>() : gemm_target<T>(grad_w, buf.c);
+  if (!sgemm_fused(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K),
+                   ep)) {
+    sgemm(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K));
+    if constexpr (!std::is_same_v<T, float>) store_rounded<T>(c, grad_w, N * K);
+  }
   if (!grad_bias.defined()) return;
   double* sums = zeroed_sums(buf, N);
   // Split by columns: each column's sum still runs over the rows in order.
