@@ -81,6 +81,14 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void small_kernel(
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define MT_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx2,f16c")))
 
+// A narrowed vector kept in its register: the compiler otherwise folds narrowing and masked store
+// into one masked VPMOVDW/VCVTPS2PH to memory, which on Zen 4 costs several times the pair.
+template <typename V>
+MT_AVX512 inline V in_register(V v) {
+  __asm__("" : "+v"(v));
+  return v;
+}
+
 // 16 or 8 float lanes with the lanes past the product's width masked off (loads read nothing
 // there and give 0, stores write nothing).
 struct Lanes16 {
@@ -138,10 +146,10 @@ struct Lanes16 {
   }
   MT_AVX512 void store_bf16(void* p, Reg v) const {  // v already rounded
     const __m512i bits = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
-    _mm256_mask_storeu_epi16(p, mask, _mm512_cvtepi32_epi16(bits));
+    _mm256_mask_storeu_epi16(p, mask, in_register(_mm512_cvtepi32_epi16(bits)));
   }
   MT_AVX512 void store_half(void* p, Reg v) const {
-    _mm256_mask_storeu_epi16(p, mask, to_half_bits(v));
+    _mm256_mask_storeu_epi16(p, mask, in_register(to_half_bits(v)));
   }
 };
 struct Lanes8 {
@@ -191,10 +199,10 @@ struct Lanes8 {
   }
   MT_AVX512 void store_bf16(void* p, Reg v) const {
     const __m256i bits = _mm256_srli_epi32(_mm256_castps_si256(v), 16);
-    _mm_mask_storeu_epi16(p, mask, _mm256_cvtepi32_epi16(bits));
+    _mm_mask_storeu_epi16(p, mask, in_register(_mm256_cvtepi32_epi16(bits)));
   }
   MT_AVX512 void store_half(void* p, Reg v) const {
-    _mm_mask_storeu_epi16(p, mask, to_half_bits(v));
+    _mm_mask_storeu_epi16(p, mask, in_register(to_half_bits(v)));
   }
 };
 
@@ -214,15 +222,22 @@ MT_AVX512 inline typename L::Reg load_row(const L& lanes, const void* p, Roundin
 
 // R rows of C = op(A) @ B for a B of at most one register's width, B's rows `ldb` apart, each
 // row finished by the epilogue in registers before it is stored.
+// The epilogue's steps, copied out of the GemmEpilogue into registers: read through the
+// reference, they were reloaded after every store (which might have written them).
+struct Steps {
+  Rounding round;
+  bool bias, relu, sums;
+};
+
 // One row's epilogue (see GemmEpilogue); Half: the layer stores a 16-bit type.
 template <bool Half, typename L>
-MT_AVX512 inline void finish_row(const L& lanes, typename L::Reg v, typename L::Reg bias,
-                                 const GemmEpilogue& ep, const void* mask_row, float* c_row,
+MT_AVX512 inline void finish_row(const L lanes, const Steps steps, typename L::Reg v,
+                                 typename L::Reg bias, const void* mask_row, float* c_row,
                                  void* out16_row, __m512d sums[2]) {
-  const Rounding rnd = Half ? ep.round : Rounding::None;
+  const Rounding rnd = Half ? steps.round : Rounding::None;
   v = round_to<L>(v, rnd);
-  if (ep.bias != nullptr) v = L::add(v, bias);
-  if (ep.relu) {
+  if (steps.bias) v = L::add(v, bias);
+  if (steps.relu) {
     v = round_to<L>(v, rnd);  // after the bias, rounded again (a no-op without one)
     v = L::zero_if_negative(v, v);
   }
@@ -236,7 +251,7 @@ MT_AVX512 inline void finish_row(const L& lanes, typename L::Reg v, typename L::
   } else {
     lanes.store(c_row, v);
   }
-  if (ep.col_sums != nullptr) L::add_sums(sums, v);
+  if (steps.sums) L::add_sums(sums, v);
 }
 
 // R rows of C = op(A) @ B for a B of at most one register's width, B's rows `ldb` apart, each
@@ -260,6 +275,8 @@ MT_AVX512 void masked_rows(const L& lanes, int K, const float* A, int64_t a_row,
   if (ep.col_sums != nullptr) lanes.load_sums(ep.col_sums, sums);
   const typename L::Reg bias = ep.bias != nullptr ? lanes.load(ep.bias) : L::zero();
   const int64_t mask_row_bytes = ep.mask_ld * (Half ? 2 : 4);
+  const L ln = lanes;
+  const Steps steps{ep.round, ep.bias != nullptr, ep.relu, ep.col_sums != nullptr};
   const char* mask = ep.relu_mask == nullptr
                          ? nullptr
                          : static_cast<const char*>(ep.relu_mask) + row * mask_row_bytes;
@@ -269,7 +286,7 @@ MT_AVX512 void masked_rows(const L& lanes, int K, const float* A, int64_t a_row,
     // Unrolled, like the products: the float32 epilogue is a few instructions per row.
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      finish_row<false>(lanes, acc[r], bias, ep, mask ? mask + r * mask_row_bytes : nullptr,
+      finish_row<false>(ln, steps, acc[r], bias, mask ? mask + r * mask_row_bytes : nullptr,
                         C + r * ldc, nullptr, sums);
     }
   } else {
@@ -280,7 +297,7 @@ MT_AVX512 void masked_rows(const L& lanes, int K, const float* A, int64_t a_row,
     for (int r = 0; r < R; ++r) rows[r] = acc[r];
 #pragma GCC unroll 1
     for (int r = 0; r < R; ++r) {
-      finish_row<true>(lanes, rows[r], bias, ep, mask ? mask + r * mask_row_bytes : nullptr,
+      finish_row<true>(ln, steps, rows[r], bias, mask ? mask + r * mask_row_bytes : nullptr,
                        C + r * ldc, out16 ? out16 + r * ldc * 2 : nullptr, sums);
     }
   }
