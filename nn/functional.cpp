@@ -135,10 +135,10 @@ namespace {
 constexpr int64_t kMseChunk = 32768;
 constexpr int kMseLanes = 8;
 
-template <typename T>
-double mse_fold(const T* a, const T* b, int64_t n) {
+template <typename T, typename In>
+double mse_fold(const In* a, const T* b, int64_t n) {
   auto sq = [&](int64_t i) {
-    const T d = a[i] - b[i];
+    const T d = T(a[i]) - b[i];
     return static_cast<double>(T(d * d));
   };
   double acc = 0;
@@ -153,8 +153,8 @@ double mse_fold(const T* a, const T* b, int64_t n) {
   return acc;
 }
 
-template <typename T>
-T mse_forward(const T* a, const T* b, int64_t n, Reduction reduction) {
+template <typename T, typename In>
+T mse_forward(const In* a, const T* b, int64_t n, Reduction reduction) {
   double acc = mse_fold(a, b, std::min(n, kMseChunk));
   for (int64_t c = kMseChunk; c < n; c += kMseChunk)
     acc += mse_fold(a + c, b + c, std::min(kMseChunk, n - c));
@@ -168,39 +168,39 @@ bool fused_mse_applies(const Tensor& input, const Tensor& target, Reduction redu
          input.is_contiguous() && target.is_contiguous();
 }
 
-// `input` is what the node records; `values` holds its values as T: input itself, or the float32
-// copy of a float16/bfloat16 input that autocast widens. The loss's gradient for the input is
-// then float32 and the engine rounds it to the input's dtype, as the cast's backward would; the
-// node stands in for the cast's.
-template <typename T>
-Tensor fused_mse(const Tensor& input, const Tensor& values, const Tensor& target,
-                 Reduction reduction) {
-  const int64_t n = values.numel();
-  Tensor out = empty(Shape{}, TensorOptions(values.device()).dtype(values.dtype()));
+// The loss computed in T over an input stored as In: T itself, or the float16/bfloat16 output
+// autocast widens for this float32 op, read widened element by element (no float32 copy, no
+// cast node). The gradient for such an input is rounded to In here, which is what the cast's
+// backward would do with the float32 gradient.
+template <typename T, typename In = T>
+Tensor fused_mse(const Tensor& input, const Tensor& target, Reduction reduction) {
+  const int64_t n = input.numel();
+  Tensor out = empty(Shape{}, TensorOptions(input.device()).dtype(target.dtype()));
   *static_cast<T*>(out.data_ptr()) =
-      mse_forward(static_cast<const T*>(values.data_ptr()),
+      mse_forward(static_cast<const In*>(input.data_ptr()),
                   static_cast<const T*>(target.data_ptr()), n, reduction);
   if (autograd::Recorder rec{"MseLossBackward0", {&input, &target}}) {
-    rec.save(values).save(target);
+    rec.save(input).save(target);
     rec.finish(out, [n, reduction](autograd::BackwardContext& ctx) {
       const Tensor x = ctx.saved(0), t = ctx.saved(1);
       const Tensor g = ctx.grad();
       T scale = *static_cast<const T*>(g.data_ptr());
       if (reduction == Reduction::Mean) scale = scale / T(n);
-      const TensorOptions o = TensorOptions(x.device()).dtype(x.dtype());
-      Tensor gx = ctx.needs(0) ? empty(x.shape(), o) : Tensor();
-      Tensor gt = ctx.needs(1) ? empty(x.shape(), o) : Tensor();
-      const T* px = static_cast<const T*>(x.data_ptr());
+      Tensor gx =
+          ctx.needs(0) ? empty(x.shape(), TensorOptions(x.device()).dtype(x.dtype())) : Tensor();
+      Tensor gt =
+          ctx.needs(1) ? empty(t.shape(), TensorOptions(t.device()).dtype(t.dtype())) : Tensor();
+      const In* px = static_cast<const In*>(x.data_ptr());
       const T* pt = static_cast<const T*>(t.data_ptr());
-      T* pgx = gx.defined() ? static_cast<T*>(gx.data_ptr()) : nullptr;
+      In* pgx = gx.defined() ? static_cast<In*>(gx.data_ptr()) : nullptr;
       T* pgt = gt.defined() ? static_cast<T*>(gt.data_ptr()) : nullptr;
       // One loop per wanted gradient, each without branches, so that they vectorise.
       const auto grad_at = [&](int64_t i) {
-        const T half = scale * T(px[i] - pt[i]);
+        const T half = scale * T(T(px[i]) - pt[i]);
         return half + half;
       };
       if (pgx != nullptr)
-        for (int64_t i = 0; i < n; ++i) pgx[i] = grad_at(i);
+        for (int64_t i = 0; i < n; ++i) pgx[i] = In(grad_at(i));
       if (pgt != nullptr)
         for (int64_t i = 0; i < n; ++i) pgt[i] = -grad_at(i);
       return std::vector<Tensor>{gx, gt};
@@ -223,17 +223,17 @@ bool fused_mse_widens(const Tensor& input, const Tensor& target, Reduction reduc
 Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
   // A float32 target is never cast, so only the input's cast is saved here.
   if (fused_mse_widens(input_in, target_in, reduction)) {
-    const Tensor wide = empty(input_in.shape(), TensorOptions(input_in.device()).dtype(kFloat32));
-    copy_kernel(wide.device())(wide, input_in);
-    return fused_mse<float>(input_in, wide, target_in, reduction);
+    return input_in.dtype() == kBFloat16
+               ? fused_mse<float, BFloat16>(input_in, target_in, reduction)
+               : fused_mse<float, Half>(input_in, target_in, reduction);
   }
   const Tensor input = autocast::cast_input(OpId::mse_loss, input_in);
   const Tensor target = autocast::cast_input(OpId::mse_loss, target_in);
   check_floating("mse_loss", input, "input");
   warn_if_broadcast("mse_loss", input, target);
   if (fused_mse_applies(input, target, reduction)) {
-    return input.dtype() == kFloat32 ? fused_mse<float>(input, input, target, reduction)
-                                     : fused_mse<double>(input, input, target, reduction);
+    return input.dtype() == kFloat32 ? fused_mse<float>(input, target, reduction)
+                                     : fused_mse<double>(input, target, reduction);
   }
   const Tensor diff = input - target;
   return reduce(diff * diff, reduction);
