@@ -238,15 +238,16 @@ MT_AVX512 inline void finish_row(const L lanes, const Steps steps, typename L::R
   v = round_to<L>(v, rnd);
   if (steps.bias) v = L::add(v, bias);
   if (steps.relu) {
-    v = round_to<L>(v, rnd);  // after the bias, rounded again (a no-op without one)
+    if (steps.bias) v = round_to<L>(v, rnd);  // rounded again after the bias
     v = L::zero_if_negative(v, v);
   }
+  const bool rounded = !steps.bias || steps.relu;  // else the store rounds
   if (mask_row != nullptr) v = L::zero_if_not_positive(v, load_row(lanes, mask_row, rnd));
   if (Half && out16_row != nullptr) {
     if (rnd == Rounding::Float16) {
       lanes.store_half(out16_row, v);
     } else {
-      lanes.store_bf16(out16_row, L::round_bf16(v));
+      lanes.store_bf16(out16_row, rounded ? v : L::round_bf16(v));
     }
   } else {
     lanes.store(c_row, v);
