@@ -168,19 +168,22 @@ bool fused_mse_applies(const Tensor& input, const Tensor& target, Reduction redu
          input.is_contiguous() && target.is_contiguous();
 }
 
-// The loss computed in T over an input stored as In: T itself, or the float16/bfloat16 output
-// autocast widens for this float32 op, read widened element by element (no float32 copy, no
-// cast node). The gradient for such an input is rounded to In here, which is what the cast's
-// backward would do with the float32 gradient.
+// The loss computed in T. The node records `input`; `values` holds its values as In: the input
+// itself, or for a float16 input autocast widens for this float32 op, its float32 copy (the
+// gradient is then float32, and the engine rounds it to float16 as the cast's backward would). A
+// bfloat16 input is read widened element by element instead (no copy), and its gradient rounded
+// to bfloat16 here, which gives the same bits (bfloat16's conversions are a few bit operations;
+// float16's, without F16C in the baseline build, cost more than the copy).
 template <typename T, typename In = T>
-Tensor fused_mse(const Tensor& input, const Tensor& target, Reduction reduction) {
-  const int64_t n = input.numel();
-  Tensor out = empty(Shape{}, TensorOptions(input.device()).dtype(target.dtype()));
+Tensor fused_mse(const Tensor& input, const Tensor& values, const Tensor& target,
+                 Reduction reduction) {
+  const int64_t n = values.numel();
+  Tensor out = empty(Shape{}, TensorOptions(values.device()).dtype(target.dtype()));
   *static_cast<T*>(out.data_ptr()) =
-      mse_forward(static_cast<const In*>(input.data_ptr()),
+      mse_forward(static_cast<const In*>(values.data_ptr()),
                   static_cast<const T*>(target.data_ptr()), n, reduction);
   if (autograd::Recorder rec{"MseLossBackward0", {&input, &target}}) {
-    rec.save(input).save(target);
+    rec.save(values).save(target);
     rec.finish(out, [n, reduction](autograd::BackwardContext& ctx) {
       const Tensor x = ctx.saved(0), t = ctx.saved(1);
       const Tensor g = ctx.grad();
@@ -210,7 +213,7 @@ Tensor fused_mse(const Tensor& input, const Tensor& target, Reduction reduction)
 }
 
 // A float16/bfloat16 input that autocast widens, next to a float32 target: the fused loss widens
-// it itself (a plain copy, no cast node).
+// it itself (no cast node; see fused_mse).
 bool fused_mse_widens(const Tensor& input, const Tensor& target, Reduction reduction) {
   return reduction != Reduction::None && input.device().is_cpu() && target.device().is_cpu() &&
          target.dtype() == kFloat32 && input.shape() == target.shape() && input.numel() > 0 &&
@@ -223,17 +226,20 @@ bool fused_mse_widens(const Tensor& input, const Tensor& target, Reduction reduc
 Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
   // A float32 target is never cast, so only the input's cast is saved here.
   if (fused_mse_widens(input_in, target_in, reduction)) {
-    return input_in.dtype() == kBFloat16
-               ? fused_mse<float, BFloat16>(input_in, target_in, reduction)
-               : fused_mse<float, Half>(input_in, target_in, reduction);
+    if (input_in.dtype() == kBFloat16) {
+      return fused_mse<float, BFloat16>(input_in, input_in, target_in, reduction);
+    }
+    const Tensor wide = empty(input_in.shape(), TensorOptions(input_in.device()).dtype(kFloat32));
+    copy_kernel(wide.device())(wide, input_in);
+    return fused_mse<float>(input_in, wide, target_in, reduction);
   }
   const Tensor input = autocast::cast_input(OpId::mse_loss, input_in);
   const Tensor target = autocast::cast_input(OpId::mse_loss, target_in);
   check_floating("mse_loss", input, "input");
   warn_if_broadcast("mse_loss", input, target);
   if (fused_mse_applies(input, target, reduction)) {
-    return input.dtype() == kFloat32 ? fused_mse<float>(input, target, reduction)
-                                     : fused_mse<double>(input, target, reduction);
+    return input.dtype() == kFloat32 ? fused_mse<float>(input, input, target, reduction)
+                                     : fused_mse<double>(input, input, target, reduction);
   }
   const Tensor diff = input - target;
   return reduce(diff * diff, reduction);
