@@ -13,9 +13,13 @@
 // grad. ctx.needs(i) lets a formula skip inputs that need no gradient.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "autograd/node.h"
@@ -38,7 +42,76 @@ class BackwardContext {
   std::vector<Tensor>& grads_;
 };
 
-using BackwardFn = std::function<std::vector<Tensor>(BackwardContext&)>;
+// A backward formula: a move-only callable that keeps captures of up to kInline bytes inside
+// itself. Formulas capture shapes, flags and dtypes, a few hundred bytes, which std::function
+// would put in a heap block for every recorded op.
+class BackwardFn {
+ public:
+  BackwardFn() = default;
+  BackwardFn(std::nullptr_t) {}  // NOLINT: no formula yet
+  template <typename F,
+            typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, BackwardFn> &&
+                                        !std::is_same_v<std::decay_t<F>, std::nullptr_t>>>
+  BackwardFn(F&& f) {  // NOLINT: implicit from a lambda, like std::function
+    using Fn = std::decay_t<F>;
+    if constexpr (sizeof(Fn) <= kInline && alignof(Fn) <= alignof(std::max_align_t) &&
+                  std::is_nothrow_move_constructible_v<Fn>) {
+      new (storage_) Fn(std::forward<F>(f));
+      ops_ = &kInlineOps<Fn>;
+    } else {
+      *reinterpret_cast<Fn**>(storage_) = new Fn(std::forward<F>(f));
+      ops_ = &kHeapOps<Fn>;
+    }
+  }
+  BackwardFn(BackwardFn&& o) noexcept { take(o); }
+  BackwardFn& operator=(BackwardFn&& o) noexcept {
+    if (this != &o) {
+      reset();
+      take(o);
+    }
+    return *this;
+  }
+  BackwardFn(const BackwardFn&) = delete;
+  BackwardFn& operator=(const BackwardFn&) = delete;
+  ~BackwardFn() { reset(); }
+
+  explicit operator bool() const { return ops_ != nullptr; }
+  std::vector<Tensor> operator()(BackwardContext& ctx) { return ops_->call(storage_, ctx); }
+
+ private:
+  static constexpr size_t kInline = 256;
+  struct Ops {
+    std::vector<Tensor> (*call)(void* storage, BackwardContext& ctx);
+    void (*move)(void* dst, void* src);  // into dst's raw storage; src is then destroyed
+    void (*destroy)(void* storage);
+  };
+  template <typename Fn>
+  static constexpr Ops kInlineOps{
+      [](void* s, BackwardContext& ctx) { return (*static_cast<Fn*>(s))(ctx); },
+      [](void* d, void* s) {
+        new (d) Fn(std::move(*static_cast<Fn*>(s)));
+        static_cast<Fn*>(s)->~Fn();
+      },
+      [](void* s) { static_cast<Fn*>(s)->~Fn(); }};
+  template <typename Fn>
+  static constexpr Ops kHeapOps{
+      [](void* s, BackwardContext& ctx) { return (**static_cast<Fn**>(s))(ctx); },
+      [](void* d, void* s) { *static_cast<Fn**>(d) = *static_cast<Fn**>(s); },
+      [](void* s) { delete *static_cast<Fn**>(s); }};
+
+  void take(BackwardFn& o) noexcept {
+    if (o.ops_ == nullptr) return;
+    o.ops_->move(storage_, o.storage_);
+    ops_ = std::exchange(o.ops_, nullptr);
+  }
+  void reset() noexcept {
+    if (ops_ != nullptr) ops_->destroy(storage_);
+    ops_ = nullptr;
+  }
+
+  alignas(std::max_align_t) unsigned char storage_[kInline];
+  const Ops* ops_ = nullptr;
+};
 
 class FunctionNode final : public Node {
  public:
@@ -59,7 +132,7 @@ class FunctionNode final : public Node {
   };
   const char* name_;
   BackwardFn fn_;
-  ::mantissa::detail::InlineVector<SavedTensor, 4> saved;
+  ::mantissa::detail::InlineVector<SavedTensor, 6> saved;
   ::mantissa::detail::InlineVector<OutputInfo, 1> outputs;
 };
 

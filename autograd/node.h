@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/small_pool.h"
 #include "engine/tensor.h"
 
 namespace mantissa::autograd {
@@ -76,7 +77,7 @@ class Node : public std::enable_shared_from_this<Node> {
   // engine casts a gradient to its input's dtype).
   virtual std::optional<DType> grad_dtype(uint32_t /*output_nr*/) const { return std::nullopt; }
 
-  std::vector<Edge> next_edges;
+  std::vector<Edge, ::mantissa::detail::PoolAllocator<Edge>> next_edges;
   uint32_t num_outputs = 1;
   uint64_t sequence_nr;
   // Non-leaf outputs that asked for retain_grad(), by output number.

@@ -91,13 +91,19 @@ struct PoolAllocator {
   template <typename U>
   PoolAllocator(const PoolAllocator<U>&) {}  // NOLINT: rebinding, as allocate_shared needs
 
+  // Arrays of a few elements (a node's edges: std::vector with this allocator) share one pool
+  // of kArrayBlock-byte blocks.
+  static constexpr size_t kArrayBlock = 128;
+
   T* allocate(size_t n) {
-    if (n != 1) return static_cast<T*>(::operator new(n * sizeof(T)));
-    return static_cast<T*>(FixedPool<kBlock>::allocate());
+    if (n == 1) return static_cast<T*>(FixedPool<kBlock>::allocate());
+    if (n * sizeof(T) <= kArrayBlock) return static_cast<T*>(FixedPool<kArrayBlock>::allocate());
+    return static_cast<T*>(::operator new(n * sizeof(T)));
   }
   void deallocate(T* p, size_t n) {
-    if (n != 1) return ::operator delete(p);
-    FixedPool<kBlock>::deallocate(p);
+    if (n == 1) return FixedPool<kBlock>::deallocate(p);
+    if (n * sizeof(T) <= kArrayBlock) return FixedPool<kArrayBlock>::deallocate(p);
+    ::operator delete(p);
   }
   template <typename U>
   bool operator==(const PoolAllocator<U>&) const {

@@ -2,6 +2,8 @@
 // accumulation into .grad, grad mode (thread-local), detach, autograd::grad, in-place checks
 // (leaves and the version counter of saved tensors), retain_grad and hooks, and what a graph keeps
 // alive.
+#include <array>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -311,4 +313,35 @@ TEST(GraphLifetime, GradientForADroppedLeafIsDropped) {
   }
   EXPECT_TRUE(leaf_impl.expired());
   EXPECT_NO_THROW(y.backward());
+}
+
+// Backward formulas keep small captures inside the node and large ones on the heap; both kinds
+// survive being moved, run, and destroy their captures exactly once.
+TEST(GraphLifetime, BackwardFormulasWithSmallAndLargeCapturesMoveAndRun) {
+  auto counter = std::make_shared<int>(0);
+  std::array<double, 64> big{};  // 512 bytes: past the inline room
+  big[63] = 2.0;
+  {
+    ag::BackwardFn small = [counter](ag::BackwardContext&) {
+      ++*counter;
+      return std::vector<Tensor>{};
+    };
+    ag::BackwardFn large = [counter, big](ag::BackwardContext&) {
+      *counter += static_cast<int>(big[63]);
+      return std::vector<Tensor>{};
+    };
+    EXPECT_EQ(counter.use_count(), 3);
+    ag::BackwardFn moved_small = std::move(small), moved_large = std::move(large);
+    EXPECT_FALSE(small);
+    EXPECT_FALSE(large);
+    EXPECT_EQ(counter.use_count(), 3);  // moved, not copied
+    // The formulas ignore the context; a node is only needed to build one.
+    auto node = std::make_shared<ag::FunctionNode>("Test", nullptr);
+    std::vector<Tensor> grads;
+    ag::BackwardContext ctx(*node, grads);
+    moved_small(ctx);
+    moved_large(ctx);
+    EXPECT_EQ(*counter, 3);
+  }
+  EXPECT_EQ(counter.use_count(), 1);
 }
