@@ -40,9 +40,23 @@ Generator& pick(Generator* gen, Device device) { return gen ? *gen : default_gen
 
 Tensor empty(const Shape& shape, const TensorOptions& options) {
   check_device_exists(options.device_);
-  return finish(
-      allocate(shape, contiguous_strides(shape), options.dtype_or(kFloat32), options.device_),
-      options);
+  // Every op's outputs come through here: the strides (as contiguous_strides makes them), the
+  // size check and the element count in one pass, and no contiguity check.
+  Shape strides = shape;
+  int64_t stride = 1, numel = 1;
+  for (int64_t i = shape.size() - 1; i >= 0; --i) {
+    const int64_t n = shape[i];
+    MT_CHECK(n >= 0, "empty: negative dimension in shape ", shape);
+    strides[i] = stride;
+    stride *= n > 1 ? n : 1;
+    numel *= n;
+  }
+  const DType dtype = options.dtype_or(kFloat32);
+  Tensor t(detail::make_pooled<TensorImpl>(
+      detail::make_pooled<StorageImpl>(static_cast<size_t>(numel * itemsize(dtype)),
+                                       options.device_),
+      shape, strides, dtype, TensorImpl::RowMajor{}));
+  return finish(std::move(t), options);
 }
 
 Tensor empty_strided(const Shape& shape, const Shape& strides, const TensorOptions& options) {

@@ -41,6 +41,10 @@ struct TensorImpl {
         dtype(dtype_in) {
     refresh_contiguous();
   }
+  // With the sizes' row-major strides (contiguous_strides): contiguous by construction.
+  struct RowMajor {};
+  TensorImpl(Storage s, const Shape& sizes_in, const Shape& strides_in, DType dtype_in, RowMajor)
+      : storage(std::move(s)), sizes(sizes_in), strides(strides_in), dtype(dtype_in) {}
 
   Storage storage;
   Shape sizes;
