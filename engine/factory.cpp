@@ -39,7 +39,7 @@ Generator& pick(Generator* gen, Device device) { return gen ? *gen : default_gen
 }  // namespace
 
 Tensor empty(const Shape& shape, const TensorOptions& options) {
-  check_device_exists(options.device_);
+  if (!options.device_.is_cpu()) check_device_exists(options.device_);
   // Every op's outputs come through here: the strides (as contiguous_strides makes them), the
   // size check and the element count in one pass, and no contiguity check.
   Shape strides = shape;
