@@ -136,19 +136,6 @@ float* gemm_target(const Tensor& out, Scratch& buf) {
 
 float relu(float v) { return v < 0.0f ? 0.0f : v; }  // NaN and -0 pass, as in functors.h
 
-template <typename T>
-void store_sums(const Tensor& out, const double* sums, int64_t n) {
-  // As the sum kernel stores: T(double), i.e. through float for the half types; widened again
-  // for the float32 gradient of a bias the layer rounded itself.
-  if (!std::is_same_v<T, float> && out.dtype() == DType::Float32) {
-    float* dst = out.data<float>();
-    for (int64_t j = 0; j < n; ++j) dst[j] = static_cast<float>(T(sums[j]));
-    return;
-  }
-  T* dst = out.data<T>();
-  for (int64_t j = 0; j < n; ++j) dst[j] = T(sums[j]);
-}
-
 // Elements from which a bias/activation pass is split across the worker pool. It runs right
 // after a GEMM, while OpenBLAS's workers still spin for their next job, so a second thread only
 // pays off on passes much longer than the pool's own grain (measured: splitting 256x512 passes
@@ -180,6 +167,21 @@ double* zeroed_sums(Buffers& buf, int64_t n) {
 Buffers& buffers() {
   thread_local Buffers b;
   return b;
+}
+
+template <typename T>
+void store_sums(const Tensor& out, const double* sums, int64_t n) {
+  // As the sum kernel stores: T(double), i.e. through float for the half types; widened again
+  // for the float32 gradient of a bias the layer rounded itself.
+  if constexpr (std::is_same_v<T, float>) {
+    T* dst = out.data<T>();
+    for (int64_t j = 0; j < n; ++j) dst[j] = T(sums[j]);
+  } else {
+    // Through float, then rounded by the vector conversions (float16's scalar one is software).
+    float* f = buffers().row.get(n);
+    for (int64_t j = 0; j < n; ++j) f[j] = static_cast<float>(sums[j]);
+    store_rounded<T>(f, out, n);
+  }
 }
 
 template <typename T>
