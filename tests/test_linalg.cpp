@@ -4,6 +4,8 @@
 // combinations, error messages, and gradients by finite differences.
 #include <cfloat>
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 #include "kernels/cpu/sgemm.h"
 #include "kernels/linear_composite.h"
@@ -746,6 +748,51 @@ TEST(LinearFused, CpuDirectPathEqualsComposition) {
           }
         }
       }
+    }
+  }
+}
+
+// NaN, infinities, overflow to infinity when rounded, and subnormals through the GEMM epilogue
+// of a small layer: the same bits as the composition (compared as bits: NaN != NaN).
+TEST(LinearFused, SpecialValuesMatchTheCompositionBitForBit) {
+  mt::manual_seed(29);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto bits = [](const Tensor& t) {
+    const std::vector<float> v = t.to(mt::kFloat32).to_vector<float>();
+    std::vector<uint32_t> b(v.size());
+    std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+    return b;
+  };
+  for (mt::DType dt : {mt::kFloat32, mt::kFloat16, mt::kBFloat16}) {
+    std::vector<float> xv = mt::randn({20, 10}).to_vector<float>();
+    xv[3] = nan;
+    xv[17] = inf;
+    xv[42] = -inf;
+    xv[55] = 3e38f;   // products overflow
+    xv[71] = 1e-39f;  // subnormal
+    xv[88] = 7e4f;    // beyond float16's range once rounded
+    const Tensor x = mt::from_vector(xv, Shape{20, 10}).to(dt);
+    const Tensor w = mt::randn({10, 10}).to(dt), b = mt::randn({10}).to(dt);
+    auto fresh = [&](const Shape& s) { return mt::empty(s, mt::TensorOptions().dtype(dt)); };
+    for (Act act : {Act::None, Act::Relu}) {
+      const std::string what = std::string(mt::dtype_name(dt)) + " " + act_label(act);
+      const Tensor y = fresh({20, 10}), y_ref = fresh({20, 10});
+      mt::linear_forward_kernel(mt::kCPU)(y, x, w, b, act, true);
+      mt::linear_composite::forward(y_ref, x, w, b, act, true);
+      EXPECT_EQ(bits(y), bits(y_ref)) << what << " forward";
+      const Tensor gw = fresh({10, 10}), gw_ref = fresh({10, 10});
+      const Tensor gb = fresh({10}), gb_ref = fresh({10});
+      mt::linear_backward_weight_kernel(mt::kCPU)(gw, gb, x, x);
+      mt::linear_composite::backward_weight(gw_ref, gb_ref, x, x);
+      EXPECT_EQ(bits(gw), bits(gw_ref)) << what << " grad w";
+      EXPECT_EQ(bits(gb), bits(gb_ref)) << what << " grad b";
+      const Tensor gp = fresh({20, 10}), gp_ref = fresh({20, 10});
+      const Tensor gb0 = fresh({10}), gb0_ref = fresh({10});
+      mt::linear_backward_act_kernel(mt::kCPU)(gp, gb0, x, w, y_ref, Tensor(), act);
+      mt::linear_composite::backward_act(gp_ref, gb0_ref, x, w, y_ref, Tensor(), act);
+      EXPECT_EQ(bits(gp), bits(gp_ref)) << what << " grad pre";
+      EXPECT_EQ(bits(gb0), bits(gb0_ref)) << what << " grad b0";
     }
   }
 }

@@ -89,6 +89,9 @@ MT_AVX512 inline V in_register(V v) {
   return v;
 }
 
+// VPTERNLOG's truth table for (a | b) & c (a = 0xF0, b = 0xCC, c = 0xAA).
+constexpr int kOrThenAnd = (0xF0 | 0xCC) & 0xAA;
+
 // 16 or 8 float lanes with the lanes past the product's width masked off (loads read nothing
 // there and give 0, stores write nothing).
 struct Lanes16 {
@@ -123,15 +126,17 @@ struct Lanes16 {
     _mm512_mask_storeu_pd(p + 8, static_cast<__mmask8>(mask >> 8), s[1]);
   }
   // Half-type layers: v rounded to bfloat16/float16 (kept in float), and rows of 16-bit values.
+  // Round to nearest even on the upper 16 bits; a NaN keeps its upper bits with the quiet bit set
+  // ((u | quiet) & high in one ternary-logic op), as convert_dense.cpp's scalar formula.
   MT_AVX512 static Reg round_bf16(Reg v) {
     const __m512i u = _mm512_castps_si512(v), high = _mm512_set1_epi32(int(0xffff0000u));
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     const __m512i rounded = _mm512_and_si512(
         _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), high);
-    const __m512i quiet = _mm512_or_si512(_mm512_and_si512(u, high), _mm512_set1_epi32(0x400000));
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
-        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    return _mm512_castsi512_ps(_mm512_mask_mov_epi32(rounded, nan, quiet));
+    const __m512i quiet =
+        _mm512_ternarylogic_epi32(u, _mm512_set1_epi32(0x400000), high, kOrThenAnd);
+    return _mm512_castsi512_ps(
+        _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), quiet));
   }
   MT_AVX512 static __m256i to_half_bits(Reg v) {
     return _mm512_maskz_cvtps_ph(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -181,10 +186,10 @@ struct Lanes8 {
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
     const __m256i rounded = _mm256_and_si256(
         _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), high);
-    const __m256i quiet = _mm256_or_si256(_mm256_and_si256(u, high), _mm256_set1_epi32(0x400000));
-    const __mmask8 nan = _mm256_cmpgt_epu32_mask(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                                 _mm256_set1_epi32(0x7f800000));
-    return _mm256_castsi256_ps(_mm256_mask_mov_epi32(rounded, nan, quiet));
+    const __m256i quiet =
+        _mm256_ternarylogic_epi32(u, _mm256_set1_epi32(0x400000), high, kOrThenAnd);
+    return _mm256_castsi256_ps(
+        _mm256_mask_mov_epi32(rounded, _mm256_cmp_ps_mask(v, v, _CMP_UNORD_Q), quiet));
   }
   MT_AVX512 static __m128i to_half_bits(Reg v) {
     return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
