@@ -21,22 +21,22 @@ struct Capture {
   size_t slot;
 };
 
-void add_into(Tensor& slot, const Tensor& g) {
+// Adds g into slot; the first gradient into a slot is moved there, not shared.
+void add_into(Tensor& slot, Tensor g) {
   if (!g.defined()) return;
-  slot = slot.defined() ? slot + g : g;
-}
-
-// Adds a gradient for `to` into its slot, in the dtype `to` requires. Takes `g` over: the first
-// gradient into a slot is moved there, not shared.
-void deliver(Tensor& slot, Tensor&& g, const Edge& to) {
-  if (!g.defined()) return;
-  const std::optional<DType> want = to.fn->grad_dtype(to.input_nr);
-  if (want && *want != g.dtype() && is_floating(g.dtype()) && is_floating(*want)) g = g.to(*want);
   if (slot.defined()) {
     slot = slot + g;
   } else {
     slot = std::move(g);
   }
+}
+
+// Adds a gradient for `to` into its slot, in the dtype `to` requires.
+void deliver(Tensor& slot, Tensor&& g, const Edge& to) {
+  if (!g.defined()) return;
+  const std::optional<DType> want = to.fn->grad_dtype(to.input_nr);
+  if (want && *want != g.dtype() && is_floating(g.dtype()) && is_floating(*want)) g = g.to(*want);
+  add_into(slot, std::move(g));
 }
 
 // Per-node state of one backward pass, found by node address in an open-addressing table: the

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "kernels/cpu/cpu_features.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define MT_HAVE_X86 1
@@ -11,10 +13,6 @@ namespace mantissa::cpu {
 namespace {
 
 #if MT_HAVE_X86
-bool cpu_has_f16c() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-  return has;
-}
 __attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* src, Half* dst,
                                                             int64_t n) {
   int64_t i = 0;
@@ -94,10 +92,6 @@ __attribute__((target_clones("avx2", "default"))) void float_to_bf16_loop(const 
 }
 
 #if MT_HAVE_X86
-bool cpu_has_avx512f() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-}
 // The same arithmetic 16 lanes at a time: the compiler keeps this loop at 256 bits and narrows
 // with shuffles, which made it the slowest conversion of a bfloat16 step. (AVX512-BF16's
 // vcvtneps2bf16 would be one instruction, but it flushes denormals to zero.)

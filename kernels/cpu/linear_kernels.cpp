@@ -18,6 +18,7 @@
 #include "kernels/cpu/row_passes.h"
 #include "kernels/cpu/sgemm.h"
 #include "kernels/cpu/worker_pool.h"
+#include "kernels/functors.h"
 #include "kernels/linear_composite.h"
 
 namespace mantissa::cpu {
@@ -134,8 +135,6 @@ float* gemm_target(const Tensor& out, Scratch& buf) {
   }
 }
 
-float relu(float v) { return v < 0.0f ? 0.0f : v; }  // NaN and -0 pass, as in functors.h
-
 // Elements from which a bias/activation pass is split across the worker pool. It runs right
 // after a GEMM, while OpenBLAS's workers still spin for their next job, so a second thread only
 // pays off on passes much longer than the pool's own grain (measured: splitting 256x512 passes
@@ -229,7 +228,7 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
       }
       if (relu_out) {
         round_dense(v, v, n, T{});
-        for (int64_t e = 0; e < n; ++e) v[e] = relu(v[e]);
+        for (int64_t e = 0; e < n; ++e) v[e] = functors::Relu{}(v[e]);
       }
       narrow_to(v, o + i0 * N, n);
     }
@@ -348,15 +347,15 @@ void with_storage_type(DType dtype, F&& f) {
 
 // Inputs, weights and weight gradients may be float32 in a half-type layer (operands the layer
 // rounds itself under autocast, engine/kernel_tables.h): `mixed` accepts them next to `dt` ones.
-bool is_half(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16; }
 bool dense_rows_mixed(const Tensor& m, DType dt) {
-  return dense_rows(m, dt) || (is_half(dt) && dense_rows(m, DType::Float32));
+  return dense_rows(m, dt) || (is_reduced_float(dt) && dense_rows(m, DType::Float32));
 }
 bool dense_mixed(const Tensor& m, DType dt) {
-  return dense(m, dt) || (is_half(dt) && dense(m, DType::Float32));
+  return dense(m, dt) || (is_reduced_float(dt) && dense(m, DType::Float32));
 }
 bool contiguous_vector_mixed(const Tensor& v, DType dt, int64_t n) {
-  return contiguous_vector(v, dt, n) || (is_half(dt) && contiguous_vector(v, DType::Float32, n));
+  return contiguous_vector(v, dt, n) ||
+         (is_reduced_float(dt) && contiguous_vector(v, DType::Float32, n));
 }
 
 // For the composition, whose operands share one dtype: a float32 weight rounded to dt, as a

@@ -2,6 +2,9 @@
 
 #include <immintrin.h>
 
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/functors.h"
+
 namespace mantissa::cpu {
 namespace {
 
@@ -45,14 +48,7 @@ MT_AVX512 void add_column_sums_avx512(double* sums, const float* m, int64_t rows
 
 #undef MT_AVX512
 
-float relu(float v) { return v < 0.0f ? 0.0f : v; }  // NaN and -0 pass, as in functors.h
-
 }  // namespace
-
-bool cpu_has_avx512_vl() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-  return yes;
-}
 
 void bias_relu_rows(float* out, int64_t rows, int64_t n, const float* bias, bool relu_out) {
   if (bias == nullptr && !relu_out) return;
@@ -60,11 +56,11 @@ void bias_relu_rows(float* out, int64_t rows, int64_t n, const float* bias, bool
   for (int64_t i = 0; i < rows; ++i) {
     float* row = out + i * n;
     if (bias != nullptr && relu_out) {
-      for (int64_t j = 0; j < n; ++j) row[j] = relu(row[j] + bias[j]);
+      for (int64_t j = 0; j < n; ++j) row[j] = functors::Relu{}(row[j] + bias[j]);
     } else if (bias != nullptr) {
       for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
     } else {
-      for (int64_t j = 0; j < n; ++j) row[j] = relu(row[j]);
+      for (int64_t j = 0; j < n; ++j) row[j] = functors::Relu{}(row[j]);
     }
   }
 }

@@ -9,9 +9,6 @@
 
 namespace mantissa::cpu {
 
-// Whether this CPU has AVX-512F and VL (the masked-row paths and the small GEMM use them).
-bool cpu_has_avx512_vl();
-
 // row[j] = act(row[j] + bias[j]) for `rows` dense rows of n floats; bias may be null, and act is
 // ReLU (NaN and -0 pass) or the identity.
 void bias_relu_rows(float* out, int64_t rows, int64_t n, const float* bias, bool relu);

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kernels/cpu/row_passes.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace mantissa::cpu {
 namespace {
@@ -225,8 +225,6 @@ MT_AVX512 inline typename L::Reg load_row(const L& lanes, const void* p, Roundin
   return lanes.load(static_cast<const float*>(p));
 }
 
-// R rows of C = op(A) @ B for a B of at most one register's width, B's rows `ldb` apart, each
-// row finished by the epilogue in registers before it is stored.
 // The epilogue's steps, copied out of the GemmEpilogue into registers: read through the
 // reference, they were reloaded after every store (which might have written them).
 struct Steps {
@@ -357,12 +355,8 @@ MT_AVX512 void masked_gemm(int M, int N, int K, const float* A, int64_t a_row, i
 #undef MT_AVX512
 #pragma GCC diagnostic pop
 
-// The masked path: products at most 16 columns wide on an AVX-512 CPU.
-bool masked_path(int M, int N, int K) {
-  static const bool cpu =
-      cpu_has_avx512_vl() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c");
-  return N <= 16 && sgemm_is_small(M, N, K) && cpu;
-}
+// The masked path, for small products (sgemm_is_small) at most 16 columns wide.
+bool masked_width(int N) { return N <= 16 && cpu_has_avx512_vl_bw_f16c(); }
 
 void run_masked(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float* A,
                 int lda, const float* B, int ldb, float* C, int ldc, const GemmEpilogue& ep) {
@@ -396,7 +390,7 @@ void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const fl
     cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
     return;
   }
-  if (masked_path(M, N, K)) return run_masked(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, {});
+  if (masked_width(N)) return run_masked(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, {});
   // op(A)(i, k) = A[i * a_row + k * a_col].
   const int64_t a_row = ta == CblasTrans ? 1 : lda, a_col = ta == CblasTrans ? lda : 1;
   alignas(64) float packed[kPackedMax];
@@ -432,7 +426,7 @@ void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const fl
 
 bool sgemm_fused(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float* A,
                  int lda, const float* B, int ldb, float* C, int ldc, const GemmEpilogue& ep) {
-  if (M <= 0 || !masked_path(M, N, K)) return false;
+  if (M <= 0 || !masked_width(N) || !sgemm_is_small(M, N, K)) return false;
   run_masked(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, ep);
   return true;
 }
