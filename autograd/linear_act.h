@@ -13,8 +13,8 @@ namespace mantissa {
 Tensor linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, LinearActivation act);
 
 // linear(act(linear(x, w1, b1)), w2, b2): a two-layer MLP block whose backward applies act' and
-// reduces b1's gradient inside the GEMM that computes the hidden layer's gradient (cuBLASLt's
-// DRELU_BGRAD / DGELU_BGRAD epilogues on CUDA). Same values as the unfused composition.
+// reduces b1's gradient right after the GEMM that computes the hidden layer's gradient (inside it
+// for GeluTanh on CUDA: cuBLASLt's DGELU_BGRAD epilogue). Same values as the unfused composition.
 Tensor linear_act_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, LinearActivation act,
                          const Tensor& w2, const Tensor& b2);
 

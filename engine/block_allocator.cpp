@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <string_view>
 #include <utility>
 
 #include "engine/error.h"
@@ -44,12 +46,22 @@ std::string format_bytes(double bytes) {
   return buf;
 }
 
+CacheMode cache_mode_from_env() {
+  const char* env = std::getenv(kAllocatorBypassEnv);
+  const std::string_view value = env == nullptr ? "" : env;
+  MT_CHECK(value.empty() || value == "0" || value == "1", kAllocatorBypassEnv,
+           ": expected 1 (bypass the CUDA caching allocator) or 0, got '", value, "'");
+  return value == "1" ? CacheMode::Bypass : CacheMode::Caching;
+}
+
 bool BlockAllocator::BySize::operator()(const Block* a, const Block* b) const {
   return a->size != b->size ? a->size < b->size : a->ptr < b->ptr;
 }
 
-BlockAllocator::BlockAllocator(std::string device_name, RawMemory* raw)
-    : device_name_(std::move(device_name)), raw_(raw) {}
+BlockAllocator::BlockAllocator(std::string device_name, RawMemory* raw, CacheMode mode)
+    : device_name_(std::move(device_name)), raw_(raw), mode_(mode) {
+  stats_.cache_bypassed = mode == CacheMode::Bypass;
+}
 
 BlockAllocator::~BlockAllocator() {
   for (auto& [block, events] : pending_)
@@ -62,12 +74,15 @@ void* BlockAllocator::allocate(size_t nbytes, StreamId stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   // Beyond this, rounding would overflow; no device has that much memory anyway.
   if (nbytes > std::numeric_limits<size_t>::max() / 2) throw_oom(nbytes, nbytes);
-  process_events();
-  const size_t size = round_up(nbytes, kMinBlockSize);
+  // Querying events during a capture would invalidate it (PyTorch defers them the same way):
+  // blocks waiting for other streams stay out of circulation until the capture ends.
+  if (captures_underway_ == 0) process_events();
+  const bool bypass = mode_ == CacheMode::Bypass;
+  const size_t size = bypass ? nbytes : round_up(nbytes, kMinBlockSize);
   const auto pool_it = pool_of_stream_.find(stream);
   const ListKey key{pool_it == pool_of_stream_.end() ? 0 : pool_it->second, stream,
                     size <= kSmallSize};
-  Block* block = take_free_block(key, size);
+  Block* block = bypass ? nullptr : take_free_block(key, size);
   if (block != nullptr) {
     ++stats_.num_cache_hits;
   } else {
@@ -75,7 +90,7 @@ void* BlockAllocator::allocate(size_t nbytes, StreamId stream) {
     if (block == nullptr) throw_oom(nbytes, size);
   }
   block->state = BlockState::Allocated;  // before split(), so the rest does not merge back
-  block = split(block, size);
+  if (!bypass) block = split(block, size);
   block->requested = nbytes;
   live_.emplace(block->ptr, block);
   ++stats_.num_allocations;
@@ -148,7 +163,9 @@ BlockAllocator::Block* BlockAllocator::take_free_block(const ListKey& key, size_
 }
 
 BlockAllocator::Block* BlockAllocator::new_segment(const ListKey& key, size_t size) {
-  const size_t seg_size = is_small(key) ? kSmallSegment : round_up(size, kLargeRound);
+  const size_t seg_size = mode_ == CacheMode::Bypass ? size
+                          : is_small(key)            ? kSmallSegment
+                                                     : round_up(size, kLargeRound);
   void* p = raw_->alloc(seg_size);
   if (p == nullptr && captures_underway_ == 0) {
     // Out of memory: give the cache back (it may be fragmented across streams and size classes)
@@ -234,13 +251,18 @@ void BlockAllocator::insert_free(Block* block) {
   }
   const PoolId pool = pool_of(block->key);
   const bool whole_segment = block->prev == nullptr && block->next == nullptr;
-  if (whole_segment && pool != 0 && captures_underway_ == 0) {
+  if (whole_segment && captures_underway_ == 0) {
     auto it = pools_.find(pool);
-    if (it == pools_.end() || it->second) {  // the pool's graph is gone
+    const bool pool_gone = pool != 0 && (it == pools_.end() || it->second);
+    // Bypassed, a block of the general pool goes back at once; a live graph's pool keeps its
+    // memory either way (replays use those addresses).
+    if (pool_gone || (pool == 0 && mode_ == CacheMode::Bypass)) {
       release_segment(block);
       return;
     }
   }
+  // Bypassed, a block kept here is never handed out again (allocate() takes no free block): it
+  // waits for empty_cache(), the end of the capture or the release of its pool.
   list.insert(block);
 }
 
@@ -357,6 +379,8 @@ void BlockAllocator::end_capture() {
     for (StreamId s : block->uses) events.push_back(raw_->record_event(s));
     pending_.emplace_back(block, std::move(events));
   }
+  // What the capture freed could not go back to the device then.
+  if (mode_ == CacheMode::Bypass) release_free_segments(/*general_pool_too=*/true);
 }
 
 size_t BlockAllocator::block_size_of(void* ptr) const {

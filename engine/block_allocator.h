@@ -10,6 +10,13 @@
 // the rest is worth keeping, and a freed block merges with its free neighbours. A block freed on
 // stream S is handed out again only on S, where later work is ordered after its last use; a
 // block that other streams used as well (record_stream) waits for an event on each of them.
+// Those events are not looked at while a graph capture is underway (querying an event there
+// would invalidate the capture), so such blocks stay out of circulation until it ends.
+//
+// CacheMode::Bypass turns the cache off for memory checkers (compute-sanitizer sees one
+// cudaMalloc per tensor, of its exact size, and a cudaFree as soon as it may be freed): no
+// rounding, splitting or reuse. Graph pools still keep their memory until their graph is gone,
+// and nothing is freed during a capture; the statistics count as usual.
 #pragma once
 
 #include <cstddef>
@@ -32,7 +39,8 @@ using PoolId = uint64_t;     // 0: the general pool; others: private pools of CU
 using EventHandle = void*;   // a cudaEvent_t
 
 // What the bookkeeping needs from the device. alloc() returns nullptr when the device is out of
-// memory (any other failure throws); the event functions let a block used on several streams be
+// memory (any other failure throws); free() must not throw (BlockAllocator::free, which storage
+// destructors call, may reach it); the event functions let a block used on several streams be
 // reused only once all of them are past it.
 class RawMemory {
  public:
@@ -51,13 +59,20 @@ inline constexpr size_t kSmallSize = size_t{1} << 20;     // largest "small" req
 inline constexpr size_t kSmallSegment = size_t{2} << 20;  // small blocks are carved from these
 inline constexpr size_t kLargeRound = size_t{2} << 20;    // large segments are multiples of this
 
+enum class CacheMode : uint8_t { Caching, Bypass };
+// The environment variable that selects CacheMode::Bypass for the CUDA allocator ("1"; "0" or
+// unset: caching). Read once, when the allocator of a device is created.
+inline constexpr const char* kAllocatorBypassEnv = "MANTISSA_CUDA_ALLOCATOR_BYPASS";
+// The mode the environment asks for; throws mantissa::Error for a value other than "", "0", "1".
+CacheMode cache_mode_from_env();
+
 // "1.50 MiB"
 std::string format_bytes(double bytes);
 
 class BlockAllocator {
  public:
   // `device_name` (e.g. "cuda:0") is used in messages only.
-  BlockAllocator(std::string device_name, RawMemory* raw);
+  BlockAllocator(std::string device_name, RawMemory* raw, CacheMode mode = CacheMode::Caching);
   ~BlockAllocator();  // returns every segment to the raw allocator
   BlockAllocator(const BlockAllocator&) = delete;
   BlockAllocator& operator=(const BlockAllocator&) = delete;
@@ -86,7 +101,8 @@ class BlockAllocator {
   void end_pool_use(StreamId stream);
   // The owner (a graph) is gone: its free segments are released now, the rest as they are freed.
   void release_pool(PoolId pool);
-  // While a capture is underway no raw free happens and events are deferred to its end.
+  // While a capture is underway no raw free happens, and events are neither recorded nor
+  // queried: both wait for its end.
   void begin_capture();
   void end_capture();
 
@@ -111,6 +127,7 @@ class BlockAllocator {
 
   const std::string device_name_;
   RawMemory* const raw_;
+  const CacheMode mode_;
   mutable std::mutex mutex_;
   std::map<ListKey, FreeList> free_lists_;
   std::map<uintptr_t, Block*> live_;                // allocated blocks by address

@@ -24,6 +24,9 @@ struct MemoryStats {
   int64_t num_merges = 0;           // freed blocks merged with a free neighbour
   int64_t num_capture_mallocs = 0;  // cudaMalloc calls made while a CUDA graph was captured
   int64_t graph_pool_bytes = 0;     // reserved bytes held by private pools of CUDA graphs
+  // MANTISSA_CUDA_ALLOCATOR_BYPASS=1: one cudaMalloc/cudaFree per tensor, nothing cached (for
+  // memory checkers; see docs/cuda.md). Tests of caching behaviour skip when it is set.
+  bool cache_bypassed = false;
 };
 
 // Stats of cuda:`device`; throws mantissa::Error if that device does not exist (or the build has

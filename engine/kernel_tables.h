@@ -242,9 +242,8 @@ enum class LinearActivation : uint8_t { None, Relu, GeluTanh };
 // strides; out is contiguous; all operands share a dtype. With want_aux (a backward will run) the
 // kernel returns an aux tensor for the activation's backward (else undefined):
 //  - GeluTanh: the pre-activation x @ w^T + bias, contiguous [M,N] in out's dtype.
-//  - Relu, on CUDA when cuBLASLt ran it: the 1-bit ReLU mask cuBLASLt's RELU_AUX_BIAS epilogue
-//    writes (uint8), which only linear_backward_act reads. ReLU's backward otherwise reads `out`
-//    itself: out > 0 exactly where the pre-activation is.
+//  - Relu: none on any device; ReLU's backward reads `out` itself (out > 0 exactly where the
+//    pre-activation is, and a NaN output passes the gradient, as PyTorch's threshold_backward).
 using LinearForwardKernel = Tensor (*)(const Tensor& out, const Tensor& x, const Tensor& w,
                                        const Tensor& bias, LinearActivation act, bool want_aux);
 MT_DECLARE_TABLE(linear_forward, LinearForwardKernel)
@@ -256,7 +255,7 @@ using LinearBackwardWeightKernel = void (*)(const Tensor& grad_w, const Tensor& 
 MT_DECLARE_TABLE(linear_backward_weight, LinearBackwardWeightKernel)
 // The backward of a linear layer whose input h was produced by a fused linear + activation:
 // grad_pre [M,K] = (grad_out [M,N] @ w [N,K]) * act'(pre) and, when grad_bias is defined,
-// grad_bias [K] = column sums of grad_pre (cuBLASLt's DRELU_BGRAD / DGELU_BGRAD epilogues).
+// grad_bias [K] = column sums of grad_pre (cuBLASLt's DGELU_BGRAD epilogue for GeluTanh).
 // h [M,K] is the forward's activation output and `aux` what linear_forward returned for it with
 // want_aux. grad_pre and grad_bias are contiguous and overwritten; grad_out and w have any strides.
 using LinearBackwardActKernel = void (*)(const Tensor& grad_pre, const Tensor& grad_bias,

@@ -5,6 +5,7 @@
 #include <iosfwd>
 #include <type_traits>
 
+#include "engine/convert.h"
 #include "engine/dtype.h"
 
 namespace mantissa {
@@ -27,7 +28,7 @@ class Scalar {
   bool is_integral() const { return kind_ == Kind::Integral; }
   bool is_bool() const { return kind_ == Kind::Boolean; }
   double to_double() const { return is_floating() ? d_ : static_cast<double>(i_); }
-  int64_t to_int64() const { return is_floating() ? static_cast<int64_t>(d_) : i_; }
+  int64_t to_int64() const { return is_floating() ? float_to_integer<int64_t>(d_) : i_; }
   template <typename T>
   T to() const {
     if constexpr (std::is_same_v<T, bool>) {

@@ -79,13 +79,20 @@ inline void backward_weight(const Tensor& grad_w, const Tensor& grad_bias, const
   if (grad_bias.defined()) column_sums(grad_bias, grad_out);
 }
 
-// ReLU's derivative is read from h, GeluTanh's from the pre-activation in aux.
+// What follows the GEMM grad_pre = grad_out @ w in backward_act: act' in place and the bias
+// gradient. ReLU's derivative is read from h, GeluTanh's from the pre-activation in aux. CUDA
+// runs it after its own GEMM for ReLU (whose cuBLASLt epilogues would lose NaN).
+inline void finish_backward_act(const Tensor& grad_pre, const Tensor& grad_bias, const Tensor& h,
+                                const Tensor& aux, LinearActivation act) {
+  activation_backward(grad_pre, grad_pre, act == LinearActivation::Relu ? h : aux, act);
+  if (grad_bias.defined()) column_sums(grad_bias, grad_pre);
+}
+
 inline void backward_act(const Tensor& grad_pre, const Tensor& grad_bias, const Tensor& grad_out,
                          const Tensor& w, const Tensor& h, const Tensor& aux,
                          LinearActivation act) {
   bmm_kernel(grad_pre.device())(batch1(grad_pre), batch1(grad_out), batch1(w));
-  activation_backward(grad_pre, grad_pre, act == LinearActivation::Relu ? h : aux, act);
-  if (grad_bias.defined()) column_sums(grad_bias, grad_pre);
+  finish_backward_act(grad_pre, grad_bias, h, aux, act);
 }
 
 }  // namespace mantissa::linear_composite

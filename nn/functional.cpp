@@ -1,6 +1,7 @@
 #include "nn/functional.h"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "autograd/autocast_seam.h"
@@ -271,15 +272,32 @@ Tensor nll_loss(const Tensor& logp_in, const Tensor& target, Reduction reduction
            " for input of shape ", logp.shape(), ", got ", target.shape());
   const int64_t classes = lp.size(1);
   const Tensor valid = tg != ignore_index;
-  const Tensor safe_target = where(valid, tg, zeros_like(tg));
-  if (safe_target.numel() > 0) {
+  // Targets are range-checked here only where reading them costs no device sync (host memory).
+  // On a GPU the loss must not wait for the device, so that a training step can be captured in a
+  // CUDA graph: there an out-of-range target makes its loss element and weight NaN instead (below),
+  // which reaches the reduced loss and, through backward, the gradients, where a GradScaler skips
+  // the step. PyTorch stops the process with a device-side assert instead; a library must not.
+  if (tg.device().is_cpu() && tg.numel() > 0) {
+    const Tensor safe_target = where(valid, tg, zeros_like(tg));
     const int64_t lo = amin(safe_target).item<int64_t>(), hi = amax(safe_target).item<int64_t>();
     MT_CHECK(lo >= 0 && hi < classes, "nll_loss: target ", lo < 0 ? lo : hi,
              " is out of bounds for ", classes, " classes");
   }
-  const Tensor picked = gather(lp, 1, safe_target.unsqueeze(1)).squeeze(1);
-  const Tensor weight = valid.to(lp.dtype());
-  Tensor loss = -picked * weight;
+  // The target's log-probability is picked by comparing the target with every class index, not
+  // with gather: CUDA gather reads its index-bounds flag back to the host after each call. The
+  // sum adds zeros to one value, so it is exact. An ignored target picks 0 (weight 0, so 0 - 0
+  // gives +0, not -0). An out-of-range target picks its whole row and gets weight NaN, so the
+  // NaN also reaches that row's gradient rather than stopping at an empty pick.
+  Shape class_shape(lp.dim(), 1);
+  class_shape[1] = classes;
+  const Tensor class_index =
+      arange(classes, TensorOptions(lp.device()).dtype(kInt64)).reshape(class_shape);
+  const Tensor out_of_range = valid & !((tg >= 0) & (tg < classes));
+  const Tensor hit = (tg.unsqueeze(1) == class_index) | out_of_range.unsqueeze(1);
+  const Tensor picked = sum(where(hit, lp, 0.0), {1});
+  const Tensor weight =
+      where(!out_of_range, valid.to(lp.dtype()), std::numeric_limits<double>::quiet_NaN());
+  Tensor loss = (0.0 - picked) * weight;
   if (unbatched) loss = loss.squeeze(0);
   if (reduction == Reduction::Mean) return loss.sum() / weight.sum();
   return reduce(loss, reduction);

@@ -9,12 +9,13 @@
 //   OpenMP threads only partition outputs, never one sum; matmuls go to the BLAS, which splits
 //   its output (not the inner dimension) between threads. There is nothing to refuse.
 // - CUDA: elementwise, reduction, pooling (a gather backward), layer norm and loss kernels sum in
-//   a fixed order; the only atomic adds (scatter_add/index_add) are reached by cross_entropy's
-//   gather backward, which writes each position at most once. cuBLAS/cuBLASLt are bitwise
-//   reproducible on the same GPU model and toolkit when one stream is used, which the Trainer
-//   does. cuDNN convolution is the exception: the engine takes cuDNN's heuristic algorithm choice,
-//   and cuDNN offers non-deterministic (atomic-add) backward algorithms for some shapes, which the
-//   engine does not filter out. So conv2d on CUDA is refused under deterministic: true.
+//   a fixed order; the atomic adds (scatter_add/index_add) are reached only by a direct
+//   gather/index_select backward, never by a module or loss (cross_entropy picks its target by
+//   comparison). cuBLAS/cuBLASLt are bitwise reproducible on the same GPU model and toolkit
+//   when one stream is used, which the Trainer does. cuDNN convolution is the exception: the
+//   engine takes cuDNN's heuristic algorithm choice, and cuDNN offers non-deterministic
+//   (atomic-add) backward algorithms for some shapes, which the engine does not filter out. So
+//   conv2d on CUDA is refused under deterministic: true.
 #pragma once
 
 #include <string>

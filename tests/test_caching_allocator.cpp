@@ -1,6 +1,7 @@
 // The CUDA caching allocator's block bookkeeping (engine/block_allocator.h), run on the CPU with a
 // fake raw allocator that hands out host memory and counts calls, and fake events that the test
-// completes by hand. Runs in every build.
+// completes by hand; also the bypass mode (MANTISSA_CUDA_ALLOCATOR_BYPASS) and what a capture may
+// not do (query events). Runs in every build.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -16,6 +17,7 @@ namespace mantissa::testing {
 namespace {
 
 using detail::BlockAllocator;
+using detail::CacheMode;
 using detail::EventHandle;
 using detail::kSmallSegment;
 using detail::StreamId;
@@ -55,7 +57,10 @@ class FakeRaw final : public detail::RawMemory {
     events.insert(e);
     return e;
   }
-  bool event_done(EventHandle e) override { return static_cast<Event*>(e)->done; }
+  bool event_done(EventHandle e) override {
+    ++queries;
+    return static_cast<Event*>(e)->done;
+  }
   void destroy_event(EventHandle e) override {
     events.erase(static_cast<Event*>(e));
     delete static_cast<Event*>(e);
@@ -72,7 +77,7 @@ class FakeRaw final : public detail::RawMemory {
     StreamId stream;
     bool done;
   };
-  int allocs = 0, frees = 0, fail_next = 0;
+  int allocs = 0, frees = 0, fail_next = 0, queries = 0;
   size_t limit = 0, in_use = 0;
   std::vector<std::pair<void*, size_t>> sizes;
   std::set<Event*> events;
@@ -331,12 +336,147 @@ TEST_F(CachingAllocatorBlocks, NoRetryDuringCapture) {
   alloc.end_capture();
 }
 
+TEST_F(CachingAllocatorBlocks, CaptureQueriesNoEventAndKeepsWaitingBlocksOut) {
+  // A block freed while stream 2 may still read it waits for an event there.
+  void* a = alloc.allocate(64 * kKiB, kS1);
+  alloc.record_stream(a, kS2);
+  alloc.free(a);
+  raw.finish_stream(kS2);  // done on the device, but nobody has looked yet
+  alloc.begin_capture();
+  const int queries = raw.queries;
+  // Querying the event during a capture would invalidate it: the block stays out.
+  void* b = alloc.allocate(64 * kKiB, kS1);
+  EXPECT_NE(b, a);
+  alloc.free(b);
+  void* c = alloc.allocate(kMiB, kS1);
+  EXPECT_NE(c, a);
+  alloc.empty_cache();  // ignored during a capture, events included
+  EXPECT_EQ(raw.queries, queries);
+  alloc.end_capture();
+  // After the capture the event is looked at, and the block is back.
+  void* d = alloc.allocate(64 * kKiB, kS1);
+  EXPECT_GT(raw.queries, queries);
+  EXPECT_EQ(d, a);
+  EXPECT_TRUE(raw.events.empty());
+  alloc.free(c);
+  alloc.free(d);
+}
+
+TEST_F(CachingAllocatorBlocks, BlockFreedDuringCaptureWaitsForItsEventsAfterwards) {
+  void* a = alloc.allocate(64 * kKiB, kS1);
+  alloc.record_stream(a, kS2);
+  alloc.begin_capture();
+  alloc.free(a);
+  EXPECT_TRUE(raw.events.empty());  // an event recorded now would join the capture
+  void* b = alloc.allocate(64 * kKiB, kS1);
+  EXPECT_NE(b, a);
+  alloc.end_capture();
+  EXPECT_EQ(raw.events.size(), 1u);  // recorded at the end of the capture, not yet done
+  void* c = alloc.allocate(64 * kKiB, kS1);
+  EXPECT_NE(c, a);
+  raw.finish_stream(kS2);
+  void* d = alloc.allocate(64 * kKiB, kS1);
+  EXPECT_EQ(d, a);
+  alloc.free(b);
+  alloc.free(c);
+  alloc.free(d);
+}
+
 TEST_F(CachingAllocatorBlocks, UnknownFreeIsIgnoredAndZeroBytesIsNull) {
   EXPECT_EQ(alloc.allocate(0, kS0), nullptr);
   int x = 0;
   alloc.free(&x);  // logged, not thrown
   alloc.free(nullptr);
   EXPECT_EQ(alloc.stats().num_allocations, 0);
+}
+
+// ---- MANTISSA_CUDA_ALLOCATOR_BYPASS ----------------------------------------------------------
+struct BypassedAllocator : ::testing::Test {
+  FakeRaw raw;
+  BlockAllocator alloc{"cuda:0", &raw, CacheMode::Bypass};
+  static constexpr StreamId kS0 = 0, kS1 = 0x1000, kS2 = 0x2000;
+};
+
+TEST_F(BypassedAllocator, EveryTensorIsItsOwnRawAllocationOfItsExactSize) {
+  void* a = alloc.allocate(100, kS0);
+  EXPECT_EQ(raw.sizes.back().second, 100u);  // no rounding: a checker sees a 101st byte
+  void* b = alloc.allocate(5 * kMiB + 3, kS0);
+  EXPECT_EQ(raw.sizes.back().second, 5 * kMiB + 3);
+  EXPECT_EQ(alloc.block_size_of(b), 5 * kMiB + 3);
+  alloc.free(a);
+  EXPECT_EQ(raw.frees, 1);  // straight back to the device
+  void* c = alloc.allocate(100, kS0);
+  EXPECT_EQ(raw.allocs, 3);  // nothing cached
+  alloc.free(b);
+  alloc.free(c);
+  const auto s = alloc.stats();
+  EXPECT_TRUE(s.cache_bypassed);
+  EXPECT_EQ(s.num_allocations, 3);
+  EXPECT_EQ(s.num_cuda_mallocs, 3);
+  EXPECT_EQ(s.num_cuda_frees, 3);
+  EXPECT_EQ(s.num_cache_hits, 0);
+  EXPECT_EQ(s.num_splits, 0);
+  EXPECT_EQ(s.peak_allocated_bytes, static_cast<int64_t>(100 + 5 * kMiB + 3));
+  EXPECT_EQ(s.reserved_bytes, 0);
+  EXPECT_EQ(raw.in_use, 0u);
+  FakeRaw other_raw;
+  EXPECT_FALSE(BlockAllocator("cuda:0", &other_raw).stats().cache_bypassed);
+}
+
+TEST_F(BypassedAllocator, RecordStreamStillDelaysTheFree) {
+  void* a = alloc.allocate(kKiB, kS1);
+  alloc.record_stream(a, kS2);
+  alloc.free(a);
+  void* b = alloc.allocate(kKiB, kS1);
+  EXPECT_EQ(raw.frees, 0);  // stream 2 may still read a
+  raw.finish_stream(kS2);
+  alloc.empty_cache();
+  EXPECT_EQ(raw.frees, 1);
+  alloc.free(b);
+  EXPECT_EQ(raw.in_use, 0u);
+}
+
+TEST_F(BypassedAllocator, NothingIsFreedDuringACaptureAndGraphPoolsKeepTheirMemory) {
+  void* before = alloc.allocate(kKiB, kS0);  // a general-pool block freed during the capture
+  const auto pool = alloc.create_pool();
+  alloc.begin_pool_use(kS1, pool);
+  alloc.begin_capture();
+  void* tmp = alloc.allocate(kKiB, kS1);
+  void* out = alloc.allocate(kKiB, kS1);
+  alloc.free(tmp);
+  alloc.free(before);
+  EXPECT_EQ(raw.frees, 0);
+  alloc.end_capture();
+  alloc.end_pool_use(kS1);
+  EXPECT_EQ(raw.frees, 1);  // `before`, now that the capture is over
+  // The graph's addresses stay reserved while it lives, even freed ones.
+  alloc.free(out);
+  alloc.empty_cache();
+  EXPECT_EQ(raw.frees, 1);
+  EXPECT_EQ(alloc.stats().graph_pool_bytes, static_cast<int64_t>(2 * kKiB));
+  alloc.release_pool(pool);
+  EXPECT_EQ(raw.frees, 3);
+  EXPECT_EQ(raw.in_use, 0u);
+}
+
+TEST(CachingAllocator, BypassIsReadFromTheEnvironment) {
+  const char* name = detail::kAllocatorBypassEnv;
+  const char* saved = std::getenv(name);
+  const std::string restore = saved == nullptr ? "" : saved;
+  ::unsetenv(name);
+  EXPECT_EQ(detail::cache_mode_from_env(), CacheMode::Caching);
+  ::setenv(name, "0", 1);
+  EXPECT_EQ(detail::cache_mode_from_env(), CacheMode::Caching);
+  ::setenv(name, "1", 1);
+  EXPECT_EQ(detail::cache_mode_from_env(), CacheMode::Bypass);
+  ::setenv(name, "yes", 1);
+  expect_error([] { (void)detail::cache_mode_from_env(); },
+               {"MANTISSA_CUDA_ALLOCATOR_BYPASS", "expected 1", "got 'yes'"});
+  if (saved == nullptr) {
+    ::unsetenv(name);
+  } else {
+    ::setenv(name, restore.c_str(), 1);
+  }
 }
 
 TEST(CachingAllocator, FormatBytes) {

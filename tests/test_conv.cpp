@@ -1,7 +1,8 @@
 // conv2d, max_pool2d and avg_pool2d against plain-loop float64 references written here (forward
 // and backward, every floating dtype, contiguous and transposed-view inputs, many geometries),
 // gradcheck on float64, output shapes with ceil_mode, error messages, the Conv2d/MaxPool2d/
-// AvgPool2d modules (init bounds, printing, Sequential) and conv2d under autocast.
+// AvgPool2d modules (init bounds, printing, Sequential), conv2d under autocast, and the cuDNN
+// math-type rule and error description (kernels/conv_math.h), which are pure host code.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/conv_math.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -325,6 +327,49 @@ TEST(Conv2d, AutocastRunsInBFloat16) {
   EXPECT_EQ(x.grad().dtype(), mt::kFloat32);
   EXPECT_EQ(w.grad().dtype(), mt::kFloat32);
   EXPECT_EQ(b.grad().dtype(), mt::kFloat32);
+}
+
+// float32 under "highest" is FMA only; under "high" TF32 (DEFAULT or TENSOR_OP) is allowed; half
+// types ask for tensor cores; no dtype may let cuDNN down-convert float32 operands to float16.
+TEST(Conv2d, CudnnMathTypeRule) {
+  using mt::ConvMath;
+  const auto Highest = mt::MatmulPrecision::Highest, High = mt::MatmulPrecision::High;
+  EXPECT_EQ(mt::conv_requested_math(mt::kFloat32, Highest), ConvMath::Fma);
+  EXPECT_EQ(mt::conv_requested_math(mt::kFloat32, High), ConvMath::Default);
+  for (auto prec : {Highest, High}) {
+    EXPECT_EQ(mt::conv_requested_math(mt::kFloat16, prec), ConvMath::TensorOp);
+    EXPECT_EQ(mt::conv_requested_math(mt::kBFloat16, prec), ConvMath::TensorOp);
+    EXPECT_EQ(mt::conv_requested_math(mt::kFloat64, prec), ConvMath::Default);
+  }
+  const ConvMath all[] = {ConvMath::Default, ConvMath::TensorOp, ConvMath::TensorOpAllowConversion,
+                          ConvMath::Fma};
+  for (mt::DType dt : {mt::kFloat32, mt::kFloat64, mt::kFloat16, mt::kBFloat16}) {
+    for (auto prec : {Highest, High}) {
+      for (ConvMath m : all) {
+        const bool fp32_strict = dt == mt::kFloat32 && prec == Highest;
+        const bool expected =
+            m == ConvMath::Fma || (!fp32_strict && m != ConvMath::TensorOpAllowConversion);
+        EXPECT_EQ(mt::conv_math_allowed(dt, prec, m), expected)
+            << mt::dtype_name(dt) << (prec == Highest ? " highest " : " high ")
+            << mt::conv_math_name(m);
+      }
+    }
+  }
+  // A value cuDNN might add later is refused rather than trusted.
+  EXPECT_FALSE(mt::conv_math_allowed(mt::kFloat16, High, static_cast<ConvMath>(7)));
+  EXPECT_STREQ(mt::conv_math_name(ConvMath::TensorOpAllowConversion),
+               "TENSOR_OP_MATH_ALLOW_CONVERSION");
+}
+
+TEST(Conv2d, CudnnErrorDescribesTheCall) {
+  const mt::Conv2dParams p{{2, 1}, {1, 0}, {1, 2}, 2};
+  const std::string d =
+      mt::describe_conv("conv2d backward weight", Shape{2, 4, 9, 9}, Shape{6, 2, 3, 3},
+                        Shape{2, 6, 5, 5}, mt::kFloat16, p, mt::MatmulPrecision::Highest);
+  EXPECT_EQ(d,
+            "conv2d backward weight: input [2, 4, 9, 9], weight [6, 2, 3, 3], output [2, 6, 5, "
+            "5], float16, stride [2, 1], padding [1, 0], dilation [1, 2], groups 2, float32 "
+            "precision highest");
 }
 
 // ---- pooling reference ----------------------------------------------------------------------

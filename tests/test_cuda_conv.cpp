@@ -4,11 +4,16 @@
 //
 // Tolerances: convolutions sum C/groups*kh*kw products in a different order (and cuDNN may pick
 // Winograd/FFT algorithms), so float32 gets rtol/atol 1e-4 on O(1) data, half types one or two
-// units of their last place; TF32 (precision "high") about 1e-3 relative per product. Pooling
+// units of their last place; TF32 (precision "high") about 1e-3 relative per product. The
+// precision-contract tests compare float32 against float64 with elementwise bounds derived from
+// sum(|x*w|) (reasons next to them), and a half grouped+dilated convolution either matches the
+// CPU in every direction or fails with an error naming the call. Pooling
 // visits windows in the CPU's order on both devices, so max pooling (values and indices) must
 // match exactly and average pooling to rounding. Every test skips without a GPU.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -161,6 +166,149 @@ TEST(CudaConv, Float64AgainstAnIndependentReference) {
           const double v = got[((n * k.o + o) * Ho + oh) * Wo + ow];
           ASSERT_NEAR(v, acc, 1e-12) << "n" << n << " o" << o << " oh" << oh << " ow" << ow;
         }
+}
+
+// ---- float32 precision contract ----------------------------------------------------------
+namespace {
+
+// Asserts |actual - expected| <= local * mag + global * max(mag) elementwise, where mag is
+// sum(|x*w|) over the terms of each expected value (float64, CPU).
+void expect_within(const Tensor& actual, const Tensor& expected, const Tensor& mag, double local,
+                   double global, const std::string& what) {
+  ASSERT_TRUE(actual.is_cuda()) << what;
+  ASSERT_EQ(actual.shape(), expected.shape()) << what;
+  const auto a = actual.to_vector<double>(), e = expected.to_vector<double>(),
+             m = mag.to_vector<double>();
+  const double top = m.empty() ? 0.0 : *std::max_element(m.begin(), m.end());
+  int reported = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double bound = local * m[i] + global * top;
+    if (!(std::fabs(a[i] - e[i]) <= bound) && reported++ < 5) {
+      ADD_FAILURE() << what << ": element " << i << " is " << a[i] << ", expected " << e[i]
+                    << " (bound " << bound << ", |x*w| sum " << m[i] << ")";
+    }
+  }
+}
+
+// Float32 forward and gradients on the GPU under `precision`, against float64 on the CPU. The
+// inputs are scaled by powers of two (exact in float32), so the range test sees the same values.
+void check_fp32_contract(const ConvCase& k, mt::MatmulPrecision precision, double scale_x,
+                         double scale_w, double local, double global, const std::string& what) {
+  PrecisionGuard guard;
+  mt::set_float32_matmul_precision(precision);
+  const ConvInputs in = conv_inputs(k, mt::kFloat32);
+  const Tensor x = in.x * scale_x, w = in.w * scale_w;
+  const Tensor g = mt::testing::random_tensor(run_conv(k, x, w, Tensor()).shape(), mt::kFloat32,
+                                              false, -1.0, 1.0);
+  // Exact values, then the magnitudes: the same convolution of |x|, |w| and |g|.
+  Tensor xd = x.to(mt::kFloat64).requires_grad_(), wd = w.to(mt::kFloat64).requires_grad_();
+  const Tensor yd = run_conv(k, xd, wd, Tensor());
+  (yd * g.to(mt::kFloat64)).sum().backward();
+  Tensor xm = mt::abs(x.to(mt::kFloat64)).requires_grad_();
+  Tensor wm = mt::abs(w.to(mt::kFloat64)).requires_grad_();
+  const Tensor ym = run_conv(k, xm, wm, Tensor());
+  (ym * mt::abs(g.to(mt::kFloat64))).sum().backward();
+
+  Tensor xg = x.to(kGpu).requires_grad_(), wg = w.to(kGpu).requires_grad_();
+  const Tensor yg = run_conv(k, xg, wg, Tensor());
+  (yg * g.to(kGpu)).sum().backward();
+  expect_within(yg, yd, ym, local, global, what + " forward");
+  expect_within(xg.grad(), xd.grad(), xm.grad(), local, global, what + " grad input");
+  expect_within(wg.grad(), wd.grad(), wm.grad(), local, global, what + " grad weight");
+}
+
+}  // namespace
+
+// "highest" must be true float32 (FMA math). Summing K float32 products in any order errs by at
+// most about K * 2^-24 * sum|x*w|; K <= 110 here (grad weight sums over batch and output pixels),
+// so 2^-17 * sum|x*w| covers it, and the max-magnitude term allows Winograd/FFT transforms, whose
+// error scales with the largest values. TF32 rounds both operands to 11 significant bits, an
+// error near 2^-11 * sum|x*w| / sqrt(K) with random signs: about four times this bound for a
+// typical element at K = 110 and eight times at the forward's K <= 30, so a TF32 (or float16)
+// kernel fails here.
+TEST(CudaConv, Float32HighestIsFullFloat32) {
+  MT_REQUIRE_GPU();
+  mt::manual_seed(11);
+  const double b = std::ldexp(1.0, -17);
+  for (const ConvCase& k : conv_cases())
+    check_fp32_contract(k, mt::MatmulPrecision::Highest, 1.0, 1.0, b, b,
+                        "highest " + conv_label(k, mt::kFloat32));
+}
+
+// "high" may use TF32 but must keep float32's exponent range: inputs near 2^20 overflow float16
+// (max 65504) and weights near 2^-30 flush to zero in it (smallest subnormal 2^-24), so a kernel
+// that down-converts to float16 (TENSOR_OP_MATH_ALLOW_CONVERSION) gives inf/NaN or zeros. Each
+// TF32 product errs by at most 2 * 2^-10 relative (truncation of both operands, the worst
+// conversion), hence 2^-9 * sum|x*w| plus float32 accumulation; transforms (Winograd) computed
+// at TF32 precision add the 2^-11 * max term.
+TEST(CudaConv, Float32HighKeepsFloat32Range) {
+  MT_REQUIRE_GPU();
+  mt::manual_seed(12);
+  const double local = std::ldexp(1.0, -9) + std::ldexp(1.0, -17), global = std::ldexp(1.0, -11);
+  for (const ConvCase& k : conv_cases()) {
+    const std::string label = conv_label(k, mt::kFloat32);
+    check_fp32_contract(k, mt::MatmulPrecision::High, 1.0, 1.0, local, global, "high " + label);
+    check_fp32_contract(k, mt::MatmulPrecision::High, std::ldexp(1.0, 20), std::ldexp(1.0, -30),
+                        local, global, "high, float16-range-breaking scales " + label);
+  }
+}
+
+// Half types with groups and dilation, each direction through the kernel tables: cuDNN either
+// runs it (matching the CPU) or the error names the direction, shapes, dtype and geometry.
+TEST(CudaConv, HalfGroupedDilatedRunsOrNamesTheCall) {
+  MT_REQUIRE_GPU();
+  mt::manual_seed(13);
+  const ConvCase k{2, 4, 10, 9, 6, 3, 2, {2, 1}, {1, 2}, {1, 2}, 2, false};
+  const mt::Conv2dParams p{{2, 1}, {1, 2}, {1, 2}, 2};
+  const Device cpu = Device::cpu();
+  for (DType dt : {mt::kFloat16, mt::kBFloat16}) {
+    const ConvInputs in = conv_inputs(k, dt);
+    const Tensor x = in.x.contiguous(), w = in.w.contiguous();
+    const Tensor y = mt::empty(run_conv(k, x, w, Tensor()).shape(), dt);
+    const Tensor g = mt::testing::random_tensor(y.shape(), dt, false, -1.0, 1.0);
+    const auto on_gpu = mt::TensorOptions(kGpu).dtype(dt);
+    const Tensor yg = mt::empty(y.shape(), on_gpu), gxg = mt::empty(x.shape(), on_gpu),
+                 gwg = mt::empty(w.shape(), on_gpu);
+    const Tensor gx = mt::empty(x.shape(), dt), gw = mt::empty(w.shape(), dt);
+    mt::conv2d_forward_kernel(cpu)(y, x, w, Tensor(), p);
+    mt::conv2d_backward_input_kernel(cpu)(gx, g, w, p);
+    mt::conv2d_backward_weight_kernel(cpu)(gw, g, x, p);
+    const Tensor xd = x.to(kGpu), wd = w.to(kGpu), gd = g.to(kGpu);
+    struct Direction {
+      const char* op;
+      std::function<void()> run;
+      Tensor got, want;
+      double tol_scale;
+    };
+    const Direction directions[] = {
+        {"conv2d forward", [&] { mt::conv2d_forward_kernel(kGpu)(yg, xd, wd, Tensor(), p); }, yg, y,
+         1.0},
+        {"conv2d backward input", [&] { mt::conv2d_backward_input_kernel(kGpu)(gxg, gd, wd, p); },
+         gxg, gx, 4.0},
+        {"conv2d backward weight", [&] { mt::conv2d_backward_weight_kernel(kGpu)(gwg, gd, xd, p); },
+         gwg, gw, 4.0},
+    };
+    for (const Direction& d : directions) {
+      const std::string what = dname(dt) + " " + d.op;
+      try {
+        d.run();
+      } catch (const mt::Error& e) {
+        const std::string msg = e.what();
+        for (const std::string& part :
+             {std::string(d.op) + ": input ", mt::detail::str_cat("input ", x.shape()),
+              mt::detail::str_cat("weight ", w.shape()), mt::detail::str_cat("output ", y.shape()),
+              dname(dt), std::string("stride [2, 1]"), std::string("padding [1, 2]"),
+              std::string("dilation [1, 2]"), std::string("groups 2"), std::string("cuDNN")}) {
+          EXPECT_NE(msg.find(part), std::string::npos) << "missing '" << part << "' in: " << msg;
+        }
+        RecordProperty(what, msg);
+        continue;
+      }
+      const mt::testing::Tolerance tol = conv_tol(dt);
+      mt::testing::expect_close(d.got, d.want, d.tol_scale * tol.rtol, d.tol_scale * tol.atol,
+                                what);
+    }
+  }
 }
 
 // ---- pooling --------------------------------------------------------------------------------

@@ -1,12 +1,18 @@
 // The CUDA fused linear kernels (kernels/cuda/cublaslt_linear.cpp) against the CPU's composition
-// (kernels/linear_composite.h): every epilogue (BIAS, RELU_BIAS, RELU_AUX_BIAS, GELU_AUX_BIAS,
-// BGRADB, DRELU_BGRAD, DGELU_BGRAD) and every fallback (float64, strided operands, a broadcast
-// bias, an aux leading dimension that is not a multiple of 8), forward and backward, with TF32
-// honoured for float32. Every test skips without a GPU.
+// (kernels/linear_composite.h): every epilogue (BIAS, GELU_BIAS, GELU_AUX_BIAS, BGRADB,
+// DGELU_BGRAD, and the ReLU route: BIAS/DEFAULT GEMM + relu kernels) and every fallback
+// (float64, strided operands, a broadcast bias, an aux leading dimension that is not a multiple
+// of 8), forward and backward, with TF32 honoured for float32; NaN and infinities through every
+// path; the float32 GELU epilogue against tanh-GELU in float64. Every test runs in strict mode
+// (a cuBLASLt refusal throws) and checks through the stats (engine/cuda_linear_stats.h) that the
+// epilogues it is about ran. Every test skips without a GPU.
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "engine/kernel_tables.h"
+#include "linear_special_values.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -41,6 +47,40 @@ struct PrecisionGuard {
   ~PrecisionGuard() { mt::set_float32_matmul_precision(saved); }
 };
 
+using mt::cuda::LinearEpilogue;
+using mt::cuda::LinearFallback;
+const DType kLtDtypes[] = {mt::kFloat32, mt::kFloat16, mt::kBFloat16};
+
+// Strict fast paths and fresh stats for every test: a cuBLASLt refusal is an error, so a test
+// cannot pass on the composed path while it means to test an epilogue.
+class CudaLinear : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    saved_strict_ = mt::cuda::strict_fast_paths();
+    mt::cuda::set_strict_fast_paths(true);
+    mt::cuda::reset_linear_stats();
+  }
+  void TearDown() override { mt::cuda::set_strict_fast_paths(saved_strict_); }
+
+ private:
+  bool saved_strict_ = false;
+};
+
+void expect_ran(const mt::cuda::LinearStats& s, LinearEpilogue e, DType dt) {
+  EXPECT_GT(s.ran(e, dt), 0) << mt::cuda::linear_epilogue_name(e) << " never ran in "
+                             << mt::dtype_name(dt);
+}
+
+// What the GELU epilogue may add to a float32 output y = gelu_tanh(z) beyond the GEMM's error:
+// cuBLASLt does not state its GELU's accuracy, and a hardware tanh (tanh.approx.f32, relative
+// error about 2^-11 per PTX) would be off by up to |z|/2 * 2^-10 (the argument is in
+// Float32GeluEpilogueIsTanhGeluWithinItsErrorBound). `zmax` bounds |z|; nothing for half types,
+// whose tolerances are far larger, or without GELU.
+double gelu_allowance(DType dt, Act act, double zmax) {
+  return dt == mt::kFloat32 && act == Act::GeluTanh ? 0.5 * zmax * std::ldexp(1.0, -10) : 0.0;
+}
+double max_abs(const Tensor& t) { return mt::amax(mt::abs(t.detach().cpu())).item<double>(); }
+
 struct Layout {
   std::string name;
   int64_t out;          // N: 16 keeps the GELU aux on cuBLASLt, 13 forces the fallback
@@ -52,9 +92,59 @@ const Layout kLayouts[] = {{"epilogue", 16, false, false},
                            {"strided", 16, true, false},
                            {"broadcast bias", 16, false, true}};
 
+// linear(x, w1, b1, act) and linear_act_linear(x, w1, b1, act, w2, b2) of a special-values
+// case on device `d` in `dt`, with their backward: the outputs and every gradient, in the order
+// of kSpecialNames (undefined for an absent bias).
+const char* const kSpecialNames[] = {"y",
+                                     "grad x",
+                                     "grad w",
+                                     "grad b",
+                                     "block y",
+                                     "block grad x",
+                                     "block grad w1",
+                                     "block grad b1",
+                                     "block grad w2",
+                                     "block grad b2"};
+std::vector<Tensor> special_results(const mt::testing::SpecialLinearCase& c, DType dt, Act act,
+                                    bool with_bias, mt::Device d) {
+  auto leaf = [&](const Tensor& t) { return t.to(d, dt).detach().requires_grad_(); };
+  std::vector<Tensor> r;
+  {
+    const Tensor x = leaf(c.x), w = leaf(c.w1), b = with_bias ? leaf(c.b1) : Tensor();
+    const Tensor y = F::linear(x, w, b, act);
+    y.backward(c.gy1.to(d, dt));
+    r = {y, x.grad(), w.grad(), with_bias ? b.grad() : Tensor()};
+  }
+  const Tensor x = leaf(c.x), w1 = leaf(c.w1), w2 = leaf(c.w2);
+  const Tensor b1 = with_bias ? leaf(c.b1) : Tensor(), b2 = with_bias ? leaf(c.b2) : Tensor();
+  const Tensor y = F::linear_act_linear(x, w1, b1, act, w2, b2);
+  y.backward(c.gy2.to(d, dt));
+  for (const Tensor& t : {y, x.grad(), w1.grad(), with_bias ? b1.grad() : Tensor(), w2.grad(),
+                          with_bias ? b2.grad() : Tensor()})
+    r.push_back(t);
+  return r;
+}
+
+// CUDA against the CPU for one case: NaN and each infinity at the same places (expect_close's
+// rule), finite values within GEMM tolerances (the CPU rounds half types once more). With GELU
+// the finite values get float16's tolerance in every dtype: the epilogue's accuracy is not
+// stated (Float32GeluEpilogueIsTanhGeluWithinItsErrorBound), and this test is about where the
+// special values land.
+void expect_special_match(const mt::testing::SpecialLinearCase& c, DType dt, Act act,
+                          bool with_bias, const std::string& what) {
+  const std::vector<Tensor> cpu = special_results(c, dt, act, with_bias, mt::Device::cpu());
+  const std::vector<Tensor> gpu = special_results(c, dt, act, with_bias, kGpu);
+  const auto tol = gemm_tol(act == Act::GeluTanh && dt == mt::kFloat32 ? mt::kFloat16 : dt);
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    if (!cpu[i].defined()) continue;
+    ASSERT_TRUE(gpu[i].defined() && gpu[i].is_cuda()) << what << " " << kSpecialNames[i];
+    expect_close(gpu[i], cpu[i], tol.rtol * 4, tol.atol * 4, what + " " + kSpecialNames[i]);
+  }
+}
+
 }  // namespace
 
-TEST(CudaLinear, ForwardAndBackwardMatchCpuEveryDtypeActivationAndLayout) {
+TEST_F(CudaLinear, ForwardAndBackwardMatchCpuEveryDtypeActivationAndLayout) {
   MT_REQUIRE_GPU();
   PrecisionGuard restore;
   mt::set_float32_matmul_precision(mt::MatmulPrecision::Highest);
@@ -81,7 +171,8 @@ TEST(CudaLinear, ForwardAndBackwardMatchCpuEveryDtypeActivationAndLayout) {
         const Tensor yc = F::linear(xc, wc, bc, act), yg = F::linear(xg, wg, bg, act);
         ASSERT_TRUE(yg.is_cuda()) << what;
         const auto tol = gemm_tol(dt);
-        expect_close(yg, yc, tol.rtol, tol.atol, what + " forward");
+        const double gelu_atol = gelu_allowance(dt, act, max_abs(F::linear(xc, wc, bc)));
+        expect_close(yg, yc, tol.rtol, tol.atol + gelu_atol, what + " forward");
         const Tensor gy = mt::testing::random_tensor(yc.shape(), dt, false);
         mt::sum(yc * gy).backward();
         mt::sum(yg * gy.to(kGpu)).backward();
@@ -91,9 +182,21 @@ TEST(CudaLinear, ForwardAndBackwardMatchCpuEveryDtypeActivationAndLayout) {
       }
     }
   }
+  const mt::cuda::LinearStats s = mt::cuda::linear_stats();
+  for (DType dt : kLtDtypes) {
+    expect_ran(s, LinearEpilogue::Bias, dt);         // act None, and ReLU's GEMM
+    expect_ran(s, LinearEpilogue::GeluAuxBias, dt);  // GELU with a backward to feed
+    expect_ran(s, LinearEpilogue::BGradB, dt);       // dW and db in one GEMM
+    EXPECT_GT(s.ran_relu_forward(dt), 0) << mt::dtype_name(dt);
+  }
+  // The by-design routes of this test's layouts, and no refusal (strict mode would have thrown).
+  for (LinearFallback r : {LinearFallback::UnsupportedDtype, LinearFallback::NonUnitStride,
+                           LinearFallback::NonPackedBias, LinearFallback::AuxLayout})
+    EXPECT_GT(s.fell_back(r), 0) << mt::cuda::linear_fallback_name(r);
+  EXPECT_EQ(s.fell_back(LinearFallback::NoAlgorithm), 0);
 }
 
-TEST(CudaLinear, TwoLayerBlockUsesTheMaskAndMatchesCpu) {
+TEST_F(CudaLinear, TwoLayerBlockMatchesCpu) {
   MT_REQUIRE_GPU();
   PrecisionGuard restore;
   mt::set_float32_matmul_precision(mt::MatmulPrecision::Highest);
@@ -116,7 +219,10 @@ TEST(CudaLinear, TwoLayerBlockUsesTheMaskAndMatchesCpu) {
         const Tensor yc = F::linear_act_linear(c[0], c[1], c[2], act, c[3], c[4]);
         const Tensor yg = F::linear_act_linear(g[0], g[1], g[2], act, g[3], g[4]);
         const auto tol = gemm_tol(dt);
-        expect_close(yg, yc, tol.rtol * 4, tol.atol * 4, what + " forward");
+        // The hidden layer's GELU error reaches the output through w2: sum_j |z_j| |w2_ij|.
+        const double gelu_atol = gelu_allowance(
+            dt, act, max_abs(F::linear(mt::abs(F::linear(c[0], c[1], c[2])), mt::abs(c[3]))));
+        expect_close(yg, yc, tol.rtol * 4, tol.atol * 4 + gelu_atol, what + " forward");
         const Tensor gy = mt::testing::random_tensor(yc.shape(), dt, false);
         mt::sum(yc * gy).backward();
         mt::sum(yg * gy.to(kGpu)).backward();
@@ -126,38 +232,54 @@ TEST(CudaLinear, TwoLayerBlockUsesTheMaskAndMatchesCpu) {
       }
     }
   }
+  const mt::cuda::LinearStats s = mt::cuda::linear_stats();
+  for (DType dt : kLtDtypes) {
+    expect_ran(s, LinearEpilogue::GeluAuxBias, dt);
+    expect_ran(s, LinearEpilogue::DGeluBGrad, dt);  // act' and b1's gradient in the dx GEMM
+    expect_ran(s, LinearEpilogue::Default, dt);     // ReLU's backward GEMM
+    EXPECT_GT(s.ran_relu_forward(dt), 0) << mt::dtype_name(dt);
+    EXPECT_GT(s.ran_relu_backward(dt), 0) << mt::dtype_name(dt);
+  }
+  EXPECT_GT(s.fell_back(LinearFallback::AuxLayout), 0);  // hidden 20
+  EXPECT_EQ(s.fell_back(LinearFallback::NoAlgorithm), 0);
 }
 
-TEST(CudaLinear, ReluMaskKernelRoundTrip) {
+TEST_F(CudaLinear, ReluIsTheBiasGemmThenTheReluKernels) {
   MT_REQUIRE_GPU();
-  // linear_forward with want_aux returns cuBLASLt's bit mask on CUDA (uint8, rows of
-  // ceil(N / 128) * 16 bytes), which linear_backward_act turns into the same gradient as the
-  // CPU's composition reading h.
+  PrecisionGuard restore;
+  mt::set_float32_matmul_precision(mt::MatmulPrecision::Highest);
+  // ReLU never uses cuBLASLt's RELU epilogues (they zero NaN): the forward is the BIAS GEMM and
+  // the relu kernel, with no aux on either device, and linear_backward_act is the DEFAULT GEMM,
+  // relu_backward reading h and the column sums.
   const int64_t M = 5, K = 16, N = 40, N2 = 8;
   const Tensor x = mt::testing::random_tensor({M, K}, mt::kFloat32, false);
   const Tensor w = mt::testing::random_tensor({N, K}, mt::kFloat32, false);
   const Tensor b = mt::testing::random_tensor({N}, mt::kFloat32, false);
   const Tensor hc = mt::empty({M, N}), hg = mt::empty({M, N}, mt::TensorOptions(kGpu));
   mt::linear_forward_kernel(mt::kCPU)(hc, x, w, b, Act::Relu, true);
-  const Tensor mask =
+  const Tensor aux =
       mt::linear_forward_kernel(mt::kCUDA)(hg, x.to(kGpu), w.to(kGpu), b.to(kGpu), Act::Relu, true);
+  EXPECT_FALSE(aux.defined());
   expect_close(hg, hc, 1e-5, 1e-5, "relu forward");
-  ASSERT_TRUE(mask.defined());
-  EXPECT_EQ(mask.dtype(), mt::kUInt8);
-  EXPECT_EQ(mask.shape(), (Shape{M, 16}));
   const Tensor g = mt::testing::random_tensor({M, N2}, mt::kFloat32, false);
   const Tensor w2 = mt::testing::random_tensor({N2, N}, mt::kFloat32, false);
   const Tensor gz_c = mt::empty({M, N}), db_c = mt::empty({N});
   const Tensor gz_g = mt::empty({M, N}, mt::TensorOptions(kGpu)),
                db_g = mt::empty({N}, mt::TensorOptions(kGpu));
   mt::linear_backward_act_kernel(mt::kCPU)(gz_c, db_c, g, w2, hc, Tensor(), Act::Relu);
-  mt::linear_backward_act_kernel(mt::kCUDA)(gz_g, db_g, g.to(kGpu), w2.to(kGpu), hg, mask,
+  mt::linear_backward_act_kernel(mt::kCUDA)(gz_g, db_g, g.to(kGpu), w2.to(kGpu), hg, Tensor(),
                                             Act::Relu);
-  expect_close(gz_g, gz_c, 1e-5, 1e-5, "drelu");
-  expect_close(db_g, db_c, 1e-5, 1e-4, "drelu bgrad");
+  expect_close(gz_g, gz_c, 1e-5, 1e-5, "relu backward");
+  expect_close(db_g, db_c, 1e-5, 1e-4, "relu backward bias");
+  const mt::cuda::LinearStats s = mt::cuda::linear_stats();
+  EXPECT_EQ(s.ran(LinearEpilogue::Bias, mt::kFloat32), 1);
+  EXPECT_EQ(s.ran(LinearEpilogue::Default, mt::kFloat32), 1);
+  EXPECT_EQ(s.ran_relu_forward(mt::kFloat32), 1);
+  EXPECT_EQ(s.ran_relu_backward(mt::kFloat32), 1);
+  for (int64_t n : s.fallbacks) EXPECT_EQ(n, 0);
 }
 
-TEST(CudaLinear, Float32HonoursTheMatmulPrecision) {
+TEST_F(CudaLinear, Float32HonoursTheMatmulPrecision) {
   MT_REQUIRE_GPU();
   PrecisionGuard restore;
   const Tensor x = mt::rand({128, 256}, mt::kFloat64) * 2 - 1;
@@ -178,7 +300,7 @@ TEST(CudaLinear, Float32HonoursTheMatmulPrecision) {
   EXPECT_GT(tf32, full);  // TF32 really ran
 }
 
-TEST(CudaLinear, GradcheckFloat64OnCuda) {
+TEST_F(CudaLinear, GradcheckFloat64OnCuda) {
   MT_REQUIRE_GPU();
   for (Act act : {Act::None, Act::Relu, Act::GeluTanh}) {
     Tensor x = mt::testing::random_tensor({3, 5}, mt::kFloat64, true, -2, 2, kGpu);
@@ -192,4 +314,116 @@ TEST(CudaLinear, GradcheckFloat64OnCuda) {
         {x, w, b}, 1e-7))
         << act_name(act);
   }
+}
+
+TEST_F(CudaLinear, NanThroughEveryFusedPathMatchesCpu) {
+  MT_REQUIRE_GPU();
+  PrecisionGuard restore;
+  mt::set_float32_matmul_precision(mt::MatmulPrecision::Highest);
+  // NaN in x (and, for act None and ReLU, +inf in x and -inf/+inf in the bias): the CPU
+  // propagates them as PyTorch does (test_linear_nan.cpp), so CUDA must put them at the same
+  // places; in particular relu(NaN) is NaN and the gradient passes through a NaN output.
+  for (bool with_inf : {false, true}) {
+    const mt::testing::SpecialLinearCase c = mt::testing::special_linear_case(with_inf);
+    for (DType dt : kLtDtypes) {
+      for (Act act : {Act::None, Act::Relu, Act::GeluTanh}) {
+        if (with_inf && act == Act::GeluTanh) continue;  // InfinityThroughGeluEpilogues...
+        for (bool with_bias : {false, true}) {
+          expect_special_match(c, dt, act, with_bias,
+                               std::string(mt::dtype_name(dt)) + " " + act_name(act) +
+                                   (with_bias ? " bias" : "") + (with_inf ? " nan+inf" : " nan"));
+        }
+      }
+    }
+  }
+  // Every path ran on cuBLASLt: the shapes are chosen so that nothing falls back.
+  const mt::cuda::LinearStats s = mt::cuda::linear_stats();
+  for (DType dt : kLtDtypes) {
+    for (LinearEpilogue e : {LinearEpilogue::Default, LinearEpilogue::Bias, LinearEpilogue::GeluAux,
+                             LinearEpilogue::GeluAuxBias, LinearEpilogue::BGradB,
+                             LinearEpilogue::DGelu, LinearEpilogue::DGeluBGrad})
+      expect_ran(s, e, dt);
+    EXPECT_GT(s.ran_relu_forward(dt), 0) << mt::dtype_name(dt);
+    EXPECT_GT(s.ran_relu_backward(dt), 0) << mt::dtype_name(dt);
+  }
+  for (int r = 0; r < mt::cuda::kNumLinearFallbacks; ++r)
+    EXPECT_EQ(s.fallbacks[r], 0) << mt::cuda::linear_fallback_name(static_cast<LinearFallback>(r));
+}
+
+TEST_F(CudaLinear, InfinityThroughGeluEpiloguesMatchesCpu) {
+  MT_REQUIRE_GPU();
+  PrecisionGuard restore;
+  mt::set_float32_matmul_precision(mt::MatmulPrecision::Highest);
+  // cuBLASLt does not document its GELU at +-inf. PyTorch's formulas, which the CPU follows, give
+  // gelu(+inf) = +inf, gelu(-inf) = NaN (-inf * 0) and a NaN derivative at both; this test holds
+  // the GELU_AUX(_BIAS) and DGELU(_BGRAD) epilogues to that (separate from the NaN test so that a
+  // disagreement here is reported as what it is).
+  const mt::testing::SpecialLinearCase c = mt::testing::special_linear_case(/*with_inf=*/true);
+  for (DType dt : kLtDtypes) {
+    for (bool with_bias : {false, true}) {
+      expect_special_match(
+          c, dt, Act::GeluTanh, with_bias,
+          std::string(mt::dtype_name(dt)) + " gelu" + (with_bias ? " bias" : "") + " nan+inf");
+    }
+    expect_ran(mt::cuda::linear_stats(), LinearEpilogue::DGeluBGrad, dt);
+  }
+}
+
+TEST_F(CudaLinear, Float32GeluEpilogueIsTanhGeluWithinItsErrorBound) {
+  MT_REQUIRE_GPU();
+  PrecisionGuard restore;
+  // Full FP32 products: the GEMM bound below does not hold for TF32's 10-bit mantissas.
+  mt::set_float32_matmul_precision(mt::MatmulPrecision::Highest);
+  const int64_t M = 64, K = 256, N = 64;
+  const Tensor x = mt::testing::random_tensor({M, K}, mt::kFloat32, false, -1, 1);
+  const Tensor w = mt::testing::random_tensor({N, K}, mt::kFloat32, false, -1, 1);
+  const Tensor b = mt::testing::random_tensor({N}, mt::kFloat32, false, -1, 1);
+  const Tensor x64 = x.to(mt::kFloat64), w64 = w.to(mt::kFloat64), b64 = b.to(mt::kFloat64);
+  // The exact pre-activation (float64 is exact enough: its own error is ~2^-29 of fp32's), its
+  // tanh-GELU, and sum_k |x||w| + |b|, the scale of the GEMM's rounding error.
+  const std::vector<double> z = mt::linear(x64, w64, b64).to_vector<double>();
+  const std::vector<double> ref = mt::gelu(mt::linear(x64, w64, b64), "tanh").to_vector<double>();
+  const std::vector<double> mag =
+      mt::linear(mt::abs(x64), mt::abs(w64), mt::abs(b64)).to_vector<double>();
+  // The bounds, and why:
+  //  - GEMM: K fp32 products summed in any order, plus the bias, are within gamma * mag of z,
+  //    gamma = n u / (1 - n u) with n = K + 1 and u = 2^-24 (Higham, "Accuracy and Stability of
+  //    Numerical Algorithms", 3.1); this is what the aux (the pre-activation) is held to.
+  //  - GELU's slope is at most 1.13 (|gelu_tanh'| peaks near 1.129), so the GEMM error reaches y
+  //    at most 1.13 times larger.
+  //  - The activation: cuBLASLt does not state its GELU's accuracy. The least accurate tanh it
+  //    could use is the hardware tanh.approx.f32, whose relative error PTX documents as about
+  //    2^-11; with |tanh| <= 1 we allow 2^-10 absolute, which y = z/2 (1 + tanh(.)) scales by
+  //    |z|/2. The fp32 polynomial inside tanh adds a few ulps of it, far below that allowance.
+  //  - Storing y in fp32: u |y|, allowed twice.
+  const double u = std::ldexp(1.0, -24), n = static_cast<double>(K + 1);
+  const double gamma = n * u / (1 - n * u);
+  const double tanh_err = std::ldexp(1.0, -10);
+  for (bool want_aux : {false, true}) {
+    const std::string what = want_aux ? "GELU_AUX_BIAS" : "GELU_BIAS";
+    const Tensor y = mt::empty({M, N}, mt::TensorOptions(kGpu));
+    const Tensor aux = mt::linear_forward_kernel(mt::kCUDA)(y, x.to(kGpu), w.to(kGpu), b.to(kGpu),
+                                                            Act::GeluTanh, want_aux);
+    ASSERT_EQ(aux.defined(), want_aux) << what;
+    const std::vector<double> yv = y.to_vector<double>();
+    const std::vector<double> av = want_aux ? aux.to_vector<double>() : std::vector<double>();
+    double worst = 0;  // the largest error / bound seen, for the log
+    for (size_t i = 0; i < yv.size(); ++i) {
+      const double gemm = gamma * mag[i];
+      const double bound =
+          1.13 * gemm + 0.5 * std::fabs(z[i]) * tanh_err + 2 * u * std::fabs(ref[i]);
+      const double err = std::fabs(yv[i] - ref[i]);
+      worst = std::max(worst, err / bound);
+      ASSERT_LE(err, bound) << what << " element " << i << ": " << yv[i] << " vs tanh-GELU "
+                            << ref[i] << " of " << z[i];
+      if (want_aux) {
+        // The aux is the GEMM's float32 result: the GEMM bound, plus its rounding on store.
+        ASSERT_LE(std::fabs(av[i] - z[i]), gemm + u * std::fabs(z[i])) << what << " aux " << i;
+      }
+    }
+    RecordProperty(what + " max error/bound", std::to_string(worst));
+  }
+  const mt::cuda::LinearStats s = mt::cuda::linear_stats();
+  EXPECT_EQ(s.ran(LinearEpilogue::GeluBias, mt::kFloat32), 1);
+  EXPECT_EQ(s.ran(LinearEpilogue::GeluAuxBias, mt::kFloat32), 1);
 }

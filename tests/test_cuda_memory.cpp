@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "engine/cuda_stream.h"
 #include "test_util.h"
 
@@ -14,6 +15,7 @@ using mt::Tensor;
 using mt::TensorOptions;
 using mt::testing::expect_close;
 using mt::testing::expect_error;
+using mt::testing::HeldStream;
 using mt::testing::kGpu;
 
 namespace {
@@ -31,6 +33,7 @@ TEST(CudaMemoryBuild, PinMemoryNeedsCuda) {
 // ---- the device allocator ---------------------------------------------------------------------
 TEST(CudaMemory, SteadyStateTrainingLoopNeedsNoCudaMalloc) {
   MT_REQUIRE_GPU();
+  MT_REQUIRE_CUDA_CACHING();
   auto step = [] {
     // Mixed sizes, small and large, with temporaries freed in between.
     Tensor a = mt::randn({256, 256}, kGpu);
@@ -55,6 +58,7 @@ TEST(CudaMemory, SteadyStateTrainingLoopNeedsNoCudaMalloc) {
 
 TEST(CudaMemory, SmallTensorsShareASegmentAndSplitBlocksMerge) {
   MT_REQUIRE_GPU();
+  MT_REQUIRE_CUDA_CACHING();
   mt::cuda::empty_cache();
   const auto s0 = mt::cuda::memory_stats(0);
   std::vector<Tensor> ts;
@@ -115,17 +119,37 @@ TEST(CudaMemory, NonBlockingCopyFromPinnedEqualsCpuData) {
 
 TEST(CudaMemory, PinnedBlockOfAnInFlightCopyIsNotReusedEarly) {
   MT_REQUIRE_GPU();
-  // Free the pinned source right after queueing the copy, then immediately pin new data of the
-  // same size: if the allocator reused the block before the copy ran, the GPU would see it.
-  std::vector<Tensor> gpus;
-  std::vector<Tensor> expected;
-  for (int i = 0; i < 8; ++i) {
-    const Tensor src = mt::full({1 << 16}, static_cast<double>(i));
-    Tensor pinned = src.pin_memory();
-    gpus.push_back(pinned.to(kGpu, /*non_blocking=*/true));
-    expected.push_back(src);
+  // The copy is queued behind a hold, so it cannot have run when its pinned source is freed. A
+  // tensor pinned next must get another block (its data would otherwise reach the GPU instead),
+  // and once the copy is done the block is handed out again.
+  constexpr int64_t kNumel = 1 << 16;
+  mt::cuda::synchronize(0);
+  mt::cuda::empty_cache();  // settles and empties the pinned cache too
+  const mt::cuda::Stream s = mt::cuda::Stream::create(0);
+  const mt::cuda::StreamGuard on_s(s);
+  {
+    // Warm both caches: nothing below needs cudaHostAlloc or cudaMalloc while s is held.
+    const Tensor a = mt::empty({kNumel}).pin_memory(), b = mt::empty({kNumel}).pin_memory();
+    const Tensor g = mt::empty({kNumel}, kGpu);
   }
-  for (size_t i = 0; i < gpus.size(); ++i) expect_close(gpus[i].cpu(), expected[i], 0, 0);
+  const Tensor src = mt::full({kNumel}, 7.0);
+  Tensor gpu, next;
+  void* first = nullptr;
+  {
+    HeldStream hold(s);
+    {
+      const Tensor pinned = src.pin_memory();
+      first = pinned.data_ptr();
+      gpu = pinned.to(kGpu, /*non_blocking=*/true);
+    }
+    EXPECT_FALSE(s.query()) << "the held stream ran ahead";
+    next = mt::full({kNumel}, -1.0).pin_memory();
+    EXPECT_NE(next.data_ptr(), first) << "pinned block reused while its copy was pending";
+    EXPECT_FALSE(hold.timed_out());
+  }  // released, and s has finished the copy
+  expect_close(gpu.cpu(), src, 0, 0, "copy from a freed pinned block");
+  const Tensor again = mt::empty({kNumel}).pin_memory();
+  EXPECT_EQ(again.data_ptr(), first);
 }
 
 TEST(CudaMemory, CopyBetweenGpus) {

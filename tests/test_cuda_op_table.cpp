@@ -7,6 +7,7 @@
 // docs/kernels.md. Without a GPU every test here reports SKIPPED.
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -458,5 +459,33 @@ TEST(CudaOpTable, TableRunsOnTheCpu) {
       x.push_back(t.detach().requires_grad_());
     }
     EXPECT_TRUE(mt::autograd::gradcheck(c.fn, x, 1e-6, 1e-5, 1e-3)) << c.name;
+  }
+}
+
+// Casts of the values C++ leaves undefined (negative to unsigned, out of range, NaN, infinities)
+// and fills with them give the CPU's bits on the GPU, whose cvt instructions would clamp instead
+// (tests/test_tensor.cpp pins the CPU's values). Contiguous and strided sources both.
+TEST(CudaOpTable, CastsToIntegerTypesMatchTheCpu) {
+  MT_REQUIRE_GPU();
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> in = {-2.5, -1.5, -1, -0.5, 0.5, 255.75, 256, 300, -300, 3e9, -3e9,
+                                  1e20, -1e20, inf, -inf, std::nan("")};
+  for (DType from : mt::testing::floating_dtypes()) {
+    const Tensor xc = mt::from_vector(in).to(from);
+    const Tensor xg = xc.to(kGpu);
+    const Tensor sc = mt::stack({xc, xc}, 1).select(1, 1), sg = mt::stack({xg, xg}, 1).select(1, 1);
+    for (DType to : {mt::kUInt8, mt::kInt32, mt::kInt64, mt::kBool}) {
+      const std::string what = std::string(mt::dtype_name(from)) + " -> " +
+                                std::string(mt::dtype_name(to));
+      EXPECT_EQ(xg.to(to).cpu().to_vector<int64_t>(), xc.to(to).to_vector<int64_t>()) << what;
+      EXPECT_EQ(sg.to(to).cpu().to_vector<int64_t>(), sc.to(to).to_vector<int64_t>()) << what;
+    }
+  }
+  for (double v : {-1.5, 300.0, 1e20, -inf, std::nan("")}) {
+    for (DType to : {mt::kUInt8, mt::kInt32, mt::kInt64}) {
+      EXPECT_EQ(mt::full({3}, v, mt::TensorOptions(kGpu).dtype(to)).cpu().to_vector<int64_t>(),
+                mt::full({3}, v, to).to_vector<int64_t>())
+          << v << " -> " << mt::dtype_name(to);
+    }
   }
 }

@@ -2,9 +2,10 @@
 // (the oracle): the same values, laid out the same way (contiguous or strided), run on both
 // devices for every dtype each op supports. Also gradients computed on CUDA against CPU autograd,
 // TF32 vs full float32 matmul, out-of-range index errors, and ten training steps of a small MLP
-// that must follow the CPU's trajectory. The table-driven sweep over every op x dtype on strided
-// inputs, with gradcheck on CUDA, is tests/test_cuda_op_table.cpp; the fused linear epilogues
-// are in tests/test_cuda_linear.cpp.
+// that must follow the CPU's trajectory, also as a cross_entropy classification step captured in
+// a CUDA graph (the loss must not sync the host). The table-driven sweep over every op x dtype on
+// strided inputs, with gradcheck on CUDA, is tests/test_cuda_op_table.cpp; the fused linear
+// epilogues are in tests/test_cuda_linear.cpp.
 //
 // Tolerances: integers and pure data movement (gather, index_select, max/min indices) must match
 // exactly. Floating reductions accumulate in float on CUDA and in double on the CPU
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cuda_stream.h"
 #include "engine/kernel_tables.h"
 #include "test_util.h"
 
@@ -676,4 +678,87 @@ TEST(CudaOps, TrainingStepsFollowTheCpu) {
     EXPECT_TRUE(pg[i].second.is_cuda()) << pg[i].first;
     expect_close(pg[i].second, pc[i].second, 1e-5, 1e-6, pc[i].first);
   }
+}
+
+// ---- classification losses without host syncs ------------------------------------------------
+
+// A classification step (MLP -> cross_entropy with label smoothing and an ignored target ->
+// backward -> SGD) as a GraphedStep, against the same step run eagerly on a twin model: the
+// capture only succeeds if nothing in the loss or its backward waits for the device.
+TEST(CudaOps, CrossEntropyStepCapturesInAGraph) {
+  MT_REQUIRE_GPU();
+  namespace F = mantissa::nn::functional;
+  mt::manual_seed(0);
+  auto eager = std::make_shared<Mlp>();
+  mt::manual_seed(0);
+  auto graphed = std::make_shared<Mlp>();
+  eager->to(kGpu);
+  graphed->to(kGpu);
+  mt::optim::SGD opt_e(eager->parameters(), 0.05, {.momentum = 0.9});
+  mt::optim::SGD opt_g(graphed->parameters(), 0.05, {.momentum = 0.9});
+  const auto step = [](Mlp& model, mt::optim::SGD& opt, const Tensor& x, const Tensor& t) {
+    opt.zero_grad();
+    Tensor loss = F::cross_entropy(model.forward(x), t, mt::nn::Reduction::Mean, 0.1);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  Tensor static_x = mt::zeros({16, 10}, kGpu);
+  Tensor static_t = mt::zeros({16}, TensorOptions(kGpu).dtype(mt::kInt64));
+  Tensor static_loss = mt::zeros({}, kGpu);
+  mantissa::cuda::GraphedStep graphed_step(
+      [&] { static_loss.copy_(step(*graphed, opt_g, static_x, static_t).detach()); },
+      /*warmup_steps=*/3);
+  for (int i = 0; i < 8; ++i) {
+    const Tensor x = mt::randn({16, 10});
+    Tensor t = mt::randint(0, 5, {16}, mt::kInt64);
+    t.select(0, i).fill_(-100);  // ignore_index
+    const Tensor loss_e = step(*eager, opt_e, x.to(kGpu), t.to(kGpu));
+    static_x.copy_(x);
+    static_t.copy_(t);
+    graphed_step();
+    EXPECT_EQ(graphed_step.captured(), i >= 3);
+    expect_close(static_loss.cpu(), loss_e.detach().cpu(), 1e-5, 1e-6,
+                 "loss at step " + std::to_string(i));
+    const auto pe = eager->parameters(), pg = graphed->parameters();
+    for (size_t k = 0; k < pe.size(); ++k)
+      expect_close(pg[k].cpu(), pe[k].cpu(), 1e-5, 1e-6,
+                   "step " + std::to_string(i) + " parameter " + std::to_string(k));
+  }
+}
+
+// Targets on the GPU are not range-checked on the host (that would sync): an out-of-range target
+// makes its loss element NaN and, through backward, its row of the input gradient, so that a
+// GradScaler skips the step; other rows are unaffected and an ignored target still counts 0.
+TEST(CudaOps, CrossEntropyOutOfRangeTargetIsNaNOnTheGpu) {
+  MT_REQUIRE_GPU();
+  namespace F = mantissa::nn::functional;
+  mt::manual_seed(1);
+  const Tensor x = mt::randn({3, 4});
+  const Tensor bad = mt::tensor<int64_t>({0, 4, -100}), good = mt::tensor<int64_t>({0, 3, -100});
+  Tensor xg = x.to(kGpu).requires_grad_(), xc = x.clone().requires_grad_();
+  const Tensor loss = F::cross_entropy(xg, bad.to(kGpu));
+  EXPECT_TRUE(std::isnan(loss.item<double>()));
+  loss.backward();
+  F::cross_entropy(xc, good).backward();  // same denominator (two non-ignored targets)
+  const Tensor grad = xg.grad().cpu();
+  expect_close(grad.select(0, 0), xc.grad().select(0, 0), 1e-5, 1e-6, "row with a valid target");
+  for (double v : grad.select(0, 1).to_vector<double>()) EXPECT_TRUE(std::isnan(v));
+  for (double v : grad.select(0, 2).to_vector<double>()) EXPECT_EQ(v, 0.0);
+
+  // Per element, and the same from a captured graph.
+  Tensor per_element;
+  const Tensor xs = x.to(kGpu), ts = bad.to(kGpu);
+  mantissa::cuda::Graph graph;
+  mantissa::cuda::capture(graph, [&] {
+    per_element = F::nll_loss(mt::log_softmax(xs, 1), ts, mt::nn::Reduction::None);
+  });
+  graph.replay();
+  const auto v = per_element.cpu().to_vector<double>();
+  const Tensor ref = F::cross_entropy(x, good, mt::nn::Reduction::None);
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_NEAR(v[0], ref.to_vector<double>()[0], 1e-5);
+  EXPECT_TRUE(std::isnan(v[1]));
+  EXPECT_EQ(v[2], 0.0);
+  EXPECT_FALSE(std::signbit(v[2]));
 }

@@ -3,6 +3,7 @@
 // a machine without CUDA sees (CudaStreamsBuild.*).
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "engine/cuda_stream.h"
 #include "test_util.h"
 
@@ -12,6 +13,7 @@ using mt::Tensor;
 using mt::TensorOptions;
 using mt::testing::expect_close;
 using mt::testing::expect_error;
+using mt::testing::HeldStream;
 using mt::testing::kGpu;
 
 namespace {
@@ -136,6 +138,7 @@ TEST(CudaStreams, EventTimingAndQueries) {
 // ---- the allocator and streams ------------------------------------------------------------------
 TEST(CudaStreams, FreedBlocksAreReusedOnlyOnTheirStream) {
   MT_REQUIRE_GPU();
+  MT_REQUIRE_CUDA_CACHING();
   const cuda::Stream s = cuda::Stream::create(0);
   void* on_s = nullptr;
   {
@@ -156,21 +159,40 @@ TEST(CudaStreams, FreedBlocksAreReusedOnlyOnTheirStream) {
 
 TEST(CudaStreams, RecordStreamDelaysReuse) {
   MT_REQUIRE_GPU();
+  // 4 MiB is a large request that fills its segment exactly, and the default stream's cache
+  // starts empty: the only block that could serve u below is t's. `other` is held, so the work
+  // that reads t there cannot have run when t is freed.
+  constexpr int64_t kNumel = int64_t{1} << 20;
+  cuda::synchronize(0);
+  cuda::empty_cache();
   const cuda::Stream other = cuda::Stream::create(0);
+  void* block = nullptr;
+  // Freed only after the hold: with the cache bypassed a free is a cudaFree, which would wait for
+  // the held stream.
+  Tensor u, doubled, total;
   {
-    Tensor t = mt::ones({1 << 18}, kGpu);
-    other.wait(cuda::current_stream());
+    HeldStream hold(other);
     {
-      cuda::StreamGuard guard(other);
-      for (int i = 0; i < 10; ++i) (void)(t * 2.0f).sum();
+      Tensor t = mt::ones({kNumel}, kGpu);
+      block = t.data_ptr();
+      other.wait(cuda::current_stream());
+      {
+        cuda::StreamGuard guard(other);
+        doubled = t * 2.0f;
+        total = doubled.sum();
+      }
+      cuda::record_stream(t, other);
     }
-    cuda::record_stream(t, other);
+    EXPECT_FALSE(other.query()) << "the held stream ran ahead";
+    u = mt::empty({kNumel}, kGpu);
+    EXPECT_NE(u.data_ptr(), block) << "reused while a stream that reads it is still busy";
+    EXPECT_FALSE(hold.timed_out());
+  }  // released, and `other` has finished
+  // Now the block is free again on its own stream (u, still alive, is not a candidate).
+  const Tensor v = mt::empty({kNumel}, kGpu);
+  if (!mt::testing::cuda_cache_bypassed()) {
+    EXPECT_EQ(v.data_ptr(), block);
   }
-  // Once `other` is done, t's block is back in the default stream's cache: no new cudaMalloc.
-  other.synchronize();
-  const auto before = mt::cuda::memory_stats(0);
-  Tensor u = mt::empty({1 << 18}, kGpu);
-  EXPECT_EQ(mt::cuda::memory_stats(0).num_cuda_mallocs, before.num_cuda_mallocs);
   expect_error([] { cuda::record_stream(mt::ones({2}), cuda::current_stream()); },
                {"record_stream", "CUDA tensor"});
 }

@@ -2,6 +2,7 @@
 // devices. Expected values are written out or computed here with plain loops.
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 
 #include "engine/cpu_allocator.h"
@@ -398,6 +399,35 @@ TEST(Conversions, ToCloneDetach) {
   EXPECT_EQ(d.storage().get(), y.storage().get());
   EXPECT_TRUE(y.requires_grad());
   EXPECT_TRUE(y.clone().requires_grad());
+}
+
+// Casts to integer types of values C++ leaves undefined (negative to unsigned, out of range, NaN,
+// infinities): through int64 (NaN -> 0, saturating at its range), then wrapped, on every device.
+// Every value below is exact in float64, float32, bfloat16 and float16 (1e20 becomes inf there,
+// which saturates the same way).
+TEST(Conversions, FloatToIntegerIsDefinedForEveryValue) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> in = {-1.5, -1, -0.5, 0.5, 255, 256, 300, -300, 1e20, -1e20, inf, -inf,
+                                  std::nan("")};
+  const int64_t max = std::numeric_limits<int64_t>::max(), min = std::numeric_limits<int64_t>::min();
+  const std::vector<int64_t> to_uint8 = {255, 255, 0, 0, 255, 0, 44, 212, 255, 0, 255, 0, 0};
+  const std::vector<int64_t> to_int32 = {-1, -1, 0, 0, 255, 256, 300, -300, -1, 0, -1, 0, 0};
+  const std::vector<int64_t> to_int64 = {-1, -1, 0, 0, 255, 256, 300, -300, max, min, max, min, 0};
+  for (mt::DType from : {mt::kFloat64, mt::kFloat32, mt::kBFloat16, mt::kFloat16}) {
+    SCOPED_TRACE(mt::dtype_name(from));
+    const Tensor x = mt::from_vector(in).to(from);
+    EXPECT_EQ(x.to(mt::kUInt8).to_vector<int64_t>(), to_uint8);
+    EXPECT_EQ(x.to(mt::kInt32).to_vector<int64_t>(), to_int32);
+    EXPECT_EQ(x.to(mt::kInt64).to_vector<int64_t>(), to_int64);
+    EXPECT_EQ(x.to(mt::kBool).to_vector<bool>(), std::vector<bool>(in.size(), true));
+    // Non-contiguous sources take the general loop rather than a dense one.
+    EXPECT_EQ(mt::stack({x, x}, 1).select(1, 0).to(mt::kUInt8).to_vector<int64_t>(), to_uint8);
+  }
+  // Fills and scalars convert the same way.
+  EXPECT_EQ(mt::full({2}, -1.5, mt::kUInt8).to_vector<int64_t>(), (std::vector<int64_t>{255, 255}));
+  EXPECT_EQ(mt::full({1}, std::nan(""), mt::kInt64).item<int64_t>(), 0);
+  EXPECT_EQ(mt::Scalar(inf).to<int32_t>(), -1);
+  EXPECT_EQ(mt::Scalar(-300.5).to<uint8_t>(), 212);
 }
 
 TEST(Conversions, ItemAndToVector) {

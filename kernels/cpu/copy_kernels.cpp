@@ -3,25 +3,13 @@
 // vectorised paths of convert_dense.h.
 #include <cstring>
 
+#include "engine/convert.h"
 #include "engine/kernel_tables.h"
 #include "kernels/cpu/convert_dense.h"
 #include "kernels/cpu/loops.h"
 
 namespace mantissa::cpu {
 namespace {
-
-template <typename To, typename From>
-inline To convert(From v) {
-  if constexpr (std::is_same_v<To, From>) {
-    return v;
-  } else if constexpr (std::is_same_v<To, bool>) {
-    return static_cast<opmath_t<From>>(v) != opmath_t<From>(0);
-  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
-    return To(static_cast<float>(static_cast<opmath_t<From>>(v)));
-  } else {
-    return static_cast<To>(static_cast<opmath_t<From>>(v));
-  }
-}
 
 // Dense float<->half conversions, the hot casts of mixed precision.
 bool try_fast_copy(const Tensor& dst, const Tensor& src) {

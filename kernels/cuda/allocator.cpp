@@ -6,6 +6,9 @@
 // loop every allocation is served from the cache. A block is handed out for the current stream of
 // its device and, once freed, reused only on that stream: later work there is ordered after its
 // last use, so no synchronisation is needed.
+//
+// MANTISSA_CUDA_ALLOCATOR_BYPASS=1 (read once, when the allocators are made) turns the cache off
+// so that compute-sanitizer's memcheck sees every tensor as its own allocation (docs/cuda.md).
 #include "kernels/cuda/allocator.h"
 
 #include <cuda_runtime.h>
@@ -15,6 +18,7 @@
 
 #include "engine/device.h"
 #include "engine/error.h"
+#include "engine/logging.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_guard.h"
 #include "kernels/cuda/stream.h"
@@ -43,9 +47,20 @@ class CudaRawMemory final : public mantissa::detail::RawMemory {
     return ptr;
   }
 
+  // Reached from BlockAllocator::free, which must not throw (a storage destructor calls it, for
+  // every tensor when the cache is bypassed). cudaFree fails only once the device has, and that
+  // sticky error reaches the user through the next checked call.
   void free(void* ptr) override {
-    DeviceGuard guard(device_);
-    MT_CUDA_CHECK(cudaFree(ptr));
+    int previous = -1;
+    if (cudaGetDevice(&previous) == cudaSuccess && previous != device_)
+      (void)cudaSetDevice(device_);
+    const cudaError_t err = cudaFree(ptr);
+    if (previous >= 0 && previous != device_) (void)cudaSetDevice(previous);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      log().error("cuda:{} allocator: cudaFree({}) failed: {}", device_, ptr,
+                  cudaGetErrorString(err));
+    }
   }
 
   mantissa::detail::EventHandle record_event(mantissa::detail::StreamId stream) override {
@@ -87,8 +102,8 @@ class CudaRawMemory final : public mantissa::detail::RawMemory {
 
 class DeviceCachingAllocator final : public Allocator {
  public:
-  explicit DeviceCachingAllocator(int device)
-      : device_(device), raw_(device), blocks_("cuda:" + std::to_string(device), &raw_) {}
+  DeviceCachingAllocator(int device, mantissa::detail::CacheMode mode)
+      : device_(device), raw_(device), blocks_("cuda:" + std::to_string(device), &raw_, mode) {}
 
   void* allocate(size_t nbytes) override {
     return blocks_.allocate(
@@ -109,8 +124,12 @@ class DeviceCachingAllocator final : public Allocator {
 // static, and their storage still needs a live allocator to return memory to.
 const std::vector<DeviceCachingAllocator*>& allocators() {
   static const auto* all = [] {
+    const mantissa::detail::CacheMode mode = mantissa::detail::cache_mode_from_env();
+    if (mode == mantissa::detail::CacheMode::Bypass)
+      log().warn("{}=1: the CUDA caching allocator is bypassed (one cudaMalloc per tensor)",
+                 mantissa::detail::kAllocatorBypassEnv);
     auto* v = new std::vector<DeviceCachingAllocator*>();
-    for (int i = 0; i < device_count(); ++i) v->push_back(new DeviceCachingAllocator(i));
+    for (int i = 0; i < device_count(); ++i) v->push_back(new DeviceCachingAllocator(i, mode));
     return v;
   }();
   return *all;

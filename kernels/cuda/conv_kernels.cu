@@ -7,24 +7,28 @@
 // the call is enqueued: the caching allocator reuses a block only on the stream that freed it
 // (the current stream), so later users of that block are ordered after this convolution.
 //
-// Precision: float16/bfloat16 compute in float on tensor cores; float64 in double; float32 uses
-// FMA math (true float32) unless the effective matmul precision is "high", which allows TF32
-// tensor-op math, as torch.backends.cudnn.allow_tf32 would. An algorithm whose reported math
-// type would break the float32 contract is skipped.
+// Precision (kernels/conv_math.h): float16/bfloat16 compute in float on tensor cores; float64
+// in double; float32 in FMA math (true float32) under the "highest" matmul precision and with
+// TF32 permitted under "high", as torch.backends.cudnn.allow_tf32 would. No dtype ever runs with
+// TENSOR_OP_MATH_ALLOW_CONVERSION, which may down-convert float32 operands to float16. The first
+// heuristic candidate whose reported math type keeps that contract, and that cuDNN then accepts
+// for the call, runs; when none does, the error names the call (shapes, dtype, geometry) and why
+// each candidate was passed over, rather than a bare cuDNN status.
 //
 // The handle of each device is created once, kept for the life of the process (like the cuBLAS
 // handles) and used under a mutex, so concurrent threads never share descriptor-free state.
 #include <cudnn.h>
 
-#include <algorithm>
 #include <climits>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "engine/allocator.h"
 #include "engine/kernel_tables.h"
 #include "engine/precision.h"
+#include "kernels/conv_math.h"
 #include "kernels/cuda/loops.cuh"
 
 namespace mantissa::cuda {
@@ -117,18 +121,37 @@ struct FilterDesc {
   FilterDesc& operator=(const FilterDesc&) = delete;
 };
 
-bool tensor_op_allowed(DType dt) {
-  if (dt == DType::Float16 || dt == DType::BFloat16) return true;
-  if (dt == DType::Float32)
-    return effective_matmul_precision(DeviceType::CUDA) == MatmulPrecision::High;
-  return false;
-}
+static_assert(static_cast<int>(ConvMath::Default) == CUDNN_DEFAULT_MATH &&
+              static_cast<int>(ConvMath::TensorOp) == CUDNN_TENSOR_OP_MATH &&
+              static_cast<int>(ConvMath::TensorOpAllowConversion) ==
+                  CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION &&
+              static_cast<int>(ConvMath::Fma) == CUDNN_FMA_MATH);
+
+ConvMath to_conv_math(cudnnMathType_t m) { return static_cast<ConvMath>(static_cast<int>(m)); }
+
+// What one convolution call is, for the math rule and for error messages. The precision is read
+// once per call so the descriptor and the candidate filter cannot disagree.
+struct ConvCall {
+  const char* op;
+  const Tensor& input;
+  const Tensor& weight;
+  const Tensor& output;
+  DType dt;
+  const Conv2dParams& p;
+  MatmulPrecision precision = effective_matmul_precision(DeviceType::CUDA);
+
+  std::string describe() const {
+    return describe_conv(op, input.shape(), weight.shape(), output.shape(), dt, p, precision);
+  }
+};
 
 struct ConvDesc {
   cudnnConvolutionDescriptor_t d = nullptr;
-  ConvDesc(const Conv2dParams& p, DType dt) {
+  explicit ConvDesc(const ConvCall& call) {
+    const Conv2dParams& p = call.p;
     MT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d));
-    const cudnnDataType_t compute = dt == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+    const cudnnDataType_t compute =
+        call.dt == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
     MT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
         d, to_int(p.padding[0], "padding"), to_int(p.padding[1], "padding"),
         to_int(p.stride[0], "stride"), to_int(p.stride[1], "stride"),
@@ -136,29 +159,20 @@ struct ConvDesc {
         CUDNN_CROSS_CORRELATION, compute));
     MT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, to_int(p.groups, "groups")));
     MT_CUDNN_CHECK(cudnnSetConvolutionMathType(
-        d, tensor_op_allowed(dt) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+        d, static_cast<cudnnMathType_t>(conv_requested_math(call.dt, call.precision))));
   }
   ~ConvDesc() { (void)cudnnDestroyConvolutionDescriptor(d); }
   ConvDesc(const ConvDesc&) = delete;
   ConvDesc& operator=(const ConvDesc&) = delete;
 };
 
-// The first algorithm (best by cuDNN's heuristics) that is usable and keeps the precision
-// contract; its math type is then set on the descriptor, as cuDNN expects.
-template <typename Perf>
-const Perf& pick_algorithm(const Perf* perf, int count, DType dt, const ConvDesc& conv,
-                           const char* what) {
-  const bool tensor_ok = tensor_op_allowed(dt);
-  for (int i = 0; i < count; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-    const bool tensor_math = perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
-                             perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
-    if (tensor_math && !tensor_ok) continue;
-    MT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.d, perf[i].mathType));
-    return perf[i];
-  }
-  MT_THROW(what, ": cuDNN offers no algorithm for dtype ", dtype_name(dt),
-           tensor_ok ? "" : " without tensor-op math");
+bool not_supported(cudnnStatus_t st) {
+  // cuDNN 9 splits NOT_SUPPORTED into sub-codes (3000-3999: shape, layout, padding, ...).
+#ifdef CUDNN_STATUS_CATEGORY
+  return CUDNN_STATUS_CATEGORY(st) == CUDNN_STATUS_NOT_SUPPORTED;
+#else
+  return st == CUDNN_STATUS_NOT_SUPPORTED;
+#endif
 }
 
 // Device scratch memory from mantissa's caching allocator, returned when the call is enqueued.
@@ -198,6 +212,45 @@ void zero_fill(const Tensor& t) {
   MT_CUDA_CHECK(cudaMemsetAsync(t.data_ptr(), 0, t.nbytes(), detail::current_stream()));
 }
 
+// Runs the first of cuDNN's heuristic candidates (best first) that the heuristics marked usable,
+// whose math type keeps the dtype's contract, and that cuDNN accepts for this call: cuDNN 9's
+// legacy heuristics can propose an algorithm that the workspace query or the launch then reports
+// as not supported (a refused launch has enqueued nothing), and the next candidate is tried. The
+// chosen math type is set on the descriptor, as cuDNN expects of an algorithm picked this way.
+template <typename Perf, typename WorkspaceSize, typename Execute>
+void run_first_usable(const ConvCall& call, const Perf* perf, int count, const ConvDesc& conv,
+                      Device device, const WorkspaceSize& workspace_size, const Execute& execute) {
+  std::string passed_over;
+  const auto note = [&](const Perf& r, const char* why) {
+    passed_over += mantissa::detail::str_cat(passed_over.empty() ? "" : "; ", "algo ",
+                                             static_cast<int>(r.algo), " ",
+                                             conv_math_name(to_conv_math(r.mathType)), ": ", why);
+  };
+  for (int i = 0; i < count; ++i) {
+    const Perf& r = perf[i];
+    if (r.status != CUDNN_STATUS_SUCCESS) {
+      note(r, cudnnGetErrorString(r.status));
+      continue;
+    }
+    if (!conv_math_allowed(call.dt, call.precision, to_conv_math(r.mathType))) {
+      note(r, "math type breaks the precision contract");
+      continue;
+    }
+    MT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.d, r.mathType));
+    size_t bytes = 0;
+    cudnnStatus_t st = workspace_size(r.algo, &bytes);
+    if (st == CUDNN_STATUS_SUCCESS) {
+      const Workspace ws(device, bytes);
+      st = execute(r.algo, ws);
+      if (st == CUDNN_STATUS_SUCCESS) return;
+    }
+    if (!not_supported(st)) MT_THROW(call.describe(), ": cuDNN failed: ", cudnnGetErrorString(st));
+    note(r, cudnnGetErrorString(st));
+  }
+  MT_THROW(call.describe(), ": cuDNN has no usable algorithm (its heuristics proposed ", count,
+           count == 1 ? " candidate" : " candidates", count == 0 ? "" : ": ", passed_over, ")");
+}
+
 // ---- bias ---------------------------------------------------------------------------------
 template <typename T>
 __global__ void __launch_bounds__(kBlockSize)
@@ -226,28 +279,31 @@ void conv2d_forward_cuda(const Tensor& out, const Tensor& input, const Tensor& w
   if (out.numel() == 0) return;
   const int device = out.device().index();
   DeviceGuard guard(device);
-  const DType dt = out.dtype();
   if (input.numel() == 0 || weight.numel() == 0) {
     zero_fill(out);  // an empty reduction (no input channels)
   } else {
+    const ConvCall call{"conv2d forward", input, weight, out, out.dtype(), p};
     const TensorDesc x(input), y(out);
     const FilterDesc w(weight);
-    const ConvDesc conv(p, dt);
+    const ConvDesc conv(call);
     CudnnLease lease(device);
     constexpr int kMaxAlgos = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
     cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
     int count = 0;
     MT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(lease.handle(), x.d, w.d, conv.d, y.d,
                                                           kMaxAlgos, &count, perf));
-    const auto& algo = pick_algorithm(perf, count, dt, conv, "conv2d");
-    size_t bytes = 0;
-    MT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(lease.handle(), x.d, w.d, conv.d, y.d,
-                                                           algo.algo, &bytes));
-    const Workspace ws(out.device(), bytes);
-    const Scaling s(dt);
-    MT_CUDNN_CHECK(cudnnConvolutionForward(lease.handle(), s.one(), x.d, input.data_ptr(), w.d,
-                                           weight.data_ptr(), conv.d, algo.algo, ws.get(),
-                                           ws.size(), s.zero(), y.d, out.data_ptr()));
+    const Scaling s(call.dt);
+    run_first_usable(
+        call, perf, count, conv, out.device(),
+        [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+          return cudnnGetConvolutionForwardWorkspaceSize(lease.handle(), x.d, w.d, conv.d, y.d,
+                                                         algo, bytes);
+        },
+        [&](cudnnConvolutionFwdAlgo_t algo, const Workspace& ws) {
+          return cudnnConvolutionForward(lease.handle(), s.one(), x.d, input.data_ptr(), w.d,
+                                         weight.data_ptr(), conv.d, algo, ws.get(), ws.size(),
+                                         s.zero(), y.d, out.data_ptr());
+        });
   }
   if (bias.defined()) add_bias(out, bias);
 }
@@ -261,25 +317,28 @@ void conv2d_backward_input_cuda(const Tensor& grad_input, const Tensor& grad_out
     zero_fill(grad_input);
     return;
   }
-  const DType dt = grad_input.dtype();
+  const ConvCall call{"conv2d backward input", grad_input, weight, grad_out, grad_input.dtype(), p};
   const TensorDesc dx(grad_input), dy(grad_out);
   const FilterDesc w(weight);
-  const ConvDesc conv(p, dt);
+  const ConvDesc conv(call);
   CudnnLease lease(device);
   constexpr int kMaxAlgos = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
   cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
   int count = 0;
   MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(lease.handle(), w.d, dy.d, conv.d,
                                                              dx.d, kMaxAlgos, &count, perf));
-  const auto& algo = pick_algorithm(perf, count, dt, conv, "conv2d_backward_input");
-  size_t bytes = 0;
-  MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(lease.handle(), w.d, dy.d, conv.d,
-                                                              dx.d, algo.algo, &bytes));
-  const Workspace ws(grad_input.device(), bytes);
-  const Scaling s(dt);
-  MT_CUDNN_CHECK(cudnnConvolutionBackwardData(lease.handle(), s.one(), w.d, weight.data_ptr(), dy.d,
-                                              grad_out.data_ptr(), conv.d, algo.algo, ws.get(),
-                                              ws.size(), s.zero(), dx.d, grad_input.data_ptr()));
+  const Scaling s(call.dt);
+  run_first_usable(
+      call, perf, count, conv, grad_input.device(),
+      [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(lease.handle(), w.d, dy.d, conv.d, dx.d,
+                                                            algo, bytes);
+      },
+      [&](cudnnConvolutionBwdDataAlgo_t algo, const Workspace& ws) {
+        return cudnnConvolutionBackwardData(lease.handle(), s.one(), w.d, weight.data_ptr(), dy.d,
+                                            grad_out.data_ptr(), conv.d, algo, ws.get(), ws.size(),
+                                            s.zero(), dx.d, grad_input.data_ptr());
+      });
 }
 
 void conv2d_backward_weight_cuda(const Tensor& grad_weight, const Tensor& grad_out,
@@ -292,24 +351,28 @@ void conv2d_backward_weight_cuda(const Tensor& grad_weight, const Tensor& grad_o
     return;
   }
   const DType dt = grad_weight.dtype();
+  const ConvCall call{"conv2d backward weight", input, grad_weight, grad_out, dt, p};
   const TensorDesc x(input), dy(grad_out);
   const FilterDesc dw(grad_weight);
-  const ConvDesc conv(p, dt);
+  const ConvDesc conv(call);
   CudnnLease lease(device);
   constexpr int kMaxAlgos = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
   cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
   int count = 0;
   MT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(lease.handle(), x.d, dy.d, conv.d,
                                                                dw.d, kMaxAlgos, &count, perf));
-  const auto& algo = pick_algorithm(perf, count, dt, conv, "conv2d_backward_weight");
-  size_t bytes = 0;
-  MT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(lease.handle(), x.d, dy.d, conv.d,
-                                                                dw.d, algo.algo, &bytes));
-  const Workspace ws(grad_weight.device(), bytes);
-  const Scaling s(dt);
-  MT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-      lease.handle(), s.one(), x.d, input.data_ptr(), dy.d, grad_out.data_ptr(), conv.d, algo.algo,
-      ws.get(), ws.size(), s.zero(), dw.d, grad_weight.data_ptr()));
+  const Scaling s(call.dt);
+  run_first_usable(
+      call, perf, count, conv, grad_weight.device(),
+      [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(lease.handle(), x.d, dy.d, conv.d,
+                                                              dw.d, algo, bytes);
+      },
+      [&](cudnnConvolutionBwdFilterAlgo_t algo, const Workspace& ws) {
+        return cudnnConvolutionBackwardFilter(lease.handle(), s.one(), x.d, input.data_ptr(), dy.d,
+                                              grad_out.data_ptr(), conv.d, algo, ws.get(),
+                                              ws.size(), s.zero(), dw.d, grad_weight.data_ptr());
+      });
 }
 
 }  // namespace

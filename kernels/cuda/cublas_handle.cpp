@@ -1,10 +1,12 @@
 #include "kernels/cuda/cublas_handle.h"
 
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/device.h"
 #include "engine/error.h"
+#include "kernels/cuda/allocator.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_guard.h"
 #include "kernels/cuda/stream.h"
@@ -16,6 +18,8 @@ struct Slot {
   std::once_flag created;
   std::mutex mutex;
   cublasHandle_t handle = nullptr;
+  size_t workspace_bytes = 0;
+  std::unordered_map<cudaStream_t, void*> workspaces;  // under `mutex`
   std::once_flag lt_created;
   cublasLtHandle_t lt_handle = nullptr;
 };
@@ -32,6 +36,47 @@ Slot& slot(int device) {
   return *slots[device];
 }
 
+// The cuBLAS documentation (cublasSetWorkspace) recommends 32 MiB on Hopper and later, 4 MiB on
+// earlier architectures: what its default pool gives a stream, so kernel choice is unchanged.
+size_t workspace_bytes_for(int device) {
+  int major = 0;
+  MT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return (major >= 9 ? size_t{32} : size_t{4}) << 20;
+}
+
+// cudaMalloc, allowed inside a graph capture on this thread (as the allocator does for graph
+// pools); nullptr when the device is out of memory.
+void* raw_malloc(size_t nbytes) {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  MT_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  void* ptr = nullptr;
+  const cudaError_t err = cudaMalloc(&ptr, nbytes);
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  MT_CUDA_CHECK(err);
+  return ptr;
+}
+
+// The workspace of `stream` (made on its first cuBLAS call); the caller holds s.mutex.
+void* workspace_of(Slot& s, int device, cudaStream_t stream) {
+  auto it = s.workspaces.find(stream);
+  if (it != s.workspaces.end()) return it->second;
+  DeviceGuard guard(device);
+  void* ptr = raw_malloc(s.workspace_bytes);
+  if (ptr == nullptr) {
+    // Cached blocks may hold the memory (a no-op during a capture, which cannot free).
+    block_allocator(device).empty_cache();
+    ptr = raw_malloc(s.workspace_bytes);
+  }
+  MT_CHECK(ptr != nullptr, "cuBLAS: CUDA out of memory on cuda:", device, " for the ",
+           s.workspace_bytes >> 20, " MiB cuBLAS workspace of a stream");
+  s.workspaces.emplace(stream, ptr);
+  return ptr;
+}
+
 }  // namespace
 
 CublasLease::CublasLease(int device) {
@@ -39,16 +84,22 @@ CublasLease::CublasLease(int device) {
   // A failed creation throws out of call_once, which leaves the flag unset to retry next time.
   std::call_once(s.created, [&] {
     DeviceGuard guard(device);
+    const size_t workspace_bytes = workspace_bytes_for(device);
     cublasHandle_t h = nullptr;
     MT_CUBLAS_CHECK(cublasCreate(&h));
     MT_CUBLAS_CHECK(cublasSetMathMode(
         h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
                                      CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    s.workspace_bytes = workspace_bytes;
     s.handle = h;
   });
   lock_ = std::unique_lock<std::mutex>(s.mutex);
   handle_ = s.handle;
-  MT_CUBLAS_CHECK(cublasSetStream(handle_, detail::current_stream()));
+  const cudaStream_t stream = detail::current_stream(device);
+  MT_CUBLAS_CHECK(cublasSetStream(handle_, stream));
+  // cublasSetStream puts the handle back on cuBLAS's default workspace, so this follows it on
+  // every lease.
+  MT_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_of(s, device, stream), s.workspace_bytes));
 }
 
 cublasLtHandle_t cublaslt_handle(int device) {

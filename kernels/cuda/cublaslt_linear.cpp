@@ -1,10 +1,18 @@
-// CUDA fused linear kernels on cuBLASLt: the bias, ReLU and GELU ride in the GEMM's epilogue,
-// and the backward reduces the bias gradient inside a GEMM. Epilogues used (docs/kernels.md):
+// CUDA fused linear kernels on cuBLASLt: the bias and GELU ride in the GEMM's epilogue, and the
+// backward reduces the bias gradient inside a GEMM. Epilogues used (docs/kernels.md):
 //
-//   linear_forward          D = act(W x + b)      BIAS, RELU_BIAS / RELU_AUX_BIAS,
+//   linear_forward          D = act(W x + b)      BIAS (DEFAULT without b),
 //                                                 GELU_BIAS / GELU_AUX_BIAS (tanh GELU)
 //   linear_backward_weight  dW = g^T x, db = sum g           BGRADB (DEFAULT without db)
-//   linear_backward_act     dZ = (g W) * act'(aux), db = sum dZ   DRELU_BGRAD / DGELU_BGRAD
+//   linear_backward_act     dZ = (g W) * act'(aux), db = sum dZ   DGELU_BGRAD (DGELU without db)
+//
+// ReLU never uses cuBLASLt's RELU* / DRELU* epilogues: they compute max(x, 0), which turns NaN
+// into 0, while the CPU and PyTorch propagate it (a zeroed NaN can hide an overflow from the
+// GradScaler), and their bit mask keeps no trace of a NaN to repair afterwards. ReLU's forward is
+// the BIAS (or DEFAULT) GEMM followed by the relu kernel in place (functors::Relu, as on the
+// CPU), and it returns no aux; linear_backward_act for ReLU is the DEFAULT GEMM followed by the
+// composition's relu_backward on h and column sums (linear_composite::finish_backward_act). ReLU
+// therefore costs one extra elementwise pass each way, for the same values on both devices.
 //
 // cuBLASLt is column-major and our matrices row-major, so every call computes the transpose:
 // a row-major [r, c] matrix with unit column stride is a column-major c x r matrix with leading
@@ -12,22 +20,29 @@
 // per-feature bias on D's rows, where BIAS broadcasts it; dW^T [K x N] = x^T [K x M] * g [M x N]
 // puts the bias gradient on the columns of B = g, which BGRADB reduces over the k = M dimension.
 //
-// Where an epilogue does not apply the kernels fall back to the CPU's composition of bmm, add,
-// sum and activation kernels (kernels/linear_composite.h), on this device:
+// Where cuBLASLt does not run, the kernels compute the CPU's composition of bmm, add, sum and
+// activation kernels (kernels/linear_composite.h) on this device, and count why in
+// engine/cuda_linear_stats.h. By design, decided before cuBLASLt is asked:
 //  - float64 and integer dtypes: we keep them on the plain cuBLAS/bmm path (the epilogues are
 //    meant for tensor-core types, and cuBLASLt's heuristics need not offer them for 64F);
 //  - an operand without unit column stride (cuBLASLt takes a leading dimension, not two strides);
 //  - a bias that is not a packed [N] vector (a broadcast 0-d or [1] bias has stride 0);
-//  - GELU aux/ReLU-mask layout constraints (aux leading dimension a multiple of 8 elements);
-//  - empty operands and K == 0 (the GEMM is a fill, which bmm handles);
-//  - no algorithm returned by the heuristic for this shape and alignment.
-// The fallback then computes the same values (one more rounding for half types, exactly as the
-// CPU does) and, for ReLU, makes no mask: linear_backward_act reads ReLU's derivative from h.
+//  - GELU's aux leading dimension not a multiple of 8 elements (cuBLASLt's requirement);
+//  - an empty reduction dimension (the GEMM is a fill, which bmm handles).
+// A refusal: the heuristic returns no algorithm for this shape and alignment. Strict mode
+// (MANTISSA_STRICT_FAST_PATHS=1, cuda::set_strict_fast_paths) makes a refusal an error naming
+// the call; otherwise the composition computes the same values (one more rounding for half
+// types, exactly as the CPU does).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
+#include <string>
 
+#include "engine/cuda_linear_stats.h"
+#include "engine/error.h"
 #include "engine/factory.h"
 #include "engine/kernel_tables.h"
 #include "engine/precision.h"
@@ -81,8 +96,37 @@ uint32_t alignment_of(const void* p) {
   return a;
 }
 
+// What the stats call each epilogue we use (the RELU ones are never used, see the top).
+LinearEpilogue stats_epilogue(cublasLtEpilogue_t e) {
+  switch (e) {
+    case CUBLASLT_EPILOGUE_BIAS:
+      return LinearEpilogue::Bias;
+    case CUBLASLT_EPILOGUE_GELU:
+      return LinearEpilogue::Gelu;
+    case CUBLASLT_EPILOGUE_GELU_BIAS:
+      return LinearEpilogue::GeluBias;
+    case CUBLASLT_EPILOGUE_GELU_AUX:
+      return LinearEpilogue::GeluAux;
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+      return LinearEpilogue::GeluAuxBias;
+    case CUBLASLT_EPILOGUE_BGRADB:
+      return LinearEpilogue::BGradB;
+    case CUBLASLT_EPILOGUE_DGELU:
+      return LinearEpilogue::DGelu;
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD:
+      return LinearEpilogue::DGeluBGrad;
+    default:
+      MT_ASSERT(e == CUBLASLT_EPILOGUE_DEFAULT, "cublaslt_linear: unexpected epilogue ",
+                static_cast<int>(e));
+      return LinearEpilogue::Default;
+  }
+}
+
 // One column-major GEMM D [m x n] = op_a(A) [m x k] * op_b(B) [k x n] with an epilogue.
 struct LtGemm {
+  // The calling op and its own (row-major) sizes, for strict mode's error.
+  const char* op = "";
+  int64_t op_m = 0, op_n = 0, op_k = 0;
   int64_t m = 0, n = 0, k = 0;
   cublasOperation_t op_a = CUBLAS_OP_N, op_b = CUBLAS_OP_N;
   const void* a = nullptr;
@@ -93,35 +137,45 @@ struct LtGemm {
   int64_t ldd = 0;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void* bias = nullptr;  // BIAS epilogues read it; BGRAD epilogues write it
-  void* aux = nullptr;         // GELU pre-activation or ReLU bit mask
+  void* aux = nullptr;         // GELU pre-activation
   int64_t aux_ld = 0;
 };
 
-// The storage type and compute type for `dtype`, or false where cuBLASLt is not used.
-bool lt_types(DType dtype, cudaDataType_t& type, cublasComputeType_t& compute) {
+bool lt_dtype(DType dtype) { return LinearStats::dtype_index(dtype) >= 0; }
+
+// The storage type and compute type for one of the lt_dtype()s.
+void lt_types(DType dtype, cudaDataType_t& type, cublasComputeType_t& compute) {
   compute = CUBLAS_COMPUTE_32F;  // half types accumulate in float32
   switch (dtype) {
     case DType::Float32:
       type = CUDA_R_32F;
       if (effective_matmul_precision(DeviceType::CUDA) == MatmulPrecision::High)
         compute = CUBLAS_COMPUTE_32F_FAST_TF32;
-      return true;
+      return;
     case DType::Float16:
       type = CUDA_R_16F;
-      return true;
+      return;
     case DType::BFloat16:
       type = CUDA_R_16BF;
-      return true;
+      return;
     default:
-      return false;
+      MT_ASSERT(false, "cublaslt_linear: no cuBLASLt type for ", dtype);
   }
 }
 
-// Enqueues g on the current stream; false (nothing enqueued) when cuBLASLt offers no algorithm.
+// A fallback decided before cuBLASLt is asked: counted, never an error.
+void fall_back_by_design(LinearFallback reason) {
+  MT_ASSERT(!is_refusal(reason), "cublaslt_linear: ", linear_fallback_name(reason),
+            " is a refusal");
+  (void)detail::count_linear_fallback(reason);
+}
+
+// Enqueues g on the current stream and counts its epilogue; false (nothing enqueued, the refusal
+// counted) when cuBLASLt offers no algorithm, or throws for that in strict mode.
 bool lt_matmul(const LtGemm& g, DType dtype, int device) {
   cudaDataType_t type = CUDA_R_32F;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-  if (!lt_types(dtype, type, compute)) return false;
+  lt_types(dtype, type, compute);
 
   DescGuard desc;
   MT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.desc, compute, CUDA_R_32F));
@@ -146,22 +200,39 @@ bool lt_matmul(const LtGemm& g, DType dtype, int device) {
   MT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld.layout, type, static_cast<uint64_t>(g.m),
                                              static_cast<uint64_t>(g.n), g.ldd));
 
+  const uint32_t align_a = alignment_of(g.a), align_b = alignment_of(g.b),
+                 align_d = alignment_of(g.d);
   PreferenceGuard pref;
   MT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.pref));
   set_pref(pref.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kMaxWorkspaceBytes);
-  set_pref(pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(g.a));
-  set_pref(pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(g.b));
-  set_pref(pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(g.d));
-  set_pref(pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(g.d));
+  set_pref(pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
+  set_pref(pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
+  set_pref(pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d);
+  set_pref(pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d);
 
   const cublasLtHandle_t handle = cublaslt_handle(device);
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  // NOT_SUPPORTED (no kernel for this combination) is an answer, not an error: fall back.
+  // No algorithm is an answer, not an error: NOT_SUPPORTED (no kernel for this combination),
+  // an empty answer, or (as some versions answer for degenerate shapes) INVALID_VALUE. The
+  // composition computes the same values, so only strict mode makes it an error.
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
       handle, desc.desc, la.layout, lb.layout, ld.layout, ld.layout, pref.pref, 1, &result, &found);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) return false;
-  MT_CUBLAS_CHECK(status);
+  const LinearEpilogue epilogue = stats_epilogue(g.epilogue);
+  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+    if (detail::count_linear_fallback(LinearFallback::NoAlgorithm)) {
+      MT_THROW(g.op, ": cuBLASLt offered no algorithm (heuristic status ", static_cast<int>(status),
+               ", ", found, " found) for epilogue ", linear_epilogue_name(epilogue), " in ", dtype,
+               " (M ", g.op_m, ", N ", g.op_n, ", K ", g.op_k, "; column-major GEMM m ", g.m, " n ",
+               g.n, " k ", g.k, ", ld ", g.lda, "/", g.ldb, "/", g.ldd,
+               g.aux != nullptr ? ", aux ld " : "",
+               g.aux != nullptr ? std::to_string(g.aux_ld) : std::string(), ", alignments A/B/D ",
+               align_a, "/", align_b, "/", align_d,
+               " bytes), and strict fast paths are on (MANTISSA_STRICT_FAST_PATHS or "
+               "cuda::set_strict_fast_paths); without them the composed path would run");
+    }
+    return false;
+  }
 
   Tensor workspace;
   if (result.workspaceSize > 0) {
@@ -173,6 +244,7 @@ bool lt_matmul(const LtGemm& g, DType dtype, int device) {
                                  g.d, ld.layout, g.d, ld.layout, &result.algo,
                                  workspace.defined() ? workspace.data_ptr() : nullptr,
                                  result.workspaceSize, detail::current_stream()));
+  detail::count_linear_epilogue(epilogue, dtype);
   return true;
 }
 
@@ -187,9 +259,6 @@ int64_t row_major_ld(const Tensor& t) {
 
 bool packed_vector(const Tensor& v) { return v.size(0) == 1 || v.stride(0) == 1; }
 
-// The ReLU bit mask's leading dimension: cuBLASLt wants a multiple of 128 bits.
-int64_t relu_mask_ld(int64_t rows) { return (rows + 127) / 128 * 128; }
-
 Tensor linear_forward_cuda(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
                            LinearActivation act, bool want_aux) {
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
@@ -197,52 +266,68 @@ Tensor linear_forward_cuda(const Tensor& out, const Tensor& x, const Tensor& w, 
   DeviceGuard guard(out.device().index());
   const int64_t ldx = row_major_ld(x), ldw = row_major_ld(w);
   const bool has_bias = bias.defined();
-  // GELU's aux is the [M, N] pre-activation with leading dimension N, which cuBLASLt wants to
-  // be a multiple of 8 elements.
-  const bool aux_ok = !want_aux || act != LinearActivation::GeluTanh || N % 8 == 0;
-  if (K > 0 && ldx != 0 && ldw != 0 && (!has_bias || packed_vector(bias)) && aux_ok) {
-    LtGemm g;
-    g.m = N;
-    g.n = M;
-    g.k = K;
-    g.op_a = CUBLAS_OP_T;  // W [N, K] row-major is K x N column-major
-    g.a = w.data_ptr();
-    g.lda = ldw;
-    g.op_b = CUBLAS_OP_N;  // x [M, K] row-major is K x M column-major: x^T
-    g.b = x.data_ptr();
-    g.ldb = ldx;
-    g.d = out.data_ptr();
-    g.ldd = N;
-    g.bias = has_bias ? bias.data_ptr() : nullptr;
-    Tensor aux;
-    switch (act) {
-      case LinearActivation::None:
-        g.epilogue = has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-        break;
-      case LinearActivation::Relu:
-        if (want_aux) {
-          g.aux_ld = relu_mask_ld(N);
-          aux = empty(Shape{M, g.aux_ld / 8}, TensorOptions(out.device()).dtype(DType::UInt8));
-          g.aux = aux.data_ptr();
-          g.epilogue = has_bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX;
-        } else {
-          g.epilogue = has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-        }
-        break;
-      case LinearActivation::GeluTanh:
-        if (want_aux) {
-          aux = empty(Shape{M, N}, TensorOptions(out.device()).dtype(out.dtype()));
-          g.aux = aux.data_ptr();
-          g.aux_ld = N;
-          g.epilogue = has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-        } else {
-          g.epilogue = has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-        }
-        break;
-    }
-    if (lt_matmul(g, out.dtype(), out.device().index())) return aux;
+  const bool gelu_aux = want_aux && act == LinearActivation::GeluTanh;
+  std::optional<LinearFallback> by_design;
+  if (!lt_dtype(out.dtype())) {
+    by_design = LinearFallback::UnsupportedDtype;
+  } else if (K == 0) {
+    by_design = LinearFallback::Empty;
+  } else if (ldx == 0 || ldw == 0) {
+    by_design = LinearFallback::NonUnitStride;
+  } else if (has_bias && !packed_vector(bias)) {
+    by_design = LinearFallback::NonPackedBias;
+  } else if (gelu_aux && N % 8 != 0) {
+    // GELU's aux is the [M, N] pre-activation with leading dimension N, which cuBLASLt wants to
+    // be a multiple of 8 elements.
+    by_design = LinearFallback::AuxLayout;
   }
-  return linear_composite::forward(out, x, w, bias, act, want_aux);
+  if (by_design) {
+    fall_back_by_design(*by_design);
+    return linear_composite::forward(out, x, w, bias, act, want_aux);
+  }
+
+  LtGemm g;
+  g.op = "linear_forward";
+  g.op_m = M;
+  g.op_n = N;
+  g.op_k = K;
+  g.m = N;
+  g.n = M;
+  g.k = K;
+  g.op_a = CUBLAS_OP_T;  // W [N, K] row-major is K x N column-major
+  g.a = w.data_ptr();
+  g.lda = ldw;
+  g.op_b = CUBLAS_OP_N;  // x [M, K] row-major is K x M column-major: x^T
+  g.b = x.data_ptr();
+  g.ldb = ldx;
+  g.d = out.data_ptr();
+  g.ldd = N;
+  g.bias = has_bias ? bias.data_ptr() : nullptr;
+  Tensor aux;
+  switch (act) {
+    case LinearActivation::None:
+    case LinearActivation::Relu:  // relu follows the GEMM (see the top)
+      g.epilogue = has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+      break;
+    case LinearActivation::GeluTanh:
+      if (gelu_aux) {
+        aux = empty(Shape{M, N}, TensorOptions(out.device()).dtype(out.dtype()));
+        g.aux = aux.data_ptr();
+        g.aux_ld = N;
+        g.epilogue = has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+      } else {
+        g.epilogue = has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+      }
+      break;
+  }
+  if (!lt_matmul(g, out.dtype(), out.device().index()))
+    return linear_composite::forward(out, x, w, bias, act, want_aux);
+  if (act == LinearActivation::Relu) {
+    // NaN-propagating, and no aux: the backward reads ReLU's derivative from out.
+    linear_composite::activate(out, out, act);
+    detail::count_linear_relu(/*backward=*/false, out.dtype());
+  }
+  return aux;
 }
 
 void linear_backward_weight_cuda(const Tensor& grad_w, const Tensor& grad_bias,
@@ -251,26 +336,41 @@ void linear_backward_weight_cuda(const Tensor& grad_w, const Tensor& grad_bias,
   if (grad_w.numel() == 0 && (!grad_bias.defined() || grad_bias.numel() == 0)) return;
   DeviceGuard guard(grad_w.device().index());
   const int64_t ldx = row_major_ld(x), ldg = row_major_ld(grad_out);
-  if (M > 0 && K > 0 && N > 0 && ldx != 0 && ldg != 0) {
-    LtGemm g;
-    g.m = K;
-    g.n = N;
-    g.k = M;
-    g.op_a = CUBLAS_OP_N;  // x [M, K] row-major: x^T, K x M
-    g.a = x.data_ptr();
-    g.lda = ldx;
-    g.op_b = CUBLAS_OP_T;  // grad_out [M, N] row-major is N x M column-major; op T gives M x N
-    g.b = grad_out.data_ptr();
-    g.ldb = ldg;
-    g.d = grad_w.data_ptr();  // dW [N, K] row-major is dW^T, K x N column-major
-    g.ldd = K;
-    if (grad_bias.defined()) {
-      g.epilogue = CUBLASLT_EPILOGUE_BGRADB;  // column sums of B over k = M: [N]
-      g.bias = grad_bias.data_ptr();
-    }
-    if (lt_matmul(g, grad_w.dtype(), grad_w.device().index())) return;
+  std::optional<LinearFallback> by_design;
+  if (!lt_dtype(grad_w.dtype())) {
+    by_design = LinearFallback::UnsupportedDtype;
+  } else if (M == 0 || K == 0 || N == 0) {
+    by_design = LinearFallback::Empty;
+  } else if (ldx == 0 || ldg == 0) {
+    by_design = LinearFallback::NonUnitStride;
   }
-  linear_composite::backward_weight(grad_w, grad_bias, grad_out, x);
+  if (by_design) {
+    fall_back_by_design(*by_design);
+    linear_composite::backward_weight(grad_w, grad_bias, grad_out, x);
+    return;
+  }
+  LtGemm g;
+  g.op = "linear_backward_weight";
+  g.op_m = M;
+  g.op_n = N;
+  g.op_k = K;
+  g.m = K;
+  g.n = N;
+  g.k = M;
+  g.op_a = CUBLAS_OP_N;  // x [M, K] row-major: x^T, K x M
+  g.a = x.data_ptr();
+  g.lda = ldx;
+  g.op_b = CUBLAS_OP_T;  // grad_out [M, N] row-major is N x M column-major; op T gives M x N
+  g.b = grad_out.data_ptr();
+  g.ldb = ldg;
+  g.d = grad_w.data_ptr();  // dW [N, K] row-major is dW^T, K x N column-major
+  g.ldd = K;
+  if (grad_bias.defined()) {
+    g.epilogue = CUBLASLT_EPILOGUE_BGRADB;  // column sums of B over k = M: [N]
+    g.bias = grad_bias.data_ptr();
+  }
+  if (!lt_matmul(g, grad_w.dtype(), grad_w.device().index()))
+    linear_composite::backward_weight(grad_w, grad_bias, grad_out, x);
 }
 
 void linear_backward_act_cuda(const Tensor& grad_pre, const Tensor& grad_bias,
@@ -278,56 +378,64 @@ void linear_backward_act_cuda(const Tensor& grad_pre, const Tensor& grad_bias,
                               const Tensor& aux, LinearActivation act) {
   const int64_t M = grad_out.size(0), N = grad_out.size(1), K = w.size(1);
   if (grad_pre.numel() == 0) {
-    if (grad_bias.defined() && grad_bias.numel() > 0)
+    if (grad_bias.defined() && grad_bias.numel() > 0) {
+      fall_back_by_design(LinearFallback::Empty);
       linear_composite::column_sums(grad_bias, grad_pre);
+    }
     return;
   }
   DeviceGuard guard(grad_pre.device().index());
   const int64_t ldg = row_major_ld(grad_out), ldw = row_major_ld(w);
-  // The mask exists only when the forward ran on cuBLASLt; GELU needs its pre-activation with
-  // leading dimension K (a multiple of 8).
-  const bool aux_ok =
-      act == LinearActivation::None ||
-      (act == LinearActivation::Relu && aux.defined() && aux.dtype() == DType::UInt8) ||
-      (act == LinearActivation::GeluTanh && aux.defined() && aux.is_contiguous() && K % 8 == 0);
-  if (N > 0 && ldg != 0 && ldw != 0 && aux_ok) {
-    LtGemm g;
-    g.m = K;
-    g.n = M;
-    g.k = N;
-    g.op_a = CUBLAS_OP_N;  // W [N, K] row-major is K x N column-major
-    g.a = w.data_ptr();
-    g.lda = ldw;
-    g.op_b = CUBLAS_OP_N;  // grad_out [M, N] row-major is N x M column-major
-    g.b = grad_out.data_ptr();
-    g.ldb = ldg;
-    g.d = grad_pre.data_ptr();  // grad_pre [M, K] row-major is K x M column-major
-    g.ldd = K;
-    const bool db = grad_bias.defined();
-    g.bias = db ? grad_bias.data_ptr() : nullptr;  // reduced over D's columns: [K]
-    switch (act) {
-      case LinearActivation::None:
-        // No activation between the layers: a bias gradient alone is a plain column sum.
-        g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-        g.bias = nullptr;
-        break;
-      case LinearActivation::Relu:
-        g.epilogue = db ? CUBLASLT_EPILOGUE_DRELU_BGRAD : CUBLASLT_EPILOGUE_DRELU;
-        g.aux = aux.data_ptr();
-        g.aux_ld = relu_mask_ld(K);
-        break;
-      case LinearActivation::GeluTanh:
-        g.epilogue = db ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
-        g.aux = aux.data_ptr();
-        g.aux_ld = K;
-        break;
-    }
-    if (lt_matmul(g, grad_pre.dtype(), grad_pre.device().index())) {
-      if (act == LinearActivation::None && db) linear_composite::column_sums(grad_bias, grad_pre);
-      return;
-    }
+  std::optional<LinearFallback> by_design;
+  if (!lt_dtype(grad_pre.dtype())) {
+    by_design = LinearFallback::UnsupportedDtype;
+  } else if (N == 0) {
+    by_design = LinearFallback::Empty;
+  } else if (ldg == 0 || ldw == 0) {
+    by_design = LinearFallback::NonUnitStride;
+  } else if (act == LinearActivation::GeluTanh &&
+             !(aux.defined() && aux.is_contiguous() && K % 8 == 0)) {
+    // DGELU reads the forward's pre-activation with leading dimension K (a multiple of 8); a
+    // forward that fell back for its aux layout left one with K % 8 != 0.
+    by_design = LinearFallback::AuxLayout;
   }
-  linear_composite::backward_act(grad_pre, grad_bias, grad_out, w, h, aux, act);
+  if (by_design) {
+    fall_back_by_design(*by_design);
+    linear_composite::backward_act(grad_pre, grad_bias, grad_out, w, h, aux, act);
+    return;
+  }
+  LtGemm g;
+  g.op = "linear_backward_act";
+  g.op_m = M;
+  g.op_n = N;
+  g.op_k = K;
+  g.m = K;
+  g.n = M;
+  g.k = N;
+  g.op_a = CUBLAS_OP_N;  // W [N, K] row-major is K x N column-major
+  g.a = w.data_ptr();
+  g.lda = ldw;
+  g.op_b = CUBLAS_OP_N;  // grad_out [M, N] row-major is N x M column-major
+  g.b = grad_out.data_ptr();
+  g.ldb = ldg;
+  g.d = grad_pre.data_ptr();  // grad_pre [M, K] row-major is K x M column-major
+  g.ldd = K;
+  const bool db = grad_bias.defined();
+  if (act == LinearActivation::GeluTanh) {
+    g.epilogue = db ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+    g.bias = db ? grad_bias.data_ptr() : nullptr;  // reduced over D's columns: [K]
+    g.aux = aux.data_ptr();
+    g.aux_ld = K;
+  }  // else DEFAULT: act' (for ReLU) and the bias gradient follow the GEMM
+  if (!lt_matmul(g, grad_pre.dtype(), grad_pre.device().index())) {
+    linear_composite::backward_act(grad_pre, grad_bias, grad_out, w, h, aux, act);
+    return;
+  }
+  if (act != LinearActivation::GeluTanh) {
+    linear_composite::finish_backward_act(grad_pre, grad_bias, h, aux, act);
+    if (act == LinearActivation::Relu)
+      detail::count_linear_relu(/*backward=*/true, grad_pre.dtype());
+  }
 }
 
 }  // namespace

@@ -112,7 +112,11 @@ void Graph::capture_end() {
            "); something in the captured region synchronised with the host, used another "
            "stream without an event, or called an API that cannot be captured");
   DeviceGuard guard(g.device);
-  const cudaError_t inst = cudaGraphInstantiate(&g.exec, g.graph, 0);
+  // A library may allocate stream-ordered memory inside the capture (cuBLAS can take its
+  // workspace with cudaMallocAsync) without freeing it there; such a graph can be launched again
+  // only if every launch first frees what the previous one allocated.
+  const cudaError_t inst =
+      cudaGraphInstantiateWithFlags(&g.exec, g.graph, cudaGraphInstantiateFlagAutoFreeOnLaunch);
   if (inst != cudaSuccess) {
     g.destroy_graph();
     MT_CUDA_CHECK(inst);

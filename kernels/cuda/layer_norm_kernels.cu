@@ -130,29 +130,33 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   }
 }
 
-// Stage 1 of the weight/bias gradients: block (bx, by) sums rows [by * kRowChunk, ...) of the
+// Stage 1 of the weight/bias gradients: block (bx, by) sums rows [by * chunk_rows, ...) of the
 // columns it owns into partial[by][j] (opmath), so the grid covers the GPU even when N is small
 // and M large (a batch of tokens). Stage 2 adds the chunks of each column and rounds once.
+// Chunks are kRowChunk rows until that would need more than kMaxChunks of them (gridDim.y stops
+// at 65,535); beyond, chunks grow so that any M fits.
 constexpr int64_t kRowChunk = 128;
+constexpr int64_t kMaxChunks = 65535;
 
 template <typename T>
 __global__ void __launch_bounds__(kBlockSize)
     layer_norm_params_partial_kernel(opmath_t<T>* partial_w, opmath_t<T>* partial_b, const T* dy,
                                      const T* x, const opmath_t<T>* mean, const opmath_t<T>* rstd,
-                                     int64_t M, int64_t N) {
+                                     int64_t M, int64_t N, int64_t chunk_rows) {
   using A = opmath_t<T>;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= N) return;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kRowChunk;
-  const int64_t r1 = r0 + kRowChunk < M ? r0 + kRowChunk : M;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * chunk_rows;
+  const int64_t r1 = r0 + chunk_rows < M ? r0 + chunk_rows : M;
   A sw = 0, sb = 0;
   for (int64_t r = r0; r < r1; ++r) {
     const A g = static_cast<A>(dy[r * N + j]);
     sw += g * (static_cast<A>(x[r * N + j]) - mean[r]) * rstd[r];
     sb += g;
   }
-  if (partial_w) partial_w[blockIdx.y * N + j] = sw;
-  if (partial_b) partial_b[blockIdx.y * N + j] = sb;
+  const int64_t at = static_cast<int64_t>(blockIdx.y) * N + j;
+  if (partial_w) partial_w[at] = sw;
+  if (partial_b) partial_b[at] = sb;
 }
 
 template <typename T>
@@ -224,9 +228,8 @@ void layer_norm_backward_cuda(const Tensor& grad_x, const Tensor& grad_weight,
     }
     if (grad_weight.defined() || grad_bias.defined()) {
       // Partial sums per chunk of rows in opmath, from the caching allocator (stream-ordered).
-      const int64_t chunks = std::max<int64_t>(1, (M + kRowChunk - 1) / kRowChunk);
-      MT_CHECK(chunks <= 65535, "layer_norm_backward: ", M, " rows exceed the CUDA kernel's ",
-               65535 * kRowChunk, "-row limit");
+      const int64_t chunk_rows = std::max(kRowChunk, (M + kMaxChunks - 1) / kMaxChunks);
+      const int64_t chunks = std::max<int64_t>(1, (M + chunk_rows - 1) / chunk_rows);
       const TensorOptions acc_opts =
           TensorOptions(x.device())
               .dtype(std::is_same_v<A, double> ? DType::Float64 : DType::Float32);
@@ -236,7 +239,8 @@ void layer_norm_backward_cuda(const Tensor& grad_x, const Tensor& grad_weight,
                       static_cast<unsigned>(chunks));
       if (M > 0) {
         layer_norm_params_partial_kernel<T><<<grid, kBlockSize, 0, detail::current_stream()>>>(
-            ptr<A>(pw), ptr<A>(pb), ptr<T>(grad_out), ptr<T>(x), ptr<A>(mean), ptr<A>(rstd), M, N);
+            ptr<A>(pw), ptr<A>(pb), ptr<T>(grad_out), ptr<T>(x), ptr<A>(mean), ptr<A>(rstd), M, N,
+            chunk_rows);
         MT_CUDA_CHECK_LAUNCH();
       }
       layer_norm_params_finish_kernel<T><<<grid_for(N), kBlockSize, 0, detail::current_stream()>>>(

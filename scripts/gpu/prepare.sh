@@ -3,7 +3,10 @@
 # without package access needs into .gpu/stage.tar.xz (ignored by git): the test binaries, the
 # examples, the `mantissa` command, the benchmark binary, libmantissa and libmantissa_runner, and
 # the non-system shared libraries they load. Binaries are stripped and the archive compressed so
-# it stays small to copy. Then run scripts/gpu/run.sh on the GPU machine with .gpu/ alongside.
+# it stays small to copy. CUDA code is built with -lineinfo so compute-sanitizer reports source
+# lines. The build machine's libstdc++ and libgcc_s go to lib/compat, for a GPU machine whose own
+# are older (run.sh uses them only then). commit.txt says "-dirty" when the tree had changes.
+# Then run scripts/gpu/run.sh on the GPU machine with .gpu/ alongside (docs/gpu-runs.md).
 #   scripts/gpu/prepare.sh [ARCH]     ARCH defaults to 90 (H100/H200)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -13,12 +16,12 @@ out=$root/.gpu
 "$root/scripts/install-deps.sh"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMANTISSA_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="$arch" -DMANTISSA_CUDA_ARCHITECTURES="$arch" \
-  -DMANTISSA_BUILD_BENCHMARKS=ON >&2
+  -DMANTISSA_BUILD_BENCHMARKS=ON -DCMAKE_CUDA_FLAGS=-lineinfo >&2
 cmake --build "$build" -j "$(nproc)" >&2
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/bin" "$stage/lib"
+mkdir -p "$stage/bin" "$stage/lib/compat"
 cp "$build"/tests/test_* "$stage/bin/"
 cp "$build"/examples/* "$stage/bin/" 2>/dev/null || true
 cp "$build"/bin/mantissa "$build"/bin/mantissa_bench "$stage/bin/"
@@ -31,8 +34,14 @@ for bin in "$stage"/bin/* "$stage"/lib/*.so*; do
 done | sort -u |
   grep -E 'libfmt|libspdlog|libopenblas|libgfortran|libquadmath|libyaml-cpp|libgtest|libgomp|libbenchmark' |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
-strip --strip-unneeded "$stage"/bin/* "$stage"/lib/*.so* 2>/dev/null || true
-git -C "$root" rev-parse --short HEAD > "$stage/commit.txt"
+for lib in libstdc++.so.6 libgcc_s.so.1; do
+  path=$(ldd "$stage/lib/libmantissa.so.0" | awk -v l="$lib" '$1 == l {print $3}')
+  [ -n "$path" ] && cp -L "$path" "$stage/lib/compat/"
+done
+strip --strip-unneeded "$stage"/bin/* "$stage"/lib/*.so* "$stage"/lib/compat/* 2>/dev/null || true
+commit=$(git -C "$root" rev-parse --short HEAD)
+[ -n "$(git -C "$root" status --porcelain)" ] && commit="$commit-dirty"
+echo "$commit" > "$stage/commit.txt"
 echo "$arch" > "$stage/arch.txt"
 mkdir -p "$out"
 tar -C "$stage" -cJf "$out/stage.tar.xz" .

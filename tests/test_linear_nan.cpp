@@ -1,0 +1,281 @@
+// NaN and infinities through every fused linear path on the CPU (linear with act None, ReLU and
+// GeluTanh, with and without bias, and the two-layer linear_act_linear block; forward and
+// backward; float32, float16, bfloat16), against a float64 reference written out with PyTorch's
+// semantics: relu(NaN) = NaN, ReLU's backward reads the output and passes the gradient where it
+// is NaN (threshold_backward: out <= 0 ? 0 : g), tanh-GELU and its derivative by PyTorch's
+// formulas (NaN at -inf, and for the derivative at +inf). test_cuda_linear.cpp holds CUDA to the
+// same results. Also the CUDA-less behaviour of the fused-linear stats
+// (engine/cuda_linear_stats.h).
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "linear_special_values.h"
+#include "test_util.h"
+
+namespace mt = mantissa;
+namespace F = mt::nn::functional;
+using Act = mt::LinearActivation;
+using mt::DType;
+using mt::Shape;
+using mt::Tensor;
+using mt::testing::SpecialLinearCase;
+
+namespace {
+
+const char* act_name(Act a) { return a == Act::None ? "none" : a == Act::Relu ? "relu" : "gelu"; }
+
+// ---- the float64 reference, PyTorch's semantics --------------------------------------------
+constexpr double kBeta = 0.7978845608028654;  // sqrt(2/pi)
+constexpr double kKappa = 0.044715;
+
+double act_forward(double z, Act act) {
+  switch (act) {
+    case Act::None:
+      return z;
+    case Act::Relu:  // clamp_min(z, 0): NaN stays NaN
+      return std::isnan(z) ? z : (z < 0 ? 0.0 : z);
+    case Act::GeluTanh:
+      return 0.5 * z * (1 + std::tanh(kBeta * (z + kKappa * z * z * z)));
+  }
+  return z;
+}
+
+// g * act'(z), where h = act(z) (ReLU's derivative is read from h, as PyTorch does).
+double act_backward(double g, double z, double h, Act act) {
+  switch (act) {
+    case Act::None:
+      return g;
+    case Act::Relu:
+      return h <= 0 ? 0.0 : g;
+    case Act::GeluTanh: {
+      const double t = std::tanh(kBeta * (z + kKappa * z * z * z));
+      return g * (0.5 * (1 + t) + 0.5 * z * (1 - t * t) * kBeta * (1 + 3 * kKappa * z * z));
+    }
+  }
+  return g;
+}
+
+struct Mat {
+  int64_t rows = 0, cols = 0;
+  std::vector<double> v;
+  Mat(int64_t r, int64_t c) : rows(r), cols(c), v(static_cast<size_t>(r * c), 0.0) {}
+  explicit Mat(const Tensor& t)
+      : rows(t.size(0)), cols(t.dim() > 1 ? t.size(1) : 1), v(t.to_vector<double>()) {}
+  double& operator()(int64_t i, int64_t j) { return v[static_cast<size_t>(i * cols + j)]; }
+  double operator()(int64_t i, int64_t j) const { return v[static_cast<size_t>(i * cols + j)]; }
+  Tensor tensor() const { return mt::from_vector(v, Shape{rows, cols}); }
+};
+
+// a [r,k] @ b[c,k]^T (+ bias [c]), summed in k order.
+Mat matmul_nt(const Mat& a, const Mat& b, const Mat* bias) {
+  Mat out(a.rows, b.rows);
+  for (int64_t i = 0; i < a.rows; ++i)
+    for (int64_t j = 0; j < b.rows; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < a.cols; ++k) s += a(i, k) * b(j, k);
+      out(i, j) = bias != nullptr ? s + (*bias)(j, 0) : s;
+    }
+  return out;
+}
+Mat transpose(const Mat& a) {
+  Mat t(a.cols, a.rows);
+  for (int64_t i = 0; i < a.rows; ++i)
+    for (int64_t j = 0; j < a.cols; ++j) t(j, i) = a(i, j);
+  return t;
+}
+Mat column_sums(const Mat& a) {
+  Mat s(a.cols, 1);
+  for (int64_t i = 0; i < a.rows; ++i)
+    for (int64_t j = 0; j < a.cols; ++j) s(j, 0) += a(i, j);
+  return s;
+}
+
+// One layer y = act(x w^T + b) and its gradients for upstream gradient gy.
+struct LayerRef {
+  Mat pre, y, gp, gx, gw, gb;
+};
+LayerRef layer_reference(const Mat& x, const Mat& w, const Mat* b, Act act, const Mat& gy) {
+  LayerRef r{matmul_nt(x, w, b), Mat(0, 0), Mat(0, 0), Mat(0, 0), Mat(0, 0), Mat(0, 0)};
+  r.y = r.pre;
+  for (double& v : r.y.v) v = act_forward(v, act);
+  r.gp = gy;
+  for (size_t i = 0; i < r.gp.v.size(); ++i)
+    r.gp.v[i] = act_backward(gy.v[i], r.pre.v[i], r.y.v[i], act);
+  r.gx = matmul_nt(r.gp, transpose(w), nullptr);
+  r.gw = matmul_nt(transpose(r.gp), transpose(x), nullptr);
+  r.gb = column_sums(r.gp);
+  return r;
+}
+
+Tensor vec(const Mat& column) { return mt::from_vector(column.v, Shape{column.rows}); }
+
+// Finite values are near (the GELU and half-type roundings); NaN and each infinity must be
+// where the reference has them (expect_close's rule).
+mt::testing::Tolerance tol(DType dt) {
+  switch (dt) {
+    case mt::kFloat32:
+      return {1e-5, 1e-5};
+    case mt::kFloat16:
+      return {4e-3, 1e-2};
+    default:
+      return {4e-2, 8e-2};
+  }
+}
+
+Tensor leaf(const Tensor& t, DType dt) { return t.to(dt).detach().requires_grad_(); }
+
+}  // namespace
+
+TEST(LinearNan, ReluOfNanIsNanAndPassesTheGradient) {
+  for (DType dt : {mt::kFloat32, mt::kFloat16, mt::kBFloat16}) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const Tensor x = leaf(mt::from_vector(std::vector<double>{nan, 1.0}, Shape{1, 2}), dt);
+    const Tensor w = leaf(mt::from_vector(std::vector<double>{1.0, 1.0}, Shape{1, 2}), dt);
+    const Tensor b = leaf(mt::from_vector(std::vector<double>{0.5}, Shape{1}), dt);
+    const Tensor y = F::linear(x, w, b, Act::Relu);
+    EXPECT_TRUE(std::isnan(y.to_vector<double>()[0])) << mt::dtype_name(dt);
+    y.backward(mt::from_vector(std::vector<double>{2.0}, Shape{1, 1}).to(dt));
+    // threshold_backward passes the gradient through a NaN output.
+    EXPECT_EQ(b.grad().to_vector<double>()[0], 2.0) << mt::dtype_name(dt);
+    EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2.0, 2.0})) << mt::dtype_name(dt);
+    EXPECT_TRUE(std::isnan(w.grad().to_vector<double>()[0])) << mt::dtype_name(dt);
+  }
+}
+
+TEST(LinearNan, EveryFusedPathPropagatesNanAndInfinityLikePyTorch) {
+  using S = SpecialLinearCase;
+  for (bool with_inf : {false, true}) {
+    const SpecialLinearCase c = mt::testing::special_linear_case(with_inf);
+    const Mat x(c.x), w1(c.w1), b1(c.b1.reshape(Shape{S::N, 1})), w2(c.w2),
+        b2(c.b2.reshape(Shape{S::N2, 1})), gy1(c.gy1), gy2(c.gy2);
+    for (DType dt : {mt::kFloat32, mt::kFloat16, mt::kBFloat16}) {
+      const auto t = tol(dt);
+      for (Act act : {Act::None, Act::Relu, Act::GeluTanh}) {
+        for (bool with_bias : {false, true}) {
+          const std::string what = std::string(mt::dtype_name(dt)) + " " + act_name(act) +
+                                   (with_bias ? " bias" : "") + (with_inf ? " nan+inf" : " nan");
+          // linear(x, w1, b1, act): linear_forward, then act' and linear_backward_weight.
+          {
+            const LayerRef r = layer_reference(x, w1, with_bias ? &b1 : nullptr, act, gy1);
+            const Tensor xa = leaf(c.x, dt), wa = leaf(c.w1, dt);
+            const Tensor ba = with_bias ? leaf(c.b1, dt) : Tensor();
+            const Tensor y = F::linear(xa, wa, ba, act);
+            y.backward(c.gy1.to(dt));
+            mt::testing::expect_close(y, r.y.tensor(), t.rtol, t.atol, what + " forward");
+            mt::testing::expect_close(xa.grad(), r.gx.tensor(), t.rtol, t.atol, what + " grad x");
+            mt::testing::expect_close(wa.grad(), r.gw.tensor(), t.rtol, t.atol, what + " grad w");
+            if (with_bias)
+              mt::testing::expect_close(ba.grad(), vec(r.gb), t.rtol, t.atol, what + " grad b");
+            if (act == Act::Relu) {  // the point of the exercise: row 1's NaN survives ReLU
+              const std::vector<double> yv = y.to_vector<double>();
+              for (int64_t n = 0; n < S::N; ++n)
+                EXPECT_TRUE(std::isnan(yv[static_cast<size_t>(S::N + n)])) << what << " n " << n;
+            }
+          }
+          // linear_act_linear: also linear_backward_act (act' and b1's gradient).
+          {
+            const LayerRef r1 = layer_reference(x, w1, with_bias ? &b1 : nullptr, act, Mat(0, 0));
+            const Mat out = matmul_nt(r1.y, w2, with_bias ? &b2 : nullptr);
+            const Mat gh = matmul_nt(gy2, transpose(w2), nullptr);
+            Mat gp1 = gh;
+            for (size_t i = 0; i < gp1.v.size(); ++i)
+              gp1.v[i] = act_backward(gh.v[i], r1.pre.v[i], r1.y.v[i], act);
+            const Tensor xa = leaf(c.x, dt), w1a = leaf(c.w1, dt), w2a = leaf(c.w2, dt);
+            const Tensor b1a = with_bias ? leaf(c.b1, dt) : Tensor();
+            const Tensor b2a = with_bias ? leaf(c.b2, dt) : Tensor();
+            const Tensor y = F::linear_act_linear(xa, w1a, b1a, act, w2a, b2a);
+            y.backward(c.gy2.to(dt));
+            const std::string w2s = what + " block";
+            mt::testing::expect_close(y, out.tensor(), t.rtol, t.atol, w2s + " forward");
+            mt::testing::expect_close(xa.grad(), matmul_nt(gp1, transpose(w1), nullptr).tensor(),
+                                      t.rtol, t.atol, w2s + " grad x");
+            mt::testing::expect_close(w1a.grad(),
+                                      matmul_nt(transpose(gp1), transpose(x), nullptr).tensor(),
+                                      t.rtol, t.atol, w2s + " grad w1");
+            mt::testing::expect_close(w2a.grad(),
+                                      matmul_nt(transpose(gy2), transpose(r1.y), nullptr).tensor(),
+                                      t.rtol, t.atol, w2s + " grad w2");
+            if (with_bias) {
+              mt::testing::expect_close(b1a.grad(), vec(column_sums(gp1)), t.rtol, t.atol,
+                                        w2s + " grad b1");
+              mt::testing::expect_close(b2a.grad(), vec(column_sums(gy2)), t.rtol, t.atol,
+                                        w2s + " grad b2");
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- the fused-linear stats without CUDA ---------------------------------------------------
+namespace {
+struct StrictGuard {
+  bool saved = mt::cuda::strict_fast_paths();
+  ~StrictGuard() { mt::cuda::set_strict_fast_paths(saved); }
+};
+}  // namespace
+
+TEST(CudaLinearStats, CpuKernelsCountNothingAndResetClears) {
+  mt::cuda::reset_linear_stats();
+  const Tensor x = mt::randn({4, 8}), w = mt::randn({16, 8}), b = mt::randn({16});
+  for (Act act : {Act::None, Act::Relu, Act::GeluTanh}) {
+    const Tensor xg = x.detach().requires_grad_();
+    mt::sum(F::linear_act_linear(xg, w, b, act, mt::randn({3, 16}), Tensor())).backward();
+  }
+  const mt::cuda::LinearStats s = mt::cuda::linear_stats();
+  for (const auto& per_dtype : s.epilogues)
+    for (int64_t n : per_dtype) EXPECT_EQ(n, 0);
+  for (int d = 0; d < mt::cuda::LinearStats::kNumDtypes; ++d) {
+    EXPECT_EQ(s.relu_forward[d], 0);
+    EXPECT_EQ(s.relu_backward[d], 0);
+  }
+  for (int64_t n : s.fallbacks) EXPECT_EQ(n, 0);
+
+  mt::cuda::detail::count_linear_epilogue(mt::cuda::LinearEpilogue::GeluAuxBias, mt::kBFloat16);
+  mt::cuda::detail::count_linear_epilogue(mt::cuda::LinearEpilogue::GeluAuxBias, mt::kFloat64);
+  mt::cuda::detail::count_linear_relu(/*backward=*/true, mt::kFloat16);
+  const mt::cuda::LinearStats t = mt::cuda::linear_stats();
+  EXPECT_EQ(t.ran(mt::cuda::LinearEpilogue::GeluAuxBias, mt::kBFloat16), 1);
+  EXPECT_EQ(t.ran(mt::cuda::LinearEpilogue::GeluAuxBias, mt::kFloat32), 0);
+  EXPECT_EQ(t.ran(mt::cuda::LinearEpilogue::GeluAuxBias, mt::kFloat64), 0);  // never counted
+  EXPECT_EQ(t.ran_relu_backward(mt::kFloat16), 1);
+  EXPECT_EQ(t.ran_relu_forward(mt::kFloat16), 0);
+  mt::cuda::reset_linear_stats();
+  EXPECT_EQ(mt::cuda::linear_stats().ran(mt::cuda::LinearEpilogue::GeluAuxBias, mt::kBFloat16), 0);
+}
+
+TEST(CudaLinearStats, StrictModeThrowsOnlyForRefusals) {
+  using mt::cuda::LinearFallback;
+  StrictGuard restore;
+  mt::cuda::reset_linear_stats();
+  const LinearFallback all[] = {LinearFallback::UnsupportedDtype,
+                                LinearFallback::NonUnitStride,
+                                LinearFallback::NonPackedBias,
+                                LinearFallback::AuxLayout,
+                                LinearFallback::Empty,
+                                LinearFallback::NoAlgorithm};
+  static_assert(sizeof(all) / sizeof(all[0]) == mt::cuda::kNumLinearFallbacks);
+  for (bool strict : {false, true}) {
+    mt::cuda::set_strict_fast_paths(strict);
+    EXPECT_EQ(mt::cuda::strict_fast_paths(), strict);
+    for (LinearFallback r : all) {
+      // Only a refusal (cuBLASLt asked, no algorithm) is an error in strict mode; the routes
+      // chosen by design (float64, layouts, empty shapes) are counted and never throw.
+      EXPECT_EQ(mt::cuda::detail::count_linear_fallback(r),
+                strict && r == LinearFallback::NoAlgorithm)
+          << mt::cuda::linear_fallback_name(r);
+      EXPECT_EQ(mt::cuda::is_refusal(r), r == LinearFallback::NoAlgorithm);
+    }
+  }
+  const mt::cuda::LinearStats s = mt::cuda::linear_stats();
+  for (LinearFallback r : all) EXPECT_EQ(s.fell_back(r), 2) << mt::cuda::linear_fallback_name(r);
+  EXPECT_STREQ(mt::cuda::linear_fallback_name(LinearFallback::NoAlgorithm), "NoAlgorithm");
+  EXPECT_STREQ(mt::cuda::linear_epilogue_name(mt::cuda::LinearEpilogue::GeluAuxBias),
+               "GELU_AUX_BIAS");
+  EXPECT_STREQ(mt::cuda::linear_epilogue_name(mt::cuda::LinearEpilogue::DGeluBGrad), "DGELU_BGRAD");
+  EXPECT_STREQ(mt::cuda::linear_epilogue_name(mt::cuda::LinearEpilogue::BGradB), "BGRADB");
+  mt::cuda::reset_linear_stats();
+}
