@@ -32,19 +32,7 @@ class CudaRawMemory final : public mantissa::detail::RawMemory {
 
   void* alloc(size_t nbytes) override {
     DeviceGuard guard(device_);
-    // A graph capture in this thread forbids cudaMalloc unless the mode is relaxed; the memory
-    // goes to the graph's private pool and is never freed during the capture (as PyTorch does).
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    MT_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    void* ptr = nullptr;
-    const cudaError_t err = cudaMalloc(&ptr, nbytes);
-    (void)cudaThreadExchangeStreamCaptureMode(&mode);
-    if (err == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();  // not sticky: clear it so later launch checks stay clean
-      return nullptr;
-    }
-    MT_CUDA_CHECK(err);
-    return ptr;
+    return raw_cuda_malloc(nbytes);
   }
 
   // Reached from BlockAllocator::free, which must not throw (a storage destructor calls it, for
@@ -142,6 +130,22 @@ DeviceCachingAllocator& allocator_of(int device) {
 }
 
 }  // namespace
+
+// A graph capture in this thread forbids cudaMalloc unless the mode is relaxed; the memory goes
+// to the graph's private pool and is never freed during the capture (as PyTorch does).
+void* raw_cuda_malloc(size_t nbytes) {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  MT_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  void* ptr = nullptr;
+  const cudaError_t err = cudaMalloc(&ptr, nbytes);
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not sticky: clear it so later launch checks stay clean
+    return nullptr;
+  }
+  MT_CUDA_CHECK(err);
+  return ptr;
+}
 
 Allocator* caching_allocator(int device) { return &allocator_of(device); }
 mantissa::detail::BlockAllocator& block_allocator(int device) {

@@ -15,5 +15,8 @@ Allocator* caching_allocator(int device);
 // Its block bookkeeping: stats, record_stream, graph pools.
 mantissa::detail::BlockAllocator& block_allocator(int device);
 void caching_allocator_empty_cache();
+// cudaMalloc on the current device, allowed inside a graph capture on this thread (the memory is
+// never freed during the capture); nullptr when the device is out of memory.
+void* raw_cuda_malloc(size_t nbytes);
 
 }  // namespace mantissa::cuda

@@ -44,32 +44,16 @@ size_t workspace_bytes_for(int device) {
   return (major >= 9 ? size_t{32} : size_t{4}) << 20;
 }
 
-// cudaMalloc, allowed inside a graph capture on this thread (as the allocator does for graph
-// pools); nullptr when the device is out of memory.
-void* raw_malloc(size_t nbytes) {
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  MT_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-  void* ptr = nullptr;
-  const cudaError_t err = cudaMalloc(&ptr, nbytes);
-  (void)cudaThreadExchangeStreamCaptureMode(&mode);
-  if (err == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  MT_CUDA_CHECK(err);
-  return ptr;
-}
-
 // The workspace of `stream` (made on its first cuBLAS call); the caller holds s.mutex.
 void* workspace_of(Slot& s, int device, cudaStream_t stream) {
   auto it = s.workspaces.find(stream);
   if (it != s.workspaces.end()) return it->second;
   DeviceGuard guard(device);
-  void* ptr = raw_malloc(s.workspace_bytes);
+  void* ptr = raw_cuda_malloc(s.workspace_bytes);
   if (ptr == nullptr) {
     // Cached blocks may hold the memory (a no-op during a capture, which cannot free).
     block_allocator(device).empty_cache();
-    ptr = raw_malloc(s.workspace_bytes);
+    ptr = raw_cuda_malloc(s.workspace_bytes);
   }
   MT_CHECK(ptr != nullptr, "cuBLAS: CUDA out of memory on cuda:", device, " for the ",
            s.workspace_bytes >> 20, " MiB cuBLAS workspace of a stream");
