@@ -1,5 +1,7 @@
 #include "autograd/function.h"
 
+#include "autograd/view_history.h"
+
 #include "engine/factory.h"
 #include "engine/small_pool.h"
 
@@ -44,8 +46,32 @@ bool any_requires_grad(const Range& inputs) {
 bool needs_grad(std::initializer_list<const Tensor*> inputs) { return any_requires_grad(inputs); }
 bool needs_grad(const std::vector<const Tensor*>& inputs) { return any_requires_grad(inputs); }
 
-void check_inplace(const Tensor& self, const char* op) {
-  if (GradMode::is_enabled() && self.requires_grad() && self.is_leaf()) {
+void check_inplace(const char* op, const Tensor& self,
+                   std::initializer_list<const Tensor*> others) {
+  MT_CHECK(!has_internal_overlap(self), op,
+           ": unsupported operation: more than one element of the written-to tensor (shape ",
+           self.shape(), ", strides ", self.strides(),
+           ") refers to a single memory location; clone() the tensor before the in-place op");
+  if (!GradMode::is_enabled()) return;
+  const bool self_requires_grad = self.requires_grad();  // brings a view's history up to date
+  const TensorImpl& impl = *self.unsafe_impl();
+  if (impl.view_base != nullptr) {
+    const Tensor base(impl.view_base);
+    MT_CHECK(!(impl.view_differentiable && base.requires_grad() && base.is_leaf()), op,
+             ": a view of a leaf tensor that requires grad is being used in an in-place operation "
+             "(view shape ",
+             self.shape(), ", leaf shape ", base.shape(), "); wrap it in NoGradGuard");
+    bool recorded = self_requires_grad || base.requires_grad();
+    for (const Tensor* t : others) recorded = recorded || (t->defined() && t->requires_grad());
+    MT_CHECK(impl.view_differentiable || !recorded, op,
+             ": a view made with grad mode off, of a tensor that requires grad (or written with "
+             "one), is being modified in place with grad mode on "
+             "(view shape ",
+             self.shape(),
+             "); make the view and the in-place op both inside NoGradGuard (not recorded) or "
+             "both outside it (recorded)");
+  }
+  if (self_requires_grad && self.is_leaf()) {
     MT_THROW(op,
              ": a leaf tensor that requires grad is being used in an in-place operation "
              "(shape ",
@@ -92,6 +118,18 @@ void Recorder::finish(const Tensor& out, BackwardFn fn) {
   node_->fn_ = std::move(fn);
   node_->num_outputs = 1;
   attach(node_, out, 0);
+}
+
+void Recorder::finish_inplace(const Tensor& self, BackwardFn fn) {
+  node_->fn_ = std::move(fn);
+  node_->num_outputs = 1;
+  if (self.unsafe_impl()->view_base == nullptr) {
+    attach(node_, self, 0);
+    return;
+  }
+  node_->outputs.push_back({self.shape(), self.dtype(), self.device()});
+  node_->saved.for_each([&](SavedTensor& s) { s.detach_if_output(self); });
+  rebase_view_history(self, std::move(node_));
 }
 
 void Recorder::finish(const std::vector<Tensor>& outs, BackwardFn fn) {

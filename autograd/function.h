@@ -144,9 +144,12 @@ class Recorder {
   explicit operator bool() const { return node_ != nullptr; }
   // Saves a tensor for backward; ctx.saved(i) returns them in save order. Undefined is allowed.
   Recorder& save(const Tensor& t);
-  // Attaches the node to the op's outputs (for in-place ops: to `self`).
+  // Attaches the node to the op's outputs.
   void finish(const Tensor& out, BackwardFn fn);
   void finish(const std::vector<Tensor>& outs, BackwardFn fn);
+  // For an in-place op, after it has written `self` and bumped its version: the node becomes
+  // self's history, and when self is a view, its base's too (autograd/view_history.h).
+  void finish_inplace(const Tensor& self, BackwardFn fn);
 
  private:
   template <typename Range>
@@ -157,7 +160,11 @@ class Recorder {
 // True when an op on these inputs must be recorded.
 bool needs_grad(std::initializer_list<const Tensor*> inputs);
 bool needs_grad(const std::vector<const Tensor*>& inputs);
-// Refuses in-place ops on leaves that require grad (in grad mode), as PyTorch does.
-void check_inplace(const Tensor& self, const char* op);
+// Refuses, as PyTorch does and before anything is written: an in-place op on a tensor whose
+// elements overlap (an expanded tensor); and in grad mode, one on a leaf that requires grad or a
+// view of one, or one that must be recorded on a view made with grad mode off. `others` are the
+// op's other inputs.
+void check_inplace(const char* op, const Tensor& self,
+                   std::initializer_list<const Tensor*> others = {});
 
 }  // namespace mantissa::autograd

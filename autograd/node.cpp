@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "autograd/graph.h"
+#include "autograd/view_history.h"
 #include "engine/factory.h"
 #include "engine/small_pool.h"
 
@@ -75,6 +76,7 @@ AutogradMeta& ensure_meta(const Tensor& t) {
 }
 
 Edge gradient_edge(const Tensor& t) {
+  sync_view(t);
   AutogradMeta* m = meta(t);
   if (m == nullptr || !m->requires_grad) return {};
   if (m->grad_fn) return {m->grad_fn, m->output_nr};
@@ -98,6 +100,7 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
 
 // ---- Tensor's autograd methods --------------------------------------------------------------
 bool Tensor::requires_grad() const {
+  autograd::sync_view(*this);
   const auto* m = autograd::meta(*this);
   return m != nullptr && m->requires_grad;
 }
@@ -130,11 +133,13 @@ void Tensor::set_grad(const Tensor& g) const {
 }
 
 bool Tensor::is_leaf() const {
+  autograd::sync_view(*this);
   const auto* m = autograd::meta(*this);
   return m == nullptr || m->grad_fn == nullptr;
 }
 
 std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
+  autograd::sync_view(*this);
   const auto* m = autograd::meta(*this);
   return m ? m->grad_fn : nullptr;
 }

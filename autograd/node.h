@@ -40,13 +40,16 @@ struct AutogradMeta {
 // A tensor saved for backward, and its version counter at save time. Saved as it is, as PyTorch
 // saves a node's inputs: its history is older than the node, so it cannot lead back to it. An
 // output of the node itself is swapped for a detached alias when the node is attached to it
-// (detach_if_output), which keeps node -> tensor -> grad_fn == node cycles out.
+// (detach_if_output), as is a view of one, which keeps node -> tensor -> grad_fn == node cycles
+// out.
 class SavedTensor {
  public:
   SavedTensor() = default;
   explicit SavedTensor(const Tensor& t) : data_(t), version_(t.defined() ? t.version() : 0) {}
   void detach_if_output(const Tensor& output) {
-    if (data_.defined() && data_.is_same(output)) data_ = data_.detach();
+    if (data_.defined() &&
+        (data_.is_same(output) || data_.unsafe_impl()->view_base == output.impl_ptr()))
+      data_ = data_.detach();
   }
   // Throws if the graph was freed (second backward) or the tensor was modified in place.
   Tensor unpack(const char* node_name) const;

@@ -53,6 +53,13 @@ struct TensorImpl {
   DType dtype = DType::Float32;
   bool contiguous = true;
   std::shared_ptr<autograd::AutogradMeta> autograd;  // null until autograd needs it
+  // Set by the view ops (autograd/view_history.h): the tensor this one is a view of, never itself
+  // a view, so that an in-place op through the view can rewrite the base's history; the storage
+  // version this view's history was last brought up to date at; and whether the view was made
+  // with grad mode on (only those views carry gradients through in-place ops).
+  std::shared_ptr<TensorImpl> view_base;
+  uint32_t view_version = 0;
+  bool view_differentiable = false;
 
   void refresh_contiguous();
 };

@@ -552,6 +552,25 @@ TEST(CudaOps, Float64GradientsMatchCpuAutograd) {
        [](const std::vector<Tensor>& x) {
          return mt::nn::functional::layer_norm(x[0], {6}, x[1], x[2]);
        }},
+      // CopySlices and the refreshed view history (tests/test_view_inplace.cpp on the CPU).
+      {"in-place through views",
+       {{4, 6}, {6}, {3, 4}},
+       [](const std::vector<Tensor>& x) {
+         Tensor y = x[0] * 1;
+         Tensor stale = y.narrow(1, 0, 3);
+         y.select(0, 1).mul_(x[1]);
+         y.t().narrow(0, 2, 3).add_(x[2].t());
+         y.narrow(0, 3, 1).copy_(x[1] * x[1]);
+         return y + stale.sum();
+       }},
+      {"expanded view of a base changed in place",
+       {{4, 1}},
+       [](const std::vector<Tensor>& x) {
+         Tensor y = x[0] * 1;
+         Tensor e = y.expand({4, 5});
+         y.mul_(y.detach());
+         return e;
+       }},
   };
   for (const Case& c : cases) {
     std::vector<Tensor> xc, xg;

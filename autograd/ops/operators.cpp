@@ -1,6 +1,6 @@
 // Tensor's math methods and operators, and the in-place forms, all expressed with the
 // functional ops. In-place ops refuse leaves that require grad, bump the version counter, and
-// when recording, rebase `self`'s history onto the new node.
+// when recording, make the new node self's history (and its base's, for a view).
 #include "autograd/ops/elementwise_common.h"
 
 namespace mantissa {
@@ -36,7 +36,7 @@ void compute_inplace(const Tensor& self, const Tensor& other, DType r, Kernel ke
 
 // self = self + alpha * other, in place.
 Tensor& add_inplace(Tensor& self, const Tensor& other, const Scalar& alpha, const char* op) {
-  autograd::check_inplace(self, op);
+  autograd::check_inplace(op, self, {&other});
   ops::check_same_device(op, self, other);
   const DType r = result_type(self, other);
   check_inplace_types(op, self, r, other.shape());
@@ -46,14 +46,14 @@ Tensor& add_inplace(Tensor& self, const Tensor& other, const Scalar& alpha, cons
   });
   self.bump_version();
   if (rec) {
-    rec.finish(self,
-               [alpha, sa = self.shape(), sb = other.shape(),
-                tb = other.dtype()](BackwardContext& ctx) -> Grads {
-                 const Tensor g = ctx.grad();
-                 Tensor gb;
-                 if (ctx.needs(1)) gb = autograd::sum_to(g * alpha, sb).to(tb);
-                 return {ctx.needs(0) ? g : Tensor(), gb};
-               });
+    rec.finish_inplace(self,
+                       [alpha, sa = self.shape(), sb = other.shape(),
+                        tb = other.dtype()](BackwardContext& ctx) -> Grads {
+                         const Tensor g = ctx.grad();
+                         Tensor gb;
+                         if (ctx.needs(1)) gb = autograd::sum_to(g * alpha, sb).to(tb);
+                         return {ctx.needs(0) ? g : Tensor(), gb};
+                       });
   }
   return self;
 }
@@ -61,7 +61,7 @@ Tensor& add_inplace(Tensor& self, const Tensor& other, const Scalar& alpha, cons
 // self = self op other for mul/div, in place.
 Tensor& muldiv_inplace(Tensor& self, const Tensor& other, bool divide) {
   const char* op = divide ? "div_" : "mul_";
-  autograd::check_inplace(self, op);
+  autograd::check_inplace(op, self, {&other});
   ops::check_same_device(op, self, other);
   DType r = result_type(self, other);
   if (divide && !is_floating(r)) r = kFloat32;
@@ -71,16 +71,17 @@ Tensor& muldiv_inplace(Tensor& self, const Tensor& other, bool divide) {
   compute_inplace(self, other, r, (divide ? div_kernel : mul_kernel)(self.device()));
   self.bump_version();
   if (rec) {
-    rec.finish(self,
-               [divide, sa = self.shape(), sb = other.shape(),
-                tb = other.dtype()](BackwardContext& ctx) -> Grads {
-                 const Tensor g = ctx.grad(), x = ctx.saved(0), y = ctx.saved(1).to(g.dtype());
-                 Tensor gx, gy;
-                 if (ctx.needs(0)) gx = autograd::sum_to(divide ? g / y : g * y, sa);
-                 if (ctx.needs(1))
-                   gy = autograd::sum_to(divide ? -g * x / (y * y) : g * x, sb).to(tb);
-                 return {gx, gy};
-               });
+    rec.finish_inplace(self,
+                       [divide, sa = self.shape(), sb = other.shape(),
+                        tb = other.dtype()](BackwardContext& ctx) -> Grads {
+                         const Tensor g = ctx.grad(), x = ctx.saved(0),
+                                      y = ctx.saved(1).to(g.dtype());
+                         Tensor gx, gy;
+                         if (ctx.needs(0)) gx = autograd::sum_to(divide ? g / y : g * y, sa);
+                         if (ctx.needs(1))
+                           gy = autograd::sum_to(divide ? -g * x / (y * y) : g * x, sb).to(tb);
+                         return {gx, gy};
+                       });
   }
   return self;
 }
@@ -113,12 +114,12 @@ Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const {
 
 // ---- in place -------------------------------------------------------------------------------
 Tensor& Tensor::copy_(const Tensor& src) {
-  autograd::check_inplace(*this, "copy_");
+  autograd::check_inplace("copy_", *this, {&src});
   Recorder rec{"CopyBackwards", {this, &src}};
   detail::copy_into(*this, src);
   bump_version();
   if (rec) {
-    rec.finish(
+    rec.finish_inplace(
         *this,
         [ss = src.shape(), st = src.dtype(), sd = src.device()](BackwardContext& ctx) -> Grads {
           const Tensor g = ctx.grad();
@@ -130,12 +131,13 @@ Tensor& Tensor::copy_(const Tensor& src) {
 }
 
 Tensor& Tensor::fill_(const Scalar& value) {
-  autograd::check_inplace(*this, "fill_");
+  autograd::check_inplace("fill_", *this);
   fill_kernel(device())(*this, value);
   bump_version();
   if (requires_grad() && autograd::GradMode::is_enabled()) {
     Recorder rec{"FillBackward0", {this}};
-    rec.finish(*this, [](BackwardContext& ctx) -> Grads { return {zeros_like(ctx.grad())}; });
+    rec.finish_inplace(*this,
+                       [](BackwardContext& ctx) -> Grads { return {zeros_like(ctx.grad())}; });
   }
   return *this;
 }

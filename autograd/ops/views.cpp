@@ -6,6 +6,7 @@
 
 #include "autograd/function.h"
 #include "autograd/functions.h"
+#include "autograd/view_history.h"
 
 namespace mantissa {
 namespace {
@@ -70,6 +71,11 @@ std::optional<Shape> view_strides(const Shape& sizes, const Shape& strides, cons
   return out;
 }
 
+// A view of x (of x's base, for autograd) with the given geometry.
+Tensor view_with(const Tensor& x, const Shape& sizes, const Shape& strides, int64_t offset) {
+  return autograd::as_view(x, detail::make_view(x, sizes, strides, offset));
+}
+
 // Records the backward of a view whose gradient is `reshape(grad, input_shape)`.
 Tensor record_reshape_like(const char* name, const Tensor& x, Tensor out) {
   if (Recorder rec{name, {&x}}) {
@@ -132,7 +138,9 @@ Tensor clone(const Tensor& x) {
 
 Tensor contiguous(const Tensor& x) { return x.is_contiguous() ? x : clone(x); }
 
-Tensor Tensor::to(Device d, bool non_blocking) const { return mantissa::to(*this, d, non_blocking); }
+Tensor Tensor::to(Device d, bool non_blocking) const {
+  return mantissa::to(*this, d, non_blocking);
+}
 Tensor Tensor::to(DType t) const { return mantissa::to(*this, t); }
 Tensor Tensor::to(Device d, DType t) const { return mantissa::to(mantissa::to(*this, d), t); }
 Tensor Tensor::contiguous() const { return mantissa::contiguous(*this); }
@@ -146,15 +154,14 @@ Tensor view(const Tensor& x, const Shape& requested) {
            "size ", x.shape(), " and stride ", x.strides(),
            " (at least one dimension spans across "
            "two contiguous subspaces); use reshape(...) instead");
-  return record_reshape_like("ViewBackward0", x,
-                             detail::make_view(x, shape, *strides, x.storage_offset()));
+  return record_reshape_like("ViewBackward0", x, view_with(x, shape, *strides, x.storage_offset()));
 }
 
 Tensor reshape(const Tensor& x, const Shape& requested) {
   const Shape shape = infer_shape(requested, x.numel(), "reshape");
   if (auto strides = view_strides(x.shape(), x.strides(), shape)) {
     return record_reshape_like("ViewBackward0", x,
-                               detail::make_view(x, shape, *strides, x.storage_offset()));
+                               view_with(x, shape, *strides, x.storage_offset()));
   }
   return view(clone(x), shape);
 }
@@ -165,7 +172,7 @@ Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
   Shape sizes = x.shape(), strides = x.strides();
   std::swap(sizes[a], sizes[b]);
   std::swap(strides[a], strides[b]);
-  Tensor out = detail::make_view(x, sizes, strides, x.storage_offset());
+  Tensor out = view_with(x, sizes, strides, x.storage_offset());
   if (Recorder rec{"TransposeBackward0", {&x}}) {
     rec.finish(out, [a, b](BackwardContext& ctx) -> Grads { return {ctx.grad().transpose(a, b)}; });
   }
@@ -183,7 +190,7 @@ Tensor permute(const Tensor& x, const Shape& dims) {
     sizes[i] = x.size(d);
     strides[i] = x.stride(d);
   }
-  Tensor out = detail::make_view(x, sizes, strides, x.storage_offset());
+  Tensor out = view_with(x, sizes, strides, x.storage_offset());
   if (Recorder rec{"PermuteBackward0", {&x}}) {
     rec.finish(out,
                [inverse](BackwardContext& ctx) -> Grads { return {ctx.grad().permute(inverse)}; });
@@ -191,9 +198,20 @@ Tensor permute(const Tensor& x, const Shape& dims) {
   return out;
 }
 
+// Unlike slice, narrow checks its bounds instead of clamping them (as PyTorch does); a negative
+// start counts from the end.
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   MT_CHECK(x.dim() > 0, "narrow: cannot be applied to a 0-dim tensor");
-  return x.slice(dim, start, start + length);
+  const int64_t d = wrap_dim(dim, x.dim(), "narrow");
+  const int64_t n = x.size(d);
+  MT_CHECK(length >= 0, "narrow: length must be non-negative, got ", length, " (shape ", x.shape(),
+           ", dim ", d, ")");
+  MT_CHECK(start >= -n && start <= n, "narrow: start out of range (expected to be in range of [",
+           -n, ", ", n, "], but got ", start, ") for dimension ", d, " of shape ", x.shape());
+  if (start < 0) start += n;
+  MT_CHECK(start + length <= n, "narrow: start (", start, ") + length (", length,
+           ") exceeds dimension size (", n, ") of dimension ", d, " of shape ", x.shape());
+  return x.slice(d, start, start + length);
 }
 
 Tensor Tensor::slice(int64_t dim, std::optional<int64_t> start_opt, std::optional<int64_t> end_opt,
@@ -210,7 +228,7 @@ Tensor Tensor::slice(int64_t dim, std::optional<int64_t> start_opt, std::optiona
   Shape sizes = shape(), strides = this->strides();
   sizes[d] = (end - start + step - 1) / step;
   strides[d] *= step;
-  Tensor out = detail::make_view(*this, sizes, strides, storage_offset() + start * stride(d));
+  Tensor out = view_with(*this, sizes, strides, storage_offset() + start * stride(d));
   return record_partial_view("SliceBackward0", *this, out, [d, start, end, step](const Tensor& g) {
     Tensor v = g;
     Shape sz = g.shape(), st = g.strides();
@@ -230,7 +248,7 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
   Shape sizes = x.shape(), strides = x.strides();
   sizes.erase(d);
   strides.erase(d);
-  Tensor out = detail::make_view(x, sizes, strides, x.storage_offset() + i * x.stride(d));
+  Tensor out = view_with(x, sizes, strides, x.storage_offset() + i * x.stride(d));
   return record_partial_view("SelectBackward0", x, out, [d, i](const Tensor& g) {
     Shape sz = g.shape(), st = g.strides();
     const int64_t off = g.storage_offset() + i * g.stride(d);
@@ -251,7 +269,7 @@ Tensor squeeze(const Tensor& x, std::optional<int64_t> dim) {
     }
   }
   return record_reshape_like("SqueezeBackward0", x,
-                             detail::make_view(x, sizes, strides, x.storage_offset()));
+                             view_with(x, sizes, strides, x.storage_offset()));
 }
 
 Tensor unsqueeze(const Tensor& x, int64_t dim) {
@@ -261,7 +279,7 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
   sizes.insert(d, 1);
   strides.insert(d, new_stride);
   return record_reshape_like("UnsqueezeBackward0", x,
-                             detail::make_view(x, sizes, strides, x.storage_offset()));
+                             view_with(x, sizes, strides, x.storage_offset()));
 }
 
 Tensor expand(const Tensor& x, const Shape& shape) {
@@ -285,7 +303,7 @@ Tensor expand(const Tensor& x, const Shape& shape) {
     strides[i] = have == want ? x.stride(i - lead) : 0;
   }
   if (sizes == x.shape()) return x;
-  Tensor out = detail::make_view(x, sizes, strides, x.storage_offset());
+  Tensor out = view_with(x, sizes, strides, x.storage_offset());
   if (Recorder rec{"ExpandBackward0", {&x}}) {
     rec.finish(out, [shape = x.shape()](BackwardContext& ctx) -> Grads {
       return {autograd::sum_to(ctx.grad(), shape)};
