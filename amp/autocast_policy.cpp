@@ -1,6 +1,7 @@
 // The autocast cast policy of every op in engine/op_id.h, after PyTorch's autocast op lists
-// (aten/src/ATen/autocast_mode.cpp): matmul-like ops in lower precision; exp, log, pow,
-// reductions, softmax, normalisation and every loss in float32; joins promote.
+// (aten/src/ATen/autocast_mode.cpp): matmul-like ops in lower precision; exp, log, pow, sum,
+// norm, softmax, layer_norm and every loss in float32 (CUDA's list, used on every device; see
+// docs/mixed-precision.md); joins promote.
 #include <array>
 
 #include "amp/autocast.h"
@@ -20,7 +21,6 @@ constexpr CastPolicy policy_of(OpId op) {
     case OpId::log:
     case OpId::pow:
     case OpId::sum:
-    case OpId::mean:
     case OpId::norm:
     case OpId::softmax:
     case OpId::log_softmax:
@@ -34,6 +34,8 @@ constexpr CastPolicy policy_of(OpId op) {
     case OpId::cat:
     case OpId::stack:
       return CastPolicy::Promote;
+    case OpId::mean:  // on neither of PyTorch's lists: the input's dtype
+      return CastPolicy::None;
     case OpId::kCount:
       break;
   }

@@ -13,9 +13,11 @@ GradScaler::GradScaler(bool enabled) : GradScaler(GradScalerOptions{.enabled = e
 GradScaler::GradScaler(const GradScalerOptions& o) : options_(o) {
   MT_CHECK(o.init_scale > 0.0, "GradScaler: init_scale must be positive, got ", o.init_scale);
   MT_CHECK(o.growth_factor > 1.0, "GradScaler: growth_factor should be > 1, got ", o.growth_factor);
-  MT_CHECK(o.backoff_factor > 0.0 && o.backoff_factor < 1.0,
-           "GradScaler: backoff_factor should be < 1 and > 0, got ", o.backoff_factor);
-  MT_CHECK(o.growth_interval > 0, "GradScaler: growth_interval should be > 0, got ",
+  // PyTorch only asks backoff_factor < 1: 0 (drop the scale to min_scale on an overflow) and a
+  // growth_interval of 0 (never grow) are accepted as there; negative values are refused.
+  MT_CHECK(o.backoff_factor >= 0.0 && o.backoff_factor < 1.0,
+           "GradScaler: backoff_factor should be < 1 and >= 0, got ", o.backoff_factor);
+  MT_CHECK(o.growth_interval >= 0, "GradScaler: growth_interval should be >= 0, got ",
            o.growth_interval);
   MT_CHECK(o.min_scale >= 0.0, "GradScaler: min_scale must be >= 0, got ", o.min_scale);
   MT_CHECK(o.hysteresis >= 1, "GradScaler: hysteresis must be >= 1, got ", o.hysteresis);
@@ -33,7 +35,9 @@ void GradScaler::lazy_init(Device device) {
 Tensor GradScaler::scale(const Tensor& loss) {
   if (!options_.enabled) return loss;
   lazy_init(loss.device());
-  return loss * scale_.to(loss.device());
+  // PyTorch's scale is a one-element 1-d tensor, so a 0-d loss comes back with shape [1].
+  const Tensor scaled = loss * scale_.to(loss.device());
+  return loss.dim() == 0 ? scaled.reshape({1}) : scaled;
 }
 
 void GradScaler::unscale_(optim::Optimizer& optimizer) {

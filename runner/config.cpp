@@ -569,8 +569,8 @@ void parse_scaler(Context& ctx, const YAML::Node& node, ScalerConfig& c) {
   c.enabled = s.get_tristate("enabled", std::nullopt);
   c.init_scale = s.get_double("init_scale", 65536.0, positive());
   c.growth_factor = s.get_double("growth_factor", 2.0, Range{1, 1e300, true, false});
-  c.backoff_factor = s.get_double("backoff_factor", 0.5, Range{0, 1, true, true});
-  c.growth_interval = s.get_int("growth_interval", 2000, 1);
+  c.backoff_factor = s.get_double("backoff_factor", 0.5, Range{0, 1, false, true});
+  c.growth_interval = s.get_int("growth_interval", 2000, 0);
   c.min_scale = s.get_double("min_scale", 0.0, non_negative());
   c.hysteresis = s.get_int("hysteresis", 1, 1);
   if (c.min_scale > c.init_scale)
@@ -708,9 +708,8 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
 
 Config parse_config_file(const std::string& path, const std::vector<std::string>& overrides) {
   const std::string what = "config error: cannot read config file '" + path + "': ";
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    throw ConfigError(what + (std::filesystem::exists(path, ec) ? "not a file" : "no such file"));
+  if (const std::string problem = regular_file_problem(path); !problem.empty()) {
+    throw ConfigError(what + problem);
   }
   std::string text;
   try {

@@ -64,7 +64,6 @@ TEST(Autocast, Float32OpsOutputFloat32ForHalfInputs) {
       check([&] { return mt::pow(x, 2.0); });
       check([&] { return mt::pow(x, t); });
       check([&] { return mt::sum(x); });
-      check([&] { return mt::mean(x, {1}); });
       check([&] { return mt::norm(x); });
       check([&] { return mt::softmax(x, 1); });
       check([&] { return mt::log_softmax(x, 1); });
@@ -86,6 +85,14 @@ TEST(Autocast, PromoteAndUnlistedOps) {
   EXPECT_EQ((h + s).dtype(), mt::kFloat32);
   EXPECT_EQ(mt::relu(h).dtype(), mt::kFloat16);  // not in the table: input dtype
   EXPECT_EQ(mt::relu(s).dtype(), mt::kFloat32);
+  // mean is on neither of PyTorch's lists: it keeps its input's dtype, on every device.
+  const mt::Tensor b = mt::rand({2, 3}).to(mt::kBFloat16);
+  for (Precision p : {Precision(Precision::Float16), Precision(Precision::BFloat16)}) {
+    autocast inner(mt::kCPU, p);
+    EXPECT_EQ(mt::mean(b).dtype(), mt::kBFloat16);
+    EXPECT_EQ(mt::mean(h, {1}).dtype(), mt::kFloat16);
+    EXPECT_EQ(mt::mean(s).dtype(), mt::kFloat32);
+  }
 }
 
 TEST(Autocast, Float64AndIntegersAreNeverCast) {

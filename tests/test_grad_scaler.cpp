@@ -101,6 +101,38 @@ TEST(GradScaler, ScaleKeepsAutogradHistoryAndPromotesHalfLoss) {
   EXPECT_EQ(s.item<float>(), 131072.0f);
 }
 
+// PyTorch's scale is a one-element 1-d tensor: a 0-d loss comes back with shape [1].
+TEST(GradScaler, ScaledZeroDimLossHasShapeOne) {
+  GradScaler scaler(GradScalerOptions{.init_scale = 4.0});
+  Tensor x = f32({1.0f, 2.0f}).requires_grad_();
+  const Tensor scaled = scaler.scale((x * x).sum());
+  EXPECT_EQ(scaled.shape(), mt::Shape{1});
+  EXPECT_EQ(scaled.item<float>(), 20.0f);
+  scaled.backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{8.0f, 16.0f}));
+  EXPECT_EQ(scaler.scale(f32({1.0f, 2.0f})).shape(), mt::Shape{2});
+}
+
+// backoff_factor 0 and growth_interval 0, which PyTorch accepts, follow its update rule: an
+// overflow multiplies the scale by 0 (then min_scale applies), and a clean step never reaches
+// an interval of 0, so the scale never grows.
+TEST(GradScaler, ZeroBackoffAndZeroIntervalAreAccepted) {
+  GradScaler scaler(GradScalerOptions{
+      .init_scale = 8.0, .growth_factor = 2.0, .backoff_factor = 0.0, .growth_interval = 0});
+  Toy toy;
+  const std::vector<float> grads[] = {{1, 1, 1, 1}, {1, 1, 1, 1}, {1, kInf, 1, 1}};
+  const double expected_scale[] = {8.0, 8.0, 0.0};
+  const int64_t expected_tracker[] = {1, 2, 0};
+  for (int i = 0; i < 3; ++i) {
+    scaler.scale(scalar_loss());
+    toy.p.set_grad(f32(grads[i]));
+    scaler.step(*toy.opt);
+    scaler.update();
+    EXPECT_EQ(scaler.get_scale(), expected_scale[i]) << i;
+    EXPECT_EQ(scaler.growth_tracker(), expected_tracker[i]) << i;
+  }
+}
+
 TEST(GradScaler, DisabledIsTransparent) {
   GradScaler scaler(/*enabled=*/false);
   EXPECT_FALSE(scaler.is_enabled());
@@ -402,7 +434,8 @@ TEST(GradScaler, MisuseErrors) {
   }
   expect_error([] { GradScaler s(GradScalerOptions{.growth_factor = 1.0}); }, {"growth_factor"});
   expect_error([] { GradScaler s(GradScalerOptions{.backoff_factor = 1.0}); }, {"backoff_factor"});
-  expect_error([] { GradScaler s(GradScalerOptions{.growth_interval = 0}); }, {"growth_interval"});
+  expect_error([] { GradScaler s(GradScalerOptions{.backoff_factor = -0.5}); }, {"backoff_factor"});
+  expect_error([] { GradScaler s(GradScalerOptions{.growth_interval = -1}); }, {"growth_interval"});
   expect_error([] { GradScaler s(GradScalerOptions{.hysteresis = 0}); }, {"hysteresis"});
 }
 

@@ -165,7 +165,7 @@ TEST(RunnerConfig, WrongTypesAndRangesNameKeyValueAndLine) {
   expect_config_error("device: tpu\n", {"device = tpu (line 1)", "cpu, cuda or cuda:N"});
   expect_config_error("steps: 5\nepochs: 2\n", {"epochs = 2 (line 2)", "either steps or epochs"});
   expect_config_error("scaler:\n  backoff_factor: 1.5\n",
-                      {"scaler.backoff_factor = 1.5", "(0, 1)"});
+                      {"scaler.backoff_factor = 1.5", "[0, 1)"});
   expect_config_error("optimizer: {type: adam, betas: [0.9]}\n",
                       {"optimizer.betas", "[beta1, beta2]"});
   expect_config_error("optimizer: {type: sgd, nesterov: true}\n",
