@@ -38,7 +38,8 @@ struct EvalArgs {
 };
 int eval(const EvalArgs& args);
 
-int export_weights(const std::string& source, const std::string& out);
+// `force`: also replace a symbolic link or a file of a run (runner/output_target.h).
+int export_weights(const std::string& source, const std::string& out, bool force = false);
 
 struct ImportArgs {
   std::string path;
@@ -49,7 +50,7 @@ int import_weights(const ImportArgs& args);
 
 int devices();
 
-int plot(const std::string& run_dir, const std::string& out);
+int plot(const std::string& run_dir, const std::string& out, bool force = false);
 
 // ---- helpers (common.cpp) ----
 // "mantissa: <message>" on stderr (the message's first line only: errors are one line).

@@ -43,9 +43,14 @@ int main(int argc, char** argv) {
   e->add_flag("--json", eval.json, "Print the result as one JSON object");
 
   std::string export_source, export_out;
+  bool export_force = false;
   auto* x = app.add_subcommand("export", "Write a checkpoint's model weights as safetensors");
   x->add_option("source", export_source, "Run directory or checkpoint file")->required();
   x->add_option("out", export_out, "Output .safetensors file")->required();
+  x->add_flag("--force", export_force,
+              "Replace OUT even if it is a symbolic link (the link itself) or a file of a run "
+              "(its checkpoints, resolved.yaml, metrics.jsonl, ...); never a device, FIFO or "
+              "directory");
 
   cli::ImportArgs import;
   auto* i =
@@ -57,9 +62,14 @@ int main(int argc, char** argv) {
   app.add_subcommand("devices", "List the CPU and every GPU with what they support");
 
   std::string plot_dir, plot_out;
+  bool plot_force = false;
   auto* p = app.add_subcommand("plot", "Plot loss, learning rate and loss scale of a run (SVG)");
   p->add_option("run_dir", plot_dir, "The run directory")->required();
   p->add_option("-o,--out", plot_out, "Output file (default: RUN_DIR/plot.svg)");
+  p->add_flag("--force", plot_force,
+              "Replace the output even if it is a symbolic link (the link itself) or a file of a "
+              "run (its checkpoints, resolved.yaml, metrics.jsonl, ...); never a device, FIFO or "
+              "directory");
 
   try {
     app.parse(argc, argv);
@@ -71,9 +81,9 @@ int main(int argc, char** argv) {
   if (t->parsed()) return cli::train(train);
   if (r->parsed()) return cli::resume(resume);
   if (e->parsed()) return cli::eval(eval);
-  if (x->parsed()) return cli::export_weights(export_source, export_out);
+  if (x->parsed()) return cli::export_weights(export_source, export_out, export_force);
   if (i->parsed()) return cli::import_weights(import);
   if (app.get_subcommand("devices")->parsed()) return cli::devices();
-  if (p->parsed()) return cli::plot(plot_dir, plot_out);
+  if (p->parsed()) return cli::plot(plot_dir, plot_out, plot_force);
   return cli::kExitUsage;
 }

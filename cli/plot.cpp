@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <vector>
@@ -13,6 +12,7 @@
 #include "cli/cli.h"
 #include "runner/atomic_file.h"
 #include "runner/json.h"
+#include "runner/output_target.h"
 
 namespace mantissa::cli {
 namespace {
@@ -177,11 +177,18 @@ double number(const runner::Json& j, const char* key) {
 
 }  // namespace
 
-int plot(const std::string& run_dir, const std::string& out_arg) {
+int plot(const std::string& run_dir, const std::string& out_arg, bool force) {
   const std::string path = (fs::path(run_dir) / "metrics.jsonl").string();
-  std::ifstream in(path);
-  if (!in) {
-    print_error("cannot read " + path + " (is " + run_dir + " a run directory?)");
+  const std::string out = out_arg.empty() ? (fs::path(run_dir) / "plot.svg").string() : out_arg;
+  std::istringstream in;
+  try {
+    runner::check_output_target(out, {path, run_dir}, force);
+    in.str(runner::read_file_bytes(path));
+  } catch (const runner::OutputRefused& e) {
+    print_error(e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    print_error(std::string(e.what()) + " (is " + run_dir + " a run directory?)");
     return kExitUsage;
   }
   Series loss, lr, scale, eval;
@@ -222,7 +229,6 @@ int plot(const std::string& run_dir, const std::string& out_arg) {
   svg.panel(0, "loss", {&loss}, {"#1f77b4"}, eval.x.empty() ? nullptr : &eval);
   svg.panel(1, "learning rate", {&lr}, {"#2ca02c"});
   svg.panel(2, "loss scale", {&scale}, {"#9467bd"});
-  const std::string out = out_arg.empty() ? (fs::path(run_dir) / "plot.svg").string() : out_arg;
   try {
     runner::write_file_atomically(out, svg.finish());
   } catch (const std::exception& e) {

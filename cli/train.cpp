@@ -2,6 +2,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include "runner/checkpoint.h"
 #include "runner/metrics.h"
 #include "runner/progress.h"
+#include "runner/run_lock.h"
 #include "runner/trainer.h"
 
 namespace mantissa::cli {
@@ -20,31 +22,38 @@ namespace {
 
 namespace fs = std::filesystem;
 
-volatile std::sig_atomic_t g_stop = 0;
-extern "C" void on_sigint(int) { g_stop = 1; }
+// The signal that asked the run to stop (0: none).
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int signo) { g_stop_signal = signo; }
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
-// Ctrl-C stops after the current step; the trainer then writes its final checkpoint and summary,
-// so `mantissa resume` continues from there. A second Ctrl-C kills the process as usual.
+// Ctrl-C, and the SIGTERM / SIGHUP that Slurm, Kubernetes, `docker stop` and a closed terminal
+// send, stop the run after the current step; the trainer then writes its final checkpoint and
+// summary, so `mantissa resume` continues from there. A second signal ends the process as usual.
 class StopOnSignal : public runner::Callback {
  public:
   void on_train_begin(runner::Trainer&) override {
-    g_stop = 0;
-    std::signal(SIGINT, on_sigint);
+    g_stop_signal = 0;
+    for (int s : kStopSignals) std::signal(s, on_stop_signal);
   }
   void on_step_end(runner::Trainer& t, const runner::StepMetrics&) override { check(t); }
   void on_batch_end(runner::Trainer& t) override { check(t); }
-  void on_train_end(runner::Trainer&, const runner::TrainSummary&) override {
-    std::signal(SIGINT, SIG_DFL);
-  }
+  void on_train_end(runner::Trainer&, const runner::TrainSummary&) override { restore(); }
 
  private:
-  static void check(runner::Trainer& t) {
-    if (g_stop) {
-      std::signal(SIGINT, SIG_DFL);
-      std::cerr << "\nmantissa: interrupted; stopping after this step\n";
+  static void restore() {
+    for (int s : kStopSignals) std::signal(s, SIG_DFL);
+  }
+  void check(runner::Trainer& t) {
+    if (g_stop_signal != 0 && !stopping_) {
+      stopping_ = true;
+      restore();
+      std::cerr << "\nmantissa: " << strsignal(g_stop_signal)
+                << " received; stopping after this step\n";
       t.request_stop();
     }
   }
+  bool stopping_ = false;
 };
 
 // MANTISSA_STEP_DELAY_MS=<ms> sleeps after every step: lets tests (and demos) stop or kill a run
@@ -77,12 +86,20 @@ std::string default_run_dir(const std::string& name) {
   return dir;
 }
 
-void print_summary(const runner::TrainSummary& s, const std::string& run_dir) {
-  std::cout << "done: " << s.steps << " steps (" << s.steps_skipped << " skipped) in "
-            << runner::format_duration(s.wall_time_s) << "; final loss " << s.final_loss
-            << ", best " << s.best_loss;
-  if (s.final_eval) std::cout << "; " << runner::format_eval(*s.final_eval);
-  std::cout << "\nrun directory: " << run_dir << "\n";
+// Exit status of a run: 0 when it completed, 128 + the signal when one stopped it (as a shell
+// reports a process killed by it), so scripts and schedulers do not take it for a finished run.
+int print_summary(const runner::TrainSummary& s, const std::string& run_dir) {
+  if (s.completed()) {
+    std::cout << "done: " << s.steps << " steps (" << s.steps_skipped << " skipped) in "
+              << runner::format_duration(s.wall_time_s) << "; final loss " << s.final_loss
+              << ", best " << s.best_loss;
+    if (s.final_eval) std::cout << "; " << runner::format_eval(*s.final_eval);
+    std::cout << "\nrun directory: " << run_dir << "\n";
+    return kExitOk;
+  }
+  std::cout << "interrupted at step " << s.steps << " of " << s.total_steps
+            << " (checkpoint written); continue with `mantissa resume " << run_dir << "`\n";
+  return 128 + (g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGINT);
 }
 
 int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& checkpoint,
@@ -97,10 +114,16 @@ int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& 
   if (const char* delay = std::getenv("MANTISSA_STEP_DELAY_MS"); delay && std::atoi(delay) > 0) {
     trainer.add_callback(std::make_shared<StepDelay>(std::atoi(delay)));
   }
-  if (!checkpoint.empty()) trainer.resume_from(checkpoint);
-  const runner::TrainSummary summary = trainer.fit();
-  print_summary(summary, run_dir);
-  return kExitOk;
+  if (!checkpoint.empty()) {
+    trainer.resume_from(checkpoint);
+    if (trainer.step() >= trainer.total_steps()) {
+      // A finished run stays as it is: no second final evaluation, no new summary.
+      std::cout << "the run in " << run_dir << " is complete (step " << trainer.step() << " of "
+                << trainer.total_steps() << "); nothing to do\n";
+      return kExitOk;
+    }
+  }
+  return print_summary(trainer.fit(), run_dir);
 }
 
 }  // namespace
@@ -143,6 +166,9 @@ int train(const TrainArgs& args) {
               << run.config.precision << "), run directory " << run_dir << "\n"
               << std::flush;  // before the progress lines on (unbuffered) stderr
     return fit(run, run_dir, "", args.quiet);
+  } catch (const runner::RunDirInUse& e) {
+    print_error(e.what());
+    return kExitUsage;
   } catch (const std::exception& e) {
     print_error(e.what());
     return kExitFailed;
@@ -168,8 +194,16 @@ int resume(const ResumeArgs& args) {
   }
   try {
     const std::string dir = (fs::path(args.run_dir) / "checkpoints").string();
+    if (runner::list_checkpoints(dir).empty()) {
+      // Stopped before its first checkpoint (killed, or no checkpoint_every): nothing of the
+      // run's state survives, so it starts again from step 0.
+      std::cout << "no checkpoint in " << dir << " yet: starting the run from step 0 on "
+                << run.device << "\n"
+                << std::flush;
+      return fit(run, args.run_dir, "", args.quiet);
+    }
     std::vector<std::string> refused;
-    auto choice = runner::latest_valid_checkpoint(dir, &refused);
+    auto choice = runner::latest_valid_checkpoint(dir, run.config_hash, &refused);
     // Each refusal reads "checkpoint '<path>': <why>".
     for (const auto& r : refused) std::cout << "refused newer " << r << "\n";
     if (!choice) {
@@ -182,6 +216,9 @@ int resume(const ResumeArgs& args) {
               << " on " << run.device << "\n"
               << std::flush;
     return fit(run, args.run_dir, choice->path, args.quiet);
+  } catch (const runner::RunDirInUse& e) {
+    print_error(e.what());
+    return kExitUsage;
   } catch (const std::exception& e) {
     print_error(e.what());
     return kExitFailed;

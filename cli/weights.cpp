@@ -11,6 +11,7 @@
 #include "runner/checkpoint.h"
 #include "runner/json.h"
 #include "runner/model_builder.h"
+#include "runner/output_target.h"
 #include "runner/safetensors.h"
 #include "runner/text.h"
 
@@ -132,9 +133,11 @@ int eval(const EvalArgs& args) {
   }
 }
 
-int export_weights(const std::string& source, const std::string& out) {
+int export_weights(const std::string& source, const std::string& out, bool force) {
   try {
     const std::string checkpoint = resolve_checkpoint(source);
+    // Before the checkpoint is read: a refused target is reported at once.
+    runner::check_output_target(out, {checkpoint, source}, force);
     const runner::CheckpointInfo info = runner::read_checkpoint(checkpoint);
     std::map<std::string, std::string> meta{{"format", "pt"},
                                             {"mantissa.config_hash", info.config_hash}};
@@ -145,6 +148,9 @@ int export_weights(const std::string& source, const std::string& out) {
     std::cout << "wrote " << info.weights.size() << " tensors from " << checkpoint << " to " << out
               << "\n";
     return kExitOk;
+  } catch (const runner::OutputRefused& e) {
+    print_error(e.what());
+    return kExitUsage;
   } catch (const std::exception& e) {
     print_error(e.what());
     return kExitFailed;

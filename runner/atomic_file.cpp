@@ -1,11 +1,13 @@
 #include "runner/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "engine/error.h"
 
@@ -39,6 +41,23 @@ class TempFile {
   bool released_ = false;
 };
 
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() { ::close(fd_); }
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+
+ private:
+  int fd_;
+};
+
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return std::numeric_limits<uint64_t>::max();
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+}
+
 void write_all(int fd, std::string_view bytes, const std::string& what) {
   size_t done = 0;
   while (done < bytes.size()) {
@@ -56,10 +75,35 @@ bool is_atomic_temp_name(std::string_view filename) {
   return filename.size() > 1 && filename[0] == '.' && filename.find(".tmp-") != std::string::npos;
 }
 
+std::string file_type_name(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+std::string regular_file_problem(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return errno == ENOENT ? "no such file" : os_error();
+  if (S_ISREG(st.st_mode)) return "";
+  return "is " + file_type_name(st.st_mode) + ", not a regular file";
+}
+
 void write_file_atomically(const std::string& path, std::string_view bytes) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   MT_CHECK(!target.filename().empty(), "writing '", path, "': not a file name");
+  // rename() replaces whatever node has the name: as root, "writing" /dev/full would turn the
+  // device into a file. A symbolic link is replaced itself, the file it points to left alone.
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    MT_CHECK(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode), "writing '", path, "': it is ",
+             file_type_name(st.st_mode), ", not a regular file; refusing to replace it");
+  }
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   // Appended piecewise: GCC 12 at -O3 warns falsely (-Wrestrict) on a chain of operator+.
   std::string tmp_name = ".";
@@ -88,23 +132,41 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
   MT_CHECK(rc == 0, "writing '", path, "': fsync of directory '", dir.string(), "' failed: ", err);
 }
 
-std::string read_file_bytes(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+std::string read_file_bytes(const std::string& path, uint64_t max_bytes) {
+  // The type from the path first: opening a FIFO blocks until a writer appears, and opening some
+  // devices has side effects.
+  struct stat st {};
+  MT_CHECK(::stat(path.c_str(), &st) == 0, "cannot open '", path, "': ", os_error());
+  MT_CHECK(S_ISREG(st.st_mode), "cannot read '", path, "': it is ", file_type_name(st.st_mode),
+           ", not a regular file");
+  // O_NONBLOCK: if the path became a FIFO since the stat, the open returns at once and the fstat
+  // refuses it (it changes nothing for a regular file).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   MT_CHECK(fd >= 0, "cannot open '", path, "': ", os_error());
+  FdCloser closer(fd);
+  MT_CHECK(::fstat(fd, &st) == 0, "cannot read '", path, "': fstat failed: ", os_error());
+  MT_CHECK(S_ISREG(st.st_mode), "cannot read '", path, "': it is ", file_type_name(st.st_mode),
+           ", not a regular file");
+  const uint64_t limit = max_bytes > 0 ? max_bytes : physical_memory_bytes();
+  const std::string over = max_bytes > 0
+                               ? "the limit of " + std::to_string(limit) + " bytes for this file"
+                               : "this machine's physical memory (" + std::to_string(limit) +
+                                     " bytes), and the file is read whole into memory";
+  const auto size = static_cast<uint64_t>(st.st_size);
+  MT_CHECK(size <= limit, "cannot read '", path, "': it is ", size, " bytes, more than ", over);
   std::string out;
+  out.reserve(static_cast<size_t>(size));
   char buf[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string err = os_error();
-      ::close(fd);
-      MT_THROW("cannot read '", path, "': ", err);
-    }
+    MT_CHECK(n >= 0, "cannot read '", path, "': ", os_error());
     if (n == 0) break;
+    // A file still being appended to is read only up to the limit.
+    MT_CHECK(out.size() + static_cast<uint64_t>(n) <= limit, "cannot read '", path,
+             "': it grew while being read to more than ", over);
     out.append(buf, static_cast<size_t>(n));
   }
-  ::close(fd);
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include "nn/loss.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/sgd.h"
+#include "runner/atomic_file.h"
 #include "runner/determinism.h"
 #include "runner/model_builder.h"
 #include "runner/safetensors.h"
@@ -17,10 +18,13 @@
 namespace mantissa::runner {
 namespace {
 
+// Only regular files are read (runner/atomic_file.h): a FIFO or /dev/zero is a config error here,
+// before anything runs, rather than a read that waits or never ends.
 void require_file(const Config& c, const std::string& key, const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) c.fail(key, "file not found");
-  if (std::filesystem::is_directory(path, ec)) c.fail(key, "is a directory, expected a file");
+  if (const std::string problem = regular_file_problem(path); !problem.empty())
+    c.fail(key, problem);
 }
 
 // Checks the model's output against the data's targets for the configured loss.

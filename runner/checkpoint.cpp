@@ -15,6 +15,7 @@
 #include "nn/optim/lr_scheduler.h"
 #include "nn/optim/optimizer.h"
 #include "runner/atomic_file.h"
+#include "runner/config.h"
 #include "runner/text.h"
 
 namespace mantissa::runner {
@@ -235,30 +236,26 @@ std::vector<double> doubles(const Json& j) {
   return out;
 }
 
-int64_t step_of(const std::string& filename) {
-  // "step-<digits>.ckpt"
-  constexpr std::string_view pre = "step-", suf = ".ckpt";
-  if (filename.size() <= pre.size() + suf.size() || !filename.starts_with(pre) ||
-      !filename.ends_with(suf))
-    return -1;
-  const std::string_view digits(filename.data() + pre.size(),
-                                filename.size() - pre.size() - suf.size());
-  int64_t step = 0;
-  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
-  if (ec != std::errc() || end != digits.data() + digits.size()) return -1;
-  return step;
-}
-
 }  // namespace
 
 void save_checkpoint(const std::string& path, const CheckpointParts& parts) {
   MT_CHECK(parts.model != nullptr, "save_checkpoint('", path, "'): no model given");
+  if (const std::optional<int64_t> named = checkpoint_filename_step(path)) {
+    // What read_checkpoint will require of the file (validate_checkpoint_info).
+    const Json* step = parts.trainer_state.is_object() ? parts.trainer_state.find("step") : nullptr;
+    MT_CHECK(step != nullptr && step->is_int() && step->as_int() == *named, "save_checkpoint('",
+             path, "'): the name says step ", *named, " but trainer_state.step is ",
+             step ? step->dump() : std::string("missing"));
+  }
   NamedTensors tensors;
   Json meta;
   meta["format"] = kCheckpointFormat;
   meta["format_version"] = kCheckpointFormatVersion;
   meta["created"] = utc_now("%Y-%m-%dT%H:%M:%SZ");
-  meta["config_hash"] = parts.config_hash;
+  // Every checkpoint records a config hash (readers refuse an empty one); a checkpoint of a
+  // model trained without a config records the hash of its (empty) config text.
+  meta["config_hash"] =
+      parts.config_hash.empty() ? config_hash(parts.config_text) : parts.config_hash;
   Json model;
   model["type"] = parts.model->type_name();
   Json sig = Json::array();
@@ -362,6 +359,7 @@ CheckpointInfo read_info(const std::string& path, SafetensorsFile* keep) {
   } catch (const Error& e) {
     MT_THROW(what, ": malformed checkpoint metadata: ", e.what());
   }
+  validate_checkpoint_info(info);
   info.meta = std::move(l.meta);
   if (keep) *keep = std::move(l.file);
   return info;
@@ -451,9 +449,8 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return {};
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    const int64_t step = step_of(name);
-    if (step >= 0 && entry.is_regular_file(ec)) found.emplace_back(step, entry.path().string());
+    const std::optional<int64_t> step = checkpoint_filename_step(entry.path().string());
+    if (step && entry.is_regular_file(ec)) found.emplace_back(*step, entry.path().string());
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
     return a.first != b.first ? a.first > b.first : a.second > b.second;
@@ -463,12 +460,23 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   return out;
 }
 
+namespace {
+// read_checkpoint, and with a non-empty config_hash the file must have been written with it.
+void accept_checkpoint(const std::string& path, const std::string& config_hash) {
+  const CheckpointInfo info = read_checkpoint(path);
+  MT_CHECK(config_hash.empty() || info.config_hash == config_hash, "checkpoint '", path,
+           "': written by another run (config hash ", info.config_hash, "; this run's is ",
+           config_hash, ")");
+}
+}  // namespace
+
 std::optional<CheckpointChoice> latest_valid_checkpoint(const std::string& dir,
+                                                        const std::string& config_hash,
                                                         std::vector<std::string>* refused) {
   std::vector<std::string> reasons;
   for (const std::string& path : list_checkpoints(dir)) {
     try {
-      (void)read_checkpoint(path);
+      accept_checkpoint(path, config_hash);
       if (refused) *refused = reasons;
       return CheckpointChoice{path, std::move(reasons)};
     } catch (const Error& e) {
@@ -479,19 +487,43 @@ std::optional<CheckpointChoice> latest_valid_checkpoint(const std::string& dir,
   return std::nullopt;
 }
 
+std::optional<CheckpointChoice> latest_valid_checkpoint(const std::string& dir,
+                                                        std::vector<std::string>* refused) {
+  return latest_valid_checkpoint(dir, "", refused);
+}
+
 std::optional<CheckpointChoice> latest_valid_checkpoint(const std::string& dir) {
-  return latest_valid_checkpoint(dir, nullptr);
+  return latest_valid_checkpoint(dir, "", nullptr);
 }
 
 std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep_last) {
-  std::vector<std::string> deleted;
+  return prune_checkpoints(dir, keep_last, "", nullptr);
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep_last,
+                                           const std::string& config_hash,
+                                           std::vector<std::string>* left) {
+  std::vector<std::string> deleted, reasons;
   if (keep_last > 0) {
-    const std::vector<std::string> all = list_checkpoints(dir);
-    for (size_t i = static_cast<size_t>(keep_last); i < all.size(); ++i) {
+    // Only checkpoints a resume could pick count and are deleted; an accepted file holds the step
+    // its name says, so the listing's order is the order of the steps stored inside.
+    int64_t kept = 0;
+    for (const std::string& path : list_checkpoints(dir)) {
+      try {
+        accept_checkpoint(path, config_hash);
+      } catch (const Error& e) {
+        reasons.emplace_back(e.what());
+        continue;
+      }
+      if (kept < keep_last) {
+        ++kept;
+        continue;
+      }
       std::error_code ec;
-      if (fs::remove(all[i], ec)) deleted.push_back(all[i]);
+      if (fs::remove(path, ec)) deleted.push_back(path);
     }
   }
+  if (left) *left = std::move(reasons);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return deleted;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {

@@ -8,8 +8,10 @@
 // and a checksum over the whole file ("mantissa.checksum"). Writes are atomic (atomic_file.h).
 //
 // Loading refuses, with one error naming the file and the reason: a truncated or malformed file,
-// a checksum mismatch (corruption), another format or format version, and a model (or
-// optimizer) that differs from the one saved, naming the first parameter that differs.
+// a checksum mismatch (corruption), another format or format version, values a writer never
+// produces (validate_checkpoint_info: an empty config hash, a trainer state out of range, a file
+// named step-<N>.ckpt that does not hold step N), and a model (or optimizer) that differs from
+// the one saved, naming the first parameter that differs.
 #pragma once
 
 #include <cstdint>
@@ -45,13 +47,16 @@ struct CheckpointParts {
   optim::Optimizer* optimizer = nullptr;
   amp::GradScaler* scaler = nullptr;
   optim::LRScheduler* scheduler = nullptr;
-  Json trainer_state;  // opaque to this file: saved as is, and filled in by load_checkpoint
-  std::string config_hash;
+  // Saved as is and filled in by load_checkpoint; the keys a Trainer writes (step, epoch, loader,
+  // ...) are range-checked on reading (validate_checkpoint_info).
+  Json trainer_state;
+  std::string config_hash;  // empty: config_hash(config_text) is stored (see runner/config.h)
   std::string config_text;
   bool rng = true;  // save / restore the generator state of every device
 };
 
 // Writes a checkpoint of `parts` (and, with parts.rng, every device's generator) atomically.
+// A path named step-<N>.ckpt needs parts.trainer_state.step == N.
 void save_checkpoint(const std::string& path, const CheckpointParts& parts);
 
 // Validates the file completely (structure, checksum, format, version, model signature and
@@ -71,28 +76,51 @@ struct CheckpointInfo {
   Json meta;             // the whole "mantissa.checkpoint" JSON (model signature, optimizer, ...)
   NamedTensors weights;  // the model's state_dict, names without the "model." prefix
 };
-// Validates structure, checksum, format and version; throws as load_checkpoint would.
+// Validates structure, checksum, format, version and validate_checkpoint_info; throws as
+// load_checkpoint would.
 CheckpointInfo read_checkpoint(const std::string& path);
 
-// "step-000000123.ckpt": names sort by step; latest_valid_checkpoint and prune rely on it.
+// Throws, naming the file, the field and its value, unless: config_hash is non-empty; the trainer
+// state is null or an object whose (optional) integer fields are in range — step >= 0, epoch,
+// loader.epoch and loader.index in [0, step + 1], loader.epoch == epoch, steps_skipped and
+// pending_loss_count in [0, step], pending_samples >= 0, wall_time_s >= 0; and, for a file named
+// step-<N>.ckpt, its trainer state holds step N. read_checkpoint and load_checkpoint call it.
+void validate_checkpoint_info(const CheckpointInfo& info);
+
+// "step-000000123.ckpt": names sort by step; the file must hold that step (above).
 std::string checkpoint_filename(int64_t step);
+// The step a checkpoint file name encodes (the directory part of a path is ignored); nullopt for
+// any other name, temporaries included.
+std::optional<int64_t> checkpoint_filename_step(const std::string& path);
 // Checkpoints in `dir` named as above (temporaries ignored), newest (highest step) first.
 std::vector<std::string> list_checkpoints(const std::string& dir);
 
 struct CheckpointChoice {
   std::string path;
   // One line per newer checkpoint that was refused:
-  // "<path>: checksum mismatch (file is corrupted)".
+  // "checkpoint '<path>': checksum mismatch (...): the file is corrupted".
   std::vector<std::string> refused;
 };
-// The newest checkpoint in `dir` that read_checkpoint accepts; nullopt if none does (the refusals
-// are then lost, so callers wanting them use the overload below).
+// The newest checkpoint in `dir` that read_checkpoint accepts — and, with a non-empty
+// `config_hash`, that was written with that config hash: another run's checkpoint is refused
+// ("written by another run") like an invalid one. nullopt if none is accepted (the refusals are
+// then lost, so callers wanting them pass `refused`).
 std::optional<CheckpointChoice> latest_valid_checkpoint(const std::string& dir);
 std::optional<CheckpointChoice> latest_valid_checkpoint(const std::string& dir,
                                                         std::vector<std::string>* refused);
+std::optional<CheckpointChoice> latest_valid_checkpoint(const std::string& dir,
+                                                        const std::string& config_hash,
+                                                        std::vector<std::string>* refused);
 
-// Deletes all but the newest `keep_last` checkpoints (keep_last <= 0 keeps all) and stale
-// temporaries left by killed writers. Returns the deleted paths.
+// Keeps the newest `keep_last` checkpoints that latest_valid_checkpoint(dir, config_hash) would
+// accept and deletes the accepted ones older than those (keep_last <= 0 keeps all); deletes the
+// temporaries of writers that no longer run. A checkpoint it does not accept (corrupted, misnamed,
+// another run's) is never deleted and does not count toward keep_last: it is left, with its
+// reason in *left. So pruning never changes which checkpoint a resume picks. It reads (verifies)
+// every checkpoint in `dir`. Returns the deleted paths.
 std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep_last);
+std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep_last,
+                                           const std::string& config_hash,
+                                           std::vector<std::string>* left);
 
 }  // namespace mantissa::runner

@@ -82,9 +82,76 @@ struct Context {
     return "line " + std::to_string(m.line + 1);
   }
   [[noreturn]] void fail(const std::string& msg) const {
-    throw ConfigError("config error: " + msg);
+    throw ConfigError("config error: " + printable(msg));
+  }
+  // A config that is not text (a binary file given by mistake) must not put raw bytes on the
+  // terminal: control bytes and bytes that are not UTF-8 are shown as \xNN.
+  static std::string printable(const std::string& text) {
+    static const char* hex = "0123456789abcdef";
+    std::string out;
+    for (size_t i = 0; i < text.size();) {
+      const auto b = static_cast<unsigned char>(text[i]);
+      const size_t len = b < 0x80         ? 1
+                         : (b >> 5) == 6  ? 2
+                         : (b >> 4) == 14 ? 3
+                         : (b >> 3) == 30 ? 4
+                                          : 0;
+      bool ok = len > 0 && i + len <= text.size() && (len > 1 || (b >= 0x20 && b != 0x7f));
+      for (size_t k = 1; ok && k < len; ++k)
+        ok = (static_cast<unsigned char>(text[i + k]) >> 6) == 2;
+      if (ok) {
+        out.append(text, i, len);
+        i += len;
+      } else {
+        out += "\\x";
+        out += hex[b >> 4];
+        out += hex[b & 15];
+        ++i;
+      }
+    }
+    return out;
   }
 };
+
+// yaml-cpp reads a quoted scalar whose closing quote is missing to the end of the file, folding
+// the lines that follow into it. No config value spans lines, so a quoted scalar whose closing
+// quote is not on its own line is refused as an unterminated quote.
+void check_quotes(const Context& ctx, const YAML::Node& node, const std::string& text,
+                  const std::string& source) {
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      check_quotes(ctx, kv.first, text, source);
+      check_quotes(ctx, kv.second, text, source);
+    }
+    return;
+  }
+  if (node.IsSequence()) {
+    for (const auto& e : node) check_quotes(ctx, e, text, source);
+    return;
+  }
+  if (!node.IsScalar() || node.Mark().is_null()) return;
+  const auto pos = static_cast<size_t>(node.Mark().pos);
+  if (pos >= text.size() || (text[pos] != '"' && text[pos] != '\'')) return;
+  const char quote = text[pos];
+  bool closed = false;
+  for (size_t i = pos + 1; i < text.size() && text[i] != '\n'; ++i) {
+    if (quote == '"' && text[i] == '\\') {
+      ++i;  // an escaped character
+    } else if (text[i] == quote) {
+      if (quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        ++i;  // '' is an escaped single quote
+      } else {
+        closed = true;
+        break;
+      }
+    }
+  }
+  if (!closed) {
+    ctx.fail(source + " line " + std::to_string(node.Mark().line + 1) +
+             ": unterminated quote (the closing " + std::string(1, quote) +
+             " is missing on that line)");
+  }
+}
 
 std::string node_text(const YAML::Node& n) {
   if (!n.IsDefined() || n.IsNull()) return "null";
@@ -160,11 +227,13 @@ class Section {
     ctx_.fail(full + " = " + node_text(v) + " (" + ctx_.where(full, v) + "): " + problem);
   }
 
+  // A number or boolean written in quotes ("32") is a string in YAML: refused, not converted.
   template <typename T>
   T scalar(const std::string& key, const YAML::Node& v, const char* expected) {
     T out{};
     if (!v.IsScalar() || !YAML::convert<T>::decode(v, out))
       bad(key, v, std::string("expected ") + expected);
+    if (v.Tag() == "!") bad(key, v, std::string("expected ") + expected + ", not a quoted string");
     return out;
   }
 
@@ -591,13 +660,20 @@ void apply_override(Context& ctx, YAML::Node& root, const std::string& text) {
     if (p.empty()) ctx.fail("--set '" + text + "': empty component in key path '" + path + "'");
     parts.push_back(p);
   }
+  const std::string value_text = text.substr(eq + 1);
+  // An empty value is most often an unset shell variable (--set optimizer.lr=$LR): refused
+  // rather than read as "no value", which would silently mean the default.
+  if (value_text.find_first_not_of(" \t") == std::string::npos) {
+    ctx.fail("--set " + path + ": the value is empty (an unset shell variable?); give a value");
+  }
   YAML::Node value;
   try {
-    value = YAML::Load(text.substr(eq + 1));
+    value = YAML::Load(value_text);
   } catch (const YAML::Exception& e) {
-    ctx.fail("--set " + path + ": the value '" + text.substr(eq + 1) + "' is not valid YAML (" +
-             e.msg + ")");
+    ctx.fail("--set " + path + ": the value '" + value_text + "' is not valid YAML (" + e.msg +
+             ")");
   }
+  check_quotes(ctx, value, value_text, "--set " + path);
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   YAML::Node cur = root;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -656,6 +732,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
                       std::to_string(e.mark.line + 1) + ", column " +
                       std::to_string(e.mark.column + 1));
   }
+  check_quotes(ctx, root, yaml_text, source);
   for (const auto& o : overrides) apply_override(ctx, root, o);
 
   Section top(ctx, root, "",

@@ -3,12 +3,14 @@
 
 #include <cmath>
 #include <ctime>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
 #include <vector>
 
 #include "engine/error.h"
+#include "runner/atomic_file.h"
 #include "runner/text.h"
 
 namespace mantissa::runner {
@@ -59,20 +61,25 @@ std::string format_eval(const EvalMetrics& m) {
 
 MetricsJsonlWriter::MetricsJsonlWriter(std::string path) : path_(std::move(path)) {}
 
-void MetricsJsonlWriter::on_train_begin(Trainer& trainer) {
-  std::vector<std::string> kept;
-  if (trainer.step() > 0) {
-    std::ifstream in(path_);
+void keep_metrics_through_step(const std::string& path, int64_t step) {
+  std::string kept;
+  if (step > 0 && std::filesystem::exists(path)) {
+    std::istringstream in(read_file_bytes(path));
     std::string line;
     while (std::getline(in, line)) {
       const int64_t s = record_step(line);
-      if (s >= 0 && s <= trainer.step()) kept.push_back(line);
+      if (s >= 0 && s <= step) kept += line + '\n';
     }
   }
-  out_.open(path_, std::ios::out | std::ios::trunc);
+  // A new file renamed over the old one: a run killed (or out of disk) while this is written
+  // leaves the whole old history, never a part of it.
+  write_file_atomically(path, kept);
+}
+
+void MetricsJsonlWriter::on_train_begin(Trainer& trainer) {
+  keep_metrics_through_step(path_, trainer.step());
+  out_.open(path_, std::ios::out | std::ios::app);
   MT_CHECK(out_.good(), "metrics: cannot open '", path_, "' for writing");
-  for (const auto& line : kept) out_ << line << '\n';
-  out_.flush();
 }
 
 void MetricsJsonlWriter::write_line(const Json& record) {
@@ -123,9 +130,10 @@ void HumanLog::on_checkpoint(Trainer&, const std::string& path) { line("checkpoi
 
 void HumanLog::on_train_end(Trainer&, const TrainSummary& s) {
   std::ostringstream os;
-  os << "done: " << s.steps << " steps (" << s.steps_skipped << " skipped), final loss "
-     << number(s.final_loss) << ", best loss " << number(s.best_loss) << ", "
-     << number(s.wall_time_s, 4) << " s";
+  if (!s.completed()) os << "interrupted at step " << s.steps << " of " << s.total_steps << "; ";
+  os << (s.completed() ? "done: " : "") << s.steps << " steps (" << s.steps_skipped
+     << " skipped), final loss " << number(s.final_loss) << ", best loss " << number(s.best_loss)
+     << ", " << number(s.wall_time_s, 4) << " s";
   line(os.str());
 }
 

@@ -11,8 +11,8 @@ namespace mantissa::runner {
 
 // Appends one compact JSON line per logged step and per evaluation, flushed as written (so a
 // killed run keeps what it logged). When a resumed run begins, records from steps after the
-// resume point (written by the run that was killed) are dropped first, so the file reads as one
-// uninterrupted run.
+// resume point (written by the run that was killed) are dropped first (keep_metrics_through_step),
+// so the file reads as one uninterrupted run.
 class MetricsJsonlWriter : public Callback {
  public:
   explicit MetricsJsonlWriter(std::string path);
@@ -45,6 +45,10 @@ class HumanLog : public Callback {
   bool echo_;
   std::ofstream out_;
 };
+
+// Leaves in the metrics file at `path` only the records of steps up to `step` (none for step 0),
+// by writing a new file and renaming it over the old one.
+void keep_metrics_through_step(const std::string& path, int64_t step);
 
 // "step 120/1000  loss 0.01234  lr 0.001  scale 65536  grad_norm 1.2  4.5k samples/s" and the
 // like: the formatting shared by the log file, the progress lines and the CLI.

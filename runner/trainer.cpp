@@ -23,6 +23,7 @@
 #include "runner/determinism.h"
 #include "runner/metrics.h"
 #include "runner/progress.h"
+#include "runner/run_lock.h"
 
 namespace mantissa::runner {
 
@@ -77,6 +78,8 @@ Json TrainSummary::to_json() const {
   j.set("best_loss", number_or_null(best_loss));
   if (final_eval) j.set("final_eval", final_eval->to_json());
   j.set("steps", steps);
+  j.set("total_steps", total_steps);
+  j.set("completed", completed());
   j.set("steps_skipped", steps_skipped);
   j.set("epochs", epochs);
   j.set("resumed_from_step", resumed_from_step);
@@ -332,18 +335,20 @@ std::string Trainer::save_checkpoint(const std::string& path) {
 }
 
 void Trainer::prune_checkpoints() {
-  if (options_.keep_last > 0)
-    runner::prune_checkpoints((fs::path(options_.run_dir) / "checkpoints").string(),
-                              options_.keep_last);
+  if (options_.keep_last <= 0) return;
+  std::vector<std::string> left;  // checkpoints it would not resume from: never deleted
+  runner::prune_checkpoints((fs::path(options_.run_dir) / "checkpoints").string(),
+                            options_.keep_last, options_.config_hash, &left);
 }
 
 void Trainer::resume_from(const std::string& checkpoint_path) {
   if (!options_.config_hash.empty()) {
-    // Refuse before anything is restored.
+    // Refuse before anything is restored. Every checkpoint records a config hash
+    // (read_checkpoint refuses an empty one), so a missing hash is no way around this check.
     const std::string saved = read_checkpoint(checkpoint_path).config_hash;
-    MT_CHECK(saved.empty() || saved == options_.config_hash, "Trainer.resume_from: '",
-             checkpoint_path, "' was written with config hash ", saved,
-             " but this run's config hash is ", options_.config_hash);
+    MT_CHECK(saved == options_.config_hash, "Trainer.resume_from: '", checkpoint_path,
+             "' was written with config hash ", saved, " but this run's config hash is ",
+             options_.config_hash);
   }
   CheckpointParts parts;
   parts.model = model_.get();
@@ -354,6 +359,8 @@ void Trainer::resume_from(const std::string& checkpoint_path) {
   const Json& s = parts.trainer_state;
   MT_CHECK(s.is_object() && s.contains("step") && s.contains("loader"), "Trainer.resume_from: '",
            checkpoint_path, "' has no trainer state (not written by a Trainer)");
+  // Its counters were range-checked on reading (validate_checkpoint_info); the loader checks its
+  // position against its own batches per epoch.
   train_loader_->load_state(s.at("loader"));
   step_ = s.at("step").as_int();
   auto as_number = [&](const char* key) {
@@ -382,8 +389,10 @@ TrainSummary Trainer::fit() {
   if (!resumed_ && step_ == 0) manual_seed(options_.seed);
   impl_->session_start = impl_->last_log_time = Clock::now();
   impl_->builtins.clear();
+  std::optional<RunDirLock> lock;  // held until the run's last file is written
   if (!options_.run_dir.empty()) {
     fs::create_directories(options_.run_dir);
+    lock.emplace(options_.run_dir);
     impl_->builtins.push_back(std::make_shared<MetricsJsonlWriter>(
         (fs::path(options_.run_dir) / "metrics.jsonl").string()));
     impl_->builtins.push_back(std::make_shared<HumanLog>(
@@ -422,6 +431,7 @@ TrainSummary Trainer::fit() {
   summary.best_loss = best_loss_;
   summary.final_eval = impl_->last_eval;
   summary.steps = step_;
+  summary.total_steps = total;
   summary.steps_skipped = steps_skipped();
   summary.epochs = train_loader_->epoch() + (train_loader_->index() > 0 ? 1 : 0);
   summary.resumed_from_step = resumed_from_step_;

@@ -95,11 +95,13 @@ struct TrainSummary {
   double best_loss = std::numeric_limits<double>::quiet_NaN();
   std::optional<EvalMetrics> final_eval{};
   int64_t steps = 0;
+  int64_t total_steps = 0;  // what the run was asked for: steps < total_steps when it was stopped
   int64_t steps_skipped = 0;
   int64_t epochs = 0;
   int64_t resumed_from_step = 0;
   double wall_time_s = 0.0;
   std::vector<std::pair<std::string, int64_t>> peak_memory_bytes;  // per device
+  bool completed() const { return steps >= total_steps; }
   Json to_json() const;
 };
 

@@ -1,111 +1,14 @@
 // The `mantissa` command end to end: the built binary is run as a child process (fork/exec), as a
 // user would run it. Covers --help everywhere, the no-argument default run, every bundled config,
-// plot/eval/export/import, bad configs (one line, exit code 2, no run directory), and exact resume
-// after SIGKILL in float32, float16 (with skipped steps) and bfloat16.
-#include <fcntl.h>
-#include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
+// plot/eval/export/import, bad configs (one line, exit code 2, no run directory), exact resume
+// after SIGKILL in float32, float16 (with skipped steps) and bfloat16, and the files export and
+// plot refuse to replace and the FIFOs and devices no command reads (issue 16).
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
-#include <algorithm>
-#include <chrono>
-#include <cstdint>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <string>
-#include <thread>
-#include <vector>
-
-#include "runner/json.h"
-
-namespace fs = std::filesystem;
-using mantissa::runner::Json;
-
-#ifndef MANTISSA_CLI_PATH
-#error "tests/CMakeLists.txt defines MANTISSA_CLI_PATH for test_cli"
-#endif
+#include "cli_test_util.h"
 
 namespace {
-
-std::string source_dir() {
-  const char* s = std::getenv("MANTISSA_SOURCE_DIR");
-  return s ? s : ".";
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_file(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary);
-  out << text;
-}
-
-// A scratch directory per test, removed at the end.
-class CliTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = info->name();  // "Test/0" for parameterized tests
-    std::replace(name.begin(), name.end(), '/', '_');
-    dir_ = fs::temp_directory_path() / ("mt_cli_" + name + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
-
-  // Starts `mantissa args...` in the scratch directory with stdout+stderr to `log`.
-  pid_t spawn(const std::vector<std::string>& args, const fs::path& log,
-              const std::vector<std::string>& env = {}) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      if (::chdir(dir_.c_str()) != 0) _exit(127);
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd < 0) _exit(127);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
-      std::vector<char*> argv;
-      // MANTISSA_CLI points at a staged binary when the tests run away from their build tree
-      // (scripts/gpu/run.sh).
-      const char* staged = std::getenv("MANTISSA_CLI");
-      std::string exe = staged ? staged : MANTISSA_CLI_PATH;
-      argv.push_back(exe.data());
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(exe.c_str(), argv.data());
-      _exit(127);
-    }
-    return pid;
-  }
-  static int wait_exit(pid_t pid, bool* signaled = nullptr) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    if (signaled) *signaled = WIFSIGNALED(status);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  }
-  struct Result {
-    int code;
-    std::string output;
-  };
-  Result run(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
-    const fs::path log = dir_ / ("out_" + std::to_string(counter_++) + ".txt");
-    const int code = wait_exit(spawn(args, log, env));
-    return {code, read_file(log)};
-  }
-  std::string config(const std::string& name) const { return source_dir() + "/configs/" + name; }
-
-  fs::path dir_;
-  int counter_ = 0;
-};
 
 // MNIST IDX files with `n` random 28x28 images and labels 0..9.
 void write_tiny_mnist(const fs::path& images, const fs::path& labels, int n) {
@@ -426,8 +329,8 @@ TEST_F(CliTest, CtrlCStopsCleanlyAndTheRunResumesExactly) {
   }
   ASSERT_TRUE(fs::exists(ckpt)) << read_file(dir_ / "stopped.txt");
   ::kill(pid, SIGINT);
-  EXPECT_EQ(wait_exit(pid), 0) << read_file(dir_ / "stopped.txt");
-  EXPECT_NE(read_file(dir_ / "stopped.txt").find("interrupted"), std::string::npos);
+  EXPECT_EQ(wait_exit(pid), 128 + SIGINT) << read_file(dir_ / "stopped.txt");
+  EXPECT_NE(read_file(dir_ / "stopped.txt").find("interrupted at step"), std::string::npos);
   // It stopped early, with a final checkpoint and summary at the step where it stopped.
   const Json partial = Json::parse(read_file(dir_ / "stopped" / "summary.json"));
   const int64_t stopped_at = partial.at("steps").as_int();
@@ -442,4 +345,199 @@ TEST_F(CliTest, CtrlCStopsCleanlyAndTheRunResumesExactly) {
   ASSERT_EQ(run({"export", "full", "full.safetensors"}).code, 0);
   ASSERT_EQ(run({"export", "stopped", "stopped.safetensors"}).code, 0);
   EXPECT_EQ(read_file(dir_ / "full.safetensors"), read_file(dir_ / "stopped.safetensors"));
+}
+
+// Issue 16: one clear error, exit != 0, nothing overwritten, nothing lost. `export` and `plot -o`
+// never replace a run's own files (without --force), a symbolic link (without --force), or
+// anything that is not a regular file; nothing reads a FIFO or a device.
+class CliFileSafetyTest : public CliTest {
+ protected:
+  // run(), but a command still running after `limit_s` is killed and reported: a regression that
+  // blocks on a FIFO or reads a device forever fails here instead of hanging the suite.
+  Result run_within(const std::vector<std::string>& args, int limit_s = 30) {
+    const fs::path log = dir_ / ("out_" + std::to_string(counter_++) + ".txt");
+    const pid_t pid = spawn(args, log);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(limit_s);
+    int status = 0;
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        ADD_FAILURE() << "still running after " << limit_s << " s: mantissa " << args[0] << " "
+                      << (args.size() > 1 ? args[1] : "");
+        return {-1, read_file(log)};
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status), read_file(log)};
+  }
+  // Refused: exit 2, one line naming `path` and containing `why`.
+  void expect_refused(const Result& r, const std::string& path, const std::string& why) {
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find("refusing to write '" + path + "'"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(why), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
+  // A small run "r" with checkpoints at steps 10 and 20.
+  void train_run() {
+    const Result t = run({"train", "--run-dir", "r", "-q", "--set", "steps=20", "--set",
+                          "checkpoint_every=10", "--set", "log_every=2", "--set", "keep_last=0"});
+    ASSERT_EQ(t.code, 0) << t.output;
+  }
+};
+
+TEST_F(CliFileSafetyTest, ExportAndPlotRefuseTheRunsOwnFilesUnlessForced) {
+  train_run();
+  const fs::path newest = dir_ / "r" / "checkpoints" / "step-000000020.ckpt";
+  ASSERT_TRUE(fs::exists(newest));
+  std::vector<std::pair<fs::path, std::string>> before;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ / "r")) {
+    if (e.is_regular_file()) before.emplace_back(e.path(), read_file(e.path()));
+  }
+  const std::string ckpt = "r/checkpoints/step-000000020.ckpt";
+  const std::string older = "r/checkpoints/step-000000010.ckpt";
+  expect_refused(run({"export", "r", ckpt}), ckpt, "the file this command reads");
+  expect_refused(run({"export", ckpt, ckpt}), ckpt, "the file this command reads");
+  expect_refused(run({"export", "r", older}), older, "in the checkpoints directory of the run");
+  expect_refused(run({"export", "r", "r/checkpoints/new.safetensors"}),
+                 "r/checkpoints/new.safetensors", "checkpoints directory");
+  for (const char* f : {"resolved.yaml", "metrics.jsonl", "train.log", "summary.json"}) {
+    const std::string target = std::string("r/") + f;
+    expect_refused(run({"export", "r", target}), target, std::string("it is the ") + f);
+    expect_refused(run({"plot", "r", "-o", target}), target,
+                   f == std::string("metrics.jsonl") ? "the file this command reads"
+                                                     : std::string("it is the ") + f);
+  }
+  // Another spelling of the run directory is the same run.
+  fs::create_directory_symlink(dir_ / "r", dir_ / "r-link");
+  expect_refused(run({"export", "r", "r-link/resolved.yaml"}), "r-link/resolved.yaml",
+                 "resolved.yaml");
+  // Not one byte changed, nothing added.
+  size_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ / "r")) files += e.is_regular_file();
+  EXPECT_EQ(files, before.size());
+  for (const auto& [path, bytes] : before) EXPECT_TRUE(read_file(path) == bytes) << path;
+
+  // Allowed: a new file beside the run's files, the run's own plot, and with --force.
+  EXPECT_EQ(run({"export", "r", "r/weights.safetensors"}).code, 0);
+  EXPECT_EQ(run({"plot", "r"}).code, 0);
+  EXPECT_EQ(run({"plot", "r"}).code, 0) << "re-plotting replaces RUN_DIR/plot.svg";
+  const Result forced = run({"export", "r", "r/checkpoints/weights.safetensors", "--force"});
+  EXPECT_EQ(forced.code, 0) << forced.output;
+  EXPECT_TRUE(fs::exists(dir_ / "r" / "checkpoints" / "weights.safetensors"));
+  // A checkpoint replaced by its own weights with --force: read whole before it is replaced.
+  fs::copy_file(newest, dir_ / "copy.ckpt");
+  fs::create_hard_link(dir_ / "copy.ckpt", dir_ / "hard.ckpt");
+  expect_refused(run({"export", "copy.ckpt", "hard.ckpt"}), "hard.ckpt",
+                 "'copy.ckpt', the file this command reads");
+  const Result self = run({"export", "copy.ckpt", "copy.ckpt", "--force"});
+  ASSERT_EQ(self.code, 0) << self.output;
+  EXPECT_EQ(read_file(dir_ / "copy.ckpt"), read_file(dir_ / "r" / "weights.safetensors"));
+}
+
+TEST_F(CliFileSafetyTest, ExportAndPlotRefuseSymlinksFifosDirectoriesAndDevices) {
+  train_run();
+  // A symbolic link: refused; with --force the link itself is replaced, never its target.
+  write_file(dir_ / "target.txt", "keep");
+  fs::create_symlink("target.txt", dir_ / "link");
+  expect_refused(run({"export", "r", "link"}), "link", "it is a symbolic link (to 'target.txt')");
+  expect_refused(run({"plot", "r", "-o", "link"}), "link", "it is a symbolic link");
+  EXPECT_TRUE(fs::is_symlink(dir_ / "link"));
+  EXPECT_EQ(read_file(dir_ / "target.txt"), "keep");
+  const Result forced = run({"plot", "r", "-o", "link", "--force"});
+  EXPECT_EQ(forced.code, 0) << forced.output;
+  EXPECT_FALSE(fs::is_symlink(dir_ / "link"));
+  EXPECT_EQ(read_file(dir_ / "link").rfind("<svg", 0), 0u);
+  EXPECT_EQ(read_file(dir_ / "target.txt"), "keep");
+
+  // A FIFO and a directory: refused with or without --force, and left as they were.
+  ASSERT_EQ(::mkfifo((dir_ / "fifo").c_str(), 0644), 0);
+  fs::create_directories(dir_ / "d");
+  for (const char* force : {"", "--force"}) {
+    std::vector<std::string> x = {"export", "r", "fifo"}, p = {"plot", "r", "-o", "fifo"};
+    if (*force) x.push_back(force), p.push_back(force);
+    expect_refused(run_within(x), "fifo", "it is a FIFO (named pipe), not a regular file");
+    expect_refused(run_within(p), "fifo", "it is a FIFO (named pipe), not a regular file");
+    x[2] = "d";
+    expect_refused(run_within(x), "d", "it is a directory, not a regular file");
+  }
+  EXPECT_TRUE(fs::is_fifo(dir_ / "fifo"));
+  EXPECT_TRUE(fs::is_directory(dir_ / "d"));
+  EXPECT_TRUE(fs::is_empty(dir_ / "d"));
+
+  // A device node: our own copy of /dev/null (major 1, minor 3) where mknod is allowed (root),
+  // so a regression replaces the copy, never the system's device.
+  if (::mknod((dir_ / "null").c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) {
+    expect_refused(run({"export", "r", "null", "--force"}), "null", "it is a character device");
+    expect_refused(run({"plot", "r", "-o", "null", "--force"}), "null", "it is a character device");
+    EXPECT_TRUE(fs::is_character_file(dir_ / "null"));
+  }
+  // Nothing was left behind: no temporaries beside the targets.
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  }
+}
+
+TEST_F(CliFileSafetyTest, FifosAndDevicesAreNeverRead) {
+  ASSERT_EQ(::mkfifo((dir_ / "pipe.csv").c_str(), 0644), 0);
+  ASSERT_EQ(::mkfifo((dir_ / "pipe.safetensors").c_str(), 0644), 0);
+  ASSERT_EQ(::mkfifo((dir_ / "pipe.yaml").c_str(), 0644), 0);
+  write_file(dir_ / "csv.yaml",
+             "model:\n  layers:\n    - {type: linear, in: 2, out: 1}\n"
+             "data: {type: csv, path: pipe.csv}\n");
+  const std::string fifo = "is a FIFO (named pipe), not a regular file";
+  const std::string device = "is a character device, not a regular file";
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{"train", "csv.yaml", "--run-dir", "never"}, "data.path = pipe.csv (line 4): " + fifo},
+      {{"train", "csv.yaml", "--set", "data.path=/dev/zero", "--run-dir", "never"},
+       "data.path = /dev/zero (--set): " + device},
+      {{"train", "--set", "model.init_from=pipe.safetensors", "--run-dir", "never"},
+       "model.init_from = pipe.safetensors (--set): " + fifo},
+      {{"train", "--set", "model.init_from=/dev/zero", "--run-dir", "never"},
+       "model.init_from = /dev/zero (--set): " + device},
+      {{"train", "pipe.yaml", "--run-dir", "never"},
+       "cannot read config file 'pipe.yaml': " + fifo},
+  };
+  for (const Case& c : cases) {
+    const Result r = run_within(c.args);
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.expected << "\n" << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "never"));
+  const Result imp = run_within({"import", "pipe.safetensors"});
+  EXPECT_EQ(imp.code, 1) << imp.output;
+  EXPECT_NE(imp.output.find("cannot read 'pipe.safetensors': it " + fifo), std::string::npos)
+      << imp.output;
+  const Result zero = run_within({"import", "/dev/zero"});
+  EXPECT_EQ(zero.code, 1) << zero.output;
+  EXPECT_NE(zero.output.find(device), std::string::npos) << zero.output;
+
+  // A run whose files were replaced by FIFOs: eval, export, plot and resume refuse them.
+  const Result t =
+      run({"train", "--run-dir", "r", "-q", "--set", "steps=4", "--set", "checkpoint_every=4"});
+  ASSERT_EQ(t.code, 0) << t.output;
+  const Result eval = run_within({"eval", "r", "--data", "pipe.csv"});
+  EXPECT_NE(eval.code, 0) << eval.output;
+  EXPECT_NE(eval.output.find(fifo), std::string::npos) << eval.output;
+  ASSERT_EQ(::mkfifo((dir_ / "ckpt").c_str(), 0644), 0);
+  const Result exp = run_within({"export", "ckpt", "w.safetensors"});
+  EXPECT_NE(exp.code, 0) << exp.output;
+  EXPECT_NE(exp.output.find(fifo), std::string::npos) << exp.output;
+  EXPECT_FALSE(fs::exists(dir_ / "w.safetensors"));
+  for (const char* f : {"metrics.jsonl", "resolved.yaml"}) {
+    fs::remove(dir_ / "r" / f);
+    ASSERT_EQ(::mkfifo((dir_ / "r" / f).c_str(), 0644), 0);
+  }
+  const Result plot = run_within({"plot", "r", "-o", "p.svg"});
+  EXPECT_EQ(plot.code, 2) << plot.output;
+  EXPECT_NE(plot.output.find("r/metrics.jsonl': it " + fifo), std::string::npos) << plot.output;
+  EXPECT_FALSE(fs::exists(dir_ / "p.svg"));
+  const Result resume = run_within({"resume", "r", "-q"});
+  EXPECT_NE(resume.code, 0) << resume.output;
+  EXPECT_NE(resume.output.find(fifo), std::string::npos) << resume.output;
 }

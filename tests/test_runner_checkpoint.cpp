@@ -2,7 +2,9 @@
 // state) and continuing is bitwise equal to training without interruption — SGD with momentum and
 // Adam, float32 and float16/bfloat16 autocast with a GradScaler (including a step the scaler
 // skipped), master weights — and truncated, corrupted, wrong-version and wrong-model files are
-// refused, with latest_valid_checkpoint falling back past them.
+// refused, with latest_valid_checkpoint falling back past them; so are files whose values no
+// writer produces (forged with a recomputed checksum), misnamed copies and another run's
+// checkpoints, which pruning never deletes.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -13,14 +15,17 @@
 #include <chrono>
 #include <thread>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <memory>
 
 #include "runner/atomic_file.h"
 #include "runner/checkpoint.h"
+#include "runner/config.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -228,6 +233,47 @@ void truncate_file(const std::string& path, size_t keep) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, keep);
 }
 
+// A trainer state with every key a Trainer writes, as at `step` of the first epoch.
+Json trainer_state(int64_t step) {
+  Json loader = Json::object();
+  loader.set("epoch", 0);
+  loader.set("index", step);
+  loader.set("seed", 0);
+  Json ts = Json::object();
+  ts.set("step", step);
+  ts.set("epoch", 0);
+  ts.set("loader", std::move(loader));
+  ts.set("steps_skipped", 0);
+  ts.set("pending_loss_count", 0);
+  ts.set("pending_samples", 0);
+  ts.set("wall_time_s", 1.5);
+  return ts;
+}
+
+// Rewrites checkpoint `src` as `dst` with its "mantissa.checkpoint" metadata changed by `edit` and
+// the checksum recomputed as docs/checkpoints.md describes (FNV-1a 64 over the file, the
+// checksum's 16 hex digits read as '0'): every integrity check passes, only the values are forged.
+void forge(const std::string& src, const std::string& dst, const std::function<void(Json&)>& edit) {
+  auto file = mt::runner::parse_safetensors(mt::runner::read_file_bytes(src), src);
+  Json meta = Json::parse(file.metadata.at("mantissa.checkpoint"));
+  edit(meta);
+  file.metadata["mantissa.checkpoint"] = meta.dump();
+  file.metadata["mantissa.checksum"] = std::string(16, '0');
+  std::string bytes = mt::runner::serialize_safetensors(file.tensors, file.metadata);
+  const std::string key = "\"mantissa.checksum\":\"";
+  const size_t pos = bytes.find(key);
+  ASSERT_NE(pos, std::string::npos);
+  uint64_t h = 14695981039346656037ull;
+  for (const char c : bytes) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 1099511628211ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  bytes.replace(pos + key.size(), 16, hex);
+  std::ofstream(dst, std::ios::binary | std::ios::trunc) << bytes;
+}
+
 }  // namespace
 
 TEST(RunnerCheckpoint, ResumeIsBitwiseExactSgdFloat32) {
@@ -433,8 +479,12 @@ TEST(RunnerCheckpoint, LatestValidCheckpointFallsBackWithReasons) {
 TEST(RunnerCheckpoint, PruneKeepsTheNewestAndRemovesStaleTemporaries) {
   TempDir dir;
   Training run(make_setup("sgd"), 42);
-  for (int step = 1; step <= 5; ++step)
-    mt::runner::save_checkpoint(dir.file(mt::runner::checkpoint_filename(step * 10)), run.parts());
+  for (int step = 1; step <= 5; ++step) {
+    Json ts;
+    ts["step"] = step * 10;
+    mt::runner::save_checkpoint(dir.file(mt::runner::checkpoint_filename(step * 10)),
+                                run.parts(ts));
+  }
   std::ofstream(dir.file(".step-000000060.ckpt.tmp-999999999")) << "partial";  // dead writer
   const std::string live = ".step-000000070.ckpt.tmp-" + std::to_string(::getpid());
   std::ofstream(dir.file(live)) << "being written";
@@ -446,6 +496,186 @@ TEST(RunnerCheckpoint, PruneKeepsTheNewestAndRemovesStaleTemporaries) {
   EXPECT_EQ(fs::path(left[1]).filename(), "step-000000040.ckpt");
   EXPECT_TRUE(fs::exists(dir.file(live)));
   EXPECT_TRUE(mt::runner::prune_checkpoints(dir.path.string(), 0).empty());  // 0 keeps all
+}
+
+// A checkpoint copied under another step's name is refused naming both steps, and the genuine
+// one is chosen: resuming it would otherwise continue from a step that is not in the file.
+TEST(RunnerCheckpoint, RenamedCheckpointIsRefusedAndTheGenuineOneChosen) {
+  TempDir dir;
+  Training run(make_setup("sgd"), 42);
+  auto save_at = [&](int64_t step) {
+    const std::string path = dir.file(mt::runner::checkpoint_filename(step));
+    mt::runner::save_checkpoint(path, run.parts(trainer_state(step)));
+    return path;
+  };
+  save_at(3);
+  run.step(0);
+  const std::string s5 = save_at(5);
+  const std::string s9 = dir.file(mt::runner::checkpoint_filename(9));
+  fs::copy_file(s5, s9);
+
+  std::vector<std::string> refused;
+  const auto choice = mt::runner::latest_valid_checkpoint(dir.path.string(), &refused);
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->path, s5);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_NE(refused[0].find(s9), std::string::npos) << refused[0];
+  EXPECT_NE(refused[0].find("its name says step 9 but its trainer state holds step 5"),
+            std::string::npos)
+      << refused[0];
+  expect_error([&] { (void)mt::runner::read_checkpoint(s9); }, {s9, "step 9", "step 5"});
+  {
+    Training target(make_setup("sgd"), 7);
+    CheckpointParts p = target.parts();
+    expect_error([&] { mt::runner::load_checkpoint(s9, p); }, {s9, "step 9", "step 5"});
+  }
+  // A file named for a step must hold one; a writer cannot make a misnamed one either.
+  const std::string s7 = dir.file(mt::runner::checkpoint_filename(7));
+  expect_error([&] { mt::runner::save_checkpoint(s7, run.parts(trainer_state(5))); },
+               {s7, "the name says step 7 but trainer_state.step is 5"});
+  expect_error([&] { mt::runner::save_checkpoint(s7, run.parts()); },
+               {"the name says step 7 but trainer_state.step is missing"});
+  EXPECT_FALSE(fs::exists(s7));
+  mt::runner::save_checkpoint(dir.file("any-name.ckpt"), run.parts());  // other names: no step
+}
+
+// Pruning keeps the newest keep_last checkpoints a resume would accept and deletes only accepted
+// ones: misnamed copies (newer names holding older steps, an older name holding a newer step), a
+// corrupted file and another run's checkpoint are left and reported, never counted.
+TEST(RunnerCheckpoint, PruneNeverDeletesGenuineCheckpointsForMisnamedOrUnverifiableFiles) {
+  TempDir dir;
+  Training run(make_setup("sgd"), 42);
+  auto save_at = [&](int64_t step, const std::string& hash = "hash-1") {
+    const std::string path = dir.file(mt::runner::checkpoint_filename(step));
+    CheckpointParts p = run.parts(trainer_state(step));
+    p.config_hash = hash;
+    mt::runner::save_checkpoint(path, p);
+    return path;
+  };
+  const std::string s10 = save_at(10), s20 = save_at(20), s30 = save_at(30), s40 = save_at(40);
+  const std::string s90 = dir.file(mt::runner::checkpoint_filename(90));
+  const std::string s80 = dir.file(mt::runner::checkpoint_filename(80));
+  const std::string s1 = dir.file(mt::runner::checkpoint_filename(1));
+  fs::copy_file(s10, s90);
+  fs::copy_file(s20, s80);
+  fs::copy_file(s40, s1);
+  const std::string s50 = save_at(50);
+  flip_byte(s50, 1);
+  const std::string s60 = save_at(60, "hash-2");
+
+  std::vector<std::string> left;
+  const auto deleted = mt::runner::prune_checkpoints(dir.path.string(), 2, "hash-1", &left);
+  EXPECT_EQ(deleted, (std::vector<std::string>{s20, s10}));
+  for (const auto& kept : {s90, s80, s60, s50, s40, s30, s1})
+    EXPECT_TRUE(fs::exists(kept)) << kept << " was deleted";
+  ASSERT_EQ(left.size(), 5u);
+  const std::vector<std::pair<std::string, std::string>> reasons = {
+      {s90, "its name says step 90 but its trainer state holds step 10"},
+      {s80, "its name says step 80 but its trainer state holds step 20"},
+      {s60, "written by another run (config hash hash-2; this run's is hash-1)"},
+      {s50, "checksum mismatch"},
+      {s1, "its name says step 1 but its trainer state holds step 40"}};
+  for (size_t i = 0; i < reasons.size(); ++i) {
+    EXPECT_NE(left[i].find(reasons[i].first), std::string::npos) << left[i];
+    EXPECT_NE(left[i].find(reasons[i].second), std::string::npos) << left[i];
+  }
+  // Pruning did not change what a resume picks.
+  const auto choice = mt::runner::latest_valid_checkpoint(dir.path.string(), "hash-1", nullptr);
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->path, s40);
+  // The overload without a hash counts another run's checkpoints as valid.
+  const auto again = mt::runner::prune_checkpoints(dir.path.string(), 1);
+  EXPECT_EQ(again, (std::vector<std::string>{s40, s30}));
+  EXPECT_TRUE(fs::exists(s60));
+}
+
+// `mantissa resume` passes its run's config hash: a checkpoint written by another run is refused
+// with a reason, like an invalid one, and the run's own newest checkpoint is used.
+TEST(RunnerCheckpoint, AnotherRunsCheckpointIsSkippedWithAReason) {
+  TempDir dir;
+  Training run(make_setup("sgd"), 42);
+  const std::string s4 = dir.file(mt::runner::checkpoint_filename(4));
+  mt::runner::save_checkpoint(s4, run.parts(trainer_state(4)));
+  const std::string s8 = dir.file(mt::runner::checkpoint_filename(8));
+  CheckpointParts other = run.parts(trainer_state(8));
+  other.config_hash = "hash-2";
+  mt::runner::save_checkpoint(s8, other);
+
+  std::vector<std::string> refused;
+  const auto choice = mt::runner::latest_valid_checkpoint(dir.path.string(), "hash-1", &refused);
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->path, s4);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused, choice->refused);
+  EXPECT_NE(refused[0].find("checkpoint '" + s8 +
+                            "': written by another run (config hash "
+                            "hash-2; this run's is hash-1)"),
+            std::string::npos)
+      << refused[0];
+  // Without a hash to compare (eval, export), any valid checkpoint will do.
+  EXPECT_EQ(mt::runner::latest_valid_checkpoint(dir.path.string())->path, s8);
+  // Only another run's checkpoints: none to resume from, each with its reason.
+  EXPECT_FALSE(
+      mt::runner::latest_valid_checkpoint(dir.path.string(), "hash-3", &refused).has_value());
+  EXPECT_EQ(refused.size(), 2u);
+}
+
+// The checksum proves the bytes are the ones written, not that they make sense: a file rewritten
+// with forged values and a recomputed checksum is refused, naming the field and its value, before
+// anything is restored.
+TEST(RunnerCheckpoint, ForgedValuesAreRefusedNamingTheField) {
+  TempDir dir;
+  Training run(make_setup("sgd"), 42);
+  run.step(0);
+  const std::string base = dir.file("base.ckpt");
+  mt::runner::save_checkpoint(base, run.parts(trainer_state(5)));
+  // The forging itself passes every check: an unchanged rewrite is accepted.
+  const std::string same = dir.file("same.ckpt");
+  forge(base, same, [](Json&) {});
+  EXPECT_EQ(mt::runner::read_checkpoint(same).trainer_state.at("step").as_int(), 5);
+
+  auto refused = [&](const std::string& name, const std::function<void(Json&)>& edit,
+                     std::vector<std::string> parts) {
+    SCOPED_TRACE(name);
+    const std::string path = dir.file(name);
+    forge(base, path, edit);
+    parts.push_back(path);
+    expect_error([&] { (void)mt::runner::read_checkpoint(path); }, parts);
+    Training target(make_setup("sgd"), 7);
+    const Tensor before = target.model->net1->weight.clone();
+    CheckpointParts p = target.parts();
+    expect_error([&] { mt::runner::load_checkpoint(path, p); }, parts);
+    EXPECT_TRUE(raw_bytes(before) == raw_bytes(target.model->net1->weight))
+        << "a refused load changed the model";
+  };
+  auto state = [](Json& meta) -> Json& { return meta["trainer_state"]; };
+  refused("step.ckpt", [&](Json& m) { state(m).set("step", -5); },
+          {"trainer_state.step is -5; expected an integer >= 0"});
+  refused("epoch.ckpt", [&](Json& m) { state(m).set("epoch", int64_t{1} << 62); },
+          {"trainer_state.epoch is 4611686018427387904; expected an integer in [0, step + 1 = 6]"});
+  refused("hash.ckpt", [](Json& m) { m.set("config_hash", ""); }, {"config_hash is empty"});
+  refused("step-string.ckpt", [&](Json& m) { state(m).set("step", "5"); },
+          {"trainer_state.step is \"5\""});
+  refused("index.ckpt", [&](Json& m) { state(m)["loader"].set("index", -1); },
+          {"trainer_state.loader.index is -1"});
+  refused("loader-epoch.ckpt", [&](Json& m) { state(m)["loader"].set("epoch", 1); },
+          {"trainer_state.loader.epoch is 1 but trainer_state.epoch is 0"});
+  refused("skipped.ckpt", [&](Json& m) { state(m).set("steps_skipped", 6); },
+          {"trainer_state.steps_skipped is 6; expected an integer in [0, step = 5]"});
+  refused("count.ckpt", [&](Json& m) { state(m).set("pending_loss_count", -1); },
+          {"trainer_state.pending_loss_count is -1"});
+  refused("wall.ckpt", [&](Json& m) { state(m).set("wall_time_s", -1.0); },
+          {"trainer_state.wall_time_s is -1"});
+  refused("state.ckpt", [](Json& m) { m.set("trainer_state", 3); },
+          {"trainer_state is 3; expected a JSON object"});
+
+  // A writer without a config hash records the hash of its config text, so none is empty.
+  CheckpointParts unhashed = run.parts(trainer_state(5));
+  unhashed.config_hash.clear();
+  const std::string path = dir.file("unhashed.ckpt");
+  mt::runner::save_checkpoint(path, unhashed);
+  EXPECT_EQ(mt::runner::read_checkpoint(path).config_hash,
+            mt::runner::config_hash(unhashed.config_text));
 }
 
 TEST(RunnerCheckpoint, RngStatesRoundTrip) {
@@ -476,7 +706,8 @@ TEST(RunnerCheckpoint, DISABLED_WriterChild) {
   parts.optimizer = &opt;
   for (int64_t i = 0;; ++i) {
     Json ts;
-    ts["step"] = i;
+    ts["step"] = 1;  // the step its name says
+    ts["write"] = i;
     parts.trainer_state = ts;
     mt::runner::save_checkpoint(path, parts);
   }
@@ -517,7 +748,7 @@ TEST(RunnerCheckpoint, KilledWriterNeverLeavesAPartialCheckpoint) {
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "writer exited on its own";
   ASSERT_TRUE(fs::exists(path));
   const auto info = mt::runner::read_checkpoint(path);  // complete: checksum verified
-  EXPECT_GE(info.trainer_state.at("step").as_int(), 0);
+  EXPECT_GE(info.trainer_state.at("write").as_int(), 0);
   const auto choice = mt::runner::latest_valid_checkpoint(dir.path.string());
   ASSERT_TRUE(choice.has_value());
   EXPECT_TRUE(choice->refused.empty());

@@ -210,6 +210,43 @@ TEST(RunnerConfig, SetOverridesAreValidatedAndReportedAsSet) {
                       {"model.layers.3.p=1"});
 }
 
+// What a careless config or shell line produces must not pass as something else.
+TEST(RunnerConfig, QuotedNumbersUnterminatedQuotesAndEmptySetValuesAreRefused) {
+  expect_config_error(
+      "data:\n  batch_size: \"32\"\n",
+      {"data.batch_size = 32 (line 2)", "expected an integer, not a quoted string"});
+  expect_config_error("optimizer:\n  lr: '0.1'\n", {"optimizer.lr", "not a quoted string"});
+  expect_config_error("deterministic: \"true\"\n", {"deterministic", "not a quoted string"});
+  expect_config_error("name: \"abc\nsteps: 5\n", {"test.yaml line 1", "unterminated quote"});
+  expect_config_error("name: 'abc\nsteps: 5\n", {"unterminated quote", "'"});
+  expect_config_error("", {"--set optimizer.lr", "empty"}, {"optimizer.lr="});
+  expect_config_error("", {"--set name", "not valid YAML"}, {"name=\"abc"});
+  // Closed quotes, escapes included, are fine; a string key may still be quoted.
+  const rn::Config ok = rn::parse_config(
+      "name: \"a\\\"b\"\ndevice: 'cpu'\noptimizer: {type: \"adam\", lr: 0.5}\n", "ok.yaml");
+  EXPECT_EQ(ok.name, "a\"b");
+  EXPECT_EQ(ok.device, "cpu");
+  EXPECT_EQ(ok.optimizer.lr, 0.5);
+}
+
+TEST(RunnerConfig, BinaryBytesInAConfigAreEscapedInTheMessage) {
+  const std::string binary = std::string(
+                                 "\x7f"
+                                 "ELF\x02\x01\x01\0\0\0",
+                                 10) +
+                             "\"\\\x9c";
+  try {
+    rn::parse_config(binary, "bin.yaml");
+    ADD_FAILURE() << "a binary file was accepted as a config";
+  } catch (const rn::ConfigError& e) {
+    const std::string msg = e.what();
+    for (const char c : msg) {
+      const auto b = static_cast<unsigned char>(c);
+      EXPECT_TRUE(b >= 0x20 && b < 0x7f) << "raw byte " << int{b} << " in: " << msg;
+    }
+  }
+}
+
 TEST(RunnerConfig, NearestKey) {
   EXPECT_EQ(rn::nearest_key("optimiser", {"model", "optimizer", "data"}), "optimizer");
   EXPECT_EQ(rn::nearest_key("LR", {"lr", "eps"}), "lr");

@@ -3,17 +3,24 @@
 // truncation / byte-flip loop that must only ever produce mantissa::Error, and load_weights.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
+#include <thread>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "runner/atomic_file.h"
 #include "runner/json.h"
+#include "runner/output_target.h"
 #include "runner/safetensors.h"
 #include "test_util.h"
 
@@ -400,4 +407,155 @@ TEST(RunnerSafetensors, AtomicWriteReplacesWholeFileAndFailsCleanly) {
                {"cannot create temporary file", "no/such/dir"});
   EXPECT_TRUE(mt::runner::is_atomic_temp_name(".a.bin.tmp-123"));
   EXPECT_FALSE(mt::runner::is_atomic_temp_name("a.bin"));
+}
+
+namespace {
+
+// Runs `fn` (which reads `fifo`); should the read block in open() or read() for more than a few
+// seconds, a writer opens and closes the FIFO so the read ends (with an empty file) and the test
+// fails instead of hanging.
+template <typename Fn>
+void with_fifo_unblocker(const std::string& fifo, Fn&& fn) {
+  std::atomic<bool> done{false};
+  std::thread unblock([&] {
+    for (int i = 0; i < 500 && !done; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (done) return;
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+  });
+  fn();
+  done = true;
+  unblock.join();
+}
+
+}  // namespace
+
+TEST(RunnerSafetensors, ReadsOnlyRegularFilesAndChecksTheSizeFirst) {
+  TempDir dir;
+  const std::string fifo = dir.file("data.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  with_fifo_unblocker(fifo, [&] {
+    expect_error([&] { (void)mt::runner::read_file_bytes(fifo); },
+                 {"cannot read '" + fifo + "'", "is a FIFO (named pipe), not a regular file"});
+  });
+  with_fifo_unblocker(fifo, [&] {
+    expect_error([&] { (void)mt::runner::load_safetensors(fifo); }, {fifo, "FIFO"});
+  });
+  // A device: /dev/null (reading it is harmless, and without the check it reads as empty).
+  expect_error([&] { (void)mt::runner::read_file_bytes("/dev/null"); },
+               {"'/dev/null'", "is a character device, not a regular file"});
+  expect_error([&] { (void)mt::runner::read_file_bytes(dir.path.string()); },
+               {"is a directory, not a regular file"});
+  expect_error([&] { (void)mt::runner::read_file_bytes(dir.file("missing")); },
+               {"cannot open", "missing"});
+
+  // The size, from stat, against the caller's limit (default: physical memory).
+  const std::string file = dir.file("hundred.bin");
+  mt::runner::write_file_atomically(file, std::string(100, 'x'));
+  expect_error([&] { (void)mt::runner::read_file_bytes(file, 50); },
+               {"hundred.bin", "it is 100 bytes", "the limit of 50 bytes"});
+  EXPECT_EQ(mt::runner::read_file_bytes(file, 100).size(), 100u);
+  EXPECT_EQ(mt::runner::read_file_bytes(file).size(), 100u);
+  // A symbolic link to a regular file is read through.
+  fs::create_symlink(file, dir.path / "link.bin");
+  EXPECT_EQ(mt::runner::read_file_bytes(dir.file("link.bin")).size(), 100u);
+
+  EXPECT_EQ(mt::runner::regular_file_problem(file), "");
+  EXPECT_EQ(mt::runner::regular_file_problem(dir.file("link.bin")), "");
+  EXPECT_EQ(mt::runner::regular_file_problem(dir.file("missing")), "no such file");
+  EXPECT_EQ(mt::runner::regular_file_problem(fifo), "is a FIFO (named pipe), not a regular file");
+  EXPECT_EQ(mt::runner::regular_file_problem("/dev/null"),
+            "is a character device, not a regular file");
+}
+
+TEST(RunnerSafetensors, AtomicWriteNeverReplacesADeviceOrFifo) {
+  TempDir dir;
+  const std::string fifo = dir.file("out.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  expect_error([&] { mt::runner::write_file_atomically(fifo, "x"); },
+               {fifo, "is a FIFO (named pipe), not a regular file; refusing to replace it"});
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 1)
+      << "a temporary was left behind";
+  // A device node of our own (the same device as /dev/null), where mknod is allowed (root).
+  const std::string node = dir.file("null");
+  if (::mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) {
+    expect_error([&] { mt::runner::write_file_atomically(node, "x"); },
+                 {"is a character device, not a regular file"});
+    EXPECT_TRUE(fs::is_character_file(node));
+  }
+  // A symbolic link is replaced itself; the file it pointed to keeps its bytes.
+  const std::string target = dir.file("target.txt");
+  mt::runner::write_file_atomically(target, "keep");
+  fs::create_symlink(target, dir.path / "link");
+  mt::runner::write_file_atomically(dir.file("link"), "new");
+  EXPECT_FALSE(fs::is_symlink(dir.path / "link"));
+  EXPECT_EQ(mt::runner::read_file_bytes(dir.file("link")), "new");
+  EXPECT_EQ(mt::runner::read_file_bytes(target), "keep");
+}
+
+TEST(RunnerSafetensors, OutputTargetRefusesNodesLinksAndTheRunsFiles) {
+  namespace rn = mt::runner;
+  TempDir dir;
+  auto refused = [](const std::string& path, const std::vector<std::string>& inputs, bool force,
+                    const std::string& why) {
+    try {
+      rn::check_output_target(path, inputs, force);
+      ADD_FAILURE() << path << " (force " << force << ") was not refused";
+    } catch (const rn::OutputRefused& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("refusing to write '" + path + "'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(why), std::string::npos) << msg << " lacks " << why;
+    }
+  };
+  // A run directory: it holds resolved.yaml.
+  const fs::path run = dir.path / "run";
+  fs::create_directories(run / "checkpoints");
+  for (const char* f : {"resolved.yaml", "metrics.jsonl", "train.log", "summary.json", ".lock"}) {
+    rn::write_file_atomically((run / f).string(), "x");
+  }
+  const std::string ckpt = (run / "checkpoints" / "step-000000001.ckpt").string();
+  rn::write_file_atomically(ckpt, "x");
+  for (const char* f : {"resolved.yaml", "metrics.jsonl", "train.log", "summary.json", ".lock"}) {
+    refused((run / f).string(), {}, false, std::string("it is the ") + f + " of the run in");
+    EXPECT_NO_THROW(rn::check_output_target((run / f).string(), {}, true));
+  }
+  refused(ckpt, {}, false, "in the checkpoints directory of the run");
+  refused((run / "checkpoints" / "new.safetensors").string(), {}, false, "checkpoints directory");
+  EXPECT_NO_THROW(rn::check_output_target(ckpt, {}, true));
+  EXPECT_NO_THROW(rn::check_output_target((run / "weights.safetensors").string(), {}, false));
+  EXPECT_NO_THROW(rn::check_output_target((run / "plot.svg").string(), {}, false));
+  EXPECT_NO_THROW(rn::check_output_target(dir.file("elsewhere.safetensors"), {}, false));
+  // Through a symbolic link to the run directory, and with ".." in the path.
+  fs::create_directory_symlink(run, dir.path / "run-link");
+  refused(dir.file("run-link/resolved.yaml"), {}, false, "resolved.yaml of the run");
+  refused((run / "checkpoints" / ".." / "summary.json").string(), {}, false, "summary.json");
+
+  // The files the command reads, by identity: another name for the same file counts.
+  const std::string source = dir.file("source.ckpt");
+  rn::write_file_atomically(source, "x");
+  fs::create_hard_link(source, dir.path / "hard.ckpt");
+  refused(source, {source}, false, "the file this command reads");
+  refused(dir.file("hard.ckpt"), {source}, false, "'" + source + "', the file this command reads");
+  EXPECT_NO_THROW(rn::check_output_target(source, {source}, true));
+  // A directory the command reads counts as a run directory even without resolved.yaml.
+  const fs::path plain = dir.path / "plain";
+  fs::create_directories(plain);
+  EXPECT_NO_THROW(rn::check_output_target((plain / "metrics.jsonl").string(), {}, false));
+  refused((plain / "metrics.jsonl").string(), {plain.string()}, false, "metrics.jsonl");
+
+  // Symbolic links: refused, or with force replaced themselves (never written through).
+  fs::create_symlink(source, dir.path / "link");
+  refused(dir.file("link"), {}, false, "it is a symbolic link (to '" + source + "')");
+  EXPECT_NO_THROW(rn::check_output_target(dir.file("link"), {}, true));
+  // Nodes that are not files: refused even with force.
+  const std::string fifo = dir.file("out.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  for (bool force : {false, true}) {
+    refused(fifo, {}, force, "it is a FIFO (named pipe), not a regular file");
+    refused(plain.string(), {}, force, "it is a directory, not a regular file");
+    refused("/dev/null", {}, force, "it is a character device, not a regular file");
+  }
+  EXPECT_TRUE(fs::is_fifo(fifo));
 }

@@ -2,6 +2,10 @@
 // the run directory, evaluation, and exact resume (N steps straight == k steps, checkpoint, fresh
 // objects, resume) in float32, bfloat16 and float16 autocast, mid-epoch and at a skipped step.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -17,7 +21,9 @@
 #include "nn/optim/sgd.h"
 #include "runner/checkpoint.h"
 #include "runner/data.h"
+#include "runner/metrics.h"
 #include "runner/progress.h"
+#include "runner/run_lock.h"
 #include "runner/trainer.h"
 #include "test_util.h"
 
@@ -426,4 +432,60 @@ TEST(RunnerTrainerCuda, Float16OnTheGpuLearnsAndReportsDeviceMemory) {
   EXPECT_GT(summary.peak_memory_bytes[1].second, 0);
   mt::runner::DataLoader eval_loader(data, {.batch_size = 64, .shuffle = false});
   EXPECT_LT(trainer.evaluate(eval_loader).loss, rec->steps.front().loss);
+}
+
+// On resume, metrics.jsonl keeps the records up to the checkpoint's step. A process that dies or
+// runs out of space while doing so (here: a file size limit far below the file's size, as
+// `ulimit -f` or a full quota gives) must leave the whole old file, never a cut one.
+TEST(RunnerMetrics, ResumeTrimSurvivesAWriteThatFails) {
+  const fs::path dir = fs::temp_directory_path() / ("mt_metrics_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string path = (dir / "metrics.jsonl").string();
+  std::string original;
+  for (int step = 1; step <= 400; ++step)
+    original += "{\"step\": " + std::to_string(step) + ", \"loss\": 0.123456789}\n";
+  original += "{\"step\": 401, \"lo";  // the torn last line of a killed run
+  { std::ofstream(path, std::ios::binary) << original; }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);  // a failed write instead of a killed process
+    const rlimit limit{4096, 4096};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    try {
+      mt::runner::keep_metrics_through_step(path, 300);
+    } catch (...) {
+      _exit(3);  // refused with an error: expected
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 3) << "the trim should fail under the file size limit";
+  std::ifstream in(path, std::ios::binary);
+  const std::string after((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(after, original);
+
+  // Without the limit: the records through step 300, the torn line gone.
+  mt::runner::keep_metrics_through_step(path, 300);
+  std::ifstream trimmed(path);
+  int lines = 0;
+  for (std::string line; std::getline(trimmed, line);) ++lines;
+  EXPECT_EQ(lines, 300);
+  fs::remove_all(dir);
+}
+
+TEST(RunnerRunDirLock, OneHolderAtATime) {
+  const fs::path dir = fs::temp_directory_path() / ("mt_lock_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    mt::runner::RunDirLock first(dir.string());
+    mt::testing::expect_error(
+        [&] { mt::runner::RunDirLock second(dir.string()); },
+        {dir.string(), "in use by another mantissa process", "pid " + std::to_string(::getpid())});
+  }
+  mt::runner::RunDirLock again(dir.string());  // released with the first
+  fs::remove_all(dir);
 }

@@ -1,0 +1,134 @@
+// A run directory's safety against what schedulers and users do to a running `mantissa`, with
+// real processes: a second process refused while one runs (naming its pid), SIGTERM and SIGHUP
+// handled like Ctrl-C (final checkpoint, exit 128 + signal, "interrupted"), the resume of a
+// finished run changing nothing, and the resume of a run killed before its first checkpoint
+// starting it from step 0.
+#include "cli_test_util.h"
+
+namespace {
+
+std::string run_config(int steps, int checkpoint_every) {
+  return "model:\n  layers:\n    - {type: linear, in: 10, out: 16}\n    - relu\n"
+         "    - {type: linear, in: 16, out: 5}\n"
+         "data: {type: teacher, samples: 100, batch_size: 20, noise: 0.1}\n"
+         "optimizer: {type: sgd, lr: 0.05}\n"
+         "steps: " +
+         std::to_string(steps) +
+         "\nlog_every: 1\ncheckpoint_every: " + std::to_string(checkpoint_every) + "\n";
+}
+
+// Every line of metrics.jsonl parses, and the step records count 1, 2, ... without a gap.
+void expect_clean_metrics(const fs::path& file, int64_t last_step) {
+  std::istringstream in(read_file(file));
+  std::string line;
+  int64_t expected = 1;
+  while (std::getline(in, line)) {
+    const Json j = Json::parse(line);  // throws on a torn or interleaved line
+    if (const Json* s = j.find("step")) {
+      EXPECT_EQ(s->as_int(), expected++) << line;
+    }
+  }
+  EXPECT_EQ(expected - 1, last_step) << read_file(file);
+}
+
+class CliRunTest : public CliTest {
+ protected:
+  // Starts a slow run and waits until `wait_for` exists in its directory.
+  pid_t start_slow_run(const std::string& run_dir, const std::string& wait_for) {
+    const pid_t pid = spawn({"train", "cfg.yaml", "--run-dir", run_dir, "-q"},
+                            dir_ / (run_dir + ".txt"), {"MANTISSA_STEP_DELAY_MS=50"});
+    const fs::path target = dir_ / run_dir / wait_for;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!fs::exists(target) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    EXPECT_TRUE(fs::exists(target)) << read_file(dir_ / (run_dir + ".txt"));
+    return pid;
+  }
+};
+
+TEST_F(CliRunTest, ASecondProcessInARunDirectoryIsRefusedNamingTheHolder) {
+  write_file(dir_ / "cfg.yaml", run_config(60, 5));
+  const pid_t pid = start_slow_run("r", "checkpoints/step-000000005.ckpt");
+  const std::string metrics_before = read_file(dir_ / "r" / "metrics.jsonl");
+  const Result second = run({"resume", "r", "-q"});
+  EXPECT_EQ(second.code, 2) << second.output;
+  EXPECT_NE(second.output.find("in use by another mantissa process (pid " + std::to_string(pid)),
+            std::string::npos)
+      << second.output;
+  ::kill(pid, SIGKILL);
+  bool signaled = false;
+  wait_exit(pid, &signaled);
+  ASSERT_TRUE(signaled) << "the first run ended before the second one was tried";
+  // The lock went with the killed process: now the resume runs, and the metrics read as one run.
+  const Result resumed = run({"resume", "r", "-q"});
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  expect_clean_metrics(dir_ / "r" / "metrics.jsonl", 60);
+  EXPECT_FALSE(metrics_before.empty());
+}
+
+TEST_F(CliRunTest, SigtermAndSighupStopLikeCtrlCAndExitNonZero) {
+  write_file(dir_ / "cfg.yaml", run_config(60, 0));  // checkpoint only at the end
+  const std::pair<int, std::string> signals[] = {{SIGTERM, "term"}, {SIGHUP, "hup"}};
+  for (const auto& [signo, name] : signals) {
+    const pid_t pid = start_slow_run(name, "metrics.jsonl");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ::kill(pid, signo);
+    const int code = wait_exit(pid);
+    const std::string out = read_file(dir_ / (name + ".txt"));
+    EXPECT_EQ(code, 128 + signo) << out;
+    EXPECT_NE(out.find("interrupted at step "), std::string::npos) << out;
+    EXPECT_EQ(out.find("done:"), std::string::npos) << out;
+    // Nothing since the start is lost: a checkpoint at the step where it stopped.
+    const Json summary = Json::parse(read_file(dir_ / name / "summary.json"));
+    EXPECT_FALSE(summary.at("completed").as_bool());
+    const int64_t stopped_at = summary.at("steps").as_int();
+    EXPECT_GT(stopped_at, 0);
+    EXPECT_LT(stopped_at, 60);
+    const std::string ckpt = std::to_string(stopped_at);
+    EXPECT_TRUE(fs::exists(dir_ / name / "checkpoints" /
+                           ("step-" + std::string(9 - ckpt.size(), '0') + ckpt + ".ckpt")));
+    EXPECT_NE(read_file(dir_ / name / "train.log").find("interrupted at step"), std::string::npos);
+    const Result resumed = run({"resume", name, "-q"});
+    ASSERT_EQ(resumed.code, 0) << resumed.output;
+    expect_clean_metrics(dir_ / name / "metrics.jsonl", 60);
+  }
+}
+
+TEST_F(CliRunTest, ResumingAFinishedRunChangesNothing) {
+  write_file(dir_ / "cfg.yaml", run_config(12, 5));
+  ASSERT_EQ(run({"train", "cfg.yaml", "--run-dir", "r", "-q"}).code, 0);
+  std::vector<std::pair<fs::path, std::string>> before;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ / "r"))
+    if (e.is_regular_file() && e.path().filename() != ".lock")
+      before.emplace_back(e.path(), read_file(e.path()));
+  const Result again = run({"resume", "r", "-q"});
+  EXPECT_EQ(again.code, 0) << again.output;
+  EXPECT_NE(again.output.find("is complete (step 12 of 12); nothing to do"), std::string::npos)
+      << again.output;
+  size_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ / "r"))
+    files += e.is_regular_file() && e.path().filename() != ".lock";
+  EXPECT_EQ(files, before.size());
+  for (const auto& [path, bytes] : before) EXPECT_EQ(read_file(path), bytes) << path;
+}
+
+TEST_F(CliRunTest, ARunKilledBeforeItsFirstCheckpointResumesFromStepZero) {
+  write_file(dir_ / "cfg.yaml", run_config(30, 0));
+  const pid_t pid = start_slow_run("r", "metrics.jsonl");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ::kill(pid, SIGKILL);
+  wait_exit(pid);
+  ASSERT_FALSE(fs::exists(dir_ / "r" / "summary.json"));
+  const Result resumed = run({"resume", "r", "-q"});
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("starting the run from step 0"), std::string::npos)
+      << resumed.output;
+  expect_clean_metrics(dir_ / "r" / "metrics.jsonl", 30);
+  // The same weights as a run never killed.
+  ASSERT_EQ(run({"train", "cfg.yaml", "--run-dir", "whole", "-q"}).code, 0);
+  ASSERT_EQ(run({"export", "r", "r.safetensors"}).code, 0);
+  ASSERT_EQ(run({"export", "whole", "whole.safetensors"}).code, 0);
+  EXPECT_EQ(read_file(dir_ / "r.safetensors"), read_file(dir_ / "whole.safetensors"));
+}
+
+}  // namespace
