@@ -21,17 +21,11 @@ Tensor finish(Tensor t, const TensorOptions& options) {
 
 Tensor allocate(const Shape& shape, const Shape& strides, DType dtype, Device device) {
   for (int64_t s : shape) MT_CHECK(s >= 0, "empty: negative dimension in shape ", shape);
-  int64_t extent = 1;  // elements spanned by the strided layout
-  for (int64_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 0) {
-      extent = 0;
-      break;
-    }
-    extent += (shape[i] - 1) * strides[i];
-  }
+  const int64_t extent = checked_extent(shape, strides, "empty_strided");
+  const int64_t bytes = checked_nbytes(Shape{extent}, itemsize(dtype), "empty_strided");
   return Tensor(detail::make_pooled<TensorImpl>(
-      detail::make_pooled<StorageImpl>(static_cast<size_t>(extent * itemsize(dtype)), device),
-      shape, strides, 0, dtype));
+      detail::make_pooled<StorageImpl>(static_cast<size_t>(bytes), device), shape, strides, 0,
+      dtype));
 }
 
 Generator& pick(Generator* gen, Device device) { return gen ? *gen : default_generator(device); }
@@ -44,18 +38,27 @@ Tensor empty(const Shape& shape, const TensorOptions& options) {
   // size check and the element count in one pass, and no contiguity check.
   Shape strides = shape;
   int64_t stride = 1, numel = 1;
+  bool overflow = false;
   for (int64_t i = shape.size() - 1; i >= 0; --i) {
     const int64_t n = shape[i];
     MT_CHECK(n >= 0, "empty: negative dimension in shape ", shape);
     strides[i] = stride;
-    stride *= n > 1 ? n : 1;
-    numel *= n;
+    overflow |= __builtin_mul_overflow(stride, n > 1 ? n : 1, &stride);
+    overflow |= __builtin_mul_overflow(numel, n, &numel);
   }
   const DType dtype = options.dtype_or(kFloat32);
+  int64_t bytes = 0;
+  overflow |= __builtin_mul_overflow(numel, itemsize(dtype), &bytes);
+  // An empty shape may overflow on the way (the 0 comes last); then it has no elements.
+  if (overflow) [[unlikely]] {
+    bool has_zero = false;
+    for (int64_t n : shape) has_zero |= n == 0;
+    if (!has_zero) (void)checked_nbytes(shape, itemsize(dtype), "empty");  // throws
+    bytes = 0;
+  }
   Tensor t(detail::make_pooled<TensorImpl>(
-      detail::make_pooled<StorageImpl>(static_cast<size_t>(numel * itemsize(dtype)),
-                                       options.device_),
-      shape, strides, dtype, TensorImpl::RowMajor{}));
+      detail::make_pooled<StorageImpl>(static_cast<size_t>(bytes), options.device_), shape, strides,
+      dtype, TensorImpl::RowMajor{}));
   return finish(std::move(t), options);
 }
 
@@ -211,11 +214,10 @@ Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dty
   check_device_exists(device);
   MT_CHECK(shape.size() == strides.size(), "from_blob: shape ", shape, " and strides ", strides,
            " have different lengths");
-  int64_t extent = shape.numel() == 0 ? 0 : 1;
-  for (int64_t i = 0; i < shape.size() && extent; ++i) extent += (shape[i] - 1) * strides[i];
+  const int64_t extent = checked_extent(shape, strides, "from_blob");
+  const int64_t bytes = checked_nbytes(Shape{extent}, itemsize(dtype), "from_blob");
   return Tensor(detail::make_pooled<TensorImpl>(
-      std::make_shared<StorageImpl>(data, static_cast<size_t>(extent * itemsize(dtype)), device,
-                                    std::move(deleter)),
+      std::make_shared<StorageImpl>(data, static_cast<size_t>(bytes), device, std::move(deleter)),
       shape, strides, 0, dtype));
 }
 

@@ -10,6 +10,32 @@ std::ostream& operator<<(std::ostream& os, const Shape& s) {
   return os << ']';
 }
 
+void Shape::throw_numel_overflow() const {
+  MT_THROW("shape ", *this, " has more elements than int64 can count");
+}
+
+int64_t checked_nbytes(const Shape& sizes, int64_t itemsize, const char* op) {
+  int64_t bytes = 0;
+  MT_CHECK(!__builtin_mul_overflow(sizes.numel(), itemsize, &bytes), op, ": shape ", sizes, " of ",
+           itemsize, "-byte elements is more bytes than int64 can count");
+  return bytes;
+}
+
+int64_t checked_extent(const Shape& sizes, const Shape& strides, const char* op) {
+  int64_t extent = 1;  // elements spanned by the strided layout
+  for (int64_t i = 0; i < sizes.size(); ++i) {
+    MT_CHECK(sizes[i] >= 0 && strides[i] >= 0, op, ": negative size or stride in shape ", sizes,
+             ", strides ", strides);
+    if (sizes[i] == 0) return 0;
+    int64_t span = 0;
+    MT_CHECK(!__builtin_mul_overflow(sizes[i] - 1, strides[i], &span) &&
+                 !__builtin_add_overflow(extent, span, &extent),
+             op, ": shape ", sizes, " with strides ", strides,
+             " spans more elements than int64 can count");
+  }
+  return extent;
+}
+
 Shape contiguous_strides(const Shape& sizes) {
   Shape strides(sizes.size(), 1);
   int64_t acc = 1;

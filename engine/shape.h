@@ -58,9 +58,13 @@ class Shape {
     n_ = static_cast<int8_t>(n);
   }
   std::vector<int64_t> vec() const { return {begin(), end()}; }
+  // The product of the sizes; throws (naming the shape) when it does not fit in int64, so that no
+  // element count in the library overflows.
   int64_t numel() const {
     int64_t p = 1;
-    for (int64_t i = 0; i < n_; ++i) p *= d_[i];
+    for (int64_t i = 0; i < n_; ++i)
+      if (__builtin_mul_overflow(p, d_[i], &p)) [[unlikely]]
+        throw_numel_overflow();
     return p;
   }
 
@@ -72,6 +76,7 @@ class Shape {
   }
 
  private:
+  [[noreturn]] void throw_numel_overflow() const;
   static void check_ndim(int64_t n) {
     MT_CHECK(n >= 0 && n <= kMaxDims, "tensors have at most ", kMaxDims, " dimensions, but ", n,
              " were requested");
@@ -91,6 +96,11 @@ std::ostream& operator<<(std::ostream& os, const Shape& s);
 
 // Row-major strides for a shape.
 Shape contiguous_strides(const Shape& sizes);
+// numel * itemsize, or throws naming `op` when it does not fit in int64.
+int64_t checked_nbytes(const Shape& sizes, int64_t itemsize, const char* op);
+// The number of elements a strided layout spans (0 when empty), or throws naming `op` when a
+// size or stride is negative or the span does not fit in int64.
+int64_t checked_extent(const Shape& sizes, const Shape& strides, const char* op);
 // Wraps a possibly negative dim into [0, ndim); `op` names the caller in the error.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
 // PyTorch's broadcasting of two shapes; `op` names the caller in the error.

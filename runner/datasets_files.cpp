@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "engine/error.h"
@@ -74,11 +75,14 @@ std::vector<int64_t> idx_dims(const std::string& bytes, const std::string& path,
   std::vector<int64_t> dims(ndim);
   int64_t expected = 4 + 4 * static_cast<int64_t>(ndim);
   int64_t count = 1;
+  bool overflow = false;
   for (size_t i = 0; i < ndim; ++i) {
     dims[i] = big_endian_u32(bytes, 4 + 4 * i);
-    count *= dims[i];
+    overflow |= __builtin_mul_overflow(count, dims[i], &count);
   }
-  expected += count;
+  // Dimensions up to 2^32 each: their product can wrap (to 0, even), so it is checked.
+  MT_CHECK(!overflow && !__builtin_add_overflow(expected, count, &expected), "MNIST: '", path,
+           "' declares dimensions whose product overflows int64 (a corrupted header?)");
   MT_CHECK(static_cast<int64_t>(bytes.size()) == expected, "MNIST: '", path, "' is ", bytes.size(),
            " bytes but its header declares ", expected, " (",
            bytes.size() < static_cast<size_t>(expected) ? "truncated" : "trailing data", ")");
@@ -122,9 +126,11 @@ std::shared_ptr<TensorDataset> load_csv_dataset(const CsvOptions& o) {
     for (size_t c = 0; c < ncols; ++c)
       if (header && names[c] == spec) return c;
     if (is_index(spec)) {
-      const auto c = static_cast<size_t>(std::stoll(spec));
-      MT_CHECK(c < ncols, "CSV dataset: column index ", spec, " is out of range: '", o.path,
-               "' has ", ncols, " columns");
+      size_t c = 0;
+      const auto [end, ec] = std::from_chars(spec.data(), spec.data() + spec.size(), c);
+      MT_CHECK(ec == std::errc() && end == spec.data() + spec.size() && c < ncols,
+               "CSV dataset: column index ", spec, " is out of range: '", o.path, "' has ", ncols,
+               " columns");
       return c;
     }
     std::string known;
@@ -160,14 +166,17 @@ std::shared_ptr<TensorDataset> load_csv_dataset(const CsvOptions& o) {
       double v;
       MT_CHECK(parse_number(fields[c], v), "CSV dataset: ", o.path, ":", line_no, ": column ",
                c + 1, " ('", names[c], "'): cannot parse '", fields[c], "' as a number");
+      MT_CHECK(std::isfinite(v) && std::fabs(v) <= std::numeric_limits<float>::max(),
+               "CSV dataset: ", o.path, ":", line_no, ": column ", c + 1, " ('", names[c], "'): '",
+               fields[c], "' is not a finite float32 number");
       return v;
     };
     for (size_t c : inputs) x.push_back(static_cast<float>(value(c)));
     if (labels) {
       const double v = value(targets[0]);
-      MT_CHECK(v == std::floor(v) && v >= 0, "CSV dataset: ", o.path, ":", line_no, ": column ",
-               targets[0] + 1, " ('", names[targets[0]], "'): class label '", fields[targets[0]],
-               "' is not a non-negative integer");
+      MT_CHECK(v == std::floor(v) && v >= 0 && v < 2147483648.0, "CSV dataset: ", o.path, ":",
+               line_no, ": column ", targets[0] + 1, " ('", names[targets[0]], "'): class label '",
+               fields[targets[0]], "' is not an integer in [0, 2^31)");
       y_labels.push_back(static_cast<int64_t>(v));
     } else {
       for (size_t c : targets) y.push_back(static_cast<float>(value(c)));

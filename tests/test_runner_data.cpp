@@ -269,6 +269,30 @@ TEST(RunnerData, CsvErrorsNameFileLineAndColumn) {
                {"cannot open", "none.csv"});
 }
 
+// Hostile or careless files: every value is checked before it is converted.
+TEST(RunnerData, CsvValuesThatDoNotFitAreRefused) {
+  TempDir dir;
+  const auto ok = dir.file("ok.csv", "1,2,3\n4,5,6\n");
+  expect_error(
+      [&] {
+        mt::runner::load_csv_dataset({.path = ok, .target_columns = {"99999999999999999999999"}});
+      },
+      {"column index 99999999999999999999999 is out of range", "3 columns"});
+  const auto huge_label = dir.file("label.csv", "1,1e300\n");
+  expect_error(
+      [&] { mt::runner::load_csv_dataset({.path = huge_label, .target_dtype = mt::kInt64}); },
+      {"label.csv:1", "not a finite float32 number"});
+  const auto big_label = dir.file("big.csv", "1,3e9\n");
+  expect_error(
+      [&] { mt::runner::load_csv_dataset({.path = big_label, .target_dtype = mt::kInt64}); },
+      {"big.csv:1", "class label '3e9'", "[0, 2^31)"});
+  const auto nan = dir.file("nan.csv", "1,2,3\n4,nan,6\n");
+  expect_error([&] { mt::runner::load_csv_dataset({.path = nan}); },
+               {"nan.csv:2", "column 2", "'nan' is not a finite float32 number"});
+  const auto inf = dir.file("inf.csv", "1,2,-inf\n");
+  expect_error([&] { mt::runner::load_csv_dataset({.path = inf}); }, {"inf.csv:1", "column 3"});
+}
+
 namespace {
 std::string be32(uint32_t v) { return {char(v >> 24), char(v >> 16), char(v >> 8), char(v)}; }
 }  // namespace
@@ -302,6 +326,10 @@ TEST(RunnerData, MnistIdxFromGeneratedFiles) {
                {"3 images", "2 labels"});
   const auto gz = dir.file("g.gz", std::string{char(0x1f), char(0x8b), 8, 0});
   expect_error([&] { mt::runner::load_mnist_idx({.images = gz, .labels = lab}); }, {"gzip"});
+  // 4 x 2^31 x 2^31 elements wrap to 0 in 64 bits: a 16-byte file must not pass as empty.
+  const auto wrapping = dir.file("w.idx", be32(2051) + be32(4) + be32(1u << 31) + be32(1u << 31));
+  expect_error([&] { mt::runner::load_mnist_idx({.images = wrapping, .labels = lab}); },
+               {"w.idx", "overflows int64"});
 }
 
 TEST(RunnerData, SafetensorsDatasetByName) {

@@ -169,6 +169,23 @@ TEST(Creation, FromBlob) {
 
 // ---- views and strides ----------------------------------------------------------------------
 
+// Element counts and byte sizes that overflow int64 are errors, not wrapped sizes (which gave a
+// segfault for zeros({1 << 62}) and nonsense for expand({1 << 62, 4}).sum()).
+TEST(Creation, SizesThatOverflowAreRefused) {
+  const int64_t big = int64_t{1} << 62;
+  expect_error([&] { mt::zeros({big}); }, {"empty", "[4611686018427387904]", "int64"});
+  expect_error([&] { mt::empty({big, 4}); }, {"[4611686018427387904, 4]", "int64"});
+  expect_error([&] { mt::empty({big, 4}, mt::kUInt8); }, {"int64"});
+  expect_error([&] { mt::zeros({1}).expand({big, 4}); }, {"[4611686018427387904, 4]", "int64"});
+  expect_error([&] { mt::empty_strided({2, 2}, {big, 1}); }, {"empty_strided", "int64"});
+  float x = 0;
+  expect_error([&] { mt::from_blob(&x, {big, 8}, mt::kFloat32); }, {"from_blob", "int64"});
+  expect_error([&] { (void)Shape({big, big}).numel(); }, {"more elements than int64"});
+  // Large but countable: a view of one element expanded (no memory) is fine.
+  EXPECT_EQ(mt::zeros({1}).expand({big}).numel(), big);
+  EXPECT_EQ(mt::empty({big, 0}).numel(), 0);
+}
+
 TEST(Views, ViewAndReshape) {
   Tensor x = iota({2, 3, 4});
   Tensor v = x.view({6, -1});
@@ -407,9 +424,10 @@ TEST(Conversions, ToCloneDetach) {
 // which saturates the same way).
 TEST(Conversions, FloatToIntegerIsDefinedForEveryValue) {
   const double inf = std::numeric_limits<double>::infinity();
-  const std::vector<double> in = {-1.5, -1, -0.5, 0.5, 255, 256, 300, -300, 1e20, -1e20, inf, -inf,
-                                  std::nan("")};
-  const int64_t max = std::numeric_limits<int64_t>::max(), min = std::numeric_limits<int64_t>::min();
+  const std::vector<double> in = {-1.5, -1,   -0.5,  0.5, 255,  256,         300,
+                                  -300, 1e20, -1e20, inf, -inf, std::nan("")};
+  const int64_t max = std::numeric_limits<int64_t>::max(),
+                min = std::numeric_limits<int64_t>::min();
   const std::vector<int64_t> to_uint8 = {255, 255, 0, 0, 255, 0, 44, 212, 255, 0, 255, 0, 0};
   const std::vector<int64_t> to_int32 = {-1, -1, 0, 0, 255, 256, 300, -300, -1, 0, -1, 0, 0};
   const std::vector<int64_t> to_int64 = {-1, -1, 0, 0, 255, 256, 300, -300, max, min, max, min, 0};

@@ -303,6 +303,7 @@ Tensor expand(const Tensor& x, const Shape& shape) {
     strides[i] = have == want ? x.stride(i - lead) : 0;
   }
   if (sizes == x.shape()) return x;
+  (void)sizes.numel();  // throws when the expanded element count overflows int64
   Tensor out = view_with(x, sizes, strides, x.storage_offset());
   if (Recorder rec{"ExpandBackward0", {&x}}) {
     rec.finish(out, [shape = x.shape()](BackwardContext& ctx) -> Grads {
