@@ -47,6 +47,10 @@ class Dataset {
   virtual DType target_dtype() const = 0;
   // Short description for logs ("teacher regression: 1024 x [10] -> [5]").
   virtual std::string describe() const;
+  // A hash of every example's values, shapes and dtypes (16 hex digits), stored in checkpoints so
+  // that a resume notices data that changed since (another file under the same name); empty when
+  // a dataset cannot tell, and then nothing is checked.
+  virtual std::string fingerprint() const { return {}; }
 };
 
 // Examples are the rows (first-dimension slices) of two host tensors of equal length.
@@ -61,6 +65,7 @@ class TensorDataset : public Dataset {
   DType input_dtype() const override { return inputs_.dtype(); }
   DType target_dtype() const override { return targets_.dtype(); }
   std::string describe() const override;
+  std::string fingerprint() const override;  // computed once
   const Tensor& inputs() const { return inputs_; }
   const Tensor& targets() const { return targets_; }
 
@@ -68,6 +73,7 @@ class TensorDataset : public Dataset {
   Tensor inputs_;
   Tensor targets_;
   std::string name_{};
+  mutable std::string fingerprint_{};
 };
 
 // A view of some examples of another dataset, in the given order.
@@ -81,6 +87,7 @@ class Subset : public Dataset {
   DType input_dtype() const override { return base_->input_dtype(); }
   DType target_dtype() const override { return base_->target_dtype(); }
   std::string describe() const override;
+  std::string fingerprint() const override;  // the base's and the indices'
   const std::vector<int64_t>& indices() const { return indices_; }
 
  private:

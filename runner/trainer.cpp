@@ -193,6 +193,7 @@ Json Trainer::trainer_state() const {
   s.set("wall_time_s", impl_->prior_wall_time_s + seconds_since(impl_->session_start));
   s.set("precision", std::string(options_.precision.name()));
   s.set("seed", static_cast<int64_t>(options_.seed));
+  s.set("data_fingerprint", train_loader_->dataset().fingerprint());
   return s;
 }
 
@@ -342,13 +343,23 @@ void Trainer::prune_checkpoints() {
 }
 
 void Trainer::resume_from(const std::string& checkpoint_path) {
+  // Refused before anything is restored: another run's checkpoint, or this run's over other data.
+  const CheckpointInfo info = read_checkpoint(checkpoint_path);
   if (!options_.config_hash.empty()) {
-    // Refuse before anything is restored. Every checkpoint records a config hash
-    // (read_checkpoint refuses an empty one), so a missing hash is no way around this check.
-    const std::string saved = read_checkpoint(checkpoint_path).config_hash;
-    MT_CHECK(saved == options_.config_hash, "Trainer.resume_from: '", checkpoint_path,
-             "' was written with config hash ", saved, " but this run's config hash is ",
+    // Every checkpoint records a config hash (read_checkpoint refuses an empty one), so a missing
+    // hash is no way around this check.
+    MT_CHECK(info.config_hash == options_.config_hash, "Trainer.resume_from: '", checkpoint_path,
+             "' was written with config hash ", info.config_hash, " but this run's config hash is ",
              options_.config_hash);
+  }
+  if (const Json* saved =
+          info.trainer_state.is_object() ? info.trainer_state.find("data_fingerprint") : nullptr) {
+    const std::string now = train_loader_->dataset().fingerprint();
+    MT_CHECK(saved->as_string().empty() || now.empty() || saved->as_string() == now,
+             "Trainer.resume_from: the training data (", train_loader_->dataset().describe(),
+             ") is not the data of the run that wrote '", checkpoint_path, "' (fingerprint ", now,
+             ", the checkpoint's ", saved->as_string(),
+             "): a data file changed since; restore it, or start a new run");
   }
   CheckpointParts parts;
   parts.model = model_.get();

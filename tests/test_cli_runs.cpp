@@ -1,8 +1,8 @@
 // A run directory's safety against what schedulers and users do to a running `mantissa`, with
 // real processes: a second process refused while one runs (naming its pid), SIGTERM and SIGHUP
 // handled like Ctrl-C (final checkpoint, exit 128 + signal, "interrupted"), the resume of a
-// finished run changing nothing, and the resume of a run killed before its first checkpoint
-// starting it from step 0.
+// finished run changing nothing, the resume of a run killed before its first checkpoint starting
+// it from step 0, and the resume over changed data refused.
 #include "cli_test_util.h"
 
 namespace {
@@ -129,6 +129,40 @@ TEST_F(CliRunTest, ARunKilledBeforeItsFirstCheckpointResumesFromStepZero) {
   ASSERT_EQ(run({"export", "r", "r.safetensors"}).code, 0);
   ASSERT_EQ(run({"export", "whole", "whole.safetensors"}).code, 0);
   EXPECT_EQ(read_file(dir_ / "r.safetensors"), read_file(dir_ / "whole.safetensors"));
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(CliRunTest, ResumeOverChangedDataIsRefusedNamingTheData) {
+  std::string csv = "a,b,t\n";
+  for (int i = 0; i < 40; ++i)
+    csv += std::to_string(i % 7) + "," + std::to_string(i % 5) + "," + std::to_string(i % 3) + "\n";
+  write_file(dir_ / "data.csv", csv);
+  write_file(dir_ / "cfg.yaml",
+             "model:\n  layers:\n    - {type: linear, in: 2, out: 4}\n    - relu\n"
+             "    - {type: linear, in: 4, out: 1}\n"
+             "data: {type: csv, path: data.csv, batch_size: 8}\n"
+             "steps: 20\ncheckpoint_every: 5\n");
+  const pid_t pid = start_slow_run("r", "checkpoints/step-000000005.ckpt");
+  ::kill(pid, SIGKILL);
+  wait_exit(pid);
+  const std::string metrics = read_file(dir_ / "r" / "metrics.jsonl");
+
+  std::string changed = csv;
+  changed[changed.size() - 2] = '9';  // the last target: same size, other content
+  write_file(dir_ / "data.csv", changed);
+  const Result refused = run({"resume", "r", "-q"});
+  EXPECT_EQ(refused.code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("the training data (CSV data.csv"), std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("a data file changed since"), std::string::npos) << refused.output;
+  EXPECT_EQ(read_file(dir_ / "r" / "metrics.jsonl"), metrics);
+
+  write_file(dir_ / "data.csv", csv);  // the data back: the run continues
+  const Result resumed = run({"resume", "r", "-q"});
+  EXPECT_EQ(resumed.code, 0) << resumed.output;
 }
 
 }  // namespace
