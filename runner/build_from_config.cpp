@@ -1,10 +1,12 @@
 #include "runner/build_from_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 
 #include "amp/autocast.h"
+#include "autograd/functions.h"
 #include "engine/generator.h"
 #include "nn/loss.h"
 #include "nn/optim/adam.h"
@@ -25,6 +27,39 @@ void require_file(const Config& c, const std::string& key, const std::string& pa
   if (!std::filesystem::exists(path, ec)) c.fail(key, "file not found");
   if (const std::string problem = regular_file_problem(path); !problem.empty())
     c.fail(key, problem);
+}
+
+// The key that names the data's input tensor or file.
+std::string input_key(const Config& c) {
+  return c.data.type == "safetensors" ? "data.inputs"
+         : c.data.type == "mnist"     ? "data.images"
+                                      : "data.path";
+}
+
+// The model computes in float32 (autocast lowers it inside), and a NaN or infinity in the data
+// poisons every step it is in: both are config errors before anything is written.
+void check_values(const Config& c, const Dataset& data) {
+  if (data.input_dtype() != DType::Float32) {
+    c.fail(input_key(c), "the data's inputs are " + std::string(dtype_name(data.input_dtype())) +
+                             ", but the model takes float32 inputs; store them as float32");
+  }
+  const auto* td = dynamic_cast<const TensorDataset*>(&data);
+  if (td == nullptr) return;
+  const std::pair<const Tensor*, const char*> parts[] = {{&td->inputs(), "inputs"},
+                                                         {&td->targets(), "targets"}};
+  for (const auto& [t, what] : parts) {
+    if (!is_floating(t->dtype()) || t->numel() == 0 || all_finite(*t).item<bool>()) continue;
+    const Tensor rows = t->reshape({t->size(0), -1});
+    const std::vector<double> v = rows.to(DType::Float64).to_vector<double>();
+    const int64_t per_row = rows.size(1);
+    size_t first = 0;
+    while (first < v.size() && std::isfinite(v[first])) ++first;
+    const bool inputs = t == &td->inputs();
+    c.fail(inputs || c.data.type != "safetensors" ? input_key(c) : "data.targets",
+           std::string("the data's ") + what + " hold " + std::to_string(v[first]) +
+               " at example " + std::to_string(static_cast<int64_t>(first) / per_row) +
+               " (0-based): NaN and infinity are not trainable values");
+  }
 }
 
 // Checks the model's output against the data's targets for the configured loss.
@@ -135,6 +170,7 @@ RunObjects build_common(const Config& c) {
   r.device = resolve_device(c);
   if (!c.model.init_from.empty()) require_file(c, "model.init_from", c.model.init_from);
   r.dataset = build_dataset(c);
+  check_values(c, *r.dataset);
   check_output(c, *r.dataset);
   r.train_data = r.dataset;
   if (c.data.val_split > 0) {
@@ -202,7 +238,24 @@ Device resolve_device(const Config& c) {
   return d;
 }
 
+std::shared_ptr<Dataset> build_synthetic_dataset(const Config& c);
+std::shared_ptr<Dataset> build_file_dataset(const Config& c);
+
 std::shared_ptr<Dataset> build_dataset(const Config& c) {
+  const DataConfig& d = c.data;
+  if (d.type == "teacher" || d.type == "sine" || d.type == "spirals") {
+    try {
+      return build_synthetic_dataset(c);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const Error& e) {  // out of memory for data.samples, most often
+      c.fail("data.samples", first_line(e.what()));
+    }
+  }
+  return build_file_dataset(c);
+}
+
+std::shared_ptr<Dataset> build_synthetic_dataset(const Config& c) {
   const DataConfig& d = c.data;
   if (d.type == "teacher") {
     TeacherOptions o;
@@ -231,6 +284,11 @@ std::shared_ptr<Dataset> build_dataset(const Config& c) {
     o.seed = d.seed;
     return make_spirals_dataset(o);
   }
+  MT_THROW("data.type ", d.type, " is not a synthetic dataset");
+}
+
+std::shared_ptr<Dataset> build_file_dataset(const Config& c) {
+  const DataConfig& d = c.data;
   // Files: the key to blame for a read error is the file's.
   std::string key = "data.path";
   try {
@@ -287,8 +345,13 @@ RunObjects build_run(const Config& c, std::string config_text) {
   }
   r.optimizer = make_optimizer(c.optimizer, r.model->parameters());
 
-  const int64_t total_steps =
-      c.steps > 0 ? c.steps : c.epochs * r.train_loader->batches_per_epoch();
+  int64_t total_steps = c.steps;
+  if (c.steps <= 0 &&
+      __builtin_mul_overflow(c.epochs, r.train_loader->batches_per_epoch(), &total_steps)) {
+    c.fail("epochs", std::to_string(c.epochs) + " epochs of " +
+                         std::to_string(r.train_loader->batches_per_epoch()) +
+                         " batches is more steps than int64 can count");
+  }
   if (c.schedule.type == "step") {
     r.scheduler =
         std::make_shared<optim::StepLR>(*r.optimizer, c.schedule.step_size, c.schedule.gamma);

@@ -740,8 +740,9 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
                "epochs", "log_every", "eval_every", "checkpoint_every", "keep_last",
                "clip_grad_norm", "model", "data", "loss", "optimizer", "schedule", "scaler"});
   cfg.name = top.get_string("name", default_name);
-  if (cfg.name.empty() || cfg.name.find('/') != std::string::npos) {
-    top.bad("name", root["name"], "must be a non-empty name without '/'");
+  // The run directory is runs/<name>-<YYYYmmdd-HHMMSS>[-N]: a file name, at most 255 bytes.
+  if (cfg.name.empty() || cfg.name.find('/') != std::string::npos || cfg.name.size() > 200) {
+    top.bad("name", root["name"], "must be a non-empty name of at most 200 bytes without '/'");
   }
   cfg.seed = static_cast<uint64_t>(top.get_int("seed", 0, 0));
   // Checked against the model and device in build_from_config (runner/determinism.h).

@@ -1,11 +1,13 @@
 // Run configs: parsing, defaults, the resolved-YAML round trip, every kind of bad config (one line
 // naming key, value and line), --set overrides, the model builder and the data/shape checks.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "engine/generator.h"
 #include "nn/functional.h"
@@ -311,6 +313,36 @@ TEST(RunnerBuild, ShapeMismatchesAgainstTheDataAreConfigErrors) {
   expect_build_error("device: cuda:7\n", {"device = cuda:7 (line 1)"});
   expect_build_error("data: {batch_size: 2000, drop_last: true}\nsteps: 1\n",
                      {"data.batch_size = 2000", "no batches"});
+}
+
+// Values that would fail only after the run directory is written are config errors that name
+// their key.
+TEST(RunnerBuild, SizesDtypesAndNonFiniteDataAreCaughtBeforeTheRun) {
+  expect_config_error("name: " + std::string(201, 'n') + "\n", {"name", "at most 200 bytes"});
+  expect_build_error("epochs: 9223372036854775807\n",
+                     {"epochs", "more steps than int64 can count"});
+  expect_build_error("data: {samples: 100000000000}\n", {"data.samples", "out of memory"});
+
+  const fs::path dir = fs::temp_directory_path() / ("mt_cfg_values_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string half = (dir / "half.safetensors").string();
+  rn::save_safetensors(half, {{"inputs", mantissa::rand({8, 10}).to(mantissa::kFloat16)},
+                              {"targets", mantissa::rand({8, 5})}});
+  expect_build_error("data: {type: safetensors, path: " + half + "}\n",
+                     {"data.inputs", "inputs are float16", "float32"});
+  mantissa::Tensor x = mantissa::rand({8, 10});
+  x.data<float>()[3 * 10 + 4] = std::numeric_limits<float>::quiet_NaN();
+  const std::string nan = (dir / "nan.safetensors").string();
+  rn::save_safetensors(nan, {{"inputs", x}, {"targets", mantissa::rand({8, 5})}});
+  expect_build_error("data: {type: safetensors, path: " + nan + "}\n",
+                     {"data.inputs", "nan at example 3"});
+  mantissa::Tensor y = mantissa::rand({8, 5});
+  y.data<float>()[6 * 5] = std::numeric_limits<float>::infinity();
+  const std::string inf = (dir / "inf.safetensors").string();
+  rn::save_safetensors(inf, {{"inputs", mantissa::rand({8, 10})}, {"targets", y}});
+  expect_build_error("data: {type: safetensors, path: " + inf + "}\n",
+                     {"data.targets", "inf at example 6"});
+  fs::remove_all(dir);
 }
 
 TEST(RunnerBuild, BuildsEveryPartFromTheConfig) {
