@@ -1,6 +1,7 @@
 // `mantissa plot`: a hand-written SVG of a run's metrics.jsonl — three panels sharing the step
 // axis: loss (training, and evaluation as points), learning rate, and loss scale. A panel switches
-// to a log axis when its values are positive and span more than two decades.
+// to a log axis when its values are positive and span more than two decades. Lines are decimated
+// to the pixel width, so a run of a million steps plots into a file of the same size.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -80,6 +81,27 @@ std::vector<double> ticks(const Axis& a) {
   return out;
 }
 
+// The points of a line as drawn, at most four per pixel column (the first, lowest, highest and
+// last there, in step order): the same picture as every point, spikes included, in a file whose
+// size does not grow with the run's length.
+std::vector<std::pair<double, double>> decimate(const std::vector<std::pair<double, double>>& pts) {
+  std::vector<std::pair<double, double>> out;
+  size_t i = 0;
+  while (i < pts.size()) {
+    const double column = std::floor(pts[i].first);
+    size_t end = i, lo = i, hi = i;
+    for (; end < pts.size() && std::floor(pts[end].first) == column; ++end) {
+      if (pts[end].second > pts[lo].second) lo = end;  // SVG y grows downwards: lowest value
+      if (pts[end].second < pts[hi].second) hi = end;
+    }
+    size_t keep[] = {i, std::min(lo, hi), std::max(lo, hi), end - 1};
+    for (size_t k = 0; k < 4; ++k)
+      if (k == 0 || keep[k] != keep[k - 1]) out.push_back(pts[keep[k]]);
+    i = end;
+  }
+  return out;
+}
+
 class Svg {
  public:
   static constexpr double kWidth = 820, kPanel = 210, kLeft = 80, kRight = 20, kTop = 40, kGap = 50;
@@ -129,16 +151,22 @@ class Svg {
       os_ << "<polyline fill=\"none\" stroke=\"" << colors[i]
           << "\" stroke-width=\"1.5\" points=\"";
       const Series& s = *lines[i];
+      std::vector<std::pair<double, double>> pts;
       for (size_t k = 0; k < s.x.size(); ++k) {
         if (!std::isfinite(s.y[k]) || (y.log && s.y[k] <= 0)) continue;
-        os_ << fmt(px(s.x[k])) << "," << fmt(py(s.y[k])) << " ";
+        pts.emplace_back(px(s.x[k]), py(s.y[k]));
       }
+      for (const auto& [sx, sy] : decimate(pts)) os_ << fmt(sx) << "," << fmt(sy) << " ";
       os_ << "\"/>\n";
     }
     if (points) {
+      std::vector<std::pair<double, double>> pts;
       for (size_t k = 0; k < points->x.size(); ++k) {
         if (!std::isfinite(points->y[k]) || (y.log && points->y[k] <= 0)) continue;
-        os_ << "<circle cx=\"" << fmt(px(points->x[k])) << "\" cy=\"" << fmt(py(points->y[k]))
+        pts.emplace_back(px(points->x[k]), py(points->y[k]));
+      }
+      for (const auto& [cx, cy] : decimate(pts)) {
+        os_ << "<circle cx=\"" << fmt(cx) << "\" cy=\"" << fmt(cy)
             << "\" r=\"3\" fill=\"#d62728\"/>\n";
       }
       os_ << "<text x=\"" << kLeft + w - 4 << "\" y=\"" << top + 14

@@ -2,7 +2,7 @@
 // user would run it. Covers --help everywhere, the no-argument default run, every bundled config,
 // plot/eval/export/import, bad configs (one line, exit code 2, no run directory), exact resume
 // after SIGKILL in float32, float16 (with skipped steps) and bfloat16, and the files export and
-// plot refuse to replace and the FIFOs and devices no command reads (issue 16).
+// plot refuse to replace, the FIFOs and devices no command reads, and plots of long runs.
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
@@ -347,7 +347,7 @@ TEST_F(CliTest, CtrlCStopsCleanlyAndTheRunResumesExactly) {
   EXPECT_EQ(read_file(dir_ / "full.safetensors"), read_file(dir_ / "stopped.safetensors"));
 }
 
-// Issue 16: one clear error, exit != 0, nothing overwritten, nothing lost. `export` and `plot -o`
+// One clear error, exit != 0, nothing overwritten, nothing lost. `export` and `plot -o`
 // never replace a run's own files (without --force), a symbolic link (without --force), or
 // anything that is not a regular file; nothing reads a FIFO or a device.
 class CliFileSafetyTest : public CliTest {
@@ -541,3 +541,26 @@ TEST_F(CliFileSafetyTest, FifosAndDevicesAreNeverRead) {
   EXPECT_NE(resume.code, 0) << resume.output;
   EXPECT_NE(resume.output.find(fifo), std::string::npos) << resume.output;
 }
+
+namespace {
+
+// A plot's size does not grow with the run: a million-step run plots to the pixel width, and the
+// one spike in it is still drawn (at the top of the loss panel).
+TEST_F(CliTest, PlotOfAMillionStepsIsDecimatedToThePixelWidth) {
+  fs::create_directories(dir_ / "r");
+  std::string metrics;
+  metrics.reserve(64u << 20);
+  for (int step = 1; step <= 1000000; ++step) {
+    const double loss = step == 654321 ? 100.0 : 1.0 + 0.5 * ((step * 7919) % 1000) / 1000.0;
+    metrics += "{\"step\":" + std::to_string(step) + ",\"loss\":" + std::to_string(loss) +
+               ",\"lr\":0.01,\"loss_scale\":1}\n";
+  }
+  write_file(dir_ / "r" / "metrics.jsonl", metrics);
+  const Result p = run({"plot", "r", "-o", "big.svg"});
+  ASSERT_EQ(p.code, 0) << p.output;
+  const std::string svg = read_file(dir_ / "big.svg");
+  EXPECT_LT(svg.size(), 400u * 1024) << "the SVG grows with the number of records";
+  EXPECT_NE(svg.find(",40 "), std::string::npos) << "the spike at the top of the loss panel";
+}
+
+}  // namespace
