@@ -156,7 +156,8 @@ int64_t GradScaler::growth_tracker() const {
   return growth_tracker_.defined() ? growth_tracker_.item<int32_t>() : init_growth_tracker_;
 }
 
-GradScalerState GradScaler::state_dict() const {
+std::optional<GradScalerState> GradScaler::state_dict() const {
+  if (!options_.enabled) return std::nullopt;
   GradScalerState s;
   s.scale = get_scale();
   s.growth_factor = options_.growth_factor;
@@ -170,6 +171,14 @@ GradScalerState GradScaler::state_dict() const {
   s.steps_taken = steps_taken();
   s.steps_skipped = steps_skipped();
   return s;
+}
+
+void GradScaler::load_state_dict(const std::optional<GradScalerState>& s) {
+  if (!options_.enabled) return;
+  MT_CHECK(s.has_value(),
+           "GradScaler.load_state_dict: the source state dict is empty, possibly because it was "
+           "saved from a disabled instance of GradScaler");
+  load_state_dict(*s);
 }
 
 void GradScaler::load_state_dict(const GradScalerState& s) {

@@ -95,8 +95,11 @@ class GradScaler {
   int64_t steps_skipped() const;
   const GradScalerOptions& options() const { return options_; }
 
-  GradScalerState state_dict() const;
+  // As in PyTorch, a disabled scaler has no state: state_dict() is empty (nullopt), and loading
+  // into it does nothing; loading an empty state into an enabled scaler is an error.
+  std::optional<GradScalerState> state_dict() const;
   void load_state_dict(const GradScalerState& state);
+  void load_state_dict(const std::optional<GradScalerState>& state);
 
  private:
   enum class Stage { Ready, Unscaled, Stepped };

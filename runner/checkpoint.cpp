@@ -278,10 +278,14 @@ void save_checkpoint(const std::string& path, const CheckpointParts& parts) {
   } else {
     meta["optimizer"] = nullptr;
   }
-  if (parts.scaler) {
-    const amp::GradScalerState s = parts.scaler->state_dict();
+  if (parts.scaler && !parts.scaler->is_enabled()) {
     Json j;
-    j["enabled"] = parts.scaler->is_enabled();
+    j["enabled"] = false;  // a disabled scaler has no state (as in PyTorch)
+    meta["scaler"] = std::move(j);
+  } else if (parts.scaler) {
+    const amp::GradScalerState s = *parts.scaler->state_dict();
+    Json j;
+    j["enabled"] = true;
     j["scale"] = s.scale;
     j["growth_factor"] = s.growth_factor;
     j["backoff_factor"] = s.backoff_factor;
@@ -396,7 +400,7 @@ void load_checkpoint(const std::string& path, CheckpointParts& parts) {
       MT_CHECK(j.at("enabled").as_bool() == parts.scaler->is_enabled(), what,
                ": the GradScaler was ", j.at("enabled").as_bool() ? "enabled" : "disabled",
                " when saved but is ", parts.scaler->is_enabled() ? "enabled" : "disabled", " now");
-      scaler = scaler_state(j);
+      if (parts.scaler->is_enabled()) scaler = scaler_state(j);
     }
     if (parts.scheduler) {
       const Json& j = meta.at("scheduler");

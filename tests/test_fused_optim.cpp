@@ -283,7 +283,7 @@ TEST(FusedOptim, GradScalerResultsAreReadLazilyAndAgree) {
   EXPECT_EQ(scaler.steps_taken(), taken);
   EXPECT_EQ(scaler.steps_skipped(), 2);
   EXPECT_EQ(sched.last_epoch(), taken);  // skipped steps do not advance the schedule
-  const mt::amp::GradScalerState s = scaler.state_dict();
+  const mt::amp::GradScalerState s = *scaler.state_dict();
   EXPECT_EQ(s.steps_taken, taken);
   EXPECT_EQ(s.steps_skipped, 2);
   // Loading resets the device counts in place and restarts from the loaded values.

@@ -73,7 +73,7 @@ TEST(GradScaler, Defaults) {
   // Lazily initialised: before the first scale(), get_scale() reports init_scale.
   EXPECT_EQ(scaler.get_scale(), 65536.0);
   EXPECT_EQ(scaler.growth_tracker(), 0);
-  EXPECT_EQ(scaler.state_dict().scale, 65536.0);
+  EXPECT_EQ(scaler.state_dict()->scale, 65536.0);
 
   GradScaler custom(GradScalerOptions{.init_scale = 3.0});
   EXPECT_EQ(custom.get_scale(), 3.0);
@@ -440,6 +440,19 @@ TEST(GradScaler, MisuseErrors) {
 }
 
 // ---- state dict ---------------------------------------------------------------------------------
+// PyTorch: a disabled scaler's state_dict() is {}, loading anything into it does nothing, and an
+// enabled scaler refuses an empty state.
+TEST(GradScaler, DisabledScalerHasAnEmptyStateDict) {
+  GradScaler disabled(/*enabled=*/false), enabled;
+  EXPECT_FALSE(disabled.state_dict().has_value());
+  ASSERT_TRUE(enabled.state_dict().has_value());
+  disabled.load_state_dict(enabled.state_dict());  // no-op
+  EXPECT_EQ(disabled.get_scale(), 1.0);
+  expect_error([&] { enabled.load_state_dict(disabled.state_dict()); },
+               {"source state dict is empty", "disabled instance of GradScaler"});
+  EXPECT_EQ(enabled.get_scale(), 65536.0);
+}
+
 TEST(GradScaler, StateDictRoundTripContinuesIdentically) {
   const GradScalerOptions opts{.init_scale = 256.0,
                                .growth_factor = 4.0,
@@ -450,7 +463,7 @@ TEST(GradScaler, StateDictRoundTripContinuesIdentically) {
   GradScaler a(opts);
   Toy toy_a;
   for (bool overflow : {false, false, true, true, false}) toy_a.iterate(a, overflow);
-  const mt::amp::GradScalerState s = a.state_dict();
+  const mt::amp::GradScalerState s = *a.state_dict();
   EXPECT_EQ(s.scale, 32.0);  // 256, 2nd consecutive overflow backs off by 1/8
   EXPECT_EQ(s.growth_factor, 4.0);
   EXPECT_EQ(s.backoff_factor, 0.125);
@@ -475,7 +488,7 @@ TEST(GradScaler, StateDictRoundTripContinuesIdentically) {
     EXPECT_EQ(a.growth_tracker(), b.growth_tracker());
   }
   EXPECT_EQ(a.get_scale(), 2.0);  // floored at min_scale 0.5 then grown x4
-  const auto sa = a.state_dict(), sb = b.state_dict();
+  const auto sa = *a.state_dict(), sb = *b.state_dict();
   EXPECT_EQ(sa.steps_taken, sb.steps_taken);  // the counters travel with the state
   EXPECT_EQ(sa.steps_skipped, sb.steps_skipped);
   EXPECT_EQ(sa.overflow_streak, sb.overflow_streak);
@@ -527,7 +540,7 @@ TEST(GradScaler, HysteresisBacksOffOnTheNthConsecutiveOverflow) {
     EXPECT_EQ(toy.iterate(scaler, e.overflow), !e.overflow) << i;
     EXPECT_EQ(scaler.get_scale(), e.scale) << i;
     EXPECT_EQ(scaler.growth_tracker(), e.tracker) << i;
-    EXPECT_EQ(scaler.state_dict().overflow_streak, e.streak) << i;
+    EXPECT_EQ(scaler.state_dict()->overflow_streak, e.streak) << i;
     ++i;
   }
   EXPECT_EQ(scaler.steps_taken(), 4);
