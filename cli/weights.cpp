@@ -89,42 +89,25 @@ int eval(const EvalArgs& args) {
     runner::load_checkpoint(checkpoint, parts);
     runner::DataLoader& loader = use_val ? *run.val_loader : *run.train_loader;
     loader.set_epoch(0);
-
-    run.model->eval();
-    autograd::NoGradGuard no_grad;
-    const amp::Precision precision = amp::Precision::parse(run.config.precision);
-    double loss_sum = 0.0;
-    int64_t samples = 0, correct = 0;
-    const bool classes = loader.dataset().target_dtype() == DType::Int64;
-    while (auto batch = loader.next()) {
-      amp::autocast guard(run.device.type(), precision,
-                          precision.kind() != amp::Precision::Float32);
-      Tensor out = run.model->forward(batch->input);
-      const double loss = run.loss(out.to(DType::Float32), batch->target).item<double>();
-      const int64_t n = batch->size();
-      loss_sum += run.config.loss.reduction == "sum" ? loss : loss * static_cast<double>(n);
-      samples += n;
-      if (classes) {
-        correct += (out.argmax(-1) == batch->target).sum().item<int64_t>();
-      }
-    }
-    const double mean = samples ? loss_sum / static_cast<double>(samples) : 0.0;
+    // The evaluation the trainer runs, so that both report the same numbers.
+    const runner::EvalMetrics m = runner::evaluate_model(
+        *run.model, [&](const Tensor& x) { return run.model->forward(x); }, run.loss, loader,
+        {run.device, amp::Precision::parse(run.config.precision),
+         run.config.loss.reduction == "sum"});
     const std::string what = args.data.empty() ? (use_val ? "val" : "train") : args.data;
     if (args.json) {
       runner::Json j = runner::Json::object();
       j.set("checkpoint", checkpoint);
       j.set("data", what);
-      j.set("samples", samples);
-      j.set("loss", mean);
-      if (classes) j.set("accuracy", static_cast<double>(correct) / std::max<int64_t>(samples, 1));
+      j.set("samples", m.samples);
+      j.set("loss", m.loss);
+      if (m.accuracy) j.set("accuracy", *m.accuracy);
       std::cout << j.dump() << "\n";
     } else {
       std::cout << "checkpoint " << checkpoint << "\ndata " << what << " ("
-                << loader.dataset().describe() << ")\nloss " << mean;
-      if (classes) {
-        std::cout << "  accuracy " << static_cast<double>(correct) / std::max<int64_t>(samples, 1);
-      }
-      std::cout << "  (" << samples << " samples, " << run.config.loss.type << ")\n";
+                << loader.dataset().describe() << ")\nloss " << m.loss;
+      if (m.accuracy) std::cout << "  accuracy " << *m.accuracy;
+      std::cout << "  (" << m.samples << " samples, " << run.config.loss.type << ")\n";
     }
     return kExitOk;
   } catch (const std::exception& e) {

@@ -253,11 +253,12 @@ void Trainer::emit_log(bool skipped, double lr) {
   for (auto& cb : callbacks_) cb->on_step_end(*this, m);
 }
 
-EvalMetrics Trainer::evaluate(DataLoader& loader) {
-  loader.set_device(options_.device);
+EvalMetrics evaluate_model(nn::Module& model, const ForwardFn& forward, const LossFn& loss_fn,
+                           DataLoader& loader, const EvalOptions& options) {
+  loader.set_device(options.device);
   const Json position = loader.state();
-  const bool was_training = model_->is_training();
-  model_->eval();
+  const bool was_training = model.is_training();
+  model.eval();
   autograd::NoGradGuard no_grad;
   double loss_sum = 0.0;
   int64_t samples = 0, correct = 0;
@@ -268,15 +269,15 @@ EvalMetrics Trainer::evaluate(DataLoader& loader) {
       Tensor output;
       Tensor loss;
       {
-        amp::autocast guard(options_.device, options_.precision,
-                            options_.precision != amp::Precision::Float32);
-        output = forward_(batch->input);
-        loss = loss_(output, batch->target);
+        amp::autocast guard(options.device, options.precision,
+                            options.precision != amp::Precision::Float32);
+        output = forward(batch->input);
+        loss = loss_fn(output, batch->target);
       }
       const int64_t n = batch->size();
       // The per-example mean over the loader: a batch mean counts n times, a batch sum once.
       loss_sum +=
-          loss.item<double>() * (options_.loss_sums_over_batch ? 1.0 : static_cast<double>(n));
+          loss.item<double>() * (options.loss_sums_over_batch ? 1.0 : static_cast<double>(n));
       samples += n;
       if (batch->target.dtype() == DType::Int64 && output.dim() == 2) {
         classification = true;
@@ -287,17 +288,24 @@ EvalMetrics Trainer::evaluate(DataLoader& loader) {
     }
   } catch (...) {
     loader.load_state(position);
-    model_->train(was_training);
+    model.train(was_training);
     throw;
   }
   loader.load_state(position);
-  model_->train(was_training);
+  model.train(was_training);
   EvalMetrics m;
-  m.step = step_;
-  m.epoch = epoch();
   m.samples = samples;
   m.loss = samples > 0 ? loss_sum / static_cast<double>(samples) : std::nan("");
   if (classification) m.accuracy = static_cast<double>(correct) / static_cast<double>(samples);
+  return m;
+}
+
+EvalMetrics Trainer::evaluate(DataLoader& loader) {
+  EvalMetrics m =
+      evaluate_model(*model_, forward_, loss_, loader,
+                     {options_.device, options_.precision, options_.loss_sums_over_batch});
+  m.step = step_;
+  m.epoch = epoch();
   return m;
 }
 

@@ -123,6 +123,18 @@ class Callback {
 using ForwardFn = std::function<Tensor(const Tensor& input)>;
 using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
 
+// The mean loss (and, for int64 class labels and [batch, classes] outputs, the accuracy) of a
+// model over a loader, in eval mode and without grad, under autocast for `precision`: what the
+// Trainer's evaluations and `mantissa eval` report. The loader's position and the model's mode are
+// left as they were.
+struct EvalOptions {
+  Device device = Device::cpu();
+  amp::Precision precision = amp::Precision::Float32;
+  bool loss_sums_over_batch = false;  // see TrainerOptions
+};
+EvalMetrics evaluate_model(nn::Module& model, const ForwardFn& forward, const LossFn& loss,
+                           DataLoader& loader, const EvalOptions& options);
+
 class Trainer {
  public:
   // `forward` runs the model (a module's forward is not virtual in general); the model is used for

@@ -166,3 +166,26 @@ TEST_F(CliRunTest, ResumeOverChangedDataIsRefusedNamingTheData) {
 }
 
 }  // namespace
+
+namespace {
+
+// `mantissa eval` and the trainer's own evaluation are one function: the final checkpoint's
+// evaluation on the validation split gives the summary's numbers exactly (mixed precision and
+// classification included).
+TEST_F(CliRunTest, EvalReportsWhatTheTrainerReported) {
+  write_file(dir_ / "cfg.yaml",
+             "model:\n  layers:\n    - {type: linear, in: 2, out: 16}\n    - relu\n"
+             "    - {type: linear, in: 16, out: 2}\n"
+             "data: {type: spirals, samples: 200, val_split: 0.2, batch_size: 16}\n"
+             "loss: {type: cross_entropy}\nprecision: bfloat16\nsteps: 30\n");
+  ASSERT_EQ(run({"train", "cfg.yaml", "--run-dir", "r", "-q"}).code, 0);
+  const Json summary = Json::parse(read_file(dir_ / "r" / "summary.json"));
+  const Result e = run({"eval", "r", "--json"});
+  ASSERT_EQ(e.code, 0) << e.output;
+  const Json j = Json::parse(e.output.substr(e.output.find('{')));
+  EXPECT_EQ(j.at("loss").as_double(), summary.at("final_eval").at("loss").as_double());
+  EXPECT_EQ(j.at("accuracy").as_double(), summary.at("final_eval").at("accuracy").as_double());
+  EXPECT_EQ(j.at("samples").as_int(), summary.at("final_eval").at("samples").as_int());
+}
+
+}  // namespace
