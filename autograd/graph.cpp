@@ -228,15 +228,16 @@ std::vector<Tensor> run_backward(const Tensor* outputs, size_t n_outputs,
     // reference stays valid.
     std::vector<Tensor>& grads = states[index].grads;
     grads.resize(node->num_outputs);
+    for (auto& [nr, hook] : node->grad_hooks) {
+      if (nr < grads.size() && grads[nr].defined()) apply_grad_hook(hook, grads[nr]);
+    }
+    // After the hooks, as in PyTorch: a retained gradient is the one the node goes on with.
     for (auto& [nr, weak] : node->retained) {
       if (auto impl = weak.lock(); impl && nr < grads.size() && grads[nr].defined()) {
         // Accumulates over backward calls, as a leaf's .grad does (and PyTorch's retain_grad).
         const Tensor t(impl), prev = t.grad();
         t.set_grad(prev.defined() ? prev + grads[nr] : grads[nr].clone());
       }
-    }
-    for (auto& [nr, hook] : node->grad_hooks) {
-      if (nr < grads.size() && grads[nr].defined()) hook(grads[nr]);
     }
     if (capture_edges) {
       for (size_t k = 0; k < capture_edges->size(); ++k) {

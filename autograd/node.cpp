@@ -50,7 +50,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   const Tensor variable(std::move(impl));
   AutogradMeta& m = ensure_meta(variable);
   NoGradGuard no_grad;
-  for (const auto& hook : m.leaf_hooks) hook(g);
+  for (const auto& hook : m.leaf_hooks) apply_grad_hook(hook, g);
   MT_ASSERT(g.shape() == variable.shape(), "gradient of shape ", g.shape(), " for a leaf of shape ",
             variable.shape());
   if (!m.grad.defined()) {
@@ -83,6 +83,17 @@ Edge gradient_edge(const Tensor& t) {
   if (!m->grad_accumulator)
     m->grad_accumulator = ::mantissa::detail::make_pooled<AccumulateGrad>(t);
   return {m->grad_accumulator, 0};
+}
+
+void apply_grad_hook(const std::function<Tensor(const Tensor&)>& hook, Tensor& grad) {
+  Tensor replacement = hook(grad);
+  if (!replacement.defined()) return;
+  MT_CHECK(replacement.shape() == grad.shape(),
+           "register_hook: a hook returned a gradient of shape ", replacement.shape(),
+           " for a gradient of shape ", grad.shape());
+  MT_CHECK(replacement.device() == grad.device(), "register_hook: a hook returned a gradient on ",
+           replacement.device(), " for a gradient on ", grad.device());
+  grad = std::move(replacement);
 }
 
 Tensor sum_to(const Tensor& grad, const Shape& shape) {
@@ -158,7 +169,7 @@ void Tensor::retain_grad() const {
   m.grad_fn->retained.emplace_back(m.output_nr, impl_ptr());
 }
 
-void Tensor::register_hook(std::function<void(const Tensor&)> hook) const {
+void Tensor::add_grad_hook(std::function<Tensor(const Tensor&)> hook) const {
   MT_CHECK(requires_grad(),
            "register_hook: cannot register a hook on a tensor that doesn't "
            "require gradient");

@@ -34,7 +34,7 @@ struct AutogradMeta {
   // Leaves only, created on first use and kept for the leaf's lifetime (it refers back to the
   // leaf weakly), so that a training step does not build a new one for every parameter.
   std::shared_ptr<Node> grad_accumulator;
-  std::vector<std::function<void(const Tensor&)>> leaf_hooks;  // leaves: see register_hook
+  std::vector<std::function<Tensor(const Tensor&)>> leaf_hooks;  // leaves: see register_hook
 };
 
 // A tensor saved for backward, and its version counter at save time. Saved as it is, as PyTorch
@@ -85,9 +85,10 @@ class Node : public std::enable_shared_from_this<Node> {
   uint64_t sequence_nr;
   // Non-leaf outputs that asked for retain_grad(), by output number.
   std::vector<std::pair<uint32_t, std::weak_ptr<TensorImpl>>> retained;
-  // Hooks on the gradient of an output (Tensor::register_hook), by output number. They see the
+  // Hooks on the gradient of an output (Tensor::register_hook), by output number; a defined
+  // result replaces the gradient (apply_grad_hook). They see the
   // summed gradient before this node's backward runs.
-  std::vector<std::pair<uint32_t, std::function<void(const Tensor&)>>> grad_hooks;
+  std::vector<std::pair<uint32_t, std::function<Tensor(const Tensor&)>>> grad_hooks;
 };
 
 // The node for a leaf: adds the incoming gradient into leaf.grad. The leaf owns it (its
@@ -142,6 +143,9 @@ class EnableGradGuard {
 AutogradMeta* meta(const Tensor& t);  // null when t has none
 AutogradMeta& ensure_meta(const Tensor& t);
 Edge gradient_edge(const Tensor& t);  // where a gradient for t must flow
+
+// Runs a tensor hook on `grad`, replacing it with the hook's result when that is defined.
+void apply_grad_hook(const std::function<Tensor(const Tensor&)>& hook, Tensor& grad);
 
 // Reduces a broadcast gradient back to `shape` by summing the expanded dims.
 Tensor sum_to(const Tensor& grad, const Shape& shape);

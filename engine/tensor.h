@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -206,8 +207,25 @@ class Tensor {
   // Keeps .grad of a non-leaf after backward (PyTorch's retain_grad).
   void retain_grad() const;
   // Calls `hook` with this tensor's gradient during backward (non-leaf tensors: the summed
-  // gradient flowing into its grad_fn; leaves: the gradient about to be accumulated).
-  void register_hook(std::function<void(const Tensor&)> hook) const;
+  // gradient flowing into its grad_fn; leaves: the gradient about to be accumulated). As in
+  // PyTorch, a hook may return a tensor of the gradient's shape to use in its place; one that
+  // returns void or an undefined tensor leaves the gradient as it is. Hooks run in registration
+  // order, each seeing the previous one's result, and before retain_grad() stores the gradient.
+  template <typename Hook>
+  void register_hook(Hook&& hook) const {
+    using Result = std::invoke_result_t<Hook&, const Tensor&>;
+    if constexpr (std::is_void_v<Result>) {
+      add_grad_hook([h = std::forward<Hook>(hook)](const Tensor& g) mutable {
+        h(g);
+        return Tensor();
+      });
+    } else {
+      static_assert(std::is_convertible_v<Result, Tensor>,
+                    "register_hook: a hook returns void or a Tensor");
+      add_grad_hook(std::function<Tensor(const Tensor&)>(std::forward<Hook>(hook)));
+    }
+  }
+  void add_grad_hook(std::function<Tensor(const Tensor&)> hook) const;
 
  private:
   // Inline: every op and kernel reads metadata through these, many times per call.

@@ -1,4 +1,5 @@
-// In-place ops through views and view ops' bounds, against PyTorch: every program here is also in
+// In-place ops through views, view ops' bounds and tensor hooks that replace a gradient, against
+// PyTorch: every program here is also in
 // scripts/golden/make_view_inplace.py, whose results (forward values, gradients, or a refusal)
 // are committed in tests/golden/view_inplace.txt.
 #include <cstdlib>
@@ -219,6 +220,31 @@ const std::map<std::string, Program>& programs() {
          z.sum().backward();
          return Outputs{};
        }},
+      {"hook_replaces_a_non_leaf_gradient",
+       [] {
+         Tensor x = x3(), y = x * 2;
+         y.register_hook([](const Tensor& g) { return g * 3; });
+         y.retain_grad();
+         (y * y).sum().backward();
+         return Outputs{{"x.grad", x.grad()}, {"y.grad", y.grad()}};
+       }},
+      {"hooks_chain_in_registration_order",
+       [] {
+         Tensor x = x3(), y = x * 2, seen;
+         y.register_hook([](const Tensor& g) { return g * 2; });
+         y.register_hook([&seen](const Tensor& g) { seen = g.clone(); });
+         y.register_hook([](const Tensor& g) { return g + 1; });
+         (y * y).sum().backward();
+         return Outputs{{"x.grad", x.grad()}, {"seen", seen}};
+       }},
+      {"leaf_hook_replaces_what_is_accumulated",
+       [] {
+         Tensor x = x3();
+         x.register_hook([](const Tensor& g) { return g + 1; });
+         (x * x).sum().backward();
+         (x * 2).sum().backward();
+         return Outputs{{"x.grad", x.grad()}};
+       }},
       {"narrow_negative_start",
        [] {
          return Outputs{{"out", m34().narrow(1, -2, 2)}};
@@ -356,6 +382,13 @@ TEST(ViewInplace, NoGradAndPlainTensorsAreUnaffected) {
   buf.t().narrow(0, 0, 1).add_(2);
   EXPECT_FALSE(buf.requires_grad());
   EXPECT_EQ(buf.to_vector<float>(), (std::vector<float>{2, 0, 0, 3, 1, 1}));
+}
+
+TEST(TensorHooks, AReplacementMustMatchTheGradient) {
+  Tensor x = x3(), y = x * 2;
+  y.register_hook([](const Tensor& g) { return g.sum(); });
+  mt::testing::expect_error([&] { y.sum().backward(); },
+                            {"register_hook", "shape []", "gradient of shape [3]"});
 }
 
 // The history names PyTorch shows for the rewritten tensors.

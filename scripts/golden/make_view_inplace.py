@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes tests/golden/view_inplace.txt: what PyTorch computes (or refuses) for in-place ops
-written through views, and for view ops given out-of-range arguments. tests/test_view_inplace.cpp
-runs the same programs, case by case, and must match.
+written through views, for view ops given out-of-range arguments, and for tensor hooks that
+replace a gradient. tests/test_view_inplace.cpp runs the same programs, case by case, and must
+match.
 
 Run with Debian's PyTorch:  /usr/bin/python3 scripts/golden/make_view_inplace.py
 
@@ -315,6 +316,38 @@ def permute_repeated_dim_refused():
 def view_incompatible_refused():
     m34().t().view(12)
     return {}
+
+
+# ---- tensor hooks -----------------------------------------------------------------------------
+@case
+def hook_replaces_a_non_leaf_gradient():
+    x = x3()
+    y = x * 2
+    y.register_hook(lambda g: g * 3)
+    y.retain_grad()
+    (y * y).sum().backward()
+    return {"x.grad": x.grad, "y.grad": y.grad}
+
+
+@case
+def hooks_chain_in_registration_order():
+    x = x3()
+    y = x * 2
+    seen = []
+    y.register_hook(lambda g: g * 2)
+    y.register_hook(lambda g: seen.append(g.clone()))  # returns None: leaves the gradient
+    y.register_hook(lambda g: g + 1)
+    (y * y).sum().backward()
+    return {"x.grad": x.grad, "seen": seen[0]}
+
+
+@case
+def leaf_hook_replaces_what_is_accumulated():
+    x = x3()
+    x.register_hook(lambda g: g + 1)
+    (x * x).sum().backward()
+    (x * 2).sum().backward()
+    return {"x.grad": x.grad}
 
 
 def fmt(t):
