@@ -80,12 +80,29 @@ void check_output(const Config& c, const Dataset& data) {
              "cross_entropy needs the model to output [classes], but it outputs " + shape_str(out));
     }
     if (auto* td = dynamic_cast<const TensorDataset*>(&data); td && td->targets().numel() > 0) {
-      const int64_t max_label = td->targets().max().item<int64_t>();
-      const int64_t min_label = td->targets().min().item<int64_t>();
-      if (min_label < 0 || max_label >= out[0]) {
+      // Labels equal to loss.ignore_index mark examples the loss skips, as in PyTorch; the others
+      // must name one of the model's classes, and at least one example must count.
+      const Tensor labels = td->targets();
+      const Tensor counted = labels != c.loss.ignore_index;
+      const int64_t n_counted = counted.sum().item<int64_t>();
+      if (n_counted == 0) {
+        c.fail("loss.ignore_index", "every label of the data equals loss.ignore_index (" +
+                                        std::to_string(c.loss.ignore_index) +
+                                        "), so no example counts in the loss");
+      }
+      const Tensor real = where(counted, labels, zeros({}, TensorOptions().dtype(DType::Int64)));
+      const Tensor below = logical_and(counted, labels < 0);
+      const int64_t max_label = real.max().item<int64_t>();
+      if (below.sum().item<int64_t>() > 0 || max_label >= out[0]) {
+        const int64_t min_label =
+            where(counted, labels, full({}, max_label, TensorOptions().dtype(DType::Int64)))
+                .min()
+                .item<int64_t>();
         c.fail(key, "the model outputs " + std::to_string(out[0]) +
                         " class scores, but the data's labels go from " +
-                        std::to_string(min_label) + " to " + std::to_string(max_label));
+                        std::to_string(min_label) + " to " + std::to_string(max_label) +
+                        " (labels equal to loss.ignore_index, " +
+                        std::to_string(c.loss.ignore_index) + ", are skipped)");
       }
     }
     return;

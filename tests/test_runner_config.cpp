@@ -345,6 +345,28 @@ TEST(RunnerBuild, SizesDtypesAndNonFiniteDataAreCaughtBeforeTheRun) {
   fs::remove_all(dir);
 }
 
+// As in PyTorch, a label equal to loss.ignore_index marks an example the loss skips; other labels
+// must be classes of the model, and some example must count.
+TEST(RunnerBuild, LabelsEqualToIgnoreIndexAreSkippedOthersMustBeClasses) {
+  const fs::path dir = fs::temp_directory_path() / ("mt_cfg_ignore_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto config_for = [&](const std::vector<int64_t>& labels) {
+    const std::string path = (dir / ("l" + std::to_string(labels[0]) + ".safetensors")).string();
+    const auto n = static_cast<int64_t>(labels.size());
+    rn::save_safetensors(path, {{"inputs", mantissa::rand({n, 4})},
+                                {"targets", mantissa::from_vector(labels, Shape{n})}});
+    return "model:\n  layers:\n    - {type: linear, in: 4, out: 3}\n"
+           "data: {type: safetensors, path: " +
+           path + ", batch_size: 2}\nloss: {type: cross_entropy}\n";
+  };
+  EXPECT_NO_THROW(rn::build_run(rn::parse_config(config_for({0, -100, 2, -100}), "t.yaml")));
+  expect_build_error(config_for({-100, -100}), {"loss.ignore_index", "no example counts"});
+  expect_build_error(config_for({1, -5, 2}),
+                     {"model.layers.0.out", "labels go from -5 to 2", "-100, are skipped"});
+  expect_build_error(config_for({2, 3}), {"labels go from 2 to 3"});
+  fs::remove_all(dir);
+}
+
 TEST(RunnerBuild, BuildsEveryPartFromTheConfig) {
   const rn::Config c = rn::parse_config(
       "optimizer: {type: adamw, lr: 0.002}\nschedule: {type: cosine, warmup_steps: 3}\n"
