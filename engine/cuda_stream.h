@@ -78,7 +78,7 @@ class StreamGuard {
  private:
   Stream current_;  // kept alive while it is current
   Stream previous_;
-  int previous_device_ = 0;
+  [[maybe_unused]] int previous_device_ = 0;  // used by the CUDA build only
 };
 
 // A CUDA event. Copies share one event. Created on first record().

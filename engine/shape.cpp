@@ -41,7 +41,8 @@ Shape contiguous_strides(const Shape& sizes) {
   int64_t acc = 1;
   for (int64_t i = sizes.size() - 1; i >= 0; --i) {
     strides[i] = acc;
-    acc *= sizes[i] > 1 ? sizes[i] : 1;
+    if (i > 0 && __builtin_mul_overflow(acc, sizes[i] > 1 ? sizes[i] : 1, &acc)) [[unlikely]]
+      MT_THROW("shape ", sizes, " has strides larger than int64 can hold");
   }
   return strides;
 }

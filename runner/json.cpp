@@ -1,8 +1,16 @@
+// Json's text side goes through nlohmann-json: parse() drives nlohmann's SAX parser (iterative, so
+// deep input cannot overflow the stack) with a handler that builds our tree directly, and dump()
+// converts the tree to nlohmann::ordered_json and lets it write the text. nlohmann keeps int64 and
+// uint64 exact and writes doubles that read back bit for bit; it stays out of json.h so the
+// installed headers need nothing beyond the standard library.
 #include "runner/json.h"
 
-#include <charconv>
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
+#include <iterator>
+#include <nlohmann/json.hpp>
 #include <unordered_set>
 
 #include "engine/error.h"
@@ -16,12 +24,13 @@ const char* Json::kind() const {
     case 1:
       return "a boolean";
     case 2:
-      return "an integer";
     case 3:
-      return "a number";
+      return "an integer";
     case 4:
-      return "a string";
+      return "a number";
     case 5:
+      return "a string";
+    case 6:
       return "an array";
     default:
       return "an object";
@@ -34,7 +43,9 @@ bool Json::as_bool() const {
 }
 
 int64_t Json::as_int() const {
-  if (is_int()) return std::get<int64_t>(value_);
+  if (const int64_t* i = std::get_if<int64_t>(&value_)) return *i;
+  if (const uint64_t* u = std::get_if<uint64_t>(&value_))
+    MT_THROW("JSON: expected an integer in int64 range, got ", *u);
   if (const double* d = std::get_if<double>(&value_)) {
     MT_CHECK(std::trunc(*d) == *d && std::fabs(*d) < 9.2e18, "JSON: expected an integer, got ",
              dump());
@@ -43,8 +54,23 @@ int64_t Json::as_int() const {
   MT_THROW("JSON: expected an integer, got ", kind());
 }
 
+uint64_t Json::as_uint() const {
+  if (const uint64_t* u = std::get_if<uint64_t>(&value_)) return *u;
+  if (const int64_t* i = std::get_if<int64_t>(&value_)) {
+    MT_CHECK(*i >= 0, "JSON: expected a non-negative integer, got ", *i);
+    return static_cast<uint64_t>(*i);
+  }
+  if (const double* d = std::get_if<double>(&value_)) {
+    MT_CHECK(std::trunc(*d) == *d && *d >= 0.0 && *d < 1.8e19,
+             "JSON: expected a non-negative integer, got ", dump());
+    return static_cast<uint64_t>(*d);
+  }
+  MT_THROW("JSON: expected a non-negative integer, got ", kind());
+}
+
 double Json::as_double() const {
-  if (is_int()) return static_cast<double>(std::get<int64_t>(value_));
+  if (const int64_t* i = std::get_if<int64_t>(&value_)) return static_cast<double>(*i);
+  if (const uint64_t* u = std::get_if<uint64_t>(&value_)) return static_cast<double>(*u);
   // null stands for NaN/inf, which JSON cannot spell (see dump()).
   if (is_null()) return std::nan("");
   MT_CHECK(std::holds_alternative<double>(value_), "JSON: expected a number, got ", kind());
@@ -121,343 +147,237 @@ const Json& Json::operator[](size_t index) const {
 
 // ---- writing ------------------------------------------------------------------------------------
 
-namespace {
+using Nl = nlohmann::ordered_json;
 
-void write_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
+struct JsonCodec {
+  static Nl to_nlohmann(const Json& j) {
+    switch (j.value_.index()) {
+      case 0:
+        return nullptr;
+      case 1:
+        return std::get<bool>(j.value_);
+      case 2:
+        return std::get<int64_t>(j.value_);
+      case 3:
+        return std::get<uint64_t>(j.value_);
+      case 4:
+        return std::get<double>(j.value_);  // non-finite values are written as null
+      case 5:
+        return std::get<std::string>(j.value_);
+      case 6: {
+        Nl out = Nl::array();
+        auto& arr = out.get_ref<Nl::array_t&>();
+        arr.reserve(j.size());
+        for (const Json& v : std::get<Json::Array>(j.value_)) arr.push_back(to_nlohmann(v));
+        return out;
+      }
+      default: {
+        Nl out = Nl::object();
+        // Appended to the underlying vector: ordered_map's own insert searches for the key each
+        // time (quadratic in the number of keys); ours are already unique.
+        auto& members = out.get_ref<Nl::object_t&>();
+        members.reserve(j.size());
+        for (const auto& [k, v] : std::get<Json::Object>(j.value_))
+          members.emplace_back(k, to_nlohmann(v));
+        return out;
+      }
     }
   }
-  out += '"';
-}
+};
 
-void newline(std::string& out, int indent, int depth) {
-  if (indent <= 0) return;
-  out += '\n';
-  out.append(static_cast<size_t>(indent * depth), ' ');
+namespace {
+
+// nlohmann writes compact text without spaces. Our one-line files (metrics.jsonl, checkpoint
+// metadata) have always had one after each ',' and ':' outside strings, as Python's json.dumps
+// writes; they are put back so old and new lines read alike.
+std::string space_separators(const std::string& compact) {
+  std::string out;
+  out.reserve(compact.size() + compact.size() / 8);
+  bool in_string = false;
+  for (size_t i = 0; i < compact.size(); ++i) {
+    const char c = compact[i];
+    out += c;
+    if (in_string) {
+      if (c == '\\' && i + 1 < compact.size())
+        out += compact[++i];  // \" or \\ does not end the string
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == ',' || c == ':') {
+      out += ' ';
+    }
+  }
+  return out;
 }
 
 }  // namespace
 
-void Json::dump_to(std::string& out, int indent, int depth) const {
-  switch (value_.index()) {
-    case 0:
-      out += "null";
-      return;
-    case 1:
-      out += std::get<bool>(value_) ? "true" : "false";
-      return;
-    case 2:
-      out += std::to_string(std::get<int64_t>(value_));
-      return;
-    case 3: {
-      const double d = std::get<double>(value_);
-      if (!std::isfinite(d)) {
-        out += "null";
-        return;
-      }
-      char buf[32];
-      auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d);
-      std::string_view text(buf, static_cast<size_t>(end - buf));
-      out += text;
-      // Keep it a number that reads back as a double, not an integer.
-      if (text.find_first_of(".eEn") == std::string_view::npos) out += ".0";
-      return;
-    }
-    case 4:
-      write_string(out, std::get<std::string>(value_));
-      return;
-    case 5: {
-      const Array& arr = std::get<Array>(value_);
-      out += '[';
-      for (size_t i = 0; i < arr.size(); ++i) {
-        if (i) out += indent > 0 ? "," : ", ";
-        newline(out, indent, depth + 1);
-        arr[i].dump_to(out, indent, depth + 1);
-      }
-      if (!arr.empty()) newline(out, indent, depth);
-      out += ']';
-      return;
-    }
-    default: {
-      const Object& obj = std::get<Object>(value_);
-      out += '{';
-      for (size_t i = 0; i < obj.size(); ++i) {
-        if (i) out += indent > 0 ? "," : ", ";
-        newline(out, indent, depth + 1);
-        write_string(out, obj[i].first);
-        out += ": ";
-        obj[i].second.dump_to(out, indent, depth + 1);
-      }
-      if (!obj.empty()) newline(out, indent, depth);
-      out += '}';
-      return;
-    }
-  }
-}
-
 std::string Json::dump(int indent) const {
-  std::string out;
-  dump_to(out, indent, 0);
-  return out;
+  const Nl j = JsonCodec::to_nlohmann(*this);
+  if (indent > 0) return j.dump(indent, ' ', false, Nl::error_handler_t::replace);
+  return space_separators(j.dump(-1, ' ', false, Nl::error_handler_t::replace));
 }
 
 // ---- parsing ------------------------------------------------------------------------------------
 
 namespace {
 
-class Parser {
- public:
-  Parser(std::string_view text, std::string_view what) : text_(text), what_(what) {}
+// Input text quoted in an error message: bytes outside printable ASCII as \xNN, and cut short (a
+// string token of a hostile safetensors header may be megabytes long).
+std::string printable(std::string_view s, size_t limit = 160) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < limit; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  if (s.size() > limit) out += "...";
+  return out;
+}
 
-  Json document() {
-    skip_space();
-    Json v = value(0);
-    skip_space();
-    if (pos_ != text_.size()) fail("unexpected text after the value");
-    return v;
+// nlohmann's message without its "[json.exception.parse_error.101] parse error at line 1,
+// column 6: " prefix; we add our own source name and position.
+std::string reason(const char* nlohmann_what) {
+  std::string_view s = nlohmann_what;
+  if (const size_t p = s.find("] "); p != std::string_view::npos) s.remove_prefix(p + 2);
+  if (s.starts_with("parse error"))
+    if (const size_t p = s.find(": "); p != std::string_view::npos) s.remove_prefix(p + 2);
+  return printable(s);
+}
+
+// A char iterator over the text that records how far nlohmann's parser has read, so the errors
+// the handler finds itself (duplicate key, nesting) name a line and column too.
+struct TrackedChar {
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  const char* p;
+  const char** read_end;
+
+  reference operator*() const { return *p; }
+  TrackedChar& operator++() {
+    *read_end = ++p;
+    return *this;
+  }
+  TrackedChar operator++(int) {
+    TrackedChar old = *this;
+    ++*this;
+    return old;
+  }
+  bool operator==(const TrackedChar& other) const { return p == other.p; }
+};
+
+// The SAX handler: builds the tree as nlohmann's parser reports values. Open arrays and objects
+// wait on a stack and join their parent when closed; keys wait on their own stack until their
+// value is complete.
+class Builder {
+ public:
+  Builder(std::string_view text, std::string_view what)
+      : text_(text), what_(what), read_end_(text.data()) {}
+
+  TrackedChar begin() { return {text_.data(), &read_end_}; }
+  TrackedChar end() { return {text_.data() + text_.size(), &read_end_}; }
+  Json take() { return std::move(root_); }
+
+  bool null() { return add(Json()); }
+  bool boolean(bool v) { return add(Json(v)); }
+  bool number_integer(Nl::number_integer_t v) { return add(Json(static_cast<long long>(v))); }
+  bool number_unsigned(Nl::number_unsigned_t v) {
+    return add(Json(static_cast<unsigned long long>(v)));
+  }
+  bool number_float(Nl::number_float_t v, const std::string&) { return add(Json(v)); }
+  bool string(std::string& v) { return add(Json(std::move(v))); }
+  bool binary(Nl::binary_t&) { return false; }  // JSON text has no binary values
+
+  bool start_object(size_t) {
+    open(Json::object());
+    // A set, not a search of the object: a hostile safetensors header may hold millions of keys.
+    seen_.emplace_back();
+    return true;
+  }
+  bool key(std::string& k) {
+    if (!seen_.back().insert(k).second) fail(read(), "duplicate key '" + printable(k) + "'");
+    keys_.push_back(std::move(k));
+    return true;
+  }
+  bool end_object() {
+    seen_.pop_back();
+    return close();
+  }
+  bool start_array(size_t) {
+    open(Json::array());
+    return true;
+  }
+  bool end_array() { return close(); }
+
+  bool parse_error(size_t position, const std::string&, const Nl::exception& e) {
+    // `position` counts the bytes read, the offending one included.
+    fail(position > 0 ? position - 1 : 0, reason(e.what()));
   }
 
  private:
-  [[noreturn]] void fail(std::string_view why) const {
-    size_t line = 1, column = 1;
-    for (size_t i = 0; i < pos_ && i < text_.size(); ++i) {
+  size_t read() const { return static_cast<size_t>(read_end_ - text_.data()); }
+
+  [[noreturn]] void fail(size_t index, std::string_view why) const {
+    index = std::min(index, text_.size());
+    size_t line = 1, line_start = 0;
+    for (size_t i = 0; i < index; ++i)
       if (text_[i] == '\n') {
         ++line;
-        column = 1;
-      } else {
-        ++column;
+        line_start = i + 1;
       }
-    }
-    MT_THROW(what_, ": ", why, " at line ", line, ", column ", column);
+    MT_THROW(what_, ": ", why, " at line ", line, ", column ", index - line_start + 1);
   }
 
-  void skip_space() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
-                                   text_[pos_] == '\n' || text_[pos_] == '\r'))
-      ++pos_;
+  void open(Json container) {
+    if (stack_.size() >= static_cast<size_t>(Json::kMaxDepth))
+      fail(read() - 1, "nesting deeper than " + std::to_string(Json::kMaxDepth) + " levels");
+    stack_.push_back(std::move(container));
   }
-
-  bool consume(std::string_view word) {
-    if (text_.substr(pos_, word.size()) != word) return false;
-    pos_ += word.size();
-    return true;
+  bool close() {
+    Json done = std::move(stack_.back());
+    stack_.pop_back();
+    return add(std::move(done));
   }
-
-  Json value(int depth) {
-    if (depth > 256) fail("nesting deeper than 256 levels");
-    if (pos_ >= text_.size()) fail("unexpected end of input");
-    const char c = text_[pos_];
-    if (c == '{') return object(depth);
-    if (c == '[') return array(depth);
-    if (c == '"') return Json(string());
-    if (consume("true")) return Json(true);
-    if (consume("false")) return Json(false);
-    if (consume("null")) return Json();
-    if (c == '-' || (c >= '0' && c <= '9')) return number();
-    fail(std::string("unexpected character '") + c + "'");
-  }
-
-  Json object(int depth) {
-    ++pos_;  // '{'
-    Json obj = Json::object();
-    // A set, not obj.contains(): a hostile safetensors header may hold millions of keys.
-    std::unordered_set<std::string> seen;
-    skip_space();
-    if (consume("}")) return obj;
-    for (;;) {
-      skip_space();
-      if (pos_ >= text_.size() || text_[pos_] != '"') fail("expected a string key");
-      std::string key = string();
-      if (!seen.insert(key).second) fail("duplicate key '" + key + "'");
-      skip_space();
-      if (!consume(":")) fail("expected ':'");
-      skip_space();
-      Json v = value(depth + 1);
-      obj.as_object().emplace_back(std::move(key), std::move(v));
-      skip_space();
-      if (consume("}")) return obj;
-      if (!consume(",")) fail("expected ',' or '}'");
-    }
-  }
-
-  Json array(int depth) {
-    ++pos_;  // '['
-    Json arr = Json::array();
-    skip_space();
-    if (consume("]")) return arr;
-    for (;;) {
-      skip_space();
-      arr.push_back(value(depth + 1));
-      skip_space();
-      if (consume("]")) return arr;
-      if (!consume(",")) fail("expected ',' or ']'");
-    }
-  }
-
-  unsigned hex4() {
-    if (pos_ + 4 > text_.size()) fail("truncated \\u escape");
-    unsigned v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char h = text_[pos_++];
-      v <<= 4;
-      if (h >= '0' && h <= '9')
-        v |= static_cast<unsigned>(h - '0');
-      else if (h >= 'a' && h <= 'f')
-        v |= static_cast<unsigned>(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F')
-        v |= static_cast<unsigned>(h - 'A' + 10);
-      else
-        fail("bad \\u escape");
-    }
-    return v;
-  }
-
-  static void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
+  bool add(Json v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+    } else if (stack_.back().is_array()) {
+      stack_.back().as_array().push_back(std::move(v));
     } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
+      stack_.back().as_object().emplace_back(std::move(keys_.back()), std::move(v));
+      keys_.pop_back();
     }
-  }
-
-  std::string string() {
-    ++pos_;  // '"'
-    std::string out;
-    for (;;) {
-      if (pos_ >= text_.size()) fail("unterminated string");
-      const char c = text_[pos_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (pos_ >= text_.size()) fail("unterminated string");
-      const char e = text_[pos_++];
-      switch (e) {
-        case '"':
-          out += '"';
-          break;
-        case '\\':
-          out += '\\';
-          break;
-        case '/':
-          out += '/';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'u': {
-          unsigned cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00) {
-            if (!consume("\\u")) fail("unpaired surrogate in \\u escape");
-            const unsigned low = hex4();
-            if (low < 0xDC00 || low >= 0xE000) fail("bad surrogate pair in \\u escape");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default:
-          fail(std::string("bad escape '\\") + e + "'");
-      }
-    }
-  }
-
-  Json number() {
-    const size_t start = pos_;
-    if (text_[pos_] == '-') ++pos_;
-    bool integral = true;
-    while (pos_ < text_.size()) {
-      const char c = text_[pos_];
-      if (c >= '0' && c <= '9') {
-        ++pos_;
-      } else if (c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-') {
-        integral = false;
-        ++pos_;
-      } else {
-        break;
-      }
-    }
-    const char* first = text_.data() + start;
-    const char* last = text_.data() + pos_;
-    if (integral) {
-      int64_t v = 0;
-      auto [ptr, ec] = std::from_chars(first, last, v);
-      if (ec == std::errc() && ptr == last) return Json(static_cast<long long>(v));
-      // Too large for int64: fall through to a double.
-    }
-    double d = 0;
-    auto [ptr, ec] = std::from_chars(first, last, d);
-    if (ec != std::errc() || ptr != last) {
-      pos_ = start;
-      fail("malformed number");
-    }
-    return Json(d);
+    return true;
   }
 
   std::string_view text_;
   std::string_view what_;
-  size_t pos_ = 0;
+  const char* read_end_;
+  Json root_;
+  std::vector<Json> stack_;
+  std::vector<std::string> keys_;
+  std::vector<std::unordered_set<std::string>> seen_;
 };
 
 }  // namespace
 
 Json Json::parse(std::string_view text, std::string_view what) {
-  return Parser(text, what).document();
+  Builder builder(text, what);
+  // Errors throw from the handler, so a false return here cannot happen; checked all the same.
+  const bool ok = Nl::sax_parse(builder.begin(), builder.end(), &builder, Nl::input_format_t::json,
+                                /*strict=*/true, /*ignore_comments=*/false);
+  MT_CHECK(ok, what, ": not valid JSON");
+  return builder.take();
 }
 
 }  // namespace mantissa::runner

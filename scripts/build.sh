@@ -6,25 +6,37 @@
 #   MANTISSA_WERROR              ON to treat warnings as errors
 #   MANTISSA_SANITIZE            ON for an AddressSanitizer + UndefinedBehaviorSanitizer build
 #   CMAKE_BUILD_TYPE             Release (default), Debug, RelWithDebInfo
+#   MANTISSA_BUILD_TARGETS       build only these targets (space-separated; default: all)
 # Options: --cpu-only (same as MANTISSA_CUDA=OFF).
+#          --sanitize: the CPU-only AddressSanitizer + UndefinedBehaviorSanitizer build with clang
+#          (MANTISSA_SANITIZE_CXX, default clang++-19), with the libFuzzer targets of fuzz/ (in
+#          build-asan/; what CI tests and fuzzes).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cuda=${MANTISSA_CUDA:-AUTO}
+sanitize=${MANTISSA_SANITIZE:-OFF}
 default_dir=build
+extra=()
 for arg in "$@"; do
   case "$arg" in
     --cpu-only) cuda=OFF; default_dir=build-cpu ;;
+    --sanitize)
+      cuda=OFF; sanitize=ON; default_dir=build-asan
+      extra=(-DCMAKE_CXX_COMPILER="${MANTISSA_SANITIZE_CXX:-clang++-19}" -DMANTISSA_FUZZ=ON) ;;
     *) echo "build.sh: unknown option $arg" >&2; exit 2 ;;
   esac
 done
 build_dir=${BUILD_DIR:-$root/$default_dir}
-[ "${MANTISSA_SANITIZE:-OFF}" = ON ] && [ -z "${BUILD_DIR:-}" ] && build_dir=$root/build-sanitize
+[ "$sanitize" = ON ] && [ "$default_dir" != build-asan ] && [ -z "${BUILD_DIR:-}" ] &&
+  build_dir=$root/build-sanitize
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S "$root" -B "$build_dir" -G Ninja \
   -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-Release}" \
   -DMANTISSA_CUDA="$cuda" \
   -DMANTISSA_CUDA_ARCHITECTURES="${MANTISSA_CUDA_ARCHITECTURES:-80;86;89;90}" \
   -DMANTISSA_WERROR="${MANTISSA_WERROR:-OFF}" \
-  -DMANTISSA_SANITIZE="${MANTISSA_SANITIZE:-OFF}" >&2
-cmake --build "$build_dir" -j "$jobs" >&2
+  -DMANTISSA_SANITIZE="$sanitize" "${extra[@]}" >&2
+targets=()
+for t in ${MANTISSA_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build_dir" -j "$jobs" "${targets[@]}" >&2
 echo "$build_dir"

@@ -2,10 +2,20 @@
 # Installs the Debian packages mantissa needs, if any are missing. The CUDA toolkit (with cuBLAS,
 # cuBLASLt and cuDNN 9) is optional and is not installed here: when nvcc is present in
 # /usr/local/cuda or on PATH, the CUDA backend is built too.
+# --sanitize also installs clang 19 (Debian 12's newest; clang 14 lacks __builtin_cpu_supports
+# ("f16c")) with its sanitizer and libFuzzer runtimes, its OpenMP and llvm-symbolizer (file:line
+# in reports), for `scripts/test.sh --sanitize` and scripts/fuzz.sh.
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build ccache pkg-config libgtest-dev googletest
-          libspdlog-dev libfmt-dev libopenblas-dev libyaml-cpp-dev libcli11-dev libbenchmark-dev)
+          libspdlog-dev libfmt-dev libopenblas-dev libyaml-cpp-dev libcli11-dev
+          nlohmann-json3-dev libbenchmark-dev)
+for arg in "$@"; do
+  case "$arg" in
+    --sanitize) packages+=(clang-19 libclang-rt-19-dev libomp-19-dev llvm-19) ;;
+    *) echo "install-deps.sh: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -551,7 +551,8 @@ TEST_F(CliTest, PlotOfAMillionStepsIsDecimatedToThePixelWidth) {
   std::string metrics;
   metrics.reserve(64u << 20);
   for (int step = 1; step <= 1000000; ++step) {
-    const double loss = step == 654321 ? 100.0 : 1.0 + 0.5 * ((step * 7919) % 1000) / 1000.0;
+    const double loss =
+        step == 654321 ? 100.0 : 1.0 + 0.5 * ((int64_t{step} * 7919) % 1000) / 1000.0;
     metrics += "{\"step\":" + std::to_string(step) + ",\"loss\":" + std::to_string(loss) +
                ",\"lr\":0.01,\"loss_scale\":1}\n";
   }

@@ -180,6 +180,7 @@ TEST(Creation, SizesThatOverflowAreRefused) {
   expect_error([&] { mt::empty_strided({2, 2}, {big, 1}); }, {"empty_strided", "int64"});
   float x = 0;
   expect_error([&] { mt::from_blob(&x, {big, 8}, mt::kFloat32); }, {"from_blob", "int64"});
+  expect_error([&] { mt::from_blob(&x, {2, big, 8}, mt::kFloat32); }, {"int64"});
   expect_error([&] { (void)Shape({big, big}).numel(); }, {"more elements than int64"});
   // Large but countable: a view of one element expanded (no memory) is fine.
   EXPECT_EQ(mt::zeros({1}).expand({big}).numel(), big);

@@ -98,7 +98,9 @@ __attribute__((target_clones("avx2", "default"))) void float_to_bf16_loop(const 
 // GCC 12 reports the intrinsics' internal _mm512_undefined_epi32() as maybe-uninitialized (GCC
 // bug 105593).
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 __attribute__((target("avx512f"))) void float_to_bf16_avx512(const float* src, BFloat16* dst,
                                                              int64_t n) {
   const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);

@@ -78,7 +78,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void small_kernel(
 // GCC 12 reports the intrinsics' internal _mm*_undefined_*() as maybe-uninitialized (GCC bug
 // 105593).
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #define MT_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx2,f16c")))
 
 // A narrowed vector kept in its register: the compiler otherwise folds narrowing and masked store

@@ -1,0 +1,61 @@
+// Fuzz target: the checkpoint reader, runner::read_checkpoint (what `mantissa resume`, `eval`
+// and `export` read first, and latest_valid_checkpoint tries on every checkpoint of a run).
+//
+// Input: the file's bytes. Before reading, the target rewrites the stored FNV-1a checksum (when
+// the header has a "mantissa.checksum" entry) to match the mutated bytes, as the writer would:
+// otherwise nearly every mutation would stop at the checksum and the metadata checks behind it
+// would never be reached. A mantissa::Error is a clean refusal.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "fuzz/fuzz_util.h"
+#include "runner/checkpoint.h"
+
+namespace mt = mantissa;
+
+namespace {
+
+// The writer's checksum (runner/checkpoint.cpp): FNV-1a 64 over the whole file with the 16 hex
+// digits after "mantissa.checksum":" read as '0's.
+void fix_checksum(std::string& bytes) {
+  constexpr size_t kDigits = 16;
+  if (bytes.size() < 8) return;
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
+  if (n > bytes.size() - 8) return;
+  const size_t header_end = 8 + static_cast<size_t>(n);
+  const std::string needle = "\"mantissa.checksum\":\"";
+  const size_t at = bytes.substr(0, header_end).find(needle);
+  if (at == std::string::npos || at + needle.size() + kDigits > header_end) return;
+  const size_t pos = at + needle.size();
+  bytes.replace(pos, kDigits, kDigits, '0');
+  uint64_t h = 14695981039346656037ull;
+  for (const char c : bytes) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 1099511628211ull;
+  }
+  static const char* hex = "0123456789abcdef";
+  for (size_t i = 0; i < kDigits; ++i) bytes[pos + kDigits - 1 - i] = hex[(h >> (4 * i)) & 0xf];
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  mt::fuzz::quiet();
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string bytes(reinterpret_cast<const char*>(data), size);
+  fix_checksum(bytes);
+  const std::string path = mt::fuzz::write_scratch("fuzz.ckpt", bytes);
+  try {
+    const mt::runner::CheckpointInfo info = mt::runner::read_checkpoint(path);
+    // What `mantissa export` does next with an accepted checkpoint's weights.
+    (void)mt::runner::serialize_safetensors(info.weights);
+  } catch (const mt::Error& e) {
+    mt::fuzz::refused(e);
+  }
+  return 0;
+}
