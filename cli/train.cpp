@@ -78,6 +78,15 @@ std::string timestamp() {
   return buf;
 }
 
+// True for an empty directory, or one holding only the temporary of a resolved.yaml write that a
+// `train` killed at its start left behind: nothing of a run is there, so it may start again.
+bool holds_only_temporaries(const std::string& dir) {
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (!runner::is_atomic_temp_name(entry.path().filename().string())) return false;
+  }
+  return true;
+}
+
 // runs/<name>-<stamp>, with -2, -3, ... if two runs start within one second.
 std::string default_run_dir(const std::string& name) {
   const std::string base = "runs/" + name + "-" + timestamp();
@@ -146,7 +155,7 @@ int train(const TrainArgs& args) {
     }
     if (run_dir.empty()) {
       run_dir = default_run_dir(config.name);
-    } else if (fs::exists(run_dir) && !fs::is_empty(run_dir)) {
+    } else if (fs::exists(run_dir) && !holds_only_temporaries(run_dir)) {
       throw runner::ConfigError("--run-dir " + run_dir +
                                 " already exists and is not empty (continue it with `mantissa "
                                 "resume " +

@@ -189,3 +189,89 @@ TEST_F(CliRunTest, EvalReportsWhatTheTrainerReported) {
 }
 
 }  // namespace
+
+namespace {
+
+// The soak: a bfloat16 run killed (SIGKILL) 30 times at varying points, each time resumed, ends
+// with the weights, bit for bit, and the metrics, record for record, of the run never killed.
+TEST_F(CliRunTest, ThirtyKillsInBfloat16LoseNothing) {
+  write_file(dir_ / "cfg.yaml",
+             "model:\n  layers:\n    - {type: linear, in: 10, out: 32}\n    - relu\n"
+             "    - {type: dropout, p: 0.1}\n    - {type: linear, in: 32, out: 5}\n"
+             "data: {type: teacher, samples: 200, batch_size: 16, val_split: 0.1, noise: 0.1}\n"
+             "optimizer: {type: adam, lr: 0.01}\nprecision: bfloat16\nmaster_weights: true\n"
+             "steps: 600\nlog_every: 1\neval_every: 50\ncheckpoint_every: 4\n");
+  ASSERT_EQ(run({"train", "cfg.yaml", "--run-dir", "whole", "-q"}).code, 0);
+
+  uint32_t rng = 2026;
+  int kills = 0;
+  bool finished = false;
+  for (int attempt = 0; attempt < 60 && kills < 30 && !finished; ++attempt) {
+    // As a user would: `train` again while the first one died before writing resolved.yaml.
+    const std::vector<std::string> args =
+        fs::exists(dir_ / "soak" / "resolved.yaml")
+            ? std::vector<std::string>{"resume", "soak", "-q"}
+            : std::vector<std::string>{"train", "cfg.yaml", "--run-dir", "soak", "-q"};
+    const fs::path log = dir_ / ("soak-" + std::to_string(attempt) + ".txt");
+    const pid_t pid = spawn(args, log, {"MANTISSA_STEP_DELAY_MS=4"});
+    rng = rng * 1664525u + 1013904223u;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20 + (rng >> 24) % 100));
+    ::kill(pid, SIGKILL);
+    bool signaled = false;
+    const int code = wait_exit(pid, &signaled);
+    if (signaled) {
+      ++kills;
+    } else {
+      ASSERT_EQ(code, 0) << read_file(log);
+      finished = true;
+    }
+  }
+  EXPECT_GE(kills, 30) << "the run finished before it was killed 30 times";
+  if (!finished) {
+    const Result last = fs::exists(dir_ / "soak" / "resolved.yaml")
+                            ? run({"resume", "soak", "-q"})
+                            : run({"train", "cfg.yaml", "--run-dir", "soak", "-q"});
+    ASSERT_EQ(last.code, 0) << last.output;
+  }
+  expect_clean_metrics(dir_ / "soak" / "metrics.jsonl", 600);
+  // The same loss at every step, and the same evaluations, as the run never killed.
+  auto losses = [&](const char* run_dir) {
+    std::vector<double> out;
+    std::istringstream in(read_file(dir_ / run_dir / "metrics.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      const Json j = Json::parse(line);
+      out.push_back(j.find("eval") ? j.at("eval").at("loss").as_double()
+                                   : j.at("loss").as_double());
+    }
+    return out;
+  };
+  EXPECT_EQ(losses("soak"), losses("whole"));
+  ASSERT_EQ(run({"export", "whole", "whole.safetensors"}).code, 0);
+  ASSERT_EQ(run({"export", "soak", "soak.safetensors"}).code, 0);
+  EXPECT_EQ(read_file(dir_ / "whole.safetensors"), read_file(dir_ / "soak.safetensors"));
+  const Json a = Json::parse(read_file(dir_ / "whole" / "summary.json"));
+  const Json b = Json::parse(read_file(dir_ / "soak" / "summary.json"));
+  EXPECT_EQ(a.at("final_loss").as_double(), b.at("final_loss").as_double());
+  EXPECT_EQ(a.at("final_eval").at("loss").as_double(), b.at("final_eval").at("loss").as_double());
+}
+
+}  // namespace
+
+namespace {
+
+// A `train` killed before it wrote resolved.yaml leaves at most that write's temporary: the
+// directory holds no run, and `train` may start there again (any other file keeps it refused).
+TEST_F(CliRunTest, TrainStartsAgainInADirectoryLeftWithOnlyATemporary) {
+  write_file(dir_ / "cfg.yaml", run_config(5, 0));
+  fs::create_directories(dir_ / "r");
+  write_file(dir_ / "r" / ".resolved.yaml.tmp-12345", "partial");
+  const Result again = run({"train", "cfg.yaml", "--run-dir", "r", "-q"});
+  EXPECT_EQ(again.code, 0) << again.output;
+  fs::create_directories(dir_ / "s");
+  write_file(dir_ / "s" / "notes.txt", "mine");
+  const Result refused = run({"train", "cfg.yaml", "--run-dir", "s", "-q"});
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("already exists and is not empty"), std::string::npos);
+}
+
+}  // namespace
