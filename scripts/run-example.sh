@@ -8,6 +8,9 @@
 # when set), and not at all when there is no GPU.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+case "${1:-}" in
+  -h | --help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+esac
 "$root/scripts/install-deps.sh"
 
 build_args=()
@@ -30,25 +33,4 @@ fi
 
 build_dir=$(MANTISSA_BUILD_TARGETS="mantissa_cli toy_model" \
   "$root/scripts/build.sh" "${build_args[@]}" | tail -n 1)
-mantissa=$build_dir/bin/mantissa
-
-run_dir=runs/toy-$(date +%Y%m%d-%H%M%S)
-[ -e "$run_dir" ] && run_dir=$run_dir-$$
-"$mantissa" train --run-dir "$run_dir"
-"$mantissa" plot "$run_dir" >/dev/null
-# The first and last logged training losses, from the run's metrics.
-losses=$(sed -n 's/^{"step": \([0-9]*\),.*"loss": \([^,}]*\).*/\1 \2/p' "$run_dir/metrics.jsonl")
-first=$(printf '%s\n' "$losses" | head -n 1)
-last=$(printf '%s\n' "$losses" | tail -n 1)
-cat <<EOF
-
-The ToyModel learned the teacher network: training loss $(printf '%.3g' "${first#* }") at step \
-${first%% *}, $(printf '%.3g' "${last#* }") at step ${last%% *}.
-  run directory: $run_dir  (metrics.jsonl, train.log, checkpoints/, summary.json)
-  plot:          $run_dir/plot.svg
-  evaluate it:   $mantissa eval $run_dir   (every command: docs/cli.md)
-
-Now the README's program (examples/toy_model.cpp): the same model on fresh random data at every
-step, as PyTorch's ToyModel example does, so there is nothing to learn and its loss stays near 1.
-EOF
-exec "$build_dir/examples/toy_model"
+exec "$root/scripts/first-run.sh" "$build_dir/bin/mantissa" "$build_dir/examples/toy_model"
