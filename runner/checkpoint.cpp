@@ -16,6 +16,7 @@
 #include "nn/optim/optimizer.h"
 #include "runner/atomic_file.h"
 #include "runner/config.h"
+#include "runner/hash.h"
 #include "runner/text.h"
 
 namespace mantissa::runner {
@@ -29,14 +30,6 @@ constexpr const char* kChecksumKey = "mantissa.checksum";
 // the file (header, metadata, data), so any flipped byte is caught.
 constexpr size_t kChecksumDigits = 16;
 
-std::string hex64(uint64_t v) {
-  static const char* digits = "0123456789abcdef";
-  std::string s(kChecksumDigits, '0');
-  for (size_t i = 0; i < kChecksumDigits; ++i)
-    s[kChecksumDigits - 1 - i] = digits[(v >> (4 * i)) & 0xf];
-  return s;
-}
-
 // Where the checksum's digits sit in the file: inside the header, after the key. The key's
 // quotes cannot occur unescaped inside another JSON string, so this finds the real entry.
 size_t checksum_position(std::string_view bytes, size_t header_end) {
@@ -47,19 +40,14 @@ size_t checksum_position(std::string_view bytes, size_t header_end) {
   return pos + kChecksumDigits <= header_end ? pos : std::string_view::npos;
 }
 
-// FNV-1a 64 over the file with the checksum digits read as '0's, without copying the file.
-uint64_t file_checksum(std::string_view bytes, size_t pos) {
-  uint64_t h = 14695981039346656037ull;
-  auto feed = [&h](std::string_view s) {
-    for (const char c : s) {
-      h ^= static_cast<uint8_t>(c);
-      h *= 1099511628211ull;
-    }
-  };
-  feed(bytes.substr(0, pos));
-  feed(std::string(kChecksumDigits, '0'));
-  feed(bytes.substr(pos + kChecksumDigits));
-  return h;
+// FNV-1a 64 over the file with the checksum digits read as '0's, without copying the file; as
+// kChecksumDigits hex digits.
+std::string file_checksum(std::string_view bytes, size_t pos) {
+  return Fnv1a64()
+      .add(bytes.substr(0, pos))
+      .add(std::string(kChecksumDigits, '0'))
+      .add(bytes.substr(pos + kChecksumDigits))
+      .hex();
 }
 
 Json shape_json(const Shape& s) {
@@ -142,7 +130,7 @@ Loaded read_verified(const std::string& path) {
   MT_CHECK(pos != std::string_view::npos && stored != md.end() &&
                stored->second.size() == kChecksumDigits,
            what, ": no checksum in the metadata (corrupted)");
-  const std::string computed = hex64(file_checksum(bytes, pos));
+  const std::string computed = file_checksum(bytes, pos);
   MT_CHECK(computed == stored->second, what, ": checksum mismatch (stored ", stored->second,
            ", computed ", computed, "): the file is corrupted");
   auto meta = md.find(kMetaKey);
@@ -339,7 +327,7 @@ void save_checkpoint(const std::string& path, const CheckpointParts& parts) {
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
   const size_t pos = checksum_position(bytes, static_cast<size_t>(8 + n));
   MT_ASSERT(pos != std::string::npos, "checksum placeholder not found in the header");
-  bytes.replace(pos, kChecksumDigits, hex64(file_checksum(bytes, pos)));
+  bytes.replace(pos, kChecksumDigits, file_checksum(bytes, pos));
   write_file_atomically(path, bytes);
 }
 

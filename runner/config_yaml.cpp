@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "runner/config.h"
+#include "runner/hash.h"
 #include "runner/text.h"
 
 namespace mantissa::runner {
@@ -176,15 +177,6 @@ std::string to_yaml(const Config& c) {
   return os.str();
 }
 
-std::string config_hash(const std::string& text) {
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char ch : text) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
+std::string config_hash(const std::string& text) { return Fnv1a64().add(text).hex(); }
 
 }  // namespace mantissa::runner

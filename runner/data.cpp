@@ -4,13 +4,13 @@
 #include "runner/data.h"
 
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <random>
 #include <sstream>
 
 #include "engine/error.h"
 #include "engine/factory.h"
+#include "runner/hash.h"
 
 namespace mantissa::runner {
 
@@ -87,40 +87,10 @@ std::string TensorDataset::describe() const { return name_ + ": " + Dataset::des
 
 namespace {
 
-// A 64-bit hash of bytes, eight at a time (fast enough for a few hundred MB of examples; it
-// detects changed data, it is not a cryptographic hash).
-class Hash64 {
- public:
-  void add(const void* data, size_t n) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (; n >= 8; p += 8, n -= 8) {
-      uint64_t w;
-      std::memcpy(&w, p, 8);
-      mix(w);
-    }
-    uint64_t tail = n;
-    for (size_t i = 0; i < n; ++i) tail = (tail << 8) | p[i];
-    mix(tail);
-  }
-  void add(int64_t v) { add(&v, sizeof v); }
-  std::string hex() const {
-    char buf[17];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h_));
-    return buf;
-  }
-
- private:
-  void mix(uint64_t w) {
-    h_ = (h_ ^ w) * 0x9e3779b97f4a7c15ull;
-    h_ ^= h_ >> 29;
-  }
-  uint64_t h_ = 0xcbf29ce484222325ull;
-};
-
-void add_tensor(Hash64& h, const Tensor& t) {
-  h.add(static_cast<int64_t>(t.dtype()));
-  h.add(t.dim());
-  for (int64_t d : t.shape()) h.add(d);
+void add_tensor(Fnv1a64& h, const Tensor& t) {
+  const int64_t header[] = {static_cast<int64_t>(t.dtype()), t.dim()};
+  h.add(header, sizeof header);
+  h.add(t.shape().data(), static_cast<size_t>(t.dim()) * sizeof(int64_t));
   h.add(t.data_ptr(), static_cast<size_t>(t.nbytes()));  // contiguous CPU (the constructor)
 }
 
@@ -128,7 +98,7 @@ void add_tensor(Hash64& h, const Tensor& t) {
 
 std::string TensorDataset::fingerprint() const {
   if (fingerprint_.empty()) {
-    Hash64 h;
+    Fnv1a64 h;
     add_tensor(h, inputs_);
     add_tensor(h, targets_);
     fingerprint_ = h.hex();
@@ -139,10 +109,7 @@ std::string TensorDataset::fingerprint() const {
 std::string Subset::fingerprint() const {
   const std::string base = base_->fingerprint();
   if (base.empty()) return {};
-  Hash64 h;
-  h.add(base.data(), base.size());
-  h.add(indices_.data(), indices_.size() * sizeof(int64_t));
-  return h.hex();
+  return Fnv1a64().add(base).add(indices_.data(), indices_.size() * sizeof(int64_t)).hex();
 }
 
 Subset::Subset(std::shared_ptr<const Dataset> base, std::vector<int64_t> indices)
