@@ -105,11 +105,7 @@ void attach(const std::shared_ptr<FunctionNode>& node, const Tensor& out, uint32
   node->outputs.push_back({out.shape(), out.dtype(), out.device()});
   node->saved.for_each([&](SavedTensor& s) { s.detach_if_output(out); });
   if (!is_floating(out.dtype())) return;  // integer outputs (indices) carry no gradient
-  AutogradMeta& m = ensure_meta(out);
-  m.requires_grad = true;
-  m.grad_fn = node;
-  m.output_nr = i;
-  m.retains_grad = false;
+  set_history(out, node, i);
 }
 }  // namespace
 

@@ -96,6 +96,14 @@ void apply_grad_hook(const std::function<Tensor(const Tensor&)>& hook, Tensor& g
   grad = std::move(replacement);
 }
 
+void set_history(const Tensor& t, std::shared_ptr<Node> fn, uint32_t output_nr) {
+  AutogradMeta& m = ensure_meta(t);
+  m.requires_grad = true;
+  m.grad_fn = std::move(fn);
+  m.output_nr = output_nr;
+  m.retains_grad = false;
+}
+
 Tensor sum_to(const Tensor& grad, const Shape& shape) {
   if (grad.shape() == shape) return grad;
   const int64_t lead = grad.dim() - shape.size();

@@ -143,6 +143,8 @@ class EnableGradGuard {
 AutogradMeta* meta(const Tensor& t);  // null when t has none
 AutogradMeta& ensure_meta(const Tensor& t);
 Edge gradient_edge(const Tensor& t);  // where a gradient for t must flow
+// Makes output `output_nr` of `fn` t's history (t then requires grad and is no leaf).
+void set_history(const Tensor& t, std::shared_ptr<Node> fn, uint32_t output_nr = 0);
 
 // Runs a tensor hook on `grad`, replacing it with the hook's result when that is defined.
 void apply_grad_hook(const std::function<Tensor(const Tensor&)>& hook, Tensor& grad);

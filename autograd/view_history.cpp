@@ -105,18 +105,13 @@ class CopySlices final : public Node {
   std::shared_ptr<FunctionNode> fn_;
 };
 
-// Gives the view `impl` a history reading its part of the base's (through `base_edge`).
-void set_view_history(TensorImpl& impl, const TensorImpl& base, Edge base_edge) {
-  auto node = ::mantissa::detail::make_pooled<AsStridedBackward>(Geometry::of(base),
+// Gives `view` a history reading its part of its base's (through `base_edge`).
+void set_view_history(const Tensor& view, Edge base_edge) {
+  const TensorImpl& impl = *view.unsafe_impl();
+  auto node = ::mantissa::detail::make_pooled<AsStridedBackward>(Geometry::of(*impl.view_base),
                                                                  Geometry::of(impl), impl.dtype);
   node->next_edges.push_back(std::move(base_edge));
-  auto& slot = impl.autograd;
-  if (slot == nullptr) slot = ::mantissa::detail::make_pooled<AutogradMeta>();
-  AutogradMeta& m = *slot;
-  m.requires_grad = true;
-  m.grad_fn = std::move(node);
-  m.output_nr = 0;
-  m.retains_grad = false;
+  set_history(view, std::move(node));
 }
 
 }  // namespace
@@ -131,18 +126,18 @@ Tensor as_view(const Tensor& x, Tensor out) {
   return out;
 }
 
-void refresh_view_history(TensorImpl& view) {
-  view.view_version = view.storage->version;
-  if (!view.view_differentiable) return;
-  const TensorImpl& base = *view.view_base;
-  const Tensor base_tensor(view.view_base);
-  Edge edge = gradient_edge(base_tensor);
+void refresh_view_history(const Tensor& view) {
+  TensorImpl& impl = *view.unsafe_impl();
+  impl.view_version = impl.storage->version;
+  if (!impl.view_differentiable) return;
+  const TensorImpl& base = *impl.view_base;
+  Edge edge = gradient_edge(Tensor(impl.view_base));
   if (edge.fn == nullptr) return;  // the base has no history, so neither has the view
   MT_CHECK(!overlaps(base.sizes, base.strides),
            "a view of a tensor whose elements overlap in memory (an expanded tensor of shape ",
            base.sizes, ", strides ", base.strides,
            ") was used after the tensor was modified in place; clone() the tensor first");
-  set_view_history(view, base, std::move(edge));
+  set_view_history(view, std::move(edge));
 }
 
 bool has_internal_overlap(const Tensor& t) { return overlaps(t.shape(), t.strides()); }
@@ -160,13 +155,9 @@ void rebase_view_history(const Tensor& view, std::shared_ptr<FunctionNode> fn) {
   copy_slices->next_edges.push_back(gradient_edge(base));
   for (size_t i = 1; i < fn->next_edges.size(); ++i)
     copy_slices->next_edges.push_back(fn->next_edges[i]);
-  AutogradMeta& base_meta = ensure_meta(base);
-  base_meta.requires_grad = true;
-  base_meta.grad_fn = copy_slices;
-  base_meta.output_nr = 0;
-  base_meta.retains_grad = false;
+  set_history(base, copy_slices);
   impl.view_version = impl.storage->version;
-  set_view_history(impl, b, Edge{std::move(copy_slices), 0});
+  set_view_history(view, Edge{std::move(copy_slices), 0});
 }
 
 }  // namespace mantissa::autograd

@@ -18,12 +18,12 @@ namespace mantissa::autograd {
 Tensor as_view(const Tensor& x, Tensor out);
 
 // Brings a view's history up to date with its base's (see above); cheap when nothing changed.
-void refresh_view_history(TensorImpl& view);
+void refresh_view_history(const Tensor& view);
 inline void sync_view(const Tensor& t) {
-  TensorImpl* impl = t.unsafe_impl();
+  const TensorImpl* impl = t.unsafe_impl();
   if (impl != nullptr && impl->view_base != nullptr && impl->view_version != impl->storage->version)
       [[unlikely]]
-    refresh_view_history(*impl);
+    refresh_view_history(t);
 }
 
 // True when some element of t is stored at the same place as another (an expanded dim).

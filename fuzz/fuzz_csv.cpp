@@ -56,9 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.path = mt::fuzz::write_scratch("fuzz.csv", rest);
   try {
     const auto dataset = mt::runner::load_csv_dataset(options);
-    std::vector<int64_t> all(static_cast<size_t>(dataset->size()));
-    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-    (void)dataset->get_batch(all);
+    mt::fuzz::gather_every_example(*dataset);
   } catch (const mt::Error& e) {
     mt::fuzz::refused(e);
   }

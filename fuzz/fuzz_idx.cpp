@@ -34,9 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.labels = mt::fuzz::write_scratch("labels.idx1-ubyte", rest.substr(split));
   try {
     const auto dataset = mt::runner::load_mnist_idx(options);
-    std::vector<int64_t> all(static_cast<size_t>(dataset->size()));
-    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-    (void)dataset->get_batch(all);
+    mt::fuzz::gather_every_example(*dataset);
   } catch (const mt::Error& e) {
     mt::fuzz::refused(e);
   }

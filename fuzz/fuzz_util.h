@@ -11,10 +11,13 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <numeric>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/logging.h"
+#include "runner/data.h"
 
 namespace mantissa::fuzz {
 
@@ -51,6 +54,13 @@ inline std::string write_scratch(const std::string& name, std::string_view bytes
     std::abort();
   }
   return path;
+}
+
+// Every example of a dataset in one batch: what a data loader would read of it.
+inline void gather_every_example(const runner::Dataset& dataset) {
+  std::vector<int64_t> all(static_cast<size_t>(dataset.size()));
+  std::iota(all.begin(), all.end(), int64_t{0});
+  (void)dataset.get_batch(all);
 }
 
 // The readers may log warnings; a fuzzer prints enough already.
