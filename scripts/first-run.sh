@@ -12,8 +12,8 @@ run_dir=runs/toy-$(date +%Y%m%d-%H%M%S)
 "$mantissa" plot "$run_dir" >/dev/null
 # The first and last logged training losses, from the run's metrics.
 losses=$(sed -n 's/^{"step": \([0-9]*\),.*"loss": \([^,}]*\).*/\1 \2/p' "$run_dir/metrics.jsonl")
-first=$(printf '%s\n' "$losses" | head -n 1)
-last=$(printf '%s\n' "$losses" | tail -n 1)
+first=${losses%%$'\n'*}
+last=${losses##*$'\n'}
 cat <<MSG
 
 The ToyModel learned the teacher network: training loss $(printf '%.3g' "${first#* }") at step \

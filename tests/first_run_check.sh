@@ -22,6 +22,6 @@ awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 0 && b > 0 && b * 5 < a) }' |
 run_dir=$(printf '%s\n' "$out" | sed -n 's/^  run directory: \([^ ]*\) .*/\1/p')
 [ -n "$run_dir" ] && [ -f "$run_dir/plot.svg" ] && [ -f "$run_dir/summary.json" ] ||
   fail "the run directory or its plot is missing ($run_dir)"
-printf '%s\n' "$out" | grep -q "plot:          $run_dir/plot.svg" || fail "the plot's path is not shown"
-printf '%s\n' "$out" | grep -q '^step 99  loss' || fail "the README's program did not run to its end"
+grep -q "plot:          $run_dir/plot.svg" <<<"$out" || fail "the plot's path is not shown"
+grep -q '^step 99  loss' <<<"$out" || fail "the README's program did not run to its end"
 echo "first run: loss $first -> $last, $run_dir/plot.svg"
