@@ -7,8 +7,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "engine/convert.h"
 #include "engine/kernel_tables.h"
-#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 namespace mantissa::cuda {

@@ -7,8 +7,8 @@
 // are never fused, and both devices produce the same values.
 #include <cuda_runtime.h>
 
+#include "engine/convert.h"
 #include "engine/kernel_tables.h"
-#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/loops.cuh"
 
 namespace mantissa::cuda {

@@ -14,9 +14,9 @@
 #include <cmath>
 #include <type_traits>
 
+#include "engine/convert.h"
 #include "engine/factory.h"
 #include "engine/kernel_tables.h"
-#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/reduce.cuh"
 
