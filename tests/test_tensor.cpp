@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "engine/cpu_allocator.h"
+#include "kernels/layout.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -685,4 +686,61 @@ TEST(CpuAllocatorStats, FreedBlocksAreCachedAndReused) {
   EXPECT_EQ(reused.cached_bytes, start.cached_bytes);
   EXPECT_EQ(reused.allocated_bytes, start.allocated_bytes + 4096);
   EXPECT_GE(reused.peak_allocated_bytes, reused.allocated_bytes);
+}
+
+// ---- elementwise layout (kernels/layout.h, shared by the CPU and CUDA loops) -----------------
+
+TEST(Layout, MergesDenseDimsOutermostFirstAndKeepsTheRowMajorOrder) {
+  const Tensor a = mt::zeros({2, 3, 4});
+  const Tensor t = mt::zeros({4, 3, 2}).permute({2, 1, 0});  // no dims can merge
+  const mt::Layout<2> l(a.shape(), {&a, &t});
+  ASSERT_EQ(l.ndim, 3);
+  EXPECT_EQ(l.numel, 24);
+  EXPECT_EQ(l.sizes[0], 2);
+  EXPECT_EQ(l.sizes[2], 4);
+  EXPECT_EQ(l.strides[0][0], 48);  // bytes of float32, outermost first
+  EXPECT_EQ(l.strides[0][2], 4);
+  EXPECT_EQ(l.strides[1][0], 4);
+  EXPECT_EQ(l.strides[1][2], 24);
+  EXPECT_FALSE(l.dense({4, 4}));
+
+  const Tensor b = mt::zeros({2, 1, 3, 4});
+  const mt::Layout<2> merged(b.shape(), {&b, &b});
+  ASSERT_EQ(merged.ndim, 1);  // the size-1 dim is dropped and the rest merge into one run
+  EXPECT_EQ(merged.sizes[0], 24);
+  EXPECT_TRUE(merged.dense({4, 4}));
+}
+
+TEST(Layout, BroadcastOperandsKeepStrideZeroAndSplitTheMerge) {
+  const Tensor out = mt::zeros({3, 4});
+  const Tensor row = mt::zeros({4}).expand({3, 4});
+  const mt::Layout<2> l(out.shape(), {&out, &row});
+  ASSERT_EQ(l.ndim, 2);
+  EXPECT_EQ(l.strides[1][0], 0);
+  EXPECT_EQ(l.strides[1][1], 4);
+  std::vector<int64_t> runs;
+  l.for_each_run(2, 10, [&](char* const* p, const int64_t* s, int64_t n) {
+    EXPECT_EQ(s[0], 4);
+    EXPECT_EQ(s[1], 4);
+    runs.push_back((p[0] - l.base[0]) / 4);
+    runs.push_back(n);
+  });
+  EXPECT_EQ(runs, (std::vector<int64_t>{2, 2, 4, 4, 8, 2}));  // (first element, length) pairs
+}
+
+TEST(Layout, SingleElementIsDenseAndHugeBroadcastsNeedInt64) {
+  const Tensor s = mt::zeros({1, 1}, mt::TensorOptions().dtype(mt::kFloat16));
+  const mt::Layout<1> one(s.shape(), {&s});
+  EXPECT_EQ(one.ndim, 1);
+  EXPECT_EQ(one.numel, 1);
+  EXPECT_TRUE(one.dense({2}));
+  EXPECT_TRUE(one.fits_int32());
+
+  const Tensor big = mt::zeros({1}).expand({int64_t(1) << 16, int64_t(1) << 16});
+  const mt::Layout<1> l(big.shape(), {&big});
+  EXPECT_EQ(l.numel, int64_t(1) << 32);
+  EXPECT_FALSE(l.fits_int32());
+  const Tensor wide = mt::zeros({1}).expand({int64_t(1) << 16, 2});
+  const mt::Layout<1> w(wide.shape(), {&wide});
+  EXPECT_TRUE(w.fits_int32());
 }

@@ -16,8 +16,8 @@
 
 #include "engine/factory.h"
 #include "engine/kernel_tables.h"
-#include "kernels/index_views.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/index_views.h"
 
 namespace mantissa::cpu {
 namespace {
@@ -49,7 +49,7 @@ void gather_loop(const char* op, const Tensor& out, const Tensor& in_r, const Te
     const int64_t step = dim_stride * static_cast<int64_t>(sizeof(T));
     BadIndex bad;
     Layout<3> layout(out.shape(), std::array<const Tensor*, 3>{&out, &in_r, &index_r});
-    layout.parallel_for_each_run([&](char* const* p, const int64_t* s, int64_t n) {
+    parallel_for_each_run(layout, [&](char* const* p, const int64_t* s, int64_t n) {
       for (int64_t i = 0; i < n; ++i) {
         const int64_t idx = *reinterpret_cast<const int64_t*>(p[2] + i * s[2]);
         if (idx < 0 || idx >= dim_size) [[unlikely]] {

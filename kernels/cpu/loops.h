@@ -11,6 +11,7 @@
 
 #include "engine/dispatch.h"
 #include "engine/tensor.h"
+#include "kernels/layout.h"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -49,92 +50,24 @@ void parallel_tasks(int64_t tasks, int64_t work, const Fn& fn) {
   for (int64_t t = 0; t < tasks; ++t) fn(t);
 }
 
-template <int N>
-struct Layout {
-  int ndim = 0;
-  int64_t numel = 1;
-  int64_t sizes[kMaxDims] = {};
-  int64_t strides[N][kMaxDims] = {};  // bytes
-  char* base[N] = {};
-
-  // All operands share `shape`; strides are taken from each tensor (0 where broadcast).
-  Layout(const Shape& shape, const std::array<const Tensor*, N>& ts) {
-    for (int k = 0; k < N; ++k) base[k] = static_cast<char*>(ts[k]->data_ptr());
-    // Drop size-1 dims, then merge a dim into its inner neighbour where every operand is dense
-    // across the pair.
-    for (int64_t d = 0; d < shape.size(); ++d) {
-      if (shape[d] == 1) continue;
-      int64_t s[N];
-      for (int k = 0; k < N; ++k) s[k] = ts[k]->stride(d) * ts[k]->element_size();
-      if (ndim > 0) {
-        bool merge = true;
-        for (int k = 0; k < N; ++k) merge = merge && strides[k][ndim - 1] == s[k] * shape[d];
-        if (merge) {
-          sizes[ndim - 1] *= shape[d];
-          for (int k = 0; k < N; ++k) strides[k][ndim - 1] = s[k];
-          continue;
-        }
-      }
-      sizes[ndim] = shape[d];
-      for (int k = 0; k < N; ++k) strides[k][ndim] = s[k];
-      ++ndim;
-    }
-    if (ndim == 0) {  // a single element
-      sizes[0] = 1;
-      for (int k = 0; k < N; ++k) strides[k][0] = 0;
-      ndim = 1;
-    }
-    numel = 1;
-    for (int d = 0; d < ndim; ++d) numel *= sizes[d];
-  }
-
-  // Calls loop(ptrs, inner_strides, n) over the runs covering linear elements [begin, end).
-  template <typename Loop>
-  void for_each_run(int64_t begin, int64_t end, Loop&& loop) const {
-    const int inner = ndim - 1;
-    int64_t counter[kMaxDims];
-    int64_t rest = begin / sizes[inner];
-    int64_t pos = begin % sizes[inner];
-    for (int d = inner - 1; d >= 0; --d) {
-      counter[d] = rest % sizes[d];
-      rest /= sizes[d];
-    }
-    int64_t inner_strides[N];
-    for (int k = 0; k < N; ++k) inner_strides[k] = strides[k][inner];
-    while (begin < end) {
-      char* ptrs[N];
-      for (int k = 0; k < N; ++k) {
-        ptrs[k] = base[k] + pos * strides[k][inner];
-        for (int d = 0; d < inner; ++d) ptrs[k] += counter[d] * strides[k][d];
-      }
-      const int64_t n = std::min(sizes[inner] - pos, end - begin);
-      loop(ptrs, inner_strides, n);
-      begin += n;
-      pos = 0;
-      for (int d = inner - 1; d >= 0; --d) {
-        if (++counter[d] < sizes[d]) break;
-        counter[d] = 0;
-      }
-    }
-  }
-
-  template <typename Loop>
-  void parallel_for_each_run(Loop&& loop) const {
+// Runs loop(ptrs, inner_strides, n) over every run of `layout`, split by element range across
+// threads when the layout is large enough, so the result never depends on the thread count.
+template <int N, typename Loop>
+void parallel_for_each_run(const Layout<N>& layout, Loop&& loop) {
 #if defined(_OPENMP)
-    if (numel >= kParallelGrain && omp_get_max_threads() > 1 && !omp_in_parallel()) {
+  if (use_threads(layout.numel)) {
 #pragma omp parallel
-      {
-        const int64_t threads = omp_get_num_threads(), tid = omp_get_thread_num();
-        const int64_t chunk = (numel + threads - 1) / threads;
-        const int64_t b = tid * chunk, e = std::min(numel, b + chunk);
-        if (b < e) for_each_run(b, e, loop);
-      }
-      return;
+    {
+      const int64_t threads = omp_get_num_threads(), tid = omp_get_thread_num();
+      const int64_t chunk = (layout.numel + threads - 1) / threads;
+      const int64_t b = tid * chunk, e = std::min(layout.numel, b + chunk);
+      if (b < e) layout.for_each_run(b, e, loop);
     }
-#endif
-    for_each_run(0, numel, loop);
+    return;
   }
-};
+#endif
+  layout.for_each_run(0, layout.numel, loop);
+}
 
 namespace detail {
 template <typename Out, typename... In, typename F, size_t... I>
@@ -165,7 +98,7 @@ void elementwise(const Tensor& out, const F& f, const Ts&... ins) {
   constexpr int N = 1 + sizeof...(Ts);
   if (out.numel() == 0) return;
   Layout<N> layout(out.shape(), std::array<const Tensor*, N>{&out, &ins...});
-  layout.parallel_for_each_run([&](char* const* ptrs, const int64_t* s, int64_t n) {
+  parallel_for_each_run(layout, [&](char* const* ptrs, const int64_t* s, int64_t n) {
     detail::elementwise_run<Out, In...>(ptrs, s, n, f, std::index_sequence_for<In...>{});
   });
 }

@@ -19,11 +19,11 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "engine/convert.h"
 #include "engine/factory.h"
 #include "engine/kernel_tables.h"
-#include "kernels/index_views.h"
-#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/loops.cuh"
+#include "kernels/index_views.h"
 
 namespace mantissa::cuda {
 namespace {
@@ -117,7 +117,7 @@ void launch3(const Shape& shape, const std::array<const Tensor*, 3>& ops, const 
   const int64_t n = shape.numel();
   Pointers<3> ptrs;
   for (int k = 0; k < 3; ++k) ptrs.p[k] = layout.base[k];
-  if (layout.fits_int32(n)) {
+  if (layout.fits_int32()) {
     launch(OffsetCalculator<3, int32_t>(layout), ptrs, n);
   } else {
     launch(OffsetCalculator<3, int64_t>(layout), ptrs, n);

@@ -31,6 +31,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_guard.h"
 #include "kernels/cuda/stream.h"
+#include "kernels/layout.h"
 
 namespace mantissa::cuda {
 
@@ -42,64 +43,6 @@ inline unsigned grid_for(int64_t work_items) {
   const int64_t blocks = (work_items + kBlockSize - 1) / kBlockSize;
   return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, kMaxBlocks));
 }
-
-// ---- operand layout (host) ------------------------------------------------------------------
-template <int N>
-struct Layout {
-  int ndim = 0;                       // after merging, >= 1
-  int64_t sizes[kMaxDims] = {};       // innermost dim first
-  int64_t strides[kMaxDims][N] = {};  // bytes, innermost dim first
-  char* base[N] = {};
-
-  Layout(const Shape& shape, const std::array<const Tensor*, N>& ts) {
-    for (int k = 0; k < N; ++k) base[k] = static_cast<char*>(ts[k]->data_ptr());
-    // Walk from the innermost dim outwards, folding dim d into the previous (inner) entry when
-    // every operand steps over that entry's whole extent.
-    for (int64_t d = shape.size() - 1; d >= 0; --d) {
-      if (shape[d] == 1) continue;
-      int64_t s[N];
-      for (int k = 0; k < N; ++k) s[k] = ts[k]->stride(d) * ts[k]->element_size();
-      if (ndim > 0) {
-        bool merge = true;
-        for (int k = 0; k < N; ++k) merge = merge && s[k] == strides[ndim - 1][k] * sizes[ndim - 1];
-        if (merge) {
-          sizes[ndim - 1] *= shape[d];
-          continue;
-        }
-      }
-      sizes[ndim] = shape[d];
-      for (int k = 0; k < N; ++k) strides[ndim][k] = s[k];
-      ++ndim;
-    }
-    if (ndim == 0) {  // a single element: any stride works, the element size keeps it "dense"
-      sizes[0] = 1;
-      for (int k = 0; k < N; ++k) strides[0][k] = ts[k]->element_size();
-      ndim = 1;
-    }
-  }
-
-  bool dense(const std::array<int64_t, N>& elem_sizes) const {
-    if (ndim != 1) return false;
-    for (int k = 0; k < N; ++k)
-      if (strides[0][k] != elem_sizes[k]) return false;
-    return true;
-  }
-
-  // True when every element index and byte offset fits in int32.
-  bool fits_int32(int64_t numel) const {
-    constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-    if (numel > kMax) return false;
-    for (int k = 0; k < N; ++k) {
-      int64_t extent = 0;
-      for (int d = 0; d < ndim; ++d) {
-        if (strides[d][k] < 0) return false;
-        extent += (sizes[d] - 1) * strides[d][k];
-      }
-      if (extent > kMax) return false;
-    }
-    return true;
-  }
-};
 
 // ---- device side ----------------------------------------------------------------------------
 template <int N>
@@ -114,13 +57,15 @@ struct OffsetCalculator {
   index_t sizes[kMaxDims];
   index_t strides[kMaxDims][N];
 
+  // Dims are stored innermost first, the order get() peels them off the linear index.
   template <int M>
   explicit OffsetCalculator(const Layout<M>& l) : ndim(l.ndim) {
     static_assert(M == N);
     for (int d = 0; d < kMaxDims; ++d) {
-      sizes[d] = static_cast<index_t>(d < l.ndim ? l.sizes[d] : 1);
+      const int src = l.ndim - 1 - d;
+      sizes[d] = static_cast<index_t>(d < l.ndim ? l.sizes[src] : 1);
       for (int k = 0; k < N; ++k)
-        strides[d][k] = static_cast<index_t>(d < l.ndim ? l.strides[d][k] : 0);
+        strides[d][k] = static_cast<index_t>(d < l.ndim ? l.strides[k][src] : 0);
     }
   }
 
@@ -255,7 +200,7 @@ void gpu_elementwise(const Tensor& out, const F& f, const Ts&... ins) {
   }
   Pointers<N> ptrs;
   for (int k = 0; k < N; ++k) ptrs.p[k] = layout.base[k];
-  if (layout.fits_int32(n)) {
+  if (layout.fits_int32()) {
     strided_kernel<F, int32_t, Out, In...>
         <<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
             OffsetCalculator<N, int32_t>(layout), ptrs, n, f);
@@ -274,7 +219,7 @@ void gpu_generate(const Tensor& out, const F& f) {
   if (n == 0) return;
   DeviceGuard guard(out.device().index());
   const Layout<1> layout(out.shape(), std::array<const Tensor*, 1>{&out});
-  if (layout.fits_int32(n)) {
+  if (layout.fits_int32()) {
     generate_kernel<F, int32_t, Out><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
         OffsetCalculator<1, int32_t>(layout), layout.base[0], n, f);
   } else {
