@@ -25,7 +25,7 @@
 namespace mantissa {
 
 namespace autograd {
-struct AutogradMeta;  // autograd/meta.h
+struct AutogradMeta;  // autograd/node.h
 class Node;           // autograd/node.h
 }  // namespace autograd
 
