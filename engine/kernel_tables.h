@@ -15,16 +15,45 @@
 
 namespace mantissa {
 
+// The op lists, one entry per line so that adding an op is a one-line change.
+// clang-format off
 // Elementwise unary ops that map one value to one value of the same dtype.
-#define MT_FORALL_UNARY_OPS(X)                                                                   \
-  X(neg)                                                                                         \
-  X(abs)                                                                                         \
-  X(exp) X(log) X(sqrt) X(rsqrt) X(relu) X(sigmoid) X(tanh) X(silu) X(gelu) X(gelu_tanh) X(sign) \
-      X(reciprocal) X(sin) X(cos) X(log1p) X(expm1) X(square)
+#define MT_FORALL_UNARY_OPS(X) \
+  X(neg)                       \
+  X(abs)                       \
+  X(exp)                       \
+  X(log)                       \
+  X(sqrt)                      \
+  X(rsqrt)                     \
+  X(relu)                      \
+  X(sigmoid)                   \
+  X(tanh)                      \
+  X(silu)                      \
+  X(gelu)                      \
+  X(gelu_tanh)                 \
+  X(sign)                      \
+  X(reciprocal)                \
+  X(sin)                       \
+  X(cos)                       \
+  X(log1p)                     \
+  X(expm1)                     \
+  X(square)
 // Elementwise binary ops producing the inputs' dtype.
-#define MT_FORALL_BINARY_OPS(X) X(mul) X(div) X(pow) X(maximum) X(minimum)
+#define MT_FORALL_BINARY_OPS(X) \
+  X(mul)                        \
+  X(div)                        \
+  X(pow)                        \
+  X(maximum)                    \
+  X(minimum)
 // Elementwise comparisons producing bool.
-#define MT_FORALL_COMPARISON_OPS(X) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
+#define MT_FORALL_COMPARISON_OPS(X) \
+  X(eq)                             \
+  X(ne)                             \
+  X(lt)                             \
+  X(le)                             \
+  X(gt)                             \
+  X(ge)
+// clang-format on
 
 using UnaryKernel = void (*)(const Tensor& out, const Tensor& in);
 using BinaryKernel = void (*)(const Tensor& out, const Tensor& a, const Tensor& b);
