@@ -118,8 +118,8 @@ Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 
 // ---- matrix products (autograd/ops/linalg.cpp) ------------------------------------------------
-Tensor mm(const Tensor& a, const Tensor& b);    // [n,k] x [k,m]
-Tensor bmm(const Tensor& a, const Tensor& b);   // [b,n,k] x [b,k,m]
+Tensor mm(const Tensor& a, const Tensor& b);      // [n,k] x [k,m]
+Tensor bmm(const Tensor& a, const Tensor& b);     // [b,n,k] x [b,k,m]
 Tensor matmul(const Tensor& a, const Tensor& b);  // torch.matmul, with batch broadcasting
 // x @ weight^T + bias (weight [out, in], as nn.Linear).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
@@ -165,5 +165,33 @@ Tensor avg_pool2d(const Tensor& input, Size2 kernel_size,
                   std::optional<Size2> stride = std::nullopt, Size2 padding = 0,
                   bool ceil_mode = false, bool count_include_pad = true,
                   std::optional<int64_t> divisor_override = std::nullopt);
+
+// ---- normalization (autograd/ops/norm.cpp) ----------------------------------------------------
+// torch.nn.functional.layer_norm: normalises over the trailing dims given by normalized_shape,
+// then applies weight and bias (each optional, shaped like normalized_shape).
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+
+// ---- losses (autograd/ops/loss.cpp) -----------------------------------------------------------
+// How a loss folds its per-element values: None keeps them, Mean and Sum give a 0-d tensor.
+enum class Reduction { None, Mean, Sum };
+
+// Input and target broadcast (with a warning when their shapes differ, as in PyTorch).
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+// input: log-probabilities [N, C] (or [C], or [N, C, d1, ...]); target: int64/int32 class
+// indices [N] (or a 0-d, or [N, d1, ...]). ignore_index entries contribute nothing; Mean divides
+// by the number of the others.
+Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                int64_t ignore_index = -100);
+// input: logits shaped as nll_loss's; target: class indices as nll_loss's, or class
+// probabilities shaped like input.
+Tensor cross_entropy(const Tensor& input, const Tensor& target,
+                     Reduction reduction = Reduction::Mean, double label_smoothing = 0.0,
+                     int64_t ignore_index = -100);
+// target shaped like input; pos_weight (optional) broadcasts against it (one weight per class).
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        Reduction reduction = Reduction::Mean,
+                                        const Tensor& pos_weight = Tensor());
 
 }  // namespace mantissa

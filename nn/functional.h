@@ -8,7 +8,7 @@
 
 namespace mantissa::nn {
 
-enum class Reduction { None, Mean, Sum };
+using Reduction = ::mantissa::Reduction;
 // "none", "mean" or "sum".
 Reduction parse_reduction(std::string_view name);
 
@@ -42,23 +42,35 @@ inline Tensor dropout(const Tensor& x, double p = 0.5, bool training = true) {
   return mantissa::dropout(x, p, training);
 }
 
-// Normalises over the trailing dims given by normalized_shape, then applies weight and bias.
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
-                  const Tensor& bias = Tensor(), double eps = 1e-5);
+inline Tensor layer_norm(const Tensor& x, const Shape& normalized_shape,
+                         const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                         double eps = 1e-5) {
+  return mantissa::layer_norm(x, normalized_shape, weight, bias, eps);
+}
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
-Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
-// input [N, C] (or [C], or [N, C, d1, ...]) logits; target int64 class indices [N] (or [N, d1,
-// ...]) or class probabilities shaped like input. ignore_index entries contribute nothing.
-Tensor cross_entropy(const Tensor& input, const Tensor& target,
-                     Reduction reduction = Reduction::Mean, double label_smoothing = 0.0,
-                     int64_t ignore_index = -100);
-// input: log-probabilities [N, C]; target: int64 [N].
-Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
-                int64_t ignore_index = -100);
-Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
-                                        Reduction reduction = Reduction::Mean,
-                                        const Tensor& pos_weight = Tensor());
+// The losses (autograd/ops/loss.cpp documents their arguments).
+inline Tensor mse_loss(const Tensor& input, const Tensor& target,
+                       Reduction reduction = Reduction::Mean) {
+  return mantissa::mse_loss(input, target, reduction);
+}
+inline Tensor l1_loss(const Tensor& input, const Tensor& target,
+                      Reduction reduction = Reduction::Mean) {
+  return mantissa::l1_loss(input, target, reduction);
+}
+inline Tensor cross_entropy(const Tensor& input, const Tensor& target,
+                            Reduction reduction = Reduction::Mean, double label_smoothing = 0.0,
+                            int64_t ignore_index = -100) {
+  return mantissa::cross_entropy(input, target, reduction, label_smoothing, ignore_index);
+}
+inline Tensor nll_loss(const Tensor& input, const Tensor& target,
+                       Reduction reduction = Reduction::Mean, int64_t ignore_index = -100) {
+  return mantissa::nll_loss(input, target, reduction, ignore_index);
+}
+inline Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                               Reduction reduction = Reduction::Mean,
+                                               const Tensor& pos_weight = Tensor()) {
+  return mantissa::binary_cross_entropy_with_logits(input, target, reduction, pos_weight);
+}
 
 }  // namespace functional
 }  // namespace mantissa::nn

@@ -97,6 +97,30 @@ TEST(LayerNormKernel, Gradcheck) {
   }
 }
 
+// mantissa::layer_norm is one node on the leaves, and nn::functional::layer_norm is it.
+TEST(LayerNormKernel, OneNodeAndTheFunctionalFormIsTheOp) {
+  const Tensor x0 = random_tensor({3, 5, 6}, mt::kFloat32, true);
+  const Tensor w = random_tensor({5, 6}, mt::kFloat32, false).requires_grad_();
+  const Tensor b = random_tensor({5, 6}, mt::kFloat32, false).requires_grad_();
+  const Tensor x = x0.detach().requires_grad_(), xf = x0.detach().requires_grad_();
+  const Tensor y = mt::layer_norm(x, {5, 6}, w, b);
+  ASSERT_NE(y.grad_fn(), nullptr);
+  EXPECT_EQ(y.grad_fn()->name(), "NativeLayerNormBackward0");
+  ASSERT_EQ(y.grad_fn()->next_edges.size(), 3u);
+  for (const auto& edge : y.grad_fn()->next_edges) EXPECT_EQ(edge.fn->name(), "AccumulateGrad");
+  const Tensor yf = F::layer_norm(xf, {5, 6}, w, b);
+  EXPECT_TRUE(mt::equal(y, yf));
+  const Tensor g = mt::randn(y.shape());
+  (y * g).sum().backward();
+  const Tensor gw = w.grad().clone(), gb = b.grad().clone();
+  w.set_grad(Tensor());
+  b.set_grad(Tensor());
+  (yf * g).sum().backward();
+  EXPECT_TRUE(mt::equal(x.grad(), xf.grad()));
+  EXPECT_TRUE(mt::equal(gw, w.grad()));
+  EXPECT_TRUE(mt::equal(gb, b.grad()));
+}
+
 TEST(LayerNormKernel, SavesStatisticsInOpmath) {
   for (DType dt : mt::testing::floating_dtypes()) {
     const Tensor x = random_tensor({3, 10}, dt, false);

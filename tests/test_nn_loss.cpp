@@ -1,7 +1,9 @@
 // Loss functions and modules against plain-loop float64 references, for every reduction, with
 // gradchecks in float64 and the argument errors.
 #include <cmath>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "test_util.h"
@@ -126,10 +128,9 @@ TEST(Loss, MseAndL1MatchReference) {
   }
 }
 
-// Dense same-shape float32/float64 mse_loss runs a fused CPU kernel with one backward node; it
-// must equal the sub/mul/mean composition bit for bit, also past the sum kernel's 32768-element
-// chunks, with gradients for both input and target.
-TEST(Loss, MseFusedPathEqualsComposition) {
+// mse_loss is one node; it must equal the sub/mul/mean composition bit for bit, also past the sum
+// kernel's 32768-element chunks, with gradients for both input and target.
+TEST(Loss, MseEqualsComposition) {
   for (mt::DType dtype : {mt::kFloat32, mt::kFloat64}) {
     for (const Shape& shape : {Shape{20, 5}, Shape{3, 40000}, Shape{7}}) {
       for (Reduction r : {Reduction::Mean, Reduction::Sum}) {
@@ -148,6 +149,139 @@ TEST(Loss, MseFusedPathEqualsComposition) {
         EXPECT_TRUE(mt::equal(x.grad(), xr.grad())) << what;
         EXPECT_TRUE(mt::equal(t.grad(), tr.grad())) << what;
       }
+    }
+  }
+}
+
+// What nll_loss and cross_entropy computed as compositions of ops (in-range targets): the one-node
+// losses must give the same bits, forward and backward (the golden fp32 trajectories rely on it).
+Tensor nll_composition(const Tensor& logp, const Tensor& target, Reduction r,
+                       int64_t ignore_index) {
+  const bool unbatched = logp.dim() == 1;
+  const Tensor lp = unbatched ? logp.unsqueeze(0) : logp;
+  const Tensor tg = unbatched ? target.reshape({1}) : target;
+  Shape class_shape(lp.dim(), 1);
+  class_shape[1] = lp.size(1);
+  const Tensor class_index = mt::arange(lp.size(1), mt::kInt64).reshape(class_shape);
+  const Tensor picked = mt::sum(mt::where(tg.unsqueeze(1) == class_index, lp, 0.0), {1});
+  const Tensor weight = (tg != ignore_index).to(lp.dtype());
+  Tensor loss = (0.0 - picked) * weight;
+  if (unbatched) loss = loss.squeeze(0);
+  if (r == Reduction::Mean) return loss.sum() / weight.sum();
+  return r == Reduction::Sum ? loss.sum() : loss;
+}
+
+Tensor cross_entropy_composition(const Tensor& input, const Tensor& target, Reduction r,
+                                 double smoothing, int64_t ignore_index) {
+  const int64_t class_dim = input.dim() == 1 ? 0 : 1;
+  const Tensor logp = mt::log_softmax(input, class_dim);
+  Tensor loss = nll_composition(logp, target, Reduction::None, ignore_index);
+  const Tensor valid = (target != ignore_index).to(logp.dtype());
+  if (smoothing > 0.0) {
+    const Tensor smooth =
+        -mt::sum(logp, {class_dim}) / static_cast<double>(input.size(class_dim)) * valid;
+    loss = loss * (1.0 - smoothing) + smooth * smoothing;
+  }
+  if (r == Reduction::Mean) return loss.sum() / valid.sum();
+  return r == Reduction::Sum ? loss.sum() : loss;
+}
+
+TEST(Loss, CrossEntropyAndNllEqualCompositionBitForBit) {
+  struct Case {
+    Shape input;
+    double smoothing;
+    int64_t ignore_index;
+  };
+  const std::vector<Case> cases = {{{6, 5}, 0.0, -100},    {{6, 5}, 0.1, 2}, {{3, 4, 5}, 0.0, 1},
+                                   {{3, 4, 5}, 0.2, -100}, {{5}, 0.0, -100}, {{5}, 0.1, 3}};
+  for (mt::DType dtype : {mt::kFloat32, mt::kFloat64}) {
+    for (const Case& c : cases) {
+      Shape tshape = c.input;
+      tshape.erase(c.input.size() == 1 ? 0 : 1);
+      const int64_t classes = c.input[c.input.size() == 1 ? 0 : 1];
+      const Tensor t = class_targets(tshape, classes);
+      const Tensor x0 = random_tensor(c.input, dtype, /*non_contiguous=*/c.input.size() > 1, -3, 3);
+      for (Reduction r : kReductions) {
+        const std::string what = std::string(mt::dtype_name(dtype)) + " " +
+                                 mt::detail::str_cat(c.input) + " " + reduction_name(r) +
+                                 " smoothing " + std::to_string(c.smoothing);
+        const Tensor x = x0.detach().requires_grad_(), xr = x0.detach().requires_grad_();
+        const Tensor ce = F::cross_entropy(x, t, r, c.smoothing, c.ignore_index);
+        const Tensor ref = cross_entropy_composition(xr, t, r, c.smoothing, c.ignore_index);
+        EXPECT_TRUE(mt::equal(ce, ref)) << "cross_entropy " << what;
+        (ce * 3.0).sum().backward();
+        (ref * 3.0).sum().backward();
+        EXPECT_TRUE(mt::equal(x.grad(), xr.grad())) << "cross_entropy grad " << what;
+
+        const Tensor lp = mt::log_softmax(x0, c.input.size() == 1 ? 0 : 1);
+        const Tensor l = lp.detach().requires_grad_(), lr = lp.detach().requires_grad_();
+        const Tensor nll = F::nll_loss(l, t, r, c.ignore_index);
+        const Tensor nll_ref = nll_composition(lr, t, r, c.ignore_index);
+        EXPECT_TRUE(mt::equal(nll, nll_ref)) << "nll_loss " << what;
+        (nll * 3.0).sum().backward();
+        (nll_ref * 3.0).sum().backward();
+        EXPECT_TRUE(mt::equal(l.grad(), lr.grad())) << "nll_loss grad " << what;
+      }
+    }
+  }
+}
+
+// Every loss records one node (named as PyTorch names its backward where PyTorch has one) whose
+// inputs are the leaves themselves.
+TEST(Loss, EachLossRecordsOneNode) {
+  const Tensor x = mt::randn({4, 3}).requires_grad_(), t = mt::randn({4, 3}).requires_grad_();
+  const Tensor probs = mt::softmax(mt::randn({4, 3}), 1).requires_grad_();
+  const Tensor bt = mt::rand({4, 3}).requires_grad_(), pw = mt::rand({3}).requires_grad_();
+  const Tensor cls = mt::tensor<int64_t>({0, 2, 1, 2});
+  for (Reduction r : kReductions) {
+    const std::vector<std::pair<std::string, Tensor>> cases = {
+        {"MseLossBackward0", F::mse_loss(x, t, r)},
+        {"L1LossBackward0", F::l1_loss(x, t, r)},
+        {"NllLossBackward0", F::nll_loss(x, cls, r)},
+        {"CrossEntropyLossBackward0", F::cross_entropy(x, cls, r, 0.1)},
+        {"CrossEntropyLossBackward0", F::cross_entropy(x, probs, r, 0.1)},
+        {"BinaryCrossEntropyWithLogitsBackward0", F::binary_cross_entropy_with_logits(x, bt, r)},
+        {"BinaryCrossEntropyWithLogitsBackward0",
+         F::binary_cross_entropy_with_logits(x, bt, r, pw)},
+    };
+    for (const auto& [name, out] : cases) {
+      const std::string what = name + " " + reduction_name(r);
+      ASSERT_NE(out.grad_fn(), nullptr) << what;
+      EXPECT_EQ(out.grad_fn()->name(), name) << what;
+      for (const auto& edge : out.grad_fn()->next_edges) {
+        if (edge.fn) {
+          EXPECT_EQ(edge.fn->name(), "AccumulateGrad") << what;
+        }
+      }
+    }
+  }
+}
+
+// nn::functional's losses are mantissa's: same values and gradients, bit for bit.
+TEST(Loss, FunctionalFormsCallTheAutogradOps) {
+  const Tensor x0 = mt::randn({5, 4}), t0 = mt::randn({5, 4});
+  const Tensor cls = mt::tensor<int64_t>({0, 3, 1, 2, 3}), bt = mt::rand({5, 4});
+  using Loss = std::function<Tensor(const Tensor&)>;
+  for (Reduction r : kReductions) {
+    const std::vector<std::pair<Loss, Loss>> pairs = {
+        {[&](const Tensor& x) { return mt::mse_loss(x, t0, r); },
+         [&](const Tensor& x) { return F::mse_loss(x, t0, r); }},
+        {[&](const Tensor& x) { return mt::l1_loss(x, t0, r); },
+         [&](const Tensor& x) { return F::l1_loss(x, t0, r); }},
+        {[&](const Tensor& x) { return mt::nll_loss(x, cls, r); },
+         [&](const Tensor& x) { return F::nll_loss(x, cls, r); }},
+        {[&](const Tensor& x) { return mt::cross_entropy(x, cls, r, 0.1); },
+         [&](const Tensor& x) { return F::cross_entropy(x, cls, r, 0.1); }},
+        {[&](const Tensor& x) { return mt::binary_cross_entropy_with_logits(x, bt, r); },
+         [&](const Tensor& x) { return F::binary_cross_entropy_with_logits(x, bt, r); }},
+    };
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      const Tensor a = x0.detach().requires_grad_(), b = x0.detach().requires_grad_();
+      const Tensor la = pairs[i].first(a), lb = pairs[i].second(b);
+      EXPECT_TRUE(mt::equal(la, lb)) << i << " " << reduction_name(r);
+      la.sum().backward();
+      lb.sum().backward();
+      EXPECT_TRUE(mt::equal(a.grad(), b.grad())) << i << " " << reduction_name(r);
     }
   }
 }
@@ -259,6 +393,25 @@ TEST(Loss, Gradcheck) {
     const Tensor probs = prob_targets({3, 4}).requires_grad_();
     EXPECT_TRUE(gradcheck([r](const Inputs& in) { return F::cross_entropy(in[0], in[1], r, 0.1); },
                           {x, probs}));
+    // Broadcast input and target (PyTorch warns, and so do we).
+    const Tensor row = f64({4});
+    EXPECT_TRUE(
+        gradcheck([r](const Inputs& in) { return F::mse_loss(in[0], in[1], r); }, {x, row}));
+    EXPECT_TRUE(gradcheck([r](const Inputs& in) { return F::l1_loss(in[0], in[1], r); }, {x, row}));
+    // nll_loss on log-probabilities (any values), batched, with extra dims, and unbatched.
+    const Tensor cls2 = mt::tensor<int64_t>({0, 3, 2});
+    EXPECT_TRUE(gradcheck([&](const Inputs& in) { return F::nll_loss(in[0], cls2, r); }, {x}));
+    EXPECT_TRUE(gradcheck([&](const Inputs& in) { return F::nll_loss(in[0], cls2, r, 3); }, {x}));
+    EXPECT_TRUE(gradcheck([&](const Inputs& in) { return F::nll_loss(in[0], cls, r, 1); }, {x3}));
+    const Tensor one = mt::scalar_tensor(int64_t{2}, mt::kInt64);
+    const Tensor x1 = f64({4});
+    EXPECT_TRUE(gradcheck([&](const Inputs& in) { return F::nll_loss(in[0], one, r); }, {x1}));
+    // cross_entropy without smoothing, and unbatched.
+    EXPECT_TRUE(gradcheck([&](const Inputs& in) { return F::cross_entropy(in[0], cls2, r); }, {x}));
+    EXPECT_TRUE(
+        gradcheck([&](const Inputs& in) { return F::cross_entropy(in[0], one, r, 0.2); }, {x1}));
+    EXPECT_TRUE(
+        gradcheck([r](const Inputs& in) { return F::cross_entropy(in[0], in[1], r); }, {x, probs}));
     const Tensor bt = mt::rand({3, 4}, mt::kFloat64).requires_grad_();
     const Tensor pw = f64({4}, 0.5, 2.0);
     EXPECT_TRUE(gradcheck(

@@ -21,7 +21,7 @@ using autograd::Recorder;
 using Grads = std::vector<Tensor>;
 
 // Which dims a reduction removes, and the shapes it produces.
-struct Reduction {
+struct ReducedDims {
   bool reduced[kMaxDims] = {};
   Shape keep;         // input shape with reduced dims set to 1
   Shape result;       // keep, or keep without the reduced dims
@@ -38,8 +38,8 @@ struct Reduction {
 };
 
 // `dims` empty means all dims. Dims may be negative; repeats are an error, as in PyTorch.
-Reduction make_reduction(const Tensor& x, const Shape& dims, bool keepdim, const char* op) {
-  Reduction r;
+ReducedDims make_reduction(const Tensor& x, const Shape& dims, bool keepdim, const char* op) {
+  ReducedDims r;
   const int64_t nd = x.dim();
   if (dims.empty()) {
     for (int64_t d = 0; d < nd; ++d) r.reduced[d] = true;
@@ -61,7 +61,7 @@ Reduction make_reduction(const Tensor& x, const Shape& dims, bool keepdim, const
 }
 
 // The user-facing view of a fresh keepdim-form output (not recorded: the op records on it).
-Tensor result_view(const Tensor& keep_out, const Reduction& r) {
+Tensor result_view(const Tensor& keep_out, const ReducedDims& r) {
   if (keep_out.shape() == r.result) return keep_out;
   return detail::make_view(keep_out, r.result, contiguous_strides(r.result),
                            keep_out.storage_offset());
@@ -94,7 +94,7 @@ const char* torch_name(DType t) {
   return "?";
 }
 
-void check_nonempty_dims(const Tensor& x, const Reduction& r, const char* op) {
+void check_nonempty_dims(const Tensor& x, const ReducedDims& r, const char* op) {
   for (int64_t d = 0; d < x.dim(); ++d) {
     MT_CHECK(!r.reduced[d] || x.size(d) != 0, op, "(): Expected reduction dim ", d,
              " to have non-zero size (input shape ", x.shape(), ")");
@@ -104,7 +104,7 @@ void check_nonempty_dims(const Tensor& x, const Reduction& r, const char* op) {
 // Gradient of an extremum (amax, amin, max(), min(), the inf-norms): split evenly among the
 // elements equal to the result; a NaN result sends it to the NaN elements.
 Tensor evenly_distribute(const Tensor& g_keep, const Tensor& x, const Tensor& result_keep,
-                         const Reduction& r) {
+                         const ReducedDims& r) {
   const Tensor hit = (x == result_keep) | ((x != x) & (result_keep != result_keep));
   const Tensor mask = hit.to(g_keep.dtype());
   return g_keep / sum(mask, r.dims(), true) * mask;
@@ -112,7 +112,7 @@ Tensor evenly_distribute(const Tensor& g_keep, const Tensor& x, const Tensor& re
 
 Tensor extremum(const Tensor& x, const Shape& dims, bool keepdim, bool is_max, const char* op,
                 const char* node) {
-  const Reduction r = make_reduction(x, dims, keepdim, op);
+  const ReducedDims r = make_reduction(x, dims, keepdim, op);
   check_nonempty_dims(x, r, op);
   Tensor out = alloc(r.keep, x.dtype(), x.device());
   (is_max ? amax_kernel : amin_kernel)(x.device())(out, x);
@@ -129,7 +129,7 @@ Tensor extremum(const Tensor& x, const Shape& dims, bool keepdim, bool is_max, c
 ValuesIndices arg_extremum(const Tensor& x, int64_t dim, bool keepdim, bool is_max) {
   const char* op = is_max ? "max" : "min";
   const int64_t d = wrap_dim(dim, x.dim(), op);
-  const Reduction r = make_reduction(x, Shape{d}, keepdim, op);
+  const ReducedDims r = make_reduction(x, Shape{d}, keepdim, op);
   check_nonempty_dims(x, r, op);
   Tensor values = alloc(r.keep, x.dtype(), x.device());
   Tensor indices = alloc(r.keep, kInt64, x.device());
@@ -165,7 +165,7 @@ Tensor var_or_std(const Tensor& x, const Shape& dims, int64_t correction, bool k
   const char* op = take_sqrt ? "std" : "var";
   MT_CHECK(is_floating(x.dtype()), op,
            "(): std and var only support floating point and complex dtypes, got ", x.dtype());
-  const Reduction r = make_reduction(x, dims, keepdim, op);
+  const ReducedDims r = make_reduction(x, dims, keepdim, op);
   // std of half types takes the root in float32 and rounds once.
   const bool via_float = take_sqrt && is_reduced_float(x.dtype());
   Tensor out = alloc(r.keep, via_float ? kFloat32 : x.dtype(), x.device());
@@ -193,7 +193,7 @@ Tensor var_or_std(const Tensor& x, const Shape& dims, int64_t correction, bool k
 
 // d||x||_p / dx for the norms, from the input, the keepdim-form norm and gradient.
 Tensor norm_backward(const Tensor& g, const Tensor& x, const Tensor& n, double p,
-                     const Reduction& r) {
+                     const ReducedDims& r) {
   if (p == 0.0) return zeros_like(x);
   if (p == 1.0) return sign(x) * g;
   if (p == 2.0) return x * where(n != 0.0, g / n, 0.0);
@@ -208,7 +208,7 @@ Tensor norm_backward(const Tensor& g, const Tensor& x, const Tensor& n, double p
 
 Tensor sum(const Tensor& x_in, const Shape& dims, bool keepdim, std::optional<DType> dtype) {
   const Tensor x = autocast::cast_input(OpId::sum, x_in);
-  const Reduction r = make_reduction(x, dims, keepdim, "sum");
+  const ReducedDims r = make_reduction(x, dims, keepdim, "sum");
   const bool integral_in = is_integral(x.dtype(), /*include_bool=*/true);
   const DType target = dtype.value_or(integral_in ? kInt64 : x.dtype());
   // The kernel sums any integer/bool input straight into int64; other requests cast first.
@@ -231,7 +231,7 @@ Tensor mean(const Tensor& x_in, const Shape& dims, bool keepdim) {
            "mean(): could not infer output dtype. Input dtype must be either a floating point or "
            "complex dtype. Got: ",
            torch_name(x.dtype()));
-  const Reduction r = make_reduction(x, dims, keepdim, "mean");
+  const ReducedDims r = make_reduction(x, dims, keepdim, "mean");
   Tensor out = alloc(r.keep, x.dtype(), x.device());
   mean_kernel(x.device())(out, x);
   Tensor res = result_view(out, r);
@@ -288,7 +288,7 @@ Tensor norm(const Tensor& x_in, double p, const Shape& dims, bool keepdim) {
   const Tensor x = autocast::cast_input(OpId::norm, x_in);
   MT_CHECK(is_floating(x.dtype()), "norm(): expected a floating point tensor as input, got ",
            x.dtype());
-  const Reduction r = make_reduction(x, dims, keepdim, "norm");
+  const ReducedDims r = make_reduction(x, dims, keepdim, "norm");
   Tensor out = alloc(r.keep, x.dtype(), x.device());
   norm_kernel(x.device())(out, x, p);
   Tensor res = result_view(out, r);
