@@ -4,7 +4,7 @@
 #include <limits>
 #include <vector>
 
-#include "autograd/autocast_seam.h"
+#include "autograd/autocast_wrapper.h"
 #include "autograd/function.h"
 #include "engine/kernel_tables.h"
 #include "engine/logging.h"
@@ -48,11 +48,10 @@ void warn_if_broadcast(const char* op, const Tensor& input, const Tensor& target
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in,
-                  const Tensor& bias_in, double eps) {
-  const Tensor x = autocast::cast_input(OpId::layer_norm, x_in);
-  const Tensor weight = autocast::cast_input(OpId::layer_norm, weight_in);
-  const Tensor bias = autocast::cast_input(OpId::layer_norm, bias_in);
+namespace {
+
+Tensor layer_norm_body(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                       const Tensor& bias, double eps) {
   const int64_t k = normalized_shape.size();
   MT_CHECK(k >= 1 && k <= x.dim(), "layer_norm: normalized_shape ", normalized_shape,
            " does not fit an input of shape ", x.shape());
@@ -124,6 +123,14 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
     });
   }
   return y;
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  return autograd::with_autocast<OpId::layer_norm>(layer_norm_body, x, normalized_shape, weight,
+                                                   bias, eps);
 }
 
 namespace {
@@ -213,29 +220,7 @@ Tensor fused_mse(const Tensor& input, const Tensor& values, const Tensor& target
   return out;
 }
 
-// A float16/bfloat16 input that autocast widens, next to a float32 target: the fused loss widens
-// it itself (no cast node; see fused_mse).
-bool fused_mse_widens(const Tensor& input, const Tensor& target, Reduction reduction) {
-  return reduction != Reduction::None && input.device().is_cpu() && target.device().is_cpu() &&
-         target.dtype() == kFloat32 && input.shape() == target.shape() && input.numel() > 0 &&
-         input.is_contiguous() && target.is_contiguous() &&
-         autocast::direct_widen(OpId::mse_loss, input);
-}
-
-}  // namespace
-
-Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
-  // A float32 target is never cast, so only the input's cast is saved here.
-  if (fused_mse_widens(input_in, target_in, reduction)) {
-    if (input_in.dtype() == kBFloat16) {
-      return fused_mse<float, BFloat16>(input_in, input_in, target_in, reduction);
-    }
-    const Tensor wide = empty(input_in.shape(), TensorOptions(input_in.device()).dtype(kFloat32));
-    copy_kernel(wide.device())(wide, input_in);
-    return fused_mse<float>(input_in, wide, target_in, reduction);
-  }
-  const Tensor input = autocast::cast_input(OpId::mse_loss, input_in);
-  const Tensor target = autocast::cast_input(OpId::mse_loss, target_in);
+Tensor mse_loss_body(const Tensor& input, const Tensor& target, Reduction reduction) {
   check_floating("mse_loss", input, "input");
   warn_if_broadcast("mse_loss", input, target);
   if (fused_mse_applies(input, target, reduction)) {
@@ -246,17 +231,14 @@ Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduc
   return reduce(diff * diff, reduction);
 }
 
-Tensor l1_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
-  const Tensor input = autocast::cast_input(OpId::l1_loss, input_in);
-  const Tensor target = autocast::cast_input(OpId::l1_loss, target_in);
+Tensor l1_loss_body(const Tensor& input, const Tensor& target, Reduction reduction) {
   check_floating("l1_loss", input, "input");
   warn_if_broadcast("l1_loss", input, target);
   return reduce(abs(input - target), reduction);
 }
 
-Tensor nll_loss(const Tensor& logp_in, const Tensor& target, Reduction reduction,
-                int64_t ignore_index) {
-  const Tensor logp = autocast::cast_input(OpId::nll_loss, logp_in);
+Tensor nll_loss_body(const Tensor& logp, const Tensor& target, Reduction reduction,
+                     int64_t ignore_index) {
   MT_CHECK(logp.dim() >= 1, "nll_loss: input must have at least 1 dimension");
   MT_CHECK(target.dtype() == kInt64 || target.dtype() == kInt32,
            "nll_loss: expected class index "
@@ -303,10 +285,8 @@ Tensor nll_loss(const Tensor& logp_in, const Tensor& target, Reduction reduction
   return reduce(loss, reduction);
 }
 
-Tensor cross_entropy(const Tensor& input_in, const Tensor& target_in, Reduction reduction,
-                     double label_smoothing, int64_t ignore_index) {
-  const Tensor input = autocast::cast_input(OpId::cross_entropy, input_in);
-  const Tensor target = autocast::cast_input(OpId::cross_entropy, target_in);
+Tensor cross_entropy_body(const Tensor& input, const Tensor& target, Reduction reduction,
+                          double label_smoothing, int64_t ignore_index) {
   check_floating("cross_entropy", input, "input");
   MT_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
            "cross_entropy: label_smoothing must "
@@ -322,7 +302,7 @@ Tensor cross_entropy(const Tensor& input_in, const Tensor& target_in, Reduction 
     if (label_smoothing > 0.0) t = t * (1.0 - label_smoothing) + label_smoothing / classes;
     return reduce(-sum(logp * t, {class_dim}), reduction);
   }
-  Tensor loss = nll_loss(logp, target, Reduction::None, ignore_index);
+  Tensor loss = nll_loss_body(logp, target, Reduction::None, ignore_index);
   if (label_smoothing > 0.0) {
     const Tensor valid = (target != ignore_index).to(logp.dtype());
     const Tensor smooth = -sum(logp, {class_dim}) / static_cast<double>(classes) * valid;
@@ -335,12 +315,8 @@ Tensor cross_entropy(const Tensor& input_in, const Tensor& target_in, Reduction 
   return reduce(loss, reduction);
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& target_in,
-                                        Reduction reduction, const Tensor& pos_weight_in) {
-  constexpr OpId op = OpId::binary_cross_entropy_with_logits;
-  const Tensor input = autocast::cast_input(op, input_in);
-  const Tensor target = autocast::cast_input(op, target_in);
-  const Tensor pos_weight = autocast::cast_input(op, pos_weight_in);
+Tensor bce_with_logits_body(const Tensor& input, const Tensor& target, Reduction reduction,
+                            const Tensor& pos_weight) {
   check_floating("binary_cross_entropy_with_logits", input, "input");
   MT_CHECK(target.shape() == input.shape(), "binary_cross_entropy_with_logits: target size (",
            target.shape(), ") must be the same as input size (", input.shape(), ")");
@@ -357,6 +333,30 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& ta
     loss = (1.0 - target) * input + log1p_exp_neg;
   }
   return reduce(loss, reduction);
+}
+
+}  // namespace
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return autograd::with_autocast<OpId::mse_loss>(mse_loss_body, input, target, reduction);
+}
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return autograd::with_autocast<OpId::l1_loss>(l1_loss_body, input, target, reduction);
+}
+Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction,
+                int64_t ignore_index) {
+  return autograd::with_autocast<OpId::nll_loss>(nll_loss_body, input, target, reduction,
+                                                 ignore_index);
+}
+Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction,
+                     double label_smoothing, int64_t ignore_index) {
+  return autograd::with_autocast<OpId::cross_entropy>(cross_entropy_body, input, target, reduction,
+                                                      label_smoothing, ignore_index);
+}
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        Reduction reduction, const Tensor& pos_weight) {
+  return autograd::with_autocast<OpId::binary_cross_entropy_with_logits>(
+      bce_with_logits_body, input, target, reduction, pos_weight);
 }
 
 }  // namespace functional
