@@ -1,15 +1,16 @@
 // Autocast: inside a scope, ops on one device type run in a chosen precision — matmuls in
 // float16/bfloat16 (or TF32), numerically sensitive ops in float32 — following PyTorch's
-// torch.autocast lists (see autocast_policy.cpp). Scopes are thread-local and nestable, and
+// torch.autocast lists (each op's policy is in autograd/op_index.h; the casts happen at the op
+// boundary, autograd/autocast_wrapper.h). Scopes are thread-local and nestable, and
 // restore the previous state on exit, including exit by exception.
 #pragma once
 
 #include <optional>
 #include <string_view>
 
+#include "autograd/op_index.h"
 #include "engine/device.h"
 #include "engine/dtype.h"
-#include "engine/op_id.h"
 #include "engine/precision.h"
 
 namespace mantissa::amp {
@@ -59,13 +60,8 @@ void clear_autocast_cache();
 // Number of cached weight casts (for tests and diagnostics).
 size_t autocast_cache_size();
 
-// How an op treats its inputs under autocast.
-enum class CastPolicy : uint8_t {
-  LowerPrecision,  // float32 inputs cast to the scope's float16/bfloat16
-  Float32,         // float16/bfloat16 inputs cast to float32
-  Promote,         // inputs promoted to the widest floating type among them
-  None,            // run in the input dtype
-};
-CastPolicy cast_policy(OpId op);
+// How each op treats its inputs under autocast: the op index (autograd/op_index.h).
+using ::mantissa::cast_policy;
+using ::mantissa::CastPolicy;
 
 }  // namespace mantissa::amp

@@ -100,8 +100,7 @@ class AccumulateGrad final : public Node {
   explicit AccumulateGrad(const Tensor& variable);
   std::string name() const override { return "AccumulateGrad"; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override;
-  // A leaf's gradient has the leaf's dtype (ops that round a float32 weight to an autocast dtype
-  // themselves send their gradient in that dtype).
+  // A leaf's gradient has the leaf's dtype, as every input's has in PyTorch's engine.
   std::optional<DType> grad_dtype(uint32_t) const override { return dtype_; }
 
  private:

@@ -2,7 +2,25 @@
 
 namespace mantissa {
 
-#define MT_DEFINE_TABLE(name, type) KernelTable<type> name##_kernel{#name};
+namespace {
+std::vector<KernelTableEntry>& table_list() {
+  static std::vector<KernelTableEntry> list;
+  return list;
+}
+bool list_table(KernelTableEntry entry) {
+  table_list().push_back(entry);
+  return true;
+}
+}  // namespace
+
+const std::vector<KernelTableEntry>& kernel_table_list() { return table_list(); }
+
+// Each table, and its entry in kernel_table_list() (whose `has` reads the slots when called,
+// after every kernel has registered).
+#define MT_DEFINE_TABLE(name, type)                       \
+  KernelTable<type> name##_kernel{#name};                 \
+  [[maybe_unused]] const bool name##_listed = list_table( \
+      {#name, [](DeviceType d) { return name##_kernel.slots[static_cast<int>(d)] != nullptr; }});
 #define MT_DEFINE_UNARY(name) MT_DEFINE_TABLE(name, UnaryKernel)
 #define MT_DEFINE_BINARY(name) MT_DEFINE_TABLE(name, BinaryKernel)
 MT_FORALL_UNARY_OPS(MT_DEFINE_UNARY)

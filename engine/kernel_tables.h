@@ -310,4 +310,12 @@ MT_DECLARE_TABLE(layer_norm_backward, LayerNormBackwardKernel)
 
 #undef MT_DECLARE_TABLE
 
+// Every table above by name, with whether a device type has a kernel in it (for the op index
+// test, tests/test_op_index.cpp).
+struct KernelTableEntry {
+  const char* name;
+  bool (*has_kernel)(DeviceType device_type);
+};
+const std::vector<KernelTableEntry>& kernel_table_list();
+
 }  // namespace mantissa

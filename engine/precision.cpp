@@ -4,7 +4,6 @@
 
 #include "engine/error.h"
 #include "engine/logging.h"
-#include "engine/op_id.h"
 
 namespace mantissa {
 namespace {
@@ -42,19 +41,4 @@ MatmulPrecision effective_matmul_precision(DeviceType device) {
   return d.enabled && d.tf32 ? MatmulPrecision::High : get_float32_matmul_precision();
 }
 
-}  // namespace mantissa
-
-namespace mantissa {
-const char* op_name(OpId op) {
-  switch (op) {
-#define MT_OP_NAME(name) \
-  case OpId::name:       \
-    return #name;
-    MT_FORALL_AUTOCAST_OPS(MT_OP_NAME)
-#undef MT_OP_NAME
-    case OpId::kCount:
-      break;
-  }
-  return "unknown";
-}
 }  // namespace mantissa

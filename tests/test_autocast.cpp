@@ -2,6 +2,7 @@
 // cache, TF32 and tensor-core emulation on the CPU, and AMP training against float32.
 #include <cmath>
 #include <stdexcept>
+#include <thread>
 
 #include "test_util.h"
 
@@ -311,9 +312,9 @@ TEST(Autocast, AmpTrainingMatchesFloat32) {
   }
 }
 
-// Linear layers round float32 weights to the autocast dtype themselves (no cast node per weight;
-// autograd/autocast_seam.h). The reference is what PyTorch's autocast computes: each weight cast
-// once per scope with its own node, the layers run on the cast tensors.
+// Autocast casts at the op boundary (autograd/autocast_wrapper.h). The reference is what
+// PyTorch's autocast computes, written out by hand: each weight cast once per scope with its own
+// node, shared by every use, and the layers run on the cast tensors.
 namespace {
 
 struct TwoLayers {
@@ -345,7 +346,7 @@ mt::Tensor mlp(const mt::Tensor& x, const std::vector<mt::Tensor>& w, bool fused
 }
 
 // Loss and gradients of a step over `inputs` (each through the two layers, MSE summed), under
-// autocast (direct casts), or with explicit casts shared by all uses (the reference).
+// autocast, or with explicit casts shared by all uses (the reference).
 std::vector<mt::Tensor> step(const TwoLayers& m, const std::vector<mt::Tensor>& inputs,
                              const mt::Tensor& target, mt::DType dtype, bool fused,
                              bool reference) {
@@ -385,7 +386,7 @@ void expect_same_bits(const std::vector<mt::Tensor>& a, const std::vector<mt::Te
 
 }  // namespace
 
-TEST(AutocastDirectCast, LinearLayersMatchSharedCastsBitForBit) {
+TEST(AutocastMatchesExplicitCasts, LinearLayersMatchSharedCastsBitForBit) {
   const TwoLayers m;
   const mt::Tensor x = mt::randn({20, 10}), target = mt::randn({20, 5});
   for (mt::DType dtype : {mt::kBFloat16, mt::kFloat16}) {
@@ -398,10 +399,10 @@ TEST(AutocastDirectCast, LinearLayersMatchSharedCastsBitForBit) {
   }
 }
 
-TEST(AutocastDirectCast, WeightsUsedTwiceInOneScopeSumGradientsInTheAutocastDtype) {
-  // The second use finds the first use's direct cast in the cache and reroutes it through one
-  // shared cast node, so both gradients are summed in bfloat16 before the float32 conversion,
-  // as with PyTorch's cached cast. Summing them in float32 instead changes the bits.
+TEST(AutocastMatchesExplicitCasts, WeightsUsedTwiceInOneScopeSumGradientsInTheAutocastDtype) {
+  // The second use finds the first use's cast in the cache, so both gradients are summed in
+  // bfloat16 before the cast's backward widens them, as with PyTorch's cached cast. Summing
+  // them in float32 instead would change the bits.
   const TwoLayers m;
   const mt::Tensor x1 = mt::randn({20, 10}), x2 = mt::randn({20, 10});
   const mt::Tensor target = mt::randn({20, 5});
@@ -412,20 +413,23 @@ TEST(AutocastDirectCast, WeightsUsedTwiceInOneScopeSumGradientsInTheAutocastDtyp
   }
 }
 
-TEST(AutocastDirectCast, WeightGradientFlowsStraightToTheWeight) {
+TEST(AutocastMatchesExplicitCasts, EachWeightReachesTheOpThroughOneCastNode) {
   const TwoLayers m;
   const mt::Tensor x = mt::randn({4, 10});
-  mt::Tensor y;
+  mt::Tensor y, y2;
   {
     autocast guard(mt::kCPU, mt::kBFloat16);
     y = mlp(x, m.params(), true);
+    y2 = mlp(x, m.params(), true);
     EXPECT_EQ(mt::amp::autocast_cache_size(), 4u);
   }
-  // Inputs: x (cast, no grad), then the four float32 weights with no cast node in between.
-  const auto node = y.grad_fn();
+  // Inputs: x (cast, no grad), then a cast node per weight, the same for both uses.
+  const auto node = y.grad_fn(), node2 = y2.grad_fn();
   ASSERT_EQ(node->next_edges.size(), 5u);
-  for (size_t i = 1; i < 5; ++i) EXPECT_EQ(node->next_edges[i].fn->name(), "AccumulateGrad");
-  // autograd::grad sees the weight's dtype, as .backward() stores it.
+  for (size_t i = 1; i < 5; ++i) {
+    EXPECT_EQ(node->next_edges[i].fn->name(), "ToCopyBackward0");
+    EXPECT_EQ(node->next_edges[i].fn, node2->next_edges[i].fn);
+  }
   const auto grads = mt::autograd::grad({y.to(mt::kFloat32).sum()}, {m.w1, m.b2}, {}, true);
   EXPECT_EQ(grads[0].dtype(), mt::kFloat32);
   EXPECT_EQ(grads[1].dtype(), mt::kFloat32);
@@ -434,10 +438,9 @@ TEST(AutocastDirectCast, WeightGradientFlowsStraightToTheWeight) {
   EXPECT_TRUE(mt::equal(grads[1], m.b2.grad()));
 }
 
-TEST(AutocastDirectCast, EveryLinearKernelPathMatchesSharedCasts) {
-  // The CPU kernels read the float32 weights rounded on their direct path and through rounded
-  // copies on the composed one (GELU, strided inputs, broadcast biases); both must give the
-  // bits of the cast weights, gradients included.
+TEST(AutocastMatchesExplicitCasts, EveryLinearKernelPathMatchesSharedCasts) {
+  // Every form of the fused kernels (activations, 3-d and strided inputs, broadcast biases)
+  // gives the bits of the cast weights, gradients included.
   mt::manual_seed(11);
   const mt::Tensor w = mt::randn({6, 8}).requires_grad_();
   const mt::Tensor b_full = mt::randn({6}).requires_grad_();
@@ -480,7 +483,7 @@ TEST(AutocastDirectCast, EveryLinearKernelPathMatchesSharedCasts) {
   }
 }
 
-TEST(AutocastDirectCast, FrozenWeightsOtherOpsAndNestedScopesMatchSharedCasts) {
+TEST(AutocastMatchesExplicitCasts, FrozenWeightsOtherOpsAndNestedScopesMatchSharedCasts) {
   namespace F = mt::nn::functional;
   TwoLayers m;
   const mt::Tensor x = mt::randn({20, 10}), x2 = mt::randn({20, 10}), x3 = mt::randn({20, 16});
@@ -490,7 +493,7 @@ TEST(AutocastDirectCast, FrozenWeightsOtherOpsAndNestedScopesMatchSharedCasts) {
     for (const auto& p : m.params()) g.push_back(p.grad());
     return g;
   };
-  // A frozen first-layer weight is cast as an input (no cache); its bias still goes direct.
+  // A frozen first-layer weight is cast as an input (no cache); its bias through the cache.
   {
     m.w1.requires_grad_(false);
     m.zero_grad();
@@ -531,9 +534,9 @@ TEST(AutocastDirectCast, FrozenWeightsOtherOpsAndNestedScopesMatchSharedCasts) {
   expect_same_bits(direct, grads(), "mm reuse and nested float16 scope");
 }
 
-TEST(AutocastDirectCast, WeightUpdatedInsideTheScopeKeepsItsOwnGradientPath) {
-  // A step between two uses in one scope: the second use casts the updated weight and the first
-  // use's gradient still reaches the weight (it is not rerouted through a cast of other values).
+TEST(AutocastMatchesExplicitCasts, WeightUpdatedInsideTheScopeKeepsItsOwnGradientPath) {
+  // A step between two uses in one scope: the second use casts the updated weight anew (the
+  // cache checks the weight's version) and both uses' gradients reach the weight.
   namespace F = mt::nn::functional;
   TwoLayers m;
   const mt::Tensor x = mt::randn({20, 10}), target = mt::randn({20, 5});
@@ -545,16 +548,17 @@ TEST(AutocastDirectCast, WeightUpdatedInsideTheScopeKeepsItsOwnGradientPath) {
     m.w1.add_(mt::ones_like(m.w1));  // w1 is not saved: x needs no gradient
   }
   const mt::Tensor second = F::mse_loss(mlp(x, m.params(), true), target);
-  // The loss reads the bfloat16 output through autocast's float32 cast.
-  const auto cast = first.grad_fn()->next_edges[0].fn;
-  ASSERT_EQ(cast->name(), "ToCopyBackward0");
-  ASSERT_EQ(cast->next_edges[0].fn->next_edges[1].fn->name(), "AccumulateGrad");
+  const auto w1_cast = [](const mt::Tensor& loss) {
+    return loss.grad_fn()->next_edges[0].fn->next_edges[0].fn->next_edges[1].fn;
+  };
+  ASSERT_EQ(w1_cast(first)->name(), "ToCopyBackward0");
+  EXPECT_NE(w1_cast(first), w1_cast(second));
   (first + second).backward();
   EXPECT_TRUE(m.w1.grad().defined());
   EXPECT_NE(mt::all_finite(m.w1.grad()).item<float>(), 0.0f);
 }
 
-TEST(AutocastDirectCast, ManyWeightsAreFoundThroughTheCacheIndex) {
+TEST(AutocastMatchesExplicitCasts, ManyWeightsAreFoundThroughTheCacheIndex) {
   // Past 32 entries the cache is indexed by a hash map; a second pass must still find and share
   // every weight's cast.
   namespace F = mt::nn::functional;
@@ -592,9 +596,9 @@ TEST(AutocastDirectCast, ManyWeightsAreFoundThroughTheCacheIndex) {
   expect_same_bits(run(false), run(true), "40 weights, two passes");
 }
 
-TEST(AutocastDirectCast, ActivationInputsAreRoundedByTheLayerWithTheirGradients) {
-  // A float32 activation (not a weight) is rounded by the CPU kernels as they read it; its
-  // gradient comes back in the autocast dtype and is widened by the engine, as a cast's would.
+TEST(AutocastMatchesExplicitCasts, ActivationInputsAreCastWithTheirGradients) {
+  // A float32 activation (not a weight) is cast on every use; its gradient comes back through the
+  // cast's backward in float32.
   TwoLayers m;
   const mt::Tensor a = mt::randn({20, 10}).requires_grad_();
   const mt::Tensor target = mt::randn({20, 5});
@@ -623,4 +627,36 @@ TEST(AutocastDirectCast, ActivationInputsAreRoundedByTheLayerWithTheirGradients)
       expect_same_bits(run(false), run(true), what);
     }
   }
+}
+
+TEST(AutocastMatchesExplicitCasts, BackwardOnAnotherThreadWhileTheScopeRunsForward) {
+  // Autocast never edits a recorded graph: a graph built in a scope can be backpropagated on
+  // another thread while the scope goes on recording ops that reuse its cached weight casts.
+  namespace F = mt::nn::functional;
+  const TwoLayers m;
+  const mt::Tensor x1 = mt::randn({20, 10}), x2 = mt::randn({20, 10});
+  const mt::Tensor target = mt::randn({20, 5});
+  const auto grads = [&] {
+    std::vector<mt::Tensor> g;
+    for (const auto& p : m.params()) g.push_back(p.grad());
+    return g;
+  };
+  m.zero_grad();
+  {
+    autocast guard(mt::kCPU, mt::kBFloat16);
+    F::mse_loss(mlp(x1, m.params(), true), target).backward();
+    F::mse_loss(mlp(x2, m.params(), false), target).backward();
+  }
+  const auto sequential = grads();
+  m.zero_grad();
+  {
+    autocast guard(mt::kCPU, mt::kBFloat16);
+    const mt::Tensor first = F::mse_loss(mlp(x1, m.params(), true), target);
+    std::thread backward([&] { first.backward(); });
+    for (int i = 0; i < 50; ++i) (void)mlp(x2, m.params(), i % 2 == 0);
+    const mt::Tensor second = F::mse_loss(mlp(x2, m.params(), false), target);
+    backward.join();
+    second.backward();
+  }
+  expect_same_bits(grads(), sequential, "backward on a second thread");
 }

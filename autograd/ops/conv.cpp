@@ -7,7 +7,7 @@
 // weight gradient correlates grad_out with the saved input, and the bias gradient sums grad_out
 // over N, H and W. Max pooling saves the argmax indices and scatters grad_out back to them.
 // Unbatched [C, H, W] inputs run as a batch of one through recorded views.
-#include "autograd/autocast_seam.h"
+#include "autograd/autocast_wrapper.h"
 #include "autograd/ops/elementwise_common.h"
 
 namespace mantissa {
@@ -218,18 +218,21 @@ Tensor avg_pool2d_batched(const Tensor& input, const PoolArgs& a, bool ceil_mode
   return out;
 }
 
-}  // namespace
-
-Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in, Size2 stride,
-              Size2 padding, Size2 dilation, int64_t groups) {
-  const Tensor input = autocast::cast_input(OpId::conv2d, input_in);
-  const Tensor weight = autocast::cast_input(OpId::conv2d, weight_in);
-  const Tensor bias = autocast::cast_input(OpId::conv2d, bias_in);
+Tensor conv2d_body(const Tensor& input, const Tensor& weight, const Tensor& bias, Size2 stride,
+                   Size2 padding, Size2 dilation, int64_t groups) {
   const bool unbatched = is_unbatched("conv2d", input);
   const Conv2dParams p{
       {stride.h, stride.w}, {padding.h, padding.w}, {dilation.h, dilation.w}, groups};
   if (unbatched) return conv2d_batched(input.unsqueeze(0), weight, bias, p).squeeze(0);
   return conv2d_batched(input, weight, bias, p);
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Size2 stride,
+              Size2 padding, Size2 dilation, int64_t groups) {
+  return autograd::with_autocast<OpId::conv2d>(conv2d_body, input, weight, bias, stride, padding,
+                                               dilation, groups);
 }
 
 Tensor max_pool2d(const Tensor& input, Size2 kernel_size, std::optional<Size2> stride,

@@ -2,7 +2,7 @@
 // promotion, unary math and activations, clamp, where, comparisons, and the in-place forms.
 #include <cmath>
 
-#include "autograd/autocast_seam.h"
+#include "autograd/autocast_wrapper.h"
 #include "autograd/ops/elementwise_common.h"
 
 namespace mantissa {
@@ -206,8 +206,9 @@ Tensor div(const Tensor& a, const Tensor& b) {
       });
 }
 
-Tensor pow(const Tensor& a_in, const Tensor& e_in) {
-  const Tensor a = autocast::cast_input(OpId::pow, a_in), e = autocast::cast_input(OpId::pow, e_in);
+namespace {
+
+Tensor pow_body(const Tensor& a, const Tensor& e) {
   return binary_op(
       "pow", "PowBackward1", pow_kernel, a, e, result_type(a, e),
       [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y,
@@ -221,8 +222,7 @@ Tensor pow(const Tensor& a_in, const Tensor& e_in) {
       /*save_out=*/true);
 }
 
-Tensor pow(const Tensor& a_in, const Scalar& e) {
-  const Tensor a = autocast::cast_input(OpId::pow, a_in);
+Tensor pow_scalar_body(const Tensor& a, const Scalar& e) {
   const DType compute = result_type(a, e);
   MT_CHECK(is_floating(compute) || e.is_floating() || e.to_int64() >= 0,
            "pow: integers to negative integer powers are not allowed (exponent ", e, ")");
@@ -241,6 +241,24 @@ Tensor pow(const Tensor& a_in, const Scalar& e) {
     }
   }
   return out;
+}
+
+Tensor exp_body(const Tensor& x) {
+  return unary_op("ExpBackward0", exp_kernel, x, true, kSaveOut,
+                  [](const Tensor& g, const Tensor&, const Tensor& out) { return g * out; });
+}
+Tensor log_body(const Tensor& x) {
+  return unary_op("LogBackward0", log_kernel, x, true, kSaveIn,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) { return g / in; });
+}
+
+}  // namespace
+
+Tensor pow(const Tensor& a, const Tensor& exponent) {
+  return autograd::with_autocast<OpId::pow>(pow_body, a, exponent);
+}
+Tensor pow(const Tensor& a, const Scalar& exponent) {
+  return autograd::with_autocast<OpId::pow>(pow_scalar_body, a, exponent);
 }
 
 namespace {
@@ -284,16 +302,8 @@ Tensor abs(const Tensor& x) {
   return unary_op("AbsBackward0", abs_kernel, x, false, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return g * sign(in); });
 }
-Tensor exp(const Tensor& x_in) {
-  const Tensor x = autocast::cast_input(OpId::exp, x_in);
-  return unary_op("ExpBackward0", exp_kernel, x, true, kSaveOut,
-                  [](const Tensor& g, const Tensor&, const Tensor& out) { return g * out; });
-}
-Tensor log(const Tensor& x_in) {
-  const Tensor x = autocast::cast_input(OpId::log, x_in);
-  return unary_op("LogBackward0", log_kernel, x, true, kSaveIn,
-                  [](const Tensor& g, const Tensor& in, const Tensor&) { return g / in; });
-}
+Tensor exp(const Tensor& x) { return autograd::with_autocast<OpId::exp>(exp_body, x); }
+Tensor log(const Tensor& x) { return autograd::with_autocast<OpId::log>(log_body, x); }
 Tensor sqrt(const Tensor& x) {
   return unary_op(
       "SqrtBackward0", sqrt_kernel, x, true, kSaveOut,

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "autograd/autocast_wrapper.h"
 #include "autograd/ops/elementwise_common.h"
 
 namespace mantissa {
@@ -202,7 +203,9 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
 }
 
 // ---- cat / stack --------------------------------------------------------------------------------
-Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+namespace {
+
+Tensor cat_body(const std::vector<Tensor>& tensors, int64_t dim) {
   MT_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
   // As in PyTorch, 1-D tensors of size 0 are accepted next to tensors of any rank and skipped.
   const auto skipped = [](const Tensor& t) { return t.dim() == 1 && t.size(0) == 0; };
@@ -273,7 +276,15 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   return out;
 }
 
-Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+}  // namespace
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  return autograd::with_autocast<OpId::cat>(cat_body, tensors, dim);
+}
+
+namespace {
+
+Tensor stack_body(const std::vector<Tensor>& tensors, int64_t dim) {
   MT_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
   const int64_t d = wrap_dim(dim, tensors[0].dim() + 1, "stack");
   std::vector<Tensor> parts;
@@ -285,7 +296,13 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
              " at entry 0 and ", tensors[i].shape(), " at entry ", i);
     parts.push_back(tensors[i].unsqueeze(d));
   }
-  return cat(parts, d);
+  return cat_body(parts, d);
+}
+
+}  // namespace
+
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  return autograd::with_autocast<OpId::stack>(stack_body, tensors, dim);
 }
 
 }  // namespace mantissa

@@ -4,7 +4,7 @@
 // its fused-activation forms are in autograd/ops/linear.cpp (the fused linear kernels).
 #include <algorithm>
 
-#include "autograd/autocast_seam.h"
+#include "autograd/autocast_wrapper.h"
 #include "autograd/ops/elementwise_common.h"
 
 namespace mantissa {
@@ -55,8 +55,9 @@ Shape drop_last(const Shape& s, int64_t n) {
 
 }  // namespace
 
-Tensor mm(const Tensor& a_in, const Tensor& b_in) {
-  const Tensor a = autocast::cast_input(OpId::mm, a_in), b = autocast::cast_input(OpId::mm, b_in);
+namespace {
+
+Tensor mm_body(const Tensor& a, const Tensor& b) {
   check_operands("mm", a, b);
   MT_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D matrices, got ", a.dim(), "-D ",
            a.shape(), " and ", b.dim(), "-D ", b.shape());
@@ -76,8 +77,7 @@ Tensor mm(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
-Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
-  const Tensor a = autocast::cast_input(OpId::bmm, a_in), b = autocast::cast_input(OpId::bmm, b_in);
+Tensor bmm_body(const Tensor& a, const Tensor& b) {
   check_operands("bmm", a, b);
   MT_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors, got ", a.dim(), "-D ",
            a.shape(), " and ", b.dim(), "-D ", b.shape());
@@ -101,9 +101,7 @@ Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
 
 // torch.matmul: a 1-D operand gains a dim (rows for a, columns for b) that the result drops
 // again; dims before the last two are batch dims and broadcast.
-Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
-  const Tensor a = autocast::cast_input(OpId::matmul, a_in);
-  const Tensor b = autocast::cast_input(OpId::matmul, b_in);
+Tensor matmul_body(const Tensor& a, const Tensor& b) {
   check_operands("matmul", a, b);
   MT_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need to be at least 1D, but ",
            "they are ", a.dim(), "D and ", b.dim(), "D");
@@ -155,6 +153,18 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (a.dim() == 1) return out.squeeze(-2);
   if (b.dim() == 1) return out.squeeze(-1);
   return out;
+}
+
+}  // namespace
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  return autograd::with_autocast<OpId::mm>(mm_body, a, b);
+}
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  return autograd::with_autocast<OpId::bmm>(bmm_body, a, b);
+}
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  return autograd::with_autocast<OpId::matmul>(matmul_body, a, b);
 }
 
 Tensor Tensor::matmul(const Tensor& other) const { return mantissa::matmul(*this, other); }

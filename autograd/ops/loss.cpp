@@ -10,7 +10,7 @@
 #include <limits>
 #include <optional>
 
-#include "autograd/autocast_seam.h"
+#include "autograd/autocast_wrapper.h"
 #include "autograd/ops/elementwise_common.h"
 #include "engine/logging.h"
 
@@ -179,12 +179,8 @@ Tensor pick_backward(const Tensor& g, const Tensor& hit, const Tensor& weight) {
   return where(hit, (-(g * weight)).unsqueeze(1), 0.0);
 }
 
-}  // namespace
-
 // ---- elementwise losses -------------------------------------------------------------------------
-Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
-  const Tensor input = autocast::cast_input(OpId::mse_loss, input_in);
-  const Tensor target = autocast::cast_input(OpId::mse_loss, target_in);
+Tensor mse_loss_body(const Tensor& input, const Tensor& target, Reduction reduction) {
   const Pair p = prepare_pair("mse_loss", input, target);
   const Tensor diff = add_k(p.input, p.target, -1.0);
   const Tensor out = reduce_loss(ops::run_binary_same(mul_kernel, diff, diff), reduction);
@@ -204,9 +200,7 @@ Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduc
   return out;
 }
 
-Tensor l1_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
-  const Tensor input = autocast::cast_input(OpId::l1_loss, input_in);
-  const Tensor target = autocast::cast_input(OpId::l1_loss, target_in);
+Tensor l1_loss_body(const Tensor& input, const Tensor& target, Reduction reduction) {
   const Pair p = prepare_pair("l1_loss", input, target);
   const Tensor out =
       reduce_loss(ops::run_unary(abs_kernel, add_k(p.input, p.target, -1.0)), reduction);
@@ -224,13 +218,9 @@ Tensor l1_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduct
   return out;
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& target_in,
-                                        Reduction reduction, const Tensor& pos_weight_in) {
+Tensor binary_cross_entropy_with_logits_body(const Tensor& input, const Tensor& target,
+                                             Reduction reduction, const Tensor& pos_weight) {
   constexpr const char* op = "binary_cross_entropy_with_logits";
-  const Tensor input = autocast::cast_input(OpId::binary_cross_entropy_with_logits, input_in);
-  const Tensor target = autocast::cast_input(OpId::binary_cross_entropy_with_logits, target_in);
-  const Tensor pos_weight =
-      autocast::cast_input(OpId::binary_cross_entropy_with_logits, pos_weight_in);
   check_floating(op, input);
   MT_CHECK(target.shape() == input.shape(), op, ": target size (", target.shape(),
            ") must be the same as input size (", input.shape(), ")");
@@ -293,9 +283,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& ta
 }
 
 // ---- class losses -------------------------------------------------------------------------------
-Tensor nll_loss(const Tensor& logp_in, const Tensor& target, Reduction reduction,
-                int64_t ignore_index) {
-  const Tensor logp = autocast::cast_input(OpId::nll_loss, logp_in);
+Tensor nll_loss_body(const Tensor& logp, const Tensor& target, Reduction reduction,
+                     int64_t ignore_index) {
   MT_CHECK(logp.dim() >= 1, "nll_loss: input must have at least 1 dimension");
   check_floating("nll_loss", logp);
   // Unbatched [C] input with a 0-d target, or class dim 1 of [N, C, d1, ...].
@@ -328,10 +317,8 @@ Tensor nll_loss(const Tensor& logp_in, const Tensor& target, Reduction reduction
   return out;
 }
 
-Tensor cross_entropy(const Tensor& input_in, const Tensor& target_in, Reduction reduction,
-                     double label_smoothing, int64_t ignore_index) {
-  const Tensor x = autocast::cast_input(OpId::cross_entropy, input_in);
-  const Tensor target = autocast::cast_input(OpId::cross_entropy, target_in);
+Tensor cross_entropy_body(const Tensor& x, const Tensor& target, Reduction reduction,
+                          double label_smoothing, int64_t ignore_index) {
   check_floating("cross_entropy", x);
   MT_CHECK(x.dim() >= 1, "cross_entropy: input must have at least 1 dimension");
   MT_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
@@ -431,6 +418,30 @@ Tensor cross_entropy(const Tensor& input_in, const Tensor& target_in, Reduction 
     });
   }
   return out;
+}
+
+}  // namespace
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return autograd::with_autocast<OpId::mse_loss>(mse_loss_body, input, target, reduction);
+}
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return autograd::with_autocast<OpId::l1_loss>(l1_loss_body, input, target, reduction);
+}
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        Reduction reduction, const Tensor& pos_weight) {
+  return autograd::with_autocast<OpId::binary_cross_entropy_with_logits>(
+      binary_cross_entropy_with_logits_body, input, target, reduction, pos_weight);
+}
+Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction,
+                int64_t ignore_index) {
+  return autograd::with_autocast<OpId::nll_loss>(nll_loss_body, input, target, reduction,
+                                                 ignore_index);
+}
+Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction,
+                     double label_smoothing, int64_t ignore_index) {
+  return autograd::with_autocast<OpId::cross_entropy>(cross_entropy_body, input, target, reduction,
+                                                      label_smoothing, ignore_index);
 }
 
 }  // namespace mantissa

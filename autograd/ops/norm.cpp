@@ -1,6 +1,6 @@
 // layer_norm: one node whose forward and backward are the layer_norm_forward/backward kernels
 // over [M, N] rows (M rows of the N normalised elements). Takes autocast's float32 policy.
-#include "autograd/autocast_seam.h"
+#include "autograd/autocast_wrapper.h"
 #include "autograd/function.h"
 #include "autograd/functions.h"
 #include "engine/kernel_tables.h"
@@ -46,13 +46,8 @@ void check_layer_norm(const Tensor& x, const Shape& normalized_shape, const Tens
   }
 }
 
-}  // namespace
-
-Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in,
-                  const Tensor& bias_in, double eps) {
-  const Tensor x = autocast::cast_input(OpId::layer_norm, x_in);
-  const Tensor weight = autocast::cast_input(OpId::layer_norm, weight_in);
-  const Tensor bias = autocast::cast_input(OpId::layer_norm, bias_in);
+Tensor layer_norm_body(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                       const Tensor& bias, double eps) {
   check_layer_norm(x, normalized_shape, weight, bias);
   // mean/rstd are saved in opmath (float64 only for a float64 input).
   const int64_t N = normalized_shape.numel();
@@ -87,6 +82,14 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
     });
   }
   return y;
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  return autograd::with_autocast<OpId::layer_norm>(layer_norm_body, x, normalized_shape, weight,
+                                                   bias, eps);
 }
 
 }  // namespace mantissa

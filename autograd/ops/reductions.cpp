@@ -4,11 +4,11 @@
 // Every reduction runs its kernel on an output in keepdim form (reduced dims kept with size 1);
 // without keepdim the result is a view of it with those dims dropped. Backward formulas undo
 // that: the gradient is reshaped back to keepdim form and broadcast against the input.
-// sum, mean and norm take autocast's float32 policy (half inputs are reduced in float32).
+// sum and norm take autocast's float32 policy (half inputs are reduced in float32).
 #include <algorithm>
 #include <cmath>
 
-#include "autograd/autocast_seam.h"
+#include "autograd/autocast_wrapper.h"
 #include "autograd/function.h"
 #include "autograd/functions.h"
 #include "engine/kernel_tables.h"
@@ -206,8 +206,9 @@ Tensor norm_backward(const Tensor& g, const Tensor& x, const Tensor& n, double p
 
 }  // namespace
 
-Tensor sum(const Tensor& x_in, const Shape& dims, bool keepdim, std::optional<DType> dtype) {
-  const Tensor x = autocast::cast_input(OpId::sum, x_in);
+namespace {
+
+Tensor sum_body(const Tensor& x, const Shape& dims, bool keepdim, std::optional<DType> dtype) {
   const ReducedDims r = make_reduction(x, dims, keepdim, "sum");
   const bool integral_in = is_integral(x.dtype(), /*include_bool=*/true);
   const DType target = dtype.value_or(integral_in ? kInt64 : x.dtype());
@@ -225,8 +226,13 @@ Tensor sum(const Tensor& x_in, const Shape& dims, bool keepdim, std::optional<DT
   return res;
 }
 
-Tensor mean(const Tensor& x_in, const Shape& dims, bool keepdim) {
-  const Tensor x = autocast::cast_input(OpId::mean, x_in);
+}  // namespace
+
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim, std::optional<DType> dtype) {
+  return autograd::with_autocast<OpId::sum>(sum_body, x, dims, keepdim, dtype);
+}
+
+Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   MT_CHECK(is_floating(x.dtype()),
            "mean(): could not infer output dtype. Input dtype must be either a floating point or "
            "complex dtype. Got: ",
@@ -284,8 +290,9 @@ Tensor std(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim)
   return var_or_std(x, dims, correction, keepdim, true);
 }
 
-Tensor norm(const Tensor& x_in, double p, const Shape& dims, bool keepdim) {
-  const Tensor x = autocast::cast_input(OpId::norm, x_in);
+namespace {
+
+Tensor norm_body(const Tensor& x, double p, const Shape& dims, bool keepdim) {
   MT_CHECK(is_floating(x.dtype()), "norm(): expected a floating point tensor as input, got ",
            x.dtype());
   const ReducedDims r = make_reduction(x, dims, keepdim, "norm");
@@ -299,6 +306,12 @@ Tensor norm(const Tensor& x_in, double p, const Shape& dims, bool keepdim) {
     });
   }
   return res;
+}
+
+}  // namespace
+
+Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
+  return autograd::with_autocast<OpId::norm>(norm_body, x, p, dims, keepdim);
 }
 
 Tensor all_finite(const Tensor& x) {

@@ -1,7 +1,7 @@
 // softmax and log_softmax along one dim, with backwards that reuse the forward output
 // (softmax: y (g - sum(g y)); log_softmax: g - exp(y) sum(g)) through dedicated kernels.
 // Both take autocast's float32 policy.
-#include "autograd/autocast_seam.h"
+#include "autograd/autocast_wrapper.h"
 #include "autograd/function.h"
 #include "autograd/functions.h"
 #include "engine/kernel_tables.h"
@@ -13,9 +13,8 @@ using autograd::BackwardContext;
 using autograd::Recorder;
 using Grads = std::vector<Tensor>;
 
-Tensor softmax_op(const Tensor& x_in, int64_t dim, bool log) {
+Tensor softmax_op(const Tensor& x, int64_t dim, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
-  const Tensor x = autocast::cast_input(log ? OpId::log_softmax : OpId::softmax, x_in);
   MT_CHECK(is_floating(x.dtype()), op, ": expected a floating point tensor, got ", x.dtype(),
            " (cast the input first, e.g. x.to(kFloat32))");
   const int64_t d = wrap_dim(dim, x.dim(), op);
@@ -36,8 +35,12 @@ Tensor softmax_op(const Tensor& x_in, int64_t dim, bool log) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_op(x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_op(x, dim, true); }
+Tensor softmax(const Tensor& x, int64_t dim) {
+  return autograd::with_autocast<OpId::softmax>(softmax_op, x, dim, false);
+}
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return autograd::with_autocast<OpId::log_softmax>(softmax_op, x, dim, true);
+}
 
 Tensor Tensor::softmax(int64_t dim) const { return mantissa::softmax(*this, dim); }
 Tensor Tensor::log_softmax(int64_t dim) const { return mantissa::log_softmax(*this, dim); }

@@ -1,0 +1,402 @@
+#include "op_cases.h"
+
+#include "autograd/linear_act.h"
+
+namespace mantissa::testing {
+namespace {
+
+namespace mt = mantissa;
+namespace F = mt::nn::functional;
+
+constexpr uint32_t kFloat = mt::kFloatingTypes;
+constexpr uint32_t kNumber = mt::kAllTypes;
+constexpr uint32_t kAny = mt::kAllTypesAndBool;
+
+// Index tensors shared by the indexing cases (valid for every shape they are used with).
+const Tensor& gather_index() {
+  static const Tensor t = mt::randint(0, 4, {3, 4}, mt::kInt64);
+  return t;
+}
+const Tensor& select_index() {
+  static const Tensor t = mt::randint(0, 4, {6}, mt::kInt64);
+  return t;
+}
+const Tensor& class_target() {
+  static const Tensor t = mt::randint(0, 5, {4}, mt::kInt64);
+  return t;
+}
+Tensor on(const Tensor& t, const Tensor& like) { return t.to(like.device()); }
+
+}  // namespace
+
+const std::vector<OpCase>& op_cases() {
+  using Act = mt::LinearActivation;
+  static const std::vector<OpCase> cases = [] {
+    std::vector<OpCase> v;
+    auto unary = [&](const std::string& name, uint32_t dtypes, Tensor (*f)(const Tensor&),
+                     double lo = -2, double hi = 2, bool diff = true) {
+      v.push_back(
+          {name, dtypes, {{5, 7}}, [f](const Inputs& x) { return f(x[0]); }, lo, hi, 1.0, diff});
+    };
+    constexpr uint32_t kSigned = kNumber & ~mt::dtype_bit(mt::kUInt8);
+    unary("neg", kSigned, &mt::neg, -2, 2);
+    unary("abs", kNumber, &mt::abs, -2, 2);
+    unary("exp", kFloat, &mt::exp);
+    unary("log", kFloat, &mt::log, 0.1, 3);
+    unary("sqrt", kFloat, &mt::sqrt, 0.1, 3);
+    unary("rsqrt", kFloat, &mt::rsqrt, 0.1, 3);
+    unary("relu", kNumber, &mt::relu);
+    unary("sigmoid", kFloat, &mt::sigmoid);
+    unary("tanh", kFloat, &mt::tanh);
+    unary("silu", kFloat, &mt::silu);
+    unary("sign", kSigned, &mt::sign, -2, 2);
+    unary("reciprocal", kFloat, &mt::reciprocal, 0.5, 2);
+    unary("sin", kFloat, &mt::sin);
+    unary("cos", kFloat, &mt::cos);
+    unary("log1p", kFloat, &mt::log1p, -0.5, 2);
+    unary("expm1", kFloat, &mt::expm1);
+    unary("square", kNumber, &mt::square);
+    v.push_back({"gelu", kFloat, {{5, 7}}, [](const Inputs& x) { return mt::gelu(x[0]); }});
+    v.push_back(
+        {"gelu_tanh", kFloat, {{5, 7}}, [](const Inputs& x) { return mt::gelu(x[0], "tanh"); }});
+    v.back().op = "gelu";
+
+    auto binary = [&](const std::string& name, uint32_t dtypes,
+                      Tensor (*f)(const Tensor&, const Tensor&), double lo = -2, double hi = 2,
+                      bool diff = true) {
+      v.push_back({name,
+                   dtypes,
+                   {{5, 7}, {5, 7}},
+                   [f](const Inputs& x) { return f(x[0], x[1]); },
+                   lo,
+                   hi,
+                   1.0,
+                   diff});
+    };
+    v.push_back(
+        {"add", kNumber, {{5, 7}, {5, 7}}, [](const Inputs& x) { return mt::add(x[0], x[1], 2); }});
+    binary("mul", kNumber, &mt::mul);
+    v.push_back({"div", kFloat, {{5, 7}, {5, 7}}, [](const Inputs& x) {
+                   return mt::div(x[0], mt::abs(x[1]) + 0.5);
+                 }});
+    v.push_back({"pow", kFloat, {{5, 7}, {5, 7}}, [](const Inputs& x) {
+                   return mt::pow(mt::abs(x[0]) + 0.5, x[1]);
+                 }});
+    binary("maximum", kNumber, &mt::maximum);
+    binary("minimum", kNumber, &mt::minimum);
+    for (auto [name, f] :
+         std::vector<std::pair<const char*, Tensor (*)(const Tensor&, const Tensor&)>>{
+             {"eq", &mt::eq},
+             {"ne", &mt::ne},
+             {"lt", &mt::lt},
+             {"le", &mt::le},
+             {"gt", &mt::gt},
+             {"ge", &mt::ge}}) {
+      binary(name, kAny, f, -2, 2, false);
+    }
+    v.push_back({"where", kAny, {{5, 7}, {5, 7}, {5, 7}}, [](const Inputs& x) {
+                   return mt::where(x[0].to(mt::kFloat64) > 0, x[1], x[2]);
+                 }});
+    v.push_back({"clamp",
+                 kNumber,
+                 {{5, 7}},
+                 [](const Inputs& x) { return mt::clamp(x[0], -1, 1.5); },
+                 -3,
+                 3});
+    v.push_back({"copy", kAny, {{5, 7}}, [](const Inputs& x) { return x[0].contiguous(); }});
+    v.back().op = "contiguous";
+    for (DType to : mt::testing::all_dtypes()) {
+      v.push_back({std::string("cast to ") + std::string(mt::dtype_name(to)),
+                   kAny,
+                   {{5, 7}},
+                   [to](const Inputs& x) { return x[0].to(to); },
+                   -2,
+                   2,
+                   1.0,
+                   false});
+      v.back().op = "to";
+    }
+    v.push_back({"to float64", kFloat, {{5, 7}}, [](const Inputs& x) {
+                   return mt::to(x[0], mt::kFloat64);
+                 }});
+    v.back().op = "to";
+
+    // Reductions fold up to 35 elements.
+    v.push_back({"sum",
+                 kNumber,
+                 {{5, 7, 3}},
+                 [](const Inputs& x) { return mt::sum(x[0], {1}); },
+                 -2,
+                 2,
+                 8});
+    v.push_back({"mean",
+                 kFloat,
+                 {{5, 7, 3}},
+                 [](const Inputs& x) {
+                   return mt::mean(x[0], {0, 2});
+                 },
+                 -2,
+                 2,
+                 8});
+    v.push_back({"amax", kNumber, {{5, 7}}, [](const Inputs& x) { return mt::amax(x[0], {1}); }});
+    v.push_back({"amin", kNumber, {{5, 7}}, [](const Inputs& x) { return mt::amin(x[0], {0}); }});
+    v.push_back(
+        {"var", kFloat, {{5, 7}}, [](const Inputs& x) { return mt::var(x[0], {1}); }, -2, 2, 8});
+    v.push_back({"norm",
+                 kFloat,
+                 {{5, 7}},
+                 [](const Inputs& x) { return mt::norm(x[0], 2.0, {0}); },
+                 -2,
+                 2,
+                 8});
+    v.push_back(
+        {"max_dim", kNumber, {{5, 7}}, [](const Inputs& x) { return mt::max(x[0], 1).values; }});
+    v.back().op = "max";
+    v.push_back({"argmin",
+                 kNumber,
+                 {{5, 7}},
+                 [](const Inputs& x) { return mt::argmin(x[0], 0); },
+                 -2,
+                 2,
+                 1.0,
+                 false});
+    v.push_back({"all_finite",
+                 kAny,
+                 {{5, 7}},
+                 [](const Inputs& x) { return mt::all_finite(x[0]); },
+                 -2,
+                 2,
+                 1.0,
+                 false});
+    v.push_back({"softmax",
+                 kFloat,
+                 {{5, 7}},
+                 [](const Inputs& x) { return mt::softmax(x[0], 1); },
+                 -2,
+                 2,
+                 8});
+    v.push_back({"log_softmax",
+                 kFloat,
+                 {{5, 7}},
+                 [](const Inputs& x) { return mt::log_softmax(x[0], 0); },
+                 -2,
+                 2,
+                 8});
+
+    // GEMMs: K = 6, so a few roundings of the inputs' magnitude.
+    OpCase mm{"mm", kNumber, {{5, 6}, {6, 4}}, [](const Inputs& x) { return mt::mm(x[0], x[1]); }};
+    mm.tol_scale = 8;
+    mm.tf32_sensitive = true;
+    v.push_back(mm);
+    OpCase bmm{"bmm", kNumber, {{3, 5, 6}, {3, 6, 4}}, [](const Inputs& x) {
+                 return mt::bmm(x[0], x[1]);
+               }};
+    bmm.tol_scale = 8;
+    bmm.tf32_sensitive = true;
+    v.push_back(bmm);
+    for (Act act : {Act::None, Act::Relu, Act::GeluTanh}) {
+      const std::string an = act == Act::None ? "" : act == Act::Relu ? " relu" : " gelu_tanh";
+      OpCase lin{"linear" + an, kFloat, {{2, 5, 6}, {8, 6}, {8}}, [act](const Inputs& x) {
+                   return F::linear(x[0], x[1], x[2], act);
+                 }};
+      lin.tol_scale = 8;
+      lin.tf32_sensitive = true;
+      lin.op = act == Act::None ? "linear" : "linear_act";
+      v.push_back(lin);
+      if (act == Act::None) continue;
+      OpCase block{"linear_act_linear" + an,
+                   kFloat,
+                   {{4, 6}, {8, 6}, {8}, {3, 8}, {3}},
+                   [act](const Inputs& x) {
+                     return F::linear_act_linear(x[0], x[1], x[2], act, x[3], x[4]);
+                   }};
+      block.tol_scale = 16;
+      block.tf32_sensitive = true;
+      block.op = "linear_act_linear";
+      v.push_back(block);
+    }
+    v.push_back({"layer_norm",
+                 kFloat,
+                 {{4, 3, 8}, {8}, {8}},
+                 [](const Inputs& x) { return F::layer_norm(x[0], {8}, x[1], x[2]); },
+                 -2,
+                 2,
+                 8});
+
+    v.push_back({"gather", kAny, {{3, 5}}, [](const Inputs& x) {
+                   return mt::gather(x[0], 1, on(gather_index(), x[0]));
+                 }});
+    v.push_back({"index_select", kAny, {{5, 4}}, [](const Inputs& x) {
+                   return mt::index_select(x[0], 1, on(select_index(), x[0]));
+                 }});
+    v.push_back(
+        {"scatter_add",
+         kNumber,
+         {{5, 4}, {3, 4}},
+         [](const Inputs& x) { return mt::scatter_add(x[0], 0, on(gather_index(), x[0]), x[1]); },
+         -2,
+         2,
+         4});
+    v.push_back(
+        {"index_add",
+         kNumber,
+         {{5, 4}, {5, 6}},
+         [](const Inputs& x) { return mt::index_add(x[0], 1, on(select_index(), x[0]), x[1]); },
+         -2,
+         2,
+         4});
+
+    OpCase conv{"conv2d", kFloat, {{2, 3, 6, 5}, {4, 3, 3, 3}, {4}}, [](const Inputs& x) {
+                  return mt::conv2d(x[0], x[1], x[2], 1, 1);
+                }};
+    conv.tol_scale = 16;
+    conv.tf32_sensitive = true;
+    v.push_back(conv);
+    v.push_back({"max_pool2d", kFloat, {{2, 3, 6, 5}}, [](const Inputs& x) {
+                   return mt::max_pool2d(x[0], 2, 1, 1);
+                 }});
+    v.push_back({"avg_pool2d",
+                 kFloat,
+                 {{2, 3, 6, 5}},
+                 [](const Inputs& x) { return mt::avg_pool2d(x[0], 3, 2, 1); },
+                 -2,
+                 2,
+                 4});
+
+    // Losses are compositions of the ops above; they are here for their autograd on CUDA.
+    v.push_back({"cross_entropy",
+                 kFloat,
+                 {{4, 5}},
+                 [](const Inputs& x) { return F::cross_entropy(x[0], on(class_target(), x[0])); },
+                 -2,
+                 2,
+                 8});
+    v.push_back({"mse_loss",
+                 kFloat,
+                 {{4, 5}, {4, 5}},
+                 [](const Inputs& x) { return F::mse_loss(x[0], x[1]); },
+                 -2,
+                 2,
+                 8});
+    v.push_back({"bce_with_logits",
+                 kFloat,
+                 {{4, 5}, {4, 5}},
+                 [](const Inputs& x) {
+                   return F::binary_cross_entropy_with_logits(x[0], mt::sigmoid(x[1]));
+                 },
+                 -2,
+                 2,
+                 8});
+    v.back().op = "binary_cross_entropy_with_logits";
+
+    // Views, joins and the remaining ops of the index.
+    v.push_back(
+        {"sub", kNumber, {{5, 7}, {5, 7}}, [](const Inputs& x) { return mt::sub(x[0], x[1], 2); }});
+    for (auto [name, f] :
+         std::vector<std::pair<const char*, Tensor (*)(const Tensor&, const Tensor&)>>{
+             {"logical_and", &mt::logical_and}, {"logical_or", &mt::logical_or}}) {
+      v.push_back({name,
+                   kAny,
+                   {{5, 7}, {5, 7}},
+                   [f](const Inputs& x) { return f(x[0] > 0, x[1] > 0); },
+                   -2,
+                   2,
+                   1.0,
+                   false});
+    }
+    v.push_back({"logical_not",
+                 kAny,
+                 {{5, 7}},
+                 [](const Inputs& x) { return mt::logical_not(x[0] > 0); },
+                 -2,
+                 2,
+                 1.0,
+                 false});
+    v.push_back({"clone", kAny, {{5, 7}}, [](const Inputs& x) { return mt::clone(x[0]); }});
+    v.push_back({"reshape", kAny, {{5, 7}}, [](const Inputs& x) {
+                   return mt::reshape(x[0], {7, 5});
+                 }});
+    v.push_back({"view", kAny, {{5, 7}}, [](const Inputs& x) {
+                   return mt::view(x[0].contiguous(), {35});
+                 }});
+    v.push_back(
+        {"transpose", kAny, {{5, 7}}, [](const Inputs& x) { return mt::transpose(x[0], 0, 1); }});
+    v.push_back({"permute", kAny, {{3, 4, 5}}, [](const Inputs& x) {
+                   return mt::permute(x[0], {2, 0, 1});
+                 }});
+    v.push_back(
+        {"narrow", kAny, {{5, 7}}, [](const Inputs& x) { return mt::narrow(x[0], 1, 2, 3); }});
+    v.push_back({"select", kAny, {{5, 7}}, [](const Inputs& x) { return mt::select(x[0], 0, 2); }});
+    v.push_back(
+        {"squeeze", kAny, {{5, 1, 7}}, [](const Inputs& x) { return mt::squeeze(x[0], 1); }});
+    v.push_back(
+        {"unsqueeze", kAny, {{5, 7}}, [](const Inputs& x) { return mt::unsqueeze(x[0], 1); }});
+    v.push_back({"expand", kAny, {{1, 7}}, [](const Inputs& x) {
+                   return mt::expand(x[0], {5, 7});
+                 }});
+    v.push_back(
+        {"flatten", kAny, {{3, 4, 5}}, [](const Inputs& x) { return mt::flatten(x[0], 1); }});
+    v.push_back({"broadcast_tensors", kAny, {{5, 7}, {1, 7}}, [](const Inputs& x) {
+                   return mt::broadcast_tensors({x[0], x[1]})[1];
+                 }});
+    v.push_back({"min", kNumber, {{5, 7}}, [](const Inputs& x) { return mt::min(x[0]); }});
+    v.push_back({"argmax",
+                 kNumber,
+                 {{5, 7}},
+                 [](const Inputs& x) { return mt::argmax(x[0], 1); },
+                 -2,
+                 2,
+                 1.0,
+                 false});
+    v.push_back(
+        {"std", kFloat, {{5, 7}}, [](const Inputs& x) { return mt::std(x[0], {1}); }, -2, 2, 8});
+    OpCase matmul{"matmul", kFloat, {{2, 5, 6}, {6, 4}}, [](const Inputs& x) {
+                    return mt::matmul(x[0], x[1]);
+                  }};
+    matmul.tol_scale = 8;
+    matmul.tf32_sensitive = true;
+    v.push_back(matmul);
+    v.push_back({"one_hot",
+                 kAny,
+                 {{5, 7}},
+                 [](const Inputs& x) { return mt::one_hot(on(select_index(), x[0]), 5); },
+                 -2,
+                 2,
+                 1.0,
+                 false});
+    v.push_back({"cat", kAny, {{5, 7}, {5, 3}}, [](const Inputs& x) {
+                   return mt::cat({x[0], x[1]}, 1);
+                 }});
+    v.push_back({"stack", kAny, {{5, 7}, {5, 7}}, [](const Inputs& x) {
+                   return mt::stack({x[0], x[1]}, 0);
+                 }});
+    v.push_back({"dropout", kFloat, {{5, 7}}, [](const Inputs& x) {
+                   mt::Generator gen(7);
+                   return mt::dropout(x[0], 0.3, true, &gen);
+                 }});
+    v.push_back({"nll_loss",
+                 kFloat,
+                 {{4, 5}},
+                 [](const Inputs& x) { return F::nll_loss(x[0], on(class_target(), x[0])); },
+                 -2,
+                 2,
+                 8});
+    v.push_back({"l1_loss",
+                 kFloat,
+                 {{4, 5}, {4, 5}},
+                 [](const Inputs& x) { return F::l1_loss(x[0], x[1]); },
+                 -2,
+                 2,
+                 8});
+    return v;
+  }();
+  return cases;
+}
+
+std::string label(const OpCase& c, DType dt) {
+  return c.name + " " + std::string(mt::dtype_name(dt));
+}
+
+bool supports(const OpCase& c, DType dt) { return (c.dtypes & mt::dtype_bit(dt)) != 0; }
+
+}  // namespace mantissa::testing

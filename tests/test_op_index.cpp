@@ -1,0 +1,256 @@
+// The op index (autograd/op_index.h) against the code: every op names kernel tables that exist
+// and have a CPU kernel (and a CUDA one in a CUDA build), lives in the file it names, has an op
+// case (tests/op_cases.cpp) that runs for every dtype it claims, passes gradcheck in float64 when
+// it is differentiable (and records nothing when it is not), and behaves under autocast as its
+// policy says. The checks are functions returning problems, so that the tests at the end can
+// show they catch an op missing a kernel, a case, a gradcheck or a policy.
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "amp/autocast.h"
+#include "autograd/op_index.h"
+#include "engine/kernel_tables.h"
+#include "op_cases.h"
+#include "test_util.h"
+
+namespace mt = mantissa;
+using mt::CastPolicy;
+using mt::DType;
+using mt::OpInfo;
+using mt::Shape;
+using mt::Tensor;
+using mt::testing::Inputs;
+using mt::testing::label;
+using mt::testing::op_cases;
+using mt::testing::op_of;
+using mt::testing::OpCase;
+using mt::testing::supports;
+using Problems = std::vector<std::string>;
+
+namespace {
+
+std::vector<std::string> words(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+const mt::KernelTableEntry* find_table(const std::string& name) {
+  for (const auto& t : mt::kernel_table_list())
+    if (name == t.name) return &t;
+  return nullptr;
+}
+
+std::vector<const OpCase*> cases_of(const OpInfo& op, const std::vector<OpCase>& cases) {
+  std::vector<const OpCase*> out;
+  for (const OpCase& c : cases)
+    if (op_of(c) == op.name) out.push_back(&c);
+  return out;
+}
+
+Inputs inputs_for(const OpCase& c, DType dt, bool requires_grad) {
+  Inputs x;
+  for (const Shape& s : c.shapes) {
+    Tensor t = mt::testing::random_tensor(s, dt, true, c.low, c.high);
+    // Away from 0, where abs/relu/maximum-style kinks would fool finite differences.
+    if (mt::is_floating(dt) && c.low < 0) t = t + mt::sign(t) * 0.05;
+    x.push_back(requires_grad ? t.detach().requires_grad_() : t);
+  }
+  return x;
+}
+
+Problems kernel_problems(const OpInfo& op) {
+  Problems p;
+  for (const std::string& name : words(op.kernel_tables)) {
+    const mt::KernelTableEntry* t = find_table(name);
+    if (t == nullptr) {
+      p.push_back(std::string(op.name) + ": no kernel table '" + name + "'");
+      continue;
+    }
+    if (!t->has_kernel(mt::DeviceType::CPU))
+      p.push_back(std::string(op.name) + ": table " + name + " has no CPU kernel");
+    if (mt::cuda::is_compiled() && !t->has_kernel(mt::DeviceType::CUDA))
+      p.push_back(std::string(op.name) + ": table " + name + " has no CUDA kernel");
+  }
+  return p;
+}
+
+Problems file_problems(const OpInfo& op) {
+  const char* root = std::getenv("MANTISSA_SOURCE_DIR");
+  if (root == nullptr) return {"MANTISSA_SOURCE_DIR is not set"};
+  std::ifstream in(std::string(root) + "/" + op.file);
+  if (!in) return {std::string(op.name) + ": no file " + op.file};
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string body = text.str(), name = op.name;
+  for (const std::string ret : {"Tensor ", "ValuesIndices ", "std::vector<Tensor> "})
+    if (body.find(ret + name + "(") != std::string::npos) return {};
+  return {name + ": " + op.file + " does not define it"};
+}
+
+// A case per op; for a differentiable op one that gradchecks in float64, and for the others a
+// result without history.
+Problems case_problems(const OpInfo& op, const std::vector<OpCase>& cases) {
+  const auto mine = cases_of(op, cases);
+  if (mine.empty()) return {std::string(op.name) + ": no op case"};
+  Problems p;
+  bool gradchecked = false;
+  for (const OpCase* c : mine) {
+    if (!supports(*c, mt::kFloat64)) continue;
+    const Inputs x = inputs_for(*c, mt::kFloat64, true);
+    if (!op.differentiable) {
+      if (c->fn(x).requires_grad()) p.push_back(c->name + ": records a backward node");
+      continue;
+    }
+    if (!c->differentiable) continue;
+    if (!mt::autograd::gradcheck(c->fn, x, 1e-6, 1e-5, 1e-3))
+      p.push_back(c->name + ": gradcheck fails");
+    gradchecked = true;
+  }
+  if (op.differentiable && !gradchecked) p.push_back(std::string(op.name) + ": no gradcheck case");
+  return p;
+}
+
+DType result_dtype(const OpCase& c, DType inputs, std::optional<mt::amp::Precision> scope) {
+  const Inputs x = inputs_for(c, inputs, false);
+  if (!scope) return c.fn(x).dtype();
+  mt::amp::autocast guard(mt::kCPU, *scope);
+  return c.fn(x).dtype();
+}
+
+// What the op's policy promises, on its first case that takes floating inputs.
+Problems policy_problems(const OpInfo& op, const std::vector<OpCase>& cases) {
+  const OpCase* c = nullptr;
+  for (const OpCase* k : cases_of(op, cases))
+    if (supports(*k, mt::kFloat32) && supports(*k, mt::kBFloat16)) c = c ? c : k;
+  if (c == nullptr) return {std::string(op.name) + ": no case with float32 and bfloat16 inputs"};
+  using P = mt::amp::Precision;
+  const std::string name = op.name;
+  auto expect = [&](DType got, DType want, const std::string& what) -> Problems {
+    if (got == want) return {};
+    return {name + " " + what + ": " + std::string(mt::dtype_name(got)) + ", policy expects " +
+            std::string(mt::dtype_name(want))};
+  };
+  switch (op.policy) {
+    case CastPolicy::LowerPrecision:
+      return expect(result_dtype(*c, mt::kFloat32, P::BFloat16), mt::kBFloat16,
+                    "float32 inputs in a bfloat16 scope");
+    case CastPolicy::Float32:
+      return expect(result_dtype(*c, mt::kBFloat16, P::BFloat16), mt::kFloat32,
+                    "bfloat16 inputs in a bfloat16 scope");
+    case CastPolicy::Promote:
+      // PyTorch's rule starts from the scope's dtype: float16 with bfloat16 is float32.
+      return expect(result_dtype(*c, mt::kBFloat16, P::Float16), mt::kFloat32,
+                    "bfloat16 inputs in a float16 scope");
+    case CastPolicy::None: {
+      Problems p = expect(result_dtype(*c, mt::kFloat32, P::BFloat16),
+                          result_dtype(*c, mt::kFloat32, std::nullopt),
+                          "float32 inputs in a bfloat16 scope");
+      for (auto& q : expect(result_dtype(*c, mt::kBFloat16, P::Float16),
+                            result_dtype(*c, mt::kBFloat16, std::nullopt),
+                            "bfloat16 inputs in a float16 scope"))
+        p.push_back(q);
+      return p;
+    }
+  }
+  return {};
+}
+
+std::string joined(const Problems& p) {
+  std::string out;
+  for (const auto& s : p) out += "\n  " + s;
+  return out;
+}
+
+}  // namespace
+
+TEST(OpIndex, NamesEachOpOnce) {
+  std::set<std::string> seen;
+  for (const OpInfo& op : mt::kOpIndex) EXPECT_TRUE(seen.insert(op.name).second) << op.name;
+  EXPECT_EQ(seen.size(), static_cast<size_t>(mt::kNumOps));
+}
+
+TEST(OpIndex, KernelTablesExistWithKernels) {
+  Problems all;
+  for (const OpInfo& op : mt::kOpIndex)
+    for (auto& p : kernel_problems(op)) all.push_back(p);
+  EXPECT_TRUE(all.empty()) << joined(all);
+}
+
+TEST(OpIndex, EachOpLivesInItsFile) {
+  Problems all;
+  for (const OpInfo& op : mt::kOpIndex)
+    for (auto& p : file_problems(op)) all.push_back(p);
+  EXPECT_TRUE(all.empty()) << joined(all);
+}
+
+TEST(OpIndex, EveryOpHasACaseAndDifferentiableOnesPassGradcheck) {
+  Problems all;
+  for (const OpInfo& op : mt::kOpIndex)
+    for (auto& p : case_problems(op, op_cases())) all.push_back(p);
+  EXPECT_TRUE(all.empty()) << joined(all);
+}
+
+TEST(OpIndex, EveryCaseIsAnIndexedOp) {
+  std::set<std::string> names;
+  for (const OpInfo& op : mt::kOpIndex) names.insert(op.name);
+  for (const OpCase& c : op_cases()) EXPECT_TRUE(names.count(op_of(c))) << c.name;
+}
+
+TEST(OpIndex, EveryOpFollowsItsAutocastPolicy) {
+  Problems all;
+  for (const OpInfo& op : mt::kOpIndex)
+    for (auto& p : policy_problems(op, op_cases())) all.push_back(p);
+  EXPECT_TRUE(all.empty()) << joined(all);
+}
+
+// Every case runs on the CPU for every dtype it claims (so a GPU run tests kernels, not cases).
+TEST(OpIndex, EveryCaseRunsOnTheCpuForItsDtypes) {
+  for (const OpCase& c : op_cases()) {
+    for (DType dt : mt::testing::all_dtypes()) {
+      if (!supports(c, dt)) continue;
+      Inputs x;
+      for (const Shape& s : c.shapes) {
+        x.push_back(mt::testing::random_tensor(s, dt == mt::kBool ? mt::kFloat32 : dt, true, c.low,
+                                               c.high));
+        if (dt == mt::kBool) x.back() = x.back() > 0;
+      }
+      try {
+        EXPECT_TRUE(c.fn(x).defined()) << label(c, dt);
+      } catch (const mt::Error& e) {
+        ADD_FAILURE() << label(c, dt) << ": " << e.what();
+      }
+    }
+  }
+}
+
+// The checks catch what they are for: an op whose table is missing, one without a case or
+// without a gradcheck case, one in the wrong file and one whose policy is not what it does.
+TEST(OpIndex, ChecksCatchAnOpMissingItsParts) {
+  const OpInfo no_table{"relu", CastPolicy::None, true, "autograd/ops/elementwise.cpp",
+                        "relu no_such_kernel"};
+  EXPECT_EQ(kernel_problems(no_table).size(), 1u);
+  const OpInfo no_case{"frobnicate", CastPolicy::None, true, "autograd/ops/elementwise.cpp", ""};
+  EXPECT_EQ(case_problems(no_case, op_cases()).size(), 1u);
+  EXPECT_EQ(file_problems(no_case).size(), 1u);
+  std::vector<OpCase> no_gradcheck;
+  for (const OpCase& c : op_cases()) {
+    if (op_of(c) != "relu") continue;
+    no_gradcheck.push_back(c);
+    no_gradcheck.back().differentiable = false;
+  }
+  const OpInfo relu{"relu", CastPolicy::None, true, "autograd/ops/elementwise.cpp", "relu"};
+  EXPECT_EQ(case_problems(relu, no_gradcheck).size(), 1u);
+  EXPECT_TRUE(case_problems(relu, op_cases()).empty());
+  const OpInfo mm_claims_float32{"mm", CastPolicy::Float32, true, "autograd/ops/linalg.cpp", "bmm"};
+  EXPECT_EQ(policy_problems(mm_claims_float32, op_cases()).size(), 1u);
+  const OpInfo relu_claims_lower{"relu", CastPolicy::LowerPrecision, true,
+                                 "autograd/ops/elementwise.cpp", "relu"};
+  EXPECT_EQ(policy_problems(relu_claims_lower, op_cases()).size(), 1u);
+  const OpInfo cat_claims_none{"cat", CastPolicy::None, true, "autograd/ops/indexing.cpp", "copy"};
+  EXPECT_FALSE(policy_problems(cat_claims_none, op_cases()).empty());
+}
