@@ -262,11 +262,6 @@ MT_DECLARE_TABLE(avg_pool2d_backward, AvgPool2dBackwardKernel)
 // The activation a linear layer may fuse into its GEMM. GeluTanh is GELU's tanh approximation,
 // the form cuBLASLt's GELU epilogues compute (exact GELU is not fused anywhere).
 enum class LinearActivation : uint8_t { None, Relu, GeluTanh };
-// Mixed dtypes, CPU kernels only: in a float16/bfloat16 layer the input x, the weights and biases
-// (w, bias) and the weights' gradients (grad_w, grad_bias) may be float32. Such an operand is read
-// rounded to the layer's dtype and such a gradient is rounded to it and stored widened: exactly
-// what a cast to the layer's dtype and the cast's backward give, without the cast copies (the
-// autocast direct casts of autograd/ops/linear.cpp).
 // out [M,N] = act(x [M,K] @ w[N,K]^T + bias[N]), bias optional (undefined). x and w have any
 // strides; out is contiguous; all operands share a dtype. With want_aux (a backward will run) the
 // kernel returns an aux tensor for the activation's backward (else undefined):
