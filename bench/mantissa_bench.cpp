@@ -28,9 +28,18 @@ double max_rss_mib() {
 
 double g_base_rss_mib = 0;
 
+// Linear layers with ReLU between them, each Linear -> ReLU -> Linear pair built as one FusedMLP
+// (the fused op is asked for by name, as a user would). The layers are created in order either
+// way, so a seed gives the weights of the plain Linear/ReLU chain.
 std::shared_ptr<mt::nn::SequentialImpl> make_mlp(const Workload& w, mt::Device device) {
   auto model = std::make_shared<mt::nn::SequentialImpl>();
-  for (size_t i = 0; i + 1 < w.layers.size(); ++i) {
+  const size_t n = w.layers.size();
+  size_t i = 0;
+  for (; i + 2 < n; i += 2) {
+    if (i > 0) model->push_back(mt::nn::ReLU());
+    model->push_back(mt::nn::FusedMLP(w.layers[i], w.layers[i + 1], w.layers[i + 2]));
+  }
+  if (i + 1 < n) {
     if (i > 0) model->push_back(mt::nn::ReLU());
     model->push_back(mt::nn::Linear(w.layers[i], w.layers[i + 1]));
   }

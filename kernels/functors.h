@@ -7,15 +7,9 @@
 #include <type_traits>
 
 #include "engine/dispatch.h"
+#include "kernels/activation_math.h"
 
 namespace mantissa::functors {
-
-// std:: math on the host (float overloads); the CUDA math library's overloads on the device.
-#if defined(__CUDA_ARCH__)
-#define MT_MATH(fn) ::fn
-#else
-#define MT_MATH(fn) std::fn
-#endif
 
 #define MT_UNARY_FUNCTOR(Name, op_name, types, expr) \
   struct Name {                                      \
@@ -31,21 +25,7 @@ template <typename T>
 MT_HOST_DEVICE inline T sigmoid_of(T x) {
   return T(1) / (T(1) + MT_MATH(exp)(-x));
 }
-template <typename T>
-MT_HOST_DEVICE inline T gelu_tanh_inner(T x) {
-  constexpr double kBeta = 0.7978845608028654;  // sqrt(2/pi)
-  return T(kBeta) * (x + T(0.044715) * x * x * x);
-}
-
-// x < 0, without comparing an unsigned value with zero (nvcc warns about that).
-template <typename T>
-MT_HOST_DEVICE inline bool is_negative(T x) {
-  if constexpr (std::is_unsigned_v<T>) {
-    return false;
-  } else {
-    return x < T(0);
-  }
-}
+using activation::is_negative;
 
 // Signed types (everything but bool and uint8 for neg/abs).
 inline constexpr uint32_t kSignedTypes =
@@ -58,15 +38,13 @@ MT_UNARY_FUNCTOR(Exp, "exp", kFloatingTypes, MT_MATH(exp)(x))
 MT_UNARY_FUNCTOR(Log, "log", kFloatingTypes, MT_MATH(log)(x))
 MT_UNARY_FUNCTOR(Sqrt, "sqrt", kFloatingTypes, MT_MATH(sqrt)(x))
 MT_UNARY_FUNCTOR(Rsqrt, "rsqrt", kFloatingTypes, T(1) / MT_MATH(sqrt)(x))
-// NaN propagates through relu, as in PyTorch (x > 0 is false for NaN, so test x < 0 instead).
-MT_UNARY_FUNCTOR(Relu, "relu", kNumberTypes, is_negative(x) ? T(0) : x)
+// The activations' math is kernels/activation_math.h, shared with the fused linear kernels.
+MT_UNARY_FUNCTOR(Relu, "relu", kNumberTypes, activation::relu(x))
 MT_UNARY_FUNCTOR(Sigmoid, "sigmoid", kFloatingTypes, sigmoid_of(x))
 MT_UNARY_FUNCTOR(Tanh, "tanh", kFloatingTypes, MT_MATH(tanh)(x))
 MT_UNARY_FUNCTOR(Silu, "silu", kFloatingTypes, x* sigmoid_of(x))
-MT_UNARY_FUNCTOR(Gelu, "gelu", kFloatingTypes,
-                 T(0.5) * x * (T(1) + MT_MATH(erf)(x * T(0.7071067811865476))))
-MT_UNARY_FUNCTOR(GeluTanh, "gelu_tanh", kFloatingTypes,
-                 T(0.5) * x * (T(1) + MT_MATH(tanh)(gelu_tanh_inner(x))))
+MT_UNARY_FUNCTOR(Gelu, "gelu", kFloatingTypes, activation::gelu(x))
+MT_UNARY_FUNCTOR(GeluTanh, "gelu_tanh", kFloatingTypes, activation::gelu_tanh(x))
 MT_UNARY_FUNCTOR(Sign, "sign", kSignedTypes, T((T(0) < x) - (x < T(0))))
 MT_UNARY_FUNCTOR(Reciprocal, "reciprocal", kFloatingTypes, T(1) / x)
 MT_UNARY_FUNCTOR(Sin, "sin", kFloatingTypes, MT_MATH(sin)(x))
@@ -144,16 +122,9 @@ MT_COMPARISON_FUNCTOR(Ge, "ge", a >= b)
       return expr;                                     \
     }                                                  \
   };
-MT_BACKWARD_FUNCTOR(ReluBackward, "relu_backward", s <= T(0) ? T(0) : g)
-MT_BACKWARD_FUNCTOR(GeluBackward, "gelu_backward",
-                    g*(T(0.5) * (T(1) + MT_MATH(erf)(s * T(0.7071067811865476))) +
-                       s * T(0.3989422804014327) * MT_MATH(exp)(T(-0.5) * s * s)))
-MT_BACKWARD_FUNCTOR(
-    GeluTanhBackward, "gelu_tanh_backward", g* [&] {
-      const T th = MT_MATH(tanh)(gelu_tanh_inner(s));
-      const T dinner = T(0.7978845608028654) * (T(1) + T(3 * 0.044715) * s * s);
-      return T(0.5) * (T(1) + th) + T(0.5) * s * (T(1) - th * th) * dinner;
-    }())
+MT_BACKWARD_FUNCTOR(ReluBackward, "relu_backward", activation::relu_backward(g, s))
+MT_BACKWARD_FUNCTOR(GeluBackward, "gelu_backward", g* activation::gelu_derivative(s))
+MT_BACKWARD_FUNCTOR(GeluTanhBackward, "gelu_tanh_backward", g* activation::gelu_tanh_derivative(s))
 MT_BACKWARD_FUNCTOR(
     SiluBackward, "silu_backward", g* [&] {
       const T sg = sigmoid_of(s);
@@ -167,16 +138,18 @@ MT_BACKWARD_FUNCTOR(TanhBackward, "tanh_backward", g*(T(1) - s * s))
 
 // Which functor computes each elementwise kernel table; the CPU and CUDA kernel files expand these
 // lists to register their kernels, so the mapping exists once.
-#define MT_FORALL_UNARY_FUNCTORS(X)                                                        \
-  X(neg, Neg)                                                                              \
-  X(abs, Abs) X(exp, Exp) X(log, Log) X(sqrt, Sqrt) X(rsqrt, Rsqrt) X(relu, Relu)          \
-      X(sigmoid, Sigmoid) X(tanh, Tanh) X(silu, Silu) X(gelu, Gelu) X(gelu_tanh, GeluTanh) \
-          X(sign, Sign) X(reciprocal, Reciprocal) X(sin, Sin) X(cos, Cos) X(log1p, Log1p)  \
-              X(expm1, Expm1) X(square, Square)
-#define MT_FORALL_BINARY_FUNCTORS(X)                                                             \
-  X(mul, Mul)                                                                                    \
-  X(div, Div) X(pow, Pow) X(maximum, Maximum) X(minimum, Minimum) X(relu_backward, ReluBackward) \
-      X(gelu_backward, GeluBackward) X(gelu_tanh_backward, GeluTanhBackward)                     \
-          X(silu_backward, SiluBackward) X(sigmoid_backward, SigmoidBackward)                    \
+#define MT_FORALL_UNARY_FUNCTORS(X)                                                         \
+  X(neg, Neg)                                                                               \
+  X(abs, Abs)                                                                               \
+  X(exp, Exp) X(log, Log) X(sqrt, Sqrt) X(rsqrt, Rsqrt) X(relu, Relu) X(sigmoid, Sigmoid)   \
+      X(tanh, Tanh) X(silu, Silu) X(gelu, Gelu) X(gelu_tanh, GeluTanh) X(sign, Sign)        \
+          X(reciprocal, Reciprocal) X(sin, Sin) X(cos, Cos) X(log1p, Log1p) X(expm1, Expm1) \
+              X(square, Square)
+#define MT_FORALL_BINARY_FUNCTORS(X)                                                 \
+  X(mul, Mul)                                                                        \
+  X(div, Div)                                                                        \
+  X(pow, Pow) X(maximum, Maximum) X(minimum, Minimum) X(relu_backward, ReluBackward) \
+      X(gelu_backward, GeluBackward) X(gelu_tanh_backward, GeluTanhBackward)         \
+          X(silu_backward, SiluBackward) X(sigmoid_backward, SigmoidBackward)        \
               X(tanh_backward, TanhBackward)
 #define MT_FORALL_COMPARISON_FUNCTORS(X) X(eq, Eq) X(ne, Ne) X(lt, Lt) X(le, Le) X(gt, Gt) X(ge, Ge)

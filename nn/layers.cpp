@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <sstream>
-#include <typeinfo>
 
 #include "autograd/linear_act.h"
 #include "nn/init.h"
@@ -86,45 +85,42 @@ void SequentialImpl::push_back(const std::string& name, std::shared_ptr<UnaryMod
   layers_.push_back(std::move(module));
 }
 
-Tensor SequentialImpl::try_linear_relu_linear(size_t i, const Tensor& x) const {
-  // Exact classes only: a subclass may override forward.
-  const auto is = [&](size_t k, const std::type_info& type) {
-    const UnaryModule& m = *layers_[k];
-    return typeid(m) == type;
-  };
-  if (i + 2 >= layers_.size() || !is(i, typeid(LinearImpl)) || !is(i + 1, typeid(ReLUImpl)) ||
-      !is(i + 2, typeid(LinearImpl))) {
-    return {};
-  }
-  const auto& l1 = static_cast<const LinearImpl&>(*layers_[i]);
-  const auto& act = *layers_[i + 1];
-  const auto& l2 = static_cast<const LinearImpl&>(*layers_[i + 2]);
-  if (l1.has_forward_hooks() || act.has_forward_hooks() || l2.has_forward_hooks()) return {};
-  // Anything unusual takes the module-by-module path, which owns the error messages.
-  // CPU only: there the fused op computes exactly what the modules do. On CUDA it rides in
-  // cuBLASLt epilogues, which add the bias before rounding a half-precision result.
-  if (!x.defined() || !x.device().is_cpu() || !is_floating(x.dtype()) || x.dim() < 1 ||
-      x.size(-1) != l1.in_features || l1.out_features != l2.in_features) {
-    return {};
-  }
-  for (const Tensor* t : {&l1.weight, &l1.bias, &l2.weight, &l2.bias}) {
-    if (t->defined() && (t->dtype() != x.dtype() || !(t->device() == x.device()))) return {};
-  }
-  return linear_act_linear(x, l1.weight, l1.bias, LinearActivation::Relu, l2.weight, l2.bias);
-}
-
 Tensor SequentialImpl::forward(const Tensor& x) {
   Tensor y = x;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    if (Tensor fused = try_linear_relu_linear(i, y); fused.defined()) {
-      y = std::move(fused);
-      i += 2;
-      continue;
-    }
-    y = layers_[i]->forward(y);
-    layers_[i]->run_forward_hooks(y);
+  for (const auto& layer : layers_) {
+    y = layer->forward(y);
+    layer->run_forward_hooks(y);
   }
   return y;
+}
+
+FusedMLPImpl::FusedMLPImpl(int64_t in, int64_t hidden, int64_t out, LinearActivation act,
+                           bool with_bias)
+    : UnaryModule("FusedMLP"), activation(act) {
+  MT_CHECK(act != LinearActivation::None,
+           "FusedMLP: activation must be LinearActivation::Relu or GeluTanh, got None (for "
+           "two layers without an activation, use two Linear modules)");
+  // "0" first: one seed then gives the weights of a Sequential built layer by layer.
+  fc1 = register_module("0", Linear(in, hidden, with_bias));
+  fc2 = register_module("2", Linear(hidden, out, with_bias));
+}
+
+Tensor FusedMLPImpl::forward(const Tensor& x) {
+  MT_CHECK(x.dim() >= 1 && x.size(-1) == fc1->in_features,
+           "FusedMLP: expected input with last dimension ", fc1->in_features,
+           ", got input of shape ", x.shape());
+  MT_CHECK(!fc1->has_forward_hooks() && !fc2->has_forward_hooks(),
+           "FusedMLP: its Linear children run inside one fused op, so their forward hooks would "
+           "never run; register the hook on the FusedMLP, or build a Sequential");
+  return linear_act_linear(x, fc1->weight, fc1->bias, activation, fc2->weight, fc2->bias);
+}
+
+std::string FusedMLPImpl::extra_repr() const {
+  std::ostringstream os;
+  os << "in_features=" << fc1->in_features << ", hidden_features=" << fc1->out_features
+     << ", out_features=" << fc2->out_features
+     << ", activation=" << (activation == LinearActivation::Relu ? "relu" : "gelu_tanh");
+  return os.str();
 }
 
 }  // namespace mantissa::nn

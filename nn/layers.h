@@ -105,12 +105,9 @@ class FlattenImpl : public UnaryModule {
 };
 MANTISSA_MODULE(Flatten);
 
-// Runs its children in order; children are named "0", "1", ... unless given a name.
-//
-// On the CPU, three consecutive children Linear -> ReLU -> Linear (exactly those classes, no
-// forward hooks, matching dtypes) run as one linear_act_linear op: one autograd node instead of
-// three, the ReLU applied inside the first layer's kernel and its derivative fused with the bias
-// gradient. The results are those of running the three modules one by one, bit for bit.
+// Runs its children in order, each through its own forward and hooks; children are named "0",
+// "1", ... unless given a name. Nothing is fused behind the user's back: a fused block is asked
+// for by name (FusedMLP, or nn::functional::linear with an Activation).
 class SequentialImpl : public UnaryModule {
  public:
   SequentialImpl() : UnaryModule("Sequential") {}
@@ -136,12 +133,32 @@ class SequentialImpl : public UnaryModule {
   std::shared_ptr<UnaryModule> operator[](size_t i) const { return layers_.at(i); }
 
  private:
-  // Runs layers i..i+2 as one fused op when they form Linear -> ReLU -> Linear and nothing
-  // observes the intermediate results; undefined otherwise.
-  Tensor try_linear_relu_linear(size_t i, const Tensor& x) const;
-
   std::vector<std::shared_ptr<UnaryModule>> layers_;
 };
 MANTISSA_MODULE(Sequential);
+
+// Linear(in, hidden) -> activation -> Linear(hidden, out) as one linear_act_linear op, on every
+// device: one autograd node, the activation applied in the first layer's GEMM epilogue, and in
+// backward its derivative and the first bias's gradient fused into the GEMM that computes the
+// hidden gradient (docs/kernels.md). `activation` is LinearActivation::Relu or GeluTanh
+// (gelu(x, "tanh")).
+//
+// The two layers are Linear children named "0" and "2", so the state_dict keys ("0.weight",
+// "0.bias", "2.weight", "2.bias") are those of Sequential(Linear, ReLU, Linear): checkpoints move
+// between the two, and to PyTorch's nn.Sequential. "0" is created first, so one seed gives the
+// initial values of a Sequential built layer by layer. The outputs are linear_act_linear's,
+// which on the CPU equal the module-by-module composition's bits; where the bias is added
+// relative to a half type's rounding on each device is in docs/kernels.md. The children's own
+// forward hooks cannot run (the hidden layer is never a separate output), so forward refuses them.
+class FusedMLPImpl : public UnaryModule {
+ public:
+  FusedMLPImpl(int64_t in_features, int64_t hidden_features, int64_t out_features,
+               LinearActivation activation = LinearActivation::Relu, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Linear fc1{nullptr}, fc2{nullptr};
+  LinearActivation activation;
+};
+MANTISSA_MODULE(FusedMLP);
 
 }  // namespace mantissa::nn

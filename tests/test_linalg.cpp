@@ -7,7 +7,7 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels/cpu/sgemm.h"
+#include "kernels/cpu/gemm/sgemm.h"
 #include "kernels/linear_composite.h"
 #include "test_util.h"
 

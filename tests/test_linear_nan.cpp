@@ -5,12 +5,17 @@
 // is NaN (threshold_backward: out <= 0 ? 0 : g), tanh-GELU and its derivative by PyTorch's
 // formulas (NaN at -inf, and for the derivative at +inf). test_cuda_linear.cpp holds CUDA to the
 // same results. Also the CUDA-less behaviour of the fused-linear stats
-// (engine/cuda_linear_stats.h).
+// (engine/cuda_linear_stats.h), and the vectorised ReLU rules of the CPU's row passes and GEMM
+// epilogue against kernels/activation_math.h, lane by lane.
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "kernels/activation_math.h"
+#include "kernels/cpu/gemm/row_passes.h"
+#include "kernels/cpu/gemm/sgemm.h"
 #include "linear_special_values.h"
 #include "test_util.h"
 
@@ -278,4 +283,92 @@ TEST(CudaLinearStats, StrictModeThrowsOnlyForRefusals) {
   EXPECT_STREQ(mt::cuda::linear_epilogue_name(mt::cuda::LinearEpilogue::DGeluBGrad), "DGELU_BGRAD");
   EXPECT_STREQ(mt::cuda::linear_epilogue_name(mt::cuda::LinearEpilogue::BGradB), "BGRADB");
   mt::cuda::reset_linear_stats();
+}
+
+// ---- the AVX-512 ReLU rules against the scalar math ------------------------------------------
+namespace {
+
+// Values that tell the ordered compares apart: signed zeros, NaN, infinities, subnormals.
+std::vector<float> relu_probe_values() {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  return {0.0f, -0.0f, nan, -nan, inf, -inf, tiny, -tiny, 1.5f, -1.5f, 3e38f, -3e38f, 2.0f, -2.0f};
+}
+
+// Bit for bit, except that any NaN matches any NaN: which operand's NaN a sum of two NaNs
+// keeps is not specified, and the compiler may swap a scalar sum's operands.
+bool same_bits(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+}  // namespace
+
+// bias_relu_rows: activation::relu(row + bias) per element, for rows of every width up to 17
+// (full, masked and scalar tails) and bias values that make -0 and NaN sums.
+TEST(ActivationMath, RowPassReluIsTheScalarRule) {
+  const std::vector<float> v = relu_probe_values();
+  const int64_t k = static_cast<int64_t>(v.size());
+  for (int64_t n = 1; n <= 17; ++n) {
+    const int64_t rows = k;
+    std::vector<float> data(rows * n), bias(n), expect(rows * n);
+    for (int64_t j = 0; j < n; ++j) bias[j] = v[(j * 5 + 1) % k];
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < n; ++j) data[i * n + j] = v[(i + j) % k];
+    for (bool with_bias : {false, true}) {
+      std::vector<float> out = data;
+      for (int64_t e = 0; e < rows * n; ++e)
+        expect[e] = mt::activation::relu(with_bias ? data[e] + bias[e % n] : data[e]);
+      mt::cpu::bias_relu_rows(out.data(), rows, n, with_bias ? bias.data() : nullptr, true);
+      for (int64_t e = 0; e < rows * n; ++e)
+        ASSERT_TRUE(same_bits(out[e], expect[e]))
+            << "n " << n << " bias " << with_bias << " element " << e << ": " << out[e] << " vs "
+            << expect[e];
+    }
+  }
+}
+
+// The GEMM epilogue's ReLU (forward) and ReLU-derivative mask (backward) in registers equal the
+// scalar rules applied to sgemm()'s result, lane by lane, for every register width; the bias
+// and the mask h carry signed zeros, NaNs and infinities.
+TEST(ActivationMath, GemmEpilogueReluIsTheScalarRule) {
+  using Ep = mt::cpu::GemmEpilogue;
+  const std::vector<float> v = relu_probe_values();
+  const int k = static_cast<int>(v.size());
+  for (int n = 1; n <= 16; ++n) {
+    const int m = k;
+    std::vector<float> ones(m, 1.0f), b(n), bias(n), g(m * n), h(m * n);
+    for (int j = 0; j < n; ++j) bias[j] = v[(j * 3 + 1) % k];
+    std::vector<float> plain(m * n);
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) {
+        h[i * n + j] = v[(i + 2 * j) % k];
+        g[i * n + j] = 0.25f * float(1 + (i + j) % 7);
+      }
+    }
+    // One GEMM per row with K = 1 (A = [1], B = the row), so each value reaches the epilogue
+    // exactly.
+    std::vector<float> fused(m * n), masked(m * n);
+    bool ran = true;
+    for (int i = 0; i < m && ran; ++i) {
+      for (int j = 0; j < n; ++j) b[j] = v[(i + j) % k];
+      mt::cpu::sgemm(CblasNoTrans, CblasNoTrans, 1, n, 1, ones.data(), 1, b.data(), n,
+                     plain.data() + i * n, n);
+      ran = mt::cpu::sgemm_fused(CblasNoTrans, CblasNoTrans, 1, n, 1, ones.data(), 1, b.data(), n,
+                                 fused.data() + i * n, n,
+                                 Ep::linear_forward({}, {bias.data()}, Ep::Activation::Relu));
+      // Backward: C = g's row, masked where h <= 0.
+      ran = ran && mt::cpu::sgemm_fused(CblasNoTrans, CblasNoTrans, 1, n, 1, ones.data(), 1,
+                                        g.data() + i * n, n, masked.data() + i * n, n,
+                                        Ep::activation_backward({}, {h.data() + i * n, n}, {}));
+    }
+    if (!ran) GTEST_SKIP() << "no AVX-512 masked GEMM on this CPU";
+    for (int e = 0; e < m * n; ++e) {
+      const float want = mt::activation::relu(plain[e] + bias[e % n]);
+      ASSERT_TRUE(same_bits(fused[e], want)) << "n " << n << " element " << e;
+      const float want_grad = mt::activation::relu_backward(g[e], h[e]);
+      ASSERT_TRUE(same_bits(masked[e], want_grad)) << "n " << n << " element " << e;
+    }
+  }
 }

@@ -3,7 +3,6 @@
 // formulas. Losses are in test_nn_loss.cpp.
 #include <cmath>
 #include <memory>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -580,90 +579,6 @@ TEST(Sequential, NamingForwardAndHooks) {
   calls.clear();
   seq(x);
   EXPECT_EQ(calls.size(), 3u);
-}
-
-// Linear -> ReLU -> Linear inside a Sequential runs as one fused op; it must give exactly what the
-// three modules give one by one, forward and backward, in every precision.
-TEST(Sequential, LinearReluLinearIsFusedAndExact) {
-  struct Case {
-    const char* name;
-    mt::DType dtype;
-    std::optional<mt::amp::Precision> autocast;
-    Shape x_shape;
-  };
-  const Case cases[] = {
-      {"float32", mt::kFloat32, std::nullopt, {20, 10}},
-      {"float32 3-d", mt::kFloat32, std::nullopt, {2, 5, 10}},
-      {"float64", mt::kFloat64, std::nullopt, {7, 10}},
-      {"bfloat16 autocast", mt::kFloat32, mt::amp::Precision::BFloat16, {20, 10}},
-      {"float16 autocast", mt::kFloat32, mt::amp::Precision::Float16, {20, 10}},
-      {"bfloat16 params", mt::kBFloat16, std::nullopt, {20, 10}},
-  };
-  for (const Case& c : cases) {
-    mt::manual_seed(31);
-    nn::Sequential seq(nn::Linear(10, 16), nn::ReLU(), nn::Linear(16, 5));
-    seq->to(mt::kCPU, c.dtype);
-    const Tensor x = random_tensor(c.x_shape, c.dtype, false);
-    Shape y_shape = c.x_shape;
-    y_shape[y_shape.size() - 1] = 5;
-    const Tensor gy = random_tensor(y_shape, mt::kFloat32, false);
-    auto run = [&](bool fused) {
-      seq->zero_grad();
-      Tensor y;
-      {
-        mt::amp::autocast scope(mt::kCPU, c.autocast, c.autocast.has_value());
-        if (fused) {
-          y = seq(x);
-        } else {
-          y = x;
-          for (size_t i = 0; i < seq->size(); ++i) y = (*seq)[i]->forward(y);
-        }
-      }
-      const std::string fn = mt::autograd::meta(y)->grad_fn->name();
-      EXPECT_EQ(fn, fused ? "LinearActLinearBackward0" : "LinearBackward0") << c.name;
-      mt::sum(y.to(mt::kFloat32) * gy).backward();
-      std::vector<Tensor> out{y.detach()};
-      for (const Tensor& p : seq->parameters()) out.push_back(p.grad());
-      return out;
-    };
-    const auto fused = run(true), reference = run(false);
-    ASSERT_EQ(fused.size(), reference.size());
-    for (size_t i = 0; i < fused.size(); ++i) {
-      EXPECT_EQ(fused[i].dtype(), reference[i].dtype()) << c.name << " " << i;
-      EXPECT_TRUE(mt::equal(fused[i], reference[i])) << c.name << " output/grad " << i;
-    }
-  }
-}
-
-TEST(Sequential, LinearReluLinearRunsModuleByModuleWhenObserved) {
-  nn::Sequential seq(nn::Linear(4, 8), nn::ReLU(), nn::Linear(8, 2));
-  const Tensor x = random_tensor({3, 4}, mt::kFloat32, false);
-  EXPECT_EQ(mt::autograd::meta(seq(x))->grad_fn->name(), "LinearActLinearBackward0");
-  // A hook on any of the three must see its module's own output, so nothing is fused.
-  int seen = 0;
-  const int handle = (*seq)[1]->register_forward_hook([&](nn::Module&, const Tensor& out) {
-    EXPECT_EQ(out.shape(), Shape({3, 8}));
-    ++seen;
-  });
-  EXPECT_EQ(mt::autograd::meta(seq(x))->grad_fn->name(), "LinearBackward0");
-  EXPECT_EQ(seen, 1);
-  (*seq)[1]->remove_forward_hook(handle);
-  // A subclass may override forward: only the exact classes are fused.
-  struct Doubling : nn::LinearImpl {
-    using LinearImpl::LinearImpl;
-    Tensor forward(const Tensor& in) override { return LinearImpl::forward(in) * 2.0; }
-  };
-  nn::Sequential custom;
-  custom->push_back(std::make_shared<Doubling>(4, 8));
-  custom->push_back(nn::ReLU());
-  custom->push_back(nn::Linear(8, 2));
-  EXPECT_EQ(mt::autograd::meta(custom(x))->grad_fn->name(), "LinearBackward0");
-  // A wrong input width keeps Linear's own error message.
-  expect_error(
-      [&] {
-        seq(random_tensor({3, 5}, mt::kFloat32, false));
-      },
-      {"Linear: expected input with last dimension 4"});
 }
 
 // ---- init -------------------------------------------------------------------------------------

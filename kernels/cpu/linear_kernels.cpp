@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "engine/precision.h"
+#include "kernels/activation_math.h"
 #include "kernels/cpu/convert_dense.h"
-#include "kernels/cpu/row_passes.h"
-#include "kernels/cpu/sgemm.h"
+#include "kernels/cpu/gemm/row_passes.h"
+#include "kernels/cpu/gemm/sgemm.h"
 #include "kernels/cpu/worker_pool.h"
-#include "kernels/functors.h"
 #include "kernels/linear_composite.h"
 
 namespace mantissa::cpu {
@@ -137,21 +137,16 @@ float* gemm_target(const Tensor& out, Scratch& buf) {
 
 // Elements from which a bias/activation pass is split across the worker pool. It runs right
 // after a GEMM, while OpenBLAS's workers still spin for their next job, so a second thread only
-// pays off on passes much longer than the pool's own grain (measured: splitting 256x512 passes
-// made an MLP 512 step 1.9x slower; 512x4096 ones gain).
+// pays off on passes much longer than the pool's own grain (bench/NOTES.md).
 constexpr int64_t kPassGrain = int64_t(1) << 21;
 
-// The GEMM epilogue's rounding and 16-bit output for storage type T (none for float32).
+// How the GEMM epilogue stores a layer of storage type T: float32 into C, or rounded to T and
+// narrowed into `p` (null: C, with the values rounded but still float).
 template <typename T>
-constexpr Rounding rounding() {
-  if constexpr (std::is_same_v<T, BFloat16>) return Rounding::BFloat16;
-  if constexpr (std::is_same_v<T, Half>) return Rounding::Float16;
-  return Rounding::None;
-}
-template <typename T>
-void* out16(T* p) {
-  if constexpr (std::is_same_v<T, float>) return nullptr;
-  return p;
+GemmEpilogue::Store store_as(T* p) {
+  if constexpr (std::is_same_v<T, BFloat16>) return {Rounding::BFloat16, p};
+  if constexpr (std::is_same_v<T, Half>) return {Rounding::Float16, p};
+  return {};
 }
 
 struct Buffers {
@@ -204,7 +199,9 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
   }
   T* o = out.data<T>();
   // Small layers: bias, ReLU and the roundings in the GEMM's registers.
-  const GemmEpilogue ep{.bias = bf, .relu = relu_out, .round = rounding<T>(), .out16 = out16<T>(o)};
+  const auto ep = GemmEpilogue::linear_forward(
+      store_as<T>(o), {bf},
+      relu_out ? GemmEpilogue::Activation::Relu : GemmEpilogue::Activation::Identity);
   if (sgemm_fused(CblasNoTrans, CblasTrans, int(M), int(N), int(K), a, lda, b, ldb, c, int(N), ep))
     return;
   sgemm(CblasNoTrans, CblasTrans, int(M), int(N), int(K), a, lda, b, ldb, c, int(N));
@@ -228,7 +225,7 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
       }
       if (relu_out) {
         round_dense(v, v, n, T{});
-        for (int64_t e = 0; e < n; ++e) v[e] = functors::Relu{}(v[e]);
+        for (int64_t e = 0; e < n; ++e) v[e] = activation::relu(v[e]);
       }
       narrow_to(v, o + i0 * N, n);
     }
@@ -246,8 +243,8 @@ void backward_weight_direct(const Tensor& grad_w, const Tensor& grad_bias, const
   // grad_w [N,K] = grad_out^T [N,M] @ x [M,K]. Small layers round in the GEMM's registers and
   // store straight into grad_w: 16-bit, or the rounded values widened for a float32 weight.
   const bool wide_w = grad_w.dtype() == DType::Float32;
-  const GemmEpilogue ep{.round = rounding<T>(),
-                        .out16 = wide_w ? nullptr : out16<T>(static_cast<T*>(grad_w.data_ptr()))};
+  const auto ep =
+      GemmEpilogue::rounded(store_as<T>(wide_w ? nullptr : static_cast<T*>(grad_w.data_ptr())));
   float* c = wide_w ? grad_w.data<float>() : gemm_target<T>(grad_w, buf.c);
   if (!sgemm_fused(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K),
                    ep)) {
@@ -274,11 +271,10 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
   float* c = gemm_target<T>(grad_pre, buf.c);
   double* sp = grad_bias.defined() ? zeroed_sums(buf, K) : nullptr;
   // grad_pre [M,K] = grad_out [M,N] @ w [N,K]; small layers finish it in the GEMM's registers.
-  const GemmEpilogue ep{.relu_mask = relu_act ? h.data_ptr() : nullptr,
-                        .mask_ld = relu_act ? h.stride(0) : 0,
-                        .col_sums = sp,
-                        .round = rounding<T>(),
-                        .out16 = out16<T>(grad_pre.data<T>())};
+  const auto ep = GemmEpilogue::activation_backward(
+      store_as<T>(grad_pre.data<T>()),
+      relu_act ? GemmEpilogue::ReluGrad{h.data_ptr(), h.stride(0)} : GemmEpilogue::ReluGrad{},
+      {sp});
   if (sgemm_fused(CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), g, ldg, wf, ldw, c, int(K),
                   ep)) {
     if (sp != nullptr) store_sums<T>(grad_bias, sp, K);
@@ -320,7 +316,7 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
               widen(hp + i0 * ldh + j0, hbuf, e);
               hf = hbuf;
             }
-            for (int64_t t = 0; t < e; ++t) gf[t] = hf[t] <= 0.0f ? 0.0f : gf[t];
+            for (int64_t t = 0; t < e; ++t) gf[t] = activation::relu_backward(gf[t], hf[t]);
           }
           if constexpr (!std::is_same_v<T, float>) narrow_to(gf, block, e);  // exact
           if (sp != nullptr) add_column_sums(sp + j0, gf, rows, n, n);

@@ -21,11 +21,10 @@ namespace mantissa::cpu {
 
 // Elements below which a loop stays on the calling thread. High on purpose: after a parallel
 // region libgomp's workers spin-wait (OMP_WAIT_POLICY's default), and on a machine with few
-// cores they take the cores OpenBLAS's own threads need for the next GEMM. On 2 cores a 32K
-// grain made an MLP 512 step 3-20x slower, and a 1M grain still cost the MLP 4096 step 25%
-// (285 ms vs 229 ms with OMP_WAIT_POLICY=passive) — far more than a second thread saves on a
-// memory-bound loop of a few million elements. Only loops over 16M elements (64 MB of float32)
-// are split, where the loop itself outlasts the spinning.
+// cores they take the cores OpenBLAS's own threads need for the next GEMM, which costs more than
+// a second thread saves on a memory-bound loop of a few million elements (bench/NOTES.md). Only
+// loops over 16M elements (64 MB of float32) are split, where the loop itself outlasts the
+// spinning.
 inline constexpr int64_t kParallelGrain = int64_t(1) << 24;
 
 // Whether a loop over `work` elements gets a parallel region (never nested in another).

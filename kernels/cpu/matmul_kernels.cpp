@@ -17,7 +17,7 @@
 #include "engine/kernel_tables.h"
 #include "engine/precision.h"
 #include "kernels/cpu/convert_dense.h"
-#include "kernels/cpu/sgemm.h"
+#include "kernels/cpu/gemm/sgemm.h"
 
 #if defined(_OPENMP)
 #include <omp.h>

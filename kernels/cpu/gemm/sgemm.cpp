@@ -1,4 +1,4 @@
-#include "kernels/cpu/sgemm.h"
+#include "kernels/cpu/gemm/sgemm.h"
 
 #include <immintrin.h>
 
@@ -11,9 +11,8 @@
 namespace mantissa::cpu {
 namespace {
 
-// Up to this many multiply-adds (and this many output columns) a product is "small". Measured on
-// a Zen 4 core: the loop below beats OpenBLAS 0.3.21 up to about 32^3; past that OpenBLAS's
-// register blocking wins.
+// Up to this many multiply-adds (and this many output columns) a product is "small": past it
+// OpenBLAS's register blocking outruns the loop below (bench/NOTES.md).
 constexpr int64_t kSmallWork = 32 * 32 * 32;
 constexpr int kSmallMaxN = 128;
 constexpr int64_t kPackedMax = 4096;  // floats of op(B), padded, on the stack
@@ -84,7 +83,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void small_kernel(
 #define MT_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx2,f16c")))
 
 // A narrowed vector kept in its register: the compiler otherwise folds narrowing and masked store
-// into one masked VPMOVDW/VCVTPS2PH to memory, which on Zen 4 costs several times the pair.
+// into one masked VPMOVDW/VCVTPS2PH to memory, which some cores run far slower than the pair
+// (bench/NOTES.md).
 template <typename V>
 MT_AVX512 inline V in_register(V v) {
   __asm__("" : "+v"(v));
@@ -104,7 +104,8 @@ struct Lanes16 {
   MT_AVX512 static Reg broadcast(float v) { return _mm512_set1_ps(v); }
   MT_AVX512 static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
   MT_AVX512 static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
-  // v, with 0 where `where` < 0 (relu: NaN and -0 pass) or <= 0 (ReLU's backward).
+  // v, with 0 where `where` < 0 or <= 0 (ordered compares): activation::relu's and
+  // activation::relu_backward's rules (kernels/activation_math.h), lane by lane.
   MT_AVX512 static Reg zero_if_negative(Reg v, Reg where) {
     return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(where, zero(), _CMP_LT_OQ), zero());
   }
@@ -228,7 +229,7 @@ MT_AVX512 inline typename L::Reg load_row(const L& lanes, const void* p, Roundin
 }
 
 // The epilogue's steps, copied out of the GemmEpilogue into registers: read through the
-// reference, they were reloaded after every store (which might have written them).
+// reference, they would be reloaded after every store (which might have written them).
 struct Steps {
   Rounding round;
   bool bias, relu, sums;
@@ -278,16 +279,19 @@ MT_AVX512 void masked_rows(const L& lanes, int K, const float* A, int64_t a_row,
     for (int r = 0; r < R; ++r) acc[r] = L::add(acc[r], L::mul(L::broadcast(a[r * a_row]), b));
   }
   __m512d sums[2] = {};
-  if (ep.col_sums != nullptr) lanes.load_sums(ep.col_sums, sums);
-  const typename L::Reg bias = ep.bias != nullptr ? lanes.load(ep.bias) : L::zero();
-  const int64_t mask_row_bytes = ep.mask_ld * (Half ? 2 : 4);
+  double* const col_sums = ep.col_sums.sums;
+  if (col_sums != nullptr) lanes.load_sums(col_sums, sums);
+  const typename L::Reg bias = ep.bias.values != nullptr ? lanes.load(ep.bias.values) : L::zero();
+  const int64_t mask_row_bytes = ep.relu_grad.ld * (Half ? 2 : 4);
   const L ln = lanes;
-  const Steps steps{ep.round, ep.bias != nullptr, ep.relu, ep.col_sums != nullptr};
-  const char* mask = ep.relu_mask == nullptr
+  const Steps steps{ep.store.round, ep.bias.values != nullptr,
+                    ep.act == GemmEpilogue::Activation::Relu, col_sums != nullptr};
+  const char* mask = ep.relu_grad.h == nullptr
                          ? nullptr
-                         : static_cast<const char*>(ep.relu_mask) + row * mask_row_bytes;
-  char* out16 =
-      Half && ep.out16 != nullptr ? static_cast<char*>(ep.out16) + row * ldc * 2 : nullptr;
+                         : static_cast<const char*>(ep.relu_grad.h) + row * mask_row_bytes;
+  char* out16 = Half && ep.store.narrow != nullptr
+                    ? static_cast<char*>(ep.store.narrow) + row * ldc * 2
+                    : nullptr;
   if constexpr (!Half) {
     // Unrolled, like the products: the float32 epilogue is a few instructions per row.
 #pragma GCC unroll 8
@@ -307,7 +311,7 @@ MT_AVX512 void masked_rows(const L& lanes, int K, const float* A, int64_t a_row,
                        C + r * ldc, out16 ? out16 + r * ldc * 2 : nullptr, sums);
     }
   }
-  if (ep.col_sums != nullptr) lanes.store_sums(ep.col_sums, sums);
+  if (col_sums != nullptr) lanes.store_sums(col_sums, sums);
 }
 
 // Blocks of 8 rows, then one block of the rest: no padded rows are computed.
@@ -336,7 +340,7 @@ template <typename L>
 MT_AVX512 void masked_kernel_for(const L& lanes, int M, int K, const float* A, int64_t a_row,
                                  int64_t a_col, const float* B, int64_t ldb, float* C, int64_t ldc,
                                  const GemmEpilogue& ep) {
-  if (ep.round == Rounding::None) {
+  if (ep.store.round == Rounding::None) {
     masked_kernel<false>(lanes, M, K, A, a_row, a_col, B, ldb, C, ldc, ep);
   } else {
     masked_kernel<true>(lanes, M, K, A, a_row, a_col, B, ldb, C, ldc, ep);

@@ -10,7 +10,7 @@
 namespace mantissa::cpu {
 
 // row[j] = act(row[j] + bias[j]) for `rows` dense rows of n floats; bias may be null, and act is
-// ReLU (NaN and -0 pass) or the identity.
+// activation::relu (kernels/activation_math.h) or the identity.
 void bias_relu_rows(float* out, int64_t rows, int64_t n, const float* bias, bool relu);
 
 // sums[j] += m[r * ld + j] in double, for r = 0, 1, ... rows - 1 in order.

@@ -1,9 +1,9 @@
-#include "kernels/cpu/row_passes.h"
+#include "kernels/cpu/gemm/row_passes.h"
 
 #include <immintrin.h>
 
+#include "kernels/activation_math.h"
 #include "kernels/cpu/cpu_features.h"
-#include "kernels/functors.h"
 
 namespace mantissa::cpu {
 namespace {
@@ -21,6 +21,7 @@ MT_AVX512 void bias_relu_rows_avx512(float* out, int64_t rows, int64_t n, const 
       const __mmask16 m = n - j >= 16 ? __mmask16(0xFFFF) : lanes16(n - j);
       __m512 v = _mm512_maskz_loadu_ps(m, row + j);
       if (bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + j));
+      // activation::relu's rule per lane: zero where v < 0, ordered (NaN and -0 pass).
       if (relu) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
       _mm512_mask_storeu_ps(row + j, m, v);
     }
@@ -56,11 +57,11 @@ void bias_relu_rows(float* out, int64_t rows, int64_t n, const float* bias, bool
   for (int64_t i = 0; i < rows; ++i) {
     float* row = out + i * n;
     if (bias != nullptr && relu_out) {
-      for (int64_t j = 0; j < n; ++j) row[j] = functors::Relu{}(row[j] + bias[j]);
+      for (int64_t j = 0; j < n; ++j) row[j] = activation::relu(row[j] + bias[j]);
     } else if (bias != nullptr) {
       for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
     } else {
-      for (int64_t j = 0; j < n; ++j) row[j] = functors::Relu{}(row[j]);
+      for (int64_t j = 0; j < n; ++j) row[j] = activation::relu(row[j]);
     }
   }
 }

@@ -1,0 +1,79 @@
+// The scalar math of the activations a linear layer can fuse (ReLU, exact and tanh GELU) and of
+// their derivatives, written once for every kernel that applies them: the elementwise functors
+// (kernels/functors.h, run by the CPU loops and the CUDA kernels), the CPU linear kernels' row
+// passes and GEMM epilogue, and the composition both devices fall back to. Host and device code
+// (MT_HOST_DEVICE); T is the OpMath type (float for half types), so callers round once on store.
+//
+// A SIMD path that cannot call these per lane (the CPU's AVX-512 passes) implements the same
+// comparison, named next to each function below, and is tested against it.
+#pragma once
+
+#include <cmath>
+#include <type_traits>
+
+#include "engine/macros.h"
+
+// std:: math on the host (float overloads); the CUDA math library's overloads on the device.
+#if !defined(MT_MATH)
+#if defined(__CUDA_ARCH__)
+#define MT_MATH(fn) ::fn
+#else
+#define MT_MATH(fn) std::fn
+#endif
+#endif
+
+namespace mantissa::activation {
+
+// x < 0, without comparing an unsigned value with zero (nvcc warns about that).
+template <typename T>
+MT_HOST_DEVICE inline bool is_negative(T x) {
+  if constexpr (std::is_unsigned_v<T>) {
+    return false;
+  } else {
+    return x < T(0);
+  }
+}
+
+// relu(x): 0 where x < 0 (an ordered compare), else x. NaN propagates, as in PyTorch (x > 0 is
+// false for NaN, so the test is x < 0), and -0 passes unchanged.
+template <typename T>
+MT_HOST_DEVICE inline T relu(T x) {
+  return is_negative(x) ? T(0) : x;
+}
+
+// ReLU's backward from its input or output s (threshold_backward's rule): 0 where s <= 0 (an
+// ordered compare), else g. A NaN s passes the gradient through.
+template <typename T>
+MT_HOST_DEVICE inline T relu_backward(T g, T s) {
+  return s <= T(0) ? T(0) : g;
+}
+
+// Exact GELU: x * Phi(x).
+template <typename T>
+MT_HOST_DEVICE inline T gelu(T x) {
+  return T(0.5) * x * (T(1) + MT_MATH(erf)(x * T(0.7071067811865476)));
+}
+template <typename T>
+MT_HOST_DEVICE inline T gelu_derivative(T s) {
+  return T(0.5) * (T(1) + MT_MATH(erf)(s * T(0.7071067811865476))) +
+         s * T(0.3989422804014327) * MT_MATH(exp)(T(-0.5) * s * s);
+}
+
+// gelu(approximate="tanh"), the GELU cuBLASLt's epilogues compute.
+template <typename T>
+MT_HOST_DEVICE inline T gelu_tanh_inner(T x) {
+  constexpr double kBeta = 0.7978845608028654;  // sqrt(2/pi)
+  return T(kBeta) * (x + T(0.044715) * x * x * x);
+}
+template <typename T>
+MT_HOST_DEVICE inline T gelu_tanh(T x) {
+  return T(0.5) * x * (T(1) + MT_MATH(tanh)(gelu_tanh_inner(x)));
+}
+template <typename T>
+MT_HOST_DEVICE inline T gelu_tanh_derivative(T s) {
+  const T th = MT_MATH(tanh)(gelu_tanh_inner(s));
+  const T dinner = T(0.7978845608028654) * (T(1) + T(3 * 0.044715) * s * s);
+  return T(0.5) * (T(1) + th) + T(0.5) * s * (T(1) - th * th) * dinner;
+}
+
+}  // namespace mantissa::activation
