@@ -43,17 +43,20 @@ void select_data(runner::Config& c, const std::string& data, bool* use_val) {
   d.shuffle = false;
   if (ends_with(data, ".csv")) {
     d.type = "csv";
-    d.target_columns = c.data.type == "csv" ? c.data.target_columns : std::vector<std::string>{};
-    d.input_columns = c.data.type == "csv" ? c.data.input_columns : std::vector<std::string>{};
-    d.target_dtype = c.loss.type == "cross_entropy" ? "int64" : "float32";
+    if (c.data.type == "csv") {
+      d.csv.target_columns = c.data.csv.target_columns;
+      d.csv.input_columns = c.data.csv.input_columns;
+    }
+    d.csv.path = data;
+    d.csv.target_dtype = c.loss.type == "cross_entropy" ? DType::Int64 : DType::Float32;
   } else if (ends_with(data, ".safetensors")) {
     d.type = "safetensors";
-    if (c.data.type == "safetensors") d.inputs = c.data.inputs, d.targets = c.data.targets;
+    if (c.data.type == "safetensors") d.safetensors = c.data.safetensors;
+    d.safetensors.path = data;
   } else {
     throw runner::ConfigError("--data " + data +
                               ": expected train, val, or a .csv or .safetensors file");
   }
-  d.path = data;
   c.value_text["data.path"] = data;
   c.origin["data.path"] = "--data";
   c.data = d;

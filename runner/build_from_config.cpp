@@ -164,7 +164,7 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& o,
   if (o.type == "adam") {
     optim::AdamOptions a;
     a.lr = o.lr;
-    a.betas = {o.beta1, o.beta2};
+    a.betas = o.betas;
     a.eps = o.eps;
     a.weight_decay = o.weight_decay;
     a.amsgrad = o.amsgrad;
@@ -173,7 +173,7 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& o,
   }
   optim::AdamWOptions a;
   a.lr = o.lr;
-  a.betas = {o.beta1, o.beta2};
+  a.betas = o.betas;
   a.eps = o.eps;
   a.weight_decay = o.weight_decay;
   a.amsgrad = o.amsgrad;
@@ -275,29 +275,17 @@ std::shared_ptr<Dataset> build_dataset(const Config& c) {
 std::shared_ptr<Dataset> build_synthetic_dataset(const Config& c) {
   const DataConfig& d = c.data;
   if (d.type == "teacher") {
-    TeacherOptions o;
-    o.samples = d.samples;
-    o.in_features = d.in_features;
-    o.hidden = d.hidden;
-    o.out_features = d.out_features;
-    o.noise = d.noise;
+    TeacherOptions o = d.teacher;
     o.seed = d.seed;
     return make_teacher_dataset(o);
   }
   if (d.type == "sine") {
-    SineOptions o;
-    o.samples = d.samples;
-    o.x_min = d.x_min;
-    o.x_max = d.x_max;
-    o.noise = d.noise;
+    SineOptions o = d.sine;
     o.seed = d.seed;
     return make_sine_dataset(o);
   }
   if (d.type == "spirals") {
-    SpiralsOptions o;
-    o.samples = d.samples;
-    o.noise = d.noise;
-    o.turns = d.turns;
+    SpiralsOptions o = d.spirals;
     o.seed = d.seed;
     return make_spirals_dataset(o);
   }
@@ -310,35 +298,19 @@ std::shared_ptr<Dataset> build_file_dataset(const Config& c) {
   std::string key = "data.path";
   try {
     if (d.type == "csv") {
-      require_file(c, key, d.path);
-      CsvOptions o;
-      o.path = d.path;
-      o.header = d.header;
-      o.target_columns = d.target_columns;
-      o.input_columns = d.input_columns;
-      o.target_dtype = d.target_dtype == "int64" ? DType::Int64 : DType::Float32;
-      o.delimiter = d.delimiter[0];
-      return load_csv_dataset(o);
+      require_file(c, key, d.csv.path);
+      return load_csv_dataset(d.csv);
     }
     if (d.type == "safetensors") {
-      require_file(c, key, d.path);
-      SafetensorsDataOptions o;
-      o.path = d.path;
-      o.inputs = d.inputs;
-      o.targets = d.targets;
-      return load_safetensors_dataset(o);
+      require_file(c, key, d.safetensors.path);
+      return load_safetensors_dataset(d.safetensors);
     }
     key = "data.images";
-    require_file(c, key, d.images);
+    require_file(c, key, d.mnist.images);
     key = "data.labels";
-    require_file(c, key, d.labels);
+    require_file(c, key, d.mnist.labels);
     key = "data.images";
-    MnistOptions o;
-    o.images = d.images;
-    o.labels = d.labels;
-    o.flatten = d.flatten;
-    o.limit = d.limit;
-    return load_mnist_idx(o);
+    return load_mnist_idx(d.mnist);
   } catch (const ConfigError&) {
     throw;
   } catch (const Error& e) {

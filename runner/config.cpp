@@ -1,7 +1,8 @@
-// YAML -> Config with validation (see config.h). The YAML tree is read section by section; a
-// Section knows every key its schema has, so a typo is reported with the nearest valid key before
-// any value is looked at, and a key that exists but does not apply to the chosen type (an Adam
-// option under `type: sgd`) is reported as such at the end of the section.
+// YAML -> Config with validation (see config.h), walking the declarations of config_schema.h. The
+// YAML tree is read section by section; a Section knows every key its schema has, so a typo is
+// reported with the nearest valid key before any value is looked at, and a key that exists but
+// does not apply to the chosen type (an Adam option under `type: sgd`) is reported as such at the
+// end of the section.
 #include "runner/config.h"
 
 #include <yaml-cpp/yaml.h>
@@ -16,6 +17,7 @@
 
 #include "engine/device.h"
 #include "runner/atomic_file.h"
+#include "runner/config_schema.h"
 #include "runner/text.h"
 
 namespace mantissa::runner {
@@ -160,28 +162,19 @@ std::string node_text(const YAML::Node& n) {
   return "a map";
 }
 
-struct Range {
-  double lo = -std::numeric_limits<double>::infinity();
-  double hi = std::numeric_limits<double>::infinity();
-  bool lo_open = false, hi_open = false;
-  bool contains(double v) const {
-    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+std::string range_text(const schema::Range& r) {
+  const bool has_lo = std::isfinite(r.lo), has_hi = std::isfinite(r.hi);
+  if (has_lo && has_hi) {
+    return std::string("must be in ") + (r.lo_open ? "(" : "[") + yaml_double(r.lo) + ", " +
+           yaml_double(r.hi) + (r.hi_open ? ")" : "]");
   }
-  std::string text() const {
-    const bool has_lo = std::isfinite(lo), has_hi = std::isfinite(hi);
-    if (has_lo && has_hi) {
-      return std::string("must be in ") + (lo_open ? "(" : "[") + yaml_double(lo) + ", " +
-             yaml_double(hi) + (hi_open ? ")" : "]");
-    }
-    if (has_lo) return std::string("must be ") + (lo_open ? "> " : ">= ") + yaml_double(lo);
-    if (has_hi) return std::string("must be ") + (hi_open ? "< " : "<= ") + yaml_double(hi);
-    return "must be finite";
-  }
-};
-Range positive() { return {0, std::numeric_limits<double>::infinity(), true, false}; }
-Range non_negative() { return {0, std::numeric_limits<double>::infinity(), false, false}; }
+  if (has_lo) return std::string("must be ") + (r.lo_open ? "> " : ">= ") + yaml_double(r.lo);
+  if (has_hi) return std::string("must be ") + (r.hi_open ? "< " : "<= ") + yaml_double(r.hi);
+  return "must be finite";
+}
 
-// One YAML map of the schema.
+// One YAML map of the schema: refuses unknown and duplicate keys up front, hands out the nodes
+// of the keys that apply, and at the end refuses keys given that do not apply.
 class Section {
  public:
   Section(Context& ctx, const YAML::Node& node, std::string path, std::vector<std::string> keys)
@@ -221,6 +214,9 @@ class Section {
   bool has(const std::string& key) const {
     return node_.IsDefined() && node_.IsMap() && node_[key].IsDefined() && !node_[key].IsNull();
   }
+  YAML::Node at(const std::string& key) const {
+    return node_.IsDefined() && node_.IsMap() ? node_[key] : YAML::Node();
+  }
 
   [[noreturn]] void bad(const std::string& key, const YAML::Node& v, const std::string& problem) {
     const std::string full = sub(key);
@@ -229,123 +225,30 @@ class Section {
 
   // A number or boolean written in quotes ("32") is a string in YAML: refused, not converted.
   template <typename T>
-  T scalar(const std::string& key, const YAML::Node& v, const char* expected) {
+  T scalar(const std::string& key, const YAML::Node& v, const std::string& expected) {
     T out{};
-    if (!v.IsScalar() || !YAML::convert<T>::decode(v, out))
-      bad(key, v, std::string("expected ") + expected);
-    if (v.Tag() == "!") bad(key, v, std::string("expected ") + expected + ", not a quoted string");
+    if (!v.IsScalar() || !YAML::convert<T>::decode(v, out)) bad(key, v, "expected " + expected);
+    if (v.Tag() == "!") bad(key, v, "expected " + expected + ", not a quoted string");
     return out;
   }
 
-  double get_double(const std::string& key, double def, Range range = {}) {
-    auto v = take(key);
-    if (!v) return record(key, def, yaml_double(def));
-    const double x = scalar<double>(key, *v, "a number");
-    if (!std::isfinite(x) || !range.contains(x)) bad(key, *v, range.text());
-    return record(key, x, v->Scalar(), *v);
-  }
-  int64_t get_int(const std::string& key, int64_t def, int64_t lo = 0,
-                  int64_t hi = std::numeric_limits<int64_t>::max()) {
-    auto v = take(key);
-    if (!v) return record(key, def, std::to_string(def));
-    const int64_t x = scalar<int64_t>(key, *v, "an integer");
-    if (x < lo || x > hi) {
-      bad(key, *v,
-          hi == std::numeric_limits<int64_t>::max()
-              ? "must be >= " + std::to_string(lo)
-              : "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    }
-    return record(key, x, v->Scalar(), *v);
-  }
-  bool get_bool(const std::string& key, bool def) {
-    auto v = take(key);
-    if (!v) return record(key, def, def ? "true" : "false");
-    return record(key, scalar<bool>(key, *v, "true or false"), v->Scalar(), *v);
-  }
-  // true / false / auto (nullopt).
-  std::optional<bool> get_tristate(const std::string& key, std::optional<bool> def) {
-    auto v = take(key);
-    if (!v) {
-      record(key, 0, def ? (*def ? "true" : "false") : "auto");
-      return def;
-    }
-    if (v->IsScalar() && v->Scalar() == "auto") {
-      record(key, 0, "auto", *v);
-      return std::nullopt;
-    }
-    return record(key, scalar<bool>(key, *v, "true, false or auto"), v->Scalar(), *v);
-  }
-  std::string get_string(const std::string& key, const std::string& def) {
-    auto v = take(key);
-    if (!v) return record(key, def, def.empty() ? "\"\"" : def);
-    if (!v->IsScalar()) bad(key, *v, "expected a string");
-    return record(key, v->Scalar(), v->Scalar(), *v);
-  }
-  std::string get_choice(const std::string& key, const std::string& def,
-                         const std::vector<std::string>& choices) {
-    auto v = take(key);
-    if (!v) return record(key, def, def);
-    if (!v->IsScalar()) bad(key, *v, "expected one of " + join(choices));
-    const std::string s = v->Scalar();
-    if (std::find(choices.begin(), choices.end(), s) == choices.end()) {
-      const std::string near = nearest_key(s, choices);
-      bad(key, *v,
-          "expected one of " + join(choices) +
-              (near.empty() ? "" : " — did you mean '" + near + "'?"));
-    }
-    return record(key, s, s, *v);
-  }
-  // A list of scalars (a single scalar counts as a list of one).
-  std::vector<std::string> get_string_list(const std::string& key) {
-    auto v = take(key);
-    std::vector<std::string> out;
-    if (!v) return record(key, out, "[]");
-    if (v->IsScalar()) {
-      out.push_back(v->Scalar());
-    } else if (v->IsSequence()) {
-      for (const auto& e : *v) {
-        if (!e.IsScalar()) bad(key, *v, "expected a list of names or column indices");
-        out.push_back(e.Scalar());
-      }
-    } else {
-      bad(key, *v, "expected a list of names or column indices");
-    }
-    return record(key, out, "[" + join(out) + "]", *v);
-  }
-  std::vector<int64_t> get_int_list(const std::string& key, const std::vector<int64_t>& def) {
-    auto v = take(key);
-    auto text = [](const std::vector<int64_t>& x) {
-      std::vector<std::string> s;
-      for (auto d : x) s.push_back(std::to_string(d));
-      return "[" + join(s) + "]";
-    };
-    if (!v) return record(key, def, text(def));
-    std::vector<int64_t> out;
-    if (v->IsScalar()) {
-      out.push_back(scalar<int64_t>(key, *v, "a positive integer or a list of them"));
-    } else if (v->IsSequence()) {
-      for (const auto& e : *v)
-        out.push_back(scalar<int64_t>(key, e, "a list of positive integers"));
-    } else {
-      bad(key, *v, "expected a positive integer or a list of them");
-    }
-    if (out.empty()) bad(key, *v, "expected at least one size");
-    for (auto d : out) {
-      if (d < 1) bad(key, *v, "sizes must be >= 1");
-    }
-    return record(key, out, text(out), *v);
+  // Where the key's value came from, and its text, for messages about it (Config::describe).
+  void record(const std::string& key, const std::string& text, const YAML::Node& node) {
+    const std::string full = sub(key);
+    ctx_.cfg.value_text[full] = text;
+    ctx_.cfg.origin[full] = node.IsDefined() && !node.IsNull() ? ctx_.where(full, node) : "default";
   }
 
   // Keys present in the file that the chosen type does not use.
-  void finish(const std::string& type_key = "type") {
+  void finish() {
     if (!node_.IsDefined() || !node_.IsMap()) return;
     for (const auto& kv : node_) {
       const std::string key = kv.first.Scalar();
       if (used_.count(key)) continue;
       const std::string full = sub(key);
       std::string type = "this configuration";
-      if (node_[type_key].IsDefined() && node_[type_key].IsScalar()) {
-        type = sub(type_key) + " '" + node_[type_key].Scalar() + "'";
+      if (node_["type"].IsDefined() && node_["type"].IsScalar()) {
+        type = sub("type") + " '" + node_["type"].Scalar() + "'";
       }
       ctx_.fail("key '" + full + "' at " + ctx_.where(full, kv.first) + " does not apply to " +
                 type +
@@ -353,19 +256,13 @@ class Section {
     }
   }
 
+  Context& ctx() const { return ctx_; }
   const YAML::Node& node() const { return node_; }
+  const std::string& path() const { return path_; }
   std::string sub(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
  private:
   std::string label() const { return path_.empty() ? "the config" : path_; }
-  template <typename T>
-  T record(const std::string& key, T value, const std::string& text,
-           const YAML::Node& node = YAML::Node()) {
-    const std::string full = sub(key);
-    ctx_.cfg.value_text[full] = text;
-    ctx_.cfg.origin[full] = node.IsDefined() && !node.IsNull() ? ctx_.where(full, node) : "default";
-    return value;
-  }
 
   Context& ctx_;
   YAML::Node node_;
@@ -374,278 +271,368 @@ class Section {
   std::set<std::string> used_;
 };
 
-// ---- sections
-// -------------------------------------------------------------------------------------
+// The names a section declares (for unknown-key messages), and the required keys of one type.
+struct KeyNames {
+  std::vector<std::string> names;
+  void add(const std::string& n) {
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  }
+  template <typename T>
+  void field(const schema::Key<T>& k) {
+    add(k.name);
+  }
+  template <typename A, typename B>
+  void either(const schema::Key<A>& a, const schema::Key<B>& b) {
+    add(a.name), add(b.name);
+  }
+  void rule(const schema::Rule&) {}
+  template <typename S>
+  void section(const char* name, S&, const char*) {
+    add(name);
+  }
+};
+struct RequiredKeys {
+  std::string type;
+  std::vector<std::string> names;
+  template <typename T>
+  void field(const schema::Key<T>& k) {
+    if (k.is_required && !k.is_selector && k.applies(type)) names.push_back(k.name);
+  }
+  template <typename A, typename B>
+  void either(const schema::Key<A>&, const schema::Key<B>&) {}
+  void rule(const schema::Rule&) {}
+  template <typename S>
+  void section(const char*, S&, const char*) {}
+};
 
-const std::vector<std::string> kLayerTypes = {"linear",  "relu",      "gelu",    "silu",
-                                              "sigmoid", "tanh",      "dropout", "layernorm",
-                                              "conv2d",  "maxpool2d", "flatten"};
+template <typename S>
+void parse_section(Context& ctx, const YAML::Node& node, const std::string& path, S& out,
+                   bool list_item = false);
 
-LayerSpec parse_layer(Context& ctx, const YAML::Node& node, const std::string& path) {
-  LayerSpec l;
-  l.path = path;
-  if (node.IsScalar()) {  // "- relu"
+// Reads one section's keys into their members, as config_schema.h declares them.
+class Parser {
+ public:
+  Parser(Section& s, bool list_item) : s_(s), list_item_(list_item) {}
+
+  template <typename T>
+  void field(const schema::Key<T>& k) {
+    if (k.is_selector) {
+      if (list_item_ && !s_.has(k.name)) item_fail("missing key '" + std::string(k.name) + "'");
+      read(k);
+      type_ = text_of(*k.member);
+      return;
+    }
+    if (!k.applies(type_)) return;
+    if (k.is_required && !s_.has(k.name)) {
+      if (list_item_) item_fail(type_ + " needs key '" + k.name + "'");
+      const std::string type_key = s_.sub("type");
+      s_.ctx().fail(s_.sub(k.name) + ": required for " + type_key + " '" + type_ + "' (" +
+                    s_.ctx().where(type_key, s_.at("type")) + ")");
+    }
+    read(k);
+  }
+
+  // The second is chosen when given; the one not chosen is reset to its empty value.
+  template <typename A, typename B>
+  void either(const schema::Key<A>& a, const schema::Key<B>& b) {
+    if (s_.has(a.name) && s_.has(b.name)) {
+      s_.bad(b.name, s_.at(b.name),
+             "give either " + s_.sub(a.name) + " or " + s_.sub(b.name) + ", not both");
+    }
+    if (s_.has(b.name)) {
+      read(b);
+      s_.take(a.name);
+      *a.member = A{};
+    } else {
+      read(a);
+      s_.take(b.name);
+      *b.member = B{};
+    }
+  }
+
+  void rule(const schema::Rule& r) {
+    const bool applies =
+        r.only.empty() || std::find(r.only.begin(), r.only.end(), type_) != r.only.end();
+    if (applies && !r.ok()) s_.bad(r.key, s_.at(r.key), r.problem);
+  }
+
+  template <typename S>
+  void section(const char* name, S& out, const char*) {
+    parse_section(s_.ctx(), s_.take(name).value_or(YAML::Node()), s_.sub(name), out);
+  }
+
+ private:
+  [[noreturn]] void item_fail(const std::string& problem) const {
+    s_.ctx().fail(s_.path() + " (" + s_.ctx().where(s_.path(), s_.node()) + "): " + problem);
+  }
+
+  template <typename T>
+  void read(const schema::Key<T>& k) {
+    auto v = s_.take(k.name);
+    if (v) {
+      *k.member = value(k, *v);
+      s_.record(k.name, given_text(*k.member, *v), *v);
+    } else {
+      for (const auto& [type, def] : k.per_type) {
+        if (type == type_) *k.member = def;
+      }
+      if (k.computed_default) *k.member = k.computed_default();
+      s_.record(k.name, default_text(*k.member), YAML::Node());
+    }
+    if (k.check) {
+      if (const std::string problem = k.check(*k.member); !problem.empty())
+        s_.bad(k.name, s_.at(k.name), problem);
+    }
+  }
+
+  // ---- one value of each kind
+  int64_t value(const schema::Key<int64_t>& k, const YAML::Node& v) {
+    const int64_t x = s_.scalar<int64_t>(k.name, v, "an integer");
+    if (x < k.min_int || x > k.max_int) {
+      s_.bad(k.name, v,
+             k.max_int == std::numeric_limits<int64_t>::max()
+                 ? "must be >= " + std::to_string(k.min_int)
+                 : "must be in [" + std::to_string(k.min_int) + ", " + std::to_string(k.max_int) +
+                       "]");
+    }
+    return x;
+  }
+  uint64_t value(const schema::Key<uint64_t>& k, const YAML::Node& v) {
+    const int64_t x = s_.scalar<int64_t>(k.name, v, "an integer");
+    if (x < 0) s_.bad(k.name, v, "must be >= 0");
+    return static_cast<uint64_t>(x);
+  }
+  double value(const schema::Key<double>& k, const YAML::Node& v) {
+    const double x = s_.scalar<double>(k.name, v, "a number");
+    if (!std::isfinite(x) || !k.range.contains(x)) s_.bad(k.name, v, range_text(k.range));
+    return x;
+  }
+  bool value(const schema::Key<bool>& k, const YAML::Node& v) {
+    return s_.scalar<bool>(k.name, v, "true or false");
+  }
+  std::optional<bool> value(const schema::Key<std::optional<bool>>& k, const YAML::Node& v) {
+    if (v.IsScalar() && v.Scalar() == "auto") return std::nullopt;
+    return s_.scalar<bool>(k.name, v, "true, false or auto");
+  }
+  std::string value(const schema::Key<std::string>& k, const YAML::Node& v) {
+    return k.choices.empty() ? string(k.name, v) : choice(k.name, v, k.choices);
+  }
+  DType value(const schema::Key<DType>& k, const YAML::Node& v) {
+    return parse_dtype(choice(k.name, v, k.choices));
+  }
+  char value(const schema::Key<char>& k, const YAML::Node& v) {
+    const std::string s = string(k.name, v);
+    if (s.size() != 1) s_.bad(k.name, v, "must be one character");
+    return s[0];
+  }
+  // A list of scalars (a single scalar counts as a list of one).
+  std::vector<std::string> value(const schema::Key<std::vector<std::string>>& k,
+                                 const YAML::Node& v) {
+    std::vector<std::string> out;
+    for (const auto& e : items(v)) {
+      if (!e.IsScalar()) s_.bad(k.name, v, "expected a list of names or column indices");
+      out.push_back(e.Scalar());
+    }
+    return out;
+  }
+  std::vector<int64_t> value(const schema::Key<std::vector<int64_t>>& k, const YAML::Node& v) {
+    if (!v.IsScalar() && !v.IsSequence())
+      s_.bad(k.name, v, "expected a positive integer or a list of them");
+    std::vector<int64_t> out;
+    for (const auto& e : items(v)) {
+      out.push_back(s_.scalar<int64_t>(
+          k.name, e,
+          v.IsScalar() ? "a positive integer or a list of them" : "a list of positive integers"));
+    }
+    if (out.empty()) s_.bad(k.name, v, "expected at least one size");
+    for (auto d : out) {
+      if (d < 1) s_.bad(k.name, v, "sizes must be >= 1");
+    }
+    return out;
+  }
+  // A number or a non-empty list of them.
+  std::vector<double> value(const schema::Key<std::vector<double>>& k, const YAML::Node& v) {
+    const std::vector<YAML::Node> list = items(v);
+    if (list.empty() || v.IsMap())
+      s_.bad(k.name, v, "expected a number or a non-empty list of them");
+    std::vector<double> out;
+    for (const auto& e : list) {
+      const double x = s_.scalar<double>(k.name, e, "a number or a list of numbers");
+      if (!std::isfinite(x) || !k.range.contains(x))
+        s_.bad(k.name, e, "values " + range_text(k.range));
+      out.push_back(x);
+    }
+    return out;
+  }
+  // [first, second]; the message names them after the key ("betas": [beta1, beta2]).
+  std::pair<double, double> value(const schema::Key<std::pair<double, double>>& k,
+                                  const YAML::Node& v) {
+    std::string one = k.name;
+    if (!one.empty() && one.back() == 's') one.pop_back();
+    const std::string shape = "[" + one + "1, " + one + "2]";
+    if (!v.IsSequence() || v.size() != 2) s_.bad(k.name, v, "expected " + shape);
+    double x[2];
+    for (int i = 0; i < 2; ++i) {
+      x[i] = s_.scalar<double>(k.name, v[i], shape + " numbers");
+      if (!std::isfinite(x[i]) || !k.range.contains(x[i]))
+        s_.bad(k.name, v[i], "each " + one + " " + range_text(k.range));
+    }
+    return {x[0], x[1]};
+  }
+  std::vector<LayerSpec> value(const schema::Key<std::vector<LayerSpec>>& k, const YAML::Node& v) {
+    if (!v.IsSequence() || v.size() == 0) s_.bad(k.name, v, "expected a non-empty list of layers");
+    std::vector<LayerSpec> out;
+    std::set<std::string> names;
+    for (size_t i = 0; i < v.size(); ++i) {
+      LayerSpec l = layer(v[i], s_.sub(k.name) + "." + std::to_string(i));
+      const std::string child = l.name.empty() ? std::to_string(i) : l.name;
+      if (!names.insert(child).second) {
+        s_.ctx().fail(l.path + ".name = " + child + " (" + s_.ctx().where(l.path, v[i]) +
+                      "): another layer already has this name");
+      }
+      out.push_back(std::move(l));
+    }
+    return out;
+  }
+
+  LayerSpec layer(const YAML::Node& node, const std::string& path) {
+    Context& ctx = s_.ctx();
+    LayerSpec l;
+    l.path = path;
+    if (!node.IsDefined() || node.IsNull())
+      ctx.fail(path + " (" + ctx.where(path, node) + "): expected a layer");
+    if (!node.IsScalar()) {
+      parse_section(ctx, node, path, l, /*list_item=*/true);
+      return l;
+    }
+    // "- relu": the type alone, for layers without required keys.
+    const auto& types = schema::kLayerTypes;
     l.type = node.Scalar();
-    if (std::find(kLayerTypes.begin(), kLayerTypes.end(), l.type) == kLayerTypes.end()) {
-      const std::string near = nearest_key(l.type, kLayerTypes);
-      ctx.fail(path + " = " + l.type + " (" + ctx.where(path, node) + "): unknown layer type" +
-               (near.empty() ? "; expected one of " + join(kLayerTypes)
-                             : " — did you mean '" + near + "'?"));
+    if (std::find(types.begin(), types.end(), l.type) == types.end()) {
+      const std::string near = nearest_key(l.type, types);
+      ctx.fail(
+          path + " = " + l.type + " (" + ctx.where(path, node) + "): unknown layer type" +
+          (near.empty() ? "; expected one of " + join(types) : " — did you mean '" + near + "'?"));
     }
     ctx.cfg.value_text[path + ".type"] = l.type;
     ctx.cfg.origin[path + ".type"] = ctx.where(path, node);
-    if (l.type == "linear" || l.type == "conv2d" || l.type == "layernorm" ||
-        l.type == "maxpool2d") {
+    RequiredKeys required{l.type, {}};
+    schema::describe(required, l);
+    if (!required.names.empty()) {
+      std::string example = "{type: " + l.type;
+      for (const auto& r : required.names) example += ", " + r + ": ...";
       ctx.fail(path + " = " + l.type + " (" + ctx.where(path, node) +
-               "): this layer needs parameters; write it as a map, e.g. {type: " + l.type +
-               (l.type == "linear"      ? ", in: 10, out: 10}"
-                : l.type == "layernorm" ? ", shape: 10}"
-                                        : ", ...}"));
+               "): this layer needs parameters; write it as a map, e.g. " + example + "}");
     }
     return l;
   }
-  Section s(ctx, node, path,
-            {"type", "name", "in", "out", "bias", "approximate", "p", "shape", "eps", "affine",
-             "kernel", "stride", "padding", "start_dim", "end_dim"});
-  if (!node.IsMap()) ctx.fail(path + " (" + ctx.where(path, node) + "): expected a layer");
-  if (!s.has("type")) ctx.fail(path + " (" + ctx.where(path, node) + "): missing key 'type'");
-  l.type = s.get_choice("type", "", kLayerTypes);
-  l.name = s.get_string("name", "");
-  if (l.name.find('.') != std::string::npos) {
-    s.bad("name", node["name"], "a layer name cannot contain '.'");
-  }
-  auto need = [&](const char* key) {
-    if (!s.has(key)) {
-      ctx.fail(path + " (" + ctx.where(path, node) + "): " + l.type + " needs key '" + key + "'");
-    }
-  };
-  if (l.type == "linear") {
-    need("in"), need("out");
-    l.in = s.get_int("in", 0, 1);
-    l.out = s.get_int("out", 0, 1);
-    l.bias = s.get_bool("bias", true);
-  } else if (l.type == "gelu") {
-    l.approximate = s.get_choice("approximate", "none", {"none", "tanh"});
-  } else if (l.type == "dropout") {
-    l.p = s.get_double("p", 0.5, Range{0, 1, false, true});
-  } else if (l.type == "layernorm") {
-    need("shape");
-    l.shape = s.get_int_list("shape", {});
-    l.eps = s.get_double("eps", 1e-5, positive());
-    l.affine = s.get_bool("affine", true);
-  } else if (l.type == "conv2d") {
-    need("in"), need("out"), need("kernel");
-    l.in = s.get_int("in", 0, 1);
-    l.out = s.get_int("out", 0, 1);
-    l.kernel = s.get_int("kernel", 0, 1);
-    l.stride = s.get_int("stride", 1, 1);
-    l.padding = s.get_int("padding", 0, 0);
-    l.bias = s.get_bool("bias", true);
-  } else if (l.type == "maxpool2d") {
-    need("kernel");
-    l.kernel = s.get_int("kernel", 0, 1);
-    l.stride = s.get_int("stride", l.kernel, 1);
-    l.padding = s.get_int("padding", 0, 0);
-    if (2 * l.padding > l.kernel)
-      s.bad("padding", node["padding"], "must be at most half of kernel");
-  } else if (l.type == "flatten") {
-    l.start_dim = s.get_int("start_dim", 1, -8, 8);
-    l.end_dim = s.get_int("end_dim", -1, -8, 8);
-  }
-  s.finish();
-  return l;
-}
 
-void parse_model(Context& ctx, const YAML::Node& node, ModelConfig& m) {
-  Section s(ctx, node, "model", {"preset", "layers", "init_from"});
-  if (s.has("preset") && s.has("layers")) {
-    s.bad("layers", node["layers"], "give either model.preset or model.layers, not both");
+  std::string string(const std::string& key, const YAML::Node& v) {
+    if (!v.IsScalar()) s_.bad(key, v, "expected a string");
+    return v.Scalar();
   }
-  if (auto layers = s.take("layers")) {
-    if (!layers->IsSequence() || layers->size() == 0) {
-      s.bad("layers", *layers, "expected a non-empty list of layers");
+  std::string choice(const std::string& key, const YAML::Node& v,
+                     const std::vector<std::string>& choices) {
+    if (!v.IsScalar()) s_.bad(key, v, "expected one of " + join(choices));
+    const std::string s = v.Scalar();
+    if (std::find(choices.begin(), choices.end(), s) == choices.end()) {
+      const std::string near = nearest_key(s, choices);
+      s_.bad(key, v,
+             "expected one of " + join(choices) +
+                 (near.empty() ? "" : " — did you mean '" + near + "'?"));
     }
-    std::set<std::string> names;
-    for (size_t i = 0; i < layers->size(); ++i) {
-      LayerSpec l = parse_layer(ctx, (*layers)[i], "model.layers." + std::to_string(i));
-      const std::string child = l.name.empty() ? std::to_string(i) : l.name;
-      if (!names.insert(child).second) {
-        ctx.fail(l.path + ".name = " + child + " (" + ctx.where(l.path, (*layers)[i]) +
-                 "): another layer already has this name");
-      }
-      m.layers.push_back(std::move(l));
-    }
-    ctx.cfg.origin["model.layers"] = ctx.where("model.layers", *layers);
-    ctx.cfg.value_text["model.layers"] = std::to_string(m.layers.size()) + " layers";
-  } else {
-    m.preset = s.get_choice("preset", "toy", {"toy"});
+    return s;
   }
-  m.init_from = s.get_string("init_from", "");
-  s.finish();
-}
-
-void parse_data(Context& ctx, const YAML::Node& node, DataConfig& d) {
-  Section s(ctx, node, "data",
-            {"type",     "samples",        "in_features",   "hidden",       "out_features",
-             "noise",    "x_min",          "x_max",         "turns",        "path",
-             "header",   "target_columns", "input_columns", "target_dtype", "delimiter",
-             "inputs",   "targets",        "images",        "labels",       "flatten",
-             "limit",    "batch_size",     "shuffle",       "seed",         "val_split",
-             "drop_last"});
-  d.type = s.get_choice("type", "teacher",
-                        {"teacher", "sine", "spirals", "csv", "safetensors", "mnist"});
-  auto required_path = [&](const char* key) {
-    if (!s.has(key)) {
-      ctx.fail("data." + std::string(key) + ": required for data.type '" + d.type + "' (" +
-               ctx.where("data.type", node["type"]) + ")");
-    }
-    return s.get_string(key, "");
-  };
-  if (d.type == "teacher" || d.type == "sine" || d.type == "spirals") {
-    d.samples = s.get_int("samples", 1024, 1);
-    d.noise = s.get_double("noise", d.type == "spirals" ? 0.1 : 0.0, non_negative());
-  }
-  if (d.type == "teacher") {
-    d.in_features = s.get_int("in_features", 10, 1);
-    d.hidden = s.get_int("hidden", 10, 1);
-    d.out_features = s.get_int("out_features", 5, 1);
-  } else if (d.type == "sine") {
-    d.x_min = s.get_double("x_min", d.x_min);
-    d.x_max = s.get_double("x_max", d.x_max);
-    if (!(d.x_max > d.x_min)) s.bad("x_max", node["x_max"], "must be greater than data.x_min");
-  } else if (d.type == "spirals") {
-    d.turns = s.get_double("turns", 1.5, positive());
-  } else if (d.type == "csv") {
-    d.path = required_path("path");
-    d.header = s.get_tristate("header", std::nullopt);
-    d.target_columns = s.get_string_list("target_columns");
-    d.input_columns = s.get_string_list("input_columns");
-    d.target_dtype = s.get_choice("target_dtype", "float32", {"float32", "int64"});
-    d.delimiter = s.get_string("delimiter", ",");
-    if (d.delimiter.size() != 1) s.bad("delimiter", node["delimiter"], "must be one character");
-  } else if (d.type == "safetensors") {
-    d.path = required_path("path");
-    d.inputs = s.get_string("inputs", "inputs");
-    d.targets = s.get_string("targets", "targets");
-  } else if (d.type == "mnist") {
-    d.images = required_path("images");
-    d.labels = required_path("labels");
-    d.flatten = s.get_bool("flatten", false);
-    d.limit = s.get_int("limit", 0, 0);
-  }
-  d.batch_size = s.get_int("batch_size", 32, 1);
-  d.shuffle = s.get_bool("shuffle", true);
-  d.seed = static_cast<uint64_t>(s.get_int("seed", 0, 0));
-  d.val_split = s.get_double("val_split", 0.0, Range{0, 1, false, true});
-  d.drop_last = s.get_bool("drop_last", false);
-  s.finish();
-}
-
-void parse_loss(Context& ctx, const YAML::Node& node, LossConfig& l) {
-  Section s(ctx, node, "loss",
-            {"type", "reduction", "label_smoothing", "ignore_index", "pos_weight"});
-  l.type = s.get_choice("type", "mse", {"mse", "l1", "cross_entropy", "bce_with_logits"});
-  l.reduction = s.get_choice("reduction", "mean", {"mean", "sum"});
-  if (l.type == "cross_entropy") {
-    l.label_smoothing = s.get_double("label_smoothing", 0.0, Range{0, 1, false, false});
-    l.ignore_index = s.get_int("ignore_index", -100, std::numeric_limits<int64_t>::min());
-  }
-  if (l.type == "bce_with_logits") {
-    // A number or a list (one weight per output); its length is checked against the model in
-    // build_from_config, which knows the output shape.
-    std::vector<std::string> text;
-    if (auto v = s.take("pos_weight")) {
-      std::vector<YAML::Node> items;
-      if (v->IsSequence()) {
-        for (const auto& e : *v) items.push_back(e);
-      } else {
-        items.push_back(*v);
-      }
-      if (items.empty()) s.bad("pos_weight", *v, "expected a number or a non-empty list of them");
-      for (const auto& e : items) {
-        const double w = s.scalar<double>("pos_weight", e, "a number or a list of numbers");
-        if (!(std::isfinite(w) && w >= 0)) s.bad("pos_weight", e, "weights must be >= 0");
-        l.pos_weight.push_back(w);
-        text.push_back(yaml_double(w));
-      }
-      ctx.cfg.origin["loss.pos_weight"] = ctx.where("loss.pos_weight", *v);
+  static std::vector<YAML::Node> items(const YAML::Node& v) {
+    std::vector<YAML::Node> out;
+    if (v.IsSequence()) {
+      for (const auto& e : v) out.push_back(e);
     } else {
-      ctx.cfg.origin["loss.pos_weight"] = "default";
+      out.push_back(v);
     }
-    ctx.cfg.value_text["loss.pos_weight"] = text.empty() ? "null" : "[" + join(text) + "]";
+    return out;
   }
-  s.finish();
-}
 
-void parse_optimizer(Context& ctx, const YAML::Node& node, OptimizerConfig& o) {
-  Section s(ctx, node, "optimizer",
-            {"type", "lr", "momentum", "dampening", "nesterov", "weight_decay", "maximize", "betas",
-             "eps", "amsgrad"});
-  o.type = s.get_choice("type", "sgd", {"sgd", "adam", "adamw"});
-  o.lr = s.get_double("lr", o.type == "sgd" ? 0.01 : 1e-3, positive());
-  o.weight_decay = s.get_double("weight_decay", o.type == "adamw" ? 0.01 : 0.0, non_negative());
-  o.maximize = s.get_bool("maximize", false);
-  if (o.type == "sgd") {
-    o.momentum = s.get_double("momentum", 0.0, non_negative());
-    o.dampening = s.get_double("dampening", 0.0, Range{0, 1, false, false});
-    o.nesterov = s.get_bool("nesterov", false);
-    if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
-      s.bad("nesterov", node["nesterov"], "needs optimizer.momentum > 0 and dampening 0");
-    }
-  } else {
-    o.eps = s.get_double("eps", 1e-8, positive());
-    o.amsgrad = s.get_bool("amsgrad", false);
-    if (auto betas = s.take("betas")) {
-      if (!betas->IsSequence() || betas->size() != 2)
-        s.bad("betas", *betas, "expected [beta1, beta2]");
-      for (int i = 0; i < 2; ++i) {
-        const double b = s.scalar<double>("betas", (*betas)[i], "[beta1, beta2] numbers");
-        if (!(b >= 0 && b < 1)) s.bad("betas", (*betas)[i], "each beta must be in [0, 1)");
-        (i == 0 ? o.beta1 : o.beta2) = b;
-      }
-      ctx.cfg.origin["optimizer.betas"] = ctx.where("optimizer.betas", *betas);
+  // ---- the texts of values in messages (Config::value_text)
+  static std::string list_text(const std::vector<std::string>& v) {
+    std::string out = "[";
+    out += join(v);
+    out += ']';
+    return out;
+  }
+  static std::string text_of(const std::string& s) { return s; }
+  static std::string text_of(int64_t x) { return std::to_string(x); }
+  static std::string text_of(uint64_t x) { return std::to_string(x); }
+  static std::string text_of(double x) { return yaml_double(x); }
+  static std::string text_of(bool b) { return b ? "true" : "false"; }
+  static std::string text_of(const std::optional<bool>& b) { return b ? text_of(*b) : "auto"; }
+  static std::string text_of(DType t) { return std::string(dtype_name(t)); }
+  static std::string text_of(char c) { return std::string(1, c); }
+  static std::string text_of(const std::vector<std::string>& v) { return list_text(v); }
+  template <typename N>
+  static std::string text_of(const std::vector<N>& v) {
+    std::vector<std::string> s;
+    for (const auto& x : v) s.push_back(text_of(x));
+    return list_text(s);
+  }
+  static std::string text_of(const std::pair<double, double>& p) {
+    return list_text({yaml_double(p.first), yaml_double(p.second)});
+  }
+  static std::string text_of(const std::vector<LayerSpec>& v) {
+    return std::to_string(v.size()) + " layers";
+  }
+  template <typename T>
+  static std::string given_text(const T& value, const YAML::Node& v) {
+    if constexpr (std::is_same_v<T, std::vector<std::string>> ||
+                  std::is_same_v<T, std::vector<int64_t>> ||
+                  std::is_same_v<T, std::vector<double>> ||
+                  std::is_same_v<T, std::pair<double, double>> ||
+                  std::is_same_v<T, std::vector<LayerSpec>>) {
+      return text_of(value);
     } else {
-      ctx.cfg.origin["optimizer.betas"] = "default";
+      return v.Scalar();  // as written
     }
-    ctx.cfg.value_text["optimizer.betas"] =
-        "[" + yaml_double(o.beta1) + ", " + yaml_double(o.beta2) + "]";
   }
+  template <typename T>
+  static std::string default_text(const T& value) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      return value.empty() ? "\"\"" : value;
+    } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+      return value.empty() ? "null" : text_of(value);
+    } else {
+      return text_of(value);
+    }
+  }
+
+  Section& s_;
+  bool list_item_;
+  std::string type_;  // the value of the section's selector, once read
+};
+
+template <typename S>
+void parse_section(Context& ctx, const YAML::Node& node, const std::string& path, S& out,
+                   bool list_item) {
+  KeyNames names;
+  schema::describe(names, out);
+  Section s(ctx, node, path, names.names);
+  Parser p(s, list_item);
+  schema::describe(p, out);
   s.finish();
 }
 
-void parse_schedule(Context& ctx, const YAML::Node& node, ScheduleConfig& c) {
-  Section s(ctx, node, "schedule",
-            {"type", "step_size", "gamma", "warmup_steps", "total_steps", "min_lr"});
-  c.type = s.get_choice("type", "none", {"none", "step", "cosine"});
-  if (c.type == "step") {
-    c.step_size = s.get_int("step_size", 100, 1);
-    c.gamma = s.get_double("gamma", 0.1, positive());
-  } else if (c.type == "cosine") {
-    c.warmup_steps = s.get_int("warmup_steps", 0, 0);
-    c.total_steps = s.get_int("total_steps", 0, 0);
-    c.min_lr = s.get_double("min_lr", 0.0, non_negative());
-    if (c.total_steps > 0 && c.warmup_steps > c.total_steps) {
-      s.bad("warmup_steps", node["warmup_steps"], "must be <= schedule.total_steps");
-    }
+}  // namespace
+
+std::string schema::check_device(const std::string& device) {
+  if (device == "auto") return "";
+  try {
+    (void)Device(device);
+  } catch (const Error&) {
+    return "expected auto, cpu, cuda or cuda:N";
   }
-  s.finish();
+  return "";
 }
 
-void parse_scaler(Context& ctx, const YAML::Node& node, ScalerConfig& c) {
-  Section s(ctx, node, "scaler",
-            {"enabled", "init_scale", "growth_factor", "backoff_factor", "growth_interval",
-             "min_scale", "hysteresis"});
-  c.enabled = s.get_tristate("enabled", std::nullopt);
-  c.init_scale = s.get_double("init_scale", 65536.0, positive());
-  c.growth_factor = s.get_double("growth_factor", 2.0, Range{1, 1e300, true, false});
-  c.backoff_factor = s.get_double("backoff_factor", 0.5, Range{0, 1, false, true});
-  c.growth_interval = s.get_int("growth_interval", 2000, 0);
-  c.min_scale = s.get_double("min_scale", 0.0, non_negative());
-  c.hysteresis = s.get_int("hysteresis", 1, 1);
-  if (c.min_scale > c.init_scale)
-    s.bad("min_scale", node["min_scale"], "must be <= scaler.init_scale");
-  s.finish();
-}
+namespace {
 
 // --set key.path=value: the value is YAML, put into the tree before validation.
 void apply_override(Context& ctx, YAML::Node& root, const std::string& text) {
@@ -735,52 +722,8 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
   check_quotes(ctx, root, yaml_text, source);
   for (const auto& o : overrides) apply_override(ctx, root, o);
 
-  Section top(ctx, root, "",
-              {"name", "seed", "deterministic", "device", "precision", "master_weights", "steps",
-               "epochs", "log_every", "eval_every", "checkpoint_every", "keep_last",
-               "clip_grad_norm", "model", "data", "loss", "optimizer", "schedule", "scaler"});
-  cfg.name = top.get_string("name", default_name);
-  // The run directory is runs/<name>-<YYYYmmdd-HHMMSS>[-N]: a file name, at most 255 bytes.
-  if (cfg.name.empty() || cfg.name.find('/') != std::string::npos || cfg.name.size() > 200) {
-    top.bad("name", root["name"], "must be a non-empty name of at most 200 bytes without '/'");
-  }
-  cfg.seed = static_cast<uint64_t>(top.get_int("seed", 0, 0));
-  // Checked against the model and device in build_from_config (runner/determinism.h).
-  cfg.deterministic = top.get_bool("deterministic", true);
-  cfg.device = top.get_string("device", "auto");
-  if (cfg.device != "auto") {
-    try {
-      (void)Device(cfg.device);
-    } catch (const Error&) {
-      top.bad("device", root["device"], "expected auto, cpu, cuda or cuda:N");
-    }
-  }
-  cfg.precision =
-      top.get_choice("precision", "float32", {"float32", "tf32", "float16", "bfloat16"});
-  cfg.master_weights = top.get_bool("master_weights", false);
-  if (top.has("steps") && top.has("epochs")) {
-    top.bad("epochs", root["epochs"], "give either steps or epochs, not both");
-  }
-  if (top.has("epochs")) {
-    cfg.epochs = top.get_int("epochs", 1, 1);
-    top.take("steps");
-  } else {
-    cfg.steps = top.get_int("steps", 100, 1);
-    top.take("epochs");
-  }
-  cfg.log_every = top.get_int("log_every", 10, 0);
-  cfg.eval_every = top.get_int("eval_every", 0, 0);
-  cfg.checkpoint_every = top.get_int("checkpoint_every", 0, 0);
-  cfg.keep_last = top.get_int("keep_last", 3, 0);
-  cfg.clip_grad_norm = top.get_double("clip_grad_norm", 0.0, non_negative());
-
-  parse_model(ctx, top.take("model").value_or(YAML::Node()), cfg.model);
-  parse_data(ctx, top.take("data").value_or(YAML::Node()), cfg.data);
-  parse_loss(ctx, top.take("loss").value_or(YAML::Node()), cfg.loss);
-  parse_optimizer(ctx, top.take("optimizer").value_or(YAML::Node()), cfg.optimizer);
-  parse_schedule(ctx, top.take("schedule").value_or(YAML::Node()), cfg.schedule);
-  parse_scaler(ctx, top.take("scaler").value_or(YAML::Node()), cfg.scaler);
-  top.finish("name");
+  cfg.name = default_name;
+  parse_section(ctx, root, "", cfg);
   return cfg;
 }
 

@@ -1,5 +1,6 @@
-// Run configs: the YAML schema of `mantissa train` (documented key by key in docs/configs.md),
-// parsed and validated completely before anything runs or any file is written.
+// Run configs: the YAML schema of `mantissa train`, declared key by key in config_schema.h (and
+// listed from there in docs/configs.md), parsed and validated completely before anything runs or
+// any file is written.
 //
 //   runner::Config cfg = runner::parse_config_file("configs/toy.yaml", {"optimizer.lr=0.1"});
 //   std::string text = runner::to_yaml(cfg);   // the resolved config, every default filled in
@@ -15,9 +16,11 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/error.h"
+#include "runner/data.h"
 
 namespace mantissa::runner {
 
@@ -47,30 +50,21 @@ struct LayerSpec {
 };
 
 struct ModelConfig {
-  std::string preset;  // "toy", or empty with layers
+  std::string preset = "toy";  // empty with layers
   std::vector<LayerSpec> layers;
   std::string init_from;  // safetensors weights loaded after construction (empty: none)
 };
 
+// The dataset's keys are the options of its loader (runner/data.h); the synthetic datasets take
+// data.seed as their seed.
 struct DataConfig {
   std::string type = "teacher";  // teacher sine spirals csv safetensors mnist
-  // synthetic
-  int64_t samples = 1024;
-  int64_t in_features = 10, hidden = 10, out_features = 5;       // teacher
-  double noise = 0.0;                                            // teacher, sine, spirals
-  double x_min = -3.141592653589793, x_max = 3.141592653589793;  // sine
-  double turns = 1.5;                                            // spirals
-  // files
-  std::string path;                                    // csv, safetensors
-  std::optional<bool> header;                          // csv; nullopt: detect
-  std::vector<std::string> target_columns;             // csv
-  std::vector<std::string> input_columns;              // csv
-  std::string target_dtype = "float32";                // csv: float32 | int64
-  std::string delimiter = ",";                         // csv
-  std::string inputs = "inputs", targets = "targets";  // safetensors tensor names
-  std::string images, labels;                          // mnist IDX files
-  bool flatten = false;                                // mnist
-  int64_t limit = 0;                                   // mnist
+  TeacherOptions teacher;
+  SineOptions sine;
+  SpiralsOptions spirals;
+  CsvOptions csv;
+  SafetensorsDataOptions safetensors;
+  MnistOptions mnist;
   // loading
   int64_t batch_size = 32;
   bool shuffle = true;
@@ -90,14 +84,15 @@ struct LossConfig {
 };
 
 struct OptimizerConfig {
-  std::string type = "sgd";  // sgd adam adamw
-  double lr = 0.01;
+  std::string type = "sgd";                // sgd adam adamw
+  double lr = 0.01;                        // adam, adamw: 0.001
   double momentum = 0.0, dampening = 0.0;  // sgd
   bool nesterov = false;                   // sgd
-  double weight_decay = 0.0;               // adamw default 0.01
+  double weight_decay = 0.0;               // adamw: 0.01
   bool maximize = false;
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
-  bool amsgrad = false;                           // adam, adamw
+  std::pair<double, double> betas{0.9, 0.999};  // adam, adamw
+  double eps = 1e-8;                            // adam, adamw
+  bool amsgrad = false;                         // adam, adamw
 };
 
 struct ScheduleConfig {
@@ -126,8 +121,8 @@ struct Config {
   std::string device = "auto";  // auto cpu cuda cuda:N
   std::string precision = "float32";
   bool master_weights = false;
-  int64_t steps = 0;   // > 0: stop after this many steps ...
-  int64_t epochs = 0;  // ... else after this many epochs (one of the two is set)
+  int64_t steps = 100;  // > 0: stop after this many steps ...
+  int64_t epochs = 0;   // ... else after this many epochs (one of the two is set)
   int64_t log_every = 10;
   int64_t eval_every = 0;
   int64_t checkpoint_every = 0;
@@ -167,6 +162,10 @@ Config parse_config_file(const std::string& path, const std::vector<std::string>
 std::string to_yaml(const Config& config);
 // A short stable hash of a resolved config's text (16 hex digits, FNV-1a 64).
 std::string config_hash(const std::string& text);
+
+// The key reference of docs/configs.md (Markdown tables, one per section), made from the
+// declarations in config_schema.h.
+std::string config_reference_markdown();
 
 // The key of `candidates` nearest to `key` by edit distance, or "" if none is close.
 std::string nearest_key(const std::string& key, const std::vector<std::string>& candidates);

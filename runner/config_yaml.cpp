@@ -1,12 +1,14 @@
-// Config -> YAML text (the run directory's resolved.yaml and the text stored in checkpoints).
-// Written by hand rather than with YAML::Emitter so that doubles keep their shortest round-trip
-// form (0.1, not 0.10000000000000001) and only the keys that apply to the chosen types appear —
-// the parser refuses the others.
+// Config -> YAML text (the run directory's resolved.yaml and the text stored in checkpoints), by
+// walking the declarations of config_schema.h. Written by hand rather than with YAML::Emitter so
+// that doubles keep their shortest round-trip form (0.1, not 0.10000000000000001) and only the keys
+// that apply to the chosen types appear — the parser refuses the others.
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <type_traits>
 
 #include "runner/config.h"
+#include "runner/config_schema.h"
 #include "runner/hash.h"
 #include "runner/text.h"
 
@@ -51,129 +53,105 @@ std::string int_list(const std::vector<int64_t>& v) {
   return out + "]";
 }
 
-void layer(std::ostream& os, const LayerSpec& l) {
-  os << "    - {type: " << l.type;
-  if (!l.name.empty()) os << ", name: " << str(l.name);
-  if (l.type == "linear") {
-    os << ", in: " << l.in << ", out: " << l.out << ", bias: " << boolean(l.bias);
-  } else if (l.type == "gelu") {
-    os << ", approximate: " << l.approximate;
-  } else if (l.type == "dropout") {
-    os << ", p: " << num(l.p);
-  } else if (l.type == "layernorm") {
-    os << ", shape: " << int_list(l.shape) << ", eps: " << num(l.eps)
-       << ", affine: " << boolean(l.affine);
-  } else if (l.type == "conv2d") {
-    os << ", in: " << l.in << ", out: " << l.out << ", kernel: " << l.kernel
-       << ", stride: " << l.stride << ", padding: " << l.padding << ", bias: " << boolean(l.bias);
-  } else if (l.type == "maxpool2d") {
-    os << ", kernel: " << l.kernel << ", stride: " << l.stride << ", padding: " << l.padding;
-  } else if (l.type == "flatten") {
-    os << ", start_dim: " << l.start_dim << ", end_dim: " << l.end_dim;
-  }
-  os << "}\n";
+std::string value(int64_t x) { return std::to_string(x); }
+std::string value(uint64_t x) { return std::to_string(x); }
+std::string value(double x) { return num(x); }
+std::string value(bool b) { return boolean(b); }
+std::string value(const std::optional<bool>& b) { return b ? boolean(*b) : "auto"; }
+std::string value(DType t) { return std::string(dtype_name(t)); }
+std::string value(char c) { return str(std::string(1, c)); }
+std::string value(const std::vector<std::string>& v) { return list(v); }
+std::string value(const std::vector<int64_t>& v) { return int_list(v); }
+std::string value(const std::vector<double>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + num(v[i]);
+  return out + "]";
 }
+std::string value(const std::pair<double, double>& p) {
+  return value(std::vector<double>{p.first, p.second});
+}
+
+template <typename T>
+bool unset(const T& v) {
+  if constexpr (std::is_arithmetic_v<T>) {
+    return v == T{};
+  } else if constexpr (requires { v.empty(); }) {
+    return v.empty();
+  } else {
+    return false;
+  }
+}
+
+// Writes the keys of one section that apply to its type, in declaration order: as a block map
+// (`key: value` lines at `indent`) or, for a list entry, as one flow map (`{type: linear, ...}`).
+class Writer {
+ public:
+  Writer(std::ostream& os, std::string indent, bool flow)
+      : os_(os), indent_(std::move(indent)), flow_(flow) {}
+
+  template <typename T>
+  void field(const schema::Key<T>& k) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      if (k.is_selector) type_ = *k.member;
+    }
+    if (!k.applies(type_) || (k.omit_empty && unset(*k.member))) return;
+    if constexpr (std::is_same_v<T, std::vector<LayerSpec>>) {
+      os_ << indent_ << k.name << ":\n";
+      for (auto& l : *k.member) {
+        os_ << indent_ << "  - {";
+        Writer w(os_, "", true);
+        schema::describe(w, l);
+        os_ << "}\n";
+      }
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      put(k.name, k.choices.empty() ? str(*k.member) : *k.member);
+    } else {
+      put(k.name, value(*k.member));
+    }
+  }
+  // The second when it is set (epochs, layers), else the first.
+  template <typename A, typename B>
+  void either(const schema::Key<A>& a, const schema::Key<B>& b) {
+    if (!unset(*b.member)) {
+      field(b);
+    } else {
+      field(a);
+    }
+  }
+  void rule(const schema::Rule&) {}
+  template <typename S>
+  void section(const char* name, S& s, const char*) {
+    os_ << indent_ << name << ":\n";
+    Writer w(os_, indent_ + "  ", false);
+    schema::describe(w, s);
+  }
+
+ private:
+  void put(const char* key, const std::string& text) {
+    if (flow_) {
+      os_ << (first_ ? "" : ", ") << key << ": " << text;
+      first_ = false;
+    } else {
+      os_ << indent_ << key << ": " << text << "\n";
+    }
+  }
+
+  std::ostream& os_;
+  std::string indent_;
+  bool flow_;
+  bool first_ = true;
+  std::string type_;
+};
 
 }  // namespace
 
-std::string to_yaml(const Config& c) {
+std::string to_yaml(const Config& config) {
   std::ostringstream os;
   os << "# resolved config: every key with its value (docs/configs.md)\n";
-  os << "name: " << str(c.name) << "\n";
-  os << "seed: " << c.seed << "\n";
-  os << "deterministic: " << boolean(c.deterministic) << "\n";
-  os << "device: " << str(c.device) << "\n";
-  os << "precision: " << c.precision << "\n";
-  os << "master_weights: " << boolean(c.master_weights) << "\n";
-  if (c.epochs > 0) {
-    os << "epochs: " << c.epochs << "\n";
-  } else {
-    os << "steps: " << c.steps << "\n";
-  }
-  os << "log_every: " << c.log_every << "\n";
-  os << "eval_every: " << c.eval_every << "\n";
-  os << "checkpoint_every: " << c.checkpoint_every << "\n";
-  os << "keep_last: " << c.keep_last << "\n";
-  os << "clip_grad_norm: " << num(c.clip_grad_norm) << "\n";
-
-  os << "model:\n";
-  if (!c.model.layers.empty()) {
-    os << "  layers:\n";
-    for (const auto& l : c.model.layers) layer(os, l);
-  } else {
-    os << "  preset: " << c.model.preset << "\n";
-  }
-  if (!c.model.init_from.empty()) os << "  init_from: " << str(c.model.init_from) << "\n";
-
-  const DataConfig& d = c.data;
-  os << "data:\n  type: " << d.type << "\n";
-  if (d.type == "teacher" || d.type == "sine" || d.type == "spirals") {
-    os << "  samples: " << d.samples << "\n  noise: " << num(d.noise) << "\n";
-  }
-  if (d.type == "teacher") {
-    os << "  in_features: " << d.in_features << "\n  hidden: " << d.hidden
-       << "\n  out_features: " << d.out_features << "\n";
-  } else if (d.type == "sine") {
-    os << "  x_min: " << num(d.x_min) << "\n  x_max: " << num(d.x_max) << "\n";
-  } else if (d.type == "spirals") {
-    os << "  turns: " << num(d.turns) << "\n";
-  } else if (d.type == "csv") {
-    os << "  path: " << str(d.path) << "\n";
-    os << "  header: " << (d.header ? boolean(*d.header) : "auto") << "\n";
-    os << "  target_columns: " << list(d.target_columns) << "\n";
-    os << "  input_columns: " << list(d.input_columns) << "\n";
-    os << "  target_dtype: " << d.target_dtype << "\n";
-    os << "  delimiter: " << str(d.delimiter) << "\n";
-  } else if (d.type == "safetensors") {
-    os << "  path: " << str(d.path) << "\n  inputs: " << str(d.inputs)
-       << "\n  targets: " << str(d.targets) << "\n";
-  } else if (d.type == "mnist") {
-    os << "  images: " << str(d.images) << "\n  labels: " << str(d.labels)
-       << "\n  flatten: " << boolean(d.flatten) << "\n  limit: " << d.limit << "\n";
-  }
-  os << "  batch_size: " << d.batch_size << "\n  shuffle: " << boolean(d.shuffle)
-     << "\n  seed: " << d.seed << "\n  val_split: " << num(d.val_split)
-     << "\n  drop_last: " << boolean(d.drop_last) << "\n";
-
-  os << "loss:\n  type: " << c.loss.type << "\n  reduction: " << c.loss.reduction << "\n";
-  if (c.loss.type == "cross_entropy") {
-    os << "  label_smoothing: " << num(c.loss.label_smoothing)
-       << "\n  ignore_index: " << c.loss.ignore_index << "\n";
-  }
-  if (c.loss.type == "bce_with_logits" && !c.loss.pos_weight.empty()) {
-    os << "  pos_weight: [";
-    for (size_t i = 0; i < c.loss.pos_weight.size(); ++i)
-      os << (i ? ", " : "") << num(c.loss.pos_weight[i]);
-    os << "]\n";
-  }
-
-  const OptimizerConfig& o = c.optimizer;
-  os << "optimizer:\n  type: " << o.type << "\n  lr: " << num(o.lr)
-     << "\n  weight_decay: " << num(o.weight_decay) << "\n  maximize: " << boolean(o.maximize)
-     << "\n";
-  if (o.type == "sgd") {
-    os << "  momentum: " << num(o.momentum) << "\n  dampening: " << num(o.dampening)
-       << "\n  nesterov: " << boolean(o.nesterov) << "\n";
-  } else {
-    os << "  betas: [" << num(o.beta1) << ", " << num(o.beta2) << "]\n  eps: " << num(o.eps)
-       << "\n  amsgrad: " << boolean(o.amsgrad) << "\n";
-  }
-
-  const ScheduleConfig& s = c.schedule;
-  os << "schedule:\n  type: " << s.type << "\n";
-  if (s.type == "step") {
-    os << "  step_size: " << s.step_size << "\n  gamma: " << num(s.gamma) << "\n";
-  } else if (s.type == "cosine") {
-    os << "  warmup_steps: " << s.warmup_steps << "\n  total_steps: " << s.total_steps
-       << "\n  min_lr: " << num(s.min_lr) << "\n";
-  }
-
-  const ScalerConfig& g = c.scaler;
-  os << "scaler:\n  enabled: " << (g.enabled ? boolean(*g.enabled) : "auto")
-     << "\n  init_scale: " << num(g.init_scale) << "\n  growth_factor: " << num(g.growth_factor)
-     << "\n  backoff_factor: " << num(g.backoff_factor)
-     << "\n  growth_interval: " << g.growth_interval << "\n  min_scale: " << num(g.min_scale)
-     << "\n  hysteresis: " << g.hysteresis << "\n";
+  // The declarations bind mutable members (the parser writes through them); writing only reads.
+  Config c = config;
+  Writer w(os, "", false);
+  schema::describe(w, c);
   return os.str();
 }
 

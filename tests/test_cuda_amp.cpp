@@ -19,6 +19,7 @@
 
 #include "engine/amp_kernel_tables.h"
 #include "engine/cuda_stream.h"
+#include "test_models.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -240,25 +241,17 @@ TEST(CudaAmp, UpdateScaleFollowsCpuWithFloorHysteresisAndGrowthLimit) {
 
 namespace {
 
-struct Mlp : mt::nn::Module {
-  mt::nn::Linear net1{nullptr}, net2{nullptr};
-  mt::nn::ReLU relu;
-  Mlp() : mt::nn::Module("Mlp") {
-    net1 = register_module("net1", mt::nn::Linear(16, 32));
-    relu = register_module("relu", mt::nn::ReLU());
-    net2 = register_module("net2", mt::nn::Linear(32, 4));
-  }
-  Tensor forward(const Tensor& x) { return net2(relu(net1(x))); }
-};
+using Mlp = mt::testing::ToyModel;
+const mt::testing::ToyModelOptions kMlp{.in = 16, .hidden = 32, .out = 4, .name = "Mlp"};
 
 }  // namespace
 
 TEST(CudaAmp, GradScalerTrainingLoopFollowsTheCpu) {
   MT_REQUIRE_GPU();
   mt::manual_seed(0);
-  auto cpu_model = std::make_shared<Mlp>();
+  auto cpu_model = std::make_shared<Mlp>(kMlp);
   mt::manual_seed(0);
-  auto gpu_model = std::make_shared<Mlp>();
+  auto gpu_model = std::make_shared<Mlp>(kMlp);
   gpu_model->to(kGpu);
   mt::optim::SGD cpu_opt(cpu_model->parameters(), 0.05);
   mt::optim::SGD gpu_opt(gpu_model->parameters(), 0.05);
@@ -426,7 +419,7 @@ namespace {
 // the GPU (a sync would block until the gate times out).
 void expect_step_without_host_sync(bool include_forward) {
   mt::manual_seed(0);
-  auto model = std::make_shared<Mlp>();
+  auto model = std::make_shared<Mlp>(kMlp);
   model->to(kGpu);
   mt::optim::AdamW opt(model->parameters(), {.lr = 1e-3});
   mt::amp::GradScaler scaler(mt::amp::GradScalerOptions{.init_scale = 1024.0});
@@ -477,9 +470,9 @@ TEST(CudaFusedOptim, AmpStepCapturesIntoACudaGraphAndReplaysLikeEagerSteps) {
   // sync-free; the replays (device-side found_inf, scale and Adam step counts) must then follow
   // an eager twin exactly.
   mt::manual_seed(0);
-  auto eager_model = std::make_shared<Mlp>();
+  auto eager_model = std::make_shared<Mlp>(kMlp);
   mt::manual_seed(0);
-  auto graph_model = std::make_shared<Mlp>();
+  auto graph_model = std::make_shared<Mlp>(kMlp);
   eager_model->to(kGpu);
   graph_model->to(kGpu);
   mt::optim::AdamW eager_opt(eager_model->parameters(), {.lr = 1e-3});

@@ -9,6 +9,7 @@
 
 #include "cuda_test_util.h"
 #include "engine/cuda_stream.h"
+#include "test_models.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -22,16 +23,7 @@ using mt::testing::kGpu;
 
 namespace {
 
-struct ToyModel : nn::Module {
-  nn::Linear net1{nullptr}, net2{nullptr};
-  nn::ReLU relu;
-  ToyModel() {
-    net1 = register_module("net1", nn::Linear(10, 10));
-    relu = register_module("relu", nn::ReLU());
-    net2 = register_module("net2", nn::Linear(10, 5));
-  }
-  Tensor forward(const Tensor& x) { return net2(relu(net1(x))); }
-};
+using mt::testing::ToyModel;
 
 // Two models on the GPU with the same parameters.
 std::pair<std::shared_ptr<ToyModel>, std::shared_ptr<ToyModel>> twin_models() {

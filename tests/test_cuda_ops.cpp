@@ -23,6 +23,7 @@
 
 #include "engine/cuda_stream.h"
 #include "engine/kernel_tables.h"
+#include "test_models.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -654,25 +655,17 @@ TEST(CudaOps, OptimizerStepsMatchCpuBitForBit) {
 
 namespace {
 
-struct Mlp : mt::nn::Module {
-  mt::nn::Linear net1{nullptr}, net2{nullptr};
-  mt::nn::ReLU relu;
-  Mlp() : mt::nn::Module("Mlp") {
-    net1 = register_module("net1", mt::nn::Linear(10, 10));
-    relu = register_module("relu", mt::nn::ReLU());
-    net2 = register_module("net2", mt::nn::Linear(10, 5));
-  }
-  Tensor forward(const Tensor& x) { return net2(relu(net1(x))); }
-};
+using Mlp = mt::testing::ToyModel;
+const mt::testing::ToyModelOptions kMlp{.name = "Mlp"};
 
 }  // namespace
 
 TEST(CudaOps, TrainingStepsFollowTheCpu) {
   MT_REQUIRE_GPU();
   mt::manual_seed(0);
-  auto cpu_model = std::make_shared<Mlp>();
+  auto cpu_model = std::make_shared<Mlp>(kMlp);
   mt::manual_seed(0);
-  auto gpu_model = std::make_shared<Mlp>();
+  auto gpu_model = std::make_shared<Mlp>(kMlp);
   gpu_model->to(kGpu);
   mt::optim::SGD cpu_opt(cpu_model->parameters(), 0.05, {.momentum = 0.9});
   mt::optim::SGD gpu_opt(gpu_model->parameters(), 0.05, {.momentum = 0.9});
@@ -708,9 +701,9 @@ TEST(CudaOps, CrossEntropyStepCapturesInAGraph) {
   MT_REQUIRE_GPU();
   namespace F = mantissa::nn::functional;
   mt::manual_seed(0);
-  auto eager = std::make_shared<Mlp>();
+  auto eager = std::make_shared<Mlp>(kMlp);
   mt::manual_seed(0);
-  auto graphed = std::make_shared<Mlp>();
+  auto graphed = std::make_shared<Mlp>(kMlp);
   eager->to(kGpu);
   graphed->to(kGpu);
   mt::optim::SGD opt_e(eager->parameters(), 0.05, {.momentum = 0.9});

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "test_models.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -21,16 +22,7 @@ using Vec = std::vector<double>;
 namespace {
 
 // The ToyModel of the README, registering its layers in the constructor.
-struct ToyModel : nn::Module {
-  nn::Linear net1{nullptr}, net2{nullptr};
-  nn::ReLU relu;
-  ToyModel() {
-    net1 = register_module("net1", nn::Linear(10, 10));
-    relu = register_module("relu", nn::ReLU());
-    net2 = register_module("net2", nn::Linear(10, 5));
-  }
-  Tensor forward(const Tensor& x) { return net2(relu(net1(x))); }
-};
+using mt::testing::ToyModel;
 
 // A module with its own parameter, a float buffer and an integer buffer.
 struct Stats : nn::Module {

@@ -1,22 +1,15 @@
 // OverflowMonitor: per-module forward/gradient statistics and the first non-finite value.
 #include <cmath>
 
+#include "test_models.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
 
 namespace {
 
-struct Net : mt::nn::Module {
-  mt::nn::Linear net1{nullptr}, net2{nullptr};
-  mt::nn::ReLU relu;
-  Net() : mt::nn::Module("Net") {
-    net1 = register_module("net1", mt::nn::Linear(4, 4));
-    relu = register_module("relu", mt::nn::ReLU());
-    net2 = register_module("net2", mt::nn::Linear(4, 2));
-  }
-  mt::Tensor forward(const mt::Tensor& x) { return net2(relu(net1(x))); }
-};
+using Net = mt::testing::ToyModel;
+const mt::testing::ToyModelOptions kNet{.in = 4, .hidden = 4, .out = 2, .name = "Net"};
 
 }  // namespace
 
@@ -42,7 +35,7 @@ TEST(OverflowMonitor, TensorStats) {
 
 TEST(OverflowMonitor, RecordsForwardAndGradientPerModule) {
   mt::manual_seed(1);
-  Net net;
+  Net net(kNet);
   mt::amp::OverflowMonitor monitor(net);
   ASSERT_EQ(monitor.stats().size(), 3u);
   const mt::Tensor x = mt::randn({8, 4});
@@ -67,7 +60,7 @@ TEST(OverflowMonitor, RecordsForwardAndGradientPerModule) {
 
 TEST(OverflowMonitor, NamesFirstModuleWithNonFiniteValues) {
   mt::manual_seed(2);
-  Net net;
+  Net net(kNet);
   {
     mt::autograd::NoGradGuard no_grad;
     net.net2->weight.select(0, 1).fill_(1e30);  // net2's output overflows float16
@@ -89,7 +82,7 @@ TEST(OverflowMonitor, NamesFirstModuleWithNonFiniteValues) {
 
 TEST(OverflowMonitor, GradientOverflowIsReported) {
   mt::manual_seed(3);
-  Net net;
+  Net net(kNet);
   mt::amp::OverflowMonitor monitor(net);
   const mt::Tensor out = net.forward(mt::randn({2, 4}));
   // A gradient seed with NaN: the first non-finite value appears in net2's gradient.
@@ -105,7 +98,7 @@ TEST(OverflowMonitor, GradientOverflowIsReported) {
 }
 
 TEST(OverflowMonitor, DetachesOnDestruction) {
-  Net net;
+  Net net(kNet);
   { mt::amp::OverflowMonitor monitor(net); }
   // No hooks left: a forward after the monitor is gone must not touch freed memory.
   EXPECT_NO_THROW(net.forward(mt::randn({2, 4})).sum().backward());

@@ -26,6 +26,7 @@
 #include "runner/atomic_file.h"
 #include "runner/checkpoint.h"
 #include "runner/config.h"
+#include "test_models.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -56,17 +57,9 @@ struct TempDir {
 };
 
 // ToyModel with dropout, so the forward pass draws from the cpu generator too.
-struct ToyModel : nn::Module {
-  nn::Linear net1{nullptr}, net2{nullptr};
-  nn::ReLU relu;
-  nn::Dropout drop{nullptr};
-  explicit ToyModel(int64_t hidden = 10) : nn::Module("ToyModel") {
-    net1 = register_module("net1", nn::Linear(10, hidden));
-    relu = register_module("relu", nn::ReLU());
-    drop = register_module("drop", nn::Dropout(0.1));
-    net2 = register_module("net2", nn::Linear(hidden, 5));
-  }
-  Tensor forward(const Tensor& x) { return net2(drop(relu(net1(x)))); }
+struct ToyModel : mt::testing::ToyModel {
+  explicit ToyModel(int64_t hidden = 10)
+      : mt::testing::ToyModel({.hidden = hidden, .dropout = 0.1, .name = "ToyModel"}) {}
 };
 
 struct RunSetup {

@@ -126,7 +126,7 @@ scaler: {enabled: true, init_scale: 128}
   const rn::Config c = rn::parse_config(yaml, "t.yaml");
   const rn::Config back = rn::parse_config(rn::to_yaml(c), "resolved.yaml");
   EXPECT_EQ(back.optimizer.lr, 0.1);
-  EXPECT_EQ(back.optimizer.beta2, 0.95);
+  EXPECT_EQ(back.optimizer.betas.second, 0.95);
   EXPECT_EQ(back.optimizer.eps, 1e-7);
   EXPECT_EQ(back.schedule.min_lr, 1e-5);
   ASSERT_EQ(back.model.layers.size(), 7u);
@@ -134,8 +134,8 @@ scaler: {enabled: true, init_scale: 128}
   EXPECT_FALSE(back.model.layers[6].bias);
   EXPECT_EQ(back.model.layers[3].shape, std::vector<int64_t>{64});
   EXPECT_EQ(back.model.layers[1].stride, 2);  // maxpool stride defaults to kernel
-  EXPECT_EQ(back.data.target_columns, std::vector<std::string>{"y"});
-  EXPECT_EQ(back.data.header, std::optional<bool>(true));
+  EXPECT_EQ(back.data.csv.target_columns, std::vector<std::string>{"y"});
+  EXPECT_EQ(back.data.csv.header, std::optional<bool>(true));
   EXPECT_EQ(back.scaler.enabled, std::optional<bool>(true));
   EXPECT_EQ(rn::to_yaml(back), rn::to_yaml(c));
 }

@@ -22,6 +22,7 @@
 #include "runner/json.h"
 #include "runner/output_target.h"
 #include "runner/safetensors.h"
+#include "test_models.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -36,15 +37,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct ToyModel : nn::Module {
-  nn::Linear net1{nullptr}, net2{nullptr};
-  nn::ReLU relu;
-  explicit ToyModel(int64_t hidden = 10) {
-    net1 = register_module("net1", nn::Linear(10, hidden));
-    relu = register_module("relu", nn::ReLU());
-    net2 = register_module("net2", nn::Linear(hidden, 5));
-  }
-  Tensor forward(const Tensor& x) { return net2(relu(net1(x))); }
+struct ToyModel : mt::testing::ToyModel {
+  explicit ToyModel(int64_t hidden = 10) : mt::testing::ToyModel({.hidden = hidden}) {}
 };
 
 std::string raw_bytes(const Tensor& t) {

@@ -25,6 +25,7 @@
 #include "runner/progress.h"
 #include "runner/run_lock.h"
 #include "runner/trainer.h"
+#include "test_models.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -37,15 +38,8 @@ using mt::runner::TrainerOptions;
 namespace {
 
 // The ToyModel, with optional dropout so resume also depends on the generator state.
-struct ToyModel : mt::nn::Module {
-  mt::nn::Linear net1{nullptr}, net2{nullptr};
-  mt::nn::Dropout drop{nullptr};
-  explicit ToyModel(double p = 0.0) : mt::nn::Module("ToyModel") {
-    net1 = register_module("net1", mt::nn::Linear(10, 10));
-    drop = register_module("drop", mt::nn::Dropout(p));
-    net2 = register_module("net2", mt::nn::Linear(10, 5));
-  }
-  Tensor forward(const Tensor& x) { return net2(drop(net1(x).relu())); }
+struct ToyModel : mt::testing::ToyModel {
+  explicit ToyModel(double p = 0.0) : mt::testing::ToyModel({.dropout = p, .name = "ToyModel"}) {}
 };
 
 struct TempDir {

@@ -1,0 +1,461 @@
+// The run-config schema: every key of every section declared once, with its member, its checks,
+// the section types it applies to and its documentation line. The key's default is the member's
+// initializer in config.h / data.h (a per-type default is declared here with default_for).
+//
+// Everything that knows about keys walks these declarations with a visitor: the YAML parser and
+// --set overrides (config.cpp), the resolved YAML whose text is hashed (config_yaml.cpp), and the
+// reference tables of docs/configs.md (config_reference.cpp). Adding a key is one member and one
+// line below; the order of the lines is the order of resolved.yaml, so it must not change for an
+// existing key (the config hash of existing runs would).
+//
+// A visitor V provides:
+//   v.field(const Key<T>&)                   one key (T: see the Key comment)
+//   v.either(const Key<A>&, const Key<B>&)   two keys of which a config gives at most one; the
+//                                            first is the default, the one not chosen is reset
+//   v.rule(const Rule&)                      a check across keys, reported on one of them
+//   v.section(name, S&, help)                a nested map, walked with describe(v, S&)
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runner/config.h"
+
+namespace mantissa::runner::schema {
+
+// A closed or open interval for numbers; the message names it ("must be in [0, 1)").
+struct Range {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false, hi_open = false;
+  bool contains(double v) const {
+    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  }
+  bool bounded() const { return std::isfinite(lo) || std::isfinite(hi); }
+};
+
+// One key. T is int64_t, uint64_t, double, bool, std::optional<bool> (true/false/auto),
+// std::string (free text, or a choice with one_of), DType (a choice), char (one character),
+// std::vector<std::string>, std::vector<int64_t> (sizes), std::vector<double> (a number or a
+// list), std::pair<double, double> or std::vector<LayerSpec>.
+template <typename T>
+struct Key {
+  Key(const char* name, T& member) : name(name), member(&member) {}
+
+  const char* name;
+  T* member;
+  std::string help;
+  std::vector<std::string> only;  // values of the section's selector it applies to; empty: all
+  bool is_selector = false;       // the section's `type`: later keys' `only` refers to its value
+  bool is_required = false;
+  bool omit_empty = false;  // left out of resolved.yaml while empty
+  Range range{};            // numbers, and each number of a list
+  int64_t min_int = std::numeric_limits<int64_t>::min();
+  int64_t max_int = std::numeric_limits<int64_t>::max();
+  std::vector<std::string> choices;                 // std::string and DType
+  std::vector<std::pair<std::string, T>> per_type;  // defaults that depend on the selector
+  std::function<T()> computed_default;              // a default taken from another key
+  std::string default_help;                         // the docs' default column, when not *member
+  std::function<std::string(const T&)> check;       // "" or the problem with the value
+  std::string check_help;                           // the docs' range column for `check`
+
+  Key& doc(std::string text) { return help = std::move(text), *this; }
+  Key& applies_to(std::vector<std::string> types) { return only = std::move(types), *this; }
+  Key& selector() { return is_selector = true, *this; }
+  Key& required() { return is_required = true, *this; }
+  Key& optional_output() { return omit_empty = true, *this; }
+  Key& in(Range r) { return range = r, *this; }
+  Key& positive() { return in(Range{0, std::numeric_limits<double>::infinity(), true, false}); }
+  Key& non_negative() { return in(Range{0, std::numeric_limits<double>::infinity()}); }
+  Key& at_least(int64_t lo) { return min_int = lo, *this; }
+  Key& between(int64_t lo, int64_t hi) { return min_int = lo, max_int = hi, *this; }
+  Key& one_of(std::vector<std::string> c) { return choices = std::move(c), *this; }
+  Key& default_for(std::vector<std::string> types, T value) {
+    for (auto& t : types) per_type.emplace_back(std::move(t), value);
+    return *this;
+  }
+  Key& default_from(std::function<T()> f, std::string text) {
+    computed_default = std::move(f), default_help = std::move(text);
+    return *this;
+  }
+  Key& default_text(std::string text) { return default_help = std::move(text), *this; }
+  Key& checked(std::function<std::string(const T&)> f, std::string text) {
+    check = std::move(f), check_help = std::move(text);
+    return *this;
+  }
+
+  bool applies(const std::string& type) const {
+    if (only.empty()) return true;
+    for (const auto& o : only) {
+      if (o == type) return true;
+    }
+    return false;
+  }
+};
+
+template <typename T>
+Key<T> key(const char* name, T& member) {
+  return Key<T>(name, member);
+}
+
+// A check across keys, run once the keys before it are read: `ok()` false reports `problem` on
+// `key` (the key's value and line in the message).
+struct Rule {
+  const char* key;
+  std::vector<std::string> only;
+  std::function<bool()> ok;
+  std::string problem;
+};
+
+// ---- the declarations ---------------------------------------------------------------------------
+
+inline const std::vector<std::string> kLayerTypes = {"linear",  "relu",      "gelu",    "silu",
+                                                     "sigmoid", "tanh",      "dropout", "layernorm",
+                                                     "conv2d",  "maxpool2d", "flatten"};
+
+template <typename V>
+void describe(V& v, LayerSpec& l) {
+  v.field(key("type", l.type).selector().one_of(kLayerTypes).required().doc("the layer"));
+  v.field(key("name", l.name)
+              .optional_output()
+              .checked(
+                  [](const std::string& s) {
+                    return s.find('.') == std::string::npos ? ""
+                                                            : "a layer name cannot contain '.'";
+                  },
+                  "no '.'")
+              .doc("the child's name in parameter names (`head.weight`); default: its index"));
+  v.field(key("in", l.in)
+              .applies_to({"linear", "conv2d"})
+              .required()
+              .at_least(1)
+              .doc("input features (linear, `[..., in]`) or channels (conv2d)"));
+  v.field(key("out", l.out)
+              .applies_to({"linear", "conv2d"})
+              .required()
+              .at_least(1)
+              .doc("output features or channels"));
+  v.field(key("kernel", l.kernel)
+              .applies_to({"conv2d", "maxpool2d"})
+              .required()
+              .at_least(1)
+              .doc("square kernel size"));
+  v.field(key("stride", l.stride).applies_to({"conv2d"}).at_least(1).doc("stride"));
+  v.field(key("stride", l.stride)
+              .applies_to({"maxpool2d"})
+              .at_least(1)
+              .default_from([&l] { return l.kernel; }, "`kernel`")
+              .doc("stride"));
+  v.field(key("padding", l.padding)
+              .applies_to({"conv2d", "maxpool2d"})
+              .at_least(0)
+              .doc("zero "
+                   "padding"));
+  v.rule({"padding",
+          {"maxpool2d"},
+          [&l] { return 2 * l.padding <= l.kernel; },
+          "must be at most half of kernel"});
+  v.field(key("bias", l.bias).applies_to({"linear", "conv2d"}).doc("learn an additive bias"));
+  v.field(key("approximate", l.approximate)
+              .applies_to({"gelu"})
+              .one_of({"none", "tanh"})
+              .doc("the tanh approximation of GELU, or none"));
+  v.field(key("p", l.p)
+              .applies_to({"dropout"})
+              .in(Range{0, 1, false, true})
+              .doc("probability of zeroing an element; active in training only"));
+  v.field(key("shape", l.shape)
+              .applies_to({"layernorm"})
+              .required()
+              .doc("normalized_shape: the trailing dims normalized (an int or a list)"));
+  v.field(key("eps", l.eps).applies_to({"layernorm"}).positive().doc("added to the variance"));
+  v.field(key("affine", l.affine)
+              .applies_to({"layernorm"})
+              .doc("learn elementwise weight and bias (elementwise_affine)"));
+  v.field(key("start_dim", l.start_dim)
+              .applies_to({"flatten"})
+              .between(-8, 8)
+              .doc("first dim flattened; dims count the batch dimension, as `torch.nn.Flatten`"));
+  v.field(key("end_dim", l.end_dim)
+              .applies_to({"flatten"})
+              .between(-8, 8)
+              .doc("last dim "
+                   "flattened"));
+}
+
+template <typename V>
+void describe(V& v, ModelConfig& m) {
+  v.either(key("preset", m.preset)
+               .one_of({"toy"})
+               .doc("`toy`: PyTorch's ToyModel, Linear(10,10) → ReLU → Linear(10,5), parameters "
+                    "`net1.*`, `net2.*`"),
+           key("layers", m.layers)
+               .doc("an `nn.Sequential` of the layers below; parameters named by index or `name`"));
+  v.field(key("init_from", m.init_from)
+              .optional_output()
+              .default_text("none")
+              .doc("a safetensors file (PyTorch names) loaded strictly into the model before "
+                   "training"));
+}
+
+template <typename V>
+void describe(V& v, DataConfig& d) {
+  v.field(key("type", d.type)
+              .selector()
+              .one_of({"teacher", "sine", "spirals", "csv", "safetensors", "mnist"})
+              .doc("the dataset"));
+  v.field(key("samples", d.teacher.samples).applies_to({"teacher"}).at_least(1).doc("examples"));
+  v.field(key("samples", d.sine.samples).applies_to({"sine"}).at_least(1).doc("examples"));
+  v.field(key("samples", d.spirals.samples).applies_to({"spirals"}).at_least(1).doc("examples"));
+  v.field(key("noise", d.teacher.noise)
+              .applies_to({"teacher"})
+              .non_negative()
+              .doc("std of Gaussian noise on the targets"));
+  v.field(key("noise", d.sine.noise)
+              .applies_to({"sine"})
+              .non_negative()
+              .doc("std of Gaussian noise on the targets"));
+  v.field(key("noise", d.spirals.noise)
+              .applies_to({"spirals"})
+              .non_negative()
+              .doc("std of Gaussian noise on each coordinate"));
+  v.field(key("in_features", d.teacher.in_features)
+              .applies_to({"teacher"})
+              .at_least(1)
+              .doc("inputs `[in_features]` of the fixed random teacher MLP"));
+  v.field(
+      key("hidden", d.teacher.hidden).applies_to({"teacher"}).at_least(1).doc("teacher's width"));
+  v.field(key("out_features", d.teacher.out_features)
+              .applies_to({"teacher"})
+              .at_least(1)
+              .doc("targets `[out_features]`"));
+  v.field(key("x_min", d.sine.x_min)
+              .applies_to({"sine"})
+              .doc("y = sin(x), x uniform in "
+                   "[x_min, x_max]; inputs `[1]`"));
+  v.field(key("x_max", d.sine.x_max).applies_to({"sine"}).doc("see `x_min`"));
+  v.rule({"x_max",
+          {"sine"},
+          [&d] { return d.sine.x_max > d.sine.x_min; },
+          "must be greater than data.x_min"});
+  v.field(key("turns", d.spirals.turns)
+              .applies_to({"spirals"})
+              .positive()
+              .doc("turns of each of the two spirals; inputs `[2]`, int64 labels in {0, 1}"));
+  v.field(key("path", d.csv.path).applies_to({"csv"}).required().doc("the CSV file"));
+  v.field(key("header", d.csv.header)
+              .applies_to({"csv"})
+              .doc("the first row is a header; `auto`: detected (a non-numeric field)"));
+  v.field(key("target_columns", d.csv.target_columns)
+              .applies_to({"csv"})
+              .default_text("the last column")
+              .doc("header names or 0-based indices"));
+  v.field(key("input_columns", d.csv.input_columns)
+              .applies_to({"csv"})
+              .default_text("the other columns")
+              .doc("header names or 0-based indices"));
+  v.field(key("target_dtype", d.csv.target_dtype)
+              .applies_to({"csv"})
+              .one_of({"float32", "int64"})
+              .doc("`int64`: class labels, then exactly one target column"));
+  v.field(key("delimiter", d.csv.delimiter).applies_to({"csv"}).doc("field separator"));
+  v.field(key("path", d.safetensors.path).applies_to({"safetensors"}).required().doc("the file"));
+  v.field(key("inputs", d.safetensors.inputs)
+              .applies_to({"safetensors"})
+              .doc("tensor name of the inputs (first dim: examples)"));
+  v.field(key("targets", d.safetensors.targets)
+              .applies_to({"safetensors"})
+              .doc("tensor name of the targets"));
+  v.field(key("images", d.mnist.images)
+              .applies_to({"mnist"})
+              .required()
+              .doc("IDX images file (`train-images-idx3-ubyte`)"));
+  v.field(key("labels", d.mnist.labels).applies_to({"mnist"}).required().doc("IDX labels file"));
+  v.field(key("flatten", d.mnist.flatten)
+              .applies_to({"mnist"})
+              .doc("images as `[784]` instead of `[1, 28, 28]`"));
+  v.field(key("limit", d.mnist.limit)
+              .applies_to({"mnist"})
+              .at_least(0)
+              .doc("keep the first N examples (0: all)"));
+  v.field(key("batch_size", d.batch_size).at_least(1).doc("examples per step"));
+  v.field(key("shuffle", d.shuffle)
+              .doc("reshuffle every epoch (a pure function of seed and epoch: resumable)"));
+  v.field(key("seed", d.seed)
+              .doc("generates synthetic data, shuffles, and chooses the validation split"));
+  v.field(key("val_split", d.val_split)
+              .in(Range{0, 1, false, true})
+              .doc("fraction held out for evaluation (`eval_every`, `mantissa eval`)"));
+  v.field(key("drop_last", d.drop_last).doc("drop a final partial batch"));
+}
+
+template <typename V>
+void describe(V& v, LossConfig& l) {
+  v.field(key("type", l.type)
+              .selector()
+              .one_of({"mse", "l1", "cross_entropy", "bce_with_logits"})
+              .doc("`bce_with_logits`: float targets shaped like the output; `cross_entropy`: "
+                   "int64 labels, output `[classes]`"));
+  v.field(key("reduction", l.reduction).one_of({"mean", "sum"}).doc("over the batch"));
+  v.field(key("label_smoothing", l.label_smoothing)
+              .applies_to({"cross_entropy"})
+              .in(Range{0, 1})
+              .doc("as PyTorch's"));
+  v.field(key("ignore_index", l.ignore_index)
+              .applies_to({"cross_entropy"})
+              .doc("examples with this label are skipped by the loss (as in PyTorch); every other "
+                   "label must be a class of the model, and at least one example must have one"));
+  v.field(key("pos_weight", l.pos_weight)
+              .applies_to({"bce_with_logits"})
+              .non_negative()
+              .optional_output()
+              .default_text("none")
+              .doc("weight of the positive term, one value or one per output (the model's last "
+                   "output dim), as PyTorch's `BCEWithLogitsLoss(pos_weight=...)`"));
+}
+
+template <typename V>
+void describe(V& v, OptimizerConfig& o) {
+  v.field(key("type", o.type).selector().one_of({"sgd", "adam", "adamw"}).doc("the optimizer"));
+  v.field(key("lr", o.lr).positive().default_for({"adam", "adamw"}, 1e-3).doc("learning rate"));
+  v.field(key("weight_decay", o.weight_decay)
+              .non_negative()
+              .default_for({"adamw"}, 0.01)
+              .doc("L2 penalty (adamw: decoupled)"));
+  v.field(key("maximize", o.maximize).doc("ascend the objective"));
+  v.field(key("momentum", o.momentum).applies_to({"sgd"}).non_negative().doc("momentum"));
+  v.field(key("dampening", o.dampening).applies_to({"sgd"}).in(Range{0, 1}).doc("dampening"));
+  v.field(key("nesterov", o.nesterov).applies_to({"sgd"}).doc("Nesterov momentum"));
+  v.rule({"nesterov",
+          {"sgd"},
+          [&o] { return !o.nesterov || (o.momentum > 0 && o.dampening == 0); },
+          "needs optimizer.momentum > 0 and dampening 0"});
+  v.field(key("betas", o.betas)
+              .applies_to({"adam", "adamw"})
+              .in(Range{0, 1, false, true})
+              .doc("running-average coefficients of the gradient and its square"));
+  v.field(key("eps", o.eps)
+              .applies_to({"adam", "adamw"})
+              .positive()
+              .doc("added to the "
+                   "denominator"));
+  v.field(key("amsgrad", o.amsgrad).applies_to({"adam", "adamw"}).doc("the AMSGrad variant"));
+}
+
+template <typename V>
+void describe(V& v, ScheduleConfig& s) {
+  v.field(key("type", s.type).selector().one_of({"none", "step", "cosine"}).doc("lr schedule"));
+  v.field(key("step_size", s.step_size)
+              .applies_to({"step"})
+              .at_least(1)
+              .doc("multiply the lr by `gamma` every `step_size` steps"));
+  v.field(key("gamma", s.gamma).applies_to({"step"}).positive().doc("the factor"));
+  v.field(key("warmup_steps", s.warmup_steps)
+              .applies_to({"cosine"})
+              .at_least(0)
+              .doc("linear warmup from lr/W to lr"));
+  v.field(key("total_steps", s.total_steps)
+              .applies_to({"cosine"})
+              .at_least(0)
+              .doc("end of the decay (0: the run's total steps)"));
+  v.rule({"warmup_steps",
+          {"cosine"},
+          [&s] { return s.total_steps == 0 || s.warmup_steps <= s.total_steps; },
+          "must be <= schedule.total_steps"});
+  v.field(key("min_lr", s.min_lr)
+              .applies_to({"cosine"})
+              .non_negative()
+              .doc("the lr at and after `total_steps`"));
+}
+
+template <typename V>
+void describe(V& v, ScalerConfig& g) {
+  v.field(key("enabled", g.enabled).doc("`auto`: on for `precision: float16` only"));
+  v.field(key("init_scale", g.init_scale).positive().doc("starting scale"));
+  v.field(key("growth_factor", g.growth_factor)
+              .in(Range{1, 1e300, true, false})
+              .doc("multiply the scale after `growth_interval` clean steps"));
+  v.field(key("backoff_factor", g.backoff_factor)
+              .in(Range{0, 1, false, true})
+              .doc("multiply the scale on an overflowing step (which is skipped); 0 drops it to "
+                   "`min_scale`"));
+  v.field(key("growth_interval", g.growth_interval)
+              .at_least(0)
+              .doc("clean steps between growths (0: never grow)"));
+  v.field(
+      key("min_scale", g.min_scale).non_negative().doc("never back off below this (0: no floor)"));
+  v.field(key("hysteresis", g.hysteresis)
+              .at_least(1)
+              .doc("back off only on the N-th consecutive overflowing step"));
+  v.rule({"min_scale",
+          {},
+          [&g] { return g.min_scale <= g.init_scale; },
+          "must be <= scaler.init_scale"});
+}
+
+std::string check_device(const std::string& device);  // config.cpp
+
+template <typename V>
+void describe(V& v, Config& c) {
+  v.field(key("name", c.name)
+              .checked(
+                  [](const std::string& s) {
+                    // The run directory is runs/<name>-<YYYYmmdd-HHMMSS>[-N]: a file name.
+                    return s.empty() || s.find('/') != std::string::npos || s.size() > 200
+                               ? "must be a non-empty name of at most 200 bytes without '/'"
+                               : "";
+                  },
+                  "no `/`, at most 200 bytes")
+              .default_text("file stem (`toy`)")
+              .doc("run name; the default run directory is `runs/<name>-<YYYYmmdd-HHMMSS>`"));
+  v.field(key("seed", c.seed).doc("seeds the engine's generators: initial weights, dropout"));
+  v.field(key("deterministic", c.deterministic)
+              .doc("refuse, before anything runs, a model/device combination that is not "
+                   "run-to-run reproducible (see [Determinism](#determinism)); `false`: no "
+                   "check"));
+  v.field(key("device", c.device)
+              .checked(check_device, "`auto`, `cpu`, `cuda`, `cuda:N`")
+              .doc("`auto` is `cuda:0` when present, else `cpu`"));
+  v.field(key("precision", c.precision)
+              .one_of({"float32", "tf32", "float16", "bfloat16"})
+              .doc("autocast precision of the forward pass (parameters stay float32)"));
+  v.field(key("master_weights", c.master_weights)
+              .doc("optimizer keeps float32 master copies of float16/bfloat16 parameters"));
+  v.either(key("steps", c.steps)
+               .at_least(1)
+               .doc("stop after this many optimizer steps (taken or skipped)"),
+           key("epochs", c.epochs)
+               .at_least(1)
+               .default_text("—")
+               .doc("instead of `steps`: stop after this many passes over the training data "
+                    "(epochs × batches per epoch must fit in int64)"));
+  v.field(key("log_every", c.log_every)
+              .at_least(0)
+              .doc("steps between metrics records (0: only the last step)"));
+  v.field(key("eval_every", c.eval_every)
+              .at_least(0)
+              .doc("steps between evaluations on the validation split (0: at the end only)"));
+  v.field(key("checkpoint_every", c.checkpoint_every)
+              .at_least(0)
+              .doc("steps between checkpoints (0: only at the end)"));
+  v.field(key("keep_last", c.keep_last)
+              .at_least(0)
+              .doc("checkpoints kept in `checkpoints/` "
+                   "(0: all)"));
+  v.field(key("clip_grad_norm", c.clip_grad_norm)
+              .non_negative()
+              .doc("clip the total 2-norm of the (unscaled) gradients; 0: off"));
+  v.section("model", c.model, "Either a preset or a layer list, plus optional initial weights.");
+  v.section("data", c.data, "");
+  v.section("loss", c.loss, "");
+  v.section("optimizer", c.optimizer, "");
+  v.section("schedule", c.schedule, "");
+  v.section("scaler", c.scaler, "Dynamic loss scaling, as `torch.amp.GradScaler`.");
+}
+
+}  // namespace mantissa::runner::schema

@@ -1,0 +1,312 @@
+// The config schema (runner/config_schema.h) is the one list of keys: every declared key reaches
+// resolved.yaml and is read back from it, the docs' key reference is made from it, and resolved
+// texts (and so the config hashes that runs and checkpoints store) are those of the hand-written
+// writer it replaced.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "runner/atomic_file.h"
+#include "runner/config.h"
+#include "runner/config_schema.h"
+
+namespace rn = mantissa::runner;
+namespace schema = mantissa::runner::schema;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string source_dir() {
+  const char* s = std::getenv("MANTISSA_SOURCE_DIR");
+  return s ? s : ".";
+}
+
+// ---- a value other than the current one, valid for the key's own checks
+
+template <typename T>
+std::optional<T> other_value(const schema::Key<T>& k) {
+  const T& v = *k.member;
+  if constexpr (std::is_same_v<T, int64_t>) {
+    if (k.min_int > v) return k.min_int + 4;
+    return v < k.max_int ? v + 1 : v - 1;
+  } else if constexpr (std::is_same_v<T, uint64_t>) {
+    return v + 1;
+  } else if constexpr (std::is_same_v<T, double>) {
+    for (double c : {v + 0.25, v / 2, v - 0.25}) {
+      if (c != v && k.range.contains(c)) return c;
+    }
+    return std::nullopt;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return !v;
+  } else if constexpr (std::is_same_v<T, std::optional<bool>>) {
+    return v ? std::optional<bool>(!*v) : std::optional<bool>(true);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!k.choices.empty()) {
+      for (const auto& c : k.choices) {
+        if (c != v) return c;
+      }
+      return std::nullopt;
+    }
+    for (const std::string& c : {v + "_x", std::string("cpu")}) {
+      if (!k.check || k.check(c).empty()) return c;
+    }
+    return std::nullopt;
+  } else if constexpr (std::is_same_v<T, mantissa::DType>) {
+    for (const auto& c : k.choices) {
+      if (mantissa::parse_dtype(c) != v) return mantissa::parse_dtype(c);
+    }
+    return std::nullopt;
+  } else if constexpr (std::is_same_v<T, char>) {
+    return v == ';' ? '|' : ';';
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    return std::vector<std::string>{"a", "b"};
+  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    return std::vector<int64_t>{3, 4};
+  } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+    return std::vector<double>{0.5, 2};
+  } else if constexpr (std::is_same_v<T, std::pair<double, double>>) {
+    return std::pair<double, double>{v.first / 2, v.second / 2};
+  } else {
+    rn::LayerSpec relu;
+    relu.type = "relu";
+    return std::vector<rn::LayerSpec>{relu};
+  }
+}
+
+// Sets a section's selector to `type`, and the `target`-th key that applies to it (and every
+// required key) to another value. Nested sections are walked on their own.
+struct Perturb {
+  std::string type;
+  int target;
+  std::string path;
+  int index = 0;
+  std::string touched;  // the target's path, once changed
+
+  template <typename T>
+  void field(const schema::Key<T>& k) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      if (k.is_selector) {
+        *k.member = type;
+        return;
+      }
+    }
+    if (!k.applies(type)) return;
+    const int i = index++;
+    if (i != target && !k.is_required) return;
+    if (auto v = other_value(k)) {
+      *k.member = *v;
+      if (i == target) touched = path + k.name;
+    }
+  }
+  template <typename A, typename B>
+  void either(const schema::Key<A>& a, const schema::Key<B>& b) {
+    field(a);
+    field(b);
+  }
+  void rule(const schema::Rule&) {}
+  template <typename S>
+  void section(const char*, S&, const char*) {}
+};
+
+// "path=value" for every key of a section that applies, as resolved.yaml would hold it.
+struct Values {
+  std::string type;
+  std::string path;
+  std::vector<std::string> out;
+
+  template <typename T>
+  static std::string text(const T& v) {
+    std::ostringstream os;
+    if constexpr (std::is_same_v<T, std::optional<bool>>) {
+      os << (v ? (*v ? "true" : "false") : "auto");
+    } else if constexpr (std::is_same_v<T, mantissa::DType>) {
+      os << mantissa::dtype_name(v);
+    } else if constexpr (std::is_same_v<T, std::pair<double, double>>) {
+      os << v.first << "," << v.second;
+    } else if constexpr (std::is_same_v<T, std::vector<rn::LayerSpec>>) {
+      for (const auto& l : v) os << l.type << ";";
+    } else if constexpr (requires { v.begin(); } && !std::is_same_v<T, std::string>) {
+      for (const auto& x : v) os << x << ";";
+    } else {
+      os.precision(17);
+      os << v;
+    }
+    return os.str();
+  }
+  template <typename T>
+  void field(const schema::Key<T>& k) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      if (k.is_selector) type = *k.member;
+    }
+    if (k.applies(type)) out.push_back(path + k.name + "=" + text(*k.member));
+  }
+  template <typename A, typename B>
+  void either(const schema::Key<A>& a, const schema::Key<B>& b) {
+    bool set = false;
+    if constexpr (std::is_arithmetic_v<B>) {
+      set = *b.member != 0;
+    } else {
+      set = !b.member->empty();
+    }
+    if (set) {
+      field(b);
+    } else {
+      field(a);
+    }
+  }
+  void rule(const schema::Rule&) {}
+  template <typename S>
+  void section(const char*, S&, const char*) {}
+};
+
+struct Selector {
+  std::vector<std::string> choices{""};  // no selector: one pass
+  template <typename T>
+  void field(const schema::Key<T>& k) {
+    if (k.is_selector) choices = k.choices;
+  }
+  template <typename A, typename B>
+  void either(const schema::Key<A>&, const schema::Key<B>&) {}
+  void rule(const schema::Rule&) {}
+  template <typename S>
+  void section(const char*, S&, const char*) {}
+};
+
+// For every type of the section and every key that applies to it: a config whose key has a
+// non-default value goes through to_yaml and parse_config and comes back equal, key by key.
+template <typename S, typename Get>
+void round_trip_every_key(const std::string& path, Get get, std::vector<std::string>* touched,
+                          std::vector<std::string>* unchangeable) {
+  rn::Config probe;
+  Selector sel;
+  schema::describe(sel, get(probe));
+  for (const auto& type : sel.choices) {
+    for (int target = 0;; ++target) {
+      rn::Config c;
+      c.name = "base";
+      S& s = get(c);
+      Perturb p{type, target, path, 0, ""};
+      schema::describe(p, s);
+      if (target >= p.index) break;
+      // A cross-key rule: Nesterov momentum needs momentum.
+      if (c.optimizer.nesterov) c.optimizer.momentum = 0.5;
+      const std::string text = rn::to_yaml(c);
+      SCOPED_TRACE(path + " type '" + type + "', key #" + std::to_string(target) + ":\n" + text);
+      if (p.touched.empty()) {
+        unchangeable->push_back(path + "#" + std::to_string(target));
+        continue;
+      }
+      touched->push_back(p.touched + " (" + type + ")");
+      rn::Config back;
+      ASSERT_NO_THROW(back = rn::parse_config(text, "resolved.yaml")) << p.touched;
+      Values want{"", path, {}}, got{"", path, {}};
+      schema::describe(want, get(c));
+      schema::describe(got, get(back));
+      EXPECT_EQ(got.out, want.out) << p.touched;
+      EXPECT_EQ(rn::to_yaml(back), text) << p.touched;
+      EXPECT_EQ(back.origin.count(p.touched), 1u) << p.touched;
+      EXPECT_NE(back.origin[p.touched], "default") << p.touched << " was not read back";
+    }
+  }
+}
+
+}  // namespace
+
+TEST(RunnerConfigSchema, EveryDeclaredKeyRoundTripsWithANonDefaultValue) {
+  std::vector<std::string> touched, unchangeable;
+  round_trip_every_key<rn::Config>(
+      "", [](rn::Config& c) -> rn::Config& { return c; }, &touched, &unchangeable);
+  round_trip_every_key<rn::ModelConfig>(
+      "model.", [](rn::Config& c) -> rn::ModelConfig& { return c.model; }, &touched, &unchangeable);
+  round_trip_every_key<rn::LayerSpec>(
+      "model.layers.0.",
+      [](rn::Config& c) -> rn::LayerSpec& {
+        c.model.layers.resize(1);
+        return c.model.layers[0];
+      },
+      &touched, &unchangeable);
+  round_trip_every_key<rn::DataConfig>(
+      "data.", [](rn::Config& c) -> rn::DataConfig& { return c.data; }, &touched, &unchangeable);
+  round_trip_every_key<rn::LossConfig>(
+      "loss.", [](rn::Config& c) -> rn::LossConfig& { return c.loss; }, &touched, &unchangeable);
+  round_trip_every_key<rn::OptimizerConfig>(
+      "optimizer.", [](rn::Config& c) -> rn::OptimizerConfig& { return c.optimizer; }, &touched,
+      &unchangeable);
+  round_trip_every_key<rn::ScheduleConfig>(
+      "schedule.", [](rn::Config& c) -> rn::ScheduleConfig& { return c.schedule; }, &touched,
+      &unchangeable);
+  round_trip_every_key<rn::ScalerConfig>(
+      "scaler.", [](rn::Config& c) -> rn::ScalerConfig& { return c.scaler; }, &touched,
+      &unchangeable);
+  // model.preset has one value (the default); every other key could be changed.
+  EXPECT_EQ(unchangeable, std::vector<std::string>{"model.#0"});
+  // Spot checks that the walk reached the keys of every kind of section.
+  for (const char* k : {"data.turns (spirals)", "model.layers.0.stride (maxpool2d)",
+                        "optimizer.betas (adamw)", "epochs ()", "data.delimiter (csv)",
+                        "loss.pos_weight (bce_with_logits)", "scaler.enabled ()"}) {
+    EXPECT_NE(std::find(touched.begin(), touched.end(), k), touched.end()) << k;
+  }
+}
+
+// The resolved texts of these configs, and so their hashes, are pinned: runs and checkpoints
+// store the hash, and resume refuses a checkpoint whose hash differs. They are the hashes of the
+// hand-written writer this schema replaced; a change here orphans every existing run.
+TEST(RunnerConfigSchema, ConfigHashesOfExistingConfigsAreUnchanged) {
+  const std::map<std::string, std::string> pinned = {
+      {"configs/mlp_sine.yaml", "fd23a116c8623460"},
+      {"configs/mnist_cnn.yaml", "44a972da371de96a"},
+      {"configs/spirals_bf16.yaml", "4169ddb10cf01e23"},
+      {"configs/toy.yaml", "795be2a85be338f3"},
+      {"configs/toy_fp16.yaml", "f5eecb8ae183fd26"},
+      {"tests/data/configs/csv_every_layer.yaml", "04eef1fd47c40f0c"},
+      {"tests/data/configs/safetensors_adam_step.yaml", "20fb5dd3eb063abe"},
+      {"tests/data/configs/mnist_nesterov.yaml", "dc05d8ade42a4f1e"},
+      {"tests/data/configs/teacher_pos_weight.yaml", "7113eb397a2823ff"},
+      {"tests/data/configs/sine_preset.yaml", "dc0899f68b4f57f3"},
+      {"tests/data/configs/spirals_adamw.yaml", "38aa3ef4f56355c4"},
+      {"tests/data/configs/empty.yaml", "8dd810279c79a183"},
+      {"tests/data/configs/csv_defaults.yaml", "5c3ef79f658a9ddc"},
+  };
+  size_t seen = 0;
+  for (const char* dir : {"configs", "tests/data/configs"}) {
+    for (const auto& entry : fs::directory_iterator(source_dir() + "/" + dir)) {
+      if (entry.path().extension() != ".yaml") continue;
+      const std::string name = std::string(dir) + "/" + entry.path().filename().string();
+      SCOPED_TRACE(name);
+      const auto it = pinned.find(name);
+      ASSERT_NE(it, pinned.end()) << "a new config: pin its hash here";
+      const rn::Config c = rn::parse_config_file(entry.path().string());
+      EXPECT_EQ(rn::config_hash(rn::to_yaml(c)), it->second) << rn::to_yaml(c);
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, pinned.size());
+}
+
+// docs/configs.md holds config_reference_markdown() between two markers, so that every declared
+// key is documented with its declared default, checks and types. MANTISSA_UPDATE_DOCS=1 rewrites
+// the block.
+TEST(RunnerConfigSchema, DocsKeyReferenceIsMadeFromTheSchema) {
+  const std::string path = source_dir() + "/docs/configs.md";
+  std::string doc = rn::read_file_bytes(path);
+  const std::string begin = "<!-- key reference: made by runner::config_reference_markdown() -->\n";
+  const std::string end = "<!-- end of key reference -->\n";
+  const size_t b = doc.find(begin), e = doc.find(end);
+  ASSERT_NE(b, std::string::npos) << "docs/configs.md lacks: " << begin;
+  ASSERT_NE(e, std::string::npos) << "docs/configs.md lacks: " << end;
+  const std::string want = rn::config_reference_markdown();
+  const std::string have = doc.substr(b + begin.size(), e - b - begin.size());
+  if (have != want && std::getenv("MANTISSA_UPDATE_DOCS") != nullptr) {
+    doc.replace(b + begin.size(), e - b - begin.size(), want);
+    std::ofstream(path, std::ios::binary) << doc;
+    return;
+  }
+  EXPECT_EQ(have, want) << "run with MANTISSA_UPDATE_DOCS=1 to rewrite the block";
+  // And the reference names the key at the heart of the schema's example.
+  EXPECT_NE(want.find("| `turns` | float | `1.5` | > 0 | spirals |"), std::string::npos) << want;
+}
