@@ -82,15 +82,10 @@ void narrow_to(const float* src, T* dst, int64_t n) {
 // Elements converted per call in the half-type passes (stays in L1 with its float copy).
 constexpr int64_t kChunkElements = 4096;
 
-// A half-type layer's weight or bias in float: widened, or, for a float32 weight the layer
-// rounds itself under autocast, rounded through T (what reading a cast copy of it gives).
+// A half-type layer's operand in float (exact).
 template <typename T>
-void widen_operand(const Tensor& m, const void* src, float* dst, int64_t n) {
-  if (m.dtype() == DType::Float32) {
-    round_dense(static_cast<const float*>(src), dst, n, T{});
-  } else {
-    convert_dense(static_cast<const T*>(src), dst, n);
-  }
+void widen_operand(const void* src, float* dst, int64_t n) {
+  convert_dense(static_cast<const T*>(src), dst, n);
 }
 
 // The GEMM operand for a dense-rows matrix m: itself (float32) or its rows widened into `buf`.
@@ -104,25 +99,20 @@ const float* operand(const Tensor& m, Scratch& buf, int& ld) {
     float* dst = buf.get(rows * cols);
     const char* src = static_cast<const char*>(m.data_ptr());
     if (m.stride(0) == cols) {
-      widen_operand<T>(m, src, dst, rows * cols);  // dense: one call, not one per (short) row
+      widen_operand<T>(src, dst, rows * cols);  // dense: one call, not one per (short) row
     } else {
       for (int64_t r = 0; r < rows; ++r)
-        widen_operand<T>(m, src + r * m.stride(0) * esize, dst + r * cols, cols);
+        widen_operand<T>(src + r * m.stride(0) * esize, dst + r * cols, cols);
     }
     ld = static_cast<int>(cols);
     return dst;
   }
 }
 
-// Stores a half-type layer's float results into `out`: rounded to T, and widened back when
-// `out` is the float32 gradient of a weight the layer rounded itself.
+// Stores a half-type layer's float results into `out`, rounded to T.
 template <typename T>
 void store_rounded(const float* src, const Tensor& out, int64_t n) {
-  if (out.dtype() == DType::Float32) {
-    round_dense(src, out.data<float>(), n, T{});
-  } else {
-    narrow_to(src, out.data<T>(), n);
-  }
+  narrow_to(src, out.data<T>(), n);
 }
 
 // Where the GEMM writes: `out` itself (float32, dense) or a float buffer rounded afterwards.
@@ -165,8 +155,7 @@ Buffers& buffers() {
 
 template <typename T>
 void store_sums(const Tensor& out, const double* sums, int64_t n) {
-  // As the sum kernel stores: T(double), i.e. through float for the half types; widened again
-  // for the float32 gradient of a bias the layer rounded itself.
+  // As the sum kernel stores: T(double), i.e. through float for the half types.
   if constexpr (std::is_same_v<T, float>) {
     T* dst = out.data<T>();
     for (int64_t j = 0; j < n; ++j) dst[j] = T(sums[j]);
@@ -193,7 +182,7 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
       bf = bias.data<float>();
     } else {
       float* tmp = buf.row2.get(N);
-      widen_operand<T>(bias, bias.data_ptr(), tmp, N);
+      widen_operand<T>(bias.data_ptr(), tmp, N);
       bf = tmp;
     }
   }
@@ -241,11 +230,9 @@ void backward_weight_direct(const Tensor& grad_w, const Tensor& grad_bias, const
   const float* g = operand<T>(grad_out, buf.a, ldg);
   const float* xf = operand<T>(x, buf.b, ldx);
   // grad_w [N,K] = grad_out^T [N,M] @ x [M,K]. Small layers round in the GEMM's registers and
-  // store straight into grad_w: 16-bit, or the rounded values widened for a float32 weight.
-  const bool wide_w = grad_w.dtype() == DType::Float32;
-  const auto ep =
-      GemmEpilogue::rounded(store_as<T>(wide_w ? nullptr : static_cast<T*>(grad_w.data_ptr())));
-  float* c = wide_w ? grad_w.data<float>() : gemm_target<T>(grad_w, buf.c);
+  // store straight into grad_w.
+  const auto ep = GemmEpilogue::rounded(store_as<T>(static_cast<T*>(grad_w.data_ptr())));
+  float* c = gemm_target<T>(grad_w, buf.c);
   if (!sgemm_fused(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K),
                    ep)) {
     sgemm(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K));
@@ -341,46 +328,13 @@ void with_storage_type(DType dtype, F&& f) {
   }
 }
 
-// Inputs, weights and weight gradients may be float32 in a half-type layer (operands the layer
-// rounds itself under autocast, engine/kernel_tables.h): `mixed` accepts them next to `dt` ones.
-bool dense_rows_mixed(const Tensor& m, DType dt) {
-  return dense_rows(m, dt) || (is_reduced_float(dt) && dense_rows(m, DType::Float32));
-}
-bool dense_mixed(const Tensor& m, DType dt) {
-  return dense(m, dt) || (is_reduced_float(dt) && dense(m, DType::Float32));
-}
-bool contiguous_vector_mixed(const Tensor& v, DType dt, int64_t n) {
-  return contiguous_vector(v, dt, n) ||
-         (is_reduced_float(dt) && contiguous_vector(v, DType::Float32, n));
-}
-
-// For the composition, whose operands share one dtype: a float32 weight rounded to dt, as a
-// cast copy would be (undefined and dt tensors pass through).
-Tensor in_dtype(const Tensor& t, DType dt) {
-  if (!t.defined() || t.dtype() == dt) return t;
-  Tensor r = empty(t.shape(), TensorOptions(t.device()).dtype(dt));
-  copy_kernel(t.device())(r, t);
-  return r;
-}
-// An output computed in dt by the composition, then widened into `out` when it is float32.
-Tensor out_in_dtype(const Tensor& out, DType dt) {
-  if (!out.defined() || out.dtype() == dt) return out;
-  return empty(out.shape(), TensorOptions(out.device()).dtype(dt));
-}
-void widen_into(const Tensor& out, const Tensor& computed) {
-  if (out.defined() && !out.is_same(computed)) copy_kernel(out.device())(out, computed);
-}
-
 Tensor linear_forward_cpu(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
                           LinearActivation act, bool want_aux) {
   const DType dt = out.dtype();
   const bool direct = act != LinearActivation::GeluTanh && direct_dtype(dt) && dense(out, dt) &&
-                      dense_rows_mixed(x, dt) && dense_rows_mixed(w, dt) &&
-                      contiguous_vector_mixed(bias, dt, out.size(1));
-  if (!direct) {
-    return linear_composite::forward(out, in_dtype(x, dt), in_dtype(w, dt), in_dtype(bias, dt), act,
-                                     want_aux);
-  }
+                      dense_rows(x, dt) && dense_rows(w, dt) &&
+                      contiguous_vector(bias, dt, out.size(1));
+  if (!direct) return linear_composite::forward(out, x, w, bias, act, want_aux);
   with_storage_type(dt, [&](auto tag) {
     forward_direct<decltype(tag)>(out, x, w, bias, act == LinearActivation::Relu);
   });
@@ -390,14 +344,10 @@ Tensor linear_forward_cpu(const Tensor& out, const Tensor& x, const Tensor& w, c
 void linear_backward_weight_cpu(const Tensor& grad_w, const Tensor& grad_bias,
                                 const Tensor& grad_out, const Tensor& x) {
   const DType dt = grad_out.dtype();
-  const bool direct = direct_dtype(dt) && dense_mixed(grad_w, dt) && dense_rows(grad_out, dt) &&
-                      dense_rows_mixed(x, dt) &&
-                      contiguous_vector_mixed(grad_bias, dt, grad_out.size(1));
+  const bool direct = direct_dtype(dt) && dense(grad_w, dt) && dense_rows(grad_out, dt) &&
+                      dense_rows(x, dt) && contiguous_vector(grad_bias, dt, grad_out.size(1));
   if (!direct) {
-    const Tensor gw = out_in_dtype(grad_w, dt), gb = out_in_dtype(grad_bias, dt);
-    linear_composite::backward_weight(gw, gb, grad_out, in_dtype(x, dt));
-    widen_into(grad_w, gw);
-    widen_into(grad_bias, gb);
+    linear_composite::backward_weight(grad_w, grad_bias, grad_out, x);
     return;
   }
   with_storage_type(
@@ -410,14 +360,12 @@ void linear_backward_act_cpu(const Tensor& grad_pre, const Tensor& grad_bias,
   const DType dt = grad_pre.dtype();
   const bool relu_act = act == LinearActivation::Relu;
   const bool direct = act != LinearActivation::GeluTanh && direct_dtype(dt) &&
-                      dense(grad_pre, dt) && dense_rows(grad_out, dt) && dense_rows_mixed(w, dt) &&
+                      dense(grad_pre, dt) && dense_rows(grad_out, dt) && dense_rows(w, dt) &&
                       (!relu_act || (dense_rows(h, dt) && h.size(0) == grad_pre.size(0) &&
                                      h.size(1) == grad_pre.size(1))) &&
-                      contiguous_vector_mixed(grad_bias, dt, grad_pre.size(1));
+                      contiguous_vector(grad_bias, dt, grad_pre.size(1));
   if (!direct) {
-    const Tensor gb = out_in_dtype(grad_bias, dt);
-    linear_composite::backward_act(grad_pre, gb, grad_out, in_dtype(w, dt), h, aux, act);
-    widen_into(grad_bias, gb);
+    linear_composite::backward_act(grad_pre, grad_bias, grad_out, w, h, aux, act);
     return;
   }
   with_storage_type(dt, [&](auto tag) {
