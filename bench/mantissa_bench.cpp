@@ -104,11 +104,36 @@ void bench_linear_fb(benchmark::State& state, const Workload& w, mt::Device devi
   finish(state, w, device);
 }
 
+// The ToyModel as users write it (README): a custom module, net2(relu(net1(x))), unfused.
+struct ToyModel : mt::nn::Module {
+  mt::nn::Linear net1{nullptr}, net2{nullptr};
+  ToyModel(int64_t in, int64_t hidden, int64_t out) {
+    net1 = register_module("net1", mt::nn::Linear(in, hidden));
+    net2 = register_module("net2", mt::nn::Linear(hidden, out));
+  }
+  mt::Tensor forward(const mt::Tensor& x) { return net2(mt::relu(net1(x))); }
+};
+
+// A workload's model: the ToyModel module for "toy", make_mlp's Sequential for the others.
+struct Model {
+  std::shared_ptr<ToyModel> toy;
+  std::shared_ptr<mt::nn::SequentialImpl> mlp;
+  std::vector<mt::Tensor> parameters() const { return toy ? toy->parameters() : mlp->parameters(); }
+  mt::Tensor forward(const mt::Tensor& x) const { return toy ? toy->forward(x) : mlp->forward(x); }
+};
+
 // The workload's model after seeding the generator, so every run starts from the same weights
 // and data (the members below draw x and target right after it).
-std::shared_ptr<mt::nn::SequentialImpl> seeded_mlp(const Workload& w, mt::Device device) {
+Model seeded_model(const Workload& w, mt::Device device) {
   mt::manual_seed(0);
-  return make_mlp(w, device);
+  Model m;
+  if (w.name == "toy") {
+    m.toy = std::make_shared<ToyModel>(w.layers[0], w.layers[1], w.layers[2]);
+    m.toy->to(device);
+  } else {
+    m.mlp = make_mlp(w, device);
+  }
+  return m;
 }
 
 // One training workload's model, data, loss and optimizer (initialised in this order);
@@ -116,24 +141,24 @@ std::shared_ptr<mt::nn::SequentialImpl> seeded_mlp(const Workload& w, mt::Device
 struct TrainingRun {
   TrainingRun(const Workload& w, mt::Device dev)
       : device(dev),
-        model(seeded_mlp(w, dev)),
+        model(seeded_model(w, dev)),
         x(mt::randn({w.batch, w.layers.front()}, dev)),
         target(mt::randn({w.batch, w.layers.back()}, dev)),
-        optimizer(model->parameters(), w.lr, {.momentum = w.momentum}) {}
+        optimizer(model.parameters(), w.lr, {.momentum = w.momentum}) {}
 
   void step(std::optional<mt::amp::Precision> precision) {
     optimizer.zero_grad();
     mt::Tensor loss;
     {
       mt::amp::autocast scope(device, precision, precision.has_value());
-      loss = loss_fn(model->forward(x), target);
+      loss = loss_fn(model.forward(x), target);
     }
     loss.backward();
     optimizer.step();
   }
 
   mt::Device device;
-  std::shared_ptr<mt::nn::SequentialImpl> model;
+  Model model;
   mt::Tensor x, target;
   mt::nn::MSELoss loss_fn;
   mt::optim::SGD optimizer;
