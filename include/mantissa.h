@@ -14,7 +14,7 @@
 #include "engine/scalar.h"
 #include "engine/shape.h"
 #include "engine/tensor.h"
-#include "autograd/function.h"
+#include "autograd/recorder.h"
 #include "autograd/functions.h"
 #include "autograd/gradcheck.h"
 #include "autograd/graph.h"
