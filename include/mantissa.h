@@ -17,7 +17,7 @@
 #include "autograd/recorder.h"
 #include "autograd/functions.h"
 #include "autograd/gradcheck.h"
-#include "autograd/graph.h"
+#include "autograd/backward.h"
 #include "autograd/node.h"
 #include "nn/functional.h"
 #include "nn/init.h"
