@@ -5,6 +5,7 @@
 #include "engine/cuda_memory.h"
 #include "engine/cuda_stream.h"
 #include "engine/device.h"
+#include "engine/device_properties.h"
 #include "engine/dtype.h"
 #include "engine/error.h"
 #include "engine/factory.h"
