@@ -2,8 +2,8 @@
 
 #include <cmath>
 
+#include "autograd/backward.h"
 #include "autograd/functions.h"
-#include "autograd/graph.h"
 #include "autograd/node.h"
 
 namespace mantissa::autograd {

@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "autograd/graph.h"
+#include "autograd/backward.h"
 #include "autograd/view_history.h"
 #include "engine/factory.h"
 #include "engine/small_pool.h"

@@ -10,7 +10,7 @@
 
 #include <memory>
 
-#include "autograd/function.h"
+#include "autograd/recorder.h"
 
 namespace mantissa::autograd {
 

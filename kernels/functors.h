@@ -135,21 +135,3 @@ MT_BACKWARD_FUNCTOR(TanhBackward, "tanh_backward", g*(T(1) - s * s))
 #undef MT_BACKWARD_FUNCTOR
 
 }  // namespace mantissa::functors
-
-// Which functor computes each elementwise kernel table; the CPU and CUDA kernel files expand these
-// lists to register their kernels, so the mapping exists once.
-#define MT_FORALL_UNARY_FUNCTORS(X)                                                         \
-  X(neg, Neg)                                                                               \
-  X(abs, Abs)                                                                               \
-  X(exp, Exp) X(log, Log) X(sqrt, Sqrt) X(rsqrt, Rsqrt) X(relu, Relu) X(sigmoid, Sigmoid)   \
-      X(tanh, Tanh) X(silu, Silu) X(gelu, Gelu) X(gelu_tanh, GeluTanh) X(sign, Sign)        \
-          X(reciprocal, Reciprocal) X(sin, Sin) X(cos, Cos) X(log1p, Log1p) X(expm1, Expm1) \
-              X(square, Square)
-#define MT_FORALL_BINARY_FUNCTORS(X)                                                 \
-  X(mul, Mul)                                                                        \
-  X(div, Div)                                                                        \
-  X(pow, Pow) X(maximum, Maximum) X(minimum, Minimum) X(relu_backward, ReluBackward) \
-      X(gelu_backward, GeluBackward) X(gelu_tanh_backward, GeluTanhBackward)         \
-          X(silu_backward, SiluBackward) X(sigmoid_backward, SigmoidBackward)        \
-              X(tanh_backward, TanhBackward)
-#define MT_FORALL_COMPARISON_FUNCTORS(X) X(eq, Eq) X(ne, Ne) X(lt, Lt) X(le, Le) X(gt, Gt) X(ge, Ge)

@@ -2,8 +2,8 @@
 // kernel calls. Internal to autograd/ops.
 #pragma once
 
-#include "autograd/function.h"
 #include "autograd/functions.h"
+#include "autograd/recorder.h"
 #include "engine/kernel_tables.h"
 
 namespace mantissa::ops {

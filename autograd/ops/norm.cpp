@@ -1,8 +1,8 @@
 // layer_norm: one node whose forward and backward are the layer_norm_forward/backward kernels
 // over [M, N] rows (M rows of the N normalised elements). Takes autocast's float32 policy.
 #include "autograd/autocast_wrapper.h"
-#include "autograd/function.h"
 #include "autograd/functions.h"
+#include "autograd/recorder.h"
 #include "engine/kernel_tables.h"
 
 namespace mantissa {

@@ -9,8 +9,8 @@
 #include <cmath>
 
 #include "autograd/autocast_wrapper.h"
-#include "autograd/function.h"
 #include "autograd/functions.h"
+#include "autograd/recorder.h"
 #include "engine/kernel_tables.h"
 
 namespace mantissa {

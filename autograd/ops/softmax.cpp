@@ -2,8 +2,8 @@
 // (softmax: y (g - sum(g y)); log_softmax: g - exp(y) sum(g)) through dedicated kernels.
 // Both take autocast's float32 policy.
 #include "autograd/autocast_wrapper.h"
-#include "autograd/function.h"
 #include "autograd/functions.h"
+#include "autograd/recorder.h"
 #include "engine/kernel_tables.h"
 
 namespace mantissa {

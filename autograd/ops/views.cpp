@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "autograd/function.h"
 #include "autograd/functions.h"
+#include "autograd/recorder.h"
 #include "autograd/view_history.h"
 
 namespace mantissa {

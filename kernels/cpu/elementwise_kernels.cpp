@@ -135,20 +135,44 @@ void clamp_kernel_cpu(const Tensor& out, const Tensor& in, const Scalar* lo, con
 
 }  // namespace
 
-#define MT_REGISTER_UNARY(name, Functor) \
-  MT_REGISTER_KERNEL(name##_kernel, kCPU, &unary_kernel<functors::Functor>);
-MT_FORALL_UNARY_FUNCTORS(MT_REGISTER_UNARY)
-#undef MT_REGISTER_UNARY
+MT_REGISTER_KERNEL(neg_kernel, kCPU, &unary_kernel<functors::Neg>);
+MT_REGISTER_KERNEL(abs_kernel, kCPU, &unary_kernel<functors::Abs>);
+MT_REGISTER_KERNEL(exp_kernel, kCPU, &unary_kernel<functors::Exp>);
+MT_REGISTER_KERNEL(log_kernel, kCPU, &unary_kernel<functors::Log>);
+MT_REGISTER_KERNEL(sqrt_kernel, kCPU, &unary_kernel<functors::Sqrt>);
+MT_REGISTER_KERNEL(rsqrt_kernel, kCPU, &unary_kernel<functors::Rsqrt>);
+MT_REGISTER_KERNEL(relu_kernel, kCPU, &unary_kernel<functors::Relu>);
+MT_REGISTER_KERNEL(sigmoid_kernel, kCPU, &unary_kernel<functors::Sigmoid>);
+MT_REGISTER_KERNEL(tanh_kernel, kCPU, &unary_kernel<functors::Tanh>);
+MT_REGISTER_KERNEL(silu_kernel, kCPU, &unary_kernel<functors::Silu>);
+MT_REGISTER_KERNEL(gelu_kernel, kCPU, &unary_kernel<functors::Gelu>);
+MT_REGISTER_KERNEL(gelu_tanh_kernel, kCPU, &unary_kernel<functors::GeluTanh>);
+MT_REGISTER_KERNEL(sign_kernel, kCPU, &unary_kernel<functors::Sign>);
+MT_REGISTER_KERNEL(reciprocal_kernel, kCPU, &unary_kernel<functors::Reciprocal>);
+MT_REGISTER_KERNEL(sin_kernel, kCPU, &unary_kernel<functors::Sin>);
+MT_REGISTER_KERNEL(cos_kernel, kCPU, &unary_kernel<functors::Cos>);
+MT_REGISTER_KERNEL(log1p_kernel, kCPU, &unary_kernel<functors::Log1p>);
+MT_REGISTER_KERNEL(expm1_kernel, kCPU, &unary_kernel<functors::Expm1>);
+MT_REGISTER_KERNEL(square_kernel, kCPU, &unary_kernel<functors::Square>);
 
-#define MT_REGISTER_BINARY(name, Functor) \
-  MT_REGISTER_KERNEL(name##_kernel, kCPU, &binary_kernel<functors::Functor>);
-MT_FORALL_BINARY_FUNCTORS(MT_REGISTER_BINARY)
-#undef MT_REGISTER_BINARY
+MT_REGISTER_KERNEL(mul_kernel, kCPU, &binary_kernel<functors::Mul>);
+MT_REGISTER_KERNEL(div_kernel, kCPU, &binary_kernel<functors::Div>);
+MT_REGISTER_KERNEL(pow_kernel, kCPU, &binary_kernel<functors::Pow>);
+MT_REGISTER_KERNEL(maximum_kernel, kCPU, &binary_kernel<functors::Maximum>);
+MT_REGISTER_KERNEL(minimum_kernel, kCPU, &binary_kernel<functors::Minimum>);
+MT_REGISTER_KERNEL(relu_backward_kernel, kCPU, &binary_kernel<functors::ReluBackward>);
+MT_REGISTER_KERNEL(gelu_backward_kernel, kCPU, &binary_kernel<functors::GeluBackward>);
+MT_REGISTER_KERNEL(gelu_tanh_backward_kernel, kCPU, &binary_kernel<functors::GeluTanhBackward>);
+MT_REGISTER_KERNEL(silu_backward_kernel, kCPU, &binary_kernel<functors::SiluBackward>);
+MT_REGISTER_KERNEL(sigmoid_backward_kernel, kCPU, &binary_kernel<functors::SigmoidBackward>);
+MT_REGISTER_KERNEL(tanh_backward_kernel, kCPU, &binary_kernel<functors::TanhBackward>);
 
-#define MT_REGISTER_COMPARISON(name, Functor) \
-  MT_REGISTER_KERNEL(name##_kernel, kCPU, &comparison_kernel<functors::Functor>);
-MT_FORALL_COMPARISON_FUNCTORS(MT_REGISTER_COMPARISON)
-#undef MT_REGISTER_COMPARISON
+MT_REGISTER_KERNEL(eq_kernel, kCPU, &comparison_kernel<functors::Eq>);
+MT_REGISTER_KERNEL(ne_kernel, kCPU, &comparison_kernel<functors::Ne>);
+MT_REGISTER_KERNEL(lt_kernel, kCPU, &comparison_kernel<functors::Lt>);
+MT_REGISTER_KERNEL(le_kernel, kCPU, &comparison_kernel<functors::Le>);
+MT_REGISTER_KERNEL(gt_kernel, kCPU, &comparison_kernel<functors::Gt>);
+MT_REGISTER_KERNEL(ge_kernel, kCPU, &comparison_kernel<functors::Ge>);
 
 MT_REGISTER_KERNEL(add_kernel, kCPU, &add_kernel_cpu);
 MT_REGISTER_KERNEL(where_kernel, kCPU, &where_kernel_cpu);

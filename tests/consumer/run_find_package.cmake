@@ -6,6 +6,34 @@ execute_process(COMMAND ${CMAKE_COMMAND} --install ${MANTISSA_BINARY_DIR} --pref
 if(rc)
   message(FATAL_ERROR "cmake --install failed (${rc})")
 endif()
+
+# The installed headers are the public API (CMakeLists.txt's MANTISSA_PUBLIC_HEADERS): every
+# header they include is installed with them, and these internals are not.
+set(include_dir ${WORK_DIR}/prefix/include)
+set(internals engine/amp_kernel_tables.h engine/backend_hooks.h engine/block_allocator.h
+              engine/cpu_allocator.h engine/philox.h autograd/autocast_wrapper.h
+              autograd/view_history.h autograd/ops kernels runner/run_lock.h runner/text.h)
+foreach(internal ${internals})
+  if(EXISTS ${include_dir}/mantissa/${internal})
+    message(FATAL_ERROR "cmake --install installed the internal ${internal}")
+  endif()
+endforeach()
+file(GLOB_RECURSE installed_headers RELATIVE ${include_dir} ${include_dir}/*.h)
+list(LENGTH installed_headers count)
+if(count LESS 10)
+  message(FATAL_ERROR "cmake --install installed only ${count} headers under ${include_dir}")
+endif()
+foreach(header ${installed_headers})
+  file(STRINGS ${include_dir}/${header} includes REGEX "^[ \t]*#[ \t]*include[ \t]+\"")
+  foreach(line ${includes})
+    string(REGEX REPLACE "^[^\"]*\"([^\"]+)\".*$" "\\1" included "${line}")
+    if(NOT EXISTS ${include_dir}/mantissa/${included} AND NOT EXISTS ${include_dir}/${included})
+      message(FATAL_ERROR "installed ${header} includes ${included}, which is not installed: add "
+                          "it to MANTISSA_PUBLIC_HEADERS (CMakeLists.txt) or drop the include")
+    endif()
+  endforeach()
+endforeach()
+
 set(extra)
 if(SANITIZE)
   # A sanitized libmantissa needs the sanitizer runtimes linked into the program itself.

@@ -1,7 +1,7 @@
 // The backward pass: count dependencies from the roots, then run nodes in an order where each
 // runs once all gradients flowing into it have been summed. Among ready nodes, the one created
 // last runs first (as in PyTorch), which keeps the order deterministic.
-#include "autograd/graph.h"
+#include "autograd/backward.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,4 +1,4 @@
-#include "autograd/function.h"
+#include "autograd/recorder.h"
 
 #include "autograd/view_history.h"
 
