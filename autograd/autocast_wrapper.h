@@ -8,7 +8,7 @@
 // thread-local cache, so all its uses in the scope share one cast and their gradients are summed
 // in the cast dtype before the cast's backward widens them, as in PyTorch. Ops called by a body
 // are not cast again (PyTorch excludes its Autocast key for the call); backward runs without
-// autocast (autograd/graph.cpp).
+// autocast (autograd/backward.cpp).
 #pragma once
 
 #include <type_traits>
