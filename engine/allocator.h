@@ -1,5 +1,5 @@
 // Allocators: where tensor memory comes from. The CPU allocator is 64-byte aligned; the CUDA
-// backend (kernels/cuda) registers its caching allocator through the backend hooks.
+// backend (the cuda/ runtime) registers its caching allocator through the backend hooks.
 #pragma once
 
 #include <cstddef>

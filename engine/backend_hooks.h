@@ -1,4 +1,4 @@
-// The seam through which an optional backend (the CUDA one in kernels/cuda) plugs into the engine
+// The seam through which an optional backend (the CUDA runtime in cuda/) plugs into the engine
 // without the engine depending on it. A CPU-only build has no hooks registered.
 #pragma once
 

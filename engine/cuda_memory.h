@@ -1,4 +1,4 @@
-// Statistics and control of the CUDA caching allocator (kernels/cuda/allocator.cpp), in the
+// Statistics and control of the CUDA caching allocator (cuda/allocator.cpp), in the
 // spirit of torch.cuda.memory_stats() / empty_cache(). Declared in every build: without CUDA,
 // memory_stats() throws (the build has no CUDA devices) and empty_cache() does nothing.
 #pragma once

@@ -1,7 +1,7 @@
 // The parts of engine/cuda_stream.h that need no CUDA runtime (capture(), GraphedStep,
 // synchronize), and, in a build without CUDA, the rest: every call that needs a device throws the
 // same clear error as any other use of a CUDA device there. Builds with CUDA define the rest in
-// kernels/cuda/streams.cpp and kernels/cuda/graphs.cpp.
+// cuda/streams.cpp and cuda/graphs.cpp.
 #include "engine/cuda_stream.h"
 
 #include <exception>

@@ -1,4 +1,4 @@
-// The CUDA caching allocator's block bookkeeping (engine/block_allocator.h), run on the CPU with a
+// The CUDA caching allocator's block bookkeeping (cuda/block_allocator.h), run on the CPU with a
 // fake raw allocator that hands out host memory and counts calls, and fake events that the test
 // completes by hand; also the bypass mode (MANTISSA_CUDA_ALLOCATOR_BYPASS) and what a capture may
 // not do (query events). Runs in every build.
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/block_allocator.h"
+#include "cuda/block_allocator.h"
 #include "engine/error.h"
 #include "test_util.h"
 

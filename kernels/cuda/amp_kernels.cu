@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "cuda/stream.h"
 #include "engine/amp_kernel_tables.h"
 #include "kernels/cuda/loops.cuh"
-#include "kernels/cuda/stream.h"
 
 namespace mantissa::cuda {
 namespace {

@@ -41,15 +41,15 @@
 #include <optional>
 #include <string>
 
+#include "cuda/cublas_handle.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_guard.h"
+#include "cuda/stream.h"
 #include "engine/cuda_linear_stats.h"
 #include "engine/error.h"
 #include "engine/factory.h"
 #include "engine/kernel_tables.h"
 #include "engine/precision.h"
-#include "kernels/cuda/cublas_handle.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_guard.h"
-#include "kernels/cuda/stream.h"
 #include "kernels/linear_composite.h"
 
 namespace mantissa::cuda {

@@ -18,12 +18,12 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/cuda_check.h"
+#include "cuda/device_guard.h"
+#include "cuda/stream.h"
 #include "engine/factory.h"
 #include "engine/kernel_tables.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_guard.h"
 #include "kernels/cuda/loops.cuh"
-#include "kernels/cuda/stream.h"
 
 namespace mantissa::cuda {
 namespace {

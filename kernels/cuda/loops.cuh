@@ -25,12 +25,12 @@
 #include <limits>
 #include <utility>
 
+#include "cuda/cuda_check.h"
+#include "cuda/device_guard.h"
+#include "cuda/stream.h"
 #include "engine/dispatch.h"
 #include "engine/error.h"
 #include "engine/tensor.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_guard.h"
-#include "kernels/cuda/stream.h"
 #include "kernels/layout.h"
 
 namespace mantissa::cuda {

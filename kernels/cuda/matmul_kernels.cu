@@ -18,10 +18,10 @@
 #include <climits>
 #include <type_traits>
 
+#include "cuda/cublas_handle.h"
 #include "engine/factory.h"
 #include "engine/kernel_tables.h"
 #include "engine/precision.h"
-#include "kernels/cuda/cublas_handle.h"
 #include "kernels/cuda/loops.cuh"
 
 namespace mantissa::cuda {

@@ -19,10 +19,10 @@
 #include <cmath>
 #include <vector>
 
+#include "cuda/stream.h"
 #include "engine/kernel_tables.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/loops.cuh"
-#include "kernels/cuda/stream.h"
 
 namespace mantissa::cuda {
 namespace {

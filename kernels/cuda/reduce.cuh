@@ -29,10 +29,10 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "cuda/cuda_check.h"
+#include "cuda/device_guard.h"
 #include "engine/factory.h"
 #include "engine/tensor.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_guard.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/reduce_plan.h"
 

@@ -10,9 +10,9 @@ endif()
 # The installed headers are the public API (CMakeLists.txt's MANTISSA_PUBLIC_HEADERS): every
 # header they include is installed with them, and these internals are not.
 set(include_dir ${WORK_DIR}/prefix/include)
-set(internals engine/amp_kernel_tables.h engine/backend_hooks.h engine/block_allocator.h
-              engine/cpu_allocator.h engine/philox.h autograd/autocast_wrapper.h
-              autograd/view_history.h autograd/ops kernels runner/run_lock.h runner/text.h)
+set(internals engine/amp_kernel_tables.h engine/backend_hooks.h engine/cpu_allocator.h
+              engine/philox.h autograd/autocast_wrapper.h autograd/view_history.h autograd/ops
+              cuda kernels runner/run_lock.h runner/text.h)
 foreach(internal ${internals})
   if(EXISTS ${include_dir}/mantissa/${internal})
     message(FATAL_ERROR "cmake --install installed the internal ${internal}")

@@ -1,17 +1,17 @@
-// Streams and events: the per-thread current stream behind kernels/cuda/stream.h, and the public
+// Streams and events: the per-thread current stream behind cuda/stream.h, and the public
 // Stream / Event / StreamGuard of engine/cuda_stream.h for builds with CUDA.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <memory>
 
+#include "cuda/allocator.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_guard.h"
+#include "cuda/stream.h"
 #include "engine/cuda_stream.h"
 #include "engine/device.h"
 #include "engine/error.h"
-#include "kernels/cuda/allocator.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_guard.h"
-#include "kernels/cuda/stream.h"
 
 namespace mantissa::cuda {
 

@@ -7,15 +7,15 @@
 #include <mutex>
 #include <string>
 
+#include "cuda/allocator.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_guard.h"
+#include "cuda/pinned_allocator.h"
+#include "cuda/stream.h"
 #include "engine/backend_hooks.h"
 #include "engine/cuda_stream.h"
 #include "engine/error.h"
 #include "engine/logging.h"
-#include "kernels/cuda/allocator.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_guard.h"
-#include "kernels/cuda/pinned_allocator.h"
-#include "kernels/cuda/stream.h"
 
 namespace mantissa::cuda {
 namespace {

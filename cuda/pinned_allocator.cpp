@@ -3,7 +3,7 @@
 // two so that blocks fit many requests. An asynchronous copy to or from a pinned block records
 // its stream; when the block is freed, an event is recorded on each such stream and the block is
 // reused only once they have completed, so the host can never overwrite data a copy still reads.
-#include "kernels/cuda/pinned_allocator.h"
+#include "cuda/pinned_allocator.h"
 
 #include <algorithm>
 #include <bit>
@@ -13,11 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/cuda_check.h"
+#include "cuda/device_guard.h"
 #include "engine/device.h"
 #include "engine/error.h"
 #include "engine/logging.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_guard.h"
 
 namespace mantissa::cuda {
 namespace {

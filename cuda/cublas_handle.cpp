@@ -1,15 +1,15 @@
-#include "kernels/cuda/cublas_handle.h"
+#include "cuda/cublas_handle.h"
 
 #include <memory>
 #include <unordered_map>
 #include <vector>
 
+#include "cuda/allocator.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_guard.h"
+#include "cuda/stream.h"
 #include "engine/device.h"
 #include "engine/error.h"
-#include "kernels/cuda/allocator.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_guard.h"
-#include "kernels/cuda/stream.h"
 
 namespace mantissa::cuda {
 namespace {

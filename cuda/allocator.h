@@ -1,16 +1,16 @@
-// The CUDA caching allocator, one per device (internal to kernels/cuda; users reach its
+// The CUDA caching allocator, one per device (internal to cuda/ and kernels/cuda; users reach its
 // statistics through engine/cuda_memory.h via the backend hooks, and its stream and graph-pool
 // features through engine/cuda_stream.h).
 #pragma once
 
+#include "cuda/block_allocator.h"
 #include "engine/allocator.h"
-#include "engine/block_allocator.h"
 #include "engine/cuda_memory.h"
 
 namespace mantissa::cuda {
 
 // The allocator of cuda:`device`; `device` must be in [0, device_count()). It allocates for the
-// device's current stream (kernels/cuda/stream.h).
+// device's current stream (cuda/stream.h).
 Allocator* caching_allocator(int device);
 // Its block bookkeeping: stats, record_stream, graph pools.
 mantissa::detail::BlockAllocator& block_allocator(int device);

@@ -4,7 +4,7 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/cuda_check.h"
+#include "cuda/cuda_check.h"
 
 namespace mantissa::cuda {
 

@@ -1,4 +1,4 @@
-// The CUDA caching allocator: engine/block_allocator.h does the bookkeeping (segments, best-fit,
+// The CUDA caching allocator: cuda/block_allocator.h does the bookkeeping (segments, best-fit,
 // split and merge, per-stream reuse, graph pools, statistics, the out-of-memory retry); this
 // file plugs in cudaMalloc/cudaFree, CUDA events and the device's free-memory figure.
 //
@@ -9,19 +9,19 @@
 //
 // MANTISSA_CUDA_ALLOCATOR_BYPASS=1 (read once, when the allocators are made) turns the cache off
 // so that compute-sanitizer's memcheck sees every tensor as its own allocation (docs/cuda.md).
-#include "kernels/cuda/allocator.h"
+#include "cuda/allocator.h"
 
 #include <cuda_runtime.h>
 
 #include <string>
 #include <vector>
 
+#include "cuda/cuda_check.h"
+#include "cuda/device_guard.h"
+#include "cuda/stream.h"
 #include "engine/device.h"
 #include "engine/error.h"
 #include "engine/logging.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_guard.h"
-#include "kernels/cuda/stream.h"
 
 namespace mantissa::cuda {
 namespace {

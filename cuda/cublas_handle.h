@@ -4,7 +4,7 @@
 // allows one handle on several threads, but serialising the (asynchronous, cheap) enqueue keeps
 // any handle state a call sets from leaking into another thread's call. Handles are never
 // destroyed: at process exit the CUDA context may already be gone (PyTorch does the same).
-// Each lease points the handle at the current stream (kernels/cuda/stream.h) and at that
+// Each lease points the handle at the current stream (cuda/stream.h) and at that
 // stream's own workspace. Work on two streams may run at the same time, so they must not share
 // one; and cuBLAS documents that without a workspace per stream its results may differ once
 // several streams are active (it then picks internal workspaces, and kernels, per stream), which

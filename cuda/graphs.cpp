@@ -6,13 +6,13 @@
 
 #include <optional>
 
+#include "cuda/allocator.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_guard.h"
+#include "cuda/stream.h"
 #include "engine/cuda_stream.h"
 #include "engine/device.h"
 #include "engine/error.h"
-#include "kernels/cuda/allocator.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_guard.h"
-#include "kernels/cuda/stream.h"
 
 namespace mantissa::cuda {
 

@@ -1,6 +1,6 @@
 // The block bookkeeping of the CUDA caching allocator, kept free of the CUDA runtime so that it is
 // compiled in every build and unit-tested on the CPU with a fake RawMemory
-// (tests/test_caching_allocator.cpp). kernels/cuda/allocator.cpp plugs cudaMalloc/cudaFree and
+// (tests/test_caching_allocator.cpp). cuda/allocator.cpp plugs cudaMalloc/cudaFree and
 // CUDA events in behind RawMemory; docs/cuda.md describes the design for users.
 //
 // Memory comes from the raw allocator in segments: requests up to 1 MiB ("small") are carved out

@@ -1,4 +1,4 @@
-#include "kernels/cuda/cuda_check.h"
+#include "cuda/cuda_check.h"
 
 #include <cublas_v2.h>
 #include <cudnn.h>

@@ -1,4 +1,4 @@
-#include "engine/block_allocator.h"
+#include "cuda/block_allocator.h"
 
 #include <algorithm>
 #include <cstdio>
