@@ -3,7 +3,7 @@
 // backward folds the bias gradient into a GEMM. See docs/kernels.md for the epilogue table.
 #pragma once
 
-#include "engine/kernel_tables.h"
+#include "engine/linear_activation.h"
 #include "engine/tensor.h"
 
 namespace mantissa {

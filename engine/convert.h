@@ -6,7 +6,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "engine/dispatch.h"
+#include "engine/macros.h"
+#include "engine/opmath.h"
 
 namespace mantissa {
 

@@ -1,4 +1,5 @@
-// The dispatcher: per-op kernel tables keyed by device, the one dtype switch, and OpMath.
+// The dispatcher: per-op kernel tables keyed by device and the one dtype switch (OpMath is in
+// engine/opmath.h).
 //
 // An op declares a KernelTable in engine/kernel_tables.h; kernels/cpu and kernels/cuda fill its
 // slots during static initialisation with MT_REGISTER_KERNEL. An op looks its kernel up with
@@ -12,6 +13,7 @@
 #include "engine/dtype.h"
 #include "engine/error.h"
 #include "engine/half.h"
+#include "engine/opmath.h"
 
 namespace mantissa {
 
@@ -40,28 +42,6 @@ struct KernelTable {
     (table).slots[static_cast<int>(device_type)] = (fn);                          \
     return true;                                                                  \
   }()
-
-// ---- element types --------------------------------------------------------------------------
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
-
-// OpMath: the type arithmetic is done in. Half types compute in float and round once on store.
-template <typename T>
-struct OpMath {
-  using type = T;
-};
-template <>
-struct OpMath<Half> {
-  using type = float;
-};
-template <>
-struct OpMath<BFloat16> {
-  using type = float;
-};
-template <typename T>
-using opmath_t = typename OpMath<T>::type;
 
 // Sets of dtypes a kernel supports, as bit masks over DType.
 constexpr uint32_t dtype_bit(DType t) { return 1u << static_cast<int>(t); }

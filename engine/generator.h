@@ -6,9 +6,15 @@
 #include <vector>
 
 #include "engine/device.h"
-#include "engine/kernel_tables.h"
 
 namespace mantissa {
+
+// The state a random op draws from: element i of a call uses Philox4x32-10 counter (offset + i),
+// so results depend only on (seed, offset), never on threading.
+struct PhiloxState {
+  uint64_t seed;
+  uint64_t offset;
+};
 
 inline constexpr uint64_t kDefaultSeed = 67280421310721ull;  // PyTorch's default
 

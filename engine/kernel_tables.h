@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "engine/dispatch.h"
+#include "engine/generator.h"
+#include "engine/linear_activation.h"
 #include "engine/scalar.h"
 #include "engine/tensor.h"
 
@@ -147,12 +149,7 @@ using IndexAddKernel = void (*)(const Tensor& self, int64_t dim, const Tensor& i
                                 const Tensor& src);
 MT_DECLARE_TABLE(index_add, IndexAddKernel)
 
-// Random numbers from the Philox4x32-10 counter-based generator: element i of a call draws
-// from counter (offset + i), so results depend only on (seed, offset), never on threading.
-struct PhiloxState {
-  uint64_t seed;
-  uint64_t offset;
-};
+// Random numbers from the Philox4x32-10 counter-based generator (PhiloxState, engine/generator.h).
 using UniformKernel = void (*)(const Tensor& out, double low, double high, PhiloxState state);
 MT_DECLARE_TABLE(uniform, UniformKernel)
 using NormalKernel = void (*)(const Tensor& out, double mean, double stddev, PhiloxState state);
@@ -259,9 +256,7 @@ MT_DECLARE_TABLE(avg_pool2d_backward, AvgPool2dBackwardKernel)
 
 // ---- linear with fused epilogues and layer norm (kernels/cpu/linear_kernels.cpp,
 // layer_norm_kernels.cpp; kernels/cuda/cublaslt_linear.cpp, layer_norm_kernels.cu) ----------------
-// The activation a linear layer may fuse into its GEMM. GeluTanh is GELU's tanh approximation,
-// the form cuBLASLt's GELU epilogues compute (exact GELU is not fused anywhere).
-enum class LinearActivation : uint8_t { None, Relu, GeluTanh };
+// The activation a linear layer may fuse into its GEMM: engine/linear_activation.h.
 // out [M,N] = act(x [M,K] @ w[N,K]^T + bias[N]), bias optional (undefined). x and w have any
 // strides; out is contiguous; all operands share a dtype. With want_aux (a backward will run) the
 // kernel returns an aux tensor for the activation's backward (else undefined):

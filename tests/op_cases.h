@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/dispatch.h"
 #include "test_util.h"
 
 namespace mantissa::testing {

@@ -11,6 +11,7 @@ endif()
 # header they include is installed with them, and these internals are not.
 set(include_dir ${WORK_DIR}/prefix/include)
 set(internals engine/amp_kernel_tables.h engine/backend_hooks.h engine/cpu_allocator.h
+              engine/dispatch.h engine/kernel_tables.h
               engine/philox.h autograd/autocast_wrapper.h autograd/view_history.h autograd/ops
               cuda kernels runner/run_lock.h runner/text.h)
 foreach(internal ${internals})
