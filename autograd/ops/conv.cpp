@@ -20,10 +20,6 @@ using Grads = std::vector<Tensor>;
 // A contiguous copy (or t itself) without recording: the op's own node covers the input.
 using detail::dense;
 
-Tensor empty_as(const Shape& shape, const Tensor& like) {
-  return empty(shape, TensorOptions(like.device()).dtype(like.dtype()));
-}
-
 // Floor division, also for negative numerators (PyTorch's div_rtn).
 int64_t div_floor(int64_t a, int64_t b) {
   int64_t q = a / b;
@@ -110,11 +106,11 @@ Grads conv2d_backward(BackwardContext& ctx, const Conv2dParams& p, const Shape& 
   const Tensor g = dense(ctx.grad());
   Tensor gx, gw, gb;
   if (ctx.needs(0)) {
-    gx = empty_as(input_shape, g);
+    gx = ops::empty_as(input_shape, g);
     conv2d_backward_input_kernel(g.device())(gx, g, dense(ctx.saved(1)), p);
   }
   if (ctx.needs(1)) {
-    gw = empty_as(weight_shape, g);
+    gw = ops::empty_as(weight_shape, g);
     conv2d_backward_weight_kernel(g.device())(gw, g, dense(ctx.saved(0)), p);
   }
   if (ctx.needs(2)) gb = g.sum(Shape{0, 2, 3});
@@ -128,7 +124,7 @@ Tensor conv2d_batched(const Tensor& input, const Tensor& weight, const Tensor& b
       input.size(0), weight.size(0),
       conv_output_size(input.size(2), weight.size(2), p.padding[0], p.stride[0], p.dilation[0]),
       conv_output_size(input.size(3), weight.size(3), p.padding[1], p.stride[1], p.dilation[1])};
-  Tensor out = empty_as(out_shape, input);
+  Tensor out = ops::empty_as(out_shape, input);
   conv2d_forward_kernel(input.device())(out, dense(input), dense(weight), dense(bias), p);
 
   if (Recorder rec{"ConvolutionBackward0", {&input, &weight, &bias}}) {
@@ -186,14 +182,14 @@ Pool2dParams pool_params(const PoolArgs& a, bool ceil_mode, bool count_include_p
 Tensor max_pool2d_batched(const Tensor& input, const PoolArgs& a, bool ceil_mode) {
   const Shape out_shape = pool_output_shape("max_pool2d", input, a, ceil_mode);
   const Pool2dParams p = pool_params(a, ceil_mode, true, 0);
-  Tensor out = empty_as(out_shape, input);
+  Tensor out = ops::empty_as(out_shape, input);
   Tensor indices = empty(out_shape, TensorOptions(input.device()).dtype(kInt64));
   max_pool2d_forward_kernel(input.device())(out, indices, dense(input), p);
   if (Recorder rec{"MaxPool2DWithIndicesBackward0", {&input}}) {
     rec.save(indices);
     rec.finish(out, [p, input_shape = input.shape()](BackwardContext& ctx) -> Grads {
       const Tensor g = dense(ctx.grad());
-      Tensor gx = empty_as(input_shape, g);
+      Tensor gx = ops::empty_as(input_shape, g);
       max_pool2d_backward_kernel(g.device())(gx, g, ctx.saved(0), p);
       return {gx};
     });
@@ -205,12 +201,12 @@ Tensor avg_pool2d_batched(const Tensor& input, const PoolArgs& a, bool ceil_mode
                           bool count_include_pad, int64_t divisor_override) {
   const Shape out_shape = pool_output_shape("avg_pool2d", input, a, ceil_mode);
   const Pool2dParams p = pool_params(a, ceil_mode, count_include_pad, divisor_override);
-  Tensor out = empty_as(out_shape, input);
+  Tensor out = ops::empty_as(out_shape, input);
   avg_pool2d_forward_kernel(input.device())(out, dense(input), p);
   if (Recorder rec{"AvgPool2DBackward0", {&input}}) {
     rec.finish(out, [p, input_shape = input.shape()](BackwardContext& ctx) -> Grads {
       const Tensor g = dense(ctx.grad());
-      Tensor gx = empty_as(input_shape, g);
+      Tensor gx = ops::empty_as(input_shape, g);
       avg_pool2d_backward_kernel(g.device())(gx, g, p);
       return {gx};
     });

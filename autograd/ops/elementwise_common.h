@@ -9,6 +9,10 @@
 namespace mantissa::ops {
 
 void check_same_device(const char* op, const Tensor& a, const Tensor& b);
+// An uninitialised tensor of `shape` with like's dtype and device.
+inline Tensor empty_as(const Shape& shape, const Tensor& like) {
+  return empty(shape, TensorOptions(like.device()).dtype(like.dtype()));
+}
 // A non-recording broadcast view of t to `shape` (stride 0 on expanded dims).
 Tensor broadcast_view(const Tensor& t, const Shape& shape);
 // out = kernel(in) with out fresh, same shape/dtype as in.

@@ -3,8 +3,6 @@
 // and activation ride in cuBLASLt epilogues and the bias gradient in the weight-gradient GEMM.
 // Backward formulas run kernels directly: the autograd engine runs every backward without
 // recording (there is no create_graph), so they need not be differentiable themselves.
-#include <array>
-
 #include "autograd/autocast_wrapper.h"
 #include "autograd/linear_act.h"
 #include "autograd/ops/elementwise_common.h"
@@ -72,10 +70,6 @@ Layer check_layer(const char* op, const Tensor& x, const Tensor& weight, const T
   return l;
 }
 
-Tensor fresh(const Shape& shape, const Tensor& like) {
-  return empty(shape, TensorOptions(like.device()).dtype(like.dtype()));
-}
-
 // grad_w (and grad_b when wanted) from the pre-activation gradient g [rows, out] and x2, in g's
 // dtype.
 void weight_and_bias_grads(BackwardContext& ctx, size_t w_index, size_t b_index, const Tensor& g,
@@ -96,7 +90,7 @@ void weight_and_bias_grads(BackwardContext& ctx, size_t w_index, size_t b_index,
 // dx = g [rows, out] @ w [out, in], shaped like x, through the act-None form of the fused
 // backward kernel: no mm op with its operand views and checks.
 Tensor input_grad(const Tensor& g, const Tensor& w, const Shape& x_shape) {
-  Tensor gx = fresh(Shape{g.size(0), w.size(1)}, g);
+  Tensor gx = ops::empty_as(Shape{g.size(0), w.size(1)}, g);
   linear_backward_act_kernel(g.device())(gx, Tensor(), g, w, Tensor(), Tensor(),
                                          LinearActivation::None);
   return x_shape.size() == 2 ? gx : gx.reshape(x_shape);
@@ -108,7 +102,7 @@ Tensor linear_act_body(const Tensor& x, const Tensor& weight, const Tensor& bias
   MT_CHECK(act == LinearActivation::None || is_floating(x.dtype()), "linear: activation ",
            act_name(act), " needs a floating input, got ", x.dtype());
 
-  Tensor out2 = fresh(Shape{l.rows, l.out}, x);
+  Tensor out2 = ops::empty_as(Shape{l.rows, l.out}, x);
   const bool record = is_floating(x.dtype()) && autograd::needs_grad({&x, &weight, &bias});
   // GeluTanh's backward reads the pre-activation (aux); ReLU's reads the output.
   const Tensor pre = linear_forward_kernel(x.device())(out2, l.x2, weight, l.bias1, act,
@@ -133,7 +127,7 @@ Tensor linear_act_body(const Tensor& x, const Tensor& weight, const Tensor& bias
         if (g.dim() != 2) g = g.reshape(Shape{l_rows, l_out});
         Tensor gx, gw, gb;
         if (act != LinearActivation::None) {
-          const Tensor gz = fresh(g.shape(), g);
+          const Tensor gz = ops::empty_as(g.shape(), g);
           (act == LinearActivation::Relu ? relu_backward_kernel : gelu_tanh_backward_kernel)(
               g.device())(gz, g, ctx.saved(2));
           g = gz;
@@ -149,11 +143,11 @@ Tensor linear_act_linear_body(const Tensor& x, const Tensor& w1, const Tensor& b
                               LinearActivation act, const Tensor& w2, const Tensor& b2) {
   const Layer l1 = check_layer("linear_act_linear", x, w1, b1);
   MT_CHECK(is_floating(x.dtype()), "linear_act_linear: expected a floating input, got ", x.dtype());
-  Tensor h = fresh(Shape{l1.rows, l1.out}, x);
+  Tensor h = ops::empty_as(Shape{l1.rows, l1.out}, x);
   const bool record = autograd::needs_grad({&x, &w1, &b1, &w2, &b2});
   const Tensor aux = linear_forward_kernel(x.device())(h, l1.x2, w1, l1.bias1, act, record);
   const Layer l2 = check_layer("linear_act_linear", h, w2, b2);
-  Tensor out2 = fresh(Shape{l2.rows, l2.out}, h);
+  Tensor out2 = ops::empty_as(Shape{l2.rows, l2.out}, h);
   linear_forward_kernel(x.device())(out2, h, w2, l2.bias1, LinearActivation::None, false);
   Shape out_shape = l1.out_shape;
   out_shape[out_shape.size() - 1] = l2.out;
@@ -176,7 +170,7 @@ Tensor linear_act_linear_body(const Tensor& x, const Tensor& w1, const Tensor& b
         weight_and_bias_grads(ctx, 3, 4, g, h, b2_vec, b2_shape, gw2, gb2);
         if (ctx.needs(0) || ctx.needs(1) || ctx.needs(2)) {
           // The hidden layer's pre-activation gradient, with b1's gradient from the same pass.
-          const Tensor gz = fresh(h.shape(), h);
+          const Tensor gz = ops::empty_as(h.shape(), h);
           const bool fused_b1 = ctx.needs(2) && b1_vec;
           const Tensor gb1_vec =
               fused_b1 ? empty(Shape{h.size(1)}, TensorOptions(h.device()).dtype(h.dtype()))

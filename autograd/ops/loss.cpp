@@ -24,10 +24,6 @@ using Grads = std::vector<Tensor>;
 using ops::broadcast_view;
 
 // ---- forward arithmetic: kernels on operands of one dtype and device, recording nothing -------
-Tensor fresh(const Shape& shape, const Tensor& like) {
-  return empty(shape, TensorOptions(like.device()).dtype(like.dtype()));
-}
-
 Tensor scalar_like(double v, const Tensor& like) {
   return ops::wrap_scalar(v, like.dtype(), like.device());
 }
@@ -35,7 +31,7 @@ Tensor scalar_like(double v, const Tensor& like) {
 // a + alpha * b, broadcast (alpha -1 is sub's kernel call).
 Tensor add_k(const Tensor& a, const Tensor& b, double alpha = 1.0) {
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), "add");
-  Tensor out = fresh(shape, a);
+  Tensor out = ops::empty_as(shape, a);
   add_kernel(a.device())(out, broadcast_view(a, shape), broadcast_view(b, shape), alpha);
   return out;
 }
@@ -43,7 +39,7 @@ Tensor add_k(const Tensor& a, const Tensor& b, double alpha = 1.0) {
 Tensor where_k(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const Shape shape =
       broadcast_shapes(cond.shape(), broadcast_shapes(a.shape(), b.shape(), "where"), "where");
-  Tensor out = fresh(shape, a);
+  Tensor out = ops::empty_as(shape, a);
   where_kernel(a.device())(out, broadcast_view(cond, shape), broadcast_view(a, shape),
                            broadcast_view(b, shape));
   return out;
@@ -60,7 +56,7 @@ Tensor reduce_k(const KernelTable<ReduceKernel>& kernel, const Tensor& x,
       result.push_back(x.size(d));
     }
   }
-  Tensor out = fresh(keep, x);
+  Tensor out = ops::empty_as(keep, x);
   kernel(x.device())(out, x);
   if (keep == result) return out;
   return detail::make_view(out, result, contiguous_strides(result), out.storage_offset());
@@ -125,18 +121,29 @@ struct Picked {
   Tensor loss;    // [N, d...]: (0 - lp at the target) * weight
 };
 
-// The target as int64 [N, d...] for the batched lp, checked against it.
-Tensor batched_target(const char* op, const Tensor& lp, const Tensor& target, bool unbatched,
-                      const Shape& input_shape) {
+// A class loss's input as batched log-probabilities lp [N, C, d...] (an unbatched [C] input
+// becomes [1, C]) and its target as int64 [N, d...], checked against lp.
+struct Batched {
+  Tensor lp, tg;
+  bool unbatched;
+};
+Batched batched(const char* op, const Tensor& logp, const Tensor& target,
+                const Shape& input_shape) {
   MT_CHECK(target.dtype() == kInt64 || target.dtype() == kInt32, op,
            ": expected class index target of dtype int64, got ", target.dtype());
-  ops::check_same_device(op, lp, target);
-  const Tensor tg = (unbatched ? target.reshape({1}) : target).to(kInt64);
-  Shape expected = lp.shape();
+  ops::check_same_device(op, logp, target);
+  Batched b;
+  b.unbatched = logp.dim() == 1;
+  {
+    autograd::NoGradGuard no_grad;
+    b.lp = b.unbatched ? logp.unsqueeze(0) : logp;
+  }
+  b.tg = (b.unbatched ? target.reshape({1}) : target).to(kInt64);
+  Shape expected = b.lp.shape();
   expected.erase(1);
-  MT_CHECK(tg.shape() == expected, op, ": expected target of shape ", expected,
+  MT_CHECK(b.tg.shape() == expected, op, ": expected target of shape ", expected,
            " for input of shape ", input_shape, ", got ", target.shape());
-  return tg;
+  return b;
 }
 
 Picked pick(const Tensor& lp, const Tensor& tg, int64_t ignore_index) {
@@ -288,13 +295,7 @@ Tensor nll_loss_body(const Tensor& logp, const Tensor& target, Reduction reducti
   MT_CHECK(logp.dim() >= 1, "nll_loss: input must have at least 1 dimension");
   check_floating("nll_loss", logp);
   // Unbatched [C] input with a 0-d target, or class dim 1 of [N, C, d1, ...].
-  const bool unbatched = logp.dim() == 1;
-  Tensor lp;
-  {
-    autograd::NoGradGuard no_grad;
-    lp = unbatched ? logp.unsqueeze(0) : logp;
-  }
-  const Tensor tg = batched_target("nll_loss", lp, target, unbatched, logp.shape());
+  const auto [lp, tg, unbatched] = batched("nll_loss", logp, target, logp.shape());
   const Picked p = pick(lp, tg, ignore_index);
   const Tensor loss = unbatched ? p.loss.reshape(Shape{}) : p.loss;
   // Mean divides by the weights' sum: the targets that count.
@@ -333,7 +334,7 @@ Tensor cross_entropy_body(const Tensor& x, const Tensor& target, Reduction reduc
   const int64_t class_dim = input.dim() == 1 ? 0 : 1;
   const int64_t classes = input.size(class_dim);
   const double ls = label_smoothing;
-  Tensor logp = fresh(input.shape(), input);
+  Tensor logp = ops::empty_as(input.shape(), input);
   log_softmax_kernel(input.device())(logp, input, class_dim);
 
   if (probabilities) {
@@ -362,7 +363,7 @@ Tensor cross_entropy_body(const Tensor& x, const Tensor& target, Reduction reduc
             Grads grads(2);
             if (ctx.needs(0)) {
               const Tensor g_logp = g * t;
-              grads[0] = fresh(logp.shape(), logp);
+              grads[0] = ops::empty_as(logp.shape(), logp);
               log_softmax_backward_kernel(logp.device())(grads[0], g_logp, logp, class_dim);
             }
             if (ctx.needs(1)) grads[1] = ls > 0.0 ? g * logp * (1.0 - ls) : g * logp;
@@ -372,13 +373,7 @@ Tensor cross_entropy_body(const Tensor& x, const Tensor& target, Reduction reduc
     return out;
   }
 
-  const bool unbatched = input.dim() == 1;
-  Tensor lp;
-  {
-    autograd::NoGradGuard no_grad;
-    lp = unbatched ? logp.unsqueeze(0) : logp;
-  }
-  const Tensor tg = batched_target("cross_entropy", lp, target, unbatched, input.shape());
+  const auto [lp, tg, unbatched] = batched("cross_entropy", logp, target, input.shape());
   const Picked p = pick(lp, tg, ignore_index);
   Tensor loss = p.loss;
   Tensor valid;  // the targets that count, in logp's dtype
@@ -412,7 +407,7 @@ Tensor cross_entropy_body(const Tensor& x, const Tensor& target, Reduction reduc
         const Tensor g_uniform = -(g * ls * ctx.saved(3) / static_cast<double>(classes));
         g_lp = g_lp + g_uniform.unsqueeze(1).expand(hit.shape());
       }
-      Tensor grad = fresh(logp.shape(), logp);
+      Tensor grad = ops::empty_as(logp.shape(), logp);
       log_softmax_backward_kernel(logp.device())(grad, g_lp.reshape(logp.shape()), logp, class_dim);
       return {grad};
     });
