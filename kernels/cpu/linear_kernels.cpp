@@ -200,24 +200,13 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
         M, [&](int64_t i0, int64_t i1) { bias_relu_rows(o + i0 * N, i1 - i0, N, bf, relu_out); },
         M * N, kPassGrain);
   } else {
-    // Rounded after the GEMM, again after the bias; ReLU on the rounded value (keeps -0). The
-    // GEMM's float buffer is rounded in place, so the last narrowing is exact. Whole chunks of
-    // rows per conversion call: a small layer's rows are a few elements long.
-    const int64_t chunk_rows = std::max<int64_t>(1, kChunkElements / N);
-    for (int64_t i0 = 0; i0 < M; i0 += chunk_rows) {
-      const int64_t rows = std::min(chunk_rows, M - i0), n = rows * N;
-      float* v = c + i0 * N;
-      if (bf != nullptr) {
-        round_dense(v, v, n, T{});
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t j = 0; j < N; ++j) v[r * N + j] += bf[j];
-      }
-      if (relu_out) {
-        round_dense(v, v, n, T{});
-        for (int64_t e = 0; e < n; ++e) v[e] = activation::relu(v[e]);
-      }
-      narrow_to(v, o + i0 * N, n);
-    }
+    // Rounded after the GEMM, again after the bias; ReLU on the rounded value (keeps -0).
+    parallel_ranges(
+        M,
+        [&](int64_t i0, int64_t i1) {
+          round_bias_relu_rows(c + i0 * N, i1 - i0, N, bf, relu_out, o + i0 * N);
+        },
+        M * N, kPassGrain);
   }
 }
 

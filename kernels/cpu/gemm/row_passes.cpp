@@ -2,8 +2,13 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <type_traits>
+
 #include "kernels/activation_math.h"
+#include "kernels/cpu/convert_dense.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm/lanes.h"
 
 namespace mantissa::cpu {
 namespace {
@@ -49,7 +54,59 @@ MT_AVX512 void add_column_sums_avx512(double* sums, const float* m, int64_t rows
 
 #undef MT_AVX512
 
+template <typename T>
+MT_LANES_TARGET void round_bias_relu_rows_avx512(const float* v, int64_t rows, int64_t n,
+                                                 const float* bias, bool relu, T* out) {
+  using L = lanes::Lanes16;
+  constexpr Rounding r = std::is_same_v<T, BFloat16> ? Rounding::BFloat16 : Rounding::Float16;
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < n; j += 16) {
+      const L lanes{n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1)};
+      L::Reg x = lanes::round_to<L>(lanes.load(v + i * n + j), r);
+      if (bias != nullptr) x = lanes::round_to<L>(L::add(x, lanes.load(bias + j)), r);
+      if (relu) x = L::zero_if_negative(x, x);
+      if constexpr (r == Rounding::BFloat16) {
+        lanes.store_bf16(out + i * n + j, x);
+      } else {
+        lanes.store_half(out + i * n + j, x);
+      }
+    }
+  }
+}
+
+// The dense rows as one sequence, a chunk at a time through a float buffer that stays in L1.
+template <typename T>
+void round_bias_relu_rows_portable(const float* v, int64_t rows, int64_t n, const float* bias,
+                                   bool relu, T* out) {
+  constexpr int64_t kChunk = 4096;
+  float buf[kChunk];
+  const int64_t total = rows * n;
+  for (int64_t first = 0; first < total; first += kChunk) {
+    const int64_t e = std::min(kChunk, total - first);
+    round_dense(v + first, buf, e, T{});
+    if (bias != nullptr) {
+      for (int64_t t = 0, j = first % n; t < e; ++t, j = j + 1 == n ? 0 : j + 1) buf[t] += bias[j];
+      round_dense(buf, buf, e, T{});
+    }
+    if (relu)
+      for (int64_t t = 0; t < e; ++t) buf[t] = activation::relu(buf[t]);
+    convert_dense(buf, out + first, e);
+  }
+}
+
 }  // namespace
+
+void round_bias_relu_rows(const float* v, int64_t rows, int64_t n, const float* bias, bool relu,
+                          BFloat16* out) {
+  if (cpu_has_avx512_vl_bw_f16c()) return round_bias_relu_rows_avx512(v, rows, n, bias, relu, out);
+  round_bias_relu_rows_portable(v, rows, n, bias, relu, out);
+}
+
+void round_bias_relu_rows(const float* v, int64_t rows, int64_t n, const float* bias, bool relu,
+                          Half* out) {
+  if (cpu_has_avx512_vl_bw_f16c()) return round_bias_relu_rows_avx512(v, rows, n, bias, relu, out);
+  round_bias_relu_rows_portable(v, rows, n, bias, relu, out);
+}
 
 void bias_relu_rows(float* out, int64_t rows, int64_t n, const float* bias, bool relu_out) {
   if (bias == nullptr && !relu_out) return;
