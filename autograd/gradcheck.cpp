@@ -86,4 +86,43 @@ bool gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, double 
   return true;
 }
 
+bool gradgradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, double eps,
+                   double atol, double rtol) {
+  std::vector<size_t> checked;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined() && inputs[i].requires_grad()) checked.push_back(i);
+  MT_CHECK(!checked.empty(), "gradgradcheck: no input requires grad");
+  Shape out_shape;
+  {
+    NoGradGuard no_grad;
+    out_shape = fn(inputs).shape();
+  }
+  // Fixed, varied, nonzero grad_outputs; an input of the checked map, so float64.
+  const auto f64 = TensorOptions(inputs[checked[0]].device()).dtype(kFloat64);
+  const Tensor v = (sin(arange(out_shape.numel(), f64) * 1.7 + 0.3) + 0.2)
+                       .reshape(out_shape)
+                       .detach()
+                       .requires_grad_();
+  std::vector<Tensor> all = inputs;
+  all.push_back(v);
+  const GradcheckFn first_grads = [&fn, &checked,
+                                   n = inputs.size()](const std::vector<Tensor>& xs) {
+    EnableGradGuard grad_mode;  // gradcheck evaluates with grad mode off
+    const std::vector<Tensor> x(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(n));
+    const Tensor out = fn(x);
+    std::vector<Tensor> wrt;
+    for (size_t i : checked) wrt.push_back(x[i]);
+    const std::vector<Tensor> gs = grad({out}, wrt, {xs.back().to(out.dtype())},
+                                        /*retain_graph=*/true, /*allow_unused=*/true,
+                                        /*create_graph=*/true);
+    std::vector<Tensor> flat;
+    for (size_t k = 0; k < gs.size(); ++k) {
+      const Tensor g = gs[k].defined() ? gs[k] : zeros_like(wrt[k]);
+      flat.push_back(g.to(kFloat64).reshape(Shape{-1}));
+    }
+    return cat(flat, 0);
+  };
+  return gradcheck(first_grads, all, eps, atol, rtol);
+}
+
 }  // namespace mantissa::autograd

@@ -119,9 +119,12 @@ Tensor extremum(const Tensor& x, const Shape& dims, bool keepdim, bool is_max, c
   Tensor res = result_view(out, r);
   if (Recorder rec{node, {&x}}) {
     rec.save(x).save(out);
-    rec.finish(res, [r](BackwardContext& ctx) -> Grads {
-      return {evenly_distribute(r.to_keep(ctx.grad()), ctx.saved(0), ctx.saved(1), r)};
-    });
+    rec.finish(
+        res,
+        [r](BackwardContext& ctx) -> Grads {
+          return {evenly_distribute(r.to_keep(ctx.grad()), ctx.saved(0), ctx.saved(1), r)};
+        },
+        autograd::DoubleBackward::Supported);
   }
   return res;
 }
@@ -137,16 +140,19 @@ ValuesIndices arg_extremum(const Tensor& x, int64_t dim, bool keepdim, bool is_m
   ValuesIndices res{result_view(values, r), result_view(indices, r)};
   if (Recorder rec{is_max ? "MaxBackward0" : "MinBackward0", {&x}}) {
     rec.save(indices);
-    rec.finish(res.values, [r, d, shape = x.shape()](BackwardContext& ctx) -> Grads {
-      // The gradient goes to the returned index only (not to ties): compare positions along
-      // `dim` with it.
-      const Tensor g = r.to_keep(ctx.grad());
-      Shape pos_shape(shape.size(), 1);
-      const int64_t n = shape.size() > 0 ? shape[d] : 1;
-      if (shape.size() > 0) pos_shape[d] = n;
-      const Tensor pos = arange(n, TensorOptions(g.device()).dtype(kInt64)).reshape(pos_shape);
-      return {where(pos == ctx.saved(0), g, 0.0)};
-    });
+    rec.finish(
+        res.values,
+        [r, d, shape = x.shape()](BackwardContext& ctx) -> Grads {
+          // The gradient goes to the returned index only (not to ties): compare positions along
+          // `dim` with it.
+          const Tensor g = r.to_keep(ctx.grad());
+          Shape pos_shape(shape.size(), 1);
+          const int64_t n = shape.size() > 0 ? shape[d] : 1;
+          if (shape.size() > 0) pos_shape[d] = n;
+          const Tensor pos = arange(n, TensorOptions(g.device()).dtype(kInt64)).reshape(pos_shape);
+          return {where(pos == ctx.saved(0), g, 0.0)};
+        },
+        autograd::DoubleBackward::Supported);
   }
   return res;
 }
@@ -179,14 +185,18 @@ Tensor var_or_std(const Tensor& x, const Shape& dims, int64_t correction, bool k
   Tensor res = result_view(out, r);
   if (Recorder rec{take_sqrt ? "StdBackward0" : "VarBackward0", {&x}}) {
     rec.save(x).save(take_sqrt ? out : Tensor());
-    rec.finish(res, [r, correction, take_sqrt](BackwardContext& ctx) -> Grads {
-      // var' = 2 (x - mean) / (N - correction); std' = var' / (2 std).
-      const Tensor x = ctx.saved(0), g = r.to_keep(ctx.grad());
-      const double divisor = std::max<double>(0.0, double(r.count - correction));
-      const Tensor centered = x - mean(x, r.dims(), true);
-      if (!take_sqrt) return {centered * (g * (2.0 / divisor))};
-      return {centered * (g / (ctx.saved(1) * divisor))};
-    });
+    rec.finish(
+        res,
+        [r, correction, take_sqrt](BackwardContext& ctx) -> Grads {
+          // var' = 2 (x - mean) / (N - correction); std' = var' / (2 std).
+          const Tensor x = ctx.saved(0), g = r.to_keep(ctx.grad());
+          const double divisor = std::max<double>(0.0, double(r.count - correction));
+          const Tensor centered = x - mean(x, r.dims(), true);
+          if (!take_sqrt) return {centered * (g * (2.0 / divisor))};
+          return {centered * (g / (ctx.saved(1) * divisor))};
+        },
+        // std's saved result is not its recorded output, so it has no history to differentiate.
+        take_sqrt ? autograd::DoubleBackward::Unsupported : autograd::DoubleBackward::Supported);
   }
   return res;
 }
@@ -219,9 +229,12 @@ Tensor sum_body(const Tensor& x, const Shape& dims, bool keepdim, std::optional<
   Tensor res = result_view(out, r);
   if (!is_floating(target)) return res.dtype() == target ? res : res.to(target);
   if (Recorder rec{dims.empty() ? "SumBackward0" : "SumBackward1", {&in}}) {
-    rec.finish(res, [r, shape = in.shape()](BackwardContext& ctx) -> Grads {
-      return {r.to_keep(ctx.grad()).expand(shape)};
-    });
+    rec.finish(
+        res,
+        [r, shape = in.shape()](BackwardContext& ctx) -> Grads {
+          return {r.to_keep(ctx.grad()).expand(shape)};
+        },
+        autograd::DoubleBackward::Supported);
   }
   return res;
 }
@@ -242,9 +255,12 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   mean_kernel(x.device())(out, x);
   Tensor res = result_view(out, r);
   if (Recorder rec{dims.empty() ? "MeanBackward0" : "MeanBackward1", {&x}}) {
-    rec.finish(res, [r, shape = x.shape()](BackwardContext& ctx) -> Grads {
-      return {(r.to_keep(ctx.grad()) / double(r.count)).expand(shape)};
-    });
+    rec.finish(
+        res,
+        [r, shape = x.shape()](BackwardContext& ctx) -> Grads {
+          return {(r.to_keep(ctx.grad()) / double(r.count)).expand(shape)};
+        },
+        autograd::DoubleBackward::Supported);
   }
   return res;
 }
