@@ -85,19 +85,25 @@ TEST(DoubleBackwardIndex, ListedOpsAreDifferentiable) {
     EXPECT_TRUE(mt::op_info(op).differentiable) << mt::op_info(op).name;
 }
 
-// One test per op index entry, so that a failure names the op.
+// One test per differentiable op of the index, so that a failure names the op.
 class DoubleBackwardOp : public ::testing::TestWithParam<int> {};
+
+std::vector<int> differentiable_ops() {
+  std::vector<int> out;
+  for (int i = 0; i < mt::kNumOps; ++i)
+    if (mt::kOpIndex[i].differentiable) out.push_back(i);
+  return out;
+}
 
 TEST_P(DoubleBackwardOp, MatchesItsListing) {
   const mt::OpInfo& op = mt::kOpIndex[GetParam()];
-  if (!op.differentiable) GTEST_SKIP() << op.name << " is not differentiable";
   const bool listed = mt::supports_double_backward(static_cast<mt::OpId>(GetParam()));
   for (const std::string& problem :
        double_backward_problems(op.name, listed, cases_named(op.name, op_cases())))
     ADD_FAILURE() << problem;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllOps, DoubleBackwardOp, ::testing::Range(0, mt::kNumOps),
+INSTANTIATE_TEST_SUITE_P(AllOps, DoubleBackwardOp, ::testing::ValuesIn(differentiable_ops()),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return std::string(mt::kOpIndex[info.param].name);
                          });
@@ -164,7 +170,7 @@ TEST(DoubleBackward, GradientsCarryHistoryAndTheGraphIsRetained) {
   EXPECT_TRUE(g.requires_grad());
   EXPECT_FALSE(g.is_leaf());
   // create_graph implies retain_graph: the forward graph can be run again.
-  const Tensor g_again = ag::grad({y}, {x})[0];
+  const Tensor g_again = ag::grad({y}, {x}, {}, /*retain_graph=*/true)[0];
   mt::testing::expect_close(g_again, g.detach(), 0, 0);
   // d/dx (e^x (x + 1)) = e^x (x + 2)
   const Tensor h = ag::grad({g.sum()}, {x})[0];
