@@ -103,6 +103,30 @@ bool gradgradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, dou
                        .reshape(out_shape)
                        .detach()
                        .requires_grad_();
+  // A formula may compute differently under create_graph (with the differentiable ops instead of
+  // a kernel): the first gradient must be right, and the same in both passes, before its own
+  // derivative is checked against it.
+  gradcheck(fn, inputs, eps, atol, rtol);
+  {
+    EnableGradGuard grad_mode;
+    const Tensor out = fn(inputs);
+    std::vector<Tensor> wrt;
+    for (size_t i : checked) wrt.push_back(inputs[i]);
+    const Tensor seed = v.detach().to(out.dtype());
+    const auto plain = grad({out}, wrt, {seed}, true, true, false);
+    const auto recorded = grad({out}, wrt, {seed}, true, true, /*create_graph=*/true);
+    for (size_t k = 0; k < wrt.size(); ++k) {
+      MT_CHECK(plain[k].defined() == recorded[k].defined(), "gradgradcheck: input ", checked[k],
+               " gets a gradient in only one of the plain and create_graph passes");
+      if (!plain[k].defined()) continue;
+      const auto a = recorded[k].to_vector<double>(), b = plain[k].to_vector<double>();
+      for (size_t j = 0; j < a.size(); ++j) {
+        MT_CHECK(std::fabs(a[j] - b[j]) <= atol + rtol * std::fabs(b[j]),
+                 "gradgradcheck: the gradient of input ", checked[k], " (shape ", wrt[k].shape(),
+                 ") element ", j, " is ", a[j], " under create_graph but ", b[j], " without it");
+      }
+    }
+  }
   std::vector<Tensor> all = inputs;
   all.push_back(v);
   const GradcheckFn first_grads = [&fn, &checked,

@@ -46,8 +46,8 @@ struct AutogradMeta {
 // does for an output), so that no cycle is stored.
 class SavedTensor {
  public:
-  static constexpr int32_t kNotOutput = -1;
-  static constexpr int32_t kViewOfOutput = -2;
+  static constexpr int16_t kNotOutput = -1;
+  static constexpr int16_t kViewOfOutput = -2;
   SavedTensor() = default;
   explicit SavedTensor(const Tensor& t) : data_(t), version_(t.defined() ? t.version() : 0) {}
   void detach_if_output(const Tensor& output, uint32_t output_nr) {
@@ -55,10 +55,10 @@ class SavedTensor {
     const bool same = data_.is_same(output);
     if (!same && data_.unsafe_impl()->view_base != output.impl_ptr()) return;
     data_ = data_.detach();
-    output_nr_ = same ? static_cast<int32_t>(output_nr) : kViewOfOutput;
+    output_nr_ = same ? static_cast<int16_t>(output_nr) : kViewOfOutput;
   }
   // The output number of the node this tensor is, kNotOutput, or kViewOfOutput.
-  int32_t output_nr() const { return output_nr_; }
+  int16_t output_nr() const { return output_nr_; }
   // Throws if the graph was freed (second backward) or the tensor was modified in place.
   Tensor unpack(const char* node_name) const;
   void release() {
@@ -70,7 +70,7 @@ class SavedTensor {
  private:
   Tensor data_;
   uint32_t version_ = 0;
-  int32_t output_nr_ = kNotOutput;
+  int16_t output_nr_ = kNotOutput;  // int16: keeps the size of a saved slot unchanged
   bool released_ = false;
 };
 

@@ -139,6 +139,37 @@ TEST(DoubleBackwardIndex, CatchesAFalseClaim) {
   EXPECT_NE(p[0].find("gradgradcheck fails"), std::string::npos) << p[0];
 }
 
+namespace {
+
+// x * x whose create_graph formula is self-consistent but not the gradient: its double backward
+// agrees with finite differences of that wrong first gradient.
+Tensor square_with_other_create_graph_formula(const Tensor& x) {
+  Tensor out = mt::mul(x.detach(), x.detach());
+  if (ag::Recorder rec{"OtherFormulaBackward0", {&x}}) {
+    rec.save(x);
+    rec.finish(
+        out,
+        [](ag::BackwardContext& ctx) -> std::vector<Tensor> {
+          const Tensor in = ctx.saved(0);
+          if (ctx.create_graph()) return {ctx.grad() * in * 3.0};
+          return {ctx.grad() * (in.detach() * 2.0)};
+        },
+        ag::DoubleBackward::Supported);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(DoubleBackwardIndex, CatchesACreateGraphFormulaThatDiffersFromThePlainOne) {
+  const OpCase fake{"other_formula", mt::kFloatingTypes, {{4, 3}}, [](const Inputs& x) {
+                      return square_with_other_create_graph_formula(x[0]);
+                    }};
+  const Problems p = double_backward_problems("other_formula", true, {&fake});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_NE(p[0].find("under create_graph"), std::string::npos) << p[0];
+}
+
 TEST(DoubleBackwardIndex, CatchesAListedOpWithoutACaseAndAnUnlistedOpThatWorks) {
   EXPECT_EQ(double_backward_problems("nothing", true, {}),
             Problems{"nothing: no float64 case to gradgradcheck"});
