@@ -166,7 +166,8 @@ constexpr CastPolicy cast_policy(OpId op) { return op_info(op).policy; }
   X(to) X(clone) X(contiguous) X(reshape) X(view) X(transpose) X(permute) X(narrow) X(select)     \
   X(squeeze) X(unsqueeze) X(expand) X(flatten) X(broadcast_tensors)                               \
   X(sum) X(mean) X(amax) X(amin) X(max) X(min) X(var)                                             \
-  X(softmax) X(log_softmax) X(mm) X(bmm) X(matmul) X(linear) X(mse_loss) X(l1_loss)
+  X(softmax) X(log_softmax) X(mm) X(bmm) X(matmul) X(linear) X(mse_loss) X(l1_loss)            \
+  X(cat) X(stack) X(dropout) X(nll_loss)
 // clang-format on
 
 inline constexpr OpId kDoubleBackwardOps[] = {

@@ -317,14 +317,17 @@ Tensor nll_loss_body(const Tensor& logp, const Tensor& target, Reduction reducti
                          : reduce_loss(loss, reduction);
   if (Recorder rec{"NllLossBackward0", {&logp}}) {
     rec.save(p.hit).save(p.weight).save(weight_sum);
-    rec.finish(out, [reduction, shape = logp.shape()](BackwardContext& ctx) -> Grads {
-      const Tensor weight = ctx.saved(1);
-      const Tensor g = reduction == Reduction::Mean
-                           ? (ctx.grad() / ctx.saved(2)).expand(weight.shape())
-                           : elementwise_grad(ctx.grad(), reduction, weight.shape());
-      const Tensor grad = pick_backward(g, ctx.saved(0), weight);
-      return {grad.shape() == shape ? grad : grad.reshape(shape)};
-    });
+    rec.finish(
+        out,
+        [reduction, shape = logp.shape()](BackwardContext& ctx) -> Grads {
+          const Tensor weight = ctx.saved(1);
+          const Tensor g = reduction == Reduction::Mean
+                               ? (ctx.grad() / ctx.saved(2)).expand(weight.shape())
+                               : elementwise_grad(ctx.grad(), reduction, weight.shape());
+          const Tensor grad = pick_backward(g, ctx.saved(0), weight);
+          return {grad.shape() == shape ? grad : grad.reshape(shape)};
+        },
+        autograd::DoubleBackward::Supported);
   }
   return out;
 }
