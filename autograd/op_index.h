@@ -159,14 +159,14 @@ constexpr CastPolicy cast_policy(OpId op) { return op_info(op).policy; }
 // gradgradchecks each in float64 on its op cases, and checks that every other differentiable op
 // refuses create_graph, so this list is exactly what works.
 // clang-format off
-#define MT_FORALL_DOUBLE_BACKWARD_OPS(X)                                                          \
-  X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(neg) X(abs) X(exp) X(log) X(sqrt)    \
-  X(rsqrt) X(square) X(sign) X(reciprocal) X(sin) X(cos) X(log1p) X(expm1) X(relu) X(gelu)       \
-  X(silu) X(sigmoid) X(tanh) X(clamp) X(where)                                                    \
-  X(to) X(clone) X(contiguous) X(reshape) X(view) X(transpose) X(permute) X(narrow) X(select)     \
-  X(squeeze) X(unsqueeze) X(expand) X(flatten) X(broadcast_tensors)                               \
-  X(sum) X(mean) X(amax) X(amin) X(max) X(min) X(var)                                             \
-  X(softmax) X(log_softmax) X(mm) X(bmm) X(matmul) X(linear) X(mse_loss) X(l1_loss)            \
+#define MT_FORALL_DOUBLE_BACKWARD_OPS(X)                                                           \
+  X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(neg) X(abs) X(exp) X(log) X(sqrt)     \
+  X(rsqrt) X(square) X(sign) X(reciprocal) X(sin) X(cos) X(log1p) X(expm1) X(relu) X(gelu)         \
+  X(silu) X(sigmoid) X(tanh) X(clamp) X(where)                                                     \
+  X(to) X(clone) X(contiguous) X(reshape) X(view) X(transpose) X(permute) X(narrow) X(select)      \
+  X(squeeze) X(unsqueeze) X(expand) X(flatten) X(broadcast_tensors)                                \
+  X(sum) X(mean) X(amax) X(amin) X(max) X(min) X(var) X(std) X(norm)                               \
+  X(softmax) X(log_softmax) X(mm) X(bmm) X(matmul) X(linear) X(mse_loss) X(l1_loss)                \
   X(cat) X(stack) X(dropout) X(nll_loss)
 // clang-format on
 

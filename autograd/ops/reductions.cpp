@@ -193,10 +193,13 @@ Tensor var_or_std(const Tensor& x, const Shape& dims, int64_t correction, bool k
           const double divisor = std::max<double>(0.0, double(r.count - correction));
           const Tensor centered = x - mean(x, r.dims(), true);
           if (!take_sqrt) return {centered * (g * (2.0 / divisor))};
-          return {centered * (g / (ctx.saved(1) * divisor))};
+          // The saved result (the keepdim form) is not the recorded output, so it has no
+          // history: under create_graph it is computed again, recorded.
+          const Tensor s =
+              ctx.create_graph() ? sqrt(var(x, r.dims(), correction, true)) : ctx.saved(1);
+          return {centered * (g / (s * divisor))};
         },
-        // std's saved result is not its recorded output, so it has no history to differentiate.
-        take_sqrt ? autograd::DoubleBackward::Unsupported : autograd::DoubleBackward::Supported);
+        autograd::DoubleBackward::Supported);
   }
   return res;
 }
@@ -317,9 +320,15 @@ Tensor norm_body(const Tensor& x, double p, const Shape& dims, bool keepdim) {
   Tensor res = result_view(out, r);
   if (Recorder rec{"NormBackward1", {&x}}) {
     rec.save(x).save(out);
-    rec.finish(res, [r, p](BackwardContext& ctx) -> Grads {
-      return {norm_backward(r.to_keep(ctx.grad()), ctx.saved(0), ctx.saved(1), p, r)};
-    });
+    rec.finish(
+        res,
+        [r, p](BackwardContext& ctx) -> Grads {
+          // As std's: the saved keepdim-form norm has no history, so create_graph recomputes it.
+          const Tensor x = ctx.saved(0);
+          const Tensor n = ctx.create_graph() ? norm(x, p, r.dims(), true) : ctx.saved(1);
+          return {norm_backward(r.to_keep(ctx.grad()), x, n, p, r)};
+        },
+        autograd::DoubleBackward::Supported);
   }
   return res;
 }
