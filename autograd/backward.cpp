@@ -137,10 +137,17 @@ class WorkspaceLease {
 
 std::vector<Tensor> run_backward(const Tensor* outputs, size_t n_outputs,
                                  const Tensor* grad_outputs, size_t n_grads, bool retain_graph,
-                                 const std::vector<Edge>* capture_edges) {
+                                 bool create_graph, const std::vector<Edge>* capture_edges) {
   MT_CHECK(n_grads == 0 || n_grads == n_outputs, "backward: got ", n_grads, " gradients for ",
            n_outputs, " outputs");
-  NoGradGuard no_grad;
+  // Grad mode is on in the pass exactly when it records (create_graph); formulas and
+  // AccumulateGrad read it from there. A recorded graph refers to the saved tensors.
+  struct GradModeScope {
+    bool prev = GradMode::is_enabled();
+    explicit GradModeScope(bool on) { GradMode::set_enabled(on); }
+    ~GradModeScope() { GradMode::set_enabled(prev); }
+  } grad_mode(create_graph);
+  if (create_graph) retain_graph = true;
   // Backward runs each op in the dtype its forward ran in: autocast does not apply here.
   struct AutocastOff {
     autocast_state::ThreadState saved = autocast_state::current();
@@ -248,6 +255,9 @@ std::vector<Tensor> run_backward(const Tensor* outputs, size_t n_outputs,
       // autograd::grad never accumulates into leaves.
       if (dynamic_cast<AccumulateGrad*>(node) != nullptr) continue;
     }
+    MT_CHECK(!create_graph || node->supports_create_graph(), "backward: op ", node->name(),
+             " does not support create_graph (double backward); call backward without "
+             "create_graph, or build this part of the model from ops that support it");
     std::vector<Tensor> input_grads = node->apply(std::move(grads));
     grads.clear();  // this node's incoming gradients are no longer needed
     if (!retain_graph) node->release_saved();
@@ -267,25 +277,27 @@ std::vector<Tensor> run_backward(const Tensor* outputs, size_t n_outputs,
 }  // namespace
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
-              bool retain_graph) {
+              bool retain_graph, bool create_graph) {
   run_backward(outputs.data(), outputs.size(), grad_outputs.data(), grad_outputs.size(),
-               retain_graph, nullptr);
+               retain_graph, create_graph, nullptr);
 }
 
-void backward_from(const Tensor& output, const Tensor& grad_output, bool retain_graph) {
-  run_backward(&output, 1, &grad_output, 1, retain_graph, nullptr);
+void backward_from(const Tensor& output, const Tensor& grad_output, bool retain_graph,
+                   bool create_graph) {
+  run_backward(&output, 1, &grad_output, 1, retain_graph, create_graph, nullptr);
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, bool retain_graph,
-                         bool allow_unused) {
+                         bool allow_unused, bool create_graph) {
   std::vector<Edge> edges;
   for (size_t i = 0; i < inputs.size(); ++i) {
     MT_CHECK(inputs[i].requires_grad(), "grad: input ", i, " does not require grad");
     edges.push_back(gradient_edge(inputs[i]));
   }
-  std::vector<Tensor> result = run_backward(outputs.data(), outputs.size(), grad_outputs.data(),
-                                            grad_outputs.size(), retain_graph, &edges);
+  std::vector<Tensor> result =
+      run_backward(outputs.data(), outputs.size(), grad_outputs.data(), grad_outputs.size(),
+                   retain_graph, create_graph, &edges);
   for (size_t i = 0; i < result.size(); ++i) {
     MT_CHECK(result[i].defined() || allow_unused, "grad: input ", i, " (shape ", inputs[i].shape(),
              ") was not used in the graph; pass allow_unused=true to get an undefined tensor");

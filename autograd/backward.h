@@ -9,17 +9,26 @@ namespace mantissa::autograd {
 
 // Backpropagates from `outputs` (seeded with `grad_outputs`, ones for scalars when undefined)
 // and accumulates into the .grad of every leaf that requires grad.
+//
+// create_graph records the pass itself, as PyTorch does: the gradients (and .grad built by it)
+// have a history and can be differentiated again, for gradient penalties or Hessian-vector
+// products. It implies retain_graph. Every node the pass runs must support it
+// (Node::supports_create_graph; docs/api.md lists the ops); one that does not makes the call
+// throw, naming the node.
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
-              bool retain_graph = false);
+              bool retain_graph = false, bool create_graph = false);
 
 // Tensor::backward: backward() from one output, without building vectors (an undefined
 // grad_output means ones for a scalar).
-void backward_from(const Tensor& output, const Tensor& grad_output, bool retain_graph);
+void backward_from(const Tensor& output, const Tensor& grad_output, bool retain_graph,
+                   bool create_graph = false);
 
 // Gradients of `outputs` w.r.t. `inputs`, returned instead of accumulated into .grad.
 // An input the outputs do not depend on gets an undefined tensor if allow_unused, else an error.
+// create_graph as for backward(). It comes after allow_unused (PyTorch's order is the reverse)
+// so that existing calls passing allow_unused keep their meaning.
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
-                         bool allow_unused = false);
+                         bool allow_unused = false, bool create_graph = false);
 
 }  // namespace mantissa::autograd

@@ -86,4 +86,67 @@ bool gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, double 
   return true;
 }
 
+bool gradgradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, double eps,
+                   double atol, double rtol) {
+  std::vector<size_t> checked;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined() && inputs[i].requires_grad()) checked.push_back(i);
+  MT_CHECK(!checked.empty(), "gradgradcheck: no input requires grad");
+  Shape out_shape;
+  {
+    NoGradGuard no_grad;
+    out_shape = fn(inputs).shape();
+  }
+  // Fixed, varied, nonzero grad_outputs; an input of the checked map, so float64.
+  const auto f64 = TensorOptions(inputs[checked[0]].device()).dtype(kFloat64);
+  const Tensor v = (sin(arange(out_shape.numel(), f64) * 1.7 + 0.3) + 0.2)
+                       .reshape(out_shape)
+                       .detach()
+                       .requires_grad_();
+  // A formula may compute differently under create_graph (with the differentiable ops instead of
+  // a kernel): the first gradient must be right, and the same in both passes, before its own
+  // derivative is checked against it.
+  gradcheck(fn, inputs, eps, atol, rtol);
+  {
+    EnableGradGuard grad_mode;
+    const Tensor out = fn(inputs);
+    std::vector<Tensor> wrt;
+    for (size_t i : checked) wrt.push_back(inputs[i]);
+    const Tensor seed = v.detach().to(out.dtype());
+    const auto plain = grad({out}, wrt, {seed}, true, true, false);
+    const auto recorded = grad({out}, wrt, {seed}, true, true, /*create_graph=*/true);
+    for (size_t k = 0; k < wrt.size(); ++k) {
+      MT_CHECK(plain[k].defined() == recorded[k].defined(), "gradgradcheck: input ", checked[k],
+               " gets a gradient in only one of the plain and create_graph passes");
+      if (!plain[k].defined()) continue;
+      const auto a = recorded[k].to_vector<double>(), b = plain[k].to_vector<double>();
+      for (size_t j = 0; j < a.size(); ++j) {
+        MT_CHECK(std::fabs(a[j] - b[j]) <= atol + rtol * std::fabs(b[j]),
+                 "gradgradcheck: the gradient of input ", checked[k], " (shape ", wrt[k].shape(),
+                 ") element ", j, " is ", a[j], " under create_graph but ", b[j], " without it");
+      }
+    }
+  }
+  std::vector<Tensor> all = inputs;
+  all.push_back(v);
+  const GradcheckFn first_grads = [&fn, &checked,
+                                   n = inputs.size()](const std::vector<Tensor>& xs) {
+    EnableGradGuard grad_mode;  // gradcheck evaluates with grad mode off
+    const std::vector<Tensor> x(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(n));
+    const Tensor out = fn(x);
+    std::vector<Tensor> wrt;
+    for (size_t i : checked) wrt.push_back(x[i]);
+    const std::vector<Tensor> gs = grad({out}, wrt, {xs.back().to(out.dtype())},
+                                        /*retain_graph=*/true, /*allow_unused=*/true,
+                                        /*create_graph=*/true);
+    std::vector<Tensor> flat;
+    for (size_t k = 0; k < gs.size(); ++k) {
+      const Tensor g = gs[k].defined() ? gs[k] : zeros_like(wrt[k]);
+      flat.push_back(g.to(kFloat64).reshape(Shape{-1}));
+    }
+    return cat(flat, 0);
+  };
+  return gradcheck(first_grads, all, eps, atol, rtol);
+}
+
 }  // namespace mantissa::autograd

@@ -17,4 +17,13 @@ using GradcheckFn = std::function<Tensor(const std::vector<Tensor>&)>;
 bool gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, double eps = 1e-6,
                double atol = 1e-5, double rtol = 1e-3);
 
+// Second-order check (PyTorch's gradgradcheck): with fixed grad_outputs v, gradchecks the map
+// (inputs, v) -> grad(fn(inputs), inputs, v, create_graph=true), so that the double backward
+// of every op fn uses is compared with finite differences of its first gradient. First it
+// gradchecks fn and checks that the first gradient is the same with and without create_graph
+// (formulas may compute it differently in the two). Throws as gradcheck does, or the
+// create_graph error of an op that does not support it.
+bool gradgradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, double eps = 1e-6,
+                   double atol = 1e-5, double rtol = 1e-3);
+
 }  // namespace mantissa::autograd

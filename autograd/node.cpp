@@ -49,10 +49,19 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   if (impl == nullptr) return {};
   const Tensor variable(std::move(impl));
   AutogradMeta& m = ensure_meta(variable);
-  NoGradGuard no_grad;
+  // The engine runs with grad mode on exactly when it builds a graph (create_graph).
+  const bool create_graph = GradMode::is_enabled();
   for (const auto& hook : m.leaf_hooks) apply_grad_hook(hook, g);
   MT_ASSERT(g.shape() == variable.shape(), "gradient of shape ", g.shape(), " for a leaf of shape ",
             variable.shape());
+  if (create_graph) {
+    // Out of place and recorded, so that .grad can be differentiated: a clone of the first
+    // gradient, the sum for later ones.
+    const Tensor ng = g.to(variable.dtype());
+    m.grad = m.grad.defined() ? m.grad + ng : ng.clone();
+    return {};
+  }
+  NoGradGuard no_grad;
   if (!m.grad.defined()) {
     // Take ownership when nothing else references the gradient; otherwise copy, so that two
     // leaves never share one .grad buffer.
@@ -163,8 +172,8 @@ std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
   return m ? m->grad_fn : nullptr;
 }
 
-void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
-  autograd::backward_from(*this, gradient, retain_graph);
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
+  autograd::backward_from(*this, gradient, retain_graph, create_graph);
 }
 
 void Tensor::retain_grad() const {

@@ -41,16 +41,24 @@ struct AutogradMeta {
 // saves a node's inputs: its history is older than the node, so it cannot lead back to it. An
 // output of the node itself is swapped for a detached alias when the node is attached to it
 // (detach_if_output), as is a view of one, which keeps node -> tensor -> grad_fn == node cycles
-// out.
+// out. Which output it was is kept: under create_graph the formula needs the output with its
+// history, which BackwardContext::saved gives back on a fresh alias (as PyTorch's SavedVariable
+// does for an output), so that no cycle is stored.
 class SavedTensor {
  public:
+  static constexpr int16_t kNotOutput = -1;
+  static constexpr int16_t kViewOfOutput = -2;
   SavedTensor() = default;
   explicit SavedTensor(const Tensor& t) : data_(t), version_(t.defined() ? t.version() : 0) {}
-  void detach_if_output(const Tensor& output) {
-    if (data_.defined() &&
-        (data_.is_same(output) || data_.unsafe_impl()->view_base == output.impl_ptr()))
-      data_ = data_.detach();
+  void detach_if_output(const Tensor& output, uint32_t output_nr) {
+    if (!data_.defined() || output_nr_ != kNotOutput) return;
+    const bool same = data_.is_same(output);
+    if (!same && data_.unsafe_impl()->view_base != output.impl_ptr()) return;
+    data_ = data_.detach();
+    output_nr_ = same ? static_cast<int16_t>(output_nr) : kViewOfOutput;
   }
+  // The output number of the node this tensor is, kNotOutput, or kViewOfOutput.
+  int16_t output_nr() const { return output_nr_; }
   // Throws if the graph was freed (second backward) or the tensor was modified in place.
   Tensor unpack(const char* node_name) const;
   void release() {
@@ -62,6 +70,7 @@ class SavedTensor {
  private:
   Tensor data_;
   uint32_t version_ = 0;
+  int16_t output_nr_ = kNotOutput;  // int16: keeps the size of a saved slot unchanged
   bool released_ = false;
 };
 
@@ -75,6 +84,10 @@ class Node : public std::enable_shared_from_this<Node> {
   virtual std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) = 0;
   // Frees saved tensors once backward has used them (unless retain_graph).
   virtual void release_saved() {}
+  // Whether apply() records a differentiable graph when grad mode is on, which is how the engine
+  // runs it under create_graph. A node that says no makes such a backward throw, naming it,
+  // rather than return gradients with a silently missing history.
+  virtual bool supports_create_graph() const { return false; }
   // The dtype a gradient for output `output_nr` must have, when the node requires one: the
   // engine converts a gradient of another floating dtype before handing it over (as PyTorch's
   // engine casts a gradient to its input's dtype).
@@ -100,6 +113,8 @@ class AccumulateGrad final : public Node {
   explicit AccumulateGrad(const Tensor& variable);
   std::string name() const override { return "AccumulateGrad"; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override;
+  // Under create_graph .grad is built out of place, keeping its history (as in PyTorch).
+  bool supports_create_graph() const override { return true; }
   // A leaf's gradient has the leaf's dtype, as every input's has in PyTorch's engine.
   std::optional<DType> grad_dtype(uint32_t) const override { return dtype_; }
 

@@ -153,4 +153,33 @@ inline constexpr OpInfo kOpIndex[] = {
 constexpr const OpInfo& op_info(OpId op) { return kOpIndex[static_cast<int>(op)]; }
 constexpr CastPolicy cast_policy(OpId op) { return op_info(op).policy; }
 
+// ---- double backward ------------------------------------------------------------------------
+// The differentiable ops whose backward supports create_graph (autograd/backward.h): every node
+// they record declares DoubleBackward::Supported (autograd/recorder.h). tests/test_double_backward
+// gradgradchecks each in float64 on its op cases, and checks that every other differentiable op
+// refuses create_graph, so this list is exactly what works.
+// clang-format off
+#define MT_FORALL_DOUBLE_BACKWARD_OPS(X)                                                           \
+  X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(neg) X(abs) X(exp) X(log) X(sqrt)     \
+  X(rsqrt) X(square) X(sign) X(reciprocal) X(sin) X(cos) X(log1p) X(expm1) X(relu) X(gelu)         \
+  X(silu) X(sigmoid) X(tanh) X(clamp) X(where)                                                     \
+  X(to) X(clone) X(contiguous) X(reshape) X(view) X(transpose) X(permute) X(narrow) X(select)      \
+  X(squeeze) X(unsqueeze) X(expand) X(flatten) X(broadcast_tensors)                                \
+  X(sum) X(mean) X(amax) X(amin) X(max) X(min) X(var) X(std) X(norm)                               \
+  X(softmax) X(log_softmax) X(mm) X(bmm) X(matmul) X(linear) X(mse_loss) X(l1_loss)                \
+  X(cat) X(stack) X(dropout) X(nll_loss)
+// clang-format on
+
+inline constexpr OpId kDoubleBackwardOps[] = {
+#define MT_DOUBLE_BACKWARD_ID(name) OpId::name,
+    MT_FORALL_DOUBLE_BACKWARD_OPS(MT_DOUBLE_BACKWARD_ID)
+#undef MT_DOUBLE_BACKWARD_ID
+};
+
+constexpr bool supports_double_backward(OpId op) {
+  for (OpId o : kDoubleBackwardOps)
+    if (o == op) return true;
+  return false;
+}
+
 }  // namespace mantissa

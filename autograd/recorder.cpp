@@ -15,7 +15,16 @@ Tensor BackwardContext::grad(size_t i) const {
   return grads_[i];
 }
 
-Tensor BackwardContext::saved(size_t i) const { return node_.saved[i].unpack(node_.name_); }
+Tensor BackwardContext::saved(size_t i) const {
+  const SavedTensor& s = node_.saved[i];
+  Tensor t = s.unpack(node_.name_);
+  if (s.output_nr() == SavedTensor::kNotOutput || !create_graph() || !t.defined()) return t;
+  MT_CHECK(s.output_nr() != SavedTensor::kViewOfOutput, "backward: op ", node_.name_,
+           " does not support create_graph (double backward): it saved a view of its output");
+  Tensor alias = t.detach();
+  set_history(alias, node_.shared_from_this(), static_cast<uint32_t>(s.output_nr()));
+  return alias;
+}
 
 bool BackwardContext::needs(size_t input) const {
   return input < node_.next_edges.size() && node_.next_edges[input].fn != nullptr;
@@ -103,15 +112,16 @@ Recorder& Recorder::save(const Tensor& t) {
 namespace {
 void attach(const std::shared_ptr<FunctionNode>& node, const Tensor& out, uint32_t i) {
   node->outputs.push_back({out.shape(), out.dtype(), out.device()});
-  node->saved.for_each([&](SavedTensor& s) { s.detach_if_output(out); });
+  node->saved.for_each([&](SavedTensor& s) { s.detach_if_output(out, i); });
   if (!is_floating(out.dtype())) return;  // integer outputs (indices) carry no gradient
   set_history(out, node, i);
 }
 }  // namespace
 
 // The one-output form skips building a vector: nearly every op records through it.
-void Recorder::finish(const Tensor& out, BackwardFn fn) {
+void Recorder::finish(const Tensor& out, BackwardFn fn, DoubleBackward twice) {
   node_->fn_ = std::move(fn);
+  node_->double_backward_ = twice == DoubleBackward::Supported;
   node_->num_outputs = 1;
   attach(node_, out, 0);
 }
@@ -124,12 +134,13 @@ void Recorder::finish_inplace(const Tensor& self, BackwardFn fn) {
     return;
   }
   node_->outputs.push_back({self.shape(), self.dtype(), self.device()});
-  node_->saved.for_each([&](SavedTensor& s) { s.detach_if_output(self); });
+  node_->saved.for_each([&](SavedTensor& s) { s.detach_if_output(self, 0); });
   rebase_view_history(self, std::move(node_));
 }
 
-void Recorder::finish(const std::vector<Tensor>& outs, BackwardFn fn) {
+void Recorder::finish(const std::vector<Tensor>& outs, BackwardFn fn, DoubleBackward twice) {
   node_->fn_ = std::move(fn);
+  node_->double_backward_ = twice == DoubleBackward::Supported;
   node_->num_outputs = static_cast<uint32_t>(outs.size());
   for (uint32_t i = 0; i < outs.size(); ++i) attach(node_, outs[i], i);
 }

@@ -11,6 +11,11 @@
 //
 // The Recorder is a no-op (and allocates nothing) unless grad mode is on and an input requires
 // grad. ctx.needs(i) lets a formula skip inputs that need no gradient.
+//
+// Double backward: a formula that, when ctx.create_graph(), computes with the differentiable ops
+// only (mul, mm, sum, expand, where, ...) declares it by finishing with DoubleBackward::Supported;
+// it may keep a faster kernel call for the ordinary pass. A backward with create_graph that
+// reaches a node without it throws.
 #pragma once
 
 #include <cstddef>
@@ -29,13 +34,23 @@ namespace mantissa::autograd {
 
 class FunctionNode;
 
+// Whether a formula is correct, and recorded, when run under create_graph.
+enum class DoubleBackward : bool { Unsupported, Supported };
+
+// Inside a backward formula: true when the pass records (create_graph). The engine runs formulas
+// with grad mode on exactly then.
+inline bool creating_graph() { return GradMode::is_enabled(); }
+
 class BackwardContext {
  public:
   BackwardContext(FunctionNode& node, std::vector<Tensor>& grads) : node_(node), grads_(grads) {}
   // Gradient w.r.t. forward output i (zeros if that output received none).
   Tensor grad(size_t i = 0) const;
+  // Saved tensor i. Under create_graph a saved output of this node comes back with the node as
+  // its history, so that a formula reading it is differentiated through the forward again.
   Tensor saved(size_t i) const;
   bool needs(size_t input) const;
+  bool create_graph() const { return creating_graph(); }
 
  private:
   FunctionNode& node_;
@@ -119,6 +134,7 @@ class FunctionNode final : public Node {
   std::string name() const override { return name_; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override;
   void release_saved() override;
+  bool supports_create_graph() const override { return double_backward_; }
   // A gradient has its output's dtype.
   std::optional<DType> grad_dtype(uint32_t output_nr) const override {
     if (output_nr < outputs.size()) return outputs[output_nr].dtype;
@@ -132,6 +148,7 @@ class FunctionNode final : public Node {
   };
   const char* name_;
   BackwardFn fn_;
+  bool double_backward_ = false;
   ::mantissa::detail::InlineVector<SavedTensor, 6> saved;
   ::mantissa::detail::InlineVector<OutputInfo, 1> outputs;
 };
@@ -145,8 +162,9 @@ class Recorder {
   // Saves a tensor for backward; ctx.saved(i) returns them in save order. Undefined is allowed.
   Recorder& save(const Tensor& t);
   // Attaches the node to the op's outputs.
-  void finish(const Tensor& out, BackwardFn fn);
-  void finish(const std::vector<Tensor>& outs, BackwardFn fn);
+  void finish(const Tensor& out, BackwardFn fn, DoubleBackward twice = DoubleBackward::Unsupported);
+  void finish(const std::vector<Tensor>& outs, BackwardFn fn,
+              DoubleBackward twice = DoubleBackward::Unsupported);
   // For an in-place op, after it has written `self` and bumped its version: the node becomes
   // self's history, and when self is a view, its base's too (autograd/view_history.h).
   void finish_inplace(const Tensor& self, BackwardFn fn);

@@ -203,7 +203,10 @@ class Tensor {
   void set_grad(const Tensor& grad) const;
   bool is_leaf() const;
   std::shared_ptr<autograd::Node> grad_fn() const;
-  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  // create_graph records the backward pass, so that gradients can be differentiated again
+  // (autograd/backward.h); it implies retain_graph.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false,
+                bool create_graph = false) const;
   // Keeps .grad of a non-leaf after backward (PyTorch's retain_grad).
   void retain_grad() const;
   // Calls `hook` with this tensor's gradient during backward (non-leaf tensors: the summed

@@ -24,9 +24,12 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   mul_kernel(x.device())(out, x, mask);
   if (autograd::Recorder rec{"NativeDropoutBackward0", {&x}}) {
     rec.save(mask);
-    rec.finish(out, [](autograd::BackwardContext& ctx) -> std::vector<Tensor> {
-      return {ctx.grad() * ctx.saved(0)};
-    });
+    rec.finish(
+        out,
+        [](autograd::BackwardContext& ctx) -> std::vector<Tensor> {
+          return {ctx.grad() * ctx.saved(0)};
+        },
+        autograd::DoubleBackward::Supported);
   }
   return out;
 }

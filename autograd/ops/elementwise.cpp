@@ -47,6 +47,8 @@ Tensor scalar_operand(const Tensor& t, const Scalar& s) {
 namespace {
 
 using autograd::BackwardContext;
+using autograd::creating_graph;
+using autograd::DoubleBackward;
 using autograd::Recorder;
 using autograd::sum_to;
 using Grads = std::vector<Tensor>;
@@ -86,7 +88,8 @@ Tensor alloc(const Prepared& p, DType dtype) {
 DType floating_of(DType t) { return is_floating(t) ? t : kFloat32; }
 
 // Binary ops that produce their inputs' dtype. The output is saved only when the formula reads
-// it (`save_out`): a saved output can't be modified in place afterwards.
+// it (`save_out`): a saved output can't be modified in place afterwards. Formulas are written
+// with the differentiable ops, so they also serve create_graph.
 template <typename Backward>
 Tensor binary_op(const char* op, const char* node, const KernelTable<BinaryKernel>& table,
                  const Tensor& a, const Tensor& b, DType compute, Backward backward,
@@ -98,10 +101,12 @@ Tensor binary_op(const char* op, const char* node, const KernelTable<BinaryKerne
     if (Recorder rec{node, {&p.a, &p.b}}) {
       rec.save(p.a).save(p.b).save(save_out ? out : Tensor());
       rec.finish(
-          out, [backward, sa = p.a.shape(), sb = p.b.shape()](BackwardContext& ctx) -> Grads {
+          out,
+          [backward, sa = p.a.shape(), sb = p.b.shape()](BackwardContext& ctx) -> Grads {
             auto [ga, gb] = backward(ctx, ctx.grad(), ctx.saved(0), ctx.saved(1), ctx.saved(2));
             return {ga.defined() ? sum_to(ga, sa) : ga, gb.defined() ? sum_to(gb, sb) : gb};
-          });
+          },
+          DoubleBackward::Supported);
     }
   }
   return out;
@@ -111,8 +116,9 @@ Tensor binary_op(const char* op, const char* node, const KernelTable<BinaryKerne
 // modified in place afterwards (y = x.sin(); y.mul_(2) must stay legal, as in PyTorch).
 enum Saves { kSaveNone = 0, kSaveIn = 1, kSaveOut = 2 };
 
-// Unary ops; `backward(ctx, grad, input, output)` returns the input gradient (input/output are
-// undefined unless `saves` asks for them).
+// Unary ops; `backward(grad, input, output)` returns the input gradient (input/output are
+// undefined unless `saves` asks for them). A formula that calls a kernel directly computes with
+// the differentiable ops instead when creating_graph(), so every unary op supports create_graph.
 template <typename Backward>
 Tensor unary_op(const char* node, const KernelTable<UnaryKernel>& table, const Tensor& x_in,
                 bool promote_int_to_float, Saves saves, Backward backward) {
@@ -121,9 +127,12 @@ Tensor unary_op(const char* node, const KernelTable<UnaryKernel>& table, const T
   if (is_floating(x.dtype())) {
     if (Recorder rec{node, {&x}}) {
       rec.save((saves & kSaveIn) ? x : Tensor()).save((saves & kSaveOut) ? out : Tensor());
-      rec.finish(out, [backward](BackwardContext& ctx) -> Grads {
-        return {backward(ctx.grad(), ctx.saved(0), ctx.saved(1))};
-      });
+      rec.finish(
+          out,
+          [backward](BackwardContext& ctx) -> Grads {
+            return {backward(ctx.grad(), ctx.saved(0), ctx.saved(1))};
+          },
+          DoubleBackward::Supported);
     }
   }
   return out;
@@ -170,12 +179,15 @@ Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   add_kernel(p.device)(out, broadcast_view(p.a, p.shape), broadcast_view(p.b, p.shape), alpha);
   if (is_floating(compute)) {
     if (Recorder rec{"AddBackward0", {&p.a, &p.b}}) {
-      rec.finish(out, [alpha, sa = p.a.shape(), sb = p.b.shape()](BackwardContext& ctx) -> Grads {
-        const Tensor g = ctx.grad();
-        Tensor gb;
-        if (ctx.needs(1)) gb = sum_to(alpha.to_double() == 1.0 ? g : g * alpha, sb);
-        return {ctx.needs(0) ? sum_to(g, sa) : Tensor(), gb};
-      });
+      rec.finish(
+          out,
+          [alpha, sa = p.a.shape(), sb = p.b.shape()](BackwardContext& ctx) -> Grads {
+            const Tensor g = ctx.grad();
+            Tensor gb;
+            if (ctx.needs(1)) gb = sum_to(alpha.to_double() == 1.0 ? g : g * alpha, sb);
+            return {ctx.needs(0) ? sum_to(g, sa) : Tensor(), gb};
+          },
+          DoubleBackward::Supported);
     }
   }
   return out;
@@ -233,11 +245,14 @@ Tensor pow_scalar_body(const Tensor& a, const Scalar& e) {
   if (is_floating(compute)) {
     if (Recorder rec{"PowBackward0", {&x}}) {
       rec.save(x);
-      rec.finish(out, [e](BackwardContext& ctx) -> Grads {
-        const double p = e.to_double();
-        if (p == 0.0) return {zeros_like(ctx.grad())};
-        return {ctx.grad() * p * pow(ctx.saved(0), Scalar(p - 1.0))};
-      });
+      rec.finish(
+          out,
+          [e](BackwardContext& ctx) -> Grads {
+            const double p = e.to_double();
+            if (p == 0.0) return {zeros_like(ctx.grad())};
+            return {ctx.grad() * p * pow(ctx.saved(0), Scalar(p - 1.0))};
+          },
+          DoubleBackward::Supported);
     }
   }
   return out;
@@ -345,9 +360,41 @@ Tensor expm1(const Tensor& x) {
 }
 
 // ---- activations ----------------------------------------------------------------------------
+namespace {
+
+// gelu'(x) = Phi(x) + x phi(x) from the kernel, recorded with its own derivative
+// gelu''(x) = phi(x) (2 - x^2): there is no differentiable erf to compose Phi from.
+Tensor gelu_derivative(const Tensor& x) {
+  Tensor out = run_binary_same(gelu_backward_kernel, ones_like(x), x);
+  if (Recorder rec{"GeluBackwardBackward0", {&x}}) {
+    rec.save(x);
+    rec.finish(
+        out,
+        [](BackwardContext& ctx) -> Grads {
+          const Tensor in = ctx.saved(0), x2 = in * in;
+          const Tensor pdf = exp(x2 * -0.5) * 0.3989422804014327;  // 1 / sqrt(2 pi)
+          return {ctx.grad() * pdf * (2.0 - x2)};
+        },
+        DoubleBackward::Supported);
+  }
+  return out;
+}
+
+// The tanh approximation's derivative, composed of differentiable ops:
+// 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh(k (x + c x^3)).
+Tensor gelu_tanh_derivative(const Tensor& x) {
+  constexpr double k = 0.7978845608028654, c = 0.044715;  // sqrt(2 / pi)
+  const Tensor x2 = x * x;
+  const Tensor t = tanh((x + x * x2 * c) * k);
+  return (t + 1.0) * 0.5 + x * (1.0 - t * t) * (x2 * (3.0 * c) + 1.0) * (0.5 * k);
+}
+
+}  // namespace
+
 Tensor relu(const Tensor& x) {
   return unary_op("ReluBackward0", relu_kernel, x, false, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) {
+                    if (creating_graph()) return where(out > 0.0, g, 0.0);
                     return run_binary_same(relu_backward_kernel, g, out);
                   });
 }
@@ -359,29 +406,37 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   if (approximate == "tanh") {
     return unary_op("GeluBackward0", gelu_tanh_kernel, x, false, kSaveIn,
                     [](const Tensor& g, const Tensor& in, const Tensor&) {
+                      if (creating_graph()) return g * gelu_tanh_derivative(in);
                       return run_binary_same(gelu_tanh_backward_kernel, g, in);
                     });
   }
   return unary_op("GeluBackward0", gelu_kernel, x, false, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) {
+                    if (creating_graph()) return g * gelu_derivative(in);
                     return run_binary_same(gelu_backward_kernel, g, in);
                   });
 }
 Tensor silu(const Tensor& x) {
   return unary_op("SiluBackward0", silu_kernel, x, false, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) {
+                    if (creating_graph()) {
+                      const Tensor s = sigmoid(in);
+                      return g * s * (in * (1.0 - s) + 1.0);
+                    }
                     return run_binary_same(silu_backward_kernel, g, in);
                   });
 }
 Tensor sigmoid(const Tensor& x) {
   return unary_op("SigmoidBackward0", sigmoid_kernel, x, true, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) {
+                    if (creating_graph()) return g * out * (1.0 - out);
                     return run_binary_same(sigmoid_backward_kernel, g, out);
                   });
 }
 Tensor tanh(const Tensor& x) {
   return unary_op("TanhBackward0", tanh_kernel, x, true, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) {
+                    if (creating_graph()) return g * (1.0 - out * out);
                     return run_binary_same(tanh_backward_kernel, g, out);
                   });
 }
@@ -398,13 +453,16 @@ Tensor clamp(const Tensor& x_in, std::optional<Scalar> lo, std::optional<Scalar>
   clamp_kernel(x.device())(out, x, lo ? &*lo : nullptr, hi ? &*hi : nullptr);
   if (Recorder rec{"ClampBackward1", {&x}}) {
     rec.save(x);
-    rec.finish(out, [lo, hi](BackwardContext& ctx) -> Grads {
-      const Tensor in = ctx.saved(0), g = ctx.grad();
-      Tensor inside = ones_like(in, kBool);
-      if (lo) inside = inside & (in >= *lo);
-      if (hi) inside = inside & (in <= *hi);
-      return {where(inside, g, zeros_like(g))};
-    });
+    rec.finish(
+        out,
+        [lo, hi](BackwardContext& ctx) -> Grads {
+          const Tensor in = ctx.saved(0), g = ctx.grad();
+          Tensor inside = ones_like(in, kBool);
+          if (lo) inside = inside & (in >= *lo);
+          if (hi) inside = inside & (in <= *hi);
+          return {where(inside, g, zeros_like(g))};
+        },
+        DoubleBackward::Supported);
   }
   return out;
 }
@@ -422,11 +480,14 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   if (is_floating(compute)) {
     if (Recorder rec{"WhereBackward0", {&p.a, &p.b}}) {
       rec.save(cond);
-      rec.finish(out, [sa = p.a.shape(), sb = p.b.shape()](BackwardContext& ctx) -> Grads {
-        const Tensor g = ctx.grad(), c = ctx.saved(0), z = zeros_like(g);
-        return {ctx.needs(0) ? sum_to(where(c, g, z), sa) : Tensor(),
-                ctx.needs(1) ? sum_to(where(c, z, g), sb) : Tensor()};
-      });
+      rec.finish(
+          out,
+          [sa = p.a.shape(), sb = p.b.shape()](BackwardContext& ctx) -> Grads {
+            const Tensor g = ctx.grad(), c = ctx.saved(0), z = zeros_like(g);
+            return {ctx.needs(0) ? sum_to(where(c, g, z), sa) : Tensor(),
+                    ctx.needs(1) ? sum_to(where(c, z, g), sb) : Tensor()};
+          },
+          DoubleBackward::Supported);
     }
   }
   return out;

@@ -258,20 +258,23 @@ Tensor cat_body(const std::vector<Tensor>& tensors, int64_t dim) {
     std::vector<autograd::FunctionNode::OutputInfo> infos;
     infos.reserve(tensors.size());
     for (const Tensor& t : tensors) infos.push_back({t.shape(), t.dtype(), t.device()});
-    rec.finish(out, [d, offsets, lengths, infos](BackwardContext& ctx) -> Grads {
-      const Tensor g = ctx.grad();
-      Grads grads(infos.size());
-      for (size_t i = 0; i < infos.size(); ++i) {
-        if (!ctx.needs(i)) continue;
-        const auto& info = infos[i];
-        if (lengths[i] == 0 && !(info.shape.size() == g.dim())) {  // a skipped legacy [0]
-          grads[i] = zeros(info.shape, TensorOptions(info.device).dtype(info.dtype));
-        } else {
-          grads[i] = g.narrow(d, offsets[i], lengths[i]).to(info.dtype);
-        }
-      }
-      return grads;
-    });
+    rec.finish(
+        out,
+        [d, offsets, lengths, infos](BackwardContext& ctx) -> Grads {
+          const Tensor g = ctx.grad();
+          Grads grads(infos.size());
+          for (size_t i = 0; i < infos.size(); ++i) {
+            if (!ctx.needs(i)) continue;
+            const auto& info = infos[i];
+            if (lengths[i] == 0 && !(info.shape.size() == g.dim())) {  // a skipped legacy [0]
+              grads[i] = zeros(info.shape, TensorOptions(info.device).dtype(info.dtype));
+            } else {
+              grads[i] = g.narrow(d, offsets[i], lengths[i]).to(info.dtype);
+            }
+          }
+          return grads;
+        },
+        autograd::DoubleBackward::Supported);
   }
   return out;
 }

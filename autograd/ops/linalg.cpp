@@ -67,11 +67,14 @@ Tensor mm_body(const Tensor& a, const Tensor& b) {
   if (is_floating(out.dtype())) {
     if (Recorder rec{"MmBackward0", {&a, &b}}) {
       save_operands(rec, a, b);
-      rec.finish(out, [](BackwardContext& ctx) -> Grads {
-        const Tensor g = ctx.grad();
-        return {ctx.needs(0) ? mm(g, ctx.saved(1).t()) : Tensor(),
-                ctx.needs(1) ? mm(ctx.saved(0).t(), g) : Tensor()};
-      });
+      rec.finish(
+          out,
+          [](BackwardContext& ctx) -> Grads {
+            const Tensor g = ctx.grad();
+            return {ctx.needs(0) ? mm(g, ctx.saved(1).t()) : Tensor(),
+                    ctx.needs(1) ? mm(ctx.saved(0).t(), g) : Tensor()};
+          },
+          autograd::DoubleBackward::Supported);
     }
   }
   return out;
@@ -89,11 +92,14 @@ Tensor bmm_body(const Tensor& a, const Tensor& b) {
   if (is_floating(out.dtype())) {
     if (Recorder rec{"BmmBackward0", {&a, &b}}) {
       save_operands(rec, a, b);
-      rec.finish(out, [](BackwardContext& ctx) -> Grads {
-        const Tensor g = ctx.grad();
-        return {ctx.needs(0) ? bmm(g, ctx.saved(1).transpose(1, 2)) : Tensor(),
-                ctx.needs(1) ? bmm(ctx.saved(0).transpose(1, 2), g) : Tensor()};
-      });
+      rec.finish(
+          out,
+          [](BackwardContext& ctx) -> Grads {
+            const Tensor g = ctx.grad();
+            return {ctx.needs(0) ? bmm(g, ctx.saved(1).transpose(1, 2)) : Tensor(),
+                    ctx.needs(1) ? bmm(ctx.saved(0).transpose(1, 2), g) : Tensor()};
+          },
+          autograd::DoubleBackward::Supported);
     }
   }
   return out;

@@ -1,8 +1,9 @@
 // linear, linear_act and linear_act_linear: x [*, in] is folded into one [rows, in] matrix and
 // every product runs on the fused linear kernels (engine/kernel_tables.h), so on CUDA the bias
 // and activation ride in cuBLASLt epilogues and the bias gradient in the weight-gradient GEMM.
-// Backward formulas run kernels directly: the autograd engine runs every backward without
-// recording (there is no create_graph), so they need not be differentiable themselves.
+// Backward formulas run kernels directly. Under create_graph, linear without an activation
+// computes its gradients with mm and sum instead, so that they can be differentiated again; the
+// fused-activation forms do not support create_graph.
 #include "autograd/autocast_wrapper.h"
 #include "autograd/linear_act.h"
 #include "autograd/ops/elementwise_common.h"
@@ -117,7 +118,9 @@ Tensor linear_act_body(const Tensor& x, const Tensor& weight, const Tensor& bias
   // d/dW reads x and d/dx reads W: a frozen weight does not keep the input alive.
   rec.save(weight.requires_grad() ? l.x2 : Tensor())
       .save(x.requires_grad() ? weight : Tensor())
-      .save(act == LinearActivation::Relu ? out2 : pre);
+      .save(act == LinearActivation::Relu ? out2 : pre)
+      // x itself, for create_graph: x2 is an unrecorded reshape of it.
+      .save(act == LinearActivation::None && weight.requires_grad() ? x : Tensor());
   rec.finish(
       out,
       [l_rows = l.rows, l_out = l.out, act, bias_is_vector = l.bias_is_vector, x_shape = x.shape(),
@@ -126,6 +129,13 @@ Tensor linear_act_body(const Tensor& x, const Tensor& weight, const Tensor& bias
         Tensor g = ctx.grad();
         if (g.dim() != 2) g = g.reshape(Shape{l_rows, l_out});
         Tensor gx, gw, gb;
+        if (ctx.create_graph()) {
+          if (ctx.needs(0)) gx = x_shape.size() == 2 ? mm(g, w) : mm(g, w).reshape(x_shape);
+          if (ctx.needs(1))
+            gw = mm(g.t(), ctx.saved(3).reshape(Shape{l_rows, x_shape[x_shape.size() - 1]}));
+          if (ctx.needs(2)) gb = autograd::sum_to(sum(g, Shape{0}), bias_shape);
+          return {gx, gw, gb};
+        }
         if (act != LinearActivation::None) {
           const Tensor gz = ops::empty_as(g.shape(), g);
           (act == LinearActivation::Relu ? relu_backward_kernel : gelu_tanh_backward_kernel)(
@@ -135,7 +145,9 @@ Tensor linear_act_body(const Tensor& x, const Tensor& weight, const Tensor& bias
         weight_and_bias_grads(ctx, 1, 2, g, x2, bias_is_vector, bias_shape, gw, gb);
         if (ctx.needs(0)) gx = input_grad(g, w, x_shape);
         return {gx, gw, gb};
-      });
+      },
+      act == LinearActivation::None ? autograd::DoubleBackward::Supported
+                                    : autograd::DoubleBackward::Unsupported);
   return out;
 }
 

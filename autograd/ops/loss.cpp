@@ -113,6 +113,13 @@ Pair prepare_pair(const char* op, const Tensor& input, const Tensor& target) {
   return {input.to(dtype), target.to(dtype), broadcast_shapes(input.shape(), target.shape(), op)};
 }
 
+// The formulas of mse_loss and l1_loss serve create_graph when they read the operands
+// themselves: a cast made by prepare_pair is not recorded, so it has no history to go through.
+autograd::DoubleBackward same_operands(const Pair& p, const Tensor& input, const Tensor& target) {
+  return p.input.is_same(input) && p.target.is_same(target) ? autograd::DoubleBackward::Supported
+                                                            : autograd::DoubleBackward::Unsupported;
+}
+
 // ---- class-index targets (nll_loss, cross_entropy) --------------------------------------------
 // nll_loss over class dim 1 of lp [N, C, d...] (an unbatched [C] input comes as [1, C]).
 struct Picked {
@@ -193,16 +200,18 @@ Tensor mse_loss_body(const Tensor& input, const Tensor& target, Reduction reduct
   const Tensor out = reduce_loss(ops::run_binary_same(mul_kernel, diff, diff), reduction);
   if (Recorder rec{"MseLossBackward0", {&input, &target}}) {
     rec.save(p.input).save(p.target);
-    rec.finish(out,
-               [reduction, shape = p.shape, sx = input.shape(),
-                st = target.shape()](BackwardContext& ctx) -> Grads {
-                 // (x - t)^2's gradient as mul's two contributions, (g d) + (g d).
-                 const Tensor half =
-                     elementwise_grad(ctx.grad(), reduction, shape) * (ctx.saved(0) - ctx.saved(1));
-                 const Tensor gd = half + half;
-                 return {ctx.needs(0) ? sum_to(gd, sx) : Tensor(),
-                         ctx.needs(1) ? sum_to(-gd, st) : Tensor()};
-               });
+    rec.finish(
+        out,
+        [reduction, shape = p.shape, sx = input.shape(),
+         st = target.shape()](BackwardContext& ctx) -> Grads {
+          // (x - t)^2's gradient as mul's two contributions, (g d) + (g d).
+          const Tensor half =
+              elementwise_grad(ctx.grad(), reduction, shape) * (ctx.saved(0) - ctx.saved(1));
+          const Tensor gd = half + half;
+          return {ctx.needs(0) ? sum_to(gd, sx) : Tensor(),
+                  ctx.needs(1) ? sum_to(-gd, st) : Tensor()};
+        },
+        same_operands(p, input, target));
   }
   return out;
 }
@@ -213,14 +222,16 @@ Tensor l1_loss_body(const Tensor& input, const Tensor& target, Reduction reducti
       reduce_loss(ops::run_unary(abs_kernel, add_k(p.input, p.target, -1.0)), reduction);
   if (Recorder rec{"L1LossBackward0", {&input, &target}}) {
     rec.save(p.input).save(p.target);
-    rec.finish(out,
-               [reduction, shape = p.shape, sx = input.shape(),
-                st = target.shape()](BackwardContext& ctx) -> Grads {
-                 const Tensor gd = elementwise_grad(ctx.grad(), reduction, shape) *
-                                   sign(ctx.saved(0) - ctx.saved(1));
-                 return {ctx.needs(0) ? sum_to(gd, sx) : Tensor(),
-                         ctx.needs(1) ? sum_to(-gd, st) : Tensor()};
-               });
+    rec.finish(
+        out,
+        [reduction, shape = p.shape, sx = input.shape(),
+         st = target.shape()](BackwardContext& ctx) -> Grads {
+          const Tensor gd =
+              elementwise_grad(ctx.grad(), reduction, shape) * sign(ctx.saved(0) - ctx.saved(1));
+          return {ctx.needs(0) ? sum_to(gd, sx) : Tensor(),
+                  ctx.needs(1) ? sum_to(-gd, st) : Tensor()};
+        },
+        same_operands(p, input, target));
   }
   return out;
 }
@@ -306,14 +317,17 @@ Tensor nll_loss_body(const Tensor& logp, const Tensor& target, Reduction reducti
                          : reduce_loss(loss, reduction);
   if (Recorder rec{"NllLossBackward0", {&logp}}) {
     rec.save(p.hit).save(p.weight).save(weight_sum);
-    rec.finish(out, [reduction, shape = logp.shape()](BackwardContext& ctx) -> Grads {
-      const Tensor weight = ctx.saved(1);
-      const Tensor g = reduction == Reduction::Mean
-                           ? (ctx.grad() / ctx.saved(2)).expand(weight.shape())
-                           : elementwise_grad(ctx.grad(), reduction, weight.shape());
-      const Tensor grad = pick_backward(g, ctx.saved(0), weight);
-      return {grad.shape() == shape ? grad : grad.reshape(shape)};
-    });
+    rec.finish(
+        out,
+        [reduction, shape = logp.shape()](BackwardContext& ctx) -> Grads {
+          const Tensor weight = ctx.saved(1);
+          const Tensor g = reduction == Reduction::Mean
+                               ? (ctx.grad() / ctx.saved(2)).expand(weight.shape())
+                               : elementwise_grad(ctx.grad(), reduction, weight.shape());
+          const Tensor grad = pick_backward(g, ctx.saved(0), weight);
+          return {grad.shape() == shape ? grad : grad.reshape(shape)};
+        },
+        autograd::DoubleBackward::Supported);
   }
   return out;
 }

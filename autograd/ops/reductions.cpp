@@ -119,9 +119,12 @@ Tensor extremum(const Tensor& x, const Shape& dims, bool keepdim, bool is_max, c
   Tensor res = result_view(out, r);
   if (Recorder rec{node, {&x}}) {
     rec.save(x).save(out);
-    rec.finish(res, [r](BackwardContext& ctx) -> Grads {
-      return {evenly_distribute(r.to_keep(ctx.grad()), ctx.saved(0), ctx.saved(1), r)};
-    });
+    rec.finish(
+        res,
+        [r](BackwardContext& ctx) -> Grads {
+          return {evenly_distribute(r.to_keep(ctx.grad()), ctx.saved(0), ctx.saved(1), r)};
+        },
+        autograd::DoubleBackward::Supported);
   }
   return res;
 }
@@ -137,16 +140,19 @@ ValuesIndices arg_extremum(const Tensor& x, int64_t dim, bool keepdim, bool is_m
   ValuesIndices res{result_view(values, r), result_view(indices, r)};
   if (Recorder rec{is_max ? "MaxBackward0" : "MinBackward0", {&x}}) {
     rec.save(indices);
-    rec.finish(res.values, [r, d, shape = x.shape()](BackwardContext& ctx) -> Grads {
-      // The gradient goes to the returned index only (not to ties): compare positions along
-      // `dim` with it.
-      const Tensor g = r.to_keep(ctx.grad());
-      Shape pos_shape(shape.size(), 1);
-      const int64_t n = shape.size() > 0 ? shape[d] : 1;
-      if (shape.size() > 0) pos_shape[d] = n;
-      const Tensor pos = arange(n, TensorOptions(g.device()).dtype(kInt64)).reshape(pos_shape);
-      return {where(pos == ctx.saved(0), g, 0.0)};
-    });
+    rec.finish(
+        res.values,
+        [r, d, shape = x.shape()](BackwardContext& ctx) -> Grads {
+          // The gradient goes to the returned index only (not to ties): compare positions along
+          // `dim` with it.
+          const Tensor g = r.to_keep(ctx.grad());
+          Shape pos_shape(shape.size(), 1);
+          const int64_t n = shape.size() > 0 ? shape[d] : 1;
+          if (shape.size() > 0) pos_shape[d] = n;
+          const Tensor pos = arange(n, TensorOptions(g.device()).dtype(kInt64)).reshape(pos_shape);
+          return {where(pos == ctx.saved(0), g, 0.0)};
+        },
+        autograd::DoubleBackward::Supported);
   }
   return res;
 }
@@ -179,14 +185,21 @@ Tensor var_or_std(const Tensor& x, const Shape& dims, int64_t correction, bool k
   Tensor res = result_view(out, r);
   if (Recorder rec{take_sqrt ? "StdBackward0" : "VarBackward0", {&x}}) {
     rec.save(x).save(take_sqrt ? out : Tensor());
-    rec.finish(res, [r, correction, take_sqrt](BackwardContext& ctx) -> Grads {
-      // var' = 2 (x - mean) / (N - correction); std' = var' / (2 std).
-      const Tensor x = ctx.saved(0), g = r.to_keep(ctx.grad());
-      const double divisor = std::max<double>(0.0, double(r.count - correction));
-      const Tensor centered = x - mean(x, r.dims(), true);
-      if (!take_sqrt) return {centered * (g * (2.0 / divisor))};
-      return {centered * (g / (ctx.saved(1) * divisor))};
-    });
+    rec.finish(
+        res,
+        [r, correction, take_sqrt](BackwardContext& ctx) -> Grads {
+          // var' = 2 (x - mean) / (N - correction); std' = var' / (2 std).
+          const Tensor x = ctx.saved(0), g = r.to_keep(ctx.grad());
+          const double divisor = std::max<double>(0.0, double(r.count - correction));
+          const Tensor centered = x - mean(x, r.dims(), true);
+          if (!take_sqrt) return {centered * (g * (2.0 / divisor))};
+          // The saved result (the keepdim form) is not the recorded output, so it has no
+          // history: under create_graph it is computed again, recorded.
+          const Tensor s =
+              ctx.create_graph() ? sqrt(var(x, r.dims(), correction, true)) : ctx.saved(1);
+          return {centered * (g / (s * divisor))};
+        },
+        autograd::DoubleBackward::Supported);
   }
   return res;
 }
@@ -219,9 +232,12 @@ Tensor sum_body(const Tensor& x, const Shape& dims, bool keepdim, std::optional<
   Tensor res = result_view(out, r);
   if (!is_floating(target)) return res.dtype() == target ? res : res.to(target);
   if (Recorder rec{dims.empty() ? "SumBackward0" : "SumBackward1", {&in}}) {
-    rec.finish(res, [r, shape = in.shape()](BackwardContext& ctx) -> Grads {
-      return {r.to_keep(ctx.grad()).expand(shape)};
-    });
+    rec.finish(
+        res,
+        [r, shape = in.shape()](BackwardContext& ctx) -> Grads {
+          return {r.to_keep(ctx.grad()).expand(shape)};
+        },
+        autograd::DoubleBackward::Supported);
   }
   return res;
 }
@@ -242,9 +258,12 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   mean_kernel(x.device())(out, x);
   Tensor res = result_view(out, r);
   if (Recorder rec{dims.empty() ? "MeanBackward0" : "MeanBackward1", {&x}}) {
-    rec.finish(res, [r, shape = x.shape()](BackwardContext& ctx) -> Grads {
-      return {(r.to_keep(ctx.grad()) / double(r.count)).expand(shape)};
-    });
+    rec.finish(
+        res,
+        [r, shape = x.shape()](BackwardContext& ctx) -> Grads {
+          return {(r.to_keep(ctx.grad()) / double(r.count)).expand(shape)};
+        },
+        autograd::DoubleBackward::Supported);
   }
   return res;
 }
@@ -301,9 +320,15 @@ Tensor norm_body(const Tensor& x, double p, const Shape& dims, bool keepdim) {
   Tensor res = result_view(out, r);
   if (Recorder rec{"NormBackward1", {&x}}) {
     rec.save(x).save(out);
-    rec.finish(res, [r, p](BackwardContext& ctx) -> Grads {
-      return {norm_backward(r.to_keep(ctx.grad()), ctx.saved(0), ctx.saved(1), p, r)};
-    });
+    rec.finish(
+        res,
+        [r, p](BackwardContext& ctx) -> Grads {
+          // As std's: the saved keepdim-form norm has no history, so create_graph recomputes it.
+          const Tensor x = ctx.saved(0);
+          const Tensor n = ctx.create_graph() ? norm(x, p, r.dims(), true) : ctx.saved(1);
+          return {norm_backward(r.to_keep(ctx.grad()), x, n, p, r)};
+        },
+        autograd::DoubleBackward::Supported);
   }
   return res;
 }

@@ -1,5 +1,6 @@
 // softmax and log_softmax along one dim, with backwards that reuse the forward output
-// (softmax: y (g - sum(g y)); log_softmax: g - exp(y) sum(g)) through dedicated kernels.
+// (softmax: y (g - sum(g y)); log_softmax: g - exp(y) sum(g)) through dedicated kernels, or
+// through the differentiable ops under create_graph.
 // Both take autocast's float32 policy.
 #include "autograd/autocast_wrapper.h"
 #include "autograd/functions.h"
@@ -22,13 +23,20 @@ Tensor softmax_op(const Tensor& x, int64_t dim, bool log) {
   (log ? log_softmax_kernel : softmax_kernel)(x.device())(out, x, d);
   if (Recorder rec{log ? "LogSoftmaxBackward0" : "SoftmaxBackward0", {&x}}) {
     rec.save(out);
-    rec.finish(out, [d, log](BackwardContext& ctx) -> Grads {
-      const Tensor y = ctx.saved(0);
-      Tensor grad_in = empty(y.shape(), TensorOptions(y.device()).dtype(y.dtype()));
-      (log ? log_softmax_backward_kernel : softmax_backward_kernel)(y.device())(
-          grad_in, ctx.grad().to(y.dtype()), y, d);
-      return {grad_in};
-    });
+    rec.finish(
+        out,
+        [d, log](BackwardContext& ctx) -> Grads {
+          const Tensor y = ctx.saved(0);
+          if (ctx.create_graph()) {
+            const Tensor g = ctx.grad().to(y.dtype());
+            return {log ? g - exp(y) * sum(g, {d}, true) : y * (g - sum(g * y, {d}, true))};
+          }
+          Tensor grad_in = empty(y.shape(), TensorOptions(y.device()).dtype(y.dtype()));
+          (log ? log_softmax_backward_kernel : softmax_backward_kernel)(y.device())(
+              grad_in, ctx.grad().to(y.dtype()), y, d);
+          return {grad_in};
+        },
+        autograd::DoubleBackward::Supported);
   }
   return out;
 }

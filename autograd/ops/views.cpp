@@ -12,6 +12,7 @@ namespace mantissa {
 namespace {
 
 using autograd::BackwardContext;
+using autograd::DoubleBackward;
 using autograd::Recorder;
 using Grads = std::vector<Tensor>;
 
@@ -79,23 +80,42 @@ Tensor view_with(const Tensor& x, const Shape& sizes, const Shape& strides, int6
 // Records the backward of a view whose gradient is `reshape(grad, input_shape)`.
 Tensor record_reshape_like(const char* name, const Tensor& x, Tensor out) {
   if (Recorder rec{name, {&x}}) {
-    rec.finish(out, [shape = x.shape()](BackwardContext& ctx) -> Grads {
-      return {ctx.grad().reshape(shape)};
-    });
+    rec.finish(
+        out,
+        [shape = x.shape()](BackwardContext& ctx) -> Grads { return {ctx.grad().reshape(shape)}; },
+        DoubleBackward::Supported);
   }
   return out;
 }
 
+// Zeros of `shape` with g written into the part `view_of` picks. Under create_graph it records
+// a node whose gradient is the same part of its incoming gradient, taken by `redo` (the recorded
+// view op), so that it can be differentiated again.
+template <typename ViewOf, typename Redo>
+Tensor embed_in_zeros(const char* name, const Tensor& g, const Shape& shape, const ViewOf& view_of,
+                      const Redo& redo) {
+  Tensor grad_in = zeros(shape, TensorOptions(g.device()).dtype(g.dtype()));
+  detail::copy_into(view_of(grad_in), g);
+  if (Recorder rec{name, {&g}}) {
+    rec.finish(
+        grad_in, [redo](BackwardContext& ctx) -> Grads { return {redo(ctx.grad())}; },
+        DoubleBackward::Supported);
+  }
+  return grad_in;
+}
+
 // Records the backward of a view that picks part of x: zeros with the gradient written back.
-template <typename ViewOf>
-Tensor record_partial_view(const char* name, const Tensor& x, Tensor out, ViewOf view_of) {
+// `view_of` makes the view of a tensor shaped like x without recording; `redo` is the view op.
+template <typename ViewOf, typename Redo>
+Tensor record_partial_view(const char* name, const char* backward_name, const Tensor& x, Tensor out,
+                           ViewOf view_of, Redo redo) {
   if (Recorder rec{name, {&x}}) {
-    rec.finish(out, [shape = x.shape(), view_of](BackwardContext& ctx) -> Grads {
-      const Tensor g = ctx.grad();
-      Tensor grad_in = zeros(shape, TensorOptions(g.device()).dtype(g.dtype()));
-      detail::copy_into(view_of(grad_in), g);
-      return {grad_in};
-    });
+    rec.finish(
+        out,
+        [shape = x.shape(), view_of, redo, backward_name](BackwardContext& ctx) -> Grads {
+          return {embed_in_zeros(backward_name, ctx.grad(), shape, view_of, redo)};
+        },
+        DoubleBackward::Supported);
   }
   return out;
 }
@@ -110,7 +130,8 @@ Tensor to(const Tensor& x, DType dtype) {
   if (is_floating(dtype)) {
     if (Recorder rec{"ToCopyBackward0", {&x}}) {
       rec.finish(
-          out, [from = x.dtype()](BackwardContext& ctx) -> Grads { return {ctx.grad().to(from)}; });
+          out, [from = x.dtype()](BackwardContext& ctx) -> Grads { return {ctx.grad().to(from)}; },
+          DoubleBackward::Supported);
     }
   }
   return out;
@@ -122,7 +143,8 @@ Tensor to(const Tensor& x, Device device, bool non_blocking) {
   detail::copy_into(out, x, non_blocking);
   if (Recorder rec{"ToCopyBackward0", {&x}}) {
     rec.finish(
-        out, [from = x.device()](BackwardContext& ctx) -> Grads { return {ctx.grad().to(from)}; });
+        out, [from = x.device()](BackwardContext& ctx) -> Grads { return {ctx.grad().to(from)}; },
+        DoubleBackward::Supported);
   }
   return out;
 }
@@ -131,7 +153,8 @@ Tensor clone(const Tensor& x) {
   Tensor out = empty(x.shape(), TensorOptions(x.device()).dtype(x.dtype()));
   detail::copy_into(out, x);
   if (Recorder rec{"CloneBackward0", {&x}}) {
-    rec.finish(out, [](BackwardContext& ctx) -> Grads { return {ctx.grad()}; });
+    rec.finish(
+        out, [](BackwardContext& ctx) -> Grads { return {ctx.grad()}; }, DoubleBackward::Supported);
   }
   return out;
 }
@@ -174,7 +197,9 @@ Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
   std::swap(strides[a], strides[b]);
   Tensor out = view_with(x, sizes, strides, x.storage_offset());
   if (Recorder rec{"TransposeBackward0", {&x}}) {
-    rec.finish(out, [a, b](BackwardContext& ctx) -> Grads { return {ctx.grad().transpose(a, b)}; });
+    rec.finish(
+        out, [a, b](BackwardContext& ctx) -> Grads { return {ctx.grad().transpose(a, b)}; },
+        DoubleBackward::Supported);
   }
   return out;
 }
@@ -192,8 +217,9 @@ Tensor permute(const Tensor& x, const Shape& dims) {
   }
   Tensor out = view_with(x, sizes, strides, x.storage_offset());
   if (Recorder rec{"PermuteBackward0", {&x}}) {
-    rec.finish(out,
-               [inverse](BackwardContext& ctx) -> Grads { return {ctx.grad().permute(inverse)}; });
+    rec.finish(
+        out, [inverse](BackwardContext& ctx) -> Grads { return {ctx.grad().permute(inverse)}; },
+        DoubleBackward::Supported);
   }
   return out;
 }
@@ -229,13 +255,15 @@ Tensor Tensor::slice(int64_t dim, std::optional<int64_t> start_opt, std::optiona
   sizes[d] = (end - start + step - 1) / step;
   strides[d] *= step;
   Tensor out = view_with(*this, sizes, strides, storage_offset() + start * stride(d));
-  return record_partial_view("SliceBackward0", *this, out, [d, start, end, step](const Tensor& g) {
-    Tensor v = g;
-    Shape sz = g.shape(), st = g.strides();
-    sz[d] = (end - start + step - 1) / step;
-    st[d] *= step;
-    return detail::make_view(v, sz, st, g.storage_offset() + start * g.stride(d));
-  });
+  return record_partial_view(
+      "SliceBackward0", "SliceBackwardBackward0", *this, out,
+      [d, start, end, step](const Tensor& g) {
+        Shape sz = g.shape(), st = g.strides();
+        sz[d] = (end - start + step - 1) / step;
+        st[d] *= step;
+        return detail::make_view(g, sz, st, g.storage_offset() + start * g.stride(d));
+      },
+      [d, start, end, step](const Tensor& g) { return g.slice(d, start, end, step); });
 }
 
 Tensor select(const Tensor& x, int64_t dim, int64_t index) {
@@ -249,13 +277,16 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
   sizes.erase(d);
   strides.erase(d);
   Tensor out = view_with(x, sizes, strides, x.storage_offset() + i * x.stride(d));
-  return record_partial_view("SelectBackward0", x, out, [d, i](const Tensor& g) {
-    Shape sz = g.shape(), st = g.strides();
-    const int64_t off = g.storage_offset() + i * g.stride(d);
-    sz.erase(d);
-    st.erase(d);
-    return detail::make_view(g, sz, st, off);
-  });
+  return record_partial_view(
+      "SelectBackward0", "SelectBackwardBackward0", x, out,
+      [d, i](const Tensor& g) {
+        Shape sz = g.shape(), st = g.strides();
+        const int64_t off = g.storage_offset() + i * g.stride(d);
+        sz.erase(d);
+        st.erase(d);
+        return detail::make_view(g, sz, st, off);
+      },
+      [d, i](const Tensor& g) { return g.select(d, i); });
 }
 
 Tensor squeeze(const Tensor& x, std::optional<int64_t> dim) {
@@ -306,9 +337,12 @@ Tensor expand(const Tensor& x, const Shape& shape) {
   (void)sizes.numel();  // throws when the expanded element count overflows int64
   Tensor out = view_with(x, sizes, strides, x.storage_offset());
   if (Recorder rec{"ExpandBackward0", {&x}}) {
-    rec.finish(out, [shape = x.shape()](BackwardContext& ctx) -> Grads {
-      return {autograd::sum_to(ctx.grad(), shape)};
-    });
+    rec.finish(
+        out,
+        [shape = x.shape()](BackwardContext& ctx) -> Grads {
+          return {autograd::sum_to(ctx.grad(), shape)};
+        },
+        DoubleBackward::Supported);
   }
   return out;
 }
