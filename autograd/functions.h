@@ -194,4 +194,54 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
                                         Reduction reduction = Reduction::Mean,
                                         const Tensor& pos_weight = Tensor());
 
+// ---- more reductions, scans and sorting (autograd/ops/scan_sort.cpp) --------------------------
+// log(sum(exp(x))) over `dims` (empty: all), computed stably as PyTorch does (the max is taken
+// out first; an infinite max is not). Integer inputs give float32.
+Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
+// Products over everything (0-d result) or along one dim. Integer/bool inputs give int64.
+Tensor prod(const Tensor& x, std::optional<DType> dtype = std::nullopt);
+Tensor prod(const Tensor& x, int64_t dim, bool keepdim = false,
+            std::optional<DType> dtype = std::nullopt);
+// Inclusive scans along `dim`. Integer/bool inputs give int64.
+Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+// Whether any (all) elements are non-zero, over everything or along one dim: bool results, uint8
+// for uint8 inputs (as PyTorch 1.13).
+Tensor any(const Tensor& x);
+Tensor any(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor all(const Tensor& x);
+Tensor all(const Tensor& x, int64_t dim, bool keepdim = false);
+// The k largest (smallest) values along `dim` with their int64 indices. Results always come in
+// sorted order, equal values in input order (`sorted` = false is accepted and changes nothing).
+ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true,
+                   bool sorted = true);
+// Values sorted along `dim` with the int64 positions they came from. The sort is always stable
+// (equal values keep their input order), so `stable` changes nothing; NaN sorts above every
+// number.
+ValuesIndices sort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+
+// ---- splitting and repeating (autograd/ops/shape.cpp) -----------------------------------------
+// Views of consecutive pieces along `dim`: of split_size each (the last may be smaller), or of
+// the given sizes, which must add up to the dim's size.
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& split_sizes,
+                          int64_t dim = 0);
+// At most `chunks` views of ceil(size / chunks) elements along `dim` (torch.chunk).
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+// x tiled repeats[d] times along each dim (leading repeats add dims), as a new tensor.
+Tensor repeat(const Tensor& x, const Shape& repeats);
+
+// ---- products of several operands (autograd/ops/products.cpp) ---------------------------------
+// Einstein summation ("ij,jk->ik", "...ij->...ji", implicit outputs, broadcasting through "..."),
+// contracted pairwise left to right with permute/reshape/bmm/sum. A label repeated within one
+// operand (a diagonal, "ii->i") is not supported.
+Tensor einsum(std::string_view equation, const std::vector<Tensor>& operands);
+// beta * input + alpha * (mat1 @ mat2); input broadcasts to the product's shape and is ignored
+// (NaN included) when beta is 0.
+Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, const Scalar& beta = 1,
+             const Scalar& alpha = 1);
+// beta * input + alpha * bmm(batch1, batch2), likewise.
+Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2,
+               const Scalar& beta = 1, const Scalar& alpha = 1);
+
 }  // namespace mantissa

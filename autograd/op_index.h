@@ -124,7 +124,23 @@ enum class CastPolicy : uint8_t { LowerPrecision, Float32, Promote, None };
                                                               "where sum div mul neg")            \
   X(binary_cross_entropy_with_logits, Float32,        true,  loss,         "add mul neg abs exp " \
                                                                            "log1p maximum sum "   \
-                                                                           "mean")
+                                                                           "mean")        \
+  /* reductions, scans, sorting, splitting and products of several operands               */ \
+  X(logsumexp,           Float32,        true,  scan_sort,    "amax abs eq where add exp sum "    \
+                                                              "log mul")                          \
+  X(prod,                Float32,        true,  scan_sort,    "prod cumprod mul")                 \
+  X(cumsum,              Float32,        true,  scan_sort,    "cumsum")                           \
+  X(cumprod,             Float32,        true,  scan_sort,    "cumprod cumprod_backward")         \
+  X(any,                 None,           false, scan_sort,    "any")                              \
+  X(all,                 None,           false, scan_sort,    "all")                              \
+  X(topk,                None,           true,  scan_sort,    "sort fill scatter_add")            \
+  X(sort,                None,           true,  scan_sort,    "sort fill scatter_add")            \
+  X(split,               None,           true,  shape,        "fill copy")                        \
+  X(chunk,               None,           true,  shape,        "fill copy")                        \
+  X(repeat,              None,           true,  shape,        "copy sum")                         \
+  X(einsum,              LowerPrecision, true,  products,     "bmm sum copy")                     \
+  X(addmm,               LowerPrecision, true,  products,     "bmm mul add")                      \
+  X(baddbmm,             LowerPrecision, true,  products,     "bmm mul add")
 // clang-format on
 
 enum class OpId : uint16_t {

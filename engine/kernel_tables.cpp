@@ -77,6 +77,14 @@ MT_DEFINE_TABLE(linear_backward_weight, LinearBackwardWeightKernel)
 MT_DEFINE_TABLE(linear_backward_act, LinearBackwardActKernel)
 MT_DEFINE_TABLE(layer_norm_forward, LayerNormForwardKernel)
 MT_DEFINE_TABLE(layer_norm_backward, LayerNormBackwardKernel)
+// products, logical reductions, scans and sorting
+MT_DEFINE_TABLE(prod, ReduceKernel)
+MT_DEFINE_TABLE(any, ReduceKernel)
+MT_DEFINE_TABLE(all, ReduceKernel)
+MT_DEFINE_TABLE(cumsum, ScanKernel)
+MT_DEFINE_TABLE(cumprod, ScanKernel)
+MT_DEFINE_TABLE(cumprod_backward, CumprodBackwardKernel)
+MT_DEFINE_TABLE(sort, SortKernel)
 
 namespace detail {
 void throw_no_kernel(const char* op, DeviceType device) {

@@ -298,6 +298,31 @@ using LayerNormBackwardKernel = void (*)(const Tensor& grad_x, const Tensor& gra
                                          const Tensor& weight);
 MT_DECLARE_TABLE(layer_norm_backward, LayerNormBackwardKernel)
 
+// ---- products, logical reductions, scans and sorting (kernels/cpu/reduce_kernels.cpp,
+// scan_sort_kernels.cpp; kernels/cuda/prod_logic_kernels.cu, scan_sort_kernels.cu) ----------------
+// prod: in keepdim form as the reductions above; floating inputs give their dtype, integer and
+// bool inputs int64 (as sum). any/all: out bool, or uint8 for a uint8 input (PyTorch's rule).
+MT_DECLARE_TABLE(prod, ReduceKernel)
+MT_DECLARE_TABLE(any, ReduceKernel)
+MT_DECLARE_TABLE(all, ReduceKernel)
+// Scans along `dim`: out[i] folds in[0..i] (reverse: in[i..n-1]); exclusive leaves in[i] out of
+// out[i] (the identity where nothing is left). out and in share shape and dtype (not bool); floats
+// accumulate in double, integers in int64, and each output rounds once.
+using ScanKernel = void (*)(const Tensor& out, const Tensor& in, int64_t dim, bool reverse,
+                            bool exclusive);
+MT_DECLARE_TABLE(cumsum, ScanKernel)
+MT_DECLARE_TABLE(cumprod, ScanKernel)
+// grad_in of out = cumprod(in, dim) from grad_out, exact where `in` has zeros; all four tensors
+// share shape and a floating dtype.
+using CumprodBackwardKernel = void (*)(const Tensor& grad_in, const Tensor& grad_out,
+                                       const Tensor& in, const Tensor& out, int64_t dim);
+MT_DECLARE_TABLE(cumprod_backward, CumprodBackwardKernel)
+// Stable sort along `dim`: values (in's dtype) and indices (int64) are contiguous with in's shape.
+// NaN sorts above every number (last ascending, first descending); equal keys keep input order.
+using SortKernel = void (*)(const Tensor& values, const Tensor& indices, const Tensor& in,
+                            int64_t dim, bool descending);
+MT_DECLARE_TABLE(sort, SortKernel)
+
 #undef MT_DECLARE_TABLE
 
 // Every table above by name, with whether a device type has a kernel in it (for the op index

@@ -1,5 +1,7 @@
 #include "op_cases.h"
 
+#include <tuple>
+
 #include "autograd/linear_act.h"
 
 namespace mantissa::testing {
@@ -388,6 +390,71 @@ const std::vector<OpCase>& op_cases() {
                  -2,
                  2,
                  8});
+
+    // Reductions, scans, sorting, splitting and products of several operands.
+    auto values_case = [&](const std::string& name, const std::string& op, uint32_t dtypes,
+                           std::vector<Shape> shapes, std::function<Tensor(const Inputs&)> fn,
+                           double tol = 1.0, bool diff = true) {
+      v.push_back({name, dtypes, std::move(shapes), std::move(fn), -2, 2, tol, diff});
+      v.back().op = op;
+    };
+    values_case(
+        "logsumexp", "logsumexp", kFloat, {{5, 7}},
+        [](const Inputs& x) { return mt::logsumexp(x[0], {1}); }, 8);
+    values_case(
+        "logsumexp all", "logsumexp", kFloat, {{3, 4}},
+        [](const Inputs& x) { return mt::logsumexp(x[0], {}, true); }, 8);
+    values_case(
+        "prod", "prod", kNumber, {{4, 5}}, [](const Inputs& x) { return mt::prod(x[0], 1); }, 8);
+    values_case(
+        "prod all", "prod", kFloat, {{2, 3}}, [](const Inputs& x) { return mt::prod(x[0]); }, 8);
+    values_case(
+        "cumsum", "cumsum", kNumber, {{5, 7}}, [](const Inputs& x) { return mt::cumsum(x[0], 1); },
+        8);
+    values_case(
+        "cumprod", "cumprod", kNumber, {{4, 5}},
+        [](const Inputs& x) { return mt::cumprod(x[0], -1); }, 8);
+    values_case(
+        "any", "any", kAny, {{5, 7}}, [](const Inputs& x) { return mt::any(x[0], 1); }, 1, false);
+    values_case(
+        "all", "all", kAny, {{5, 7}}, [](const Inputs& x) { return mt::all(x[0], 0, true); }, 1,
+        false);
+    values_case("topk", "topk", kNumber, {{5, 7}},
+                [](const Inputs& x) { return mt::topk(x[0], 3, 1).values; });
+    values_case(
+        "topk indices", "topk", kNumber, {{5, 7}},
+        [](const Inputs& x) { return mt::topk(x[0], 2, 0, false).indices; }, 1, false);
+    values_case("sort", "sort", kNumber, {{5, 7}},
+                [](const Inputs& x) { return mt::sort(x[0], 1, true).values; });
+    values_case(
+        "sort indices", "sort", kAny, {{5, 7}},
+        [](const Inputs& x) { return mt::sort(x[0], 0).indices; }, 1, false);
+    values_case("split", "split", kAny, {{5, 7}},
+                [](const Inputs& x) { return mt::split(x[0], 3, 1)[1]; });
+    values_case("chunk", "chunk", kAny, {{5, 7}},
+                [](const Inputs& x) { return mt::chunk(x[0], 3, 0)[2]; });
+    values_case("repeat", "repeat", kAny, {{2, 3}}, [](const Inputs& x) {
+      return mt::repeat(x[0], {2, 1, 3});
+    });
+    for (auto [name, op, shapes, fn] :
+         std::vector<std::tuple<const char*, const char*, std::vector<Shape>,
+                                std::function<Tensor(const Inputs&)>>>{
+             {"einsum",
+              "einsum",
+              {{3, 4, 5}, {3, 5, 2}},
+              [](const Inputs& x) {
+                return mt::einsum("bij,bjk->bki", {x[0], x[1]});
+              }},
+             {"addmm",
+              "addmm",
+              {{4}, {5, 6}, {6, 4}},
+              [](const Inputs& x) { return mt::addmm(x[0], x[1], x[2], 3, 2); }},
+             {"baddbmm", "baddbmm", {{3, 1, 4}, {3, 5, 6}, {3, 6, 4}}, [](const Inputs& x) {
+                return mt::baddbmm(x[0], x[1], x[2], 3, 2);
+              }}}) {
+      values_case(name, op, std::string(name) == "einsum" ? kFloat : kNumber, shapes, fn, 8);
+      v.back().tf32_sensitive = true;
+    }
     return v;
   }();
   return cases;

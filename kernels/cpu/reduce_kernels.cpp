@@ -1,4 +1,5 @@
-// CPU reductions: sum, mean, amax/amin, all_finite, var, norm, and max/min along a dim.
+// CPU reductions: sum, prod, mean, amax/amin, any/all, all_finite, var, norm, and max/min along
+// a dim.
 //
 // They all run on one engine, reduce(), over the plan of kernels/reduce_plan.h (size-1 dims
 // dropped, innermost memory dim last, neighbours of the same kind merged). Then:
@@ -317,6 +318,27 @@ struct ArgExtremumOp {
   }
 };
 
+// Products: floating ones in double (as the sums), integer and bool ones in int64.
+template <typename T>
+struct ProdOp {
+  using Acc = std::conditional_t<is_float_type_v<T>, double, int64_t>;
+  Acc init() const { return 1; }
+  void step(Acc& a, T x, int64_t) const { a *= static_cast<Acc>(static_cast<opmath_t<T>>(x)); }
+  void merge(Acc& a, const Acc& b) const { a *= b; }
+};
+
+// any (IsAll false) and all: whether some (every) element is non-zero; NaN counts as non-zero.
+template <typename T, bool IsAll>
+struct LogicOp {
+  using Acc = bool;
+  Acc init() const { return IsAll; }
+  void step(Acc& a, T x, int64_t) const {
+    const bool nz = static_cast<opmath_t<T>>(x) != opmath_t<T>(0);
+    a = IsAll ? (a && nz) : (a || nz);
+  }
+  void merge(Acc& a, const Acc& b) const { a = IsAll ? (a && b) : (a || b); }
+};
+
 // ---- kernels ------------------------------------------------------------------------------------
 template <typename T>
 T* out_ptr(const Tensor& out) {
@@ -425,8 +447,38 @@ void arg_extremum_cpu(const Tensor& values, const Tensor& indices, const Tensor&
   });
 }
 
+void prod_cpu(const Tensor& out, const Tensor& in) {
+  dispatch_dtype<kAllTypesAndBool>(in.dtype(), "prod", in.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Out = std::conditional_t<is_float_type_v<T>, T, int64_t>;
+    MT_ASSERT(out.dtype() == dtype_of_v<Out>, "prod: kernel writes ", dtype_of_v<Out>, " for ",
+              in.dtype(), " input, got out ", out.dtype());
+    Out* o = out_ptr<Out>(out);
+    reduce<T>(out, in, ProdOp<T>{}, [o](int64_t off, auto acc) { o[off] = Out(acc); });
+  });
+}
+
+template <bool IsAll>
+void logic_cpu(const Tensor& out, const Tensor& in) {
+  MT_ASSERT(out.dtype() == (in.dtype() == kUInt8 ? kUInt8 : kBool), IsAll ? "all" : "any", ": out ",
+            out.dtype(), " for input ", in.dtype());
+  dispatch_dtype<kAllTypesAndBool>(in.dtype(), IsAll ? "all" : "any", in.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (out.dtype() == kUInt8) {
+      uint8_t* o = out_ptr<uint8_t>(out);
+      reduce<T>(out, in, LogicOp<T, IsAll>{}, [o](int64_t off, bool acc) { o[off] = acc; });
+    } else {
+      bool* o = out_ptr<bool>(out);
+      reduce<T>(out, in, LogicOp<T, IsAll>{}, [o](int64_t off, bool acc) { o[off] = acc; });
+    }
+  });
+}
+
 }  // namespace
 
+MT_REGISTER_KERNEL(prod_kernel, kCPU, &prod_cpu);
+MT_REGISTER_KERNEL(any_kernel, kCPU, &logic_cpu<false>);
+MT_REGISTER_KERNEL(all_kernel, kCPU, &logic_cpu<true>);
 MT_REGISTER_KERNEL(sum_kernel, kCPU, &sum_cpu);
 MT_REGISTER_KERNEL(mean_kernel, kCPU, &mean_cpu);
 MT_REGISTER_KERNEL(amax_kernel, kCPU, &extremum_cpu<true>);
