@@ -124,7 +124,17 @@ enum class CastPolicy : uint8_t { LowerPrecision, Float32, Promote, None };
                                                               "where sum div mul neg")            \
   X(binary_cross_entropy_with_logits, Float32,        true,  loss,         "add mul neg abs exp " \
                                                                            "log1p maximum sum "   \
-                                                                           "mean")
+                                                                           "mean")        \
+  /* nn modules: embedding, transposed convolution, adaptive pooling */                           \
+  X(embedding,           None,           true,  embedding_pool, "embedding_forward "              \
+                                                                "embedding_backward")             \
+  X(adaptive_avg_pool2d, None,           true,  embedding_pool, "adaptive_avg_pool2d_forward "    \
+                                                                "adaptive_avg_pool2d_backward")   \
+  X(conv_transpose2d,    LowerPrecision, true,  conv,         "conv2d_backward_input "            \
+                                                              "conv2d_forward "                   \
+                                                              "conv2d_backward_weight add sum")   \
+  X(max_pool2d_with_indices, None,       true,  conv,         "max_pool2d_forward "               \
+                                                              "max_pool2d_backward")
 // clang-format on
 
 enum class OpId : uint16_t {
