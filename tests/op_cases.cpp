@@ -27,7 +27,8 @@ const Tensor& class_target() {
 }
 // Repeats index 1 and holds the padding index 2, so the embedding case sums and skips rows.
 const Tensor& embedding_index() {
-  static const Tensor t = mt::from_vector(std::vector<int64_t>{1, 4, 2, 1, 0, 1, 5, 2}, {2, 4});
+  static const Tensor t =
+      mt::from_vector(std::vector<int64_t>{1, 4, 2, 1, 0, 1, 5, 2}, Shape{2, 4});
   return t;
 }
 Tensor on(const Tensor& t, const Tensor& like) { return t.to(like.device()); }
