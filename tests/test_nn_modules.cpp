@@ -14,6 +14,8 @@
 
 #include "nn/conv.h"
 #include "nn/layers.h"
+#include "runner/config.h"
+#include "runner/model_builder.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -389,6 +391,43 @@ TEST(NnModules, ReprMatchesPyTorch) {
             "AdaptiveAvgPool2d(output_size=(5, 7))");
   EXPECT_EQ(nn::Identity()->repr(), "Identity()");
   EXPECT_EQ(nn::ModuleList(nn::Identity())->repr(), "ModuleList(\n  (0): Identity()\n)");
+}
+
+}  // namespace
+
+// ---- the config's layer list ----------------------------------------------------------------
+namespace {
+
+TEST(NnModulesConfig, Conv1dAdaptivePoolAndIdentityLayersBuildAndInferShapes) {
+  namespace rn = mantissa::runner;
+  const rn::Config c = rn::parse_config(
+      "model:\n  layers:\n    - {type: conv1d, in: 3, out: 4, kernel: 3, stride: 2, padding: 1}\n"
+      "    - identity\n    - {type: flatten, start_dim: 1}\n",
+      "t");
+  EXPECT_EQ(rn::infer_output_shape(c, Shape{3, 9}, "input"), (Shape{20}));
+  auto seq = rn::build_model(c.model);
+  EXPECT_EQ(seq->forward(mt::randn({2, 3, 9})).shape(), (Shape{2, 20}));
+  EXPECT_EQ(seq->state_dict().keys(), (std::vector<std::string>{"0.weight", "0.bias"}));
+  EXPECT_EQ(rn::output_key(c.model), "model.layers.0.out");
+
+  const rn::Config p = rn::parse_config(
+      "model:\n  layers:\n    - {type: adaptive_avg_pool2d, output_size: [2, 3]}\n"
+      "    - {type: adaptive_avg_pool2d, output_size: 1}\n",
+      "t");
+  EXPECT_EQ(rn::infer_output_shape(p, Shape{2, 7, 5}, "input"), (Shape{2, 1, 1}));
+  EXPECT_EQ(rn::build_model(p.model)->forward(mt::randn({4, 2, 7, 5})).shape(),
+            (Shape{4, 2, 1, 1}));
+  mt::testing::expect_error(
+      [&] {
+        rn::infer_output_shape(c, Shape{3, 9, 9}, "input");
+      },
+      {"model.layers.0.in", "[channels, length]"});
+  mt::testing::expect_error(
+      [] {
+        rn::parse_config(
+            "model:\n  layers:\n    - {type: adaptive_avg_pool2d, output_size: [1, 2, 3]}\n", "t");
+      },
+      {"output_size", "one or two sizes"});
 }
 
 }  // namespace
