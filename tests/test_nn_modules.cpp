@@ -431,3 +431,50 @@ TEST(NnModulesConfig, Conv1dAdaptivePoolAndIdentityLayersBuildAndInferShapes) {
 }
 
 }  // namespace
+
+// ---- CUDA ---------------------------------------------------------------------------------
+namespace {
+
+// Many repeated indices: atomics would add them in a varying order. The sorted backward adds
+// each row's gradients in the CPU's order, so runs agree bit for bit, with each other and the
+// CPU.
+TEST(NnModulesCuda, EmbeddingBackwardIsDeterministicAndMatchesTheCpu) {
+  MT_REQUIRE_GPU();
+  mt::manual_seed(3);
+  const Tensor idx = mt::randint(0, 7, {4096}, mt::kInt64);
+  const Tensor w = mt::randn({7, 33});
+  const Tensor g = mt::randn({4096, 33});
+  auto grad_on = [&](mt::Device device) {
+    Tensor wd = w.to(device).requires_grad_(true);
+    (mt::embedding(idx.to(device), wd, 5) * g.to(device)).sum().backward();
+    return wd.grad().to(mt::kCPU);
+  };
+  const Tensor cpu = grad_on(mt::kCPU);
+  const Tensor first = grad_on(mt::testing::kGpu);
+  const Tensor second = grad_on(mt::testing::kGpu);
+  mt::testing::expect_close(first, cpu, 0, 0, "cuda vs cpu");
+  mt::testing::expect_close(second, first, 0, 0, "cuda run to run");
+  EXPECT_EQ(max_abs(first.select(0, 5)), 0.0);
+}
+
+TEST(NnModulesCuda, ModulesMatchTheCpu) {
+  MT_REQUIRE_GPU();
+  for (const char* name : {"conv_transpose2d_padding_output_padding",
+                           "adaptive_avg_pool2d_upsample", "conv1d_same_even_kernel"}) {
+    SCOPED_TRACE(name);
+    const Records& rec = golden().at(name);
+    std::shared_ptr<nn::UnaryModule> m = module_cases().at(name).make();
+    m->to(mt::testing::kGpu, mt::kFloat64);
+    nn::StateDict state;
+    for (const auto& [n, t] : rec)
+      if (n.rfind("in.", 0) == 0 && n != "in.x" && n != "in.gy") state.insert(n.substr(3), t);
+    m->load_state_dict(state);
+    Tensor x = record(rec, "in.x").to(mt::testing::kGpu).requires_grad_(true);
+    const Tensor y = m->forward(x);
+    (y * record(rec, "in.gy").to(mt::testing::kGpu)).sum().backward();
+    mt::testing::expect_close(y.to(mt::kCPU), record(rec, "y"), 1e-12, 1e-12, "y");
+    mt::testing::expect_close(x.grad().to(mt::kCPU), record(rec, "x.grad"), 1e-12, 1e-12, "x.grad");
+  }
+}
+
+}  // namespace

@@ -69,7 +69,7 @@ void embedding_forward_cuda(const Tensor& out, const Tensor& weight, const Tenso
         launch_gather<uint64_t>(out, weight, indices, bad);
         break;
       default:
-        detail::throw_not_implemented("embedding", weight.dtype(), weight.device());
+        ::mantissa::detail::throw_not_implemented("embedding", weight.dtype(), weight.device());
     }
   }
   int64_t host[2] = {0, 0};
