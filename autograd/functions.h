@@ -165,6 +165,28 @@ Tensor avg_pool2d(const Tensor& input, Size2 kernel_size,
                   std::optional<Size2> stride = std::nullopt, Size2 padding = 0,
                   bool ceil_mode = false, bool count_include_pad = true,
                   std::optional<int64_t> divisor_override = std::nullopt);
+// torch.nn.functional.max_pool2d(..., return_indices=True): the values and the int64 indices of
+// each window's maximum, flat (h * W + w) within its input plane, as PyTorch's.
+ValuesIndices max_pool2d_with_indices(const Tensor& input, Size2 kernel_size,
+                                      std::optional<Size2> stride = std::nullopt, Size2 padding = 0,
+                                      Size2 dilation = 1, bool ceil_mode = false);
+// torch.nn.functional.conv_transpose2d: input [N, C_in, H, W] or [C_in, H, W], weight
+// [C_in, C_out / groups, kh, kw], bias [C_out] or undefined. Output height
+// (H - 1) * stride.h - 2 * padding.h + dilation.h * (kh - 1) + output_padding.h + 1 (likewise
+// width); output_padding must be smaller than the stride or the dilation. The gradient of conv2d
+// with respect to its input, so it runs conv2d's backward-input kernel.
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+                        Size2 stride = 1, Size2 padding = 0, Size2 output_padding = 0,
+                        int64_t groups = 1, Size2 dilation = 1);
+
+// ---- embedding and adaptive pooling (autograd/ops/embedding_pool.cpp) -------------------------
+// torch.nn.functional.embedding: the rows of weight [V, D] at int64 indices of any shape ->
+// indices.shape + [D]. padding_idx (negative counts from V; nullopt: none) names a row whose
+// gradient stays zero.
+Tensor embedding(const Tensor& indices, const Tensor& weight,
+                 std::optional<int64_t> padding_idx = std::nullopt);
+// torch.nn.functional.adaptive_avg_pool2d over [N, C, H, W] or [C, H, W] to output_size.
+Tensor adaptive_avg_pool2d(const Tensor& input, Size2 output_size);
 
 // ---- normalization (autograd/ops/norm.cpp) ----------------------------------------------------
 // torch.nn.functional.layer_norm: normalises over the trailing dims given by normalized_shape,

@@ -140,7 +140,17 @@ enum class CastPolicy : uint8_t { LowerPrecision, Float32, Promote, None };
   X(repeat,              None,           true,  shape,        "copy sum")                         \
   X(einsum,              LowerPrecision, true,  products,     "bmm sum copy")                     \
   X(addmm,               LowerPrecision, true,  products,     "bmm mul add")                      \
-  X(baddbmm,             LowerPrecision, true,  products,     "bmm mul add")
+  X(baddbmm,             LowerPrecision, true,  products,     "bmm mul add")                      \
+  /* nn modules: embedding, transposed convolution, adaptive pooling */                           \
+  X(embedding,           None,           true,  embedding_pool, "embedding_forward "              \
+                                                                "embedding_backward")             \
+  X(adaptive_avg_pool2d, None,           true,  embedding_pool, "adaptive_avg_pool2d_forward "    \
+                                                                "adaptive_avg_pool2d_backward")   \
+  X(conv_transpose2d,    LowerPrecision, true,  conv,         "conv2d_backward_input "            \
+                                                              "conv2d_forward "                   \
+                                                              "conv2d_backward_weight add sum")   \
+  X(max_pool2d_with_indices, None,       true,  conv,         "max_pool2d_forward "               \
+                                                              "max_pool2d_backward")
 // clang-format on
 
 enum class OpId : uint16_t {

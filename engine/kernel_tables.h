@@ -322,6 +322,26 @@ MT_DECLARE_TABLE(cumprod_backward, CumprodBackwardKernel)
 using SortKernel = void (*)(const Tensor& values, const Tensor& indices, const Tensor& in,
                             int64_t dim, bool descending);
 MT_DECLARE_TABLE(sort, SortKernel)
+// ---- embedding and adaptive pooling (kernels/cpu/embedding_kernels.cpp,
+// adaptive_pool_kernels.cpp; kernels/cuda/embedding_kernels.cu, adaptive_pool_kernels.cu)
+// ------------------------------------- out [N, D] = the rows of weight [V, D] at indices [N]
+// (int64); all contiguous. An index outside [0, V) throws the CPU's message on every device.
+using EmbeddingForwardKernel = void (*)(const Tensor& out, const Tensor& weight,
+                                        const Tensor& indices);
+MT_DECLARE_TABLE(embedding_forward, EmbeddingForwardKernel)
+// grad_weight [V, D] (overwritten) = grad_out [N, D] rows summed into the rows indices [N] name,
+// except padding_idx's (-1: none), which stays zero. Each row adds its contributions in order of
+// n, in opmath, and rounds once: deterministic, and the same bits on every device.
+using EmbeddingBackwardKernel = void (*)(const Tensor& grad_weight, const Tensor& grad_out,
+                                         const Tensor& indices, int64_t padding_idx);
+MT_DECLARE_TABLE(embedding_backward, EmbeddingBackwardKernel)
+// Adaptive average pooling of [N,C,H,W] planes to out's [Ho, Wo]: output (oh, ow) averages rows
+// [floor(oh*H/Ho), ceil((oh+1)*H/Ho)) and the matching columns (PyTorch's start/end formula).
+using AdaptiveAvgPool2dForwardKernel = void (*)(const Tensor& out, const Tensor& input);
+MT_DECLARE_TABLE(adaptive_avg_pool2d_forward, AdaptiveAvgPool2dForwardKernel)
+// grad_input [N,C,H,W] (overwritten) from grad_out [N,C,Ho,Wo]: each window's share, summed.
+using AdaptiveAvgPool2dBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out);
+MT_DECLARE_TABLE(adaptive_avg_pool2d_backward, AdaptiveAvgPool2dBackwardKernel)
 
 #undef MT_DECLARE_TABLE
 

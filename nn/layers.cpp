@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "autograd/linear_act.h"
+#include "autograd/node.h"
 #include "nn/init.h"
 
 namespace mantissa::nn {
@@ -77,6 +78,38 @@ std::string LayerNormImpl::extra_repr() const {
   return os.str();
 }
 
+EmbeddingImpl::EmbeddingImpl(int64_t num, int64_t dim, std::optional<int64_t> pad)
+    : UnaryModule("Embedding"), num_embeddings(num), embedding_dim(dim) {
+  MT_CHECK(num > 0 && dim > 0, "Embedding: num_embeddings and embedding_dim must be positive, ",
+           "got ", num, " and ", dim);
+  if (pad) {
+    MT_CHECK(*pad < num && *pad >= -num, "Embedding: Padding_idx must be within num_embeddings, ",
+             "got padding_idx=", *pad, " and num_embeddings=", num);
+    padding_idx = *pad < 0 ? *pad + num : *pad;
+  }
+  weight = register_parameter("weight", empty({num, dim}));
+  reset_parameters();
+}
+
+void EmbeddingImpl::reset_parameters() {
+  init::normal_(weight);
+  if (padding_idx) {
+    autograd::NoGradGuard no_grad;
+    weight.select(0, *padding_idx).fill_(0);
+  }
+}
+
+Tensor EmbeddingImpl::forward(const Tensor& indices) {
+  return embedding(indices, weight, padding_idx);
+}
+
+std::string EmbeddingImpl::extra_repr() const {
+  std::ostringstream os;
+  os << num_embeddings << ", " << embedding_dim;
+  if (padding_idx) os << ", padding_idx=" << *padding_idx;
+  return os.str();
+}
+
 void SequentialImpl::push_back(std::shared_ptr<UnaryModule> module) {
   push_back(std::to_string(layers_.size()), std::move(module));
 }
@@ -121,6 +154,40 @@ std::string FusedMLPImpl::extra_repr() const {
      << ", out_features=" << fc2->out_features
      << ", activation=" << (activation == LinearActivation::Relu ? "relu" : "gelu_tanh");
   return os.str();
+}
+
+void ModuleListImpl::push_back(std::shared_ptr<Module> module) {
+  register_module(std::to_string(modules_.size()), module);
+  modules_.push_back(std::move(module));
+}
+
+const std::shared_ptr<Module>& ModuleListImpl::operator[](size_t i) const {
+  MT_CHECK(i < modules_.size(), "ModuleList: index ", i, " is out of range for a list of ",
+           modules_.size(), " modules");
+  return modules_[i];
+}
+
+void ModuleDictImpl::insert(const std::string& key, std::shared_ptr<Module> module) {
+  register_module(key, module);
+  items_.emplace_back(key, std::move(module));
+}
+
+bool ModuleDictImpl::contains(const std::string& key) const {
+  for (const auto& [k, _] : items_)
+    if (k == key) return true;
+  return false;
+}
+
+const std::shared_ptr<Module>& ModuleDictImpl::operator[](const std::string& key) const {
+  for (const auto& [k, m] : items_)
+    if (k == key) return m;
+  MT_THROW("ModuleDict: no module under key '", key, "'");
+}
+
+std::vector<std::string> ModuleDictImpl::keys() const {
+  std::vector<std::string> out;
+  for (const auto& [k, _] : items_) out.push_back(k);
+  return out;
 }
 
 }  // namespace mantissa::nn

@@ -1,8 +1,10 @@
-// Layers: Linear, activations, Dropout, LayerNorm, Softmax/LogSoftmax, Flatten, Sequential.
+// Layers: Linear, activations, Dropout, LayerNorm, Softmax/LogSoftmax, Flatten, Identity,
+// Embedding, and the containers Sequential, ModuleList and ModuleDict.
 // Each is a `NameImpl` module with a `Name` holder, as in PyTorch's C++ frontend.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -105,6 +107,30 @@ class FlattenImpl : public UnaryModule {
 };
 MANTISSA_MODULE(Flatten);
 
+// Returns its input (the same tensor), as torch.nn.Identity.
+class IdentityImpl : public UnaryModule {
+ public:
+  IdentityImpl() : UnaryModule("Identity") {}
+  Tensor forward(const Tensor& x) override { return x; }
+};
+MANTISSA_MODULE(Identity);
+
+// A lookup table: int64/int32 indices of any shape -> indices.shape + [embedding_dim] rows of
+// weight [num_embeddings, embedding_dim] ~ N(0, 1). padding_idx (negative counts from the end)
+// names a row initialised to zero whose gradient stays zero.
+class EmbeddingImpl : public UnaryModule {
+ public:
+  EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim,
+                std::optional<int64_t> padding_idx = std::nullopt);
+  Tensor forward(const Tensor& indices) override;
+  void reset_parameters();
+  std::string extra_repr() const override;
+  int64_t num_embeddings, embedding_dim;
+  std::optional<int64_t> padding_idx;  // normalised to [0, num_embeddings)
+  Tensor weight;
+};
+MANTISSA_MODULE(Embedding);
+
 // Runs its children in order, each through its own forward and hooks; children are named "0",
 // "1", ... unless given a name. Nothing is fused behind the user's back: a fused block is asked
 // for by name (FusedMLP, or nn::functional::linear with an Activation).
@@ -160,5 +186,64 @@ class FusedMLPImpl : public UnaryModule {
   LinearActivation activation;
 };
 MANTISSA_MODULE(FusedMLP);
+
+// Holds modules in a list, registered as children "0", "1", ..., so parameters(),
+// named_parameters() and state_dict() see them ("0.weight"), as torch.nn.ModuleList. It has no
+// forward.
+class ModuleListImpl : public Module {
+ public:
+  ModuleListImpl() : Module("ModuleList") {}
+  template <typename... Modules>
+  requires(sizeof...(Modules) > 0) explicit ModuleListImpl(Modules&&... modules)
+      : Module("ModuleList") {
+    (push_back(std::forward<Modules>(modules)), ...);
+  }
+  void push_back(std::shared_ptr<Module> module);
+  template <typename Holder>
+  requires requires(Holder h) { h.ptr(); }
+  void push_back(const Holder& holder) { push_back(std::shared_ptr<Module>(holder.ptr())); }
+  size_t size() const { return modules_.size(); }
+  bool empty() const { return modules_.empty(); }
+  const std::shared_ptr<Module>& operator[](size_t i) const;
+  // The i-th module as its implementation type (nullptr if it is another type).
+  template <typename Impl>
+  std::shared_ptr<Impl> at(size_t i) const {
+    return std::dynamic_pointer_cast<Impl>((*this)[i]);
+  }
+  auto begin() const { return modules_.begin(); }
+  auto end() const { return modules_.end(); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> modules_;
+};
+MANTISSA_MODULE(ModuleList);
+
+// Holds modules by name in insertion order, each registered as a child under its key, so
+// state_dict() names their tensors "key.weight", as torch.nn.ModuleDict. Keys follow
+// register_module's rule (non-empty, no '.'). It has no forward.
+class ModuleDictImpl : public Module {
+ public:
+  ModuleDictImpl() : Module("ModuleDict") {}
+  void insert(const std::string& key, std::shared_ptr<Module> module);
+  template <typename Holder>
+  requires requires(Holder h) { h.ptr(); }
+  void insert(const std::string& key, const Holder& holder) {
+    insert(key, std::shared_ptr<Module>(holder.ptr()));
+  }
+  bool contains(const std::string& key) const;
+  const std::shared_ptr<Module>& operator[](const std::string& key) const;
+  template <typename Impl>
+  std::shared_ptr<Impl> at(const std::string& key) const {
+    return std::dynamic_pointer_cast<Impl>((*this)[key]);
+  }
+  std::vector<std::string> keys() const;
+  size_t size() const { return items_.size(); }
+  auto begin() const { return items_.begin(); }
+  auto end() const { return items_.end(); }
+
+ private:
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> items_;
+};
+MANTISSA_MODULE(ModuleDict);
 
 }  // namespace mantissa::nn

@@ -114,9 +114,20 @@ struct Rule {
 
 // ---- the declarations ---------------------------------------------------------------------------
 
-inline const std::vector<std::string> kLayerTypes = {"linear",  "relu",      "gelu",    "silu",
-                                                     "sigmoid", "tanh",      "dropout", "layernorm",
-                                                     "conv2d",  "maxpool2d", "flatten"};
+inline const std::vector<std::string> kLayerTypes = {"linear",
+                                                     "relu",
+                                                     "gelu",
+                                                     "silu",
+                                                     "sigmoid",
+                                                     "tanh",
+                                                     "dropout",
+                                                     "layernorm",
+                                                     "conv2d",
+                                                     "maxpool2d",
+                                                     "flatten",
+                                                     "conv1d",
+                                                     "adaptive_avg_pool2d",
+                                                     "identity"};
 
 template <typename V>
 void describe(V& v, LayerSpec& l) {
@@ -186,6 +197,24 @@ void describe(V& v, LayerSpec& l) {
               .between(-8, 8)
               .doc("last dim "
                    "flattened"));
+  // conv1d ([channels, length] per example) and adaptive_avg_pool2d; identity has no keys.
+  v.field(key("in", l.in).applies_to({"conv1d"}).required().at_least(1).doc("input channels"));
+  v.field(key("out", l.out).applies_to({"conv1d"}).required().at_least(1).doc("output channels"));
+  v.field(key("kernel", l.kernel).applies_to({"conv1d"}).required().at_least(1).doc("kernel size"));
+  v.field(key("stride", l.stride).applies_to({"conv1d"}).at_least(1).doc("stride"));
+  v.field(key("padding", l.padding).applies_to({"conv1d"}).at_least(0).doc("zero padding"));
+  v.field(key("bias", l.bias).applies_to({"conv1d"}).doc("learn an additive bias"));
+  v.field(key("output_size", l.output_size)
+              .applies_to({"adaptive_avg_pool2d"})
+              .required()
+              .doc("output height and width (an int for both, or a list [h, w])"));
+  v.rule({"output_size",
+          {"adaptive_avg_pool2d"},
+          [&l] {
+            const auto& o = l.output_size;
+            return (o.size() == 1 || o.size() == 2) && o.front() >= 1 && o.back() >= 1;
+          },
+          "must be one or two sizes, each >= 1"});
 }
 
 template <typename V>

@@ -31,6 +31,17 @@ std::shared_ptr<nn::UnaryModule> make_layer(const LayerSpec& l) {
     return nn::MaxPool2d(l.kernel, o).ptr();
   }
   if (l.type == "flatten") return nn::Flatten(l.start_dim, l.end_dim).ptr();
+  if (l.type == "conv1d") {
+    nn::Conv1dOptions o;
+    o.stride = l.stride;
+    o.padding = l.padding;
+    o.bias = l.bias;
+    return nn::Conv1d(l.in, l.out, l.kernel, o).ptr();
+  }
+  if (l.type == "adaptive_avg_pool2d") {
+    return nn::AdaptiveAvgPool2d(Size2(l.output_size.front(), l.output_size.back())).ptr();
+  }
+  if (l.type == "identity") return nn::Identity().ptr();
   MT_THROW("build_model: unknown layer type '", l.type, "' at ", l.path);
 }
 
@@ -57,7 +68,7 @@ std::string output_key(const ModelConfig& model) {
   if (model.layers.empty()) return "model.preset";
   for (size_t i = model.layers.size(); i-- > 0;) {
     const LayerSpec& l = model.layers[i];
-    if (l.type == "linear" || l.type == "conv2d") return l.path + ".out";
+    if (l.type == "linear" || l.type == "conv2d" || l.type == "conv1d") return l.path + ".out";
   }
   return model.layers.back().path + ".type";
 }
@@ -101,6 +112,20 @@ Shape infer_output_shape(const Config& config, const Shape& input, const std::st
         config.fail(l.path + ".kernel", "is larger than the (padded) image: " + arriving);
       }
       s = Shape{l.type == "conv2d" ? l.out : s[0], h, w};
+    } else if (l.type == "conv1d") {
+      if (s.size() != 2) {
+        config.fail(l.path + ".in", "conv1d needs [channels, length] inputs, but " + arriving);
+      }
+      if (s[0] != l.in) {
+        config.fail(l.path + ".in", "does not match the input channels: " + arriving);
+      }
+      if (s[1] + 2 * l.padding < l.kernel) {
+        config.fail(l.path + ".kernel", "is longer than the (padded) input: " + arriving);
+      }
+      s = Shape{l.out, (s[1] + 2 * l.padding - l.kernel) / l.stride + 1};
+    } else if (l.type == "adaptive_avg_pool2d") {
+      image("output_size");
+      s = Shape{s[0], l.output_size.front(), l.output_size.back()};
     } else if (l.type == "flatten") {
       // start_dim/end_dim count the batch dimension, as torch.nn.Flatten's.
       const int64_t nd = s.size() + 1;

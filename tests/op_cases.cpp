@@ -27,6 +27,13 @@ const Tensor& class_target() {
   static const Tensor t = mt::randint(0, 5, {4}, mt::kInt64);
   return t;
 }
+// Repeats indices 1 and 2, so the embedding case sums rows (padding_idx is outside a
+// gradcheck: PyTorch defines its row's gradient as zero; tests/test_nn_modules.cpp covers it).
+const Tensor& embedding_index() {
+  static const Tensor t =
+      mt::from_vector(std::vector<int64_t>{1, 4, 2, 1, 0, 1, 5, 2}, Shape{2, 4});
+  return t;
+}
 Tensor on(const Tensor& t, const Tensor& like) { return t.to(like.device()); }
 
 }  // namespace
@@ -455,6 +462,23 @@ const std::vector<OpCase>& op_cases() {
       values_case(name, op, std::string(name) == "einsum" ? kFloat : kNumber, shapes, fn, 8);
       v.back().tf32_sensitive = true;
     }
+    // nn modules: embedding, transposed convolution, adaptive pooling, pooling with indices.
+    v.push_back({"embedding", kFloat, {{6, 3}}, [](const Inputs& x) {
+                   return mt::embedding(on(embedding_index(), x[0]), x[0]);
+                 }});
+    v.push_back({"adaptive_avg_pool2d", kFloat, {{2, 3, 7, 5}}, [](const Inputs& x) {
+                   return mt::adaptive_avg_pool2d(x[0], mt::Size2(3, 4));
+                 }});
+    OpCase conv_t{
+        "conv_transpose2d", kFloat, {{2, 4, 4, 3}, {4, 3, 3, 2}, {6}}, [](const Inputs& x) {
+          return mt::conv_transpose2d(x[0], x[1], x[2], mt::Size2(2, 1), 1, 1, 2, mt::Size2(1, 2));
+        }};
+    conv_t.tol_scale = 16;
+    conv_t.tf32_sensitive = true;
+    v.push_back(conv_t);
+    v.push_back({"max_pool2d_with_indices", kFloat, {{2, 3, 6, 5}}, [](const Inputs& x) {
+                   return mt::max_pool2d_with_indices(x[0], 2, 1, 1).values;
+                 }});
     return v;
   }();
   return cases;

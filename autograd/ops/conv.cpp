@@ -1,4 +1,4 @@
-// conv2d, max_pool2d and avg_pool2d with their backward formulas.
+// conv2d, conv_transpose2d, max_pool2d and avg_pool2d with their backward formulas.
 //
 // Each op validates its arguments with PyTorch's rules and messages (naming the offending
 // shapes), computes the output size with PyTorch's formulas, and hands contiguous NCHW operands
@@ -137,6 +137,113 @@ Tensor conv2d_batched(const Tensor& input, const Tensor& weight, const Tensor& b
   return out;
 }
 
+// ---- conv_transpose2d -------------------------------------------------------------------------
+// conv_transpose2d(x, w) is the input gradient of conv2d(y, w) for a y of the transposed output's
+// shape: the forward runs conv2d's backward-input kernel, the input gradient conv2d's forward and
+// the weight gradient conv2d's backward-weight kernel with the roles of input and grad_out
+// swapped.
+
+void check_conv_transpose_args(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                               const Conv2dParams& p, Size2 output_padding) {
+  MT_CHECK(weight.defined() && weight.dim() == 4, "conv_transpose2d: expected a 4-D weight ",
+           "[in_channels, out_channels / groups, kh, kw], but got weight of size ",
+           weight.defined() ? weight.shape() : Shape{});
+  ops::check_same_device("conv_transpose2d", input, weight);
+  MT_CHECK(input.dtype() == weight.dtype(), "conv_transpose2d: Input type (", input.dtype(),
+           ") and weight type (", weight.dtype(), ") should be the same");
+  MT_CHECK(p.stride[0] > 0 && p.stride[1] > 0, "conv_transpose2d: non-positive stride is not ",
+           "supported, got stride=(", p.stride[0], ", ", p.stride[1], ")");
+  MT_CHECK(p.padding[0] >= 0 && p.padding[1] >= 0, "conv_transpose2d: negative padding is not ",
+           "supported, got padding=(", p.padding[0], ", ", p.padding[1], ")");
+  MT_CHECK(p.dilation[0] > 0 && p.dilation[1] > 0, "conv_transpose2d: dilation should be greater ",
+           "than zero, got dilation=(", p.dilation[0], ", ", p.dilation[1], ")");
+  MT_CHECK(p.groups > 0,
+           "conv_transpose2d: non-positive groups is not supported, got groups=", p.groups);
+  MT_CHECK(output_padding.h >= 0 && output_padding.w >= 0 &&
+               (output_padding.h < p.stride[0] || output_padding.h < p.dilation[0]) &&
+               (output_padding.w < p.stride[1] || output_padding.w < p.dilation[1]),
+           "conv_transpose2d: output padding must be smaller than either stride or dilation, ",
+           "but got output_padding=(", output_padding.h, ", ", output_padding.w, "), stride=(",
+           p.stride[0], ", ", p.stride[1], "), dilation=(", p.dilation[0], ", ", p.dilation[1],
+           ")");
+  MT_CHECK(weight.size(0) % p.groups == 0, "conv_transpose2d: Given groups=", p.groups,
+           ", expected weight to be divisible by ", p.groups, " at dimension 0, but got weight ",
+           "of size ", weight.shape(), " instead");
+  MT_CHECK(input.size(1) == weight.size(0), "conv_transpose2d: Given transposed=1, weight of ",
+           "size ", weight.shape(), ", expected input", input.shape(), " to have ", weight.size(0),
+           " channels, but got ", input.size(1), " channels instead");
+  MT_CHECK(weight.size(1) > 0 && weight.size(2) > 0 && weight.size(3) > 0,
+           "conv_transpose2d: expected a weight with non-zero channel and kernel sizes, but got ",
+           "weight of size ", weight.shape());
+  const int64_t out_channels = weight.size(1) * p.groups;
+  if (bias.defined()) {
+    ops::check_same_device("conv_transpose2d", input, bias);
+    MT_CHECK(input.dtype() == bias.dtype(), "conv_transpose2d: Input type (", input.dtype(),
+             ") and bias type (", bias.dtype(), ") should be the same");
+    MT_CHECK(bias.dim() == 1 && bias.size(0) == out_channels, "conv_transpose2d: Given weight ",
+             "of size ", weight.shape(), " and groups=", p.groups, ", expected bias to be ",
+             "1-dimensional with ", out_channels, " elements, but got bias of size ", bias.shape(),
+             " instead");
+  }
+  MT_CHECK(input.size(2) > 0 && input.size(3) > 0, "conv_transpose2d: expected an input with ",
+           "non-zero height and width, but got input of size ", input.shape());
+}
+
+int64_t conv_transpose_output_size(int64_t in, int64_t kernel, int64_t pad, int64_t stride,
+                                   int64_t dilation, int64_t output_padding) {
+  return (in - 1) * stride - 2 * pad + dilation * (kernel - 1) + output_padding + 1;
+}
+
+Tensor conv_transpose2d_batched(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                                const Conv2dParams& p, Size2 output_padding) {
+  check_conv_transpose_args(input, weight, bias, p, output_padding);
+  const int64_t Ho = conv_transpose_output_size(input.size(2), weight.size(2), p.padding[0],
+                                                p.stride[0], p.dilation[0], output_padding.h);
+  const int64_t Wo = conv_transpose_output_size(input.size(3), weight.size(3), p.padding[1],
+                                                p.stride[1], p.dilation[1], output_padding.w);
+  MT_CHECK(Ho > 0 && Wo > 0, "conv_transpose2d: Given input size per channel: (", input.size(2),
+           " x ", input.size(3), "). Calculated output size per channel: (", Ho, " x ", Wo,
+           "). Output size is too small");
+  const Shape out_shape{input.size(0), weight.size(1) * p.groups, Ho, Wo};
+  Tensor out = ops::empty_as(out_shape, input);
+  conv2d_backward_input_kernel(input.device())(out, dense(input), dense(weight), p);
+  if (bias.defined()) {
+    autograd::NoGradGuard no_grad;
+    out = add(out, bias.view(Shape{1, out_shape[1], 1, 1}));
+  }
+  if (Recorder rec{"ConvolutionBackward0", {&input, &weight, &bias}}) {
+    rec.save(weight.requires_grad() ? input : Tensor());
+    rec.save(input.requires_grad() ? weight : Tensor());
+    rec.finish(out, [p, xs = input.shape(), ws = weight.shape()](BackwardContext& ctx) -> Grads {
+      const Tensor g = dense(ctx.grad());
+      Tensor gx, gw, gb;
+      if (ctx.needs(0)) {
+        gx = ops::empty_as(xs, g);
+        conv2d_forward_kernel(g.device())(gx, g, dense(ctx.saved(1)), Tensor(), p);
+      }
+      if (ctx.needs(1)) {
+        gw = ops::empty_as(ws, g);
+        conv2d_backward_weight_kernel(g.device())(gw, dense(ctx.saved(0)), g, p);
+      }
+      if (ctx.needs(2)) gb = g.sum(Shape{0, 2, 3});
+      return {gx, gw, gb};
+    });
+  }
+  return out;
+}
+
+Tensor conv_transpose2d_body(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                             Size2 stride, Size2 padding, Size2 output_padding, int64_t groups,
+                             Size2 dilation) {
+  const bool unbatched = is_unbatched("conv_transpose2d", input);
+  const Conv2dParams p{
+      {stride.h, stride.w}, {padding.h, padding.w}, {dilation.h, dilation.w}, groups};
+  if (unbatched) {
+    return conv_transpose2d_batched(input.unsqueeze(0), weight, bias, p, output_padding).squeeze(0);
+  }
+  return conv_transpose2d_batched(input, weight, bias, p, output_padding);
+}
+
 // ---- pooling --------------------------------------------------------------------------------
 
 struct PoolArgs {
@@ -179,7 +286,7 @@ Pool2dParams pool_params(const PoolArgs& a, bool ceil_mode, bool count_include_p
                       divisor_override};
 }
 
-Tensor max_pool2d_batched(const Tensor& input, const PoolArgs& a, bool ceil_mode) {
+ValuesIndices max_pool2d_batched(const Tensor& input, const PoolArgs& a, bool ceil_mode) {
   const Shape out_shape = pool_output_shape("max_pool2d", input, a, ceil_mode);
   const Pool2dParams p = pool_params(a, ceil_mode, true, 0);
   Tensor out = ops::empty_as(out_shape, input);
@@ -194,7 +301,7 @@ Tensor max_pool2d_batched(const Tensor& input, const PoolArgs& a, bool ceil_mode
       return {gx};
     });
   }
-  return out;
+  return {out, indices};
 }
 
 Tensor avg_pool2d_batched(const Tensor& input, const PoolArgs& a, bool ceil_mode,
@@ -225,18 +332,32 @@ Tensor conv2d_body(const Tensor& input, const Tensor& weight, const Tensor& bias
 
 }  // namespace
 
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Size2 stride,
+                        Size2 padding, Size2 output_padding, int64_t groups, Size2 dilation) {
+  return autograd::with_autocast<OpId::conv_transpose2d>(conv_transpose2d_body, input, weight, bias,
+                                                         stride, padding, output_padding, groups,
+                                                         dilation);
+}
+
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Size2 stride,
               Size2 padding, Size2 dilation, int64_t groups) {
   return autograd::with_autocast<OpId::conv2d>(conv2d_body, input, weight, bias, stride, padding,
                                                dilation, groups);
 }
 
-Tensor max_pool2d(const Tensor& input, Size2 kernel_size, std::optional<Size2> stride,
-                  Size2 padding, Size2 dilation, bool ceil_mode) {
+ValuesIndices max_pool2d_with_indices(const Tensor& input, Size2 kernel_size,
+                                      std::optional<Size2> stride, Size2 padding, Size2 dilation,
+                                      bool ceil_mode) {
   const bool unbatched = is_unbatched("max_pool2d", input);
   const PoolArgs a{kernel_size, stride.value_or(kernel_size), padding, dilation};
-  if (unbatched) return max_pool2d_batched(input.unsqueeze(0), a, ceil_mode).squeeze(0);
-  return max_pool2d_batched(input, a, ceil_mode);
+  if (!unbatched) return max_pool2d_batched(input, a, ceil_mode);
+  auto [out, indices] = max_pool2d_batched(input.unsqueeze(0), a, ceil_mode);
+  return {out.squeeze(0), indices.squeeze(0)};
+}
+
+Tensor max_pool2d(const Tensor& input, Size2 kernel_size, std::optional<Size2> stride,
+                  Size2 padding, Size2 dilation, bool ceil_mode) {
+  return max_pool2d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode).values;
 }
 
 Tensor avg_pool2d(const Tensor& input, Size2 kernel_size, std::optional<Size2> stride,
