@@ -181,6 +181,23 @@ class Tensor {
   Tensor mm(const Tensor& other) const;
   Tensor softmax(int64_t dim) const;
   Tensor log_softmax(int64_t dim) const;
+  // pointwise and masking ops (autograd/ops/pointwise.cpp)
+  Tensor floor_divide(const Tensor& other) const;
+  Tensor floor_divide(const Scalar& other) const;
+  Tensor remainder(const Tensor& other) const;
+  Tensor remainder(const Scalar& other) const;
+  Tensor fmod(const Tensor& other) const;
+  Tensor fmod(const Scalar& other) const;
+  Tensor masked_fill(const Tensor& mask, const Scalar& value) const;
+  Tensor masked_fill(const Tensor& mask, const Tensor& value) const;
+  Tensor isnan() const;
+  Tensor isinf() const;
+  Tensor isfinite() const;
+  Tensor lerp(const Tensor& end, const Scalar& weight) const;
+  Tensor lerp(const Tensor& end, const Tensor& weight) const;
+  Tensor addcmul(const Tensor& t1, const Tensor& t2, const Scalar& value = 1) const;
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
 
   // ---- in place (bump the version counter) -----------------------------------------------
   Tensor& copy_(const Tensor& src);
@@ -193,6 +210,8 @@ class Tensor {
   Tensor& mul_(const Scalar& other);
   Tensor& div_(const Tensor& other);
   Tensor& div_(const Scalar& other);
+  Tensor& masked_fill_(const Tensor& mask, const Scalar& value);
+  Tensor& masked_fill_(const Tensor& mask, const Tensor& value);
 
   // ---- autograd (defined in autograd/) ---------------------------------------------------
   bool requires_grad() const;
