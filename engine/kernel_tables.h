@@ -319,9 +319,10 @@ using ParamActivationBackwardKernel = void (*)(const Tensor& grad_in, const Tens
 MT_DECLARE_TABLE(leaky_relu_backward, ParamActivationBackwardKernel)
 MT_DECLARE_TABLE(elu_backward, ParamActivationBackwardKernel)
 MT_DECLARE_TABLE(softplus_backward, ParamActivationBackwardKernel)
-// out = lerp(start, end, weight), all of out's shape (expanded) and dtype.
+// out = lerp(start, end, weight), all of out's shape (expanded) and dtype; an undefined weight
+// means scalar_weight, taken in opmath (PyTorch does not round it to a half type).
 using LerpKernel = void (*)(const Tensor& out, const Tensor& start, const Tensor& end,
-                            const Tensor& weight);
+                            const Tensor& weight, double scalar_weight);
 MT_DECLARE_TABLE(lerp, LerpKernel)
 // out = self + value * t1 * t2, all of out's shape (expanded) and dtype.
 using AddcmulKernel = void (*)(const Tensor& out, const Tensor& self, const Tensor& t1,

@@ -114,9 +114,11 @@ struct Rule {
 
 // ---- the declarations ---------------------------------------------------------------------------
 
-inline const std::vector<std::string> kLayerTypes = {"linear",  "relu",      "gelu",    "silu",
-                                                     "sigmoid", "tanh",      "dropout", "layernorm",
-                                                     "conv2d",  "maxpool2d", "flatten"};
+inline const std::vector<std::string> kLayerTypes = {"linear", "relu", "gelu", "silu", "sigmoid",
+                                                     "tanh", "dropout", "layernorm", "conv2d",
+                                                     "maxpool2d", "flatten",
+                                                     // activations with parameters
+                                                     "leaky_relu", "elu", "softplus"};
 
 template <typename V>
 void describe(V& v, LayerSpec& l) {
@@ -186,6 +188,15 @@ void describe(V& v, LayerSpec& l) {
               .between(-8, 8)
               .doc("last dim "
                    "flattened"));
+  v.field(key("negative_slope", l.negative_slope)
+              .applies_to({"leaky_relu"})
+              .doc("the slope for negative inputs"));
+  v.field(key("alpha", l.alpha).applies_to({"elu"}).doc("the value ELU saturates to, negated"));
+  v.field(
+      key("beta", l.beta).applies_to({"softplus"}).positive().doc("log(1 + exp(beta x)) / beta"));
+  v.field(key("threshold", l.threshold)
+              .applies_to({"softplus"})
+              .doc("above it (in beta x) softplus is the identity"));
 }
 
 template <typename V>

@@ -31,6 +31,9 @@ std::shared_ptr<nn::UnaryModule> make_layer(const LayerSpec& l) {
     return nn::MaxPool2d(l.kernel, o).ptr();
   }
   if (l.type == "flatten") return nn::Flatten(l.start_dim, l.end_dim).ptr();
+  if (l.type == "leaky_relu") return nn::LeakyReLU(l.negative_slope).ptr();
+  if (l.type == "elu") return nn::ELU(l.alpha).ptr();
+  if (l.type == "softplus") return nn::Softplus(l.beta, l.threshold).ptr();
   MT_THROW("build_model: unknown layer type '", l.type, "' at ", l.path);
 }
 

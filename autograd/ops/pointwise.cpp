@@ -167,18 +167,20 @@ Tensor softplus_body(const Tensor& x, double beta, double threshold) {
 }
 
 // ---- lerp and addcmul -------------------------------------------------------------------------
+void check_lerp_operand(const Tensor& start, const Tensor& t, const char* what) {
+  MT_CHECK(t.dtype() == start.dtype(), "lerp: expected dtype ", start.dtype(), " for `", what,
+           "` but got dtype ", t.dtype());
+  ops::check_same_device("lerp", start, t);
+}
+
 Tensor lerp_body(const Tensor& start, const Tensor& end, const Tensor& weight) {
-  MT_CHECK(end.dtype() == start.dtype(), "lerp: expected dtype ", start.dtype(),
-           " for `end` but got dtype ", end.dtype());
-  MT_CHECK(weight.dtype() == start.dtype(), "lerp: expected dtype ", start.dtype(),
-           " for `weight` but got dtype ", weight.dtype());
-  ops::check_same_device("lerp", start, end);
-  ops::check_same_device("lerp", start, weight);
+  check_lerp_operand(start, end, "end");
+  check_lerp_operand(start, weight, "weight");
   const Shape shape = broadcast_shapes(broadcast_shapes(start.shape(), end.shape(), "lerp"),
                                        weight.shape(), "lerp");
   Tensor out = empty(shape, options(start, start.dtype()));
   lerp_kernel(start.device())(out, broadcast_view(start, shape), broadcast_view(end, shape),
-                              broadcast_view(weight, shape));
+                              broadcast_view(weight, shape), 0.0);
   if (Recorder rec{"LerpBackward1", {&start, &end, &weight}}) {
     rec.save(start).save(end).save(weight);
     rec.finish(
@@ -194,7 +196,20 @@ Tensor lerp_body(const Tensor& start, const Tensor& end, const Tensor& weight) {
 }
 
 Tensor lerp_scalar_body(const Tensor& start, const Tensor& end, const Scalar& weight) {
-  return lerp_body(start, end, ops::wrap_scalar(weight, start.dtype(), start.device()));
+  check_lerp_operand(start, end, "end");
+  const Shape shape = broadcast_shapes(start.shape(), end.shape(), "lerp");
+  Tensor out = empty(shape, options(start, start.dtype()));
+  const double w = weight.to_double();
+  lerp_kernel(start.device())(out, broadcast_view(start, shape), broadcast_view(end, shape),
+                              Tensor(), w);
+  if (Recorder rec{"LerpBackward0", {&start, &end}}) {
+    rec.finish(out, [w, ss = start.shape(), se = end.shape()](BackwardContext& ctx) -> Grads {
+      const Tensor g = ctx.grad();
+      return {ctx.needs(0) ? sum_to(g * (1.0 - w), ss) : Tensor(),
+              ctx.needs(1) ? sum_to(g * w, se) : Tensor()};
+    });
+  }
+  return out;
 }
 
 Tensor addcmul_body(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {

@@ -53,13 +53,19 @@ void activation_backward_kernel(const Tensor& grad_in, const Tensor& grad_out, c
 }
 
 void lerp_kernel_cpu(const Tensor& out, const Tensor& start, const Tensor& end,
-                     const Tensor& weight) {
+                     const Tensor& weight, double scalar_weight) {
   dispatch_dtype<kFloatingTypes>(out.dtype(), "lerp", out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    elementwise<T, T, T, T>(
-        out, [](T s, T e, T w) { return T(functors::lerp_of(M(s), M(e), M(w))); }, start, end,
-        weight);
+    if (weight.defined()) {
+      elementwise<T, T, T, T>(
+          out, [](T s, T e, T w) { return T(functors::lerp_of(M(s), M(e), M(w))); }, start, end,
+          weight);
+    } else {
+      const M w = static_cast<M>(scalar_weight);
+      elementwise<T, T, T>(
+          out, [w](T s, T e) { return T(functors::lerp_of(M(s), M(e), w)); }, start, end);
+    }
   });
 }
 

@@ -37,6 +37,15 @@ struct ActivationBackwardFn {
 };
 
 template <typename T>
+struct LerpScalarFn {
+  opmath_t<T> weight;
+  MT_HOST_DEVICE T operator()(T s, T e) const {
+    using M = opmath_t<T>;
+    return T(functors::lerp_of(static_cast<M>(s), static_cast<M>(e), weight));
+  }
+};
+
+template <typename T>
 struct LerpFn {
   MT_HOST_DEVICE T operator()(T s, T e, T w) const {
     using M = opmath_t<T>;
@@ -91,10 +100,15 @@ void activation_backward_kernel(const Tensor& grad_in, const Tensor& grad_out, c
 }
 
 void lerp_kernel_cuda(const Tensor& out, const Tensor& start, const Tensor& end,
-                      const Tensor& weight) {
+                      const Tensor& weight, double scalar_weight) {
   dispatch_dtype<kFloatingTypes>(out.dtype(), "lerp", out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    gpu_elementwise<T, T, T, T>(out, LerpFn<T>{}, start, end, weight);
+    using M = opmath_t<T>;
+    if (weight.defined()) {
+      gpu_elementwise<T, T, T, T>(out, LerpFn<T>{}, start, end, weight);
+    } else {
+      gpu_elementwise<T, T, T>(out, LerpScalarFn<T>{static_cast<M>(scalar_weight)}, start, end);
+    }
   });
 }
 
