@@ -265,5 +265,37 @@ Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, const 
 // beta * input + alpha * bmm(batch1, batch2), likewise.
 Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2,
                const Scalar& beta = 1, const Scalar& alpha = 1);
+// ---- pointwise and masking ops (autograd/ops/pointwise.cpp) ------------------------------------
+// Broadcast and promoted as the arithmetic ops. Integer operands with a zero divisor throw (as
+// PyTorch's CPU kernels raise ZeroDivisionError). floor_divide records no gradient (PyTorch has
+// none); remainder and fmod differentiate in both operands.
+Tensor floor_divide(const Tensor& a, const Tensor& b);
+Tensor floor_divide(const Tensor& a, const Scalar& b);
+Tensor remainder(const Tensor& a, const Tensor& b);  // the sign of b, as Python's %
+Tensor remainder(const Tensor& a, const Scalar& b);
+Tensor fmod(const Tensor& a, const Tensor& b);  // the sign of a, as C's fmod
+Tensor fmod(const Tensor& a, const Scalar& b);
+// self where mask (bool, broadcast with self) is false, value where it is true. The value is a
+// Scalar or a 0-d tensor (differentiable), converted to self's dtype.
+Tensor masked_fill(const Tensor& self, const Tensor& mask, const Scalar& value);
+Tensor masked_fill(const Tensor& self, const Tensor& mask, const Tensor& value);
+// Floating-point class tests: bool results, any dtype (integers are finite), not differentiable.
+Tensor isnan(const Tensor& x);
+Tensor isinf(const Tensor& x);
+Tensor isfinite(const Tensor& x);
+// Activations with parameters, as torch.nn.functional's (floating dtypes).
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+Tensor elu(const Tensor& x, double alpha = 1.0);
+// log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold.
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+// start + weight * (end - start); start, end and a tensor weight share one floating dtype.
+Tensor lerp(const Tensor& start, const Tensor& end, const Scalar& weight);
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight);
+// self + value * t1 * t2, the three promoted to one dtype.
+Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value = 1);
+// The lower (upper) triangle of each matrix in the last two dims, from the diagonal `diagonal`
+// on (0: the main diagonal; > 0 above it, < 0 below it); the rest zeroed.
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
 
 }  // namespace mantissa

@@ -150,7 +150,23 @@ enum class CastPolicy : uint8_t { LowerPrecision, Float32, Promote, None };
                                                               "conv2d_forward "                   \
                                                               "conv2d_backward_weight add sum")   \
   X(max_pool2d_with_indices, None,       true,  conv,         "max_pool2d_forward "               \
-                                                              "max_pool2d_backward")
+                                                              "max_pool2d_backward")              \
+  /* pointwise and masking ops */                                                                 \
+  X(floor_divide,        None,           false, pointwise,    "floor_divide eq sum")              \
+  X(remainder,           None,           true,  pointwise,    "remainder eq sum mul neg "         \
+                                                              "floor_divide")                     \
+  X(fmod,                None,           true,  pointwise,    "fmod eq sum mul neg add div")      \
+  X(masked_fill,         None,           true,  pointwise,    "where copy sum")                   \
+  X(isnan,               None,           false, pointwise,    "isnan")                            \
+  X(isinf,               None,           false, pointwise,    "isinf")                            \
+  X(isfinite,            None,           false, pointwise,    "isfinite")                         \
+  X(leaky_relu,          None,           true,  pointwise,    "leaky_relu leaky_relu_backward")   \
+  X(elu,                 None,           true,  pointwise,    "elu elu_backward")                 \
+  X(softplus,            Float32,        true,  pointwise,    "softplus softplus_backward")       \
+  X(lerp,                None,           true,  pointwise,    "lerp mul add sum")                 \
+  X(addcmul,             Promote,        true,  pointwise,    "addcmul mul sum")                  \
+  X(tril,                None,           true,  pointwise,    "arange add le where")              \
+  X(triu,                None,           true,  pointwise,    "arange add ge where")
 // clang-format on
 
 enum class OpId : uint16_t {

@@ -89,6 +89,21 @@ MT_DEFINE_TABLE(cumsum, ScanKernel)
 MT_DEFINE_TABLE(cumprod, ScanKernel)
 MT_DEFINE_TABLE(cumprod_backward, CumprodBackwardKernel)
 MT_DEFINE_TABLE(sort, SortKernel)
+// pointwise ops
+MT_DEFINE_TABLE(floor_divide, BinaryKernel)
+MT_DEFINE_TABLE(remainder, BinaryKernel)
+MT_DEFINE_TABLE(fmod, BinaryKernel)
+MT_DEFINE_TABLE(isnan, UnaryKernel)
+MT_DEFINE_TABLE(isinf, UnaryKernel)
+MT_DEFINE_TABLE(isfinite, UnaryKernel)
+MT_DEFINE_TABLE(leaky_relu, ParamActivationKernel)
+MT_DEFINE_TABLE(elu, ParamActivationKernel)
+MT_DEFINE_TABLE(softplus, ParamActivationKernel)
+MT_DEFINE_TABLE(leaky_relu_backward, ParamActivationBackwardKernel)
+MT_DEFINE_TABLE(elu_backward, ParamActivationBackwardKernel)
+MT_DEFINE_TABLE(softplus_backward, ParamActivationBackwardKernel)
+MT_DEFINE_TABLE(lerp, LerpKernel)
+MT_DEFINE_TABLE(addcmul, AddcmulKernel)
 
 namespace detail {
 void throw_no_kernel(const char* op, DeviceType device) {

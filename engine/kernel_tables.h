@@ -342,6 +342,36 @@ MT_DECLARE_TABLE(adaptive_avg_pool2d_forward, AdaptiveAvgPool2dForwardKernel)
 // grad_input [N,C,H,W] (overwritten) from grad_out [N,C,Ho,Wo]: each window's share, summed.
 using AdaptiveAvgPool2dBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out);
 MT_DECLARE_TABLE(adaptive_avg_pool2d_backward, AdaptiveAvgPool2dBackwardKernel)
+// ---- pointwise ops (autograd/ops/pointwise.cpp; kernels/cpu/pointwise_kernels.cpp,
+// kernels/cuda/pointwise_kernels.cu) ----------------------------------------------------------
+// Binary ops producing the inputs' dtype (integer operands: no zero divisor, the op checks).
+MT_DECLARE_TABLE(floor_divide, BinaryKernel)
+MT_DECLARE_TABLE(remainder, BinaryKernel)
+MT_DECLARE_TABLE(fmod, BinaryKernel)
+// out (bool) = the class test of in, any dtype.
+MT_DECLARE_TABLE(isnan, UnaryKernel)
+MT_DECLARE_TABLE(isinf, UnaryKernel)
+MT_DECLARE_TABLE(isfinite, UnaryKernel)
+// out = act(in; p0, p1) for the activations with parameters (kernels/functors.h names them).
+using ParamActivationKernel = void (*)(const Tensor& out, const Tensor& in, double p0, double p1);
+MT_DECLARE_TABLE(leaky_relu, ParamActivationKernel)
+MT_DECLARE_TABLE(elu, ParamActivationKernel)
+MT_DECLARE_TABLE(softplus, ParamActivationKernel)
+// grad_in from grad_out and the forward input.
+using ParamActivationBackwardKernel = void (*)(const Tensor& grad_in, const Tensor& grad_out,
+                                               const Tensor& input, double p0, double p1);
+MT_DECLARE_TABLE(leaky_relu_backward, ParamActivationBackwardKernel)
+MT_DECLARE_TABLE(elu_backward, ParamActivationBackwardKernel)
+MT_DECLARE_TABLE(softplus_backward, ParamActivationBackwardKernel)
+// out = lerp(start, end, weight), all of out's shape (expanded) and dtype; an undefined weight
+// means scalar_weight, taken in opmath (PyTorch does not round it to a half type).
+using LerpKernel = void (*)(const Tensor& out, const Tensor& start, const Tensor& end,
+                            const Tensor& weight, double scalar_weight);
+MT_DECLARE_TABLE(lerp, LerpKernel)
+// out = self + value * t1 * t2, all of out's shape (expanded) and dtype.
+using AddcmulKernel = void (*)(const Tensor& out, const Tensor& self, const Tensor& t1,
+                               const Tensor& t2, const Scalar& value);
+MT_DECLARE_TABLE(addcmul, AddcmulKernel)
 
 #undef MT_DECLARE_TABLE
 

@@ -134,4 +134,155 @@ MT_BACKWARD_FUNCTOR(SigmoidBackward, "sigmoid_backward", g* s*(T(1) - s))
 MT_BACKWARD_FUNCTOR(TanhBackward, "tanh_backward", g*(T(1) - s * s))
 #undef MT_BACKWARD_FUNCTOR
 
+// ---- pointwise ops (autograd/ops/pointwise.cpp) ----------------------------------------------
+// Integer division by zero never reaches these (the ops reject it first, as PyTorch's CPU raises
+// ZeroDivisionError); the guards keep a kernel from trapping on it or on INT_MIN / -1.
+template <typename T>
+MT_HOST_DEVICE inline T floor_divide_of(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    if (b == T(0)) return T(0);
+    if constexpr (std::is_signed_v<T>) {
+      if (b == T(-1))
+        return static_cast<T>(std::make_unsigned_t<T>(0) - std::make_unsigned_t<T>(a));
+    }
+    const T q = a / b, r = a % b;
+    return (r != T(0) && is_negative(r) != is_negative(b)) ? T(q - T(1)) : q;
+  } else {
+    // PyTorch's div_floor_floating: from fmod, so that a quotient just under an integer is not
+    // rounded up to it by a / b.
+    if (b == T(0)) return a / b;
+    const T mod = MT_MATH(fmod)(a, b);
+    T div = (a - mod) / b;
+    if (mod != T(0) && (b < T(0)) != (mod < T(0))) div -= T(1);
+    if (div == T(0)) return MT_MATH(copysign)(T(0), a / b);
+    T floordiv = MT_MATH(floor)(div);
+    if (div - floordiv > T(0.5)) floordiv += T(1);
+    return floordiv;
+  }
+}
+// remainder: the sign of the divisor (Python's %); fmod: the sign of the dividend (C's fmod).
+template <typename T>
+MT_HOST_DEVICE inline T remainder_of(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    if (b == T(0) || (std::is_signed_v<T> && b == T(-1))) return T(0);
+    T r = a % b;
+    if (r != T(0) && is_negative(r) != is_negative(b)) r += b;
+    return r;
+  } else {
+    T mod = MT_MATH(fmod)(a, b);
+    if (mod != T(0) && (b < T(0)) != (mod < T(0))) mod += b;
+    return mod;
+  }
+}
+template <typename T>
+MT_HOST_DEVICE inline T fmod_of(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    if (b == T(0) || (std::is_signed_v<T> && b == T(-1))) return T(0);
+    return a % b;
+  } else {
+    return MT_MATH(fmod)(a, b);
+  }
+}
+
+struct FloorDivide {
+  static constexpr const char* name = "floor_divide";
+  static constexpr uint32_t dtypes = kNumberTypes;
+  template <typename T>
+  MT_HOST_DEVICE T operator()(T a, T b) const {
+    return floor_divide_of(a, b);
+  }
+};
+struct Remainder {
+  static constexpr const char* name = "remainder";
+  static constexpr uint32_t dtypes = kNumberTypes;
+  template <typename T>
+  MT_HOST_DEVICE T operator()(T a, T b) const {
+    return remainder_of(a, b);
+  }
+};
+struct Fmod {
+  static constexpr const char* name = "fmod";
+  static constexpr uint32_t dtypes = kNumberTypes;
+  template <typename T>
+  MT_HOST_DEVICE T operator()(T a, T b) const {
+    return fmod_of(a, b);
+  }
+};
+
+// Floating-point class tests (bool results); integers and bools are always finite.
+#define MT_PREDICATE_FUNCTOR(Name, op_name, float_expr, other_value) \
+  struct Name {                                                      \
+    static constexpr const char* name = op_name;                     \
+    static constexpr uint32_t dtypes = kAllTypesAndBool;             \
+    template <typename T>                                            \
+    MT_HOST_DEVICE bool operator()(T x) const {                      \
+      if constexpr (std::is_floating_point_v<T>) {                   \
+        return float_expr;                                           \
+      } else {                                                       \
+        return other_value;                                          \
+      }                                                              \
+    }                                                                \
+  };
+MT_PREDICATE_FUNCTOR(IsNan, "isnan", x != x, false)
+MT_PREDICATE_FUNCTOR(IsInf, "isinf", x - x != x - x && x == x, false)
+MT_PREDICATE_FUNCTOR(IsFinite, "isfinite", x - x == x - x, true)
+#undef MT_PREDICATE_FUNCTOR
+
+// Activations with parameters, as torch.nn.functional's: (x, p0, p1) -> y and their backward
+// (g, x, p0, p1) -> grad_in, from the forward input. p0 is leaky_relu's negative_slope, elu's
+// alpha and softplus's beta; p1 is softplus's threshold.
+struct LeakyRelu {
+  static constexpr const char* name = "leaky_relu";
+  template <typename T>
+  MT_HOST_DEVICE T operator()(T x, T slope, T) const {
+    return x > T(0) ? x : x * slope;
+  }
+};
+struct LeakyReluBackward {
+  static constexpr const char* name = "leaky_relu_backward";
+  template <typename T>
+  MT_HOST_DEVICE T operator()(T g, T x, T slope, T) const {
+    return x > T(0) ? g : g * slope;
+  }
+};
+struct Elu {
+  static constexpr const char* name = "elu";
+  template <typename T>
+  MT_HOST_DEVICE T operator()(T x, T alpha, T) const {
+    return x <= T(0) ? MT_MATH(expm1)(x) * alpha : x;
+  }
+};
+struct EluBackward {
+  static constexpr const char* name = "elu_backward";
+  template <typename T>
+  MT_HOST_DEVICE T operator()(T g, T x, T alpha, T) const {
+    return x <= T(0) ? g * alpha * MT_MATH(exp)(x) : g;
+  }
+};
+// Above the threshold (in x * beta) softplus is x itself, which also keeps exp from overflowing.
+struct Softplus {
+  static constexpr const char* name = "softplus";
+  template <typename T>
+  MT_HOST_DEVICE T operator()(T x, T beta, T threshold) const {
+    return x * beta > threshold ? x : MT_MATH(log1p)(MT_MATH(exp)(x * beta)) / beta;
+  }
+};
+struct SoftplusBackward {
+  static constexpr const char* name = "softplus_backward";
+  template <typename T>
+  MT_HOST_DEVICE T operator()(T g, T x, T beta, T threshold) const {
+    if (x * beta > threshold) return g;
+    const T z = MT_MATH(exp)(x * beta);
+    return g * z / (z + T(1));
+  }
+};
+
+// start + weight * (end - start), from whichever end is nearer to weight, as PyTorch's lerp, so
+// that weight 1 gives `end` exactly.
+template <typename T>
+MT_HOST_DEVICE inline T lerp_of(T start, T end, T weight) {
+  const bool small = (weight < T(0) ? -weight : weight) < T(0.5);
+  return small ? start + weight * (end - start) : end - (end - start) * (T(1) - weight);
+}
+
 }  // namespace mantissa::functors

@@ -36,6 +36,13 @@ inline Tensor gelu(const Tensor& x, std::string_view approximate = "none") {
 inline Tensor silu(const Tensor& x) { return mantissa::silu(x); }
 inline Tensor sigmoid(const Tensor& x) { return mantissa::sigmoid(x); }
 inline Tensor tanh(const Tensor& x) { return mantissa::tanh(x); }
+inline Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01) {
+  return mantissa::leaky_relu(x, negative_slope);
+}
+inline Tensor elu(const Tensor& x, double alpha = 1.0) { return mantissa::elu(x, alpha); }
+inline Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0) {
+  return mantissa::softplus(x, beta, threshold);
+}
 inline Tensor softmax(const Tensor& x, int64_t dim) { return mantissa::softmax(x, dim); }
 inline Tensor log_softmax(const Tensor& x, int64_t dim) { return mantissa::log_softmax(x, dim); }
 inline Tensor dropout(const Tensor& x, double p = 0.5, bool training = true) {

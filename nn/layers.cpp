@@ -1,5 +1,6 @@
 #include "nn/layers.h"
 
+#include <charconv>
 #include <cmath>
 #include <sstream>
 
@@ -46,6 +47,30 @@ GELUImpl::GELUImpl(std::string approx) : UnaryModule("GELU"), approximate(std::m
            "GELU: approximate must be 'none' or "
            "'tanh', got '",
            approximate, "'");
+}
+
+namespace {
+// A double as Python's repr writes a float (shortest round trip, "1.0" rather than "1").
+std::string py_float(double v) {
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof(buf), v);
+  std::string s(buf, res.ptr);
+  if (s.find_first_of(".ein") == std::string::npos) s += ".0";
+  return s;
+}
+// Softplus's defaults are Python ints (beta=1, threshold=20): whole values print without ".0".
+std::string py_number(double v) {
+  return v == std::floor(v) && std::fabs(v) < 1e15 ? std::to_string(static_cast<int64_t>(v))
+                                                   : py_float(v);
+}
+}  // namespace
+
+std::string LeakyReLUImpl::extra_repr() const {
+  return "negative_slope=" + py_float(negative_slope);
+}
+std::string ELUImpl::extra_repr() const { return "alpha=" + py_float(alpha); }
+std::string SoftplusImpl::extra_repr() const {
+  return "beta=" + py_number(beta) + ", threshold=" + py_number(threshold);
 }
 
 DropoutImpl::DropoutImpl(double prob) : UnaryModule("Dropout"), p(prob) {

@@ -55,6 +55,36 @@ class GELUImpl : public UnaryModule {
 };
 MANTISSA_MODULE(GELU);
 
+// Activations with parameters, printed as PyTorch prints them.
+class LeakyReLUImpl : public UnaryModule {
+ public:
+  explicit LeakyReLUImpl(double negative_slope = 0.01)
+      : UnaryModule("LeakyReLU"), negative_slope(negative_slope) {}
+  Tensor forward(const Tensor& x) override { return leaky_relu(x, negative_slope); }
+  std::string extra_repr() const override;
+  double negative_slope;
+};
+MANTISSA_MODULE(LeakyReLU);
+
+class ELUImpl : public UnaryModule {
+ public:
+  explicit ELUImpl(double alpha = 1.0) : UnaryModule("ELU"), alpha(alpha) {}
+  Tensor forward(const Tensor& x) override { return elu(x, alpha); }
+  std::string extra_repr() const override;
+  double alpha;
+};
+MANTISSA_MODULE(ELU);
+
+class SoftplusImpl : public UnaryModule {
+ public:
+  explicit SoftplusImpl(double beta = 1.0, double threshold = 20.0)
+      : UnaryModule("Softplus"), beta(beta), threshold(threshold) {}
+  Tensor forward(const Tensor& x) override { return softplus(x, beta, threshold); }
+  std::string extra_repr() const override;
+  double beta, threshold;
+};
+MANTISSA_MODULE(Softplus);
+
 class DropoutImpl : public UnaryModule {
  public:
   explicit DropoutImpl(double p = 0.5);

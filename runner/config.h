@@ -33,7 +33,7 @@ class ConfigError : public Error {
 // One entry of model.layers.
 struct LayerSpec {
   std::string type;  // linear relu gelu silu sigmoid tanh dropout layernorm conv2d maxpool2d
-                     // flatten conv1d adaptive_avg_pool2d identity
+                     // flatten conv1d adaptive_avg_pool2d identity leaky_relu elu softplus
   std::string name;                     // the child's name; empty: its index, as nn.Sequential
   std::string path;                     // "model.layers.3", for messages
   int64_t in = 0, out = 0;              // linear: features; conv2d: channels
@@ -48,6 +48,9 @@ struct LayerSpec {
   int64_t padding = 0;                  // conv2d, maxpool2d
   int64_t start_dim = 1, end_dim = -1;  // flatten
   std::vector<int64_t> output_size;     // adaptive_avg_pool2d: [h, w], or one size for both
+  double negative_slope = 0.01;         // leaky_relu
+  double alpha = 1.0;                   // elu
+  double beta = 1.0, threshold = 20.0;  // softplus
 };
 
 struct ModelConfig {

@@ -127,7 +127,10 @@ inline const std::vector<std::string> kLayerTypes = {"linear",
                                                      "flatten",
                                                      "conv1d",
                                                      "adaptive_avg_pool2d",
-                                                     "identity"};
+                                                     "identity",
+                                                     "leaky_relu",
+                                                     "elu",
+                                                     "softplus"};
 
 template <typename V>
 void describe(V& v, LayerSpec& l) {
@@ -215,6 +218,15 @@ void describe(V& v, LayerSpec& l) {
             return (o.size() == 1 || o.size() == 2) && o.front() >= 1 && o.back() >= 1;
           },
           "must be one or two sizes, each >= 1"});
+  v.field(key("negative_slope", l.negative_slope)
+              .applies_to({"leaky_relu"})
+              .doc("the slope for negative inputs"));
+  v.field(key("alpha", l.alpha).applies_to({"elu"}).doc("the value ELU saturates to, negated"));
+  v.field(
+      key("beta", l.beta).applies_to({"softplus"}).positive().doc("log(1 + exp(beta x)) / beta"));
+  v.field(key("threshold", l.threshold)
+              .applies_to({"softplus"})
+              .doc("above it (in beta x) softplus is the identity"));
 }
 
 template <typename V>

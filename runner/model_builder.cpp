@@ -42,6 +42,9 @@ std::shared_ptr<nn::UnaryModule> make_layer(const LayerSpec& l) {
     return nn::AdaptiveAvgPool2d(Size2(l.output_size.front(), l.output_size.back())).ptr();
   }
   if (l.type == "identity") return nn::Identity().ptr();
+  if (l.type == "leaky_relu") return nn::LeakyReLU(l.negative_slope).ptr();
+  if (l.type == "elu") return nn::ELU(l.alpha).ptr();
+  if (l.type == "softplus") return nn::Softplus(l.beta, l.threshold).ptr();
   MT_THROW("build_model: unknown layer type '", l.type, "' at ", l.path);
 }
 

@@ -1,6 +1,7 @@
 #include "op_cases.h"
 
 #include <tuple>
+#include <limits>
 
 #include "autograd/linear_act.h"
 
@@ -479,6 +480,82 @@ const std::vector<OpCase>& op_cases() {
     v.push_back({"max_pool2d_with_indices", kFloat, {{2, 3, 6, 5}}, [](const Inputs& x) {
                    return mt::max_pool2d_with_indices(x[0], 2, 1, 1).values;
                  }});
+    // Pointwise and masking ops (autograd/ops/pointwise.cpp). Divisors stay away from zero.
+    auto divisor = [](const Tensor& t) { return mt::clamp(mt::abs(t), 0, 4) + 1; };
+    v.push_back({"floor_divide",
+                 kNumber,
+                 {{5, 7}, {5, 7}},
+                 [divisor](const Inputs& x) { return mt::floor_divide(x[0], divisor(x[1])); },
+                 -4,
+                 4,
+                 1.0,
+                 false});
+    v.push_back({"remainder", kNumber, {{5, 7}, {5, 7}}, [divisor](const Inputs& x) {
+                   return mt::remainder(x[0], divisor(x[1]));
+                 }});
+    v.back().low = -4;
+    v.back().high = 4;
+    // remainder takes the divisor's sign.
+    v.push_back({"remainder negative divisor",
+                 kNumber & ~mt::dtype_bit(mt::kUInt8),
+                 {{5, 7}, {5, 7}},
+                 [divisor](const Inputs& x) { return mt::remainder(x[0], -divisor(x[1])); }});
+    v.back().op = "remainder";
+    v.back().low = -4;
+    v.back().high = 4;
+    v.push_back({"fmod", kNumber, {{5, 7}, {7}}, [divisor](const Inputs& x) {
+                   return mt::fmod(x[0], divisor(x[1]));
+                 }});
+    v.back().low = -4;
+    v.back().high = 4;
+    v.push_back({"masked_fill", kAny, {{5, 7}, {7}}, [](const Inputs& x) {
+                   return mt::masked_fill(x[0], x[1].to(mt::kFloat64) > 0, 1);
+                 }});
+    v.push_back({"masked_fill tensor value", kFloat, {{5, 7}, {7}, {}}, [](const Inputs& x) {
+                   return mt::masked_fill(x[0], x[1] > 0, x[2]);
+                 }});
+    v.back().op = "masked_fill";
+    // Floating inputs get infinities and NaNs to classify.
+    auto specials = [](const Tensor& t) {
+      if (!mt::is_floating(t.dtype())) return t;
+      const double inf = std::numeric_limits<double>::infinity();
+      return t.masked_fill(t > 1.2, inf)
+          .masked_fill(t < -1.2, -inf)
+          .masked_fill(mt::abs(t) < 0.3, std::numeric_limits<double>::quiet_NaN());
+    };
+    for (auto [name, f] : std::vector<std::pair<const char*, Tensor (*)(const Tensor&)>>{
+             {"isnan", &mt::isnan}, {"isinf", &mt::isinf}, {"isfinite", &mt::isfinite}}) {
+      v.push_back({name,
+                   kAny,
+                   {{5, 7}},
+                   [f, specials](const Inputs& x) { return f(specials(x[0])); },
+                   -2,
+                   2,
+                   1.0,
+                   false});
+    }
+    v.push_back({"leaky_relu", kFloat, {{5, 7}}, [](const Inputs& x) {
+                   return mt::leaky_relu(x[0], 0.2);
+                 }});
+    v.push_back({"elu", kFloat, {{5, 7}}, [](const Inputs& x) { return mt::elu(x[0], 1.3); }});
+    v.push_back({"softplus", kFloat, {{5, 7}}, [](const Inputs& x) {
+                   return mt::softplus(x[0], 2.0, 3.0);
+                 }});
+    v.push_back({"lerp", kFloat, {{5, 7}, {5, 7}, {7}}, [](const Inputs& x) {
+                   return mt::lerp(x[0], x[1], x[2]);
+                 }});
+    for (double w : {0.3, 0.7}) {
+      v.push_back(
+          {"lerp scalar " + std::to_string(w), kFloat, {{5, 7}, {1, 7}}, [w](const Inputs& x) {
+             return mt::lerp(x[0], x[1], w);
+           }});
+      v.back().op = "lerp";
+    }
+    v.push_back({"addcmul", kNumber, {{5, 7}, {5, 7}, {1, 7}}, [](const Inputs& x) {
+                   return mt::addcmul(x[0], x[1], x[2], 2);
+                 }});
+    v.push_back({"tril", kAny, {{2, 5, 7}}, [](const Inputs& x) { return mt::tril(x[0], 1); }});
+    v.push_back({"triu", kAny, {{2, 5, 7}}, [](const Inputs& x) { return mt::triu(x[0], -1); }});
     return v;
   }();
   return cases;

@@ -152,14 +152,16 @@ Tensor comparison(const char* op, const KernelTable<BinaryKernel>& table, const 
 
 }  // namespace
 
-DType result_type(const Tensor& a, const Tensor& b) {
+DType ops::result_type_of(std::initializer_list<const Tensor*> tensors) {
   std::optional<DType> dim_result, zero_result;
-  for (const Tensor* t : {&a, &b}) {
+  for (const Tensor* t : tensors) {
     auto& slot = t->dim() > 0 ? dim_result : zero_result;
     slot = slot ? promote_types(*slot, t->dtype()) : t->dtype();
   }
   return *combine(dim_result, zero_result);
 }
+
+DType result_type(const Tensor& a, const Tensor& b) { return ops::result_type_of({&a, &b}); }
 
 DType result_type(const Tensor& a, const Scalar& s) {
   const DType wrapped = s.is_floating() ? kFloat32 : s.is_bool() ? kBool : kInt64;

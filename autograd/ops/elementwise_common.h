@@ -2,6 +2,8 @@
 // kernel calls. Internal to autograd/ops.
 #pragma once
 
+#include <initializer_list>
+
 #include "autograd/functions.h"
 #include "autograd/recorder.h"
 #include "engine/kernel_tables.h"
@@ -21,6 +23,8 @@ Tensor run_unary(const KernelTable<UnaryKernel>& table, const Tensor& in);
 Tensor run_binary_same(const KernelTable<BinaryKernel>& table, const Tensor& a, const Tensor& b);
 // A 0-d tensor holding `s` in `dtype` on `device`.
 Tensor wrap_scalar(const Scalar& s, DType dtype, Device device);
+// result_type over several tensors (PyTorch's, as result_type(a, b) for two).
+DType result_type_of(std::initializer_list<const Tensor*> tensors);
 // `s` as the 0-d operand of a binary op with `t`: in result_type(t, s), on t's device.
 Tensor scalar_operand(const Tensor& t, const Scalar& s);
 

@@ -1,0 +1,369 @@
+// Pointwise and masking ops with their backward formulas: floor_divide, remainder and fmod,
+// masked_fill, the floating-point class tests, the activations with parameters (leaky_relu, elu,
+// softplus), lerp, addcmul, and tril/triu. Broadcasting and type promotion are PyTorch's.
+#include "autograd/autocast_wrapper.h"
+#include "autograd/ops/elementwise_common.h"
+
+namespace mantissa {
+namespace {
+
+using autograd::BackwardContext;
+using autograd::Recorder;
+using autograd::sum_to;
+using Grads = std::vector<Tensor>;
+using ops::broadcast_view;
+
+TensorOptions options(const Tensor& like, DType dtype) {
+  return TensorOptions(like.device()).dtype(dtype);
+}
+
+// PyTorch's CPU kernels raise ZeroDivisionError for an integer zero divisor. The check reads the
+// divisor back to the host, on every device, so integer division behaves the same everywhere.
+void check_integer_divisor(const char* op, const Tensor& divisor) {
+  autograd::NoGradGuard no_grad;
+  const int64_t zeros = sum(divisor == 0).item<int64_t>();
+  MT_CHECK(zeros == 0, op, ": ZeroDivisionError: integer division by zero (", zeros,
+           " zero divisors of dtype ", divisor.dtype(), ")");
+}
+
+// floor_divide, remainder and fmod: a and b promoted to their result type and broadcast.
+// `backward(ctx, grad, a, b)` gives the gradients of a floating result; none for floor_divide,
+// whose derivative PyTorch does not implement.
+template <typename Backward>
+Tensor division_op(const char* op, const char* node, const KernelTable<BinaryKernel>& table,
+                   const Tensor& a, const Tensor& b, bool differentiable, Backward backward) {
+  ops::check_same_device(op, a, b);
+  const DType dtype = result_type(a, b);
+  const Tensor x = a.to(dtype), y = b.to(dtype);
+  if (!is_floating(dtype) && dtype != kBool) check_integer_divisor(op, y);
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
+  Tensor out = empty(shape, options(x, dtype));
+  table(x.device())(out, broadcast_view(x, shape), broadcast_view(y, shape));
+  if (differentiable && is_floating(dtype)) {
+    if (Recorder rec{node, {&x, &y}}) {
+      rec.save(x).save(y);
+      rec.finish(out, [backward, sa = x.shape(), sb = y.shape()](BackwardContext& ctx) -> Grads {
+        auto [ga, gb] = backward(ctx, ctx.grad(), ctx.saved(0), ctx.saved(1));
+        return {ga.defined() ? sum_to(ga, sa) : ga, gb.defined() ? sum_to(gb, sb) : gb};
+      });
+    }
+  }
+  return out;
+}
+
+Tensor floor_divide_body(const Tensor& a, const Tensor& b) {
+  return division_op("floor_divide", "", floor_divide_kernel, a, b, false,
+                     [](BackwardContext&, const Tensor&, const Tensor&, const Tensor&) {
+                       return std::pair{Tensor(), Tensor()};
+                     });
+}
+
+Tensor remainder_body(const Tensor& a, const Tensor& b) {
+  return division_op("remainder", "RemainderBackward0", remainder_kernel, a, b, true,
+                     [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y) {
+                       return std::pair{ctx.needs(0) ? g : Tensor(),
+                                        ctx.needs(1) ? -g * floor_divide(x, y) : Tensor()};
+                     });
+}
+
+Tensor fmod_body(const Tensor& a, const Tensor& b) {
+  return division_op("fmod", "FmodBackward0", fmod_kernel, a, b, true,
+                     [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y) {
+                       // trunc(x / y), exactly: x - fmod(x, y) is a multiple of y.
+                       return std::pair{ctx.needs(0) ? g : Tensor(),
+                                        ctx.needs(1) ? -g * ((x - fmod(x, y)) / y) : Tensor()};
+                     });
+}
+
+// ---- masked_fill ------------------------------------------------------------------------------
+void check_mask(const char* op, const Tensor& self, const Tensor& mask, const Tensor& value) {
+  MT_CHECK(mask.dtype() == kBool, op, ": expected a bool mask, got dtype ", mask.dtype());
+  MT_CHECK(value.dim() == 0, op,
+           ": only supports a 0-dimensional value tensor, but got tensor with ", value.dim(),
+           " dimension(s)");
+  ops::check_same_device(op, self, mask);
+}
+
+// The value as a 0-d tensor of self's dtype on self's device (a recorded cast, so a value that
+// requires grad gets its gradient back in its own dtype).
+Tensor fill_value(const Tensor& self, const Tensor& value) {
+  return value.to(self.device()).to(self.dtype());
+}
+
+Tensor masked_fill_body(const Tensor& self, const Tensor& mask, const Tensor& value) {
+  check_mask("masked_fill", self, mask, value);
+  const Tensor v = fill_value(self, value);
+  const Shape shape = broadcast_shapes(self.shape(), mask.shape(), "masked_fill");
+  Tensor out = empty(shape, options(self, self.dtype()));
+  where_kernel(self.device())(out, broadcast_view(mask, shape), broadcast_view(v, shape),
+                              broadcast_view(self, shape));
+  if (Recorder rec{"MaskedFillBackward0", {&self, &v}}) {
+    rec.save(mask);
+    rec.finish(out, [ss = self.shape()](BackwardContext& ctx) -> Grads {
+      const Tensor g = ctx.grad(), m = ctx.saved(0), z = zeros_like(g);
+      return {ctx.needs(0) ? sum_to(where(m, z, g), ss) : Tensor(),
+              ctx.needs(1) ? sum(where(m, g, z)) : Tensor()};
+    });
+  }
+  return out;
+}
+
+Tensor& masked_fill_inplace(Tensor& self, const Tensor& mask, const Tensor& value) {
+  check_mask("masked_fill_", self, mask, value);
+  autograd::check_inplace("masked_fill_", self, {&value});
+  const Shape shape = broadcast_shapes(self.shape(), mask.shape(), "masked_fill_");
+  MT_CHECK(shape == self.shape(), "masked_fill_: output with shape ", self.shape(),
+           " doesn't match the broadcast shape ", shape);
+  const Tensor v = fill_value(self, value);
+  Recorder rec{"MaskedFillBackward0", {&self, &v}};  // edges capture self's old history
+  where_kernel(self.device())(self, broadcast_view(mask, shape), broadcast_view(v, shape), self);
+  self.bump_version();
+  if (rec) {
+    rec.save(mask);
+    rec.finish_inplace(self, [](BackwardContext& ctx) -> Grads {
+      const Tensor g = ctx.grad(), m = ctx.saved(0), z = zeros_like(g);
+      return {ctx.needs(0) ? where(m, z, g) : Tensor(),
+              ctx.needs(1) ? sum(where(m, g, z)) : Tensor()};
+    });
+  }
+  return self;
+}
+
+// ---- class tests ------------------------------------------------------------------------------
+Tensor class_test(const KernelTable<UnaryKernel>& table, const Tensor& x) {
+  Tensor out = empty(x.shape(), options(x, kBool));
+  table(x.device())(out, x);
+  return out;
+}
+
+// ---- activations with parameters -------------------------------------------------------------
+Tensor param_activation(const char* node, const KernelTable<ParamActivationKernel>& forward,
+                        const KernelTable<ParamActivationBackwardKernel>& backward, const Tensor& x,
+                        double p0, double p1) {
+  Tensor out = ops::empty_as(x.shape(), x);
+  forward(x.device())(out, x, p0, p1);
+  if (Recorder rec{node, {&x}}) {
+    rec.save(x);
+    rec.finish(out, [&backward, p0, p1](BackwardContext& ctx) -> Grads {
+      const Tensor g = ctx.grad(), in = ctx.saved(0);
+      Tensor grad_in = ops::empty_as(g.shape(), g);
+      backward(g.device())(grad_in, g, in, p0, p1);
+      return {grad_in};
+    });
+  }
+  return out;
+}
+
+Tensor leaky_relu_body(const Tensor& x, double negative_slope) {
+  return param_activation("LeakyReluBackward0", leaky_relu_kernel, leaky_relu_backward_kernel, x,
+                          negative_slope, 0.0);
+}
+Tensor elu_body(const Tensor& x, double alpha) {
+  return param_activation("EluBackward0", elu_kernel, elu_backward_kernel, x, alpha, 0.0);
+}
+Tensor softplus_body(const Tensor& x, double beta, double threshold) {
+  return param_activation("SoftplusBackward0", softplus_kernel, softplus_backward_kernel, x, beta,
+                          threshold);
+}
+
+// ---- lerp and addcmul -------------------------------------------------------------------------
+void check_lerp_operand(const Tensor& start, const Tensor& t, const char* what) {
+  MT_CHECK(t.dtype() == start.dtype(), "lerp: expected dtype ", start.dtype(), " for `", what,
+           "` but got dtype ", t.dtype());
+  ops::check_same_device("lerp", start, t);
+}
+
+Tensor lerp_body(const Tensor& start, const Tensor& end, const Tensor& weight) {
+  check_lerp_operand(start, end, "end");
+  check_lerp_operand(start, weight, "weight");
+  const Shape shape = broadcast_shapes(broadcast_shapes(start.shape(), end.shape(), "lerp"),
+                                       weight.shape(), "lerp");
+  Tensor out = empty(shape, options(start, start.dtype()));
+  lerp_kernel(start.device())(out, broadcast_view(start, shape), broadcast_view(end, shape),
+                              broadcast_view(weight, shape), 0.0);
+  if (Recorder rec{"LerpBackward1", {&start, &end, &weight}}) {
+    rec.save(start).save(end).save(weight);
+    rec.finish(
+        out,
+        [ss = start.shape(), se = end.shape(), sw = weight.shape()](BackwardContext& ctx) -> Grads {
+          const Tensor g = ctx.grad(), s = ctx.saved(0), e = ctx.saved(1), w = ctx.saved(2);
+          return {ctx.needs(0) ? sum_to(g * (1.0 - w), ss) : Tensor(),
+                  ctx.needs(1) ? sum_to(g * w, se) : Tensor(),
+                  ctx.needs(2) ? sum_to(g * (e - s), sw) : Tensor()};
+        });
+  }
+  return out;
+}
+
+Tensor lerp_scalar_body(const Tensor& start, const Tensor& end, const Scalar& weight) {
+  check_lerp_operand(start, end, "end");
+  const Shape shape = broadcast_shapes(start.shape(), end.shape(), "lerp");
+  Tensor out = empty(shape, options(start, start.dtype()));
+  const double w = weight.to_double();
+  lerp_kernel(start.device())(out, broadcast_view(start, shape), broadcast_view(end, shape),
+                              Tensor(), w);
+  if (Recorder rec{"LerpBackward0", {&start, &end}}) {
+    rec.finish(out, [w, ss = start.shape(), se = end.shape()](BackwardContext& ctx) -> Grads {
+      const Tensor g = ctx.grad();
+      return {ctx.needs(0) ? sum_to(g * (1.0 - w), ss) : Tensor(),
+              ctx.needs(1) ? sum_to(g * w, se) : Tensor()};
+    });
+  }
+  return out;
+}
+
+Tensor addcmul_body(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
+  ops::check_same_device("addcmul", self, t1);
+  ops::check_same_device("addcmul", self, t2);
+  const DType dtype = ops::result_type_of({&self, &t1, &t2});
+  const Tensor s = self.to(dtype), x = t1.to(dtype), y = t2.to(dtype);
+  const Shape shape =
+      broadcast_shapes(broadcast_shapes(s.shape(), x.shape(), "addcmul"), y.shape(), "addcmul");
+  Tensor out = empty(shape, options(s, dtype));
+  addcmul_kernel(s.device())(out, broadcast_view(s, shape), broadcast_view(x, shape),
+                             broadcast_view(y, shape), value);
+  if (is_floating(dtype)) {
+    if (Recorder rec{"AddcmulBackward0", {&s, &x, &y}}) {
+      rec.save(x).save(y);
+      rec.finish(
+          out,
+          [value, ss = s.shape(), sx = x.shape(), sy = y.shape()](BackwardContext& ctx) -> Grads {
+            const Tensor g = ctx.grad();
+            return {ctx.needs(0) ? sum_to(g, ss) : Tensor(),
+                    ctx.needs(1) ? sum_to(g * ctx.saved(1) * value, sx) : Tensor(),
+                    ctx.needs(2) ? sum_to(g * ctx.saved(0) * value, sy) : Tensor()};
+          });
+    }
+  }
+  return out;
+}
+
+// ---- tril / triu ------------------------------------------------------------------------------
+// Keeps the elements of each matrix (the last two dims) on and below (tril) or on and above
+// (triu) the diagonal `diagonal`, through a [rows, cols] mask of col - row against it.
+Tensor triangle(const char* op, const char* node, const Tensor& x, int64_t diagonal, bool upper) {
+  MT_CHECK(x.dim() >= 2, op, ": input tensor must have at least 2 dimensions, got ", x.dim());
+  Tensor out = ops::empty_as(x.shape(), x);
+  {
+    autograd::NoGradGuard no_grad;
+    const TensorOptions index = options(x, kInt64);
+    const Tensor offset =
+        arange(x.size(-1), index).unsqueeze(0) - arange(x.size(-2), index).unsqueeze(1);
+    const Tensor keep = upper ? offset >= diagonal : offset <= diagonal;
+    where_kernel(x.device())(out, broadcast_view(keep, x.shape()), x,
+                             broadcast_view(zeros({}, options(x, x.dtype())), x.shape()));
+  }
+  if (Recorder rec{node, {&x}}) {
+    rec.finish(out, [diagonal, upper](BackwardContext& ctx) -> Grads {
+      return {upper ? triu(ctx.grad(), diagonal) : tril(ctx.grad(), diagonal)};
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- public entries ---------------------------------------------------------------------------
+Tensor floor_divide(const Tensor& a, const Tensor& b) {
+  return autograd::with_autocast<OpId::floor_divide>(floor_divide_body, a, b);
+}
+Tensor floor_divide(const Tensor& a, const Scalar& b) {
+  return floor_divide(a, ops::scalar_operand(a, b));
+}
+Tensor remainder(const Tensor& a, const Tensor& b) {
+  return autograd::with_autocast<OpId::remainder>(remainder_body, a, b);
+}
+Tensor remainder(const Tensor& a, const Scalar& b) {
+  return remainder(a, ops::scalar_operand(a, b));
+}
+Tensor fmod(const Tensor& a, const Tensor& b) {
+  return autograd::with_autocast<OpId::fmod>(fmod_body, a, b);
+}
+Tensor fmod(const Tensor& a, const Scalar& b) { return fmod(a, ops::scalar_operand(a, b)); }
+
+Tensor masked_fill(const Tensor& self, const Tensor& mask, const Tensor& value) {
+  return autograd::with_autocast<OpId::masked_fill>(masked_fill_body, self, mask, value);
+}
+Tensor masked_fill(const Tensor& self, const Tensor& mask, const Scalar& value) {
+  return masked_fill(self, mask, ops::wrap_scalar(value, self.dtype(), self.device()));
+}
+
+Tensor isnan(const Tensor& x) {
+  return autograd::with_autocast<OpId::isnan>(
+      [](const Tensor& t) { return class_test(isnan_kernel, t); }, x);
+}
+Tensor isinf(const Tensor& x) {
+  return autograd::with_autocast<OpId::isinf>(
+      [](const Tensor& t) { return class_test(isinf_kernel, t); }, x);
+}
+Tensor isfinite(const Tensor& x) {
+  return autograd::with_autocast<OpId::isfinite>(
+      [](const Tensor& t) { return class_test(isfinite_kernel, t); }, x);
+}
+
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  return autograd::with_autocast<OpId::leaky_relu>(leaky_relu_body, x, negative_slope);
+}
+Tensor elu(const Tensor& x, double alpha) {
+  return autograd::with_autocast<OpId::elu>(elu_body, x, alpha);
+}
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  return autograd::with_autocast<OpId::softplus>(softplus_body, x, beta, threshold);
+}
+
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
+  return autograd::with_autocast<OpId::lerp>(lerp_body, start, end, weight);
+}
+Tensor lerp(const Tensor& start, const Tensor& end, const Scalar& weight) {
+  return autograd::with_autocast<OpId::lerp>(lerp_scalar_body, start, end, weight);
+}
+Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
+  return autograd::with_autocast<OpId::addcmul>(addcmul_body, self, t1, t2, value);
+}
+
+Tensor tril(const Tensor& x, int64_t diagonal) {
+  return autograd::with_autocast<OpId::tril>(
+      [](const Tensor& t, int64_t k) { return triangle("tril", "TrilBackward0", t, k, false); }, x,
+      diagonal);
+}
+Tensor triu(const Tensor& x, int64_t diagonal) {
+  return autograd::with_autocast<OpId::triu>(
+      [](const Tensor& t, int64_t k) { return triangle("triu", "TriuBackward0", t, k, true); }, x,
+      diagonal);
+}
+
+// ---- methods ----------------------------------------------------------------------------------
+Tensor Tensor::floor_divide(const Tensor& o) const { return mantissa::floor_divide(*this, o); }
+Tensor Tensor::floor_divide(const Scalar& o) const { return mantissa::floor_divide(*this, o); }
+Tensor Tensor::remainder(const Tensor& o) const { return mantissa::remainder(*this, o); }
+Tensor Tensor::remainder(const Scalar& o) const { return mantissa::remainder(*this, o); }
+Tensor Tensor::fmod(const Tensor& o) const { return mantissa::fmod(*this, o); }
+Tensor Tensor::fmod(const Scalar& o) const { return mantissa::fmod(*this, o); }
+Tensor Tensor::masked_fill(const Tensor& mask, const Scalar& value) const {
+  return mantissa::masked_fill(*this, mask, value);
+}
+Tensor Tensor::masked_fill(const Tensor& mask, const Tensor& value) const {
+  return mantissa::masked_fill(*this, mask, value);
+}
+Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& value) {
+  return masked_fill_inplace(*this, mask, ops::wrap_scalar(value, dtype(), device()));
+}
+Tensor& Tensor::masked_fill_(const Tensor& mask, const Tensor& value) {
+  return masked_fill_inplace(*this, mask, value);
+}
+Tensor Tensor::isnan() const { return mantissa::isnan(*this); }
+Tensor Tensor::isinf() const { return mantissa::isinf(*this); }
+Tensor Tensor::isfinite() const { return mantissa::isfinite(*this); }
+Tensor Tensor::lerp(const Tensor& end, const Scalar& weight) const {
+  return mantissa::lerp(*this, end, weight);
+}
+Tensor Tensor::lerp(const Tensor& end, const Tensor& weight) const {
+  return mantissa::lerp(*this, end, weight);
+}
+Tensor Tensor::addcmul(const Tensor& t1, const Tensor& t2, const Scalar& value) const {
+  return mantissa::addcmul(*this, t1, t2, value);
+}
+Tensor Tensor::tril(int64_t diagonal) const { return mantissa::tril(*this, diagonal); }
+Tensor Tensor::triu(int64_t diagonal) const { return mantissa::triu(*this, diagonal); }
+
+}  // namespace mantissa

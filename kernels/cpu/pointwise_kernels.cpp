@@ -1,0 +1,102 @@
+// CPU kernels for the pointwise ops of autograd/ops/pointwise.cpp: floor_divide, remainder,
+// fmod, the floating-point class tests, the activations with parameters and their backwards,
+// lerp and addcmul. The math is in kernels/functors.h, shared with CUDA; half types compute in
+// float and round once on store.
+#include "engine/kernel_tables.h"
+#include "kernels/cpu/loops.h"
+#include "kernels/functors.h"
+
+namespace mantissa::cpu {
+namespace {
+
+template <typename Op>
+void binary_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
+  dispatch_dtype<Op::dtypes>(out.dtype(), Op::name, out.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    elementwise<T, T, T>(
+        out, [](T x, T y) { return T(Op{}(M(x), M(y))); }, a, b);
+  });
+}
+
+template <typename Op>
+void predicate_kernel(const Tensor& out, const Tensor& in) {
+  dispatch_dtype<Op::dtypes>(in.dtype(), Op::name, in.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    elementwise<bool, T>(
+        out, [](T x) { return Op{}(M(x)); }, in);
+  });
+}
+
+template <typename Op>
+void activation_kernel(const Tensor& out, const Tensor& in, double p0, double p1) {
+  dispatch_dtype<kFloatingTypes>(out.dtype(), Op::name, out.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    const M a = static_cast<M>(p0), b = static_cast<M>(p1);
+    elementwise<T, T>(
+        out, [a, b](T x) { return T(Op{}(M(x), a, b)); }, in);
+  });
+}
+
+template <typename Op>
+void activation_backward_kernel(const Tensor& grad_in, const Tensor& grad_out, const Tensor& input,
+                                double p0, double p1) {
+  dispatch_dtype<kFloatingTypes>(grad_in.dtype(), Op::name, grad_in.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    const M a = static_cast<M>(p0), b = static_cast<M>(p1);
+    elementwise<T, T, T>(
+        grad_in, [a, b](T g, T x) { return T(Op{}(M(g), M(x), a, b)); }, grad_out, input);
+  });
+}
+
+void lerp_kernel_cpu(const Tensor& out, const Tensor& start, const Tensor& end,
+                     const Tensor& weight, double scalar_weight) {
+  dispatch_dtype<kFloatingTypes>(out.dtype(), "lerp", out.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    if (weight.defined()) {
+      elementwise<T, T, T, T>(
+          out, [](T s, T e, T w) { return T(functors::lerp_of(M(s), M(e), M(w))); }, start, end,
+          weight);
+    } else {
+      const M w = static_cast<M>(scalar_weight);
+      elementwise<T, T, T>(
+          out, [w](T s, T e) { return T(functors::lerp_of(M(s), M(e), w)); }, start, end);
+    }
+  });
+}
+
+void addcmul_kernel_cpu(const Tensor& out, const Tensor& self, const Tensor& t1, const Tensor& t2,
+                        const Scalar& value) {
+  dispatch_dtype<kAllTypes>(out.dtype(), "addcmul", out.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    const M v = value.to<M>();
+    elementwise<T, T, T, T>(
+        out, [v](T s, T x, T y) { return T(M(s) + v * M(x) * M(y)); }, self, t1, t2);
+  });
+}
+
+}  // namespace
+
+MT_REGISTER_KERNEL(floor_divide_kernel, kCPU, &binary_kernel<functors::FloorDivide>);
+MT_REGISTER_KERNEL(remainder_kernel, kCPU, &binary_kernel<functors::Remainder>);
+MT_REGISTER_KERNEL(fmod_kernel, kCPU, &binary_kernel<functors::Fmod>);
+MT_REGISTER_KERNEL(isnan_kernel, kCPU, &predicate_kernel<functors::IsNan>);
+MT_REGISTER_KERNEL(isinf_kernel, kCPU, &predicate_kernel<functors::IsInf>);
+MT_REGISTER_KERNEL(isfinite_kernel, kCPU, &predicate_kernel<functors::IsFinite>);
+MT_REGISTER_KERNEL(leaky_relu_kernel, kCPU, &activation_kernel<functors::LeakyRelu>);
+MT_REGISTER_KERNEL(elu_kernel, kCPU, &activation_kernel<functors::Elu>);
+MT_REGISTER_KERNEL(softplus_kernel, kCPU, &activation_kernel<functors::Softplus>);
+MT_REGISTER_KERNEL(leaky_relu_backward_kernel, kCPU,
+                   &activation_backward_kernel<functors::LeakyReluBackward>);
+MT_REGISTER_KERNEL(elu_backward_kernel, kCPU, &activation_backward_kernel<functors::EluBackward>);
+MT_REGISTER_KERNEL(softplus_backward_kernel, kCPU,
+                   &activation_backward_kernel<functors::SoftplusBackward>);
+MT_REGISTER_KERNEL(lerp_kernel, kCPU, &lerp_kernel_cpu);
+MT_REGISTER_KERNEL(addcmul_kernel, kCPU, &addcmul_kernel_cpu);
+
+}  // namespace mantissa::cpu
