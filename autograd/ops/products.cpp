@@ -27,7 +27,7 @@ struct Term {
 
 char label_char(int l) { return static_cast<char>(l < 26 ? 'A' + l : 'a' + (l - 26)); }
 
-// One side of the equation ("ij", "...ij"), letters only; `ellipsis_dims` is filled in later.
+// One operand's subscripts ("ij", "...ij"): its letters and where "..." stands among them.
 Term parse_term(const std::string& s, const std::string& equation) {
   Term t;
   for (size_t i = 0; i < s.size(); ++i) {

@@ -1,6 +1,7 @@
 // split, chunk and repeat. split and chunk return narrow views (as PyTorch's do), so their
 // gradients come from narrow's. repeat tiles one dim at a time with unsqueeze, expand and reshape
 // (recorded ops, so the gradient sums the tiles) and always returns a new tensor.
+#include <algorithm>
 #include <string>
 
 #include "autograd/functions.h"
