@@ -77,6 +77,9 @@ MT_DEFINE_TABLE(linear_backward_weight, LinearBackwardWeightKernel)
 MT_DEFINE_TABLE(linear_backward_act, LinearBackwardActKernel)
 MT_DEFINE_TABLE(layer_norm_forward, LayerNormForwardKernel)
 MT_DEFINE_TABLE(layer_norm_backward, LayerNormBackwardKernel)
+MT_DEFINE_TABLE(norm_stats, NormStatsKernel)
+MT_DEFINE_TABLE(norm_apply, NormApplyKernel)
+MT_DEFINE_TABLE(norm_backward, NormBackwardKernel)
 
 namespace detail {
 void throw_no_kernel(const char* op, DeviceType device) {
