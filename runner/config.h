@@ -32,8 +32,8 @@ class ConfigError : public Error {
 
 // One entry of model.layers.
 struct LayerSpec {
-  std::string
-      type;  // linear relu gelu silu sigmoid tanh dropout layernorm conv2d maxpool2d flatten
+  std::string type;  // linear relu gelu silu sigmoid tanh dropout layernorm conv2d maxpool2d
+                     // flatten batchnorm1d batchnorm2d groupnorm rmsnorm
   std::string name;                     // the child's name; empty: its index, as nn.Sequential
   std::string path;                     // "model.layers.3", for messages
   int64_t in = 0, out = 0;              // linear: features; conv2d: channels
@@ -47,6 +47,9 @@ struct LayerSpec {
   int64_t stride = 1;                   // conv2d (maxpool2d: default kernel)
   int64_t padding = 0;                  // conv2d, maxpool2d
   int64_t start_dim = 1, end_dim = -1;  // flatten
+  int64_t features = 0;                 // batchnorm1d/2d num_features, groupnorm num_channels
+  int64_t groups = 1;                   // groupnorm num_groups
+  double momentum = 0.1;                // batchnorm1d/2d
 };
 
 struct ModelConfig {

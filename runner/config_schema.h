@@ -114,9 +114,11 @@ struct Rule {
 
 // ---- the declarations ---------------------------------------------------------------------------
 
-inline const std::vector<std::string> kLayerTypes = {"linear",  "relu",      "gelu",    "silu",
-                                                     "sigmoid", "tanh",      "dropout", "layernorm",
-                                                     "conv2d",  "maxpool2d", "flatten"};
+inline const std::vector<std::string> kLayerTypes = {
+    "linear", "relu", "gelu", "silu", "sigmoid", "tanh", "dropout", "layernorm", "conv2d",
+    "maxpool2d", "flatten",
+    // normalisation layers (nn/norm.h)
+    "batchnorm1d", "batchnorm2d", "groupnorm", "rmsnorm"};
 
 template <typename V>
 void describe(V& v, LayerSpec& l) {
@@ -186,6 +188,42 @@ void describe(V& v, LayerSpec& l) {
               .between(-8, 8)
               .doc("last dim "
                    "flattened"));
+  // The normalisation layers of nn/norm.h.
+  v.field(key("features", l.features)
+              .applies_to({"batchnorm1d", "batchnorm2d", "groupnorm"})
+              .required()
+              .at_least(1)
+              .doc("channels: num_features (batchnorm) or num_channels (groupnorm)"));
+  v.field(key("groups", l.groups)
+              .applies_to({"groupnorm"})
+              .required()
+              .at_least(1)
+              .doc("num_groups: the channels are normalised in this many groups"));
+  v.rule({"groups",
+          {"groupnorm"},
+          [&l] { return l.groups > 0 && l.features % l.groups == 0; },
+          "must divide features"});
+  v.field(key("momentum", l.momentum)
+              .applies_to({"batchnorm1d", "batchnorm2d"})
+              .in(Range{0, 1, true, false})
+              .doc("weight of each batch in the running mean and variance"));
+  v.field(key("eps", l.eps)
+              .applies_to({"batchnorm1d", "batchnorm2d", "groupnorm"})
+              .positive()
+              .doc("added to the variance"));
+  v.field(key("eps", l.eps)
+              .applies_to({"rmsnorm"})
+              .positive()
+              .default_from([] { return double(std::numeric_limits<float>::epsilon()); },
+                            "float32's machine epsilon")
+              .doc("added to the mean square"));
+  v.field(key("affine", l.affine)
+              .applies_to({"batchnorm1d", "batchnorm2d", "groupnorm", "rmsnorm"})
+              .doc("learn per-channel weight and bias (rmsnorm: weight only)"));
+  v.field(key("shape", l.shape)
+              .applies_to({"rmsnorm"})
+              .required()
+              .doc("normalized_shape: the trailing dims normalized (an int or a list)"));
 }
 
 template <typename V>

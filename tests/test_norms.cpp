@@ -6,9 +6,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <sstream>
 
+#include "runner/config.h"
+#include "runner/model_builder.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -285,6 +288,45 @@ TEST(Norms, EvalBatchNormGradientIsPerElement) {
   mt::testing::expect_close(x.grad(), mt::full({5, 2}, 1.0 / std::sqrt(1.0 + 1e-5)), 1e-6, 1e-6,
                             "eval grad");
   EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 0);
+}
+
+// Config layers: batchnorm2d/groupnorm after a conv, batchnorm1d/rmsnorm after a linear layer,
+// with PyTorch's parameter and buffer names and the declared defaults.
+TEST(Norms, ConfigLayersBuildTheModules) {
+  namespace rn = mantissa::runner;
+  const rn::Config c = rn::parse_config(
+      "model:\n  layers:\n    - {type: conv2d, in: 1, out: 4, kernel: 3}\n"
+      "    - {type: batchnorm2d, features: 4, momentum: 0.2}\n"
+      "    - {type: groupnorm, features: 4, groups: 2}\n    - flatten\n"
+      "    - {type: linear, in: 16, out: 6}\n    - {type: batchnorm1d, features: 6}\n"
+      "    - {type: rmsnorm, shape: 6}\n",
+      "t");
+  EXPECT_EQ(rn::infer_output_shape(c, Shape{1, 4, 4}, "input"), (Shape{6}));
+  auto seq = rn::build_model(c.model);
+  std::vector<std::string> keys = seq->state_dict().keys();
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{
+                "0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var",
+                "1.num_batches_tracked", "2.weight", "2.bias", "4.weight", "4.bias", "5.weight",
+                "5.bias", "5.running_mean", "5.running_var", "5.num_batches_tracked", "6.weight"}));
+  EXPECT_EQ(seq->forward(mt::randn({3, 1, 4, 4})).shape(), (Shape{3, 6}));
+  auto rms = std::dynamic_pointer_cast<nn::RMSNormImpl>((*seq)[6]);
+  ASSERT_TRUE(rms);
+  EXPECT_EQ(rms->eps.value(), double(std::numeric_limits<float>::epsilon()));
+  EXPECT_EQ(std::dynamic_pointer_cast<nn::BatchNormImpl>((*seq)[1])->momentum.value(), 0.2);
+  mt::testing::expect_error(
+      [] {
+        rn::parse_config("model:\n  layers:\n    - {type: groupnorm, features: 6, groups: 4}\n",
+                         "t");
+      },
+      {"groups", "must divide features"});
+  const rn::Config wrong =
+      rn::parse_config("model:\n  layers:\n    - {type: batchnorm2d, features: 3}\n", "t");
+  mt::testing::expect_error(
+      [&] {
+        rn::infer_output_shape(wrong, Shape{4, 5, 5}, "input");
+      },
+      {"model.layers.0.features", "does not match the input channels"});
 }
 
 }  // namespace

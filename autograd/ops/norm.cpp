@@ -158,6 +158,9 @@ Tensor batch_norm_body(const Tensor& x, const Tensor& running_mean, const Tensor
                          {&weight, "weight"},
                          {&bias, "bias"}})
     check_channel_tensor("batch_norm", what, *t, x, C);
+  MT_CHECK(!weight.defined() || !bias.defined() || weight.dtype() == bias.dtype(),
+           "batch_norm: expected weight and bias of one dtype, got ", weight.dtype(), " and ",
+           bias.dtype());
   MT_CHECK(running_mean.defined() == running_var.defined(),
            "batch_norm: running_mean and running_var must both be given or both be undefined");
   MT_CHECK(training || running_mean.defined(),
