@@ -199,10 +199,6 @@ void describe(V& v, LayerSpec& l) {
               .required()
               .at_least(1)
               .doc("num_groups: the channels are normalised in this many groups"));
-  v.rule({"groups",
-          {"groupnorm"},
-          [&l] { return l.groups > 0 && l.features % l.groups == 0; },
-          "must divide features"});
   v.field(key("momentum", l.momentum)
               .applies_to({"batchnorm1d", "batchnorm2d"})
               .in(Range{0, 1, true, false})

@@ -103,6 +103,10 @@ Shape infer_output_shape(const Config& config, const Shape& input, const std::st
       if (s[0] != l.features) {
         config.fail(l.path + ".features", "does not match the input channels: " + arriving);
       }
+      if (l.type == "groupnorm" && l.features % l.groups != 0) {
+        config.fail(l.path + ".groups",
+                    "must divide features (" + std::to_string(l.features) + ")");
+      }
     } else if (l.type == "layernorm" || l.type == "rmsnorm") {
       const int64_t n = static_cast<int64_t>(l.shape.size());
       bool ok = s.size() >= n;

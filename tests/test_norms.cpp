@@ -314,12 +314,13 @@ TEST(Norms, ConfigLayersBuildTheModules) {
   ASSERT_TRUE(rms);
   EXPECT_EQ(rms->eps.value(), double(std::numeric_limits<float>::epsilon()));
   EXPECT_EQ(std::dynamic_pointer_cast<nn::BatchNormImpl>((*seq)[1])->momentum.value(), 0.2);
+  const rn::Config bad_groups =
+      rn::parse_config("model:\n  layers:\n    - {type: groupnorm, features: 6, groups: 4}\n", "t");
   mt::testing::expect_error(
-      [] {
-        rn::parse_config("model:\n  layers:\n    - {type: groupnorm, features: 6, groups: 4}\n",
-                         "t");
+      [&] {
+        rn::infer_output_shape(bad_groups, Shape{6, 5}, "input");
       },
-      {"groups", "must divide features"});
+      {"model.layers.0.groups", "must divide features (6)"});
   const rn::Config wrong =
       rn::parse_config("model:\n  layers:\n    - {type: batchnorm2d, features: 3}\n", "t");
   mt::testing::expect_error(
