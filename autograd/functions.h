@@ -193,6 +193,23 @@ Tensor adaptive_avg_pool2d(const Tensor& input, Size2 output_size);
 // then applies weight and bias (each optional, shaped like normalized_shape).
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+// torch.nn.functional.batch_norm: x [N, C, *] normalised per channel. In training, with the
+// batch's mean and biased variance; running_mean/running_var (when defined) are updated in place
+// as (1 - momentum) * running + momentum * batch statistic, with the unbiased variance. In
+// evaluation, with the running statistics. The statistics are float32 (float64 for a float64
+// input); a float16/bfloat16 input may come with float32 weight, bias and running statistics.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                  bool training = false, double momentum = 0.1, double eps = 1e-5);
+// torch.nn.functional.group_norm: x [N, C, *], each sample's C channels in num_groups groups
+// normalised separately; weight and bias [C].
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+// RMS norm (torch.nn.functional.rms_norm of PyTorch 2.4; PyTorch 1.13 has none):
+// y = x / sqrt(mean(x^2) + eps) * weight over the trailing normalized_shape dims. eps defaults
+// to the machine epsilon of the statistics' dtype (float32's, float64's for a float64 input).
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                std::optional<double> eps = std::nullopt);
 
 // ---- losses (autograd/ops/loss.cpp) -----------------------------------------------------------
 // How a loss folds its per-element values: None keeps them, Mean and Sum give a 0-d tensor.

@@ -117,6 +117,12 @@ enum class CastPolicy : uint8_t { LowerPrecision, Float32, Promote, None };
                                                               "avg_pool2d_backward")              \
   X(layer_norm,          Float32,        true,  norm,         "layer_norm_forward "               \
                                                               "layer_norm_backward")              \
+  X(batch_norm,          None,           true,  norm,         "norm_stats norm_apply "            \
+                                                              "norm_backward copy add mul rsqrt") \
+  X(group_norm,          Float32,        true,  norm,         "norm_stats norm_apply "            \
+                                                              "norm_backward copy")               \
+  X(rms_norm,            Float32,        true,  norm,         "norm_stats norm_apply "            \
+                                                              "norm_backward copy")               \
   X(mse_loss,            Float32,        true,  loss,         "add mul sum mean")                 \
   X(l1_loss,             Float32,        true,  loss,         "add abs mul sum mean")             \
   X(nll_loss,            Float32,        true,  loss,         "where sum div mul")                \

@@ -104,6 +104,9 @@ MT_DEFINE_TABLE(elu_backward, ParamActivationBackwardKernel)
 MT_DEFINE_TABLE(softplus_backward, ParamActivationBackwardKernel)
 MT_DEFINE_TABLE(lerp, LerpKernel)
 MT_DEFINE_TABLE(addcmul, AddcmulKernel)
+MT_DEFINE_TABLE(norm_stats, NormStatsKernel)
+MT_DEFINE_TABLE(norm_apply, NormApplyKernel)
+MT_DEFINE_TABLE(norm_backward, NormBackwardKernel)
 
 namespace detail {
 void throw_no_kernel(const char* op, DeviceType device) {

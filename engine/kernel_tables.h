@@ -12,6 +12,7 @@
 #include "engine/dispatch.h"
 #include "engine/generator.h"
 #include "engine/linear_activation.h"
+#include "engine/macros.h"
 #include "engine/scalar.h"
 #include "engine/tensor.h"
 
@@ -372,6 +373,49 @@ MT_DECLARE_TABLE(lerp, LerpKernel)
 using AddcmulKernel = void (*)(const Tensor& out, const Tensor& self, const Tensor& t1,
                                const Tensor& t2, const Scalar& value);
 MT_DECLARE_TABLE(addcmul, AddcmulKernel)
+// ---- batch norm, group norm, RMS norm (kernels/cpu/norm_kernels.cpp,
+// kernels/cuda/norm_kernels.cu) x is contiguous [N, C, L] (L the product of the spatial dims; RMS
+// norm's [M, D] is N = M, C = D, L = 1) and its elements fall into statistics sets of whole
+// channels: with per_sample, set n * G + g holds channels [g * C/G, (g + 1) * C/G) of sample n
+// (group norm; RMS norm with G = 1); without, set g holds those channels of every sample (batch
+// norm, G = C). Weight and bias are per channel. centered: subtract the set's mean (batch/group
+// norm); else only scale by the root mean square (RMS norm).
+struct NormSets {
+  int64_t N = 0, C = 0, L = 0, G = 1;
+  bool per_sample = true;
+  bool centered = true;
+  MT_HOST_DEVICE int64_t sets() const { return per_sample ? N * G : G; }
+  // The set holding channel c of sample n.
+  MT_HOST_DEVICE int64_t set_of(int64_t n, int64_t c) const {
+    const int64_t g = c / (C / G);
+    return per_sample ? n * G + g : g;
+  }
+};
+// mean [S] (centered only, else undefined), rstd [S] = 1 / sqrt(var + eps) with the biased
+// variance (centered) or the mean of squares, and, when defined, unbiased_var [S] (the running
+// statistics' update). All contiguous in x's opmath dtype; sums accumulate in double (CPU).
+using NormStatsKernel = void (*)(const Tensor& mean, const Tensor& rstd, const Tensor& unbiased_var,
+                                 const Tensor& x, const NormSets& sets, double eps);
+MT_DECLARE_TABLE(norm_stats, NormStatsKernel)
+// out [N,C,L] = (x - mean[s]) * rstd[s] * weight[c] + bias[c]; mean undefined when not centered,
+// weight and bias contiguous [C] or undefined, in x's dtype or (for a float16/bfloat16 x) float32.
+using NormApplyKernel = void (*)(const Tensor& out, const Tensor& x, const Tensor& mean,
+                                 const Tensor& rstd, const Tensor& weight, const Tensor& bias,
+                                 const NormSets& sets);
+MT_DECLARE_TABLE(norm_apply, NormApplyKernel)
+// The backward of norm_apply, with xhat = (x - mean) * rstd and g = grad_out * weight:
+//   stats_from_x (the forward's statistics came from x):
+//     grad_x = rstd * (g - mean_set(g) - xhat * mean_set(g * xhat))   (no mean_set(g) term when
+//     not centered);
+//   else (batch norm in eval mode): grad_x = rstd * g;
+//   grad_weight[c] = sum over channel c of grad_out * xhat, grad_bias[c] = sum of grad_out.
+// Each output is undefined when not wanted, and contiguous and overwritten otherwise (the
+// parameter grads in the parameters' dtype).
+using NormBackwardKernel = void (*)(const Tensor& grad_x, const Tensor& grad_weight,
+                                    const Tensor& grad_bias, const Tensor& grad_out,
+                                    const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                    const Tensor& weight, const NormSets& sets, bool stats_from_x);
+MT_DECLARE_TABLE(norm_backward, NormBackwardKernel)
 
 #undef MT_DECLARE_TABLE
 

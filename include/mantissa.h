@@ -27,6 +27,7 @@
 #include "nn/module.h"
 #include "nn/clip_grad.h"
 #include "nn/conv.h"
+#include "nn/norm.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/lr_scheduler.h"
 #include "nn/optim/optimizer.h"

@@ -54,6 +54,19 @@ inline Tensor layer_norm(const Tensor& x, const Shape& normalized_shape,
                          double eps = 1e-5) {
   return mantissa::layer_norm(x, normalized_shape, weight, bias, eps);
 }
+inline Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                         const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                         bool training = false, double momentum = 0.1, double eps = 1e-5) {
+  return mantissa::batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps);
+}
+inline Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),
+                         const Tensor& bias = Tensor(), double eps = 1e-5) {
+  return mantissa::group_norm(x, num_groups, weight, bias, eps);
+}
+inline Tensor rms_norm(const Tensor& x, const Shape& normalized_shape,
+                       const Tensor& weight = Tensor(), std::optional<double> eps = std::nullopt) {
+  return mantissa::rms_norm(x, normalized_shape, weight, eps);
+}
 
 // The losses (autograd/ops/loss.cpp documents their arguments).
 inline Tensor mse_loss(const Tensor& input, const Tensor& target,

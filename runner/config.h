@@ -34,6 +34,7 @@ class ConfigError : public Error {
 struct LayerSpec {
   std::string type;  // linear relu gelu silu sigmoid tanh dropout layernorm conv2d maxpool2d
                      // flatten conv1d adaptive_avg_pool2d identity leaky_relu elu softplus
+                     // batchnorm1d batchnorm2d groupnorm rmsnorm
   std::string name;                     // the child's name; empty: its index, as nn.Sequential
   std::string path;                     // "model.layers.3", for messages
   int64_t in = 0, out = 0;              // linear: features; conv2d: channels
@@ -51,6 +52,9 @@ struct LayerSpec {
   double negative_slope = 0.01;         // leaky_relu
   double alpha = 1.0;                   // elu
   double beta = 1.0, threshold = 20.0;  // softplus
+  int64_t features = 0;                 // batchnorm1d/2d num_features, groupnorm num_channels
+  int64_t groups = 1;                   // groupnorm num_groups
+  double momentum = 0.1;                // batchnorm1d/2d
 };
 
 struct ModelConfig {

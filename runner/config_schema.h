@@ -130,7 +130,11 @@ inline const std::vector<std::string> kLayerTypes = {"linear",
                                                      "identity",
                                                      "leaky_relu",
                                                      "elu",
-                                                     "softplus"};
+                                                     "softplus",
+                                                     "batchnorm1d",
+                                                     "batchnorm2d",
+                                                     "groupnorm",
+                                                     "rmsnorm"};
 
 template <typename V>
 void describe(V& v, LayerSpec& l) {
@@ -227,6 +231,38 @@ void describe(V& v, LayerSpec& l) {
   v.field(key("threshold", l.threshold)
               .applies_to({"softplus"})
               .doc("above it (in beta x) softplus is the identity"));
+  // The normalisation layers of nn/norm.h.
+  v.field(key("features", l.features)
+              .applies_to({"batchnorm1d", "batchnorm2d", "groupnorm"})
+              .required()
+              .at_least(1)
+              .doc("channels: num_features (batchnorm) or num_channels (groupnorm)"));
+  v.field(key("groups", l.groups)
+              .applies_to({"groupnorm"})
+              .required()
+              .at_least(1)
+              .doc("num_groups: the channels are normalised in this many groups"));
+  v.field(key("momentum", l.momentum)
+              .applies_to({"batchnorm1d", "batchnorm2d"})
+              .in(Range{0, 1, true, false})
+              .doc("weight of each batch in the running mean and variance"));
+  v.field(key("eps", l.eps)
+              .applies_to({"batchnorm1d", "batchnorm2d", "groupnorm"})
+              .positive()
+              .doc("added to the variance"));
+  v.field(key("eps", l.eps)
+              .applies_to({"rmsnorm"})
+              .positive()
+              .default_from([] { return double(std::numeric_limits<float>::epsilon()); },
+                            "float32's machine epsilon")
+              .doc("added to the mean square"));
+  v.field(key("affine", l.affine)
+              .applies_to({"batchnorm1d", "batchnorm2d", "groupnorm", "rmsnorm"})
+              .doc("learn per-channel weight and bias (rmsnorm: weight only)"));
+  v.field(key("shape", l.shape)
+              .applies_to({"rmsnorm"})
+              .required()
+              .doc("normalized_shape: the trailing dims normalized (an int or a list)"));
 }
 
 template <typename V>

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "nn/conv.h"
+#include "nn/norm.h"
 #include "runner/text.h"
 
 namespace mantissa::runner {
@@ -45,6 +46,12 @@ std::shared_ptr<nn::UnaryModule> make_layer(const LayerSpec& l) {
   if (l.type == "leaky_relu") return nn::LeakyReLU(l.negative_slope).ptr();
   if (l.type == "elu") return nn::ELU(l.alpha).ptr();
   if (l.type == "softplus") return nn::Softplus(l.beta, l.threshold).ptr();
+  if (l.type == "batchnorm1d")
+    return nn::BatchNorm1d(l.features, l.eps, l.momentum, l.affine).ptr();
+  if (l.type == "batchnorm2d")
+    return nn::BatchNorm2d(l.features, l.eps, l.momentum, l.affine).ptr();
+  if (l.type == "groupnorm") return nn::GroupNorm(l.groups, l.features, l.eps, l.affine).ptr();
+  if (l.type == "rmsnorm") return nn::RMSNorm(Shape(l.shape), l.eps, l.affine).ptr();
   MT_THROW("build_model: unknown layer type '", l.type, "' at ", l.path);
 }
 
@@ -99,7 +106,22 @@ Shape infer_output_shape(const Config& config, const Shape& input, const std::st
         config.fail(l.path + ".in", "does not match the input: " + arriving);
       }
       s[s.size() - 1] = l.out;
-    } else if (l.type == "layernorm") {
+    } else if (l.type == "batchnorm1d" || l.type == "batchnorm2d" || l.type == "groupnorm") {
+      // s is one example's shape: [C] or [C, L] (batchnorm1d), [C, H, W] (batchnorm2d).
+      const bool rank_ok = l.type == "batchnorm1d"   ? s.size() == 1 || s.size() == 2
+                           : l.type == "batchnorm2d" ? s.size() == 3
+                                                     : s.size() >= 1;
+      if (!rank_ok) {
+        config.fail(l.path + ".type", l.type + " does not take inputs of this rank: " + arriving);
+      }
+      if (s[0] != l.features) {
+        config.fail(l.path + ".features", "does not match the input channels: " + arriving);
+      }
+      if (l.type == "groupnorm" && l.features % l.groups != 0) {
+        config.fail(l.path + ".groups",
+                    "must divide features (" + std::to_string(l.features) + ")");
+      }
+    } else if (l.type == "layernorm" || l.type == "rmsnorm") {
       const int64_t n = static_cast<int64_t>(l.shape.size());
       bool ok = s.size() >= n;
       for (int64_t i = 0; ok && i < n; ++i) ok = s[s.size() - n + i] == l.shape[i];

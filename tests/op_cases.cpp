@@ -556,6 +556,75 @@ const std::vector<OpCase>& op_cases() {
                  }});
     v.push_back({"tril", kAny, {{2, 5, 7}}, [](const Inputs& x) { return mt::tril(x[0], 1); }});
     v.push_back({"triu", kAny, {{2, 5, 7}}, [](const Inputs& x) { return mt::triu(x[0], -1); }});
+    // Batch norm, group norm, RMS norm. Training-mode batch norm differentiates through the
+    // batch statistics; eval mode reads fixed running statistics.
+    auto running = [](const Tensor& like, double value) {
+      return mt::full({3}, value, mt::TensorOptions(like.device()).dtype(like.dtype()));
+    };
+    v.push_back({"batch_norm_train",
+                 kFloat,
+                 {{4, 3, 5}, {3}, {3}},
+                 [running](const Inputs& x) {
+                   return F::batch_norm(x[0], running(x[0], 0.0), running(x[0], 1.0), x[1], x[2],
+                                        true, 0.1, 1e-5);
+                 },
+                 -2,
+                 2,
+                 8});
+    v.back().op = "batch_norm";
+    v.push_back({"batch_norm_train_2d_no_affine",
+                 kFloat,
+                 {{5, 3}},
+                 [](const Inputs& x) {
+                   return F::batch_norm(x[0], Tensor(), Tensor(), Tensor(), Tensor(), true);
+                 },
+                 -2,
+                 2,
+                 8});
+    v.back().op = "batch_norm";
+    v.push_back({"batch_norm_eval",
+                 kFloat,
+                 {{2, 3, 2, 2}, {3}, {3}},
+                 [running](const Inputs& x) {
+                   return F::batch_norm(x[0], running(x[0], 0.3), running(x[0], 1.7), x[1], x[2],
+                                        false);
+                 },
+                 -2,
+                 2,
+                 8});
+    v.back().op = "batch_norm";
+    v.push_back({"group_norm",
+                 kFloat,
+                 {{2, 6, 5}, {6}, {6}},
+                 [](const Inputs& x) { return F::group_norm(x[0], 3, x[1], x[2]); },
+                 -2,
+                 2,
+                 8});
+    v.push_back({"group_norm_4d",
+                 kFloat,
+                 {{2, 4, 3, 2}},
+                 [](const Inputs& x) { return F::group_norm(x[0], 2); },
+                 -2,
+                 2,
+                 8});
+    v.back().op = "group_norm";
+    v.push_back({"rms_norm",
+                 kFloat,
+                 {{4, 3, 8}, {8}},
+                 [](const Inputs& x) { return F::rms_norm(x[0], {8}, x[1], 1e-6); },
+                 -2,
+                 2,
+                 8});
+    v.push_back({"rms_norm_2d_shape",
+                 kFloat,
+                 {{3, 2, 4}, {2, 4}},
+                 [](const Inputs& x) {
+                   return F::rms_norm(x[0], {2, 4}, x[1]);
+                 },
+                 -2,
+                 2,
+                 8});
+    v.back().op = "rms_norm";
     return v;
   }();
   return cases;
