@@ -378,6 +378,7 @@ RunObjects build_run(const Config& c, std::string config_text) {
   }
   const ScheduleConfig& sc = c.schedule;
   if (sc.type == "multistep") {
+    if (sc.milestones.empty()) c.fail("schedule.milestones", "multistep needs at least one step");
     r.scheduler = std::make_shared<optim::MultiStepLR>(*r.optimizer, sc.milestones, sc.gamma);
   } else if (sc.type == "exponential") {
     r.scheduler = std::make_shared<optim::ExponentialLR>(*r.optimizer, sc.gamma);

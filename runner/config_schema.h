@@ -396,6 +396,8 @@ void describe(V& v, ScheduleConfig& s) {
               .doc("the factor (`exponential`: every step)"));
   v.field(key("milestones", s.milestones)
               .applies_to({"multistep"})
+              .optional_output()
+              .default_text("none (required for multistep)")
               .doc("steps at which the lr is multiplied by `gamma`"));
   v.field(key("warmup_steps", s.warmup_steps)
               .applies_to({"cosine"})

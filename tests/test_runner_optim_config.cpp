@@ -22,16 +22,20 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* kData = "data: {samples: 64, batch_size: 16}\ndevice: cpu\n";
+// A small synthetic run on the CPU; `yaml` may give its own `data`.
+std::string with_data(const std::string& yaml) {
+  const bool has_data = yaml.rfind("data:", 0) == 0 || yaml.find("\ndata:") != std::string::npos;
+  return yaml + (has_data ? "" : "data: {samples: 64, batch_size: 16}\n") + "device: cpu\n";
+}
 
 rn::RunObjects build(const std::string& yaml) {
-  return rn::build_run(rn::parse_config(yaml + kData, "test.yaml"));
+  return rn::build_run(rn::parse_config(with_data(yaml), "test.yaml"));
 }
 
 void expect_config_error(const std::string& yaml, const std::vector<std::string>& parts,
                          bool at_build = false) {
   try {
-    const rn::Config c = rn::parse_config(yaml + kData, "test.yaml");
+    const rn::Config c = rn::parse_config(with_data(yaml), "test.yaml");
     if (at_build) rn::build_run(c);
     ADD_FAILURE() << "expected a config error for:\n" << yaml;
   } catch (const rn::ConfigError& e) {
@@ -104,10 +108,11 @@ TEST(RunnerOptimConfig, BadValuesAreOneLineErrors) {
 }
 
 // Runs a config through the Trainer as `mantissa train` does.
-struct Run {
+struct TrainRun {
   rn::RunObjects objects;
   std::unique_ptr<rn::Trainer> trainer;
-  explicit Run(const std::string& yaml, const std::string& run_dir = "") : objects(build(yaml)) {
+  explicit TrainRun(const std::string& yaml, const std::string& run_dir = "")
+      : objects(build(yaml)) {
     rn::TrainerOptions o = objects.trainer_options;
     o.run_dir = run_dir;
     o.progress = false;
@@ -120,7 +125,7 @@ struct Run {
 };
 
 TEST(RunnerOptimConfig, PlateauWatchesTheTrainingLossWithoutEvaluation) {
-  Run run("schedule: {type: plateau}\nsteps: 12\n");
+  TrainRun run("schedule: {type: plateau}\nsteps: 12\n");
   run.trainer->fit();
   EXPECT_EQ(run.objects.scheduler->last_epoch(), 12);  // one step per training step
   auto* plateau = dynamic_cast<optim::ReduceLROnPlateau*>(run.objects.scheduler.get());
@@ -129,7 +134,7 @@ TEST(RunnerOptimConfig, PlateauWatchesTheTrainingLossWithoutEvaluation) {
 }
 
 TEST(RunnerOptimConfig, PlateauWatchesTheValidationLossWhenTheRunEvaluates) {
-  Run run(
+  TrainRun run(
       "schedule: {type: plateau}\nsteps: 12\neval_every: 4\n"
       "data: {samples: 80, batch_size: 16, val_split: 0.2}\n");
   const rn::TrainSummary summary = run.trainer->fit();
@@ -144,10 +149,10 @@ TEST(RunnerOptimConfig, PlateauStateSurvivesACheckpoint) {
   const fs::path dir = fs::temp_directory_path() / ("mt_plateau_" + std::to_string(getpid()));
   fs::remove_all(dir);
   const std::string yaml = "schedule: {type: plateau, patience: 1}\nsteps: 10\n";
-  Run a(yaml, (dir / "a").string());
+  TrainRun a(yaml, (dir / "a").string());
   a.trainer->fit();
   const std::string ckpt = a.trainer->save_checkpoint((dir / rn::checkpoint_filename(10)).string());
-  Run b(yaml);
+  TrainRun b(yaml);
   b.trainer->resume_from(ckpt);
   const optim::SchedulerState sa = a.objects.scheduler->state_dict();
   const optim::SchedulerState sb = b.objects.scheduler->state_dict();
