@@ -208,6 +208,41 @@ using AdamMultiStepKernel = void (*)(const OptimizerTensorLists& lists, const Te
                                      const AdamStepParams& p);
 MT_DECLARE_TABLE(adam_multi_step, AdamMultiStepKernel)
 
+// RMSprop, Adagrad, NAdam and RAdam (formulas in nn/optim/rmsprop.h, adagrad.h, nadam.h,
+// radam.h), multi-tensor only: the per-parameter path passes a one-entry list. Lists as above;
+// every kernel advances the step count of each parameter it updates (step + 1 is this update).
+//   state  RMSprop: [0] square_avg, [1] momentum_buffer (undefined unless momentum > 0),
+//                   [2] grad_avg (undefined unless centered)
+//          Adagrad: [0] sum
+//          NAdam:   [0] exp_avg, [1] exp_avg_sq, [2] mu_product (float32, 1 element)
+//          RAdam:   [0] exp_avg, [1] exp_avg_sq
+struct RmspropStepParams {
+  double lr, alpha, eps, weight_decay, momentum;
+  bool centered, maximize;
+};
+using RmspropMultiStepKernel = void (*)(const OptimizerTensorLists& lists,
+                                        const Tensor& found_inf, const RmspropStepParams& p);
+MT_DECLARE_TABLE(rmsprop_multi_step, RmspropMultiStepKernel)
+struct AdagradStepParams {
+  double lr, lr_decay, weight_decay, eps;
+  bool maximize;
+};
+using AdagradMultiStepKernel = void (*)(const OptimizerTensorLists& lists,
+                                        const Tensor& found_inf, const AdagradStepParams& p);
+MT_DECLARE_TABLE(adagrad_multi_step, AdagradMultiStepKernel)
+struct NadamStepParams {
+  double lr, beta1, beta2, eps, weight_decay, momentum_decay;
+};
+using NadamMultiStepKernel = void (*)(const OptimizerTensorLists& lists, const Tensor& found_inf,
+                                      const NadamStepParams& p);
+MT_DECLARE_TABLE(nadam_multi_step, NadamMultiStepKernel)
+struct RadamStepParams {
+  double lr, beta1, beta2, eps, weight_decay;
+};
+using RadamMultiStepKernel = void (*)(const OptimizerTensorLists& lists, const Tensor& found_inf,
+                                      const RadamStepParams& p);
+MT_DECLARE_TABLE(radam_multi_step, RadamMultiStepKernel)
+
 // ---- convolution and pooling (kernels/cpu/conv_kernels.cpp, pool_kernels.cpp) ----------------
 // The op passes every operand contiguous (NCHW, weight [O, C/groups, kh, kw]) and in one dtype,
 // with shapes already checked against PyTorch's output-size formulas; outputs are fresh and fully

@@ -9,7 +9,12 @@
 #include "autograd/functions.h"
 #include "engine/generator.h"
 #include "nn/loss.h"
+#include "nn/optim/adagrad.h"
 #include "nn/optim/adam.h"
+#include "nn/optim/nadam.h"
+#include "nn/optim/radam.h"
+#include "nn/optim/rmsprop.h"
+#include "nn/optim/schedulers.h"
 #include "nn/optim/sgd.h"
 #include "runner/atomic_file.h"
 #include "runner/determinism.h"
@@ -170,6 +175,25 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& o,
     a.amsgrad = o.amsgrad;
     a.maximize = o.maximize;
     return std::make_shared<optim::Adam>(std::move(params), a);
+  }
+  if (o.type == "rmsprop") {
+    return std::make_shared<optim::RMSprop>(
+        std::move(params), optim::RMSpropOptions{o.lr, o.alpha, o.eps, o.weight_decay, o.momentum,
+                                                 o.centered, o.maximize});
+  }
+  if (o.type == "adagrad") {
+    return std::make_shared<optim::Adagrad>(
+        std::move(params), optim::AdagradOptions{o.lr, o.lr_decay, o.weight_decay,
+                                                 o.initial_accumulator_value, o.eps, o.maximize});
+  }
+  if (o.type == "nadam") {
+    return std::make_shared<optim::NAdam>(
+        std::move(params),
+        optim::NAdamOptions{o.lr, o.betas, o.eps, o.weight_decay, o.momentum_decay});
+  }
+  if (o.type == "radam") {
+    return std::make_shared<optim::RAdam>(
+        std::move(params), optim::RAdamOptions{o.lr, o.betas, o.eps, o.weight_decay});
   }
   optim::AdamWOptions a;
   a.lr = o.lr;
@@ -351,6 +375,51 @@ RunObjects build_run(const Config& c, std::string config_text) {
     }
     r.scheduler = std::make_shared<optim::CosineWarmupLR>(*r.optimizer, c.schedule.warmup_steps,
                                                           total, c.schedule.min_lr);
+  }
+  const ScheduleConfig& sc = c.schedule;
+  if (sc.type == "multistep") {
+    if (sc.milestones.empty()) c.fail("schedule.milestones", "multistep needs at least one step");
+    r.scheduler = std::make_shared<optim::MultiStepLR>(*r.optimizer, sc.milestones, sc.gamma);
+  } else if (sc.type == "exponential") {
+    r.scheduler = std::make_shared<optim::ExponentialLR>(*r.optimizer, sc.gamma);
+  } else if (sc.type == "cosine_annealing") {
+    const int64_t t_max = sc.total_steps > 0 ? sc.total_steps : total_steps;
+    r.scheduler = std::make_shared<optim::CosineAnnealingLR>(*r.optimizer, t_max, sc.min_lr);
+  } else if (sc.type == "linear") {
+    r.scheduler = std::make_shared<optim::LinearLR>(*r.optimizer, sc.start_factor, sc.end_factor,
+                                                    sc.total_iters);
+  } else if (sc.type == "onecycle") {
+    if (sc.cycle_momentum && c.optimizer.type == "adagrad") {
+      c.fail("schedule.cycle_momentum",
+             "optimizer.type adagrad has no momentum to cycle; set it to false");
+    }
+    if (sc.total_steps > 0 && sc.total_steps < total_steps) {
+      c.fail("schedule.total_steps", "must be >= the run's " + std::to_string(total_steps) +
+                                         " steps (onecycle cannot step past its end)");
+    }
+    optim::OneCycleOptions o;
+    o.max_lr = {sc.max_lr > 0 ? sc.max_lr : c.optimizer.lr};
+    o.total_steps = sc.total_steps > 0 ? sc.total_steps : total_steps;
+    o.pct_start = sc.pct_start;
+    o.anneal_strategy = sc.anneal_strategy;
+    o.cycle_momentum = sc.cycle_momentum;
+    o.base_momentum = sc.base_momentum;
+    o.max_momentum = sc.max_momentum;
+    o.div_factor = sc.div_factor;
+    o.final_div_factor = sc.final_div_factor;
+    o.three_phase = sc.three_phase;
+    r.scheduler = std::make_shared<optim::OneCycleLR>(*r.optimizer, std::move(o));
+  } else if (sc.type == "plateau") {
+    optim::PlateauOptions o;
+    o.mode = sc.mode;
+    o.factor = sc.factor;
+    o.patience = sc.patience;
+    o.threshold = sc.threshold;
+    o.threshold_mode = sc.threshold_mode;
+    o.cooldown = sc.cooldown;
+    o.min_lr = {sc.min_lr};
+    o.eps = sc.eps;
+    r.scheduler = std::make_shared<optim::ReduceLROnPlateau>(*r.optimizer, std::move(o));
   }
 
   TrainerOptions& t = r.trainer_options;

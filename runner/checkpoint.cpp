@@ -224,6 +224,39 @@ std::vector<double> doubles(const Json& j) {
   return out;
 }
 
+Json scheduler_json(const optim::SchedulerState& s) {
+  Json j;
+  j["last_epoch"] = s.last_epoch;
+  Json base = Json::array(), last = Json::array();
+  for (const double v : s.base_lrs) base.push_back(v);
+  for (const double v : s.last_lr) last.push_back(v);
+  j["base_lrs"] = std::move(base);
+  j["last_lr"] = std::move(last);
+  if (!s.extra.empty()) {
+    Json extra = Json::object();
+    for (const auto& [key, v] : s.extra) extra[key] = v;  // NaN is written as null
+    j["extra"] = std::move(extra);
+  }
+  if (!s.children.empty()) {
+    Json children = Json::array();
+    for (const auto& c : s.children) children.push_back(scheduler_json(c));
+    j["children"] = std::move(children);
+  }
+  return j;
+}
+
+optim::SchedulerState scheduler_state(const Json& j) {
+  optim::SchedulerState s{j.at("last_epoch").as_int(), doubles(j.at("base_lrs")),
+                          doubles(j.at("last_lr"))};
+  if (const Json* extra = j.find("extra")) {
+    for (const auto& [key, v] : extra->as_object()) s.extra[key] = v.as_double();
+  }
+  if (const Json* children = j.find("children")) {
+    for (const Json& c : children->as_array()) s.children.push_back(scheduler_state(c));
+  }
+  return s;
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& path, const CheckpointParts& parts) {
@@ -289,15 +322,7 @@ void save_checkpoint(const std::string& path, const CheckpointParts& parts) {
     meta["scaler"] = nullptr;
   }
   if (parts.scheduler) {
-    const optim::SchedulerState s = parts.scheduler->state_dict();
-    Json j;
-    j["last_epoch"] = s.last_epoch;
-    Json base = Json::array(), last = Json::array();
-    for (const double v : s.base_lrs) base.push_back(v);
-    for (const double v : s.last_lr) last.push_back(v);
-    j["base_lrs"] = std::move(base);
-    j["last_lr"] = std::move(last);
-    meta["scheduler"] = std::move(j);
+    meta["scheduler"] = scheduler_json(parts.scheduler->state_dict());
   } else {
     meta["scheduler"] = nullptr;
   }
@@ -393,8 +418,7 @@ void load_checkpoint(const std::string& path, CheckpointParts& parts) {
     if (parts.scheduler) {
       const Json& j = meta.at("scheduler");
       MT_CHECK(!j.is_null(), what, " has no LR scheduler state, but a scheduler was given");
-      sched = optim::SchedulerState{j.at("last_epoch").as_int(), doubles(j.at("base_lrs")),
-                                    doubles(j.at("last_lr"))};
+      sched = scheduler_state(j);
       MT_CHECK(sched->base_lrs.size() == parts.scheduler->base_lrs().size(), what,
                ": the LR scheduler has ", sched->base_lrs.size(),
                " parameter group(s) in the checkpoint but ", parts.scheduler->base_lrs().size(),

@@ -92,7 +92,7 @@ struct LossConfig {
 };
 
 struct OptimizerConfig {
-  std::string type = "sgd";                // sgd adam adamw
+  std::string type = "sgd";                // sgd adam adamw rmsprop adagrad nadam radam
   double lr = 0.01;                        // adam, adamw: 0.001
   double momentum = 0.0, dampening = 0.0;  // sgd
   bool nesterov = false;                   // sgd
@@ -101,15 +101,41 @@ struct OptimizerConfig {
   std::pair<double, double> betas{0.9, 0.999};  // adam, adamw
   double eps = 1e-8;                            // adam, adamw
   bool amsgrad = false;                         // adam, adamw
+  double alpha = 0.99;                          // rmsprop
+  bool centered = false;                        // rmsprop
+  double lr_decay = 0.0;                        // adagrad
+  double initial_accumulator_value = 0.0;       // adagrad
+  double momentum_decay = 4e-3;                 // nadam
 };
 
 struct ScheduleConfig {
-  std::string type = "none";  // none step cosine
+  std::string type = "none";  // none step cosine multistep exponential cosine_annealing linear
+                              // onecycle plateau
   int64_t step_size = 100;    // step
   double gamma = 0.1;         // step
   int64_t warmup_steps = 0;   // cosine
   int64_t total_steps = 0;    // cosine; 0: the run's total steps
-  double min_lr = 0.0;        // cosine
+  double min_lr = 0.0;        // cosine, cosine_annealing (eta_min), plateau
+  std::vector<int64_t> milestones;      // multistep
+  double start_factor = 1.0 / 3.0;      // linear
+  double end_factor = 1.0;              // linear
+  int64_t total_iters = 5;              // linear
+  double max_lr = 0.0;                  // onecycle; 0: optimizer.lr
+  double pct_start = 0.3;               // onecycle
+  std::string anneal_strategy = "cos";  // onecycle
+  bool three_phase = false;             // onecycle
+  double div_factor = 25.0;             // onecycle
+  double final_div_factor = 1e4;        // onecycle
+  bool cycle_momentum = true;           // onecycle
+  double base_momentum = 0.85;          // onecycle
+  double max_momentum = 0.95;           // onecycle
+  std::string mode = "min";             // plateau
+  double factor = 0.1;                  // plateau
+  int64_t patience = 10;                // plateau
+  double threshold = 1e-4;              // plateau
+  std::string threshold_mode = "rel";   // plateau
+  int64_t cooldown = 0;                 // plateau
+  double eps = 1e-8;                    // plateau
 };
 
 struct ScalerConfig {

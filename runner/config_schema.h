@@ -398,14 +398,24 @@ void describe(V& v, LossConfig& l) {
 
 template <typename V>
 void describe(V& v, OptimizerConfig& o) {
-  v.field(key("type", o.type).selector().one_of({"sgd", "adam", "adamw"}).doc("the optimizer"));
-  v.field(key("lr", o.lr).positive().default_for({"adam", "adamw"}, 1e-3).doc("learning rate"));
+  v.field(key("type", o.type)
+              .selector()
+              .one_of({"sgd", "adam", "adamw", "rmsprop", "adagrad", "nadam", "radam"})
+              .doc("the optimizer"));
+  v.field(key("lr", o.lr)
+              .positive()
+              .default_for({"adam", "adamw", "radam"}, 1e-3)
+              .default_for({"nadam"}, 2e-3)
+              .doc("learning rate"));
   v.field(key("weight_decay", o.weight_decay)
               .non_negative()
               .default_for({"adamw"}, 0.01)
               .doc("L2 penalty (adamw: decoupled)"));
-  v.field(key("maximize", o.maximize).doc("ascend the objective"));
-  v.field(key("momentum", o.momentum).applies_to({"sgd"}).non_negative().doc("momentum"));
+  v.field(key("maximize", o.maximize)
+              .applies_to({"sgd", "adam", "adamw", "rmsprop", "adagrad"})
+              .doc("ascend the objective"));
+  v.field(
+      key("momentum", o.momentum).applies_to({"sgd", "rmsprop"}).non_negative().doc("momentum"));
   v.field(key("dampening", o.dampening).applies_to({"sgd"}).in(Range{0, 1}).doc("dampening"));
   v.field(key("nesterov", o.nesterov).applies_to({"sgd"}).doc("Nesterov momentum"));
   v.rule({"nesterov",
@@ -413,31 +423,65 @@ void describe(V& v, OptimizerConfig& o) {
           [&o] { return !o.nesterov || (o.momentum > 0 && o.dampening == 0); },
           "needs optimizer.momentum > 0 and dampening 0"});
   v.field(key("betas", o.betas)
-              .applies_to({"adam", "adamw"})
+              .applies_to({"adam", "adamw", "nadam", "radam"})
               .in(Range{0, 1, false, true})
               .doc("running-average coefficients of the gradient and its square"));
   v.field(key("eps", o.eps)
-              .applies_to({"adam", "adamw"})
+              .applies_to({"adam", "adamw", "rmsprop", "adagrad", "nadam", "radam"})
               .positive()
+              .default_for({"adagrad"}, 1e-10)
               .doc("added to the "
                    "denominator"));
   v.field(key("amsgrad", o.amsgrad).applies_to({"adam", "adamw"}).doc("the AMSGrad variant"));
+  v.field(key("alpha", o.alpha)
+              .applies_to({"rmsprop"})
+              .in(Range{0, 1})
+              .doc("smoothing constant of the squared-gradient average"));
+  v.field(key("centered", o.centered)
+              .applies_to({"rmsprop"})
+              .doc("divide by the gradient's estimated variance rather than its second moment"));
+  v.field(key("lr_decay", o.lr_decay)
+              .applies_to({"adagrad"})
+              .non_negative()
+              .doc("lr / (1 + (step - 1) * lr_decay)"));
+  v.field(key("initial_accumulator_value", o.initial_accumulator_value)
+              .applies_to({"adagrad"})
+              .non_negative()
+              .doc("starting value of the squared-gradient sum"));
+  v.field(key("momentum_decay", o.momentum_decay)
+              .applies_to({"nadam"})
+              .non_negative()
+              .doc("NAdam's momentum decay psi"));
 }
 
 template <typename V>
 void describe(V& v, ScheduleConfig& s) {
-  v.field(key("type", s.type).selector().one_of({"none", "step", "cosine"}).doc("lr schedule"));
+  v.field(key("type", s.type)
+              .selector()
+              .one_of({"none", "step", "cosine", "multistep", "exponential", "cosine_annealing",
+                       "linear", "onecycle", "plateau"})
+              .doc("lr schedule (PyTorch's StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, "
+                   "LinearLR, OneCycleLR, ReduceLROnPlateau; `cosine`: linear warmup then cosine "
+                   "decay)"));
   v.field(key("step_size", s.step_size)
               .applies_to({"step"})
               .at_least(1)
               .doc("multiply the lr by `gamma` every `step_size` steps"));
-  v.field(key("gamma", s.gamma).applies_to({"step"}).positive().doc("the factor"));
+  v.field(key("gamma", s.gamma)
+              .applies_to({"step", "multistep", "exponential"})
+              .positive()
+              .doc("the factor (`exponential`: every step)"));
+  v.field(key("milestones", s.milestones)
+              .applies_to({"multistep"})
+              .optional_output()
+              .default_text("none (required for multistep)")
+              .doc("steps at which the lr is multiplied by `gamma`"));
   v.field(key("warmup_steps", s.warmup_steps)
               .applies_to({"cosine"})
               .at_least(0)
               .doc("linear warmup from lr/W to lr"));
   v.field(key("total_steps", s.total_steps)
-              .applies_to({"cosine"})
+              .applies_to({"cosine", "cosine_annealing", "onecycle"})
               .at_least(0)
               .doc("end of the decay (0: the run's total steps)"));
   v.rule({"warmup_steps",
@@ -445,9 +489,85 @@ void describe(V& v, ScheduleConfig& s) {
           [&s] { return s.total_steps == 0 || s.warmup_steps <= s.total_steps; },
           "must be <= schedule.total_steps"});
   v.field(key("min_lr", s.min_lr)
-              .applies_to({"cosine"})
+              .applies_to({"cosine", "cosine_annealing", "plateau"})
               .non_negative()
-              .doc("the lr at and after `total_steps`"));
+              .doc("`cosine`: the lr at and after `total_steps`; `cosine_annealing`: eta_min; "
+                   "`plateau`: the lr is never reduced below it"));
+  v.field(key("start_factor", s.start_factor)
+              .applies_to({"linear"})
+              .in(Range{0, 1, true, false})
+              .doc("lr factor of the first step"));
+  v.field(key("end_factor", s.end_factor)
+              .applies_to({"linear"})
+              .in(Range{0, 1})
+              .doc("lr factor from `total_iters` on"));
+  v.field(key("total_iters", s.total_iters)
+              .applies_to({"linear"})
+              .at_least(0)
+              .doc("steps from `start_factor` to `end_factor`"));
+  v.field(key("max_lr", s.max_lr)
+              .applies_to({"onecycle"})
+              .non_negative()
+              .doc("peak lr (0: optimizer.lr)"));
+  v.field(key("pct_start", s.pct_start)
+              .applies_to({"onecycle"})
+              .in(Range{0, 1})
+              .doc("fraction of the steps spent raising the lr"));
+  v.field(key("anneal_strategy", s.anneal_strategy)
+              .applies_to({"onecycle"})
+              .one_of({"cos", "linear"})
+              .doc("shape of each phase"));
+  v.field(key("three_phase", s.three_phase)
+              .applies_to({"onecycle"})
+              .doc("back down to the start lr before the final decay"));
+  v.field(key("div_factor", s.div_factor)
+              .applies_to({"onecycle"})
+              .positive()
+              .doc("start lr = max_lr / div_factor"));
+  v.field(key("final_div_factor", s.final_div_factor)
+              .applies_to({"onecycle"})
+              .positive()
+              .doc("final lr = start lr / final_div_factor"));
+  v.field(key("cycle_momentum", s.cycle_momentum)
+              .applies_to({"onecycle"})
+              .doc("move the momentum (sgd, rmsprop) or beta1 (adam, adamw, nadam, radam) "
+                   "against the lr"));
+  v.field(key("base_momentum", s.base_momentum)
+              .applies_to({"onecycle"})
+              .in(Range{0, 1})
+              .doc("momentum at the lr's peak"));
+  v.field(key("max_momentum", s.max_momentum)
+              .applies_to({"onecycle"})
+              .in(Range{0, 1})
+              .doc("momentum at the lr's lowest"));
+  v.field(key("mode", s.mode)
+              .applies_to({"plateau"})
+              .one_of({"min", "max"})
+              .doc("whether the watched loss should fall or rise"));
+  v.field(key("factor", s.factor)
+              .applies_to({"plateau"})
+              .in(Range{0, 1, false, true})
+              .doc("lr multiplier on a plateau"));
+  v.field(key("patience", s.patience)
+              .applies_to({"plateau"})
+              .at_least(0)
+              .doc("steps without improvement before the lr is reduced"));
+  v.field(key("threshold", s.threshold)
+              .applies_to({"plateau"})
+              .non_negative()
+              .doc("smallest change that counts as an improvement"));
+  v.field(key("threshold_mode", s.threshold_mode)
+              .applies_to({"plateau"})
+              .one_of({"rel", "abs"})
+              .doc("`threshold` relative to the best value or absolute"));
+  v.field(key("cooldown", s.cooldown)
+              .applies_to({"plateau"})
+              .at_least(0)
+              .doc("steps to wait after a reduction before counting again"));
+  v.field(key("eps", s.eps)
+              .applies_to({"plateau"})
+              .non_negative()
+              .doc("lr changes smaller than this are not made"));
 }
 
 template <typename V>

@@ -96,6 +96,7 @@ struct Trainer::Impl {
   // float64 so that a sum split by a checkpoint (host part + device part)
   // rounds as the unsplit one does.
   Tensor loss_sum;
+  Tensor step_loss;  // float64 0-d: the last step's loss (ReduceLROnPlateau without evaluation)
   int64_t loss_count = 0;
   double pending_loss_sum = 0.0;  // restored from a checkpoint taken between logs
   int64_t samples_since_log = 0;
@@ -223,6 +224,7 @@ amp::StepResult Trainer::train_one_step(const Batch& batch) {
     autograd::NoGradGuard no_grad;
     const Tensor l = loss.detach().reshape({}).to(DType::Float64);
     impl_->loss_sum = impl_->loss_count == 0 ? l.clone() : impl_->loss_sum.add(l);
+    impl_->step_loss = l;
   }
   ++impl_->loss_count;
   impl_->samples_since_log += batch.size();
@@ -313,6 +315,11 @@ void Trainer::run_eval() {
   EvalMetrics m = evaluate(*val_loader_);
   impl_->last_eval = m;
   impl_->last_eval_step = step_;
+  if (scheduler_ && scheduler_->takes_metric()) {
+    // The evaluation is valid whether or not the last training step was skipped.
+    optimizer_->set_last_step_skipped(false);
+    scheduler_->step(m.loss);
+  }
   for (auto& cb : impl_->builtins) cb->on_eval(*this, m);
   for (auto& cb : callbacks_) cb->on_eval(*this, m);
 }
@@ -433,7 +440,13 @@ TrainSummary Trainer::fit() {
     const double lr = optimizer_->lr(0);  // the lr this step uses (the scheduler moves it after)
     const amp::StepResult stepped = train_one_step(*batch);
     ++step_;
-    if (scheduler_) scheduler_->step();
+    if (scheduler_ && !scheduler_->takes_metric()) {
+      scheduler_->step();
+    } else if (scheduler_ && !val_loader_) {
+      // A metric-driven schedule watches the training loss when the run does not evaluate
+      // (a host read of the loss each step); otherwise it steps after each evaluation.
+      scheduler_->step(impl_->step_loss.item<double>());
+    }
     if (log_now || stop_requested_) emit_log(!stepped.stepped(), lr);
     for (auto& cb : impl_->builtins) cb->on_batch_end(*this);
     for (auto& cb : callbacks_) cb->on_batch_end(*this);

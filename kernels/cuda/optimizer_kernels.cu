@@ -23,9 +23,18 @@
 #include "engine/kernel_tables.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/loops.cuh"
+#include "kernels/cuda/multi_tensor_apply.cuh"
 
 namespace mantissa::cuda {
 namespace {
+
+using mta::advance_steps;
+using mta::chunk_of;
+using mta::for_each_dtype_group;
+using mta::for_each_list;
+using mta::found_inf_ptr;
+using mta::kChunk;
+using mta::ParamList;
 
 template <typename T>
 T* maybe_data(const Tensor& t) {
@@ -212,60 +221,7 @@ void adam_step_cuda(const Tensor& param, const Tensor& grad, const Tensor& exp_a
 
 // ---- multi-tensor kernels -------------------------------------------------------------------
 
-inline constexpr int kListTensors = 24;
-inline constexpr int kListBlocks = 320;
-inline constexpr int64_t kChunk = 16 * kBlockSize;
-inline constexpr int kStepList = 256;
-
-// One launch's worth of parameters (about 3 KiB, within the 4 KiB kernel-argument limit).
-template <typename T, typename Md>
-struct ParamList {
-  T* p[kListTensors];
-  const T* g[kListTensors];
-  T* s[3][kListTensors];
-  Md* model[kListTensors];
-  const int64_t* step[kListTensors];
-  int64_t numel[kListTensors];
-  unsigned char block_tensor[kListBlocks];
-  int32_t block_chunk[kListBlocks];
-
-  void move_slot(int to, int from) {
-    p[to] = p[from];
-    g[to] = g[from];
-    for (auto& list : s) list[to] = list[from];
-    model[to] = model[from];
-    step[to] = step[from];
-    numel[to] = numel[from];
-  }
-};
-
-struct StepList {
-  int64_t* count[kStepList];
-};
-
-__global__ void advance_steps_kernel(StepList list, int n, const float* found_inf) {
-  if (skip(found_inf)) return;
-  const int i = static_cast<int>(threadIdx.x);
-  if (i < n) ++*list.count[i];
-}
-
-void advance_steps(const std::vector<Tensor>& steps, const float* found_inf) {
-  for (size_t first = 0; first < steps.size(); first += kStepList) {
-    const int n = static_cast<int>(std::min<size_t>(kStepList, steps.size() - first));
-    StepList list{};
-    for (int k = 0; k < n; ++k) list.count[k] = static_cast<int64_t*>(steps[first + k].data_ptr());
-    advance_steps_kernel<<<1, kStepList, 0, detail::current_stream()>>>(list, n, found_inf);
-    MT_CUDA_CHECK_LAUNCH();
-  }
-}
-
-// The range of chunk `blockIdx.x` of a list.
-template <typename L>
-__device__ __forceinline__ void chunk_of(const L& l, int& t, int64_t& begin, int64_t& end) {
-  t = l.block_tensor[blockIdx.x];
-  begin = static_cast<int64_t>(l.block_chunk[blockIdx.x]) * kChunk;
-  end = begin + kChunk < l.numel[t] ? begin + kChunk : l.numel[t];
-}
+// The list machinery (ParamList, for_each_list, ...) is in kernels/cuda/multi_tensor_apply.cuh.
 
 template <typename T, typename Md>
 __global__ void __launch_bounds__(kBlockSize)
@@ -292,79 +248,6 @@ __global__ void __launch_bounds__(kBlockSize)
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     adam_element(c, l.p[t], l.g[t], l.s[0][t], l.s[1][t], l.s[2][t], l.model[t], i);
   }
-}
-
-// Packs the entries (indices into `lists`, all of param type T and model type Md) into
-// ParamLists and calls launch(list, blocks) for each full one and the rest.
-template <typename T, typename Md, typename Launch>
-void for_each_list(const OptimizerTensorLists& lists, const std::vector<size_t>& entries,
-                   const Launch& launch) {
-  ParamList<T, Md> l{};
-  int nt = 0, nb = 0;
-  for (size_t e : entries) {
-    const int64_t n = lists.param[e].numel();
-    if (n == 0) continue;
-    l.p[nt] = static_cast<T*>(lists.param[e].data_ptr());
-    l.g[nt] = static_cast<const T*>(lists.grad[e].data_ptr());
-    for (int k = 0; k < 3; ++k) {  // SGD fills only state[0]
-      l.s[k][nt] = lists.state[k].empty() ? nullptr : maybe_data<T>(lists.state[k][e]);
-    }
-    l.model[nt] = lists.model.empty() ? nullptr : maybe_data<Md>(lists.model[e]);
-    l.step[nt] = static_cast<const int64_t*>(lists.step[e].data_ptr());
-    l.numel[nt] = n;
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-    for (int64_t c = 0; c < chunks; ++c) {
-      l.block_tensor[nb] = static_cast<unsigned char>(nt);
-      l.block_chunk[nb] = static_cast<int32_t>(c);
-      ++nb;
-      const bool last_chunk = c == chunks - 1;
-      if (nb == kListBlocks || (nt == kListTensors - 1 && last_chunk)) {
-        launch(l, nb);
-        nb = 0;
-        if (last_chunk) {
-          nt = -1;  // the next parameter starts the next list
-        } else {
-          l.move_slot(0, nt);  // the rest of this parameter continues in slot 0
-          nt = 0;
-        }
-      }
-    }
-    ++nt;
-  }
-  if (nb > 0) launch(l, nb);
-}
-
-// Calls f(TypeTag<T>, TypeTag<Md>, entries) for each (param dtype, model dtype) combination of
-// the lists; Md = T when there is no model parameter.
-template <typename F>
-void for_each_dtype_group(const OptimizerTensorLists& lists, const char* op, const F& f) {
-  std::vector<size_t> groups[kNumDTypes][kNumDTypes + 1];
-  for (size_t e = 0; e < lists.param.size(); ++e) {
-    const bool has_model = !lists.model.empty() && lists.model[e].defined();
-    const int md = has_model ? static_cast<int>(lists.model[e].dtype()) : kNumDTypes;
-    groups[static_cast<int>(lists.param[e].dtype())][md].push_back(e);
-  }
-  const Device device = lists.param.front().device();
-  for (int pd = 0; pd < kNumDTypes; ++pd) {
-    for (int md = 0; md <= kNumDTypes; ++md) {
-      const std::vector<size_t>& entries = groups[pd][md];
-      if (entries.empty()) continue;
-      dispatch_dtype<kFloatingTypes>(static_cast<DType>(pd), op, device, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        if (md == kNumDTypes) {
-          f(tag, TypeTag<T>{}, entries);
-          return;
-        }
-        constexpr uint32_t kModelTypes = dtype_bit(DType::Float16) | dtype_bit(DType::BFloat16);
-        dispatch_dtype<kModelTypes>(static_cast<DType>(md), op, device,
-                                    [&](auto model_tag) { f(tag, model_tag, entries); });
-      });
-    }
-  }
-}
-
-const float* found_inf_ptr(const Tensor& found_inf) {
-  return found_inf.defined() ? static_cast<const float*>(found_inf.data_ptr()) : nullptr;
 }
 
 void sgd_multi_step_cuda(const OptimizerTensorLists& lists, const Tensor& found_inf,

@@ -14,33 +14,69 @@ LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
   }
 }
 
-void LRScheduler::step() {
+bool LRScheduler::skip_this_step() {
   // A step the GradScaler skipped (inf/nan gradients) did not update the weights, so the
   // schedule does not advance either. The flag is consumed so a later step() is not skipped.
   // After a GradScaler step the flag is a device tensor: reading it is the one host sync of a
   // CUDA AMP step, unavoidable here because the learning rate is a host value.
   if (last_epoch_ >= 0 && optimizer_.last_step_skipped()) {
     optimizer_.set_last_step_skipped(false);
-    return;
+    return true;
   }
+  return false;
+}
+
+void LRScheduler::step() {
+  MT_CHECK(!takes_metric(), name(), ": step() needs the metric to watch; call step(metric)");
+  if (!skip_this_step()) advance();
+}
+
+void LRScheduler::step(double metric) {
+  MT_CHECK(takes_metric(), name(), ": step(metric) is for metric-driven schedulers such as ",
+           "ReduceLROnPlateau; call step()");
+  if (!skip_this_step()) advance(metric);
+}
+
+void LRScheduler::apply(std::vector<double> lrs) {
   auto& groups = optimizer_.param_groups();
-  MT_CHECK(groups.size() == base_lrs_.size(), "LRScheduler: the optimizer has ", groups.size(),
+  MT_CHECK(groups.size() == base_lrs_.size(), name(), ": the optimizer has ", groups.size(),
            " parameter groups, but the scheduler was created for ", base_lrs_.size());
-  ++last_epoch_;
-  std::vector<double> lrs = compute_lr();
   MT_ASSERT(lrs.size() == groups.size(), "compute_lr returned ", lrs.size(), " lrs for ",
             groups.size(), " groups");
   for (size_t i = 0; i < groups.size(); ++i) groups[i]["lr"] = lrs[i];
   last_lr_ = std::move(lrs);
 }
 
-void LRScheduler::load_state_dict(const SchedulerState& state) {
+void LRScheduler::advance() {
+  MT_CHECK(optimizer_.param_groups().size() == base_lrs_.size(), name(), ": the optimizer has ",
+           optimizer_.param_groups().size(), " parameter groups, but the scheduler was created ",
+           "for ", base_lrs_.size());
+  ++last_epoch_;
+  apply(compute_lr());
+}
+
+void LRScheduler::restart_at(int64_t epoch) {
+  last_epoch_ = epoch;
+  apply(closed_form_lr());
+}
+
+void LRScheduler::reset_base_lrs(std::vector<double> lrs) {
+  auto& groups = optimizer_.param_groups();
+  MT_ASSERT(lrs.size() == groups.size(), "reset_base_lrs: ", lrs.size(), " lrs for ", groups.size(),
+            " groups");
+  for (size_t i = 0; i < groups.size(); ++i) groups[i]["initial_lr"] = lrs[i];
+  base_lrs_ = std::move(lrs);
+}
+
+void LRScheduler::load_state_dict(const SchedulerState& state) { load_base(state, 0); }
+
+void LRScheduler::load_base(const SchedulerState& state, int64_t min_epoch) {
   const size_t n = optimizer_.param_groups().size();
-  MT_CHECK(state.base_lrs.size() == n && state.last_lr.size() == n,
-           "LRScheduler: loaded state has ", state.base_lrs.size(), " base lrs and ",
-           state.last_lr.size(), " last lrs, but the optimizer has ", n, " parameter groups");
-  MT_CHECK(state.last_epoch >= 0, "LRScheduler: loaded state has last_epoch ", state.last_epoch,
-           "; expected >= 0");
+  MT_CHECK(state.base_lrs.size() == n && (state.last_lr.size() == n || min_epoch < 0), name(),
+           ": loaded state has ", state.base_lrs.size(), " base lrs and ", state.last_lr.size(),
+           " last lrs, but the optimizer has ", n, " parameter groups");
+  MT_CHECK(state.last_epoch >= min_epoch, name(), ": loaded state has last_epoch ",
+           state.last_epoch, "; expected >= ", min_epoch);
   last_epoch_ = state.last_epoch;
   base_lrs_ = state.base_lrs;
   last_lr_ = state.last_lr;

@@ -2,13 +2,16 @@
 //
 // Constructing a scheduler records each group's starting lr in the group option "initial_lr"
 // (kept if already there, so a second scheduler sees the same base) and sets the lr for epoch 0.
-// Each step() advances last_epoch by one and writes compute_lr() into the groups. Schedulers
-// here use closed forms of last_epoch and the base lrs, so lr changes made to the optimizer
-// between steps are overwritten. A scheduler keeps a reference to its optimizer, which must
-// outlive it.
+// Each step() advances last_epoch by one and writes compute_lr() into the groups. StepLR and
+// CosineWarmupLR use closed forms of last_epoch and the base lrs, so lr changes made to the
+// optimizer between steps are overwritten; the chainable schedulers of nn/optim/schedulers.h
+// scale the group's current lr, as PyTorch's do. A scheduler keeps a reference to its optimizer,
+// which must outlive it.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "nn/optim/optimizer.h"
@@ -19,6 +22,10 @@ struct SchedulerState {
   int64_t last_epoch = 0;
   std::vector<double> base_lrs;
   std::vector<double> last_lr;
+  // Scheduler-specific counters (ReduceLROnPlateau's best, num_bad_epochs, cooldown_counter)
+  // and the states of composed schedulers (SequentialLR's, in order).
+  std::map<std::string, double> extra = {};
+  std::vector<SchedulerState> children = {};
 };
 
 class LRScheduler {
@@ -27,7 +34,14 @@ class LRScheduler {
   LRScheduler(const LRScheduler&) = delete;
   LRScheduler& operator=(const LRScheduler&) = delete;
 
+  // Advances the schedule by one step. A step the optimizer skipped (a GradScaler found inf/nan
+  // gradients) does not advance it. Metric-driven schedulers (takes_metric()) take step(metric)
+  // instead; the others refuse it.
   void step();
+  void step(double metric);
+  virtual bool takes_metric() const { return false; }
+  // "StepLR", ... (used in error messages).
+  virtual const char* name() const = 0;
   // The lrs set by the last step (or by construction), one per group.
   const std::vector<double>& get_last_lr() const { return last_lr_; }
   int64_t last_epoch() const { return last_epoch_; }
@@ -36,8 +50,8 @@ class LRScheduler {
 
   // Restores last_epoch, base lrs and last lrs; the optimizer's lrs come back with the
   // optimizer's own state dict, as in PyTorch.
-  SchedulerState state_dict() const { return {last_epoch_, base_lrs_, last_lr_}; }
-  void load_state_dict(const SchedulerState& state);
+  virtual SchedulerState state_dict() const { return {last_epoch_, base_lrs_, last_lr_}; }
+  virtual void load_state_dict(const SchedulerState& state);
 
  protected:
   // Records the base lrs. Subclass constructors must call initial_step() last (it calls the
@@ -46,8 +60,29 @@ class LRScheduler {
   void initial_step() { step(); }
   // The lr of each group at last_epoch().
   virtual std::vector<double> compute_lr() const = 0;
+  // The lr at last_epoch() from the base lrs alone (PyTorch's _get_closed_form_lr), used when a
+  // SequentialLR restarts this scheduler at epoch 0; compute_lr() for those without one.
+  virtual std::vector<double> closed_form_lr() const { return compute_lr(); }
+  // One step without the skipped-step check: ++last_epoch, then compute_lr() into the groups.
+  virtual void advance();
+  // A metric-driven scheduler's step (after the skipped-step check).
+  virtual void advance(double /*metric*/) {}
+  // Restarts at `epoch` with closed_form_lr() (PyTorch's step(epoch)).
+  void restart_at(int64_t epoch);
+  // Writes lrs into the groups and records them as the last lrs.
+  void apply(std::vector<double> lrs);
+  void set_last_epoch(int64_t epoch) { last_epoch_ = epoch; }
+  // Replaces the base lrs and the groups' "initial_lr" (OneCycleLR starts at max_lr/div_factor).
+  void reset_base_lrs(std::vector<double> lrs);
+  // load_state_dict's checks and restore; `min_epoch` is -1 for SequentialLR's children that
+  // have not started.
+  void load_base(const SchedulerState& state, int64_t min_epoch);
 
  private:
+  friend class SequentialLR;
+  // Consumes the optimizer's skipped-step flag: true when this step must not advance.
+  bool skip_this_step();
+
   Optimizer& optimizer_;
   std::vector<double> base_lrs_;
   std::vector<double> last_lr_;
@@ -58,6 +93,7 @@ class LRScheduler {
 class StepLR : public LRScheduler {
  public:
   StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
+  const char* name() const override { return "StepLR"; }
 
  protected:
   std::vector<double> compute_lr() const override;
@@ -77,6 +113,7 @@ class CosineWarmupLR : public LRScheduler {
  public:
   CosineWarmupLR(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps,
                  double min_lr = 0.0);
+  const char* name() const override { return "CosineWarmupLR"; }
 
  protected:
   std::vector<double> compute_lr() const override;

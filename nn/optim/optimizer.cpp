@@ -307,6 +307,17 @@ void Optimizer::set_lr(double lr, std::optional<size_t> group) {
   for (auto& g : groups_) g["lr"] = lr;
 }
 
+void Optimizer::update_as_list(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+                               ParamState& state) {
+  OptimizerTensorLists lists;
+  lists.param.push_back(param);
+  lists.grad.push_back(grad);
+  lists.step.push_back(full({}, state.step, TensorOptions(param.device()).dtype(kInt64)));
+  std::vector<ParamState*> states{&state};
+  update_many(group, lists, states, Tensor());
+  state.step = lists.step.front().item<int64_t>();
+}
+
 Tensor Optimizer::lazy_buffer(ParamState& state, const std::string& key, const Tensor& param,
                               bool* created) {
   auto it = state.buffers.find(key);
@@ -390,6 +401,12 @@ void Optimizer::load_state_dict(const OptimizerState& loaded) {
                name(), " keeps: ", join_keys(keys), ")");
       MT_CHECK(t.defined(), name(), ": loaded state '", key, "' for parameter ", saved_id,
                " is an undefined tensor");
+      if (scalar_state(key)) {
+        MT_CHECK(t.numel() == 1, name(), ": loaded state '", key, "' for parameter ", saved_id,
+                 " has shape ", t.shape(), "; expected a single value");
+        s.buffers.emplace(key, copy_to(t.reshape({}), p.device(), kFloat32));
+        continue;
+      }
       MT_CHECK(t.shape() == p.shape(), name(), ": loaded state '", key, "' for parameter ",
                saved_id, " has shape ", t.shape(), ", but the parameter has shape ", p.shape());
       // With master weights, a half-precision parameter's state is float32.

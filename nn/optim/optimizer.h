@@ -158,6 +158,13 @@ class Optimizer {
   // The step count to resume from for a loaded parameter state (SGD: older snapshots have a
   // momentum buffer with step 0).
   virtual int64_t loaded_step(const ParamState& saved) const { return saved.step; }
+  // Whether state entry `key` is a float32 scalar (NAdam's mu_product) rather than a tensor
+  // shaped like the parameter.
+  virtual bool scalar_state(const std::string& /*key*/) const { return false; }
+  // update() for optimizers whose kernels come only in multi-tensor form: runs update_many on a
+  // one-entry list, with the step count taken from and written back to state.step.
+  void update_as_list(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+                      ParamState& state);
 
   static bool flag(const ParamGroup& group, const char* key) { return group.get(key) != 0.0; }
   // state.buffers[key], created as zeros shaped like `param` (same dtype and device) on first

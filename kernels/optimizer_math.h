@@ -1,0 +1,252 @@
+// Per-element math of the RMSprop, Adagrad, NAdam and RAdam steps, shared by the CPU kernels
+// (kernels/cpu/optimizer_kernels_adaptive.cpp) and the CUDA ones (kernels/cuda/
+// optimizer_kernels_adaptive.cu), so both round identically.
+//
+// Each step follows PyTorch 1.13's single-tensor implementation op by op: wherever PyTorch
+// materialises a tensor (grad.add(param), exp_avg.mul_(beta1), sqrt(), ...) the value is rounded
+// to the parameter's dtype (rnd), and a Python scalar meets a tensor cast to opmath. Scalar
+// factors that depend on the step (bias corrections, NAdam's momentum cache, RAdam's
+// rectification) are computed once per parameter in double, as Python does; NAdam's mu_product
+// is a float32 tensor in PyTorch whatever the parameter's dtype, and is kept as one here too.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "engine/kernel_tables.h"
+#include "engine/macros.h"
+#include "engine/opmath.h"
+#include "kernels/activation_math.h"
+
+namespace mantissa::optim_math {
+
+// A value as PyTorch holds it after an op that writes a tensor of dtype T.
+template <typename T>
+MT_HOST_DEVICE inline opmath_t<T> rnd(opmath_t<T> x) {
+  return static_cast<opmath_t<T>>(static_cast<T>(x));
+}
+
+// ---- RMSprop --------------------------------------------------------------------------------
+
+template <typename M>
+struct RmspropConsts {
+  M lr_neg, alpha, one_minus_alpha, eps, wd, momentum;
+  bool maximize, use_wd, centered, use_momentum;
+};
+
+template <typename M>
+RmspropConsts<M> rmsprop_consts(const RmspropStepParams& hp) {
+  return {static_cast<M>(-hp.lr),
+          static_cast<M>(hp.alpha),
+          static_cast<M>(1.0 - hp.alpha),
+          static_cast<M>(hp.eps),
+          static_cast<M>(hp.weight_decay),
+          static_cast<M>(hp.momentum),
+          hp.maximize,
+          hp.weight_decay != 0.0,
+          hp.centered,
+          hp.momentum > 0.0};
+}
+
+// sq: square_avg; buf: momentum_buffer (momentum > 0); ga: grad_avg (centered).
+template <typename T>
+MT_HOST_DEVICE inline void rmsprop_element(const RmspropConsts<opmath_t<T>>& c, T* p, const T* g,
+                                           T* sq, T* buf, T* ga, int64_t i) {
+  using M = opmath_t<T>;
+  const M pv = static_cast<M>(p[i]);
+  M gv = static_cast<M>(g[i]);
+  if (c.maximize) gv = -gv;
+  if (c.use_wd) gv = rnd<T>(gv + c.wd * pv);  // grad.add(param, alpha=weight_decay)
+  // square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+  const M s = rnd<T>(rnd<T>(static_cast<M>(sq[i]) * c.alpha) + c.one_minus_alpha * gv * gv);
+  sq[i] = static_cast<T>(s);
+  M avg;
+  if (c.centered) {
+    // grad_avg.mul_(alpha).add_(grad, alpha=1 - alpha); square_avg.addcmul(grad_avg, grad_avg,
+    // value=-1).sqrt_()
+    const M a = rnd<T>(rnd<T>(static_cast<M>(ga[i]) * c.alpha) + c.one_minus_alpha * gv);
+    ga[i] = static_cast<T>(a);
+    avg = rnd<T>(MT_MATH(sqrt)(rnd<T>(s + M(-1) * a * a)));
+  } else {
+    avg = rnd<T>(MT_MATH(sqrt)(s));
+  }
+  avg = rnd<T>(avg + c.eps);
+  if (c.use_momentum) {
+    // buf.mul_(momentum).addcdiv_(grad, avg); param.add_(buf, alpha=-lr)
+    const M b = rnd<T>(rnd<T>(static_cast<M>(buf[i]) * c.momentum) + M(1) * gv / avg);
+    buf[i] = static_cast<T>(b);
+    p[i] = static_cast<T>(pv + c.lr_neg * b);
+  } else {
+    p[i] = static_cast<T>(pv + c.lr_neg * gv / avg);  // param.addcdiv_(grad, avg, value=-lr)
+  }
+}
+
+// ---- Adagrad --------------------------------------------------------------------------------
+
+template <typename M>
+struct AdagradConsts {
+  M neg_clr, eps, wd;
+  bool maximize, use_wd;
+  double lr, lr_decay;
+};
+
+template <typename M>
+AdagradConsts<M> adagrad_consts(const AdagradStepParams& hp) {
+  return {M(0),        static_cast<M>(hp.eps), static_cast<M>(hp.weight_decay),
+          hp.maximize, hp.weight_decay != 0.0, hp.lr,
+          hp.lr_decay};
+}
+
+// `step` is the count after this update (1 on the first).
+template <typename M>
+MT_HOST_DEVICE inline void adagrad_set_step(AdagradConsts<M>& c, double step) {
+  c.neg_clr = static_cast<M>(-(c.lr / (1.0 + (step - 1.0) * c.lr_decay)));
+}
+
+template <typename T>
+MT_HOST_DEVICE inline void adagrad_element(const AdagradConsts<opmath_t<T>>& c, T* p, const T* g,
+                                           T* sum, int64_t i) {
+  using M = opmath_t<T>;
+  const M pv = static_cast<M>(p[i]);
+  M gv = static_cast<M>(g[i]);
+  if (c.maximize) gv = -gv;
+  if (c.use_wd) gv = rnd<T>(gv + c.wd * pv);
+  const M s = rnd<T>(static_cast<M>(sum[i]) + M(1) * gv * gv);  // state_sum.addcmul_(grad, grad)
+  sum[i] = static_cast<T>(s);
+  const M std_ = rnd<T>(rnd<T>(MT_MATH(sqrt)(s)) + c.eps);  // state_sum.sqrt().add_(eps)
+  p[i] = static_cast<T>(pv + c.neg_clr * gv / std_);        // param.addcdiv_(grad, std, value=-clr)
+}
+
+// ---- NAdam ----------------------------------------------------------------------------------
+
+template <typename M>
+struct NadamConsts {
+  M beta1, one_minus_beta1, beta2, one_minus_beta2, eps, wd, bc2, c_grad, c_avg;
+  bool use_wd;
+  double lr, beta1_d, beta2_d, momentum_decay;
+};
+
+template <typename M>
+NadamConsts<M> nadam_consts(const NadamStepParams& hp) {
+  NadamConsts<M> c{};
+  c.beta1 = static_cast<M>(hp.beta1);
+  c.one_minus_beta1 = static_cast<M>(1.0 - hp.beta1);
+  c.beta2 = static_cast<M>(hp.beta2);
+  c.one_minus_beta2 = static_cast<M>(1.0 - hp.beta2);
+  c.eps = static_cast<M>(hp.eps);
+  c.wd = static_cast<M>(hp.weight_decay);
+  c.use_wd = hp.weight_decay != 0.0;
+  c.lr = hp.lr;
+  c.beta1_d = hp.beta1;
+  c.beta2_d = hp.beta2;
+  c.momentum_decay = hp.momentum_decay;
+  return c;
+}
+
+template <typename M>
+MT_HOST_DEVICE inline double nadam_mu(const NadamConsts<M>& c, double step) {
+  return c.beta1_d * (1.0 - 0.5 * MT_MATH(pow)(0.96, step * c.momentum_decay));
+}
+
+// Multiplies the float32 mu_product by this step's mu (`step` counts this update); done once per
+// parameter and step, before the elements are updated.
+template <typename M>
+MT_HOST_DEVICE inline void nadam_advance_mu_product(const NadamConsts<M>& c, double step,
+                                                    float* mu_product) {
+  *mu_product = *mu_product * static_cast<float>(nadam_mu(c, step));  // mu_product *= mu
+}
+
+// The step's factors, from the already advanced mu_product.
+template <typename M>
+MT_HOST_DEVICE inline void nadam_set_step(NadamConsts<M>& c, double step, float mu_product) {
+  const double mu = nadam_mu(c, step), mu_next = nadam_mu(c, step + 1.0);
+  // mu_product * mu * mu_next, float32 tensor ops
+  const float next = mu_product * static_cast<float>(mu) * static_cast<float>(mu_next);
+  c.bc2 = static_cast<M>(1.0 - MT_MATH(pow)(c.beta2_d, step));
+  c.c_grad = static_cast<M>(-c.lr * (1.0 - mu) / (1.0 - static_cast<double>(mu_product)));
+  c.c_avg = static_cast<M>(-c.lr * mu_next / (1.0 - static_cast<double>(next)));
+}
+
+template <typename T>
+MT_HOST_DEVICE inline void nadam_element(const NadamConsts<opmath_t<T>>& c, T* p, const T* g, T* m1,
+                                         T* m2, int64_t i) {
+  using M = opmath_t<T>;
+  M pv = static_cast<M>(p[i]);
+  M gv = static_cast<M>(g[i]);
+  if (c.use_wd) gv = rnd<T>(gv + c.wd * pv);
+  // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1); exp_avg_sq.mul_(beta2).addcmul_(...)
+  const M a = rnd<T>(rnd<T>(static_cast<M>(m1[i]) * c.beta1) + c.one_minus_beta1 * gv);
+  m1[i] = static_cast<T>(a);
+  const M v = rnd<T>(rnd<T>(static_cast<M>(m2[i]) * c.beta2) + c.one_minus_beta2 * gv * gv);
+  m2[i] = static_cast<T>(v);
+  // exp_avg_sq.div(bias_correction2).sqrt().add_(eps)
+  const M denom = rnd<T>(rnd<T>(MT_MATH(sqrt)(rnd<T>(v / c.bc2))) + c.eps);
+  pv = rnd<T>(pv + c.c_grad * gv / denom);  // two addcdiv_, each rounded
+  p[i] = static_cast<T>(pv + c.c_avg * a / denom);
+}
+
+// ---- RAdam ----------------------------------------------------------------------------------
+
+template <typename M>
+struct RadamConsts {
+  M beta1, one_minus_beta1, beta2, one_minus_beta2, eps, wd, lr, bc1, sqrt_bc2, rect;
+  bool use_wd, rectified;
+  double lr_d, beta1_d, beta2_d;
+};
+
+template <typename M>
+RadamConsts<M> radam_consts(const RadamStepParams& hp) {
+  RadamConsts<M> c{};
+  c.beta1 = static_cast<M>(hp.beta1);
+  c.one_minus_beta1 = static_cast<M>(1.0 - hp.beta1);
+  c.beta2 = static_cast<M>(hp.beta2);
+  c.one_minus_beta2 = static_cast<M>(1.0 - hp.beta2);
+  c.eps = static_cast<M>(hp.eps);
+  c.wd = static_cast<M>(hp.weight_decay);
+  c.lr = static_cast<M>(hp.lr);
+  c.use_wd = hp.weight_decay != 0.0;
+  c.lr_d = hp.lr;
+  c.beta1_d = hp.beta1;
+  c.beta2_d = hp.beta2;
+  return c;
+}
+
+template <typename M>
+MT_HOST_DEVICE inline void radam_set_step(RadamConsts<M>& c, double step) {
+  const double bias_correction1 = 1.0 - MT_MATH(pow)(c.beta1_d, step);
+  const double beta2_t = MT_MATH(pow)(c.beta2_d, step);
+  const double bias_correction2 = 1.0 - beta2_t;
+  const double rho_inf = 2.0 / (1.0 - c.beta2_d) - 1.0;
+  const double rho_t = rho_inf - 2.0 * step * beta2_t / bias_correction2;
+  c.bc1 = static_cast<M>(bias_correction1);
+  c.rectified = rho_t > 5.0;
+  c.sqrt_bc2 = static_cast<M>(MT_MATH(sqrt)(bias_correction2));
+  c.rect = c.rectified ? static_cast<M>(MT_MATH(sqrt)((rho_t - 4.0) * (rho_t - 2.0) * rho_inf /
+                                                      ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)))
+                       : M(0);
+}
+
+template <typename T>
+MT_HOST_DEVICE inline void radam_element(const RadamConsts<opmath_t<T>>& c, T* p, const T* g, T* m1,
+                                         T* m2, int64_t i) {
+  using M = opmath_t<T>;
+  const M pv = static_cast<M>(p[i]);
+  M gv = static_cast<M>(g[i]);
+  if (c.use_wd) gv = rnd<T>(gv + c.wd * pv);
+  const M a = rnd<T>(rnd<T>(static_cast<M>(m1[i]) * c.beta1) + c.one_minus_beta1 * gv);
+  m1[i] = static_cast<T>(a);
+  const M v = rnd<T>(rnd<T>(static_cast<M>(m2[i]) * c.beta2) + c.one_minus_beta2 * gv * gv);
+  m2[i] = static_cast<T>(v);
+  const M corrected = rnd<T>(a / c.bc1);  // exp_avg / bias_correction1
+  M update = rnd<T>(corrected * c.lr);
+  if (c.rectified) {
+    // sqrt(bias_correction2) / exp_avg_sq.sqrt().add_(eps): a Python float over a tensor is
+    // tensor.reciprocal() * float
+    const M denom = rnd<T>(rnd<T>(MT_MATH(sqrt)(v)) + c.eps);
+    const M adaptive = rnd<T>(rnd<T>(M(1) / denom) * c.sqrt_bc2);
+    update = rnd<T>(rnd<T>(update * adaptive) * c.rect);
+  }
+  p[i] = static_cast<T>(pv + M(-1) * update);  // param.add_(..., alpha=-1.0)
+}
+
+}  // namespace mantissa::optim_math

@@ -1,0 +1,165 @@
+// The optimizer and schedule types added to the config (rmsprop, adagrad, nadam, radam;
+// multistep, exponential, cosine_annealing, linear, onecycle, plateau): each builds from YAML,
+// bad values are one-line config errors, and the Trainer feeds plateau its metric.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/optim/schedulers.h"
+#include "runner/build_from_config.h"
+#include "runner/checkpoint.h"
+#include "runner/config.h"
+#include "runner/trainer.h"
+
+namespace rn = mantissa::runner;
+namespace optim = mantissa::optim;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A small synthetic run on the CPU; `yaml` may give its own `data`.
+std::string with_data(const std::string& yaml) {
+  const bool has_data = yaml.rfind("data:", 0) == 0 || yaml.find("\ndata:") != std::string::npos;
+  return yaml + (has_data ? "" : "data: {samples: 64, batch_size: 16}\n") + "device: cpu\n";
+}
+
+rn::RunObjects build(const std::string& yaml) {
+  return rn::build_run(rn::parse_config(with_data(yaml), "test.yaml"));
+}
+
+void expect_config_error(const std::string& yaml, const std::vector<std::string>& parts,
+                         bool at_build = false) {
+  try {
+    const rn::Config c = rn::parse_config(with_data(yaml), "test.yaml");
+    if (at_build) rn::build_run(c);
+    ADD_FAILURE() << "expected a config error for:\n" << yaml;
+  } catch (const rn::ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    for (const auto& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << msg << "\nlacks: " << p;
+  }
+}
+
+TEST(RunnerOptimConfig, EachNewOptimizerBuildsWithItsKeys) {
+  auto r =
+      build("optimizer: {type: rmsprop, lr: 0.02, alpha: 0.9, momentum: 0.5, centered: true}\n");
+  EXPECT_STREQ(r.optimizer->name(), "RMSprop");
+  EXPECT_DOUBLE_EQ(r.optimizer->param_groups()[0].get("alpha"), 0.9);
+  EXPECT_DOUBLE_EQ(r.optimizer->param_groups()[0].get("centered"), 1.0);
+  r = build("optimizer: {type: adagrad, lr_decay: 0.1, initial_accumulator_value: 0.2}\n");
+  EXPECT_STREQ(r.optimizer->name(), "Adagrad");
+  EXPECT_DOUBLE_EQ(r.optimizer->param_groups()[0].get("eps"), 1e-10);  // Adagrad's default
+  EXPECT_DOUBLE_EQ(r.optimizer->param_groups()[0].get("lr_decay"), 0.1);
+  r = build("optimizer: {type: nadam, betas: [0.8, 0.99], momentum_decay: 0.01}\n");
+  EXPECT_STREQ(r.optimizer->name(), "NAdam");
+  EXPECT_DOUBLE_EQ(r.optimizer->lr(), 2e-3);
+  EXPECT_DOUBLE_EQ(r.optimizer->param_groups()[0].get("momentum_decay"), 0.01);
+  r = build("optimizer: {type: radam, weight_decay: 0.1}\n");
+  EXPECT_STREQ(r.optimizer->name(), "RAdam");
+  EXPECT_DOUBLE_EQ(r.optimizer->lr(), 1e-3);
+}
+
+TEST(RunnerOptimConfig, EachNewScheduleBuilds) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"schedule: {type: multistep, milestones: [10, 20], gamma: 0.5}\n", "MultiStepLR"},
+      {"schedule: {type: exponential, gamma: 0.99}\n", "ExponentialLR"},
+      {"schedule: {type: cosine_annealing, min_lr: 0.001}\n", "CosineAnnealingLR"},
+      {"schedule: {type: linear, start_factor: 0.5, total_iters: 10}\n", "LinearLR"},
+      {"schedule: {type: onecycle, max_lr: 0.1, three_phase: true, anneal_strategy: linear}\n",
+       "OneCycleLR"},
+      {"schedule: {type: plateau, mode: max, patience: 3, threshold_mode: abs}\n",
+       "ReduceLROnPlateau"},
+  };
+  for (const auto& [yaml, name] : cases) {
+    auto r = build("optimizer: {type: sgd, momentum: 0.9}\n" + yaml);
+    ASSERT_NE(r.scheduler, nullptr) << yaml;
+    EXPECT_STREQ(r.scheduler->name(), name.c_str()) << yaml;
+  }
+  // onecycle starts at max_lr / div_factor and cycles SGD's momentum from max_momentum.
+  auto r = build("optimizer: {type: sgd, momentum: 0.9, lr: 0.4}\nschedule: {type: onecycle}\n");
+  EXPECT_DOUBLE_EQ(r.optimizer->lr(), 0.4 / 25.0);
+  EXPECT_DOUBLE_EQ(r.optimizer->param_groups()[0].get("momentum"), 0.95);
+}
+
+TEST(RunnerOptimConfig, BadValuesAreOneLineErrors) {
+  expect_config_error("optimizer: {type: rmsprop, alpha: 1.5}\n", {"optimizer.alpha", "1.5"});
+  expect_config_error("optimizer: {type: adagrad, lr_decay: -1}\n", {"optimizer.lr_decay"});
+  expect_config_error("optimizer: {type: nadam, maximize: true}\n",
+                      {"optimizer.maximize", "does not apply", "nadam"});
+  expect_config_error("optimizer: {type: radam, centered: true}\n", {"optimizer.centered"});
+  expect_config_error("optimizer: {type: lion}\n", {"optimizer.type", "lion"});
+  expect_config_error("schedule: {type: plateau, mode: up}\n", {"schedule.mode", "up"});
+  expect_config_error("schedule: {type: plateau, factor: 1.0}\n", {"schedule.factor"});
+  expect_config_error("schedule: {type: linear, start_factor: 0}\n", {"schedule.start_factor"});
+  expect_config_error("schedule: {type: onecycle, anneal_strategy: exp}\n",
+                      {"schedule.anneal_strategy", "exp"});
+  expect_config_error("schedule: {type: exponential, milestones: [3]}\n",
+                      {"schedule.milestones", "does not apply"});
+  expect_config_error("schedule: {type: onecycle, total_steps: 10}\nsteps: 20\n",
+                      {"schedule.total_steps", "20 steps"}, /*at_build=*/true);
+  expect_config_error("optimizer: {type: adagrad}\nschedule: {type: onecycle}\n",
+                      {"schedule.cycle_momentum", "adagrad"}, /*at_build=*/true);
+}
+
+// Runs a config through the Trainer as `mantissa train` does.
+struct TrainRun {
+  rn::RunObjects objects;
+  std::unique_ptr<rn::Trainer> trainer;
+  explicit TrainRun(const std::string& yaml, const std::string& run_dir = "")
+      : objects(build(yaml)) {
+    rn::TrainerOptions o = objects.trainer_options;
+    o.run_dir = run_dir;
+    o.progress = false;
+    o.log_to_stdout = false;
+    trainer = std::make_unique<rn::Trainer>(objects.model, objects.loss, objects.optimizer,
+                                            objects.train_loader, o);
+    trainer->set_scheduler(objects.scheduler);
+    if (objects.val_loader) trainer->set_val_loader(objects.val_loader);
+  }
+};
+
+TEST(RunnerOptimConfig, PlateauWatchesTheTrainingLossWithoutEvaluation) {
+  TrainRun run("schedule: {type: plateau}\nsteps: 12\n");
+  run.trainer->fit();
+  EXPECT_EQ(run.objects.scheduler->last_epoch(), 12);  // one step per training step
+  auto* plateau = dynamic_cast<optim::ReduceLROnPlateau*>(run.objects.scheduler.get());
+  ASSERT_NE(plateau, nullptr);
+  EXPECT_TRUE(std::isfinite(plateau->best()));
+}
+
+TEST(RunnerOptimConfig, PlateauWatchesTheValidationLossWhenTheRunEvaluates) {
+  TrainRun run(
+      "schedule: {type: plateau}\nsteps: 12\neval_every: 4\n"
+      "data: {samples: 80, batch_size: 16, val_split: 0.2}\n");
+  const rn::TrainSummary summary = run.trainer->fit();
+  EXPECT_EQ(run.objects.scheduler->last_epoch(), 3);  // one step per evaluation
+  auto* plateau = dynamic_cast<optim::ReduceLROnPlateau*>(run.objects.scheduler.get());
+  ASSERT_NE(plateau, nullptr);
+  ASSERT_TRUE(summary.final_eval.has_value());
+  EXPECT_TRUE(std::isfinite(plateau->best()));
+}
+
+TEST(RunnerOptimConfig, PlateauStateSurvivesACheckpoint) {
+  const fs::path dir = fs::temp_directory_path() / ("mt_plateau_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::string yaml = "schedule: {type: plateau, patience: 1}\nsteps: 10\n";
+  TrainRun a(yaml, (dir / "a").string());
+  a.trainer->fit();
+  const std::string ckpt = a.trainer->save_checkpoint((dir / rn::checkpoint_filename(10)).string());
+  TrainRun b(yaml);
+  b.trainer->resume_from(ckpt);
+  const optim::SchedulerState sa = a.objects.scheduler->state_dict();
+  const optim::SchedulerState sb = b.objects.scheduler->state_dict();
+  EXPECT_EQ(sb.last_epoch, sa.last_epoch);
+  EXPECT_EQ(sb.extra, sa.extra);
+  EXPECT_EQ(sb.last_lr, sa.last_lr);
+  fs::remove_all(dir);
+}
+
+}  // namespace
