@@ -215,7 +215,8 @@ constexpr CastPolicy cast_policy(OpId op) { return op_info(op).policy; }
   X(squeeze) X(unsqueeze) X(expand) X(flatten) X(broadcast_tensors)                                \
   X(sum) X(mean) X(amax) X(amin) X(max) X(min) X(var) X(std) X(norm)                               \
   X(softmax) X(log_softmax) X(mm) X(bmm) X(matmul) X(linear) X(mse_loss) X(l1_loss)                \
-  X(cat) X(stack) X(dropout) X(nll_loss)
+  X(cat) X(stack) X(dropout) X(nll_loss) X(split) X(chunk) X(repeat) X(einsum) X(addmm)         \
+  X(baddbmm)
 // clang-format on
 
 inline constexpr OpId kDoubleBackwardOps[] = {
