@@ -51,7 +51,7 @@ inline Tensor layer_norm(const Tensor& x, const Shape& normalized_shape,
   return mantissa::layer_norm(x, normalized_shape, weight, bias, eps);
 }
 
-// The losses (autograd/ops/loss.cpp documents their arguments).
+// The losses (autograd/functions.h documents their arguments).
 inline Tensor mse_loss(const Tensor& input, const Tensor& target,
                        Reduction reduction = Reduction::Mean) {
   return mantissa::mse_loss(input, target, reduction);
