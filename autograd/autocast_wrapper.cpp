@@ -106,9 +106,21 @@ Tensor cast_for(CastPolicy policy, const Tensor& t, DType promote_to) {
     case CastPolicy::Promote:
       return t.dtype() == promote_to ? t : t.to(promote_to);
     case CastPolicy::None:
+    case CastPolicy::Banned:
       break;
   }
   return t;
+}
+
+void refuse_banned(const char* op, const std::vector<const Tensor*>& tensors) {
+  for (const Tensor* t : tensors) {
+    // PyTorch's message: the op's input is a probability, typically a sigmoid's output, which
+    // float16/bfloat16 rounds to 0 or 1 where the loss and its gradient need the difference.
+    MT_CHECK(!on_cast_device(*t), op, " is unsafe to autocast (", t->device(),
+             " has an autocast scope): use binary_cross_entropy_with_logits (BCEWithLogitsLoss), "
+             "which combines the sigmoid with the loss and is safe to autocast, or call ",
+             op, " outside the scope");
+  }
 }
 
 DType promote_dtype(const std::vector<const Tensor*>& tensors) {

@@ -32,6 +32,8 @@ Tensor cast_for(CastPolicy policy, const Tensor& t, DType promote_to);
 // PyTorch's promote rule: the scopes' lower-precision dtype promoted with every floating
 // argument on an autocast device.
 DType promote_dtype(const std::vector<const Tensor*>& tensors);
+// Throws for a Banned op given a floating tensor on a device with an autocast scope.
+void refuse_banned(const char* op, const std::vector<const Tensor*>& tensors);
 
 template <typename T>
 inline constexpr bool is_tensor_v = std::is_same_v<std::decay_t<T>, Tensor>;
@@ -81,6 +83,13 @@ template <OpId Op, typename Body, typename... Args>
 decltype(auto) with_autocast(Body&& body, Args&&... args) {
   constexpr CastPolicy policy = cast_policy(Op);
   if constexpr (policy == CastPolicy::None) {
+    return body(std::forward<Args>(args)...);
+  } else if constexpr (policy == CastPolicy::Banned) {
+    if (autocast_state::any_cast_enabled()) [[unlikely]] {
+      std::vector<const Tensor*> tensors;
+      (autocast_detail::collect(tensors, args), ...);
+      autocast_detail::refuse_banned(op_info(Op).name, tensors);
+    }
     return body(std::forward<Args>(args)...);
   } else {
     if (!autocast_state::any_cast_enabled()) [[likely]]

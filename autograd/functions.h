@@ -211,7 +211,7 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Te
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                 std::optional<double> eps = std::nullopt);
 
-// ---- losses (autograd/ops/loss.cpp) -----------------------------------------------------------
+// ---- losses (autograd/ops/loss_regression.cpp, loss_classification.cpp, loss_probability.cpp) --
 // How a loss folds its per-element values: None keeps them, Mean and Sum give a 0-d tensor.
 enum class Reduction { None, Mean, Sum };
 
@@ -219,19 +219,40 @@ enum class Reduction { None, Mean, Sum };
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
 // input: log-probabilities [N, C] (or [C], or [N, C, d1, ...]); target: int64/int32 class
-// indices [N] (or a 0-d, or [N, d1, ...]). ignore_index entries contribute nothing; Mean divides
-// by the number of the others.
+// indices [N] (or a 0-d, or [N, d1, ...]). ignore_index entries contribute nothing. weight
+// (optional, [C]) scales each target's loss by its class's weight; Mean divides by the sum of
+// the counted targets' weights (their number without weights).
 Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
-                int64_t ignore_index = -100);
+                int64_t ignore_index = -100, const Tensor& weight = Tensor());
 // input: logits shaped as nll_loss's; target: class indices as nll_loss's, or class
-// probabilities shaped like input.
+// probabilities shaped like input. weight as nll_loss's; with probabilities it scales each
+// class's term and Mean divides by the number of distributions, as PyTorch.
 Tensor cross_entropy(const Tensor& input, const Tensor& target,
                      Reduction reduction = Reduction::Mean, double label_smoothing = 0.0,
-                     int64_t ignore_index = -100);
-// target shaped like input; pos_weight (optional) broadcasts against it (one weight per class).
+                     int64_t ignore_index = -100, const Tensor& weight = Tensor());
+// target shaped like input; pos_weight (optional) broadcasts against it (one weight per class);
+// weight (optional) scales each element's loss and broadcasts to the loss's shape.
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                         Reduction reduction = Reduction::Mean,
-                                        const Tensor& pos_weight = Tensor());
+                                        const Tensor& pos_weight = Tensor(),
+                                        const Tensor& weight = Tensor());
+// Quadratic for |input - target| < beta, linear beyond (beta 0: l1_loss); beta >= 0.
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target,
+                      Reduction reduction = Reduction::Mean, double beta = 1.0);
+// Quadratic for |input - target| < delta, linear beyond; delta > 0.
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                  double delta = 1.0);
+// input: probabilities in [0, 1]; target shaped like input; log terms clamp at -100, as PyTorch.
+// weight (optional) broadcasts to the input's shape. Refused inside an autocast scope.
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target,
+                            Reduction reduction = Reduction::Mean, const Tensor& weight = Tensor());
+// kl_div's reductions (torch.nn.functional.kl_div's reduction strings): BatchMean divides the
+// sum by input.size(0), Mean by the number of elements.
+enum class KlDivReduction { None, BatchMean, Sum, Mean };
+// input: log-probabilities; target: probabilities (log-probabilities with log_target), broadcast
+// against input. Pointwise target (log(target) - input).
+Tensor kl_div(const Tensor& input, const Tensor& target,
+              KlDivReduction reduction = KlDivReduction::Mean, bool log_target = false);
 
 // ---- more reductions, scans and sorting (autograd/ops/scan_sort.cpp) --------------------------
 // log(sum(exp(x))) over `dims` (empty: all), computed stably as PyTorch does (the max is taken

@@ -3,7 +3,8 @@
 //  - its autocast policy (after PyTorch's autocast lists; autograd/autocast_wrapper.h applies
 //    it at the op's public entry): LowerPrecision ops run in the scope's float16/bfloat16,
 //    Float32 ops widen float16/bfloat16 inputs, Promote ops cast their inputs to the widest
-//    floating type among them, None ops run in their inputs' dtype;
+//    floating type among them, None ops run in their inputs' dtype, and Banned ops (PyTorch's
+//    "banned" list) throw when called with a tensor on a device with an autocast scope;
 //  - whether it is differentiable (records a backward node for floating inputs);
 //  - the file (under autograd/ops/) holding its forward and backward;
 //  - the kernel tables (engine/kernel_tables.h) its forward and backward run on, directly or
@@ -17,7 +18,7 @@
 
 namespace mantissa {
 
-enum class CastPolicy : uint8_t { LowerPrecision, Float32, Promote, None };
+enum class CastPolicy : uint8_t { LowerPrecision, Float32, Promote, None, Banned };
 
 // clang-format off
 #define MT_FORALL_OPS(X)                                                                          \
@@ -123,14 +124,24 @@ enum class CastPolicy : uint8_t { LowerPrecision, Float32, Promote, None };
                                                               "norm_backward copy")               \
   X(rms_norm,            Float32,        true,  norm,         "norm_stats norm_apply "            \
                                                               "norm_backward copy")               \
-  X(mse_loss,            Float32,        true,  loss,         "add mul sum mean")                 \
-  X(l1_loss,             Float32,        true,  loss,         "add abs mul sum mean")             \
-  X(nll_loss,            Float32,        true,  loss,         "where sum div mul")                \
-  X(cross_entropy,       Float32,        true,  loss,         "log_softmax log_softmax_backward " \
-                                                              "where sum div mul neg")            \
-  X(binary_cross_entropy_with_logits, Float32,        true,  loss,         "add mul neg abs exp " \
-                                                                           "log1p maximum sum "   \
-                                                                           "mean")        \
+  X(mse_loss,          Float32,        true,  loss_regression,     "add mul sum mean")             \
+  X(l1_loss,           Float32,        true,  loss_regression,     "add abs mul sum mean")         \
+  X(nll_loss,          Float32,        true,  loss_classification, "where sum div mul")            \
+  X(cross_entropy,     Float32,        true,  loss_classification, "log_softmax where sum div "    \
+                                                                   "log_softmax_backward mul neg") \
+  X(binary_cross_entropy_with_logits,                                                              \
+                       Float32,        true,  loss_probability,    "add mul neg abs exp log1p "    \
+                                                                   "maximum sum mean")             \
+  X(smooth_l1_loss,    Float32,        true,  loss_regression,     "add abs mul div lt where "     \
+                                                                   "clamp gt copy sum mean")       \
+  X(huber_loss,        Float32,        true,  loss_regression,     "add abs mul lt where clamp "   \
+                                                                   "sum mean")                     \
+  X(binary_cross_entropy,                                                                          \
+                       Banned,         true,  loss_probability,    "add mul neg log log1p "        \
+                                                                   "maximum amin amax div "        \
+                                                                   "sum mean")                     \
+  X(kl_div,            Float32,        true,  loss_probability,    "add mul exp log ne where "     \
+                                                                   "neg div sum mean")              \
   /* reductions, scans, sorting, splitting and products of several operands               */ \
   X(logsumexp,           Float32,        true,  scan_sort,    "amax abs eq where add exp sum "    \
                                                               "log mul")                          \

@@ -9,4 +9,12 @@ Reduction parse_reduction(std::string_view name) {
   MT_THROW("invalid reduction '", name, "' (expected none, mean or sum)");
 }
 
+KlDivReduction parse_kl_div_reduction(std::string_view name) {
+  if (name == "none") return KlDivReduction::None;
+  if (name == "batchmean") return KlDivReduction::BatchMean;
+  if (name == "sum") return KlDivReduction::Sum;
+  if (name == "mean") return KlDivReduction::Mean;
+  MT_THROW("invalid kl_div reduction '", name, "' (expected none, batchmean, sum or mean)");
+}
+
 }  // namespace mantissa::nn

@@ -11,6 +11,9 @@ namespace mantissa::nn {
 using Reduction = ::mantissa::Reduction;
 // "none", "mean" or "sum".
 Reduction parse_reduction(std::string_view name);
+using KlDivReduction = ::mantissa::KlDivReduction;
+// "none", "batchmean", "sum" or "mean" (kl_div's reduction strings).
+KlDivReduction parse_kl_div_reduction(std::string_view name);
 
 namespace functional {
 
@@ -68,7 +71,7 @@ inline Tensor rms_norm(const Tensor& x, const Shape& normalized_shape,
   return mantissa::rms_norm(x, normalized_shape, weight, eps);
 }
 
-// The losses (autograd/ops/loss.cpp documents their arguments).
+// The losses (autograd/functions.h documents their arguments).
 inline Tensor mse_loss(const Tensor& input, const Tensor& target,
                        Reduction reduction = Reduction::Mean) {
   return mantissa::mse_loss(input, target, reduction);
@@ -79,17 +82,36 @@ inline Tensor l1_loss(const Tensor& input, const Tensor& target,
 }
 inline Tensor cross_entropy(const Tensor& input, const Tensor& target,
                             Reduction reduction = Reduction::Mean, double label_smoothing = 0.0,
-                            int64_t ignore_index = -100) {
-  return mantissa::cross_entropy(input, target, reduction, label_smoothing, ignore_index);
+                            int64_t ignore_index = -100, const Tensor& weight = Tensor()) {
+  return mantissa::cross_entropy(input, target, reduction, label_smoothing, ignore_index, weight);
 }
 inline Tensor nll_loss(const Tensor& input, const Tensor& target,
-                       Reduction reduction = Reduction::Mean, int64_t ignore_index = -100) {
-  return mantissa::nll_loss(input, target, reduction, ignore_index);
+                       Reduction reduction = Reduction::Mean, int64_t ignore_index = -100,
+                       const Tensor& weight = Tensor()) {
+  return mantissa::nll_loss(input, target, reduction, ignore_index, weight);
 }
 inline Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                                Reduction reduction = Reduction::Mean,
-                                               const Tensor& pos_weight = Tensor()) {
-  return mantissa::binary_cross_entropy_with_logits(input, target, reduction, pos_weight);
+                                               const Tensor& pos_weight = Tensor(),
+                                               const Tensor& weight = Tensor()) {
+  return mantissa::binary_cross_entropy_with_logits(input, target, reduction, pos_weight, weight);
+}
+inline Tensor smooth_l1_loss(const Tensor& input, const Tensor& target,
+                             Reduction reduction = Reduction::Mean, double beta = 1.0) {
+  return mantissa::smooth_l1_loss(input, target, reduction, beta);
+}
+inline Tensor huber_loss(const Tensor& input, const Tensor& target,
+                         Reduction reduction = Reduction::Mean, double delta = 1.0) {
+  return mantissa::huber_loss(input, target, reduction, delta);
+}
+inline Tensor binary_cross_entropy(const Tensor& input, const Tensor& target,
+                                   Reduction reduction = Reduction::Mean,
+                                   const Tensor& weight = Tensor()) {
+  return mantissa::binary_cross_entropy(input, target, reduction, weight);
+}
+inline Tensor kl_div(const Tensor& input, const Tensor& target,
+                     KlDivReduction reduction = KlDivReduction::Mean, bool log_target = false) {
+  return mantissa::kl_div(input, target, reduction, log_target);
 }
 
 }  // namespace functional

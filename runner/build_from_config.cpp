@@ -75,7 +75,22 @@ void check_output(const Config& c, const Dataset& data) {
   const std::string key = output_key(c.model);
   const std::string t = "the data's targets are " + shape_str(target) + " " +
                         std::string(dtype_name(data.target_dtype()));
+  if (c.loss.reduction == "batchmean" && c.loss.type != "kl_div") {
+    c.fail("loss.reduction", "batchmean applies to loss.type kl_div only (use mean)");
+  }
+  if (c.loss.type == "bce" && (c.precision == "float16" || c.precision == "bfloat16")) {
+    // binary_cross_entropy refuses autocast, as PyTorch's: the output's probabilities lose the
+    // distance from 0 and 1 that the loss needs.
+    c.fail("loss.type", "bce is unsafe to autocast (precision " + c.precision +
+                            "): use bce_with_logits on the logits, which is safe, or precision "
+                            "float32");
+  }
   if (c.loss.type == "cross_entropy") {
+    if (const size_t n = c.loss.weight.size();
+        n > 0 && out.size() == 1 && static_cast<int64_t>(n) != out[0]) {
+      c.fail("loss.weight", "has " + std::to_string(n) + " weights, but the model outputs " +
+                                std::to_string(out[0]) + " class scores (give one per class)");
+    }
     if (data.target_dtype() != DType::Int64 || target.size() != 0) {
       c.fail("loss.type", "cross_entropy needs int64 class labels (one per example), but " + t +
                               (c.data.type == "csv" ? "; set data.target_dtype: int64" : ""));
@@ -116,13 +131,15 @@ void check_output(const Config& c, const Dataset& data) {
     c.fail("loss.type", c.loss.type + " needs floating-point targets, but " + t +
                             " (class labels go with loss.type: cross_entropy)");
   }
-  if (const size_t n = c.loss.pos_weight.size(); n > 1) {
+  for (const auto& [name, weights] :
+       {std::pair{"loss.pos_weight", &c.loss.pos_weight}, {"loss.weight", &c.loss.weight}}) {
     // Broadcast against the output's last dim, as PyTorch does.
+    const size_t n = weights->size();
     const int64_t classes = out.size() > 0 ? out[out.size() - 1] : 1;
-    if (static_cast<int64_t>(n) != classes) {
-      c.fail("loss.pos_weight", "has " + std::to_string(n) + " weights, but the model outputs " +
-                                    shape_str(out) + " per example (give one weight, or " +
-                                    std::to_string(classes) + ")");
+    if (n > 1 && static_cast<int64_t>(n) != classes) {
+      c.fail(name, "has " + std::to_string(n) + " weights, but the model outputs " +
+                       shape_str(out) + " per example (give one weight, or " +
+                       std::to_string(classes) + ")");
     }
   }
   if (!(out == target)) {
@@ -131,27 +148,52 @@ void check_output(const Config& c, const Dataset& data) {
   }
 }
 
+// A float32 [n] tensor of the weights on `device`; undefined for none.
+Tensor weight_tensor(const std::vector<double>& weights, Device device) {
+  if (weights.empty()) return Tensor();
+  std::vector<float> w(weights.begin(), weights.end());
+  return from_vector(w, Shape{static_cast<int64_t>(w.size())}).to(device);
+}
+
 LossFn make_loss(const LossConfig& l, Device device) {
   const nn::Reduction r = l.reduction == "sum" ? nn::Reduction::Sum : nn::Reduction::Mean;
+  const Tensor weight = weight_tensor(l.weight, device);
   if (l.type == "mse") {
     return [r](const Tensor& o, const Tensor& t) { return nn::functional::mse_loss(o, t, r); };
   }
   if (l.type == "l1") {
     return [r](const Tensor& o, const Tensor& t) { return nn::functional::l1_loss(o, t, r); };
   }
-  if (l.type == "cross_entropy") {
-    return [r, ls = l.label_smoothing, ii = l.ignore_index](const Tensor& o, const Tensor& t) {
-      return nn::functional::cross_entropy(o, t, r, ls, ii);
+  if (l.type == "smooth_l1") {
+    return [r, beta = l.beta](const Tensor& o, const Tensor& t) {
+      return nn::functional::smooth_l1_loss(o, t, r, beta);
     };
   }
-  Tensor pos_weight;  // undefined: none
-  if (!l.pos_weight.empty()) {
-    std::vector<float> w(l.pos_weight.begin(), l.pos_weight.end());
-    const int64_t n = static_cast<int64_t>(w.size());
-    pos_weight = from_vector(w, Shape{n}).to(device);
+  if (l.type == "huber") {
+    return [r, delta = l.delta](const Tensor& o, const Tensor& t) {
+      return nn::functional::huber_loss(o, t, r, delta);
+    };
   }
-  return [r, pos_weight](const Tensor& o, const Tensor& t) {
-    return nn::functional::binary_cross_entropy_with_logits(o, t, r, pos_weight);
+  if (l.type == "bce") {
+    return [r, weight](const Tensor& o, const Tensor& t) {
+      return nn::functional::binary_cross_entropy(o, t, r, weight);
+    };
+  }
+  if (l.type == "kl_div") {
+    const nn::KlDivReduction kr = nn::parse_kl_div_reduction(l.reduction);
+    return [kr, log_target = l.log_target](const Tensor& o, const Tensor& t) {
+      return nn::functional::kl_div(o, t, kr, log_target);
+    };
+  }
+  if (l.type == "cross_entropy") {
+    return
+        [r, ls = l.label_smoothing, ii = l.ignore_index, weight](const Tensor& o, const Tensor& t) {
+          return nn::functional::cross_entropy(o, t, r, ls, ii, weight);
+        };
+  }
+  const Tensor pos_weight = weight_tensor(l.pos_weight, device);
+  return [r, pos_weight, weight](const Tensor& o, const Tensor& t) {
+    return nn::functional::binary_cross_entropy_with_logits(o, t, r, pos_weight, weight);
   };
 }
 

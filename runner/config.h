@@ -82,13 +82,19 @@ struct DataConfig {
 };
 
 struct LossConfig {
-  std::string type = "mse";  // mse l1 cross_entropy bce_with_logits
-  std::string reduction = "mean";
-  double label_smoothing = 0.0;  // cross_entropy
-  int64_t ignore_index = -100;   // cross_entropy
+  std::string type = "mse";  // mse l1 cross_entropy bce_with_logits smooth_l1 huber bce kl_div
+  std::string reduction = "mean";  // batchmean: kl_div only
+  double label_smoothing = 0.0;    // cross_entropy
+  int64_t ignore_index = -100;     // cross_entropy
   // bce_with_logits: weight of the positive term, one value or one per output (last dim); empty:
   // none (PyTorch's pos_weight=None).
   std::vector<double> pos_weight;
+  // cross_entropy: one weight per class; bce, bce_with_logits: one value or one per output; empty:
+  // none (PyTorch's weight=None).
+  std::vector<double> weight;
+  double beta = 1.0;        // smooth_l1
+  double delta = 1.0;       // huber
+  bool log_target = false;  // kl_div
 };
 
 struct OptimizerConfig {

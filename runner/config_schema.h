@@ -375,10 +375,15 @@ template <typename V>
 void describe(V& v, LossConfig& l) {
   v.field(key("type", l.type)
               .selector()
-              .one_of({"mse", "l1", "cross_entropy", "bce_with_logits"})
-              .doc("`bce_with_logits`: float targets shaped like the output; `cross_entropy`: "
-                   "int64 labels, output `[classes]`"));
-  v.field(key("reduction", l.reduction).one_of({"mean", "sum"}).doc("over the batch"));
+              .one_of({"mse", "l1", "cross_entropy", "bce_with_logits", "smooth_l1", "huber", "bce",
+                       "kl_div"})
+              .doc("`cross_entropy`: int64 labels, output `[classes]`; the others: float targets "
+                   "shaped like the output (`bce`: the output is a probability, `kl_div`: a "
+                   "log-probability)"));
+  v.field(key("reduction", l.reduction)
+              .one_of({"mean", "sum", "batchmean"})
+              .doc("over the batch; `batchmean` (kl_div only) divides the sum by the batch size, "
+                   "where `mean` divides by the number of elements"));
   v.field(key("label_smoothing", l.label_smoothing)
               .applies_to({"cross_entropy"})
               .in(Range{0, 1})
@@ -394,6 +399,25 @@ void describe(V& v, LossConfig& l) {
               .default_text("none")
               .doc("weight of the positive term, one value or one per output (the model's last "
                    "output dim), as PyTorch's `BCEWithLogitsLoss(pos_weight=...)`"));
+  v.field(key("weight", l.weight)
+              .applies_to({"cross_entropy", "bce_with_logits", "bce"})
+              .non_negative()
+              .optional_output()
+              .default_text("none")
+              .doc("cross_entropy: one weight per class (the mean divides by the weights of the "
+                   "labels that count); bce, bce_with_logits: one value or one per output, "
+                   "scaling each element's loss; as PyTorch's `weight=`"));
+  v.field(key("beta", l.beta)
+              .applies_to({"smooth_l1"})
+              .non_negative()
+              .doc("where the loss turns from quadratic to linear (0: l1)"));
+  v.field(key("delta", l.delta)
+              .applies_to({"huber"})
+              .positive()
+              .doc("where the loss turns from quadratic to linear"));
+  v.field(key("log_target", l.log_target)
+              .applies_to({"kl_div"})
+              .doc("the targets are log-probabilities"));
 }
 
 template <typename V>

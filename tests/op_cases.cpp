@@ -577,6 +577,44 @@ const std::vector<OpCase>& op_cases() {
                  {{5, 3}},
                  [](const Inputs& x) {
                    return F::batch_norm(x[0], Tensor(), Tensor(), Tensor(), Tensor(), true);
+    // The losses' options: class weights (a fixed [5] tensor on the input's device and dtype),
+    // beta, delta, log_target. Inputs avoid the kinks: |x - t| keeps clear of beta and delta.
+    const auto weights = [](const Tensor& like) {
+      return mt::from_vector(std::vector<double>{0.5, 1.5, 1.0, 2.0, 0.25}, mt::Shape{5})
+          .to(like.dtype())
+          .to(like.device());
+    };
+    v.push_back({"cross_entropy_weight",
+                 kFloat,
+                 {{4, 5}},
+                 [weights](const Inputs& x) {
+                   return F::cross_entropy(x[0], on(class_target(), x[0]), mt::Reduction::Mean, 0.1,
+                                           -100, weights(x[0]));
+                 },
+                 -2,
+                 2,
+                 8,
+                 true,
+                 false,
+                 "cross_entropy"});
+    v.push_back({"nll_loss_weight",
+                 kFloat,
+                 {{4, 5}},
+                 [weights](const Inputs& x) {
+                   return F::nll_loss(x[0], on(class_target(), x[0]), mt::Reduction::Mean, -100,
+                                      weights(x[0]));
+                 },
+                 -2,
+                 2,
+                 8,
+                 true,
+                 false,
+                 "nll_loss"});
+    v.push_back({"smooth_l1_loss",
+                 kFloat,
+                 {{4, 5}, {4, 5}},
+                 [](const Inputs& x) {
+                   return F::smooth_l1_loss(x[0], x[1] * 0.1, mt::Reduction::Sum, 0.7);
                  },
                  -2,
                  2,
@@ -588,6 +626,20 @@ const std::vector<OpCase>& op_cases() {
                  [running](const Inputs& x) {
                    return F::batch_norm(x[0], running(x[0], 0.3), running(x[0], 1.7), x[1], x[2],
                                         false);
+    v.push_back(
+        {"huber_loss",
+         kFloat,
+         {{4, 5}, {4, 5}},
+         [](const Inputs& x) { return F::huber_loss(x[0], x[1] * 0.1, mt::Reduction::Mean, 0.7); },
+         -2,
+         2,
+         8});
+    v.push_back({"binary_cross_entropy",
+                 kFloat,
+                 {{4, 5}, {4, 5}},
+                 [weights](const Inputs& x) {
+                   return F::binary_cross_entropy(mt::sigmoid(x[0]), mt::sigmoid(x[1]),
+                                                  mt::Reduction::Mean, weights(x[0]));
                  },
                  -2,
                  2,
@@ -620,11 +672,29 @@ const std::vector<OpCase>& op_cases() {
                  {{3, 2, 4}, {2, 4}},
                  [](const Inputs& x) {
                    return F::rms_norm(x[0], {2, 4}, x[1]);
+    v.push_back({"kl_div",
+                 kFloat,
+                 {{4, 5}, {4, 5}},
+                 [](const Inputs& x) {
+                   return F::kl_div(mt::log_softmax(x[0], 1), mt::softmax(x[1], 1),
+                                    mt::KlDivReduction::BatchMean);
                  },
                  -2,
                  2,
                  8});
     v.back().op = "rms_norm";
+    v.push_back({"kl_div_log_target",
+                 kFloat,
+                 {{4, 5}, {4, 5}},
+                 [](const Inputs& x) {
+                   return F::kl_div(x[0], mt::log_softmax(x[1], 1), mt::KlDivReduction::Sum, true);
+                 },
+                 -2,
+                 2,
+                 8,
+                 true,
+                 false,
+                 "kl_div"});
     return v;
   }();
   return cases;

@@ -146,6 +146,15 @@ Problems policy_problems(const OpInfo& op, const std::vector<OpCase>& cases) {
       // PyTorch's rule starts from the scope's dtype: float16 with bfloat16 is float32.
       return expect(result_dtype(*c, mt::kBFloat16, P::Float16), mt::kFloat32,
                     "bfloat16 inputs in a float16 scope");
+    case CastPolicy::Banned: {
+      try {
+        result_dtype(*c, mt::kFloat32, P::BFloat16);
+      } catch (const mt::Error&) {
+        return {};
+      }
+      return {name +
+              " runs with float32 inputs in a bfloat16 scope; policy Banned expects a refusal"};
+    }
     case CastPolicy::None: {
       Problems p = expect(result_dtype(*c, mt::kFloat32, P::BFloat16),
                           result_dtype(*c, mt::kFloat32, std::nullopt),

@@ -499,3 +499,72 @@ TEST(RunnerBuild, EvalLossWithSumReductionDoesNotDependOnTheBatchSize) {
   const double small = eval_loss(5), large = eval_loss(50);
   EXPECT_NEAR(small, large, 1e-5 * std::abs(large));
 }
+
+// The losses beyond mse/l1/cross_entropy/bce_with_logits and their options: each key reaches the
+// built loss, applies only to its types and is checked against the model's output.
+TEST(RunnerConfig, LossTypesWithTheirOptions) {
+  namespace F = mantissa::nn::functional;
+  using mantissa::nn::KlDivReduction;
+  using mantissa::nn::Reduction;
+  const mantissa::Tensor out = mantissa::randn({4, 5});
+  const mantissa::Tensor target = mantissa::randn({4, 5});
+  const mantissa::Tensor probs = mantissa::rand({4, 5});
+  const auto built = [](const std::string& yaml) {
+    return rn::build_run(rn::parse_config(yaml, "t.yaml")).loss;
+  };
+  const rn::Config smooth = rn::parse_config("loss: {type: smooth_l1, beta: 0.5}\n", "t.yaml");
+  EXPECT_EQ(smooth.loss.beta, 0.5);
+  EXPECT_TRUE(mantissa::equal(built("loss: {type: smooth_l1, beta: 0.5}\n")(out, target),
+                              F::smooth_l1_loss(out, target, Reduction::Mean, 0.5)));
+  EXPECT_TRUE(
+      mantissa::equal(built("loss: {type: huber, delta: 0.25, reduction: sum}\n")(out, target),
+                      F::huber_loss(out, target, Reduction::Sum, 0.25)));
+  EXPECT_TRUE(mantissa::equal(
+      built("loss: {type: kl_div, reduction: batchmean, log_target: true}\n")(out, target),
+      F::kl_div(out, target, KlDivReduction::BatchMean, true)));
+  const std::vector<float> w{1, 2, 3, 4, 5};
+  const mantissa::Tensor wt = mantissa::from_vector(w, Shape{5});
+  EXPECT_TRUE(mantissa::equal(built("loss: {type: bce, weight: [1, 2, 3, 4, 5]}\n")(probs, probs),
+                              F::binary_cross_entropy(probs, probs, Reduction::Mean, wt)));
+  EXPECT_TRUE(mantissa::equal(
+      built("loss: {type: bce_with_logits, weight: [1, 2, 3, 4, 5], pos_weight: 2}\n")(out, probs),
+      F::binary_cross_entropy_with_logits(out, probs, Reduction::Mean,
+                                          mantissa::from_vector(std::vector<float>{2}, Shape{1}),
+                                          wt)));
+
+  expect_config_error("loss: {type: huber, delta: 0}\n", {"loss.delta", "> 0"});
+  expect_config_error("loss: {type: smooth_l1, beta: -1}\n", {"loss.beta", ">= 0"});
+  expect_config_error("loss: {type: mse, beta: 2}\n", {"loss.beta", "does not apply"});
+  expect_config_error("loss: {type: mse, weight: [1, 2]}\n", {"loss.weight", "does not apply"});
+  expect_config_error("loss: {type: huber, reduction: average}\n", {"loss.reduction", "batchmean"});
+  expect_build_error("loss: {type: mse, reduction: batchmean}\n",
+                     {"loss.reduction", "kl_div only"});
+  expect_build_error("loss: {type: bce, weight: [1, 2]}\n",
+                     {"loss.weight", "has 2 weights", "outputs [5]"});
+  expect_build_error("precision: bfloat16\nloss: {type: bce}\n",
+                     {"loss.type", "unsafe to autocast", "bce_with_logits"});
+}
+
+TEST(RunnerBuild, CrossEntropyClassWeights) {
+  const fs::path dir = fs::temp_directory_path() / ("mt_cfg_weight_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "labels.safetensors").string();
+  rn::save_safetensors(
+      path, {{"inputs", mantissa::rand({4, 4})},
+             {"targets", mantissa::from_vector(std::vector<int64_t>{0, 1, 2, 1}, Shape{4})}});
+  const std::string base =
+      "model:\n  layers:\n    - {type: linear, in: 4, out: 3}\n"
+      "data: {type: safetensors, path: " +
+      path + ", batch_size: 2}\n";
+  rn::RunObjects r = rn::build_run(
+      rn::parse_config(base + "loss: {type: cross_entropy, weight: [1, 2, 0.5]}\n", "t"));
+  const mantissa::Tensor logits = mantissa::randn({4, 3});
+  const mantissa::Tensor labels = mantissa::from_vector(std::vector<int64_t>{0, 1, 2, 1}, Shape{4});
+  EXPECT_TRUE(mantissa::equal(r.loss(logits, labels),
+                              mantissa::nn::functional::cross_entropy(
+                                  logits, labels, mantissa::nn::Reduction::Mean, 0.0, -100,
+                                  mantissa::from_vector(std::vector<float>{1, 2, 0.5}, Shape{3}))));
+  expect_build_error(base + "loss: {type: cross_entropy, weight: [1, 2]}\n",
+                     {"loss.weight", "has 2 weights", "3 class scores"});
+  fs::remove_all(dir);
+}
