@@ -577,6 +577,54 @@ const std::vector<OpCase>& op_cases() {
                  {{5, 3}},
                  [](const Inputs& x) {
                    return F::batch_norm(x[0], Tensor(), Tensor(), Tensor(), Tensor(), true);
+                 },
+                 -2,
+                 2,
+                 8});
+    v.back().op = "batch_norm";
+    v.push_back({"batch_norm_eval",
+                 kFloat,
+                 {{2, 3, 2, 2}, {3}, {3}},
+                 [running](const Inputs& x) {
+                   return F::batch_norm(x[0], running(x[0], 0.3), running(x[0], 1.7), x[1], x[2],
+                                        false);
+                 },
+                 -2,
+                 2,
+                 8});
+    v.back().op = "batch_norm";
+    v.push_back({"group_norm",
+                 kFloat,
+                 {{2, 6, 5}, {6}, {6}},
+                 [](const Inputs& x) { return F::group_norm(x[0], 3, x[1], x[2]); },
+                 -2,
+                 2,
+                 8});
+    v.push_back({"group_norm_4d",
+                 kFloat,
+                 {{2, 4, 3, 2}},
+                 [](const Inputs& x) { return F::group_norm(x[0], 2); },
+                 -2,
+                 2,
+                 8});
+    v.back().op = "group_norm";
+    v.push_back({"rms_norm",
+                 kFloat,
+                 {{4, 3, 8}, {8}},
+                 [](const Inputs& x) { return F::rms_norm(x[0], {8}, x[1], 1e-6); },
+                 -2,
+                 2,
+                 8});
+    v.push_back({"rms_norm_2d_shape",
+                 kFloat,
+                 {{3, 2, 4}, {2, 4}},
+                 [](const Inputs& x) {
+                   return F::rms_norm(x[0], {2, 4}, x[1]);
+                 },
+                 -2,
+                 2,
+                 8});
+    v.back().op = "rms_norm";
     // The losses' options: class weights (a fixed [5] tensor on the input's device and dtype),
     // beta, delta, log_target. Inputs avoid the kinks: |x - t| keeps clear of beta and delta.
     const auto weights = [](const Tensor& like) {
@@ -619,13 +667,6 @@ const std::vector<OpCase>& op_cases() {
                  -2,
                  2,
                  8});
-    v.back().op = "batch_norm";
-    v.push_back({"batch_norm_eval",
-                 kFloat,
-                 {{2, 3, 2, 2}, {3}, {3}},
-                 [running](const Inputs& x) {
-                   return F::batch_norm(x[0], running(x[0], 0.3), running(x[0], 1.7), x[1], x[2],
-                                        false);
     v.push_back(
         {"huber_loss",
          kFloat,
@@ -644,34 +685,6 @@ const std::vector<OpCase>& op_cases() {
                  -2,
                  2,
                  8});
-    v.back().op = "batch_norm";
-    v.push_back({"group_norm",
-                 kFloat,
-                 {{2, 6, 5}, {6}, {6}},
-                 [](const Inputs& x) { return F::group_norm(x[0], 3, x[1], x[2]); },
-                 -2,
-                 2,
-                 8});
-    v.push_back({"group_norm_4d",
-                 kFloat,
-                 {{2, 4, 3, 2}},
-                 [](const Inputs& x) { return F::group_norm(x[0], 2); },
-                 -2,
-                 2,
-                 8});
-    v.back().op = "group_norm";
-    v.push_back({"rms_norm",
-                 kFloat,
-                 {{4, 3, 8}, {8}},
-                 [](const Inputs& x) { return F::rms_norm(x[0], {8}, x[1], 1e-6); },
-                 -2,
-                 2,
-                 8});
-    v.push_back({"rms_norm_2d_shape",
-                 kFloat,
-                 {{3, 2, 4}, {2, 4}},
-                 [](const Inputs& x) {
-                   return F::rms_norm(x[0], {2, 4}, x[1]);
     v.push_back({"kl_div",
                  kFloat,
                  {{4, 5}, {4, 5}},
@@ -682,7 +695,6 @@ const std::vector<OpCase>& op_cases() {
                  -2,
                  2,
                  8});
-    v.back().op = "rms_norm";
     v.push_back({"kl_div_log_target",
                  kFloat,
                  {{4, 5}, {4, 5}},
