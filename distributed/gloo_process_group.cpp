@@ -80,14 +80,14 @@ class GlooProcessGroup final : public ProcessGroup {
       context->setTimeout(timeout);
       context->connectFullMesh(store, device);
       context_ = context;
-      // Every rank has read every address once the barrier passes, so the keys this rank wrote
-      // can go: a later job meeting in the same directory must not find them.
+      // Every rank has read every address once the barrier passes, so the keys can go: a later
+      // job meeting in the same directory must not find them.
       gloo::BarrierOptions barrier(context_);
       barrier.setTimeout(timeout);
       gloo::barrier(barrier);
       std::error_code ignored;
-      std::filesystem::remove(std::filesystem::path(store_path) / ("rank_" + std::to_string(rank)),
-                              ignored);
+      for (const std::string& key_file : store.getAllKeyFilePaths())
+        std::filesystem::remove(key_file, ignored);
     } catch (const std::exception& e) {
       MT_THROW("init_process_group (gloo): rank ", rank, " of ", size,
                " could not meet the other ranks through the file store at '", store_path,

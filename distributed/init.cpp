@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include "distributed/backends.h"
@@ -117,6 +118,12 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
       hostname = name;
     }
   }
+
+  // A write to the socket of a rank that died raises SIGPIPE, whose default action would kill
+  // this rank silently instead of letting the collective fail with an error.
+  struct sigaction current = {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL)
+    signal(SIGPIPE, SIG_IGN);
 
   std::shared_ptr<ProcessGroup> group;
   if (options.backend == Backend::Gloo)
