@@ -40,3 +40,5 @@
 #include "amp/autocast.h"
 #include "amp/grad_scaler.h"
 #include "amp/overflow_monitor.h"
+#include "distributed/init.h"
+#include "distributed/process_group.h"
