@@ -5,14 +5,13 @@
 // .grad with history) match the values PyTorch computed, committed in
 // tests/golden/double_backward.txt.
 #include <cmath>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "autograd/backward.h"
 #include "autograd/gradcheck.h"
 #include "autograd/op_index.h"
 #include "autograd/recorder.h"
+#include "golden_file.h"
 #include "op_cases.h"
 #include "test_util.h"
 
@@ -224,34 +223,9 @@ namespace {
 using Outputs = std::map<std::string, Tensor>;
 
 std::map<std::string, Outputs> load_cases() {
-  const char* root = std::getenv("MANTISSA_SOURCE_DIR");
-  const std::string path = std::string(root ? root : ".") + "/tests/golden/double_backward.txt";
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "cannot open " << path;
   std::map<std::string, Outputs> cases;
-  Outputs* current = nullptr;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string kind;
-    ls >> kind;
-    if (kind == "case") {
-      std::string name;
-      ls >> name;
-      current = &cases[name];
-    } else if (kind == "tensor") {
-      std::string name, dims;
-      ls >> name >> dims;
-      std::vector<int64_t> shape;
-      if (dims != "-") {
-        std::istringstream ds(dims);
-        for (std::string d; std::getline(ds, d, ',');) shape.push_back(std::stoll(d));
-      }
-      std::vector<double> values;
-      for (double v; ls >> v;) values.push_back(v);
-      (*current)[name] = mt::from_vector(values, Shape(shape));
-    }
-  }
+  for (const auto& [name, c] : mt::testing::read_golden_file("double_backward.txt"))
+    cases[name] = c.tensors_by_name();
   return cases;
 }
 

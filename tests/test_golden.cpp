@@ -1,11 +1,9 @@
 // fp32 training trajectories against PyTorch: same initial weights and data, the loss at every
 // one of 100 steps within 1e-5 relative. The reference numbers come from
 // scripts/golden/make_trajectories.py (committed in tests/golden/trajectories.txt).
-#include <cstdlib>
-#include <fstream>
 #include <map>
-#include <sstream>
 
+#include "golden_file.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -21,37 +19,23 @@ struct GoldenRun {
 };
 
 std::vector<GoldenRun> load_runs() {
-  const char* root = std::getenv("MANTISSA_SOURCE_DIR");
-  const std::string path = std::string(root ? root : ".") + "/tests/golden/trajectories.txt";
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "cannot open " << path;
+  mt::testing::GoldenFormat format;
+  format.case_kind = "run";
+  format.value_kinds = {"losses"};
   std::vector<GoldenRun> runs;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string kind;
-    ls >> kind;
-    if (kind == "run") {
-      runs.emplace_back();
-      ls >> runs.back().name;
-      std::string kv;
-      while (ls >> kv) {
-        const auto eq = kv.find('=');
-        runs.back().options[kv.substr(0, eq)] = kv.substr(eq + 1);
-      }
-      runs.back().steps = std::stoi(runs.back().options["steps"]);
-    } else if (kind == "tensor") {
-      std::string name, dims;
-      ls >> name >> dims;
-      std::vector<int64_t> shape;
-      std::istringstream ds(dims);
-      for (std::string d; std::getline(ds, d, ',');) shape.push_back(std::stoll(d));
-      std::vector<float> values;
-      for (float v; ls >> v;) values.push_back(v);
-      runs.back().tensors.emplace_back(name, mt::from_vector(values, mt::Shape(shape)));
-    } else if (kind == "losses") {
-      for (double v; ls >> v;) runs.back().losses.push_back(v);
+  for (const auto& [name, c] : mt::testing::read_golden_file("trajectories.txt", format)) {
+    GoldenRun& run = runs.emplace_back();
+    run.name = name;
+    for (const std::string& kv : c.header) {
+      const auto eq = kv.find('=');
+      run.options[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
+    run.steps = std::stoi(run.options["steps"]);
+    // The file holds float32 values as %.9g: the nearest 9-digit decimal lies far closer to
+    // the float than to a rounding midpoint, so reading it as a double and rounding once more
+    // gives back the float exactly.
+    for (const auto& t : c.tensors) run.tensors.emplace_back(t.name, t.f64().to(mt::kFloat32));
+    run.losses = c.first("losses");
   }
   return runs;
 }

@@ -5,14 +5,13 @@
 // Also: the nodes the new losses record, their errors, the modules, and binary_cross_entropy's
 // refusal under autocast.
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "amp/autocast.h"
+#include "golden_file.h"
 #include "nn/loss.h"
 #include "test_util.h"
 
@@ -31,34 +30,12 @@ namespace {
 using Named = std::map<std::string, Tensor>;
 
 std::map<std::string, Named> load_cases() {
-  const char* root = std::getenv("MANTISSA_SOURCE_DIR");
-  const std::string path = std::string(root ? root : ".") + "/tests/golden/losses.txt";
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "cannot open " << path;
+  mt::testing::GoldenFormat format;
+  format.dtype_column = true;
   std::map<std::string, Named> cases;
-  Named* current = nullptr;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string kind;
-    ls >> kind;
-    if (kind == "case") {
-      std::string name;
-      ls >> name;
-      current = &cases[name];
-    } else if (kind == "tensor" && current != nullptr) {
-      std::string name, dtype, dims;
-      ls >> name >> dtype >> dims;
-      std::vector<int64_t> shape;
-      if (dims != "-") {
-        std::istringstream ds(dims);
-        for (std::string d; std::getline(ds, d, ',');) shape.push_back(std::stoll(d));
-      }
-      std::vector<double> values;
-      for (std::string v; ls >> v;) values.push_back(std::stod(v));
-      Tensor t = mt::from_vector(values, Shape(shape), mt::kFloat64);
-      (*current)[name] = dtype == "int64" ? t.to(mt::kInt64) : t;
-    }
+  for (const auto& [name, c] : mt::testing::read_golden_file("losses.txt", format)) {
+    for (const auto& t : c.tensors)
+      cases[name][t.name] = t.dtype == "int64" ? t.f64().to(mt::kInt64) : t.f64();
   }
   return cases;
 }

@@ -5,13 +5,11 @@
 // results are committed in tests/golden/modules.txt.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
-#include <sstream>
 
+#include "golden_file.h"
 #include "nn/conv.h"
 #include "nn/layers.h"
 #include "runner/config.h"
@@ -28,33 +26,10 @@ namespace {
 using Records = std::vector<std::pair<std::string, Tensor>>;
 
 std::map<std::string, Records> load_cases() {
-  const char* root = std::getenv("MANTISSA_SOURCE_DIR");
-  const std::string path = std::string(root ? root : ".") + "/tests/golden/modules.txt";
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "cannot open " << path;
   std::map<std::string, Records> cases;
-  Records* current = nullptr;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string kind;
-    ls >> kind;
-    if (kind == "case") {
-      std::string name;
-      ls >> name;
-      current = &cases[name];
-    } else if (kind == "tensor") {
-      std::string name, dims;
-      ls >> name >> dims;
-      std::vector<int64_t> shape;
-      if (dims != "-") {
-        std::istringstream ds(dims);
-        for (std::string d; std::getline(ds, d, ',');) shape.push_back(std::stoll(d));
-      }
-      std::vector<double> values;
-      for (double v; ls >> v;) values.push_back(v);
-      current->emplace_back(name, mt::from_vector(values, Shape(shape)));
-    }
+  for (const auto& [name, c] : mt::testing::read_golden_file("modules.txt")) {
+    Records& records = cases[name];
+    for (const auto& t : c.tensors) records.emplace_back(t.name, t.f64());
   }
   return cases;
 }

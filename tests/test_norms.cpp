@@ -3,13 +3,11 @@
 // after two training steps, eval outputs) are committed in tests/golden/norms.txt. The programs
 // run in float64 (tight) and float32 (float32 tolerance); the rest checks the modules' buffers,
 // autocast and the errors.
-#include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
-#include <sstream>
 
+#include "golden_file.h"
 #include "runner/config.h"
 #include "runner/model_builder.h"
 #include "test_util.h"
@@ -29,34 +27,11 @@ struct GoldenCase {
 };
 
 std::map<std::string, GoldenCase> load_cases() {
-  const char* root = std::getenv("MANTISSA_SOURCE_DIR");
-  const std::string path = std::string(root ? root : ".") + "/tests/golden/norms.txt";
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "cannot open " << path;
+  mt::testing::GoldenFormat format;
+  format.tensor_kinds = {"in", "out"};
   std::map<std::string, GoldenCase> cases;
-  GoldenCase* current = nullptr;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string kind;
-    ls >> kind;
-    if (kind == "case") {
-      std::string name;
-      ls >> name;
-      current = &cases[name];
-    } else if (kind == "in" || kind == "out") {
-      std::string name, dims;
-      ls >> name >> dims;
-      std::vector<int64_t> shape;
-      if (dims != "-") {
-        std::istringstream ds(dims);
-        for (std::string d; std::getline(ds, d, ',');) shape.push_back(std::stoll(d));
-      }
-      std::vector<double> values;
-      for (double v; ls >> v;) values.push_back(v);
-      (kind == "in" ? current->in : current->out)[name] = mt::from_vector(values, Shape(shape));
-    }
-  }
+  for (const auto& [name, c] : mt::testing::read_golden_file("norms.txt", format))
+    cases[name] = GoldenCase{c.tensors_by_name("in"), c.tensors_by_name("out")};
   return cases;
 }
 

@@ -3,14 +3,12 @@
 // refusal) are committed in tests/golden/pointwise.txt. Then what the golden file cannot hold:
 // our own refusals, and autocast.
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
-#include <sstream>
 
 #include "amp/autocast.h"
+#include "golden_file.h"
 #include "nn/layers.h"
 #include "runner/model_builder.h"
 #include "test_util.h"
@@ -22,50 +20,12 @@ using mt::Tensor;
 
 namespace {
 
-struct GoldenTensor {
-  std::string name;
-  std::string dtype;
-  Tensor values;  // float64
-};
-struct GoldenCase {
-  bool raises = false;
-  std::vector<GoldenTensor> tensors;
-};
+using mt::testing::GoldenTensor;
 
-std::map<std::string, GoldenCase> load_cases() {
-  const char* root = std::getenv("MANTISSA_SOURCE_DIR");
-  const std::string path = std::string(root ? root : ".") + "/tests/golden/pointwise.txt";
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "cannot open " << path;
-  std::map<std::string, GoldenCase> cases;
-  GoldenCase* current = nullptr;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string kind;
-    ls >> kind;
-    if (kind == "case") {
-      std::string name;
-      ls >> name;
-      current = &cases[name];
-    } else if (kind == "raises") {
-      current->raises = true;
-    } else if (kind == "tensor") {
-      GoldenTensor t;
-      std::string dims;
-      ls >> t.name >> t.dtype >> dims;
-      std::vector<int64_t> shape;
-      if (dims != "-") {
-        std::istringstream ds(dims);
-        for (std::string d; std::getline(ds, d, ',');) shape.push_back(std::stoll(d));
-      }
-      std::vector<double> values;
-      for (std::string v; ls >> v;) values.push_back(std::stod(v));  // stod reads inf and nan
-      t.values = mt::from_vector(values, Shape(shape));
-      current->tensors.push_back(t);
-    }
-  }
-  return cases;
+std::map<std::string, mt::testing::GoldenCase> load_cases() {
+  mt::testing::GoldenFormat format;
+  format.dtype_column = true;
+  return mt::testing::read_golden_file("pointwise.txt", format);
 }
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -282,8 +242,9 @@ std::map<std::string, Program> programs() {
 void expect_matches(const std::string& what, const Tensor& got, const GoldenTensor& want) {
   ASSERT_TRUE(got.defined()) << what;
   EXPECT_EQ(std::string(mt::dtype_name(got.dtype())), want.dtype) << what;
-  ASSERT_EQ(got.shape(), want.values.shape()) << what;
-  const auto g = got.to_vector<double>(), w = want.values.to_vector<double>();
+  ASSERT_EQ(got.shape(), want.shape) << what;
+  const auto g = got.to_vector<double>();
+  const std::vector<double>& w = want.values;
   const double rtol = got.dtype() == mt::kFloat64 ? 1e-14 : mt::is_floating(got.dtype()) ? 1e-6 : 0;
   for (size_t i = 0; i < g.size(); ++i) {
     if (std::isnan(w[i]) || std::isinf(w[i]) || rtol == 0) {

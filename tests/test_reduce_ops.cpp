@@ -5,13 +5,11 @@
 // views) and the errors.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <numeric>
-#include <sstream>
 
+#include "golden_file.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -24,50 +22,13 @@ namespace {
 constexpr double kInf = INFINITY;
 constexpr double kNaN = NAN;
 
-struct GoldenTensor {
-  std::string dtype;
-  Shape shape;
-  std::vector<double> values;
-};
-struct GoldenCase {
-  bool raises = false;
-  std::vector<std::pair<std::string, GoldenTensor>> tensors;
-};
+using mt::testing::GoldenCase;
+using mt::testing::GoldenTensor;
 
 std::map<std::string, GoldenCase> load_cases() {
-  const char* root = std::getenv("MANTISSA_SOURCE_DIR");
-  const std::string path = std::string(root ? root : ".") + "/tests/golden/reduce.txt";
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "cannot open " << path;
-  std::map<std::string, GoldenCase> cases;
-  GoldenCase* current = nullptr;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string kind;
-    ls >> kind;
-    if (kind == "case") {
-      std::string name;
-      ls >> name;
-      current = &cases[name];
-    } else if (kind == "raises") {
-      current->raises = true;
-    } else if (kind == "tensor") {
-      std::string name, dims;
-      GoldenTensor t;
-      ls >> name >> t.dtype >> dims;
-      std::vector<int64_t> shape;
-      if (dims != "-") {
-        std::istringstream ds(dims);
-        for (std::string d; std::getline(ds, d, ',');) shape.push_back(std::stoll(d));
-      }
-      t.shape = Shape(shape);
-      // nan/inf as %.17g writes them
-      for (std::string v; ls >> v;) t.values.push_back(std::strtod(v.c_str(), nullptr));
-      current->tensors.emplace_back(name, t);
-    }
-  }
-  return cases;
+  mt::testing::GoldenFormat format;
+  format.dtype_column = true;
+  return mt::testing::read_golden_file("reduce.txt", format);
 }
 
 // The values of make_reduce.py's vals(): the same libm sin, so the same doubles.
@@ -572,7 +533,8 @@ TEST_P(ReduceGolden, MatchesPyTorch) {
   }
   const Outputs out = programs().at(GetParam())();
   ASSERT_EQ(out.size(), golden.tensors.size());
-  for (const auto& [name, expected] : golden.tensors) {
+  for (const GoldenTensor& expected : golden.tensors) {
+    const std::string& name = expected.name;
     ASSERT_TRUE(out.count(name)) << name;
     ASSERT_TRUE(out.at(name).defined()) << name << " is undefined";
     expect_matches(out.at(name), expected, GetParam() + ": " + name);

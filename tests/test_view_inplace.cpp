@@ -2,12 +2,10 @@
 // PyTorch: every program here is also in
 // scripts/golden/make_view_inplace.py, whose results (forward values, gradients, or a refusal)
 // are committed in tests/golden/view_inplace.txt.
-#include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <map>
-#include <sstream>
 
+#include "golden_file.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -17,43 +15,10 @@ using mt::Tensor;
 
 namespace {
 
-struct GoldenCase {
-  bool raises = false;
-  std::vector<std::pair<std::string, Tensor>> tensors;
-};
+using mt::testing::GoldenCase;
 
 std::map<std::string, GoldenCase> load_cases() {
-  const char* root = std::getenv("MANTISSA_SOURCE_DIR");
-  const std::string path = std::string(root ? root : ".") + "/tests/golden/view_inplace.txt";
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "cannot open " << path;
-  std::map<std::string, GoldenCase> cases;
-  GoldenCase* current = nullptr;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string kind;
-    ls >> kind;
-    if (kind == "case") {
-      std::string name;
-      ls >> name;
-      current = &cases[name];
-    } else if (kind == "raises") {
-      current->raises = true;
-    } else if (kind == "tensor") {
-      std::string name, dims;
-      ls >> name >> dims;
-      std::vector<int64_t> shape;
-      if (dims != "-") {
-        std::istringstream ds(dims);
-        for (std::string d; std::getline(ds, d, ',');) shape.push_back(std::stoll(d));
-      }
-      std::vector<double> values;
-      for (double v; ls >> v;) values.push_back(v);
-      current->tensors.emplace_back(name, mt::from_vector(values, Shape(shape)));
-    }
-  }
-  return cases;
+  return mt::testing::read_golden_file("view_inplace.txt");
 }
 
 Tensor f64(std::vector<double> values, Shape shape) { return mt::from_vector(values, shape); }
@@ -323,10 +288,11 @@ TEST_P(ViewInplaceGolden, MatchesPyTorch) {
   }
   const Outputs out = programs().at(GetParam())();
   ASSERT_EQ(out.size(), golden.tensors.size());
-  for (const auto& [name, expected] : golden.tensors) {
+  for (const auto& expected : golden.tensors) {
+    const std::string& name = expected.name;
     ASSERT_TRUE(out.count(name)) << name;
     ASSERT_TRUE(out.at(name).defined()) << name << " is undefined";
-    mt::testing::expect_close(out.at(name), expected, 1e-12, 1e-12, GetParam() + ": " + name);
+    mt::testing::expect_close(out.at(name), expected.f64(), 1e-12, 1e-12, GetParam() + ": " + name);
   }
 }
 

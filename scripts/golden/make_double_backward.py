@@ -18,6 +18,8 @@ import os
 import torch
 import torch.nn.functional as F
 
+from golden_cases import write_cases
+
 OUT = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "golden", "double_backward.txt")
 D = torch.float64
 
@@ -74,25 +76,11 @@ def leaf_grad_with_graph():
     first = x.grad.detach().clone()
     assert x.grad.requires_grad
     x.grad.sum().backward()  # adds 6x into x.grad
-    return {"x.grad first": first, "x.grad": x.grad}
-
-
-def fmt(name, t):
-    t = t.detach().to(D)
-    dims = ",".join(str(d) for d in t.shape) if t.dim() > 0 else "-"
-    vals = " ".join("%.17g" % v for v in t.reshape(-1).tolist())
-    return "tensor %s %s %s" % (name.replace(" ", "_"), dims, vals)
+    return {"x.grad_first": first, "x.grad": x.grad}
 
 
 def main():
-    lines = []
-    for name, fn in CASES.items():
-        lines.append("case " + name)
-        for k, t in fn().items():
-            lines.append(fmt(k, t))
-        lines.append("end")
-    with open(OUT, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_cases(OUT, CASES)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import os
 import torch
 import torch.nn as nn
 
+from golden_cases import write_cases
+
 OUT = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "golden", "modules.txt")
 D = torch.float64
 CASES = {}
@@ -224,21 +226,8 @@ def init_conv_transpose2d():
     return bounds(nn.ConvTranspose2d(40, 6, (3, 2), groups=2))
 
 
-def fmt(t):
-    dims = ",".join(str(d) for d in t.shape) if t.dim() > 0 else "-"
-    vals = " ".join("%.17g" % v for v in t.detach().to(D).reshape(-1).tolist())
-    return dims + (" " + vals if vals else "")
-
-
 def main():
-    lines = []
-    for name, fn in CASES.items():
-        lines.append("case " + name)
-        for key, t in fn().items():
-            lines.append("tensor %s %s" % (key, fmt(t)))
-        lines.append("end")
-    with open(OUT, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_cases(OUT, CASES)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import os
 import torch
 import torch.nn.functional as F
 
+from golden_cases import write_cases
+
 OUT = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "golden", "pointwise.txt")
 D = torch.float64
 INF = float("inf")
@@ -339,32 +341,8 @@ for op in ("tril", "triu"):
     extra()
 
 
-def fmt(name, x):
-    x = x.detach()
-    dtype = str(x.dtype).replace("torch.", "")
-    dims = ",".join(str(d) for d in x.shape) if x.dim() > 0 else "-"
-    vals = x.to(D).reshape(-1).tolist()
-    return "tensor %s %s %s %s" % (name, dtype, dims, " ".join("%.17g" % v for v in vals))
-
-
 def main():
-    lines = []
-    for name, fn in CASES.items():
-        lines.append("case " + name)
-        try:
-            out = fn()
-        except (RuntimeError, IndexError):
-            if not name.endswith("_refused"):
-                raise
-            lines.append("raises")
-        else:
-            assert not name.endswith("_refused"), name + " was expected to raise"
-            for key, x in out.items():
-                lines.append(fmt(key, x))
-        lines.append("end")
-    with open(OUT, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("wrote %d cases to %s" % (len(CASES), os.path.normpath(OUT)))
+    write_cases(OUT, CASES, with_dtype=True)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ import os
 
 import torch
 
+from golden_cases import write_cases
+
 OUT = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "golden", "reduce.txt")
 D = torch.float64
 F = torch.float32
@@ -589,35 +591,8 @@ def addmm_shapes_refused():
 
 
 # ---- writer ---------------------------------------------------------------------------------
-def dtype_name(t):
-    return {torch.float64: "float64", torch.float32: "float32", torch.int64: "int64",
-            torch.int32: "int32", torch.uint8: "uint8", torch.bool: "bool"}[t.dtype]
-
-
-def fmt(t):
-    t = t.detach()
-    dims = ",".join(str(d) for d in t.shape) if t.dim() > 0 else "-"
-    values = " ".join("%.17g" % v for v in t.to(D).reshape(-1).tolist())
-    return f"{dtype_name(t)} {dims} {values}".rstrip()
-
-
 def main():
-    lines = []
-    for name, fn in CASES.items():
-        lines.append(f"case {name}")
-        try:
-            out = fn()
-        except RuntimeError:
-            lines.append("raises")
-        else:
-            assert not name.endswith("_refused"), name + " was not refused"
-            for key, t in out.items():
-                assert t is not None, f"{name}: {key} is None"
-                lines.append(f"tensor {key} {fmt(t)}")
-        lines.append("end")
-    with open(OUT, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print(f"wrote {len(CASES)} cases to {os.path.normpath(OUT)}")
+    write_cases(OUT, CASES, with_dtype=True)
 
 
 if __name__ == "__main__":

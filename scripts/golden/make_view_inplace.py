@@ -15,6 +15,8 @@ File format, one record per line:
 import os
 import torch
 
+from golden_cases import write_cases
+
 OUT = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "golden", "view_inplace.txt")
 D = torch.float64
 
@@ -350,30 +352,8 @@ def leaf_hook_replaces_what_is_accumulated():
     return {"x.grad": x.grad}
 
 
-def fmt(t):
-    t = t.detach().to(D)
-    dims = ",".join(str(d) for d in t.shape) if t.dim() > 0 else "-"
-    return dims + " " + " ".join("%.17g" % v for v in t.reshape(-1).tolist())
-
-
 def main():
-    lines = []
-    for name, fn in CASES.items():
-        lines.append("case " + name)
-        try:
-            out = fn()
-        except (RuntimeError, IndexError):
-            if not name.endswith("_refused"):
-                raise
-            lines.append("raises")
-        else:
-            assert not name.endswith("_refused"), name + " was expected to raise"
-            for key, t in out.items():
-                lines.append("tensor %s %s" % (key, fmt(t)))
-        lines.append("end")
-    with open(OUT, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("wrote %d cases to %s" % (len(CASES), os.path.normpath(OUT)))
+    write_cases(OUT, CASES)
 
 
 if __name__ == "__main__":
