@@ -158,18 +158,49 @@ Split random_split(std::shared_ptr<const Dataset> dataset, double val_fraction, 
           std::make_shared<Subset>(dataset, std::move(val))};
 }
 
+int64_t DistributedSampler::num_samples(int64_t n) const {
+  // torch: drop_last takes ceil((n - W) / W), which is floor(n / W) for every n >= 0.
+  return drop_last ? n / num_replicas : (n + num_replicas - 1) / num_replicas;
+}
+
+std::vector<int64_t> DistributedSampler::shard(const std::vector<int64_t>& order) const {
+  MT_CHECK(num_replicas >= 1 && rank >= 0 && rank < num_replicas, "DistributedSampler: rank ", rank,
+           " is out of range for num_replicas ", num_replicas);
+  const auto n = static_cast<int64_t>(order.size());
+  const int64_t per_rank = num_samples(n);
+  std::vector<int64_t> out;
+  if (n == 0) return out;
+  out.reserve(static_cast<size_t>(per_rank));
+  // Position p of the padded order is order[p % n]: the padding repeats the order from its start,
+  // as many times as it takes (torch does the same when the padding exceeds n).
+  for (int64_t i = 0; i < per_rank; ++i) out.push_back(order[(rank + i * num_replicas) % n]);
+  return out;
+}
+
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
     : dataset_(std::move(dataset)), options_(options) {
   MT_CHECK(dataset_ != nullptr, "DataLoader: no dataset");
   MT_CHECK(options_.batch_size > 0, "DataLoader: batch_size must be positive, got ",
            options_.batch_size);
+  const DistributedSampler& s = options_.sampler;
+  MT_CHECK(s.num_replicas >= 1 && s.rank >= 0 && s.rank < s.num_replicas,
+           "DataLoader: sampler rank ", s.rank, " is out of range for num_replicas ",
+           s.num_replicas);
   MT_CHECK(dataset_->size() > 0, "DataLoader: the dataset is empty");
+  MT_CHECK(examples_per_epoch() > 0, "DataLoader: the sampler's drop_last leaves none of the ",
+           dataset_->size(), " examples to each of ", s.num_replicas, " replicas");
   MT_CHECK(batches_per_epoch() > 0, "DataLoader: drop_last with batch_size ", options_.batch_size,
-           " and only ", dataset_->size(), " examples gives no batches");
+           " and only ", examples_per_epoch(), " examples", s.enabled() ? " per replica" : "",
+           " gives no batches");
+}
+
+int64_t DataLoader::examples_per_epoch() const {
+  const int64_t n = dataset_->size();
+  return options_.sampler.enabled() ? options_.sampler.num_samples(n) : n;
 }
 
 int64_t DataLoader::batches_per_epoch() const {
-  const int64_t n = dataset_->size(), b = options_.batch_size;
+  const int64_t n = examples_per_epoch(), b = options_.batch_size;
   return options_.drop_last ? n / b : (n + b - 1) / b;
 }
 
@@ -181,7 +212,14 @@ void DataLoader::set_epoch(int64_t epoch) {
 
 const std::vector<int64_t>& DataLoader::order() {
   if (order_epoch_ != epoch_) {
-    order_ = seeded_permutation(dataset_->size(), options_.seed, static_cast<uint64_t>(epoch_));
+    const int64_t n = dataset_->size();
+    if (options_.shuffle) {
+      order_ = seeded_permutation(n, options_.seed, static_cast<uint64_t>(epoch_));
+    } else {
+      order_.resize(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) order_[i] = i;
+    }
+    if (options_.sampler.enabled()) order_ = options_.sampler.shard(order_);
     order_epoch_ = epoch_;
   }
   return order_;
@@ -193,11 +231,11 @@ std::optional<Batch> DataLoader::next() {
     index_ = 0;
     return std::nullopt;
   }
-  const int64_t n = dataset_->size();
+  const int64_t n = examples_per_epoch();
   const int64_t start = index_ * options_.batch_size;
   const int64_t stop = std::min(n, start + options_.batch_size);
   std::vector<int64_t> indices(stop - start);
-  if (options_.shuffle) {
+  if (options_.shuffle || options_.sampler.enabled()) {
     const auto& perm = order();
     for (int64_t i = start; i < stop; ++i) indices[i - start] = perm[i];
   } else {
@@ -218,6 +256,7 @@ Json DataLoader::state() const {
   s.set("index", index_);
   // A seed above INT64_MAX is stored as its two's-complement int64 and read back the same way.
   s.set("seed", static_cast<int64_t>(options_.seed));
+  if (options_.sampler.enabled()) s.set("num_replicas", options_.sampler.num_replicas);
   return s;
 }
 
@@ -227,6 +266,11 @@ void DataLoader::load_state(const Json& state) {
   const auto seed = static_cast<uint64_t>(state.at("seed").as_int());
   MT_CHECK(seed == options_.seed, "DataLoader.load_state: the state was saved with shuffle seed ",
            seed, " but this loader's seed is ", options_.seed);
+  const int64_t replicas =
+      state.contains("num_replicas") ? state.at("num_replicas").as_int() : int64_t{1};
+  MT_CHECK(replicas == options_.sampler.num_replicas, "DataLoader.load_state: the state was saved ",
+           "by a loader sharded over ", replicas, " replica(s) but this loader has ",
+           options_.sampler.num_replicas, " (a different number of ranks sees different data)");
   MT_CHECK(epoch >= 0 && index >= 0 && index <= batches_per_epoch(),
            "DataLoader.load_state: position epoch ", epoch, ", index ", index,
            " is invalid for a loader of ", batches_per_epoch(), " batches per epoch");

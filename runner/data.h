@@ -8,6 +8,9 @@
 //   auto data = runner::make_teacher_dataset({.samples = 1024});
 //   runner::DataLoader loader(data, {.batch_size = 32, .shuffle = true, .seed = 1});
 //   for (const runner::Batch& b : loader) { ... }   // the rest of the current epoch
+//
+// With options.sampler (DistributedSampler) each rank of a data-parallel job walks its own
+// disjoint shard of the same per-epoch order.
 #pragma once
 
 #include <cstdint>
@@ -184,12 +187,32 @@ std::shared_ptr<TensorDataset> load_mnist_idx(const MnistOptions& options);
 // ---- the loader
 // ----------------------------------------------------------------------------------
 
+// torch.utils.data.DistributedSampler's rule for giving each of num_replicas ranks a disjoint
+// shard of one epoch's order (the same order on every rank: the loader's seeded permutation of
+// (seed, epoch), or 0..n-1 without shuffle). Rank r takes positions r, r + W, r + 2W, ... of the
+// order. When n does not divide by W, the order is padded by repeating it from its start (so a
+// few examples are seen twice per epoch), or with drop_last its tail is dropped; either way every
+// rank gets num_samples(n) indices and so the same number of batches.
+struct DistributedSampler {
+  int64_t num_replicas = 1;
+  int64_t rank = 0;
+  bool drop_last = false;
+
+  // Indices each rank gets per epoch.
+  int64_t num_samples(int64_t dataset_size) const;
+  // This rank's shard of `order` (one epoch's order over the whole dataset).
+  std::vector<int64_t> shard(const std::vector<int64_t>& order) const;
+  bool enabled() const { return num_replicas > 1; }
+};
+
 struct DataLoaderOptions {
   int64_t batch_size = 32;
   bool shuffle = true;
   uint64_t seed = 0;  // the loader's own: independent of the engine's generators
   bool drop_last = false;
   Device device = Device::cpu();  // where batches are delivered
+  // Batches are made from this rank's shard of each epoch (batch_size examples per rank).
+  DistributedSampler sampler{};
 };
 
 class DataLoader {
@@ -211,8 +234,10 @@ class DataLoader {
   // Jumps to the start of `epoch`.
   void set_epoch(int64_t epoch);
 
-  // {"epoch": e, "index": i, "seed": s}. load_state checks the seed matches this loader's (a
-  // different seed would silently change the data order) and that index is within the epoch.
+  // {"epoch": e, "index": i, "seed": s}, plus "num_replicas" when sharded. load_state checks the
+  // seed and the number of replicas match this loader's (either would silently change the data
+  // order) and that index is within the epoch. The rank is not stored: every rank resumes from
+  // the same state.
   Json state() const;
   void load_state(const Json& state);
 
@@ -241,13 +266,15 @@ class DataLoader {
   Iterator end() { return Iterator(); }
 
  private:
+  // The examples of the current epoch this loader delivers, in order (this rank's shard).
   const std::vector<int64_t>& order();
+  int64_t examples_per_epoch() const;
 
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;
   int64_t epoch_ = 0;
   int64_t index_ = 0;
-  std::vector<int64_t> order_;  // permutation of the current epoch (shuffle only)
+  std::vector<int64_t> order_;  // the current epoch's (shuffle or sampler only)
   int64_t order_epoch_ = -1;
 };
 

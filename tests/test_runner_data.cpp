@@ -9,6 +9,7 @@
 #include <set>
 
 #include "engine/factory.h"
+#include "golden_file.h"
 #include "runner/data.h"
 #include "runner/safetensors.h"
 #include "test_util.h"
@@ -18,6 +19,7 @@ using mt::Tensor;
 using mt::runner::Batch;
 using mt::runner::DataLoader;
 using mt::runner::DataLoaderOptions;
+using mt::runner::DistributedSampler;
 using mt::testing::expect_error;
 
 namespace {
@@ -343,4 +345,140 @@ TEST(RunnerData, SafetensorsDatasetByName) {
   EXPECT_EQ(ds->get(1).target.to_vector<int64_t>(), (std::vector<int64_t>{1}));
   expect_error([&] { mt::runner::load_safetensors_dataset({.path = path}); },
                {"no tensor 'inputs'", "x, y"});
+}
+
+// ---- the distributed sampler
+// ---------------------------------------------------------------------
+
+static std::vector<int64_t> as_ints(const std::vector<double>& v) {
+  return std::vector<int64_t>(v.begin(), v.end());
+}
+
+// Sharding, padding and drop_last as torch.utils.data.DistributedSampler, on the order torch drew
+// (scripts/golden/make_sampler.py): sizes that divide by the ranks, short tails, and padding
+// longer than the dataset.
+TEST(RunnerData, DistributedSamplerShardsAsTorch) {
+  mt::testing::GoldenFormat format;
+  format.other_kinds_are_values = true;
+  const auto cases = mt::testing::read_golden_file("sampler.txt", format);
+  ASSERT_GE(cases.size(), 40u);
+  for (const auto& [name, c] : cases) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(c.header.size(), 3u);
+    const int64_t n = std::stoll(c.header[0]), world = std::stoll(c.header[1]);
+    const bool drop_last = c.header[2] == "1";
+    const auto order = as_ints(c.first("order"));
+    ASSERT_EQ(static_cast<int64_t>(order.size()), n);
+    for (int64_t r = 0; r < world; ++r) {
+      const std::string kind = "rank" + std::to_string(r);
+      ASSERT_EQ(c.all(kind).size(), 1u) << kind;
+      const DistributedSampler s{.num_replicas = world, .rank = r, .drop_last = drop_last};
+      const auto want = as_ints(c.first(kind));
+      EXPECT_EQ(s.shard(order), want) << kind;
+      EXPECT_EQ(s.num_samples(n), static_cast<int64_t>(want.size())) << kind;
+    }
+    EXPECT_TRUE(c.all("rank" + std::to_string(world)).empty()) << "a rank the test did not shard";
+  }
+}
+
+// Every rank's loader walks its own shard of the same per-epoch permutation: together they cover
+// the epoch's examples once (plus torch's padding), each rank has the same number of batches, and
+// set_epoch / the seed move every rank to the same new order.
+TEST(RunnerData, DistributedLoadersShareOnePermutationAndSplitIt) {
+  auto ds = numbered(23);
+  const int64_t world = 3;
+  for (bool shuffle : {false, true}) {
+    SCOPED_TRACE(shuffle ? "shuffle" : "sequential");
+    for (int64_t epoch : {0, 1, 5}) {
+      std::vector<int64_t> seen;
+      std::vector<std::vector<int64_t>> per_rank;
+      for (int64_t r = 0; r < world; ++r) {
+        DataLoader loader(ds, {.batch_size = 3,
+                               .shuffle = shuffle,
+                               .seed = 11,
+                               .sampler = {.num_replicas = world, .rank = r}});
+        loader.set_epoch(epoch);
+        EXPECT_EQ(loader.batches_per_epoch(), 3);  // ceil(23 / 3) = 8 examples -> 3 batches
+        std::vector<int64_t> mine;
+        for (const auto& b : epoch_ids(loader)) mine.insert(mine.end(), b.begin(), b.end());
+        EXPECT_EQ(mine.size(), 8u);
+        seen.insert(seen.end(), mine.begin(), mine.end());
+        per_rank.push_back(mine);
+      }
+      // The epoch's order, recovered by interleaving the shards, is the unsharded loader's.
+      DataLoader whole(ds, {.batch_size = 23, .shuffle = shuffle, .seed = 11});
+      whole.set_epoch(epoch);
+      const auto order = ids(*whole.next());
+      for (int64_t p = 0; p < 24; ++p)
+        EXPECT_EQ(per_rank[p % world][p / world], order[p % 23]) << "position " << p;
+      std::sort(seen.begin(), seen.end());
+      std::vector<int64_t> expected(23);
+      for (int64_t i = 0; i < 23; ++i) expected[i] = i;
+      expected.push_back(order[0]);  // the one padded example: the order's first, seen twice
+      std::sort(expected.begin(), expected.end());
+      EXPECT_EQ(seen, expected);
+    }
+  }
+  // drop_last on the sampler drops the tail (23 -> 21 examples, 7 per rank) instead of padding.
+  DataLoader dropped(
+      ds, {.batch_size = 7, .sampler = {.num_replicas = 3, .rank = 2, .drop_last = true}});
+  EXPECT_EQ(dropped.batches_per_epoch(), 1);
+  EXPECT_EQ(ids(*dropped.next()).size(), 7u);
+  // Shuffled epochs differ, and so do two seeds.
+  auto shard = [&](uint64_t seed, int64_t epoch) {
+    DataLoader l(ds, {.batch_size = 8, .seed = seed, .sampler = {.num_replicas = 3, .rank = 1}});
+    l.set_epoch(epoch);
+    return ids(*l.next());
+  };
+  EXPECT_EQ(shard(4, 2), shard(4, 2));
+  EXPECT_NE(shard(4, 2), shard(4, 3));
+  EXPECT_NE(shard(4, 2), shard(5, 2));
+  expect_error([&] { DataLoader(ds, {.sampler = {.num_replicas = 2, .rank = 2}}); },
+               {"rank 2", "num_replicas 2"});
+  expect_error(
+      [&] {
+        DataLoader(numbered(2), {.sampler = {.num_replicas = 3, .rank = 0, .drop_last = true}});
+      },
+      {"drop_last", "3 replicas"});
+}
+
+// A sharded loader's position restores mid-epoch on every rank; a state saved with another number
+// of replicas is refused (its positions index other shards).
+TEST(RunnerData, DistributedLoaderResumesAndRefusesAnotherWorldSize) {
+  auto ds = numbered(19);
+  for (int64_t r = 0; r < 2; ++r) {
+    const DataLoaderOptions opts{
+        .batch_size = 2, .seed = 9, .sampler = {.num_replicas = 2, .rank = r}};
+    DataLoader straight(ds, opts);
+    std::vector<std::vector<int64_t>> expected;
+    for (int i = 0; i < 9; ++i) {  // 5 batches per epoch: crosses into the second epoch
+      auto b = straight.next();
+      if (!b) b = straight.next();
+      expected.push_back(ids(*b));
+    }
+    DataLoader first(ds, opts);
+    std::vector<std::vector<int64_t>> got;
+    for (int i = 0; i < 3; ++i) got.push_back(ids(*first.next()));
+    const auto state = mt::runner::Json::parse(first.state().dump());
+    EXPECT_EQ(state.at("num_replicas").as_int(), 2);
+    DataLoader resumed(ds, opts);
+    resumed.load_state(state);
+    while (got.size() < expected.size()) {
+      auto b = resumed.next();
+      if (!b) b = resumed.next();
+      got.push_back(ids(*b));
+    }
+    EXPECT_EQ(got, expected) << "rank " << r;
+
+    DataLoader three(ds, {.batch_size = 2, .seed = 9, .sampler = {.num_replicas = 3, .rank = 0}});
+    expect_error([&] { three.load_state(state); }, {"2 replica", "has 3"});
+    DataLoader single(ds, {.batch_size = 2, .seed = 9});
+    expect_error([&] { single.load_state(state); }, {"2 replica", "has 1"});
+  }
+  // An unsharded state (no num_replicas key, as every checkpoint before the sampler) is one
+  // replica.
+  DataLoader plain(ds, {.batch_size = 2, .seed = 9});
+  EXPECT_FALSE(plain.state().contains("num_replicas"));
+  DataLoader sharded(ds, {.batch_size = 2, .seed = 9, .sampler = {.num_replicas = 2, .rank = 0}});
+  expect_error([&] { sharded.load_state(plain.state()); }, {"1 replica", "has 2"});
 }
