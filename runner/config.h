@@ -32,13 +32,13 @@ class ConfigError : public Error {
 
 // One entry of model.layers.
 struct LayerSpec {
-  std::string type;  // linear relu gelu silu sigmoid tanh dropout layernorm conv2d maxpool2d
-                     // flatten conv1d adaptive_avg_pool2d identity leaky_relu elu softplus
-                     // batchnorm1d batchnorm2d groupnorm rmsnorm
-  std::string name;                     // the child's name; empty: its index, as nn.Sequential
-  std::string path;                     // "model.layers.3", for messages
-  int64_t in = 0, out = 0;              // linear: features; conv2d: channels
-  bool bias = true;                     // linear, conv2d
+  std::string type;         // linear relu gelu silu sigmoid tanh dropout layernorm conv2d maxpool2d
+                            // flatten conv1d adaptive_avg_pool2d identity leaky_relu elu softplus
+                            // batchnorm1d batchnorm2d groupnorm rmsnorm
+  std::string name;         // the child's name; empty: its index, as nn.Sequential
+  std::string path;         // "model.layers.3", for messages
+  int64_t in = 0, out = 0;  // linear: features; conv2d: channels
+  bool bias = true;         // linear, conv2d
   std::string approximate = "none";     // gelu: none | tanh
   double p = 0.5;                       // dropout
   std::vector<int64_t> shape;           // layernorm normalized_shape
@@ -154,6 +154,23 @@ struct ScalerConfig {
   int64_t hysteresis = 1;
 };
 
+// Data-parallel training (docs/distributed.md). The whole section is left out of resolved.yaml
+// while every key has its default, so configs that do not use it keep their config hash.
+struct DistributedConfig {
+  // The section is omitted from resolved.yaml (and so from the config hash) while at defaults.
+  static constexpr bool kOmittedWhenDefault = true;
+  int64_t nproc = 1;             // local ranks `mantissa train` starts (1: none)
+  std::string backend = "auto";  // auto gloo nccl
+  double timeout_s = 1800.0;     // rendezvous and each collective
+  std::string store_path;        // empty: a fresh directory per launch / MANTISSA_STORE_PATH
+  bool drop_last = false;        // the sampler drops the tail instead of padding
+  double bucket_cap_mb = 25.0;   // DistributedDataParallel options
+  double first_bucket_mb = 1.0;
+  bool find_unused_parameters = false;
+  bool static_graph = false;
+  bool broadcast_buffers = true;
+};
+
 struct Config {
   std::string name;  // run name; default: the config file's stem ("toy")
   uint64_t seed = 0;
@@ -174,6 +191,7 @@ struct Config {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   ScalerConfig scaler;
+  DistributedConfig distributed;
 
   // Where each key's value came from ("line 7", "--set", "default"), and its text as written;
   // keys are dotted paths ("optimizer.lr", "model.layers.2.out").

@@ -619,6 +619,42 @@ void describe(V& v, ScalerConfig& g) {
           "must be <= scaler.init_scale"});
 }
 
+template <typename V>
+void describe(V& v, DistributedConfig& d) {
+  v.field(key("nproc", d.nproc)
+              .between(1, 1024)
+              .doc("local ranks `mantissa train` starts (as `--nproc`); ignored when torchrun, "
+                   "mpirun or srun started the process"));
+  v.field(key("backend", d.backend)
+              .one_of({"auto", "gloo", "nccl"})
+              .doc("collectives: `gloo` (CPU tensors), `nccl` (CUDA tensors); `auto` picks by "
+                   "`device`"));
+  v.field(key("timeout_s", d.timeout_s)
+              .positive()
+              .doc("seconds the rendezvous, and each collective, may take before the rank stops "
+                   "with an error"));
+  v.field(key("store_path", d.store_path)
+              .optional_output()
+              .doc("directory the ranks meet in (shared by every host); default: a fresh one per "
+                   "launch, or `MANTISSA_STORE_PATH`"));
+  v.field(key("drop_last", d.drop_last)
+              .doc("each rank's shard drops the tail of an epoch that does not divide by the "
+                   "ranks, instead of repeating examples from its start"));
+  v.field(key("bucket_cap_mb", d.bucket_cap_mb)
+              .positive()
+              .doc("MiB of gradients per allreduce bucket (after the first)"));
+  v.field(key("first_bucket_mb", d.first_bucket_mb)
+              .positive()
+              .doc("MiB of the first bucket, so communication starts early in backward"));
+  v.field(key("find_unused_parameters", d.find_unused_parameters)
+              .doc("parameters without a gradient in an iteration count as zero gradients"));
+  v.field(key("static_graph", d.static_graph)
+              .doc("the parameters used in the first iteration are used in every iteration"));
+  v.field(key("broadcast_buffers", d.broadcast_buffers)
+              .doc("rank 0's buffers (batch norm statistics) are copied to every rank before "
+                   "each forward"));
+}
+
 std::string check_device(const std::string& device);  // config.cpp
 
 template <typename V>
@@ -677,6 +713,9 @@ void describe(V& v, Config& c) {
   v.section("optimizer", c.optimizer, "");
   v.section("schedule", c.schedule, "");
   v.section("scaler", c.scaler, "Dynamic loss scaling, as `torch.amp.GradScaler`.");
+  v.section("distributed", c.distributed,
+            "Data-parallel training over several processes (docs/distributed.md). Left out of "
+            "`resolved.yaml` while every key has its default.");
 }
 
 }  // namespace mantissa::runner::schema

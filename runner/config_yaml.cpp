@@ -121,9 +121,17 @@ class Writer {
   void rule(const schema::Rule&) {}
   template <typename S>
   void section(const char* name, S& s, const char*) {
-    os_ << indent_ << name << ":\n";
-    Writer w(os_, indent_ + "  ", false);
+    std::ostringstream body;
+    Writer w(body, indent_ + "  ", false);
     schema::describe(w, s);
+    if constexpr (requires { S::kOmittedWhenDefault; }) {
+      S defaults{};
+      std::ostringstream default_body;
+      Writer d(default_body, indent_ + "  ", false);
+      schema::describe(d, defaults);
+      if (body.str() == default_body.str()) return;
+    }
+    os_ << indent_ << name << ":\n" << body.str();
   }
 
  private:

@@ -243,12 +243,16 @@ TEST(RunnerConfigSchema, EveryDeclaredKeyRoundTripsWithANonDefaultValue) {
   round_trip_every_key<rn::ScalerConfig>(
       "scaler.", [](rn::Config& c) -> rn::ScalerConfig& { return c.scaler; }, &touched,
       &unchangeable);
+  round_trip_every_key<rn::DistributedConfig>(
+      "distributed.", [](rn::Config& c) -> rn::DistributedConfig& { return c.distributed; },
+      &touched, &unchangeable);
   // model.preset has one value (the default); every other key could be changed.
   EXPECT_EQ(unchangeable, std::vector<std::string>{"model.#0"});
   // Spot checks that the walk reached the keys of every kind of section.
-  for (const char* k : {"data.turns (spirals)", "model.layers.0.stride (maxpool2d)",
-                        "optimizer.betas (adamw)", "epochs ()", "data.delimiter (csv)",
-                        "loss.pos_weight (bce_with_logits)", "scaler.enabled ()"}) {
+  for (const char* k :
+       {"data.turns (spirals)", "model.layers.0.stride (maxpool2d)", "optimizer.betas (adamw)",
+        "epochs ()", "data.delimiter (csv)", "loss.pos_weight (bce_with_logits)",
+        "scaler.enabled ()", "distributed.static_graph ()"}) {
     EXPECT_NE(std::find(touched.begin(), touched.end(), k), touched.end()) << k;
   }
 }
@@ -309,4 +313,19 @@ TEST(RunnerConfigSchema, DocsKeyReferenceIsMadeFromTheSchema) {
   EXPECT_EQ(have, want) << "run with MANTISSA_UPDATE_DOCS=1 to rewrite the block";
   // And the reference names the key at the heart of the schema's example.
   EXPECT_NE(want.find("| `turns` | float | `1.5` | > 0 | spirals |"), std::string::npos) << want;
+}
+
+// The distributed section is written only when a key differs from its default, so that every
+// config written before it existed keeps its resolved text and hash (the test above); once set,
+// it is part of the hash like any section.
+TEST(RunnerConfigSchema, DistributedSectionIsOmittedWhileDefault) {
+  const rn::Config plain = rn::parse_config("steps: 3\n", "<test>");
+  EXPECT_EQ(rn::to_yaml(plain).find("distributed"), std::string::npos) << rn::to_yaml(plain);
+  const rn::Config two = rn::parse_config("steps: 3\n", "<test>", {"distributed.nproc=2"});
+  const std::string text = rn::to_yaml(two);
+  EXPECT_NE(text.find("distributed:\n  nproc: 2\n"), std::string::npos) << text;
+  EXPECT_NE(rn::config_hash(text), rn::config_hash(rn::to_yaml(plain)));
+  const rn::Config back = rn::parse_config(text, "<resolved>");
+  EXPECT_EQ(back.distributed.nproc, 2);
+  EXPECT_EQ(rn::to_yaml(back), text);
 }
