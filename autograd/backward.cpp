@@ -107,9 +107,13 @@ struct Ready {
 struct Workspace {
   NodeStates states;
   std::vector<size_t> root_index, stack;
-  std::vector<Ready> ready;  // a max-heap on sequence_nr
+  std::vector<Ready> ready;                      // a max-heap on sequence_nr
+  std::vector<std::function<void()>> callbacks;  // queue_callback's, for this pass
   bool in_use = false;
 };
+
+// The workspace of the innermost backward pass running on this thread.
+thread_local Workspace* current_pass = nullptr;
 
 // The thread's workspace, or a fresh one for a backward started from inside another (a hook).
 class WorkspaceLease {
@@ -118,12 +122,16 @@ class WorkspaceLease {
     thread_local Workspace cached;
     ws_ = cached.in_use ? &own_.emplace() : &cached;
     ws_->in_use = true;
+    outer_ = current_pass;
+    current_pass = ws_;
   }
   ~WorkspaceLease() {
+    current_pass = outer_;
     ws_->states.reset();
     ws_->root_index.clear();
     ws_->stack.clear();
     ws_->ready.clear();
+    ws_->callbacks.clear();
     ws_->in_use = false;
   }
   WorkspaceLease(const WorkspaceLease&) = delete;
@@ -133,6 +141,7 @@ class WorkspaceLease {
  private:
   std::optional<Workspace> own_;
   Workspace* ws_;
+  Workspace* outer_;
 };
 
 std::vector<Tensor> run_backward(const Tensor* outputs, size_t n_outputs,
@@ -271,10 +280,24 @@ std::vector<Tensor> run_backward(const Tensor* outputs, size_t n_outputs,
       if (--states[k].deps == 0) push_ready(e.fn->sequence_nr, k);
     }
   }
+  // By index: a callback may queue more.
+  for (size_t i = 0; i < ws.callbacks.size(); ++i) {
+    std::function<void()> callback = std::move(ws.callbacks[i]);
+    callback();
+  }
   return captured;
 }
 
 }  // namespace
+
+void queue_callback(std::function<void()> callback) {
+  MT_CHECK(current_pass != nullptr,
+           "queue_callback: no backward pass is running on this thread (call it from a hook or "
+           "a node during backward)");
+  current_pass->callbacks.push_back(std::move(callback));
+}
+
+bool in_backward() { return current_pass != nullptr; }
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
               bool retain_graph, bool create_graph) {

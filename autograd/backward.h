@@ -1,6 +1,7 @@
 // Running the tape backwards.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "engine/tensor.h"
@@ -30,5 +31,13 @@ void backward_from(const Tensor& output, const Tensor& grad_output, bool retain_
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
                          bool allow_unused = false, bool create_graph = false);
+
+// Queues `callback` to run when the backward pass running on this thread has finished (PyTorch's
+// Variable._execution_engine.queue_callback): after every node, in the order queued, before
+// backward()/grad() return. A callback may queue more. Callbacks of a pass that throws do not
+// run. Calling it outside a backward pass (from a hook or node) throws.
+void queue_callback(std::function<void()> callback);
+// Whether a backward pass is running on this thread.
+bool in_backward();
 
 }  // namespace mantissa::autograd

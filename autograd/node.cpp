@@ -59,17 +59,22 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
     // gradient, the sum for later ones.
     const Tensor ng = g.to(variable.dtype());
     m.grad = m.grad.defined() ? m.grad + ng : ng.clone();
-    return {};
-  }
-  NoGradGuard no_grad;
-  if (!m.grad.defined()) {
-    // Take ownership when nothing else references the gradient; otherwise copy, so that two
-    // leaves never share one .grad buffer.
-    const bool exclusive = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
-                           g.is_contiguous() && g.dtype() == variable.dtype();
-    m.grad = exclusive ? std::move(g) : g.to(variable.dtype()).clone();
   } else {
-    m.grad.add_(g);
+    NoGradGuard no_grad;
+    if (!m.grad.defined()) {
+      // Take ownership when nothing else references the gradient; otherwise copy, so that two
+      // leaves never share one .grad buffer.
+      const bool exclusive = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
+                             g.is_contiguous() && g.dtype() == variable.dtype();
+      m.grad = exclusive ? std::move(g) : g.to(variable.dtype()).clone();
+    } else {
+      m.grad.add_(g);
+    }
+  }
+  if (!m.post_accumulate_hooks.empty()) {
+    // A copy: a hook may register or remove hooks.
+    const auto hooks = m.post_accumulate_hooks;
+    for (const auto& [handle, hook] : hooks) hook(variable);
   }
   return {};
 }
@@ -184,6 +189,22 @@ void Tensor::retain_grad() const {
   if (m.retains_grad) return;
   m.retains_grad = true;
   m.grad_fn->retained.emplace_back(m.output_nr, impl_ptr());
+}
+
+int Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {
+  MT_CHECK(requires_grad() && is_leaf(),
+           "register_post_accumulate_grad_hook: the tensor must be a leaf that requires grad "
+           "(a parameter)");
+  autograd::AutogradMeta& m = autograd::ensure_meta(*this);
+  const int handle = m.next_post_accumulate_handle++;
+  m.post_accumulate_hooks.emplace_back(handle, std::move(hook));
+  return handle;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(int handle) const {
+  autograd::AutogradMeta* m = autograd::meta(*this);
+  if (m == nullptr) return;
+  std::erase_if(m->post_accumulate_hooks, [&](const auto& h) { return h.first == handle; });
 }
 
 void Tensor::add_grad_hook(std::function<Tensor(const Tensor&)> hook) const {

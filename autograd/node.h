@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/small_pool.h"
@@ -35,6 +36,9 @@ struct AutogradMeta {
   // leaf weakly), so that a training step does not build a new one for every parameter.
   std::shared_ptr<Node> grad_accumulator;
   std::vector<std::function<Tensor(const Tensor&)>> leaf_hooks;  // leaves: see register_hook
+  // Leaves: register_post_accumulate_grad_hook's hooks, by handle.
+  std::vector<std::pair<int, std::function<void(const Tensor&)>>> post_accumulate_hooks;
+  int next_post_accumulate_handle = 0;
 };
 
 // A tensor saved for backward, and its version counter at save time. Saved as it is, as PyTorch

@@ -135,7 +135,6 @@ class DistributedDataParallel {
 
  private:
   void prepare_forward();
-  void post_forward(const Tensor& output);
 
   std::shared_ptr<Module> module_;
   std::shared_ptr<distributed::ProcessGroup> process_group_;

@@ -262,6 +262,11 @@ class Tensor {
     }
   }
   void add_grad_hook(std::function<Tensor(const Tensor&)> hook) const;
+  // Leaves only (PyTorch's register_post_accumulate_grad_hook): calls `hook` with this tensor
+  // once a backward pass has accumulated its gradient into .grad (the hook reads tensor.grad()).
+  // Returns a handle for remove_post_accumulate_grad_hook.
+  int register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
+  void remove_post_accumulate_grad_hook(int handle) const;
 
  private:
   // Inline: every op and kernel reads metadata through these, many times per call.

@@ -42,3 +42,4 @@
 #include "amp/overflow_monitor.h"
 #include "distributed/init.h"
 #include "distributed/process_group.h"
+#include "distributed/ddp.h"

@@ -1,8 +1,4 @@
-// The process group, across real processes: the test binary starts copies of itself (fork +
-// exec of /proc/self/exe) with MANTISSA_DIST_SCENARIO set; such a copy runs the scenario from a
-// static initialiser, before GoogleTest, writes what it saw to a file and exits. The parent
-// checks every rank's exit status and file, and kills ranks that outlive a deadline, so no test
-// can hang.
+// The process group, across real processes (tests/dist_test_util.h starts them).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,11 +12,15 @@
 #include <sstream>
 #include <thread>
 
+#include "dist_test_util.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
 namespace dist = mantissa::distributed;
 using mt::Tensor;
+using mt::testing::exited_ok;
+using mt::testing::Report;
+using mt::testing::run_ranks;
 
 namespace {
 
@@ -34,16 +34,6 @@ Tensor rank_tensor(int rank, int64_t n, mt::DType dtype, int64_t offset = 0) {
   for (int64_t i = 0; i < n; ++i) v[i] = value(rank, i + offset);
   return mt::from_vector(v).to(dtype);
 }
-
-// What a rank process writes: "ok" or the reason it failed.
-struct Report {
-  std::ostringstream text;
-  bool ok = true;
-  void fail(const std::string& why) {
-    ok = false;
-    text << why << "\n";
-  }
-};
 
 void expect_values(Report& r, const char* what, mt::DType dtype, const Tensor& t,
                    const std::vector<double>& want) {
@@ -178,91 +168,13 @@ void scenario_killed(Report& r) {
   if (s > 15) r.fail("noticing the dead rank took " + std::to_string(s) + " s");
 }
 
-const std::map<std::string, std::function<void(Report&)>> kScenarios = {
+const mt::testing::Scenarios kScenarios = {
     {"collectives", scenario_collectives},
     {"mismatch", scenario_mismatch},
     {"killed", scenario_killed},
 };
 
-// A rank process: run the scenario named in the environment, write the report, exit.
-[[maybe_unused]] const bool kRankProcess = [] {
-  const char* name = std::getenv("MANTISSA_DIST_SCENARIO");
-  if (name == nullptr) return false;
-  Report r;
-  try {
-    kScenarios.at(name)(r);
-  } catch (const std::exception& e) {
-    r.fail(std::string("uncaught: ") + e.what());
-  }
-  std::ofstream(std::string(std::getenv("MANTISSA_DIST_REPORT"))) << r.text.str();
-  std::_Exit(r.ok ? 0 : 1);
-}();
-
-struct RankResult {
-  int status = -1;  // waitpid status
-  std::string report;
-};
-
-// Starts `world` ranks of `scenario` meeting in a fresh store directory, and waits at most
-// `deadline` for all of them; ranks still running then are killed and reported as such.
-std::vector<RankResult> run_ranks(const std::string& scenario, int world,
-                                  std::chrono::seconds deadline,
-                                  const std::filesystem::path& shared_store = {}) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("mantissa-test-dist-" + std::to_string(getpid()) +
-                                                "-" + scenario + "-" + std::to_string(world));
-  std::filesystem::remove_all(dir);
-  const auto store = shared_store.empty() ? dir / "store" : shared_store;
-  std::filesystem::create_directories(store);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < world; ++rank) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      setenv("MANTISSA_DIST_SCENARIO", scenario.c_str(), 1);
-      setenv("MANTISSA_DIST_REPORT", (dir / ("rank" + std::to_string(rank))).c_str(), 1);
-      setenv("MANTISSA_STORE_PATH", store.c_str(), 1);
-      setenv("RANK", std::to_string(rank).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);
-      setenv("OMP_NUM_THREADS", "1", 1);
-      execl("/proc/self/exe", "/proc/self/exe", static_cast<char*>(nullptr));
-      std::_Exit(127);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<RankResult> results(world);
-  std::vector<bool> done(world, false);
-  const auto end = std::chrono::steady_clock::now() + deadline;
-  int remaining = world;
-  while (remaining > 0 && std::chrono::steady_clock::now() < end) {
-    for (int rank = 0; rank < world; ++rank) {
-      if (done[rank]) continue;
-      if (waitpid(pids[rank], &results[rank].status, WNOHANG) == pids[rank]) {
-        done[rank] = true;
-        --remaining;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  for (int rank = 0; rank < world; ++rank) {
-    if (!done[rank]) {
-      kill(pids[rank], SIGKILL);
-      waitpid(pids[rank], nullptr, 0);
-      results[rank].report = "still running at the deadline; killed\n";
-      results[rank].status = -1;
-      continue;
-    }
-    std::ifstream in(dir / ("rank" + std::to_string(rank)));
-    results[rank].report.assign(std::istreambuf_iterator<char>(in), {});
-  }
-  std::filesystem::remove_all(dir);
-  return results;
-}
-
-bool exited_ok(const RankResult& r) {
-  return r.status >= 0 && WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
-}
+[[maybe_unused]] const bool kRankProcess = mt::testing::run_rank_process_if_asked(kScenarios);
 
 class Distributed : public ::testing::Test {
  protected:

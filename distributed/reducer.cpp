@@ -1,0 +1,310 @@
+#include "distributed/reducer.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "autograd/backward.h"
+#include "autograd/node.h"
+#include "engine/error.h"
+#include "engine/factory.h"
+
+namespace mantissa::nn::detail {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+}  // namespace
+
+Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> params,
+                 std::shared_ptr<distributed::ProcessGroup> pg,
+                 const DistributedDataParallelOptions& o)
+    : pg_(std::move(pg)), options_(o) {
+  MT_CHECK(o.bucket_cap_mb > 0 && o.first_bucket_mb > 0,
+           "DistributedDataParallel: bucket_cap_mb and first_bucket_mb must be positive, got ",
+           o.bucket_cap_mb, " and ", o.first_bucket_mb);
+  for (auto& p : params)
+    if (p.second.requires_grad()) params_.push_back(std::move(p));
+  MT_CHECK(!params_.empty(),
+           "DistributedDataParallel: the module has no parameter that requires grad");
+  on_cuda_ = params_.front().second.is_cuda();
+  for (const auto& [name, t] : params_) {
+    MT_CHECK(t.is_cuda() == on_cuda_, "DistributedDataParallel: parameters on ",
+             params_.front().second.device(), " and on ", t.device(), " ('", name,
+             "'); put the whole module on one device");
+  }
+  ready_.assign(params_.size(), 0);
+  used_.assign(params_.size(), 0);
+  // Reverse registration order: gradients of the last layers are ready first.
+  std::vector<size_t> order(params_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
+  build_buckets(order);
+}
+
+Reducer::~Reducer() {
+  for (size_t i = 0; i < hook_handles_.size(); ++i)
+    params_[i].second.remove_post_accumulate_grad_hook(hook_handles_[i]);
+}
+
+void Reducer::install_hooks() {
+  std::weak_ptr<Reducer> self = weak_from_this();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    hook_handles_.push_back(
+        params_[i].second.register_post_accumulate_grad_hook([self, i](const Tensor&) {
+          if (auto r = self.lock()) r->on_grad_ready(i);
+        }));
+  }
+}
+
+// As PyTorch's compute_bucket_assignment_by_size: parameters in `order`, one open bucket per
+// (dtype, device), closed once it holds at least its limit (the first bucket's limit, then
+// bucket_cap_mb's); buckets are reduced in the order of their first parameter.
+void Reducer::build_buckets(const std::vector<size_t>& order) {
+  struct Open {
+    std::vector<size_t> params;
+    int64_t bytes = 0;
+    bool first = true;
+  };
+  std::map<std::pair<int, std::string>, Open> open;
+  std::vector<std::vector<size_t>> done;
+  for (size_t i : order) {
+    const Tensor& t = params_[i].second;
+    std::ostringstream dev;
+    dev << t.device();
+    Open& b = open[{static_cast<int>(t.dtype()), dev.str()}];
+    b.params.push_back(i);
+    b.bytes += t.nbytes();
+    const double limit = (b.first ? options_.first_bucket_mb : options_.bucket_cap_mb) * kMiB;
+    if (static_cast<double>(b.bytes) >= limit) {
+      done.push_back(std::move(b.params));
+      b = Open{};
+      b.first = false;
+    }
+  }
+  for (auto& [key, b] : open)
+    if (!b.params.empty()) done.push_back(std::move(b.params));
+  std::vector<size_t> position(params_.size());
+  for (size_t k = 0; k < order.size(); ++k) position[order[k]] = k;
+  std::stable_sort(done.begin(), done.end(), [&](const auto& a, const auto& b) {
+    return position[a.front()] < position[b.front()];
+  });
+
+  buckets_.clear();
+  bucket_of_.assign(params_.size(), 0);
+  for (auto& ps : done) {
+    Bucket b;
+    int64_t n = 0;
+    for (size_t i : ps) {
+      b.offset.push_back(n);
+      n += params_[i].second.numel();
+      bucket_of_[i] = buckets_.size();
+    }
+    const Tensor& first = params_[ps.front()].second;
+    b.flat = empty({n}, TensorOptions(first.dtype()).device(first.device()));
+    b.params = std::move(ps);
+    buckets_.push_back(std::move(b));
+  }
+}
+
+std::string Reducer::unready_names() const {
+  std::ostringstream s;
+  bool any = false;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (ready_[i]) continue;
+    s << (any ? ", " : "") << params_[i].first;
+    any = true;
+  }
+  return s.str();
+}
+
+void Reducer::prepare_forward(bool sync) {
+  if (!unfinished_.empty()) {
+    const std::string why = std::move(unfinished_);
+    unfinished_.clear();
+    armed_ = false;
+    MT_THROW(why);
+  }
+  // Once, after the first iteration, from the order its gradients became ready. Rank 0's order
+  // is used everywhere, so that every rank reduces the same buckets in the same order.
+  // find_unused_parameters without static_graph keeps the initial buckets, as PyTorch does.
+  const bool may_rebuild = options_.static_graph || !options_.find_unused_parameters;
+  if (may_rebuild && have_order_ && !rebuilt_) {
+    Tensor order = empty({static_cast<int64_t>(params_.size())}, kFloat64);
+    double* o = static_cast<double*>(order.data_ptr());
+    for (size_t k = 0; k < ready_order_.size(); ++k) o[k] = static_cast<double>(ready_order_[k]);
+    if (on_cuda_) {
+      Tensor dev = order.to(params_.front().second.device());
+      pg_->broadcast(dev, 0)->wait();
+      order = dev.to(Device::cpu());
+    } else {
+      pg_->broadcast(order, 0)->wait();
+    }
+    o = static_cast<double*>(order.data_ptr());
+    std::vector<size_t> rebuilt(params_.size());
+    for (size_t k = 0; k < rebuilt.size(); ++k) rebuilt[k] = static_cast<size_t>(o[k]);
+    build_buckets(rebuilt);
+    rebuilt_ = true;
+  }
+  armed_ = sync && autograd::GradMode::is_enabled();
+  if (armed_) {
+    std::fill(ready_.begin(), ready_.end(), 0);
+    std::fill(used_.begin(), used_.end(), 0);
+    for (Bucket& b : buckets_) {
+      b.pending = b.params.size();
+      b.launched = false;
+      // The previous iteration's work (on CUDA never waited on by the host) goes here.
+      b.work.reset();
+    }
+    next_bucket_ = 0;
+    finalize_queued_ = false;
+  }
+}
+
+void Reducer::on_grad_ready(size_t index) {
+  if (!armed_) return;  // under no_sync, or a backward not preceded by a forward through DDP
+  if (!finalize_queued_) {
+    finalize_queued_ = true;
+    std::weak_ptr<Reducer> self = weak_from_this();
+    autograd::queue_callback([self] {
+      if (auto r = self.lock()) r->finalize();
+    });
+    if (!static_unused_.empty()) {
+      // static_graph: what was unused in the first iteration is unused now; its buckets need
+      // not wait for the end of backward.
+      for (size_t i = 0; i < params_.size(); ++i)
+        if (static_unused_[i] && !ready_[i]) mark_ready(i, false);
+    }
+  }
+  MT_CHECK(!ready_[index], "DistributedDataParallel: parameter '", params_[index].first,
+           "' got a gradient twice in one iteration. Each forward through DistributedDataParallel "
+           "allows one backward (a second backward through the same graph, or a parameter "
+           "used by a reentrant backward, is not supported); run the extra forward/backward "
+           "under no_sync() or through another forward");
+  mark_ready(index, true);
+}
+
+void Reducer::mark_ready(size_t index, bool used) {
+  ready_[index] = 1;
+  used_[index] = used ? 1 : 0;
+  if (iterations_ == 0 && used) ready_order_.push_back(index);
+  Bucket& b = buckets_[bucket_of_[index]];
+  --b.pending;
+  if (b.pending == 0) launch_ready_buckets();
+}
+
+// In bucket order only: every rank must issue the same allreduces in the same order, whatever
+// order its gradients arrive in.
+void Reducer::launch_ready_buckets() {
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0)
+    launch(buckets_[next_bucket_++]);
+}
+
+void Reducer::launch(Bucket& b) {
+  autograd::NoGradGuard no_grad;
+  for (size_t k = 0; k < b.params.size(); ++k) {
+    const Tensor& p = params_[b.params[k]].second;
+    Tensor view = b.flat.narrow(0, b.offset[k], p.numel());
+    const Tensor g = p.grad();
+    if (g.defined()) {
+      view.copy_(g.reshape({p.numel()}));
+    } else {
+      view.zero_();
+    }
+  }
+  // PyTorch's default reduction: divide by the world size, then sum over ranks.
+  b.flat.div_(static_cast<double>(pg_->size()));
+  b.work = pg_->allreduce(b.flat, distributed::ReduceOp::Sum);
+  b.launched = true;
+}
+
+void Reducer::finalize() {
+  if (!armed_) return;
+  armed_ = false;
+  const bool first = iterations_ == 0;
+  ++iterations_;
+  const bool mark_unused =
+      options_.find_unused_parameters || (options_.static_graph && static_unused_.empty());
+  std::vector<char> unused_here;
+  if (mark_unused) {
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (!ready_[i]) mark_ready(i, false);
+  }
+  if (options_.static_graph && first) {
+    static_unused_.assign(params_.size(), 0);
+    bool any = false;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      static_unused_[i] = used_[i] ? 0 : 1;
+      any = any || static_unused_[i];
+    }
+    if (!any) static_unused_.assign(params_.size(), 0);
+  }
+  if (first) {
+    // The rebuilt order: gradients as they became ready, then the parameters that got none.
+    for (size_t i = params_.size(); i-- > 0;)
+      if (!used_[i]) ready_order_.push_back(i);
+    have_order_ = ready_order_.size() == params_.size();
+  }
+  const bool complete = next_bucket_ == buckets_.size();
+  // The host waits on CPU (Gloo) only; NCCL's collectives are ordered on the current stream
+  // before everything queued after them, so the CUDA path never blocks the host.
+  if (!on_cuda_) {
+    for (Bucket& b : buckets_)
+      if (b.launched) b.work->wait();
+  }
+  if (!complete) {
+    std::ostringstream s;
+    s << "DistributedDataParallel: expected to have finished reduction in the prior iteration "
+         "before starting a new one. Rank "
+      << pg_->rank()
+      << " has parameters that received no gradient in the previous iteration: " << unready_names()
+      << ". Pass find_unused_parameters = true if the forward does not use every parameter "
+         "(or make every parameter part of the loss); the gradients of that iteration were "
+         "not reduced";
+    unfinished_ = s.str();
+    return;
+  }
+  // A parameter no rank used keeps no gradient (as in PyTorch); one that only other ranks used
+  // gets the average. Knowing which needs the used flags of every rank.
+  std::vector<char> used_anywhere(used_.begin(), used_.end());
+  if (mark_unused && std::find(used_.begin(), used_.end(), 0) != used_.end()) {
+    Tensor flags = empty({static_cast<int64_t>(params_.size())}, kFloat32);
+    float* f = static_cast<float*>(flags.data_ptr());
+    for (size_t i = 0; i < params_.size(); ++i) f[i] = used_[i] ? 1.0f : 0.0f;
+    if (on_cuda_) {
+      Tensor dev = flags.to(params_.front().second.device());
+      pg_->allreduce(dev, distributed::ReduceOp::Max)->wait();
+      flags = dev.to(Device::cpu());
+    } else {
+      pg_->allreduce(flags, distributed::ReduceOp::Max)->wait();
+    }
+    f = static_cast<float*>(flags.data_ptr());
+    for (size_t i = 0; i < params_.size(); ++i) used_anywhere[i] = f[i] != 0.0f;
+  }
+  autograd::NoGradGuard no_grad;
+  for (Bucket& b : buckets_) {
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      const size_t i = b.params[k];
+      if (!used_anywhere[i]) continue;
+      const Tensor& p = params_[i].second;
+      const Tensor view = b.flat.narrow(0, b.offset[k], p.numel()).view(p.shape());
+      Tensor g = p.grad();
+      if (g.defined()) {
+        g.copy_(view);
+      } else {
+        p.set_grad(view.clone());
+      }
+    }
+  }
+}
+
+std::vector<std::vector<std::string>> Reducer::bucket_parameter_names() const {
+  std::vector<std::vector<std::string>> out;
+  for (const Bucket& b : buckets_) {
+    out.emplace_back();
+    for (size_t i : b.params) out.back().push_back(params_[i].first);
+  }
+  return out;
+}
+
+}  // namespace mantissa::nn::detail

@@ -1,0 +1,611 @@
+// nn::DistributedDataParallel across real processes (tests/dist_test_util.h starts 2-4 ranks on
+// the CPU, meeting through Gloo). Each rank also trains a single-process reference itself, so
+// the comparisons need no communication beyond DDP's own; "identical on every rank" is checked
+// by an allgather of the parameters.
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <set>
+
+#include "dist_test_util.h"
+#include "test_util.h"
+
+namespace mt = mantissa;
+namespace dist = mantissa::distributed;
+namespace nn = mantissa::nn;
+using mt::Tensor;
+using mt::testing::exited_ok;
+using mt::testing::Report;
+using mt::testing::run_ranks;
+
+namespace {
+
+// Two linear layers and a tanh; `extra` is used only when a scenario asks for it, `unused` never.
+struct Net : nn::Module {
+  nn::Linear fc1{nullptr}, fc2{nullptr};
+  Tensor extra, unused, running;
+  bool use_extra = false;
+  explicit Net(bool with_spare = false) {
+    fc1 = register_module("fc1", nn::Linear(6, 8));
+    fc2 = register_module("fc2", nn::Linear(8, 3));
+    if (with_spare) {
+      extra = register_parameter("extra", mt::zeros({3}));
+      unused = register_parameter("unused", mt::ones({2}));
+    }
+    running = register_buffer("running", mt::zeros({3}));
+  }
+  Tensor forward(const Tensor& x) {
+    Tensor y = fc2(fc1(x).tanh());
+    if (use_extra) y = y + extra;
+    return y;
+  }
+};
+
+// Deterministic data: micro-batch `part` of step `step`, `rows` rows.
+Tensor inputs(int step, int part, int64_t rows) {
+  std::vector<float> v(rows * 6);
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<float>(std::sin(0.37 * double(step * 1000 + part * 100 + int(i))));
+  return mt::from_vector(v, mt::Shape{rows, 6});
+}
+Tensor targets(int step, int part, int64_t rows) {
+  std::vector<float> v(rows * 3);
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<float>(std::cos(0.53 * double(step * 1000 + part * 100 + int(i))));
+  return mt::from_vector(v, mt::Shape{rows, 3});
+}
+
+// Rank-dependent initial weights, so that the construction's broadcast matters.
+std::shared_ptr<Net> make_net(int seed, bool with_spare = false) {
+  mt::manual_seed(static_cast<uint64_t>(100 + seed));
+  return std::make_shared<Net>(with_spare);
+}
+
+std::shared_ptr<dist::ProcessGroup> init(
+    std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  dist::InitOptions o;
+  o.timeout = timeout;
+  return dist::init_process_group(o);
+}
+
+std::vector<float> flat_params(const nn::Module& m) {
+  std::vector<float> out;
+  for (const Tensor& p : m.parameters()) {
+    const auto v = p.to_vector<float>();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Fails unless every rank's parameters are bitwise rank 0's.
+void expect_same_on_every_rank(Report& r, dist::ProcessGroup& pg, const nn::Module& m,
+                               const std::string& when) {
+  const auto mine = flat_params(m);
+  Tensor all = mt::zeros({pg.size() * static_cast<int64_t>(mine.size())});
+  pg.allgather(all, mt::from_vector(mine))->wait();
+  const auto v = all.to_vector<float>();
+  for (int q = 0; q < pg.size(); ++q) {
+    const std::vector<float> theirs(v.begin() + q * mine.size(), v.begin() + (q + 1) * mine.size());
+    if (!bitwise_equal(theirs, mine))
+      r.fail(when + ": rank " + std::to_string(q) + "'s parameters differ from rank " +
+             std::to_string(pg.rank()) + "'s");
+  }
+}
+
+Tensor loss_of(const Tensor& out, const Tensor& y) { return nn::functional::mse_loss(out, y); }
+
+// W ranks, B rows each, SGD with momentum, versus one process that accumulates the W
+// micro-batches with each loss scaled by 1/W. For W = 2 they agree bitwise: DDP's gradient is
+// g0/2 + g1/2 (halving is exact, and a sum of two terms does not depend on their order), and the
+// reference's is 0.5*g0 accumulated with 0.5*g1, where scaling the loss by 0.5 halves every value
+// of its backward exactly.
+void scenario_matches_accumulation(Report& r) {
+  auto pg = init();
+  const int w = pg->size(), rank = pg->rank();
+  const int64_t b = 4;
+  auto net = make_net(rank);
+  nn::DistributedDataParallel ddp(net, pg);
+  auto ref = make_net(0);
+  if (!bitwise_equal(flat_params(*net), flat_params(*ref)))
+    r.fail("construction did not broadcast rank 0's parameters");
+  mt::optim::SGD opt(net->parameters(), 0.1, {.momentum = 0.9});
+  mt::optim::SGD ref_opt(ref->parameters(), 0.1, {.momentum = 0.9});
+  for (int step = 0; step < 4; ++step) {
+    opt.zero_grad();
+    loss_of(ddp(inputs(step, rank, b)), targets(step, rank, b)).backward();
+    opt.step();
+    expect_same_on_every_rank(r, *pg, *net, "step " + std::to_string(step));
+
+    ref_opt.zero_grad();
+    for (int part = 0; part < w; ++part)
+      (loss_of(ref->forward(inputs(step, part, b)), targets(step, part, b)) * (1.0 / w)).backward();
+    ref_opt.step();
+    if (!bitwise_equal(flat_params(*net), flat_params(*ref)))
+      r.fail("step " + std::to_string(step) + ": differs from 1 process accumulating " +
+             std::to_string(w) + " micro-batches");
+  }
+  if (!ddp.buckets_rebuilt()) r.fail("buckets were not rebuilt after the first iteration");
+}
+
+// 4 ranks against 1 process on the whole 4B batch: the sums run in another order (Gloo's over
+// ranks, the matmul's over rows), so they agree within float32 rounding, not bitwise.
+void scenario_matches_big_batch(Report& r) {
+  auto pg = init();
+  const int w = pg->size(), rank = pg->rank();
+  const int64_t b = 3;
+  auto net = make_net(rank);
+  nn::DistributedDataParallel ddp(net, pg);
+  auto ref = make_net(0);
+  mt::optim::SGD opt(net->parameters(), 0.1);
+  mt::optim::SGD ref_opt(ref->parameters(), 0.1);
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    loss_of(ddp(inputs(step, rank, b)), targets(step, rank, b)).backward();
+    opt.step();
+    expect_same_on_every_rank(r, *pg, *net, "step " + std::to_string(step));
+    std::vector<Tensor> xs, ys;
+    for (int part = 0; part < w; ++part) {
+      xs.push_back(inputs(step, part, b));
+      ys.push_back(targets(step, part, b));
+    }
+    ref_opt.zero_grad();
+    loss_of(ref->forward(mt::cat(xs)), mt::cat(ys)).backward();
+    ref_opt.step();
+  }
+  const auto got = flat_params(*net), want = flat_params(*ref);
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::fabs(got[i] - want[i]) > 1e-6 + 1e-5 * std::fabs(want[i])) {
+      r.fail("parameter element " + std::to_string(i) + " is " + std::to_string(got[i]) +
+             ", the 4B process has " + std::to_string(want[i]));
+      break;
+    }
+  }
+}
+
+// A process group that forwards to Gloo and records, for each allreduce, its size and which
+// parameters still had no gradient when it was issued.
+class RecordingGroup final : public dist::ProcessGroup {
+ public:
+  explicit RecordingGroup(std::shared_ptr<dist::ProcessGroup> inner)
+      : ProcessGroup(inner->rank(), inner->size(), inner->timeout()), inner_(std::move(inner)) {}
+  std::string backend() const override { return inner_->backend(); }
+  std::shared_ptr<dist::Work> allreduce(const Tensor& t, dist::ReduceOp op) override {
+    allreduces.push_back({t.numel(), probe ? probe() : std::set<std::string>{}});
+    return inner_->allreduce(t, op);
+  }
+  std::shared_ptr<dist::Work> broadcast(const Tensor& t, int root) override {
+    ++broadcasts;
+    return inner_->broadcast(t, root);
+  }
+  std::shared_ptr<dist::Work> allgather(const Tensor& out, const Tensor& in) override {
+    return inner_->allgather(out, in);
+  }
+  std::shared_ptr<dist::Work> reduce_scatter(const Tensor& out, const Tensor& in,
+                                             dist::ReduceOp op) override {
+    return inner_->reduce_scatter(out, in, op);
+  }
+  std::shared_ptr<dist::Work> barrier() override { return inner_->barrier(); }
+
+  struct Call {
+    int64_t numel;
+    std::set<std::string> without_grad;
+  };
+  std::vector<Call> allreduces;
+  int broadcasts = 0;
+  std::function<std::set<std::string>()> probe;
+
+ private:
+  std::shared_ptr<dist::ProcessGroup> inner_;
+};
+
+std::set<std::string> params_without_grad(const nn::Module& m) {
+  std::set<std::string> out;
+  for (const auto& [name, p] : m.named_parameters())
+    if (!p.grad().defined()) out.insert(name);
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+// One parameter per bucket (a tiny cap): buckets start in reverse registration order, the first
+// allreduce goes out while fc1 still waits for its gradients (communication overlaps backward),
+// and after the first iteration the buckets follow the order the gradients became ready.
+void scenario_buckets(Report& r) {
+  auto rec = std::make_shared<RecordingGroup>(init());
+  auto net = make_net(rec->rank());
+  nn::DistributedDataParallel::Options o;
+  o.first_bucket_mb = 1e-9;
+  o.bucket_cap_mb = 1e-9;
+  nn::DistributedDataParallel ddp(net, rec, o);
+  std::vector<std::string> names;
+  for (const auto& b : ddp.bucket_parameter_names()) names.push_back(join(b));
+  if (join(names) != "fc2.bias,fc2.weight,fc1.bias,fc1.weight")
+    r.fail("initial buckets: " + join(names));
+  std::vector<std::string> ready_order;
+  for (const auto& [name, p] : net->named_parameters())
+    p.register_post_accumulate_grad_hook(
+        [&, n = name](const Tensor&) { ready_order.push_back(n); });
+  rec->probe = [&] { return params_without_grad(*net); };
+  net->zero_grad();
+  rec->allreduces.clear();
+  loss_of(ddp(inputs(0, rec->rank(), 4)), targets(0, rec->rank(), 4)).backward();
+  if (rec->allreduces.size() != 4) {
+    r.fail("expected 4 bucket allreduces, got " + std::to_string(rec->allreduces.size()));
+    return;
+  }
+  const auto& first = rec->allreduces.front();
+  if (!first.without_grad.count("fc1.weight") || !first.without_grad.count("fc1.bias"))
+    r.fail("the first bucket's allreduce was issued after fc1's gradients: no overlap");
+  if (!rec->allreduces.back().without_grad.empty())
+    r.fail("the last allreduce was issued before every gradient was ready");
+  names.clear();
+  for (const auto& b : ddp.bucket_parameter_names()) names.push_back(join(b));
+  if (ddp.buckets_rebuilt()) r.fail("buckets rebuilt before the next forward");
+  (void)ddp(inputs(1, rec->rank(), 4));
+  if (!ddp.buckets_rebuilt()) r.fail("buckets not rebuilt at the second forward");
+  names.clear();
+  for (const auto& b : ddp.bucket_parameter_names()) names.push_back(join(b));
+  if (join(names) != join(ready_order))
+    r.fail("rebuilt buckets " + join(names) + " do not follow the ready order " +
+           join(ready_order));
+}
+
+// no_sync(): the first micro-batch's backward reduces nothing and leaves local gradients; the
+// synced one reduces the accumulated sum: (a0 + b0)/2 + (a1 + b1)/2, computed here from each
+// rank's micro-batches on a reference model.
+void scenario_no_sync(Report& r) {
+  auto rec = std::make_shared<RecordingGroup>(init());
+  const int rank = rec->rank();
+  auto net = make_net(rank);
+  nn::DistributedDataParallel ddp(net, rec);
+  auto ref = make_net(0);
+  std::vector<Tensor> sums;
+  for (int q = 0; q < 2; ++q) {
+    ref->zero_grad();
+    loss_of(ref->forward(inputs(0, 2 * q, 4)), targets(0, 2 * q, 4)).backward();
+    loss_of(ref->forward(inputs(0, 2 * q + 1, 4)), targets(0, 2 * q + 1, 4)).backward();
+    std::vector<Tensor> g;
+    for (const Tensor& p : ref->parameters()) g.push_back(p.grad().clone());
+    if (q == 0) {
+      sums = g;
+    } else {
+      for (size_t i = 0; i < g.size(); ++i) sums[i] = sums[i] / 2.0 + g[i] / 2.0;
+    }
+  }
+  net->zero_grad();
+  rec->allreduces.clear();
+  {
+    auto guard = ddp.no_sync();
+    loss_of(ddp(inputs(0, 2 * rank, 4)), targets(0, 2 * rank, 4)).backward();
+  }
+  if (!rec->allreduces.empty()) r.fail("a backward under no_sync() started an allreduce");
+  loss_of(ddp(inputs(0, 2 * rank + 1, 4)), targets(0, 2 * rank + 1, 4)).backward();
+  if (rec->allreduces.empty()) r.fail("the backward after no_sync() reduced nothing");
+  const auto params = net->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!bitwise_equal(params[i].grad().to_vector<float>(), sums[i].to_vector<float>()))
+      r.fail("parameter " + std::to_string(i) +
+             ": the reduced gradient is not the average of "
+             "the accumulated sums");
+  }
+}
+
+// A parameter that gets no gradient: without find_unused_parameters the next forward names it
+// (no hang); with it, training goes on, a parameter no rank used keeps no gradient, and one that
+// only rank 1 uses gets the average (its gradient / 2) on both ranks.
+void scenario_unused(Report& r) {
+  auto pg = init();
+  const int rank = pg->rank();
+  {
+    auto net = make_net(rank, true);
+    nn::DistributedDataParallel ddp(net, pg);
+    loss_of(ddp(inputs(0, rank, 4)), targets(0, rank, 4)).backward();
+    try {
+      (void)ddp(inputs(1, rank, 4));
+      r.fail("the forward after an iteration with unused parameters did not throw");
+    } catch (const mt::Error& e) {
+      const std::string what = e.what();
+      for (const char* want :
+           {"extra", "unused", "find_unused_parameters", "expected to have finished reduction"})
+        if (what.find(want) == std::string::npos)
+          r.fail(std::string("error lacks '") + want + "': " + what);
+    }
+  }
+  pg->barrier()->wait();
+  nn::DistributedDataParallel::Options o;
+  o.find_unused_parameters = true;
+  auto net = make_net(rank, true);
+  net->use_extra = rank == 1;
+  nn::DistributedDataParallel ddp(net, pg, o);
+  mt::optim::SGD opt(net->parameters(), 0.1);
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    loss_of(ddp(inputs(step, rank, 4)), targets(step, rank, 4)).backward();
+    if (net->unused.grad().defined()) r.fail("a parameter no rank used got a gradient");
+    if (!net->extra.grad().defined()) r.fail("a parameter rank 1 used has no gradient");
+    opt.step();
+    expect_same_on_every_rank(r, *pg, *net, "find_unused step " + std::to_string(step));
+  }
+}
+
+// static_graph: the first iteration finds the unused parameter; later ones need no search.
+void scenario_static_graph(Report& r) {
+  auto pg = init();
+  const int rank = pg->rank();
+  nn::DistributedDataParallel::Options o;
+  o.static_graph = true;
+  auto net = make_net(rank, true);
+  net->use_extra = true;
+  nn::DistributedDataParallel ddp(net, pg, o);
+  mt::optim::SGD opt(net->parameters(), 0.1);
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    loss_of(ddp(inputs(step, rank, 4)), targets(step, rank, 4)).backward();
+    opt.step();
+    expect_same_on_every_rank(r, *pg, *net, "static_graph step " + std::to_string(step));
+  }
+  if (!ddp.buckets_rebuilt()) r.fail("static_graph: buckets not rebuilt");
+}
+
+// An inf in rank 1's gradient at step 1: gradients are reduced before the scaler unscales them,
+// so every rank finds it, skips that step and backs off; parameters and scaler state stay equal.
+void scenario_grad_scaler(Report& r) {
+  auto pg = init();
+  const int rank = pg->rank();
+  auto net = make_net(rank);
+  nn::DistributedDataParallel ddp(net, pg);
+  mt::optim::SGD opt(net->parameters(), 0.1);
+  mt::amp::GradScaler scaler(mt::amp::GradScalerOptions{.init_scale = 1024.0});
+  int step = 0;
+  if (rank == 1)
+    net->fc1->weight.register_hook([&](const Tensor& g) -> Tensor {
+      if (step != 1) return Tensor();
+      Tensor bad = g.clone();
+      bad.view({-1}).narrow(0, 0, 1).fill_(std::numeric_limits<float>::infinity());
+      return bad;
+    });
+  for (; step < 3; ++step) {
+    opt.zero_grad();
+    const auto before = flat_params(*net);
+    scaler.scale(loss_of(ddp(inputs(step, rank, 4)), targets(step, rank, 4))).backward();
+    const bool stepped = scaler.step(opt);
+    scaler.update();
+    if (stepped != (step != 1))
+      r.fail("step " + std::to_string(step) + ": stepped = " + std::to_string(stepped));
+    if (step == 1 && !bitwise_equal(before, flat_params(*net)))
+      r.fail("the skipped step changed the parameters");
+    expect_same_on_every_rank(r, *pg, *net, "scaler step " + std::to_string(step));
+    Tensor s = mt::full({1}, scaler.get_scale());
+    Tensor all = mt::zeros({pg->size()});
+    pg->allgather(all, s)->wait();
+    for (float v : all.to_vector<float>())
+      if (v != static_cast<float>(scaler.get_scale())) r.fail("scales differ across ranks");
+  }
+  if (scaler.get_scale() != 512.0) r.fail("scale " + std::to_string(scaler.get_scale()));
+}
+
+// Buffers: rank 0's at construction and before every forward (unless broadcast_buffers is off).
+void scenario_buffers(Report& r) {
+  auto pg = init();
+  const int rank = pg->rank();
+  for (bool broadcast : {true, false}) {
+    auto net = make_net(rank);
+    net->running.fill_(float(rank + 1));
+    nn::DistributedDataParallel::Options o;
+    o.broadcast_buffers = broadcast;
+    nn::DistributedDataParallel ddp(net, pg, o);
+    if (net->running.to_vector<float>() != std::vector<float>(3, 1.0f))
+      r.fail("construction did not broadcast rank 0's buffer");
+    net->running.fill_(float(10 * (rank + 1)));
+    (void)ddp(inputs(0, rank, 2));
+    const float want = broadcast ? 10.0f : float(10 * (rank + 1));
+    if (net->running.to_vector<float>() != std::vector<float>(3, want))
+      r.fail(std::string("buffer after forward with broadcast_buffers=") +
+             (broadcast ? "true" : "false") + ": " +
+             std::to_string(net->running.to_vector<float>()[0]));
+  }
+}
+
+// Rank 1 wraps a model with a wider first layer: both ranks name the parameter and the shapes.
+void scenario_shape_mismatch(Report& r) {
+  auto pg = init();
+  mt::manual_seed(1);
+  struct Other : nn::Module {
+    nn::Linear fc1{nullptr}, fc2{nullptr};
+    Other(int64_t in) {
+      fc1 = register_module("fc1", nn::Linear(in, 8));
+      fc2 = register_module("fc2", nn::Linear(8, 3));
+    }
+    Tensor forward(const Tensor& x) { return fc2(fc1(x)); }
+  };
+  auto net = std::make_shared<Other>(pg->rank() == 0 ? 6 : 7);
+  try {
+    nn::DistributedDataParallel ddp(net, pg);
+    r.fail("mismatched parameters were accepted");
+  } catch (const mt::Error& e) {
+    r.text << e.what() << "\n";
+  }
+}
+
+const mt::testing::Scenarios kScenarios = {
+    {"accumulation", scenario_matches_accumulation},
+    {"big_batch", scenario_matches_big_batch},
+    {"buckets", scenario_buckets},
+    {"no_sync", scenario_no_sync},
+    {"unused", scenario_unused},
+    {"static_graph", scenario_static_graph},
+    {"grad_scaler", scenario_grad_scaler},
+    {"buffers", scenario_buffers},
+    {"shape_mismatch", scenario_shape_mismatch},
+};
+
+[[maybe_unused]] const bool kRankProcess = mt::testing::run_rank_process_if_asked(kScenarios);
+
+class Ddp : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!dist::is_available(dist::Backend::Gloo))
+      GTEST_SKIP() << "this build has no Gloo backend (libgloo-dev was not found)";
+  }
+  static void expect_all_ok(const std::string& scenario, int world) {
+    const auto results = run_ranks(scenario, world, std::chrono::seconds(30));
+    for (size_t rank = 0; rank < results.size(); ++rank)
+      EXPECT_TRUE(exited_ok(results[rank])) << "rank " << rank << ": " << results[rank].report;
+  }
+};
+
+TEST_F(Ddp, TwoRanksMatchOneProcessAccumulatingTwoMicroBatchesBitwise) {
+  expect_all_ok("accumulation", 2);
+}
+TEST_F(Ddp, FourRanksMatchOneProcessOnTheWholeBatch) { expect_all_ok("big_batch", 4); }
+TEST_F(Ddp, BucketsStartDuringBackwardAndAreRebuiltFromTheReadyOrder) {
+  expect_all_ok("buckets", 2);
+}
+TEST_F(Ddp, NoSyncAccumulatesLocallyAndTheNextBackwardReducesTheSum) {
+  expect_all_ok("no_sync", 2);
+}
+TEST_F(Ddp, UnusedParameters) { expect_all_ok("unused", 2); }
+TEST_F(Ddp, StaticGraph) { expect_all_ok("static_graph", 2); }
+TEST_F(Ddp, InfOnOneRankSkipsTheStepOnEveryRank) { expect_all_ok("grad_scaler", 2); }
+TEST_F(Ddp, BuffersAreBroadcastFromRankZero) { expect_all_ok("buffers", 2); }
+
+TEST_F(Ddp, MismatchedParameterShapesNameTheParameterAndRanks) {
+  const auto results = run_ranks("shape_mismatch", 2, std::chrono::seconds(30));
+  ASSERT_EQ(results.size(), 2u);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(exited_ok(results[rank])) << "rank " << rank << ": " << results[rank].report;
+    const std::string other = rank == 0 ? "1" : "0";
+    EXPECT_NE(results[rank].report.find("parameter 'fc1.weight' has shape"), std::string::npos)
+        << results[rank].report;
+    EXPECT_NE(results[rank].report.find("on rank " + other), std::string::npos)
+        << results[rank].report;
+    EXPECT_NE(results[rank].report.find("[8, 6] (float32)"), std::string::npos)
+        << results[rank].report;
+    EXPECT_NE(results[rank].report.find("[8, 7] (float32)"), std::string::npos)
+        << results[rank].report;
+  }
+}
+
+// In-process, on a group of one: the default bucket sizes (1 MiB first, 25 MiB after).
+class DdpSingle : public Ddp {
+ protected:
+  void SetUp() override {
+    Ddp::SetUp();
+    if (IsSkipped()) return;
+    dir_ = std::filesystem::temp_directory_path() /
+           ("mantissa-test-ddp-single-" + std::to_string(getpid()));
+    dist::InitOptions o;
+    o.rank = 0;
+    o.world_size = 1;
+    o.store_path = dir_.string();
+    o.timeout = std::chrono::seconds(10);
+    pg_ = dist::init_process_group(o);
+  }
+  void TearDown() override {
+    pg_.reset();
+    dist::destroy_process_group();
+    std::filesystem::remove_all(dir_);
+  }
+  std::filesystem::path dir_;
+  std::shared_ptr<dist::ProcessGroup> pg_;
+};
+
+TEST_F(DdpSingle, DefaultBucketSizes) {
+  struct Wide : nn::Module {
+    nn::Linear a{nullptr}, b{nullptr}, c{nullptr};
+    Wide() {
+      a = register_module("a", nn::Linear(512, 512));  // 1 MiB of float32 weight
+      b = register_module("b", nn::Linear(512, 512));
+      c = register_module("c", nn::Linear(512, 512));
+    }
+    Tensor forward(const Tensor& x) { return c(b(a(x))); }
+  };
+  nn::DistributedDataParallel ddp(std::make_shared<Wide>(), pg_);
+  const auto buckets = ddp.bucket_parameter_names();
+  ASSERT_EQ(buckets.size(), 2u);
+  EXPECT_EQ(buckets[0], (std::vector<std::string>{"c.bias", "c.weight"}));
+  EXPECT_EQ(buckets[1], (std::vector<std::string>{"b.bias", "b.weight", "a.bias", "a.weight"}));
+}
+
+TEST_F(DdpSingle, ForwardFunctionsAndErrors) {
+  auto net = make_net(0);
+  // A holder: operator() calls its forward.
+  nn::DistributedDataParallel holder(nn::Linear(6, 3), pg_);
+  EXPECT_EQ(holder(inputs(0, 0, 2)).shape(), (mt::Shape{2, 3}));
+  // A plain Module: forward(run), or operator() once given a forward function.
+  nn::DistributedDataParallel plain(std::shared_ptr<nn::Module>(net), pg_);
+  mt::testing::expect_error([&] { (void)plain(inputs(0, 0, 2)); }, {"without a forward function"});
+  Tensor out = plain.forward([&] { return net->forward(inputs(0, 0, 2)); });
+  loss_of(out, targets(0, 0, 2)).backward();
+  EXPECT_EQ(plain.num_iterations(), 1);
+  auto fn = plain.forward_fn();
+  mt::testing::expect_error([&] { (void)fn(inputs(0, 0, 2)); }, {"without a forward function"});
+  // A typed module: operator() calls Net::forward.
+  auto net2 = make_net(0);
+  nn::DistributedDataParallel typed(net2, pg_);
+  EXPECT_EQ(typed(inputs(0, 0, 2)).shape(), (mt::Shape{2, 3}));
+  mt::testing::expect_error(
+      [&] {
+        nn::DistributedDataParallel::Options o;
+        o.bucket_cap_mb = 0;
+        nn::DistributedDataParallel bad(make_net(0), pg_, o);
+      },
+      {"bucket_cap_mb and first_bucket_mb must be positive"});
+}
+
+// NCCL, world size 1, a GPU: a DDP step eagerly and captured in a CUDA graph matches plain
+// training (a group of one averages over one rank).
+TEST(DdpNccl, WorldSizeOneIncludingAGraphCapturedStep) {
+  if (!dist::is_available(dist::Backend::Nccl))
+    GTEST_SKIP() << "this build has no NCCL backend (a CUDA build that found NCCL is needed)";
+  if (!mt::cuda::is_available()) GTEST_SKIP() << "no GPU is visible";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("mantissa-test-ddp-nccl-" + std::to_string(getpid()));
+  dist::InitOptions o;
+  o.backend = dist::Backend::Nccl;
+  o.rank = 0;
+  o.world_size = 1;
+  o.local_rank = 0;
+  o.store_path = dir.string();
+  o.timeout = std::chrono::seconds(20);
+  auto pg = dist::init_process_group(o);
+  const mt::Device gpu = mt::Device::cuda(0);
+  auto net = make_net(0);
+  auto ref = make_net(0);
+  net->to(gpu);
+  ref->to(gpu);
+  nn::DistributedDataParallel ddp(net, pg);
+  mt::optim::SGD opt(net->parameters(), 0.1);
+  mt::optim::SGD ref_opt(ref->parameters(), 0.1);
+  Tensor x = inputs(0, 0, 4).to(gpu), y = targets(0, 0, 4).to(gpu);
+  auto step = [&] {
+    opt.zero_grad(false);
+    loss_of(ddp(x), y).backward();
+    opt.step();
+  };
+  mt::cuda::GraphedStep graphed(step, 2);
+  for (int i = 0; i < 5; ++i) {
+    x.copy_(inputs(i, 0, 4).to(gpu));
+    y.copy_(targets(i, 0, 4).to(gpu));
+    graphed();
+    ref_opt.zero_grad(false);
+    loss_of(ref->forward(inputs(i, 0, 4).to(gpu)), targets(i, 0, 4).to(gpu)).backward();
+    ref_opt.step();
+    mt::cuda::synchronize(0);
+    EXPECT_TRUE(bitwise_equal(flat_params(*net), flat_params(*ref))) << "step " << i;
+  }
+  EXPECT_TRUE(graphed.captured());
+  dist::destroy_process_group();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
