@@ -17,6 +17,7 @@ struct TrainArgs {
   std::vector<std::string> sets;
   std::string device;
   std::string run_dir;
+  int nproc = 0;  // > 0: distributed.nproc
   bool dry_run = false;
   bool quiet = false;
 };
@@ -49,6 +50,13 @@ struct ImportArgs {
 int import_weights(const ImportArgs& args);
 
 int devices();
+
+// Starts `nproc` local ranks: this program with `args`, each with the torchrun variables (RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and, with `make_store`, a
+// fresh MANTISSA_STORE_PATH. Waits for them, forwards SIGINT/SIGTERM/SIGHUP, and when one fails
+// stops the others (SIGTERM, then SIGKILL after a grace period) and prints one line naming it.
+// Returns the exit status for the launcher (cli/launch.cpp).
+int launch_local_ranks(int nproc, const std::vector<std::string>& args, bool make_store);
 
 int plot(const std::string& run_dir, const std::string& out, bool force = false);
 

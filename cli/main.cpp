@@ -21,11 +21,16 @@ int main(int argc, char** argv) {
   t->add_option("--device", train.device, "cpu, cuda, cuda:N or auto (overrides the config)");
   t->add_option("--run-dir", train.run_dir,
                 "Run directory (default: runs/<name>-<YYYYmmdd-HHMMSS>)");
+  t->add_option("--nproc", train.nproc,
+                "Train data-parallel on N local ranks (processes), as distributed.nproc; not "
+                "needed under torchrun, mpirun or srun")
+      ->check(CLI::Range(1, 1024));
   t->add_flag("--dry-run", train.dry_run, "Validate and print the resolved config; write nothing");
   t->add_flag("-q,--quiet", train.quiet, "No progress output");
 
   cli::ResumeArgs resume;
-  auto* r = app.add_subcommand("resume", "Continue a run from its newest valid checkpoint");
+  auto* r = app.add_subcommand(
+      "resume", "Continue a run from its newest valid checkpoint (on as many ranks as it had)");
   r->add_option("run_dir", resume.run_dir, "The run directory")->required();
   r->add_option("--device", resume.device, "Resume on another device (cpu, cuda, cuda:N)");
   r->add_flag("-q,--quiet", resume.quiet, "No progress output");

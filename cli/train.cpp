@@ -9,9 +9,12 @@
 #include <thread>
 
 #include "cli/cli.h"
+#include "distributed/ddp.h"
+#include "distributed/init.h"
 #include "runner/atomic_file.h"
 #include "runner/build_from_config.h"
 #include "runner/checkpoint.h"
+#include "runner/distributed_run.h"
 #include "runner/metrics.h"
 #include "runner/progress.h"
 #include "runner/run_lock.h"
@@ -30,30 +33,74 @@ constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 // Ctrl-C, and the SIGTERM / SIGHUP that Slurm, Kubernetes, `docker stop` and a closed terminal
 // send, stop the run after the current step; the trainer then writes its final checkpoint and
 // summary, so `mantissa resume` continues from there. A second signal ends the process as usual.
+// In a distributed run the ranks agree after every step (an allreduce of the flag) so that all of
+// them stop after the same step, even when the signal reached them at different times.
 class StopOnSignal : public runner::Callback {
  public:
+  explicit StopOnSignal(distributed::ProcessGroup* group) : group_(group) {}
   void on_train_begin(runner::Trainer&) override {
     g_stop_signal = 0;
     for (int s : kStopSignals) std::signal(s, on_stop_signal);
   }
-  void on_step_end(runner::Trainer& t, const runner::StepMetrics&) override { check(t); }
-  void on_batch_end(runner::Trainer& t) override { check(t); }
+  void on_step_end(runner::Trainer& t, const runner::StepMetrics&) override {
+    if (group_ == nullptr) check(t, g_stop_signal != 0);
+  }
+  void on_batch_end(runner::Trainer& t) override {
+    bool stop = g_stop_signal != 0;
+    if (group_ != nullptr) {
+      Tensor flag = from_vector(std::vector<float>{stop ? 1.0f : 0.0f});
+      group_->allreduce(flag, distributed::ReduceOp::Max)->wait();
+      stop = flag.item<float>() > 0;
+    }
+    check(t, stop);
+  }
   void on_train_end(runner::Trainer&, const runner::TrainSummary&) override { restore(); }
 
  private:
   static void restore() {
     for (int s : kStopSignals) std::signal(s, SIG_DFL);
   }
-  void check(runner::Trainer& t) {
-    if (g_stop_signal != 0 && !stopping_) {
+  void check(runner::Trainer& t, bool stop) {
+    if (stop && !stopping_) {
       stopping_ = true;
       restore();
-      std::cerr << "\nmantissa: " << strsignal(g_stop_signal)
-                << " received; stopping after this step\n";
+      if (g_stop_signal != 0 && (group_ == nullptr || group_->rank() == 0))
+        std::cerr << "\nmantissa: " << strsignal(g_stop_signal)
+                  << " received; stopping after this step\n";
       t.request_stop();
     }
   }
+  distributed::ProcessGroup* group_;
   bool stopping_ = false;
+};
+
+// This process's part in a run: rank 0 of 1, or a rank of a data-parallel job. Only rank 0
+// writes files and prints progress; the others print nothing but their errors.
+struct Ranks {
+  runner::RankPlacement placement;
+  std::shared_ptr<distributed::ProcessGroup> group;  // null: a single process
+  bool leader() const { return placement.rank == 0; }
+  std::ostream& out() const {
+    static std::ostream null_stream(nullptr);
+    return leader() ? std::cout : null_stream;
+  }
+  void error(const std::string& message) const {
+    print_error(placement.distributed() ? "rank " + std::to_string(placement.rank) + ": " + message
+                                        : message);
+  }
+  // Connects the ranks (nothing for a single process).
+  void connect(const runner::RunObjects& run) {
+    if (!placement.distributed()) return;
+    group = distributed::init_process_group(
+        runner::init_options(run.config.distributed, run.device, placement));
+  }
+  // Rank 0's value on every rank.
+  std::string agree(const std::string& value) const {
+    return group ? runner::broadcast_string(*group, value) : value;
+  }
+  ~Ranks() {
+    if (group) distributed::destroy_process_group();
+  }
 };
 
 // MANTISSA_STEP_DELAY_MS=<ms> sleeps after every step: lets tests (and demos) stop or kill a run
@@ -97,29 +144,39 @@ std::string default_run_dir(const std::string& name) {
 
 // Exit status of a run: 0 when it completed, 128 + the signal when one stopped it (as a shell
 // reports a process killed by it), so scripts and schedulers do not take it for a finished run.
-int print_summary(const runner::TrainSummary& s, const std::string& run_dir) {
+int print_summary(const runner::TrainSummary& s, const std::string& run_dir, std::ostream& out) {
   if (s.completed()) {
-    std::cout << "done: " << s.steps << " steps (" << s.steps_skipped << " skipped) in "
-              << runner::format_duration(s.wall_time_s) << "; final loss " << s.final_loss
-              << ", best " << s.best_loss;
-    if (s.final_eval) std::cout << "; " << runner::format_eval(*s.final_eval);
-    std::cout << "\nrun directory: " << run_dir << "\n";
+    out << "done: " << s.steps << " steps (" << s.steps_skipped << " skipped) in "
+        << runner::format_duration(s.wall_time_s) << "; final loss " << s.final_loss << ", best "
+        << s.best_loss;
+    if (s.final_eval) out << "; " << runner::format_eval(*s.final_eval);
+    out << "\nrun directory: " << run_dir << "\n";
     return kExitOk;
   }
-  std::cout << "interrupted at step " << s.steps << " of " << s.total_steps
-            << " (checkpoint written); continue with `mantissa resume " << run_dir << "`\n";
+  out << "interrupted at step " << s.steps << " of " << s.total_steps
+      << " (checkpoint written); continue with `mantissa resume " << run_dir << "`\n";
   return 128 + (g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGINT);
 }
 
+// Every rank trains the same model on its shard: the forward goes through DistributedDataParallel
+// (which averages the gradients over the ranks), the checkpoints hold the model itself (the names
+// of a single-process run), and only rank 0 has a run directory to write.
 int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& checkpoint,
-        bool quiet) {
+        bool quiet, const Ranks& ranks) {
   runner::TrainerOptions opts = run.trainer_options;
-  opts.run_dir = run_dir;
-  opts.progress = !quiet;
-  runner::Trainer trainer(run.model, run.loss, run.optimizer, run.train_loader, opts);
+  opts.run_dir = ranks.leader() ? run_dir : "";
+  opts.progress = !quiet && ranks.leader();
+  std::unique_ptr<nn::DistributedDataParallel> ddp;
+  runner::ForwardFn forward = [m = run.model.get()](const Tensor& x) { return m->forward(x); };
+  if (ranks.group) {
+    ddp = std::make_unique<nn::DistributedDataParallel>(
+        run.model, ranks.group, runner::ddp_options(run.config.distributed));
+    forward = ddp->forward_fn();
+  }
+  runner::Trainer trainer(run.model, forward, run.loss, run.optimizer, run.train_loader, opts);
   if (run.scheduler) trainer.set_scheduler(run.scheduler);
   if (run.val_loader) trainer.set_val_loader(run.val_loader);
-  trainer.add_callback(std::make_shared<StopOnSignal>());
+  trainer.add_callback(std::make_shared<StopOnSignal>(ranks.group.get()));
   if (const char* delay = std::getenv("MANTISSA_STEP_DELAY_MS"); delay && std::atoi(delay) > 0) {
     trainer.add_callback(std::make_shared<StepDelay>(std::atoi(delay)));
   }
@@ -127,67 +184,103 @@ int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& 
     trainer.resume_from(checkpoint);
     if (trainer.step() >= trainer.total_steps()) {
       // A finished run stays as it is: no second final evaluation, no new summary.
-      std::cout << "the run in " << run_dir << " is complete (step " << trainer.step() << " of "
-                << trainer.total_steps() << "); nothing to do\n";
+      ranks.out() << "the run in " << run_dir << " is complete (step " << trainer.step() << " of "
+                  << trainer.total_steps() << "); nothing to do\n";
       return kExitOk;
     }
   }
-  return print_summary(trainer.fit(), run_dir);
+  const runner::TrainSummary summary = trainer.fit();
+  if (ranks.group) {
+    const std::string hash = runner::check_ranks_agree_on_state(*ranks.group, *run.model);
+    ranks.out() << "parameters and buffers identical on all " << ranks.group->size()
+                << " ranks (hash " << hash << ")\n";
+  }
+  return print_summary(summary, run_dir, ranks.out());
+}
+
+// The placement of this process, and the build options that follow from it.
+runner::RunPlacement run_placement(const runner::RankPlacement& p) {
+  return {p.rank, p.world_size, p.local_rank};
 }
 
 }  // namespace
 
 int train(const TrainArgs& args) {
+  Ranks ranks;
   runner::RunObjects run;
   std::string run_dir = args.run_dir;
+  std::vector<std::string> sets = args.sets;
+  if (!args.device.empty()) sets.push_back("device=" + args.device);
+  if (args.nproc > 0) sets.push_back("distributed.nproc=" + std::to_string(args.nproc));
+  int launch_ranks = 0;  // > 0: this process is the launcher of that many local ranks
   try {
-    std::vector<std::string> sets = args.sets;
-    if (!args.device.empty()) sets.push_back("device=" + args.device);
+    ranks.placement = runner::rank_placement();
     runner::Config config =
         args.config.empty()
             ? runner::parse_config(default_config_yaml(), "<default config>", sets, "toy")
             : runner::parse_config_file(args.config, sets);
-    // Everything is checked (files, shapes, device) before the run directory exists.
-    run = runner::build_run(config);
+    if (!ranks.placement.distributed() && config.distributed.nproc > 1 && !args.dry_run)
+      launch_ranks = static_cast<int>(config.distributed.nproc);
+    // Everything is checked (files, shapes, device) before the run directory exists; the
+    // launcher checks it as its rank 0 will see it.
+    run = runner::build_run(config, "",
+                            launch_ranks > 0 ? runner::RunPlacement{0, launch_ranks, 0}
+                                             : run_placement(ranks.placement));
     if (args.dry_run) {
-      std::cout << run.config_text;
+      ranks.out() << run.config_text;
       return kExitOk;
     }
-    if (run_dir.empty()) {
+    if (ranks.leader() && run_dir.empty()) {
+      // Under torchrun each rank would stamp its own name: rank 0's is sent to the others.
       run_dir = default_run_dir(config.name);
-    } else if (fs::exists(run_dir) && !holds_only_temporaries(run_dir)) {
+    } else if (ranks.leader() && fs::exists(run_dir) && !holds_only_temporaries(run_dir)) {
       throw runner::ConfigError("--run-dir " + run_dir +
                                 " already exists and is not empty (continue it with `mantissa "
                                 "resume " +
                                 run_dir + "`)");
     }
-  } catch (const runner::ConfigError& e) {
-    print_error(e.what());
-    return kExitUsage;
   } catch (const Error& e) {
-    print_error(e.what());
+    // Every rank reads the same config, so every rank fails here alike, before connecting.
+    ranks.error(e.what());
     return kExitUsage;
   }
+  if (launch_ranks > 0) {
+    std::vector<std::string> child = {"train"};
+    if (!args.config.empty()) child.push_back(args.config);
+    for (const auto& set : sets) child.insert(child.end(), {"--set", set});
+    child.insert(child.end(), {"--run-dir", run_dir});
+    if (args.quiet) child.push_back("-q");
+    return launch_local_ranks(launch_ranks, child, run.config.distributed.store_path.empty());
+  }
   try {
-    fs::create_directories(run_dir);
-    runner::write_file_atomically((fs::path(run_dir) / "resolved.yaml").string(), run.config_text);
-    std::cout << "training " << run.config.name << " on " << run.device << " ("
-              << run.config.precision << "), run directory " << run_dir << "\n"
-              << std::flush;  // before the progress lines on (unbuffered) stderr
-    return fit(run, run_dir, "", args.quiet);
+    ranks.connect(run);
+    run_dir = ranks.agree(run_dir);
+    if (ranks.leader()) {
+      fs::create_directories(run_dir);
+      runner::write_file_atomically((fs::path(run_dir) / "resolved.yaml").string(),
+                                    run.config_text);
+    }
+    ranks.out() << "training " << run.config.name << " on " << run.device << " ("
+                << run.config.precision << ")";
+    if (ranks.group) ranks.out() << " on " << ranks.group->size() << " ranks";
+    ranks.out() << ", run directory " << run_dir << "\n"
+                << std::flush;  // before the progress lines on (unbuffered) stderr
+    return fit(run, run_dir, "", args.quiet, ranks);
   } catch (const runner::RunDirInUse& e) {
-    print_error(e.what());
+    ranks.error(e.what());
     return kExitUsage;
   } catch (const std::exception& e) {
-    print_error(e.what());
+    ranks.error(e.what());
     return kExitFailed;
   }
 }
 
 int resume(const ResumeArgs& args) {
+  Ranks ranks;
   runner::RunObjects run;
-  std::string checkpoint;
+  int launch_ranks = 0;
   try {
+    ranks.placement = runner::rank_placement();
     const std::string resolved = (fs::path(args.run_dir) / "resolved.yaml").string();
     if (!fs::exists(resolved)) {
       throw runner::ConfigError(args.run_dir + " is not a run directory (no resolved.yaml)");
@@ -196,40 +289,64 @@ int resume(const ResumeArgs& args) {
     std::vector<std::string> sets;
     if (!args.device.empty()) sets.push_back("device=" + args.device);
     runner::Config config = runner::parse_config(text, resolved, sets);
-    run = runner::build_run(config, text);  // the stored text, so the config hash matches
+    // A distributed run resumes on as many ranks as it had (its config hash says so).
+    if (!ranks.placement.distributed() && config.distributed.nproc > 1)
+      launch_ranks = static_cast<int>(config.distributed.nproc);
+    run = runner::build_run(config, text,  // the stored text, so the config hash matches
+                            launch_ranks > 0 ? runner::RunPlacement{0, launch_ranks, 0}
+                                             : run_placement(ranks.placement));
   } catch (const Error& e) {
-    print_error(e.what());
+    ranks.error(e.what());
     return kExitUsage;
   }
+  if (launch_ranks > 0) {
+    std::vector<std::string> child = {"resume", args.run_dir};
+    if (!args.device.empty()) child.insert(child.end(), {"--device", args.device});
+    if (args.quiet) child.push_back("-q");
+    return launch_local_ranks(launch_ranks, child, run.config.distributed.store_path.empty());
+  }
   try {
+    ranks.connect(run);
+    // Rank 0 chooses the checkpoint and every rank loads that one: "" starts from step 0, and
+    // kRefused means rank 0 found none it could resume from (and said why).
+    static const std::string kRefused(1, '\x01');
+    std::string choice;
     const std::string dir = (fs::path(args.run_dir) / "checkpoints").string();
-    if (runner::list_checkpoints(dir).empty()) {
-      // Stopped before its first checkpoint (killed, or no checkpoint_every): nothing of the
-      // run's state survives, so it starts again from step 0.
-      std::cout << "no checkpoint in " << dir << " yet: starting the run from step 0 on "
-                << run.device << "\n"
-                << std::flush;
-      return fit(run, args.run_dir, "", args.quiet);
+    if (ranks.leader()) {
+      if (runner::list_checkpoints(dir).empty()) {
+        // Stopped before its first checkpoint (killed, or no checkpoint_every): nothing of the
+        // run's state survives, so it starts again from step 0.
+        std::cout << "no checkpoint in " << dir << " yet: starting the run from step 0 on "
+                  << run.device << "\n"
+                  << std::flush;
+      } else {
+        std::vector<std::string> refused;
+        auto found = runner::latest_valid_checkpoint(dir, run.config_hash, &refused);
+        // Each refusal reads "checkpoint '<path>': <why>".
+        for (const auto& r : refused) std::cout << "refused newer " << r << "\n";
+        if (!found) {
+          print_error("no valid checkpoint to resume from in " + dir +
+                      (refused.empty() ? "" : " (" + std::to_string(refused.size()) + " refused)"));
+          choice = kRefused;
+        } else {
+          choice = found->path;
+          std::cout << "resuming from " << choice
+                    << (refused.empty() ? " (the newest checkpoint)"
+                                        : " (the newest valid checkpoint)")
+                    << " on " << run.device;
+          if (ranks.group) std::cout << " on " << ranks.group->size() << " ranks";
+          std::cout << "\n" << std::flush;
+        }
+      }
     }
-    std::vector<std::string> refused;
-    auto choice = runner::latest_valid_checkpoint(dir, run.config_hash, &refused);
-    // Each refusal reads "checkpoint '<path>': <why>".
-    for (const auto& r : refused) std::cout << "refused newer " << r << "\n";
-    if (!choice) {
-      print_error("no valid checkpoint to resume from in " + dir +
-                  (refused.empty() ? "" : " (" + std::to_string(refused.size()) + " refused)"));
-      return kExitFailed;
-    }
-    std::cout << "resuming from " << choice->path
-              << (refused.empty() ? " (the newest checkpoint)" : " (the newest valid checkpoint)")
-              << " on " << run.device << "\n"
-              << std::flush;
-    return fit(run, args.run_dir, choice->path, args.quiet);
+    choice = ranks.agree(choice);
+    if (choice == kRefused) return kExitFailed;
+    return fit(run, args.run_dir, choice, args.quiet, ranks);
   } catch (const runner::RunDirInUse& e) {
-    print_error(e.what());
+    ranks.error(e.what());
     return kExitUsage;
   } catch (const std::exception& e) {
-    print_error(e.what());
+    ranks.error(e.what());
     return kExitFailed;
   }
 }

@@ -7,6 +7,7 @@
 
 #include "amp/autocast.h"
 #include "autograd/functions.h"
+#include "distributed/init.h"
 #include "engine/generator.h"
 #include "nn/loss.h"
 #include "nn/optim/adagrad.h"
@@ -18,6 +19,7 @@
 #include "nn/optim/sgd.h"
 #include "runner/atomic_file.h"
 #include "runner/determinism.h"
+#include "runner/distributed_run.h"
 #include "runner/model_builder.h"
 #include "runner/safetensors.h"
 #include "runner/text.h"
@@ -247,10 +249,27 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& o,
   return std::make_shared<optim::AdamW>(std::move(params), a);
 }
 
-RunObjects build_common(const Config& c) {
+// A backend this build or this device cannot use is refused before anything runs.
+void check_distributed(const Config& c, Device device, const RunPlacement& placement) {
+  if (c.distributed.nproc == 1 && placement.world_size == 1) return;
+  const distributed::Backend backend = resolve_backend(c.distributed, device);
+  if (!distributed::is_available(backend)) {
+    c.fail("distributed.backend", std::string("this build of mantissa has no ") +
+                                      distributed::backend_name(backend) + " backend");
+  }
+  if (backend == distributed::Backend::Nccl && !device.is_cuda()) {
+    c.fail("distributed.backend", "nccl needs a CUDA device; this run's device is " + device.str());
+  }
+  if (backend == distributed::Backend::Gloo && device.is_cuda()) {
+    c.fail("distributed.backend", "gloo reduces CPU tensors; this run's device is " + device.str());
+  }
+}
+
+RunObjects build_common(const Config& c, const RunPlacement& placement = {}) {
   RunObjects r;
   r.config = c;
-  r.device = resolve_device(c);
+  r.device = resolve_device(c, placement.local_rank);
+  check_distributed(c, r.device, placement);
   if (!c.model.init_from.empty()) require_file(c, "model.init_from", c.model.init_from);
   r.dataset = build_dataset(c);
   check_values(c, *r.dataset);
@@ -272,6 +291,7 @@ RunObjects build_common(const Config& c) {
   lo.seed = c.data.seed;
   lo.drop_last = c.data.drop_last;
   lo.device = r.device;
+  lo.sampler = {placement.world_size, placement.rank, c.distributed.drop_last};
   try {
     r.train_loader = std::make_shared<DataLoader>(r.train_data, lo);
   } catch (const Error& e) {
@@ -285,6 +305,7 @@ RunObjects build_common(const Config& c) {
     DataLoaderOptions vo = lo;
     vo.shuffle = false;
     vo.drop_last = false;
+    vo.sampler = {};  // every rank evaluates the whole split
     r.val_loader = std::make_shared<DataLoader>(r.val_data, vo);
   }
 
@@ -309,11 +330,11 @@ RunObjects build_common(const Config& c) {
 
 }  // namespace
 
-Device resolve_device(const Config& c) {
-  if (c.device == "auto") return try_gpu();
+Device resolve_device(const Config& c, int local_rank) {
+  if (c.device == "auto") return try_gpu(local_rank);
   Device d = Device::cpu();
   try {
-    d = Device(c.device);
+    d = Device(c.device == "cuda" ? "cuda:" + std::to_string(local_rank) : c.device);
     check_device_exists(d);
   } catch (const Error& e) {
     c.fail("device", first_line(e.what()));
@@ -384,8 +405,8 @@ std::shared_ptr<Dataset> build_file_dataset(const Config& c) {
   }
 }
 
-RunObjects build_run(const Config& c, std::string config_text) {
-  RunObjects r = build_common(c);
+RunObjects build_run(const Config& c, std::string config_text, const RunPlacement& placement) {
+  RunObjects r = build_common(c, placement);
   r.config_text = config_text.empty() ? to_yaml(c) : std::move(config_text);
   r.config_hash = config_hash(r.config_text);
   if (c.deterministic) {

@@ -39,9 +39,17 @@ struct RunObjects {
   TrainerOptions trainer_options;                 // run_dir left empty
 };
 
-// The device of `config.device` ("auto": try_gpu()); a device this machine lacks is a
-// ConfigError on the `device` key.
-Device resolve_device(const Config& config);
+// Where a rank of a data-parallel run stands (runner/distributed_run.h): its loader takes its
+// shard of each epoch, and `device: auto` / `cuda` mean the GPU of its local rank.
+struct RunPlacement {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+};
+
+// The device of `config.device` ("auto": try_gpu(), the local rank's GPU); a device this machine
+// lacks is a ConfigError on the `device` key.
+Device resolve_device(const Config& config, int local_rank = 0);
 
 // The dataset of `config.data` (files read here; a missing or malformed file is a ConfigError on
 // the key naming it).
@@ -50,7 +58,8 @@ std::shared_ptr<Dataset> build_dataset(const Config& config);
 // Everything for a run, validated (see above). `config_text` is the resolved YAML to store in
 // checkpoints (to_yaml(config) when empty). Seeds the engine's generators with config.seed before
 // creating the model, so its initial weights are reproducible.
-RunObjects build_run(const Config& config, std::string config_text = "");
+RunObjects build_run(const Config& config, std::string config_text = "",
+                     const RunPlacement& placement = {});
 
 // The model, loss and loaders only (no optimizer), for evaluation.
 RunObjects build_eval(const Config& config);

@@ -1,0 +1,96 @@
+#include "runner/distributed_run.h"
+
+#include <cstring>
+#include <vector>
+
+#include "engine/error.h"
+#include "engine/factory.h"
+#include "runner/hash.h"
+
+namespace mantissa::runner {
+
+RankPlacement rank_placement() {
+  const distributed::LaunchEnv env = distributed::read_launch_env();
+  RankPlacement p;
+  if (!env.rank || !env.world_size) return p;
+  p.rank = *env.rank;
+  p.world_size = *env.world_size;
+  p.local_rank = env.local_rank.value_or(0);
+  p.launcher = env.launcher;
+  MT_CHECK(p.world_size >= 1 && p.rank >= 0 && p.rank < p.world_size, "distributed: rank ", p.rank,
+           " from ", p.launcher, "'s environment is out of range for world size ", p.world_size);
+  return p;
+}
+
+distributed::Backend resolve_backend(const DistributedConfig& config, Device device) {
+  if (config.backend == "gloo") return distributed::Backend::Gloo;
+  if (config.backend == "nccl") return distributed::Backend::Nccl;
+  return device.is_cuda() ? distributed::Backend::Nccl : distributed::Backend::Gloo;
+}
+
+distributed::InitOptions init_options(const DistributedConfig& config, Device device,
+                                      const RankPlacement& placement) {
+  distributed::InitOptions o;
+  o.backend = resolve_backend(config, device);
+  o.rank = placement.rank;
+  o.world_size = placement.world_size;
+  o.local_rank = placement.local_rank;
+  o.store_path = config.store_path;
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000.0));
+  return o;
+}
+
+nn::DistributedDataParallelOptions ddp_options(const DistributedConfig& config) {
+  nn::DistributedDataParallelOptions o;
+  o.bucket_cap_mb = config.bucket_cap_mb;
+  o.first_bucket_mb = config.first_bucket_mb;
+  o.find_unused_parameters = config.find_unused_parameters;
+  o.static_graph = config.static_graph;
+  o.broadcast_buffers = config.broadcast_buffers;
+  return o;
+}
+
+std::string broadcast_string(distributed::ProcessGroup& group, const std::string& value) {
+  // Bytes travel as float64 values (each exact), the length first: the process group moves
+  // floating-point tensors only.
+  Tensor length = from_vector(std::vector<double>{static_cast<double>(value.size())});
+  group.broadcast(length, 0)->wait();
+  const auto n = static_cast<int64_t>(length.item<double>());
+  if (n == 0) return {};
+  std::vector<double> bytes(static_cast<size_t>(n));
+  if (group.rank() == 0) {
+    for (int64_t i = 0; i < n; ++i) bytes[i] = static_cast<unsigned char>(value[i]);
+  }
+  Tensor t = from_vector(bytes, Shape{n});
+  group.broadcast(t, 0)->wait();
+  const auto got = t.to_vector<double>();
+  std::string out(static_cast<size_t>(n), '\0');
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<char>(static_cast<unsigned char>(got[i]));
+  return out;
+}
+
+std::string check_ranks_agree_on_state(distributed::ProcessGroup& group, const nn::Module& model) {
+  Fnv1a64 h;
+  auto add = [&h](const std::vector<std::pair<std::string, Tensor>>& named) {
+    for (const auto& [name, t] : named) {
+      const Tensor c = t.detach().cpu().contiguous();
+      h.add(name);
+      h.add(c.data_ptr(), static_cast<size_t>(c.nbytes()));
+    }
+  };
+  add(model.named_parameters());
+  add(model.named_buffers());
+  // Two 32-bit halves, each exact in float64; their max and -min over ranks agree iff every
+  // rank's hash is the same.
+  const uint64_t v = h.value();
+  const double hi = static_cast<double>(v >> 32), lo = static_cast<double>(v & 0xffffffffu);
+  Tensor t = from_vector(std::vector<double>{hi, lo, -hi, -lo}, Shape{4});
+  group.allreduce(t, distributed::ReduceOp::Max)->wait();
+  const auto r = t.to_vector<double>();
+  MT_CHECK(r[0] == -r[2] && r[1] == -r[3], "distributed: the ranks' parameters differ at the end ",
+           "of the run (rank ", group.rank(), " of ", group.size(), " has hash ", h.hex(),
+           "); they were not kept in sync");
+  return h.hex();
+}
+
+}  // namespace mantissa::runner

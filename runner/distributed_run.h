@@ -1,0 +1,44 @@
+// What a rank of a data-parallel CLI run needs beyond a single-process run: its place in the job
+// (from the launcher's environment), the process group options and DDP options of the config's
+// `distributed:` section, agreement with rank 0 on strings (the run directory, the checkpoint to
+// resume), and the check that every rank ends with the same parameters. See docs/distributed.md.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "distributed/ddp.h"
+#include "distributed/init.h"
+#include "distributed/process_group.h"
+#include "engine/device.h"
+#include "nn/module.h"
+#include "runner/config.h"
+
+namespace mantissa::runner {
+
+struct RankPlacement {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string launcher;  // "torchrun", "mpirun", "srun" or "" (not started by one)
+  bool distributed() const { return world_size > 1; }
+};
+
+// This process's place, from distributed::read_launch_env(); rank 0 of 1 without a launcher's
+// environment.
+RankPlacement rank_placement();
+
+// The backend `auto` means on `device`: NCCL for CUDA devices, else Gloo.
+distributed::Backend resolve_backend(const DistributedConfig& config, Device device);
+distributed::InitOptions init_options(const DistributedConfig& config, Device device,
+                                      const RankPlacement& placement);
+nn::DistributedDataParallelOptions ddp_options(const DistributedConfig& config);
+
+// Rank 0's `value`, on every rank (a collective: every rank calls it, in the same order).
+std::string broadcast_string(distributed::ProcessGroup& group, const std::string& value);
+
+// A hash of every parameter's and buffer's values (16 hex digits), compared across ranks: throws
+// mantissa::Error naming the ranks when they differ; returns the hash.
+std::string check_ranks_agree_on_state(distributed::ProcessGroup& group, const nn::Module& model);
+
+}  // namespace mantissa::runner
