@@ -1,0 +1,219 @@
+// Data-parallel runs of the `mantissa` command, with real processes (2 Gloo ranks on the CPU):
+// `--nproc 2` trains with only rank 0 writing and every rank ending with the same parameters;
+// a launcher killed with all its ranks (SIGKILL) resumes to the weights of an uninterrupted run,
+// bit for bit; a rank that dies stops the others with one line naming it; SIGINT stops every rank
+// after the same step; and two processes started with torchrun's variables form one run.
+#include <functional>
+#include <map>
+#include <set>
+
+#include "cli_test_util.h"
+
+namespace {
+
+// 100 examples in batches of 20: each of 2 ranks has 50 per epoch (3 batches, the last of 10),
+// so a run of 24 steps crosses 7 epoch boundaries.
+std::string run_config(int steps, int checkpoint_every) {
+  return "model:\n  layers:\n    - {type: linear, in: 10, out: 16}\n    - relu\n"
+         "    - {type: linear, in: 16, out: 5}\n"
+         "data: {type: teacher, samples: 100, batch_size: 20, noise: 0.1}\n"
+         "optimizer: {type: sgd, lr: 0.05, momentum: 0.9}\n"
+         "device: cpu\n"
+         "steps: " +
+         std::to_string(steps) +
+         "\nlog_every: 1\ncheckpoint_every: " + std::to_string(checkpoint_every) +
+         "\ndistributed: {timeout_s: 20}\n";
+}
+
+// Every line of metrics.jsonl parses, and the step records count 1, 2, ... without a gap or a
+// repeat (a second writer would repeat them).
+void expect_one_writer(const fs::path& file, int64_t last_step) {
+  std::istringstream in(read_file(file));
+  std::string line;
+  int64_t expected = 1;
+  while (std::getline(in, line)) {
+    const Json j = Json::parse(line);
+    if (const Json* s = j.find("step")) {
+      EXPECT_EQ(s->as_int(), expected++) << line;
+    }
+  }
+  EXPECT_EQ(expected - 1, last_step) << read_file(file);
+}
+
+// The processes whose parent is `parent`, by the RANK in their environment.
+std::map<int, pid_t> ranks_of(pid_t parent) {
+  std::map<int, pid_t> out;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::istringstream stat(read_file(entry.path() / "stat"));
+    std::string pid, comm, state;
+    pid_t ppid = 0;
+    stat >> pid >> comm >> state >> ppid;
+    if (ppid != parent) continue;
+    const std::string env = read_file(entry.path() / "environ");
+    const size_t at = env.find(std::string("\0RANK=", 6));
+    if (at != std::string::npos) out[std::atoi(env.c_str() + at + 6)] = std::stoi(name);
+  }
+  return out;
+}
+
+// Whether `pid` is gone (or a zombie nobody reaped yet).
+bool gone(pid_t pid) {
+  std::istringstream stat(read_file("/proc/" + std::to_string(pid) + "/stat"));
+  std::string p, comm, state;
+  stat >> p >> comm >> state;
+  return state.empty() || state == "Z";
+}
+
+bool wait_until(const std::function<bool()>& done, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+class DistributedRunTest : public CliTest {
+ protected:
+  std::vector<std::string> train_args(const std::string& run_dir) {
+    return {"train", "cfg.yaml", "--nproc", "2", "--run-dir", run_dir, "-q"};
+  }
+  // Starts a slow `--nproc 2` run and waits until `wait_for` exists in its directory.
+  pid_t start_slow_run(const std::string& run_dir, const std::string& wait_for) {
+    const pid_t pid =
+        spawn(train_args(run_dir), dir_ / (run_dir + ".txt"), {"MANTISSA_STEP_DELAY_MS=40"});
+    const fs::path target = dir_ / run_dir / wait_for;
+    EXPECT_TRUE(wait_until([&] { return fs::exists(target); }, std::chrono::seconds(30)))
+        << read_file(dir_ / (run_dir + ".txt"));
+    return pid;
+  }
+  // The final weights of a run, as `mantissa export` writes them.
+  std::string weights(const std::string& run_dir) {
+    const std::string out = run_dir + ".safetensors";
+    const Result r = run({"export", run_dir, out});
+    EXPECT_EQ(r.code, 0) << r.output;
+    return read_file(dir_ / out);
+  }
+};
+
+TEST_F(DistributedRunTest, TwoRanksTrainOnlyRankZeroWritesAndParametersAgree) {
+  write_file(dir_ / "cfg.yaml", run_config(24, 8));
+  const Result r = run(train_args("run"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "on 2 ranks, run directory run")) << r.output;
+  EXPECT_TRUE(contains(r.output, "parameters and buffers identical on all 2 ranks")) << r.output;
+  // One rank reports: one start line and one summary.
+  EXPECT_EQ(r.output.find("done: 24 steps"), r.output.rfind("done: 24 steps")) << r.output;
+  EXPECT_EQ(r.output.find("training "), r.output.rfind("training ")) << r.output;
+  expect_one_writer(dir_ / "run" / "metrics.jsonl", 24);
+  std::set<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir_ / "run")) files.insert(e.path().filename());
+  // .lock: rank 0's hold on the directory (runner/run_lock.h).
+  EXPECT_EQ(files, (std::set<std::string>{".lock", "checkpoints", "metrics.jsonl", "resolved.yaml",
+                                          "summary.json", "train.log"}));
+  std::set<std::string> checkpoints;
+  for (const auto& e : fs::directory_iterator(dir_ / "run" / "checkpoints"))
+    checkpoints.insert(e.path().filename());
+  EXPECT_EQ(checkpoints, (std::set<std::string>{"step-000000008.ckpt", "step-000000016.ckpt",
+                                                "step-000000024.ckpt"}));
+  // The resolved config records the ranks, so `mantissa resume` starts as many.
+  EXPECT_TRUE(contains(read_file(dir_ / "run" / "resolved.yaml"), "distributed:\n  nproc: 2\n"));
+  // Each rank trained on its half: the run is not the single-process one.
+  const Result single = run({"train", "cfg.yaml", "--run-dir", "single", "-q"});
+  ASSERT_EQ(single.code, 0) << single.output;
+  EXPECT_NE(weights("run"), weights("single"));
+}
+
+TEST_F(DistributedRunTest, KilledWithAllItsRanksThenResumedEqualsAnUninterruptedRun) {
+  write_file(dir_ / "cfg.yaml", run_config(24, 4));
+  const Result straight = run(train_args("straight"));
+  ASSERT_EQ(straight.code, 0) << straight.output;
+
+  const pid_t launcher = start_slow_run("killed", "checkpoints/step-000000008.ckpt");
+  const auto ranks = ranks_of(launcher);
+  ASSERT_EQ(ranks.size(), 2u);
+  // As an OOM killer or a node failure would: SIGKILL to the ranks and the launcher at once.
+  ::kill(-ranks.begin()->second, SIGKILL);
+  ::kill(launcher, SIGKILL);
+  bool signaled = false;
+  wait_exit(launcher, &signaled);
+  EXPECT_TRUE(signaled) << "the run finished before it was killed";
+  for (const auto& [rank, pid] : ranks)
+    EXPECT_TRUE(wait_until([pid] { return gone(pid); }, std::chrono::seconds(10))) << rank;
+
+  const Result resumed = run({"resume", "killed", "-q"});
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_TRUE(contains(resumed.output, "resuming from")) << resumed.output;
+  EXPECT_TRUE(contains(resumed.output, "on 2 ranks")) << resumed.output;
+  EXPECT_TRUE(contains(resumed.output, "identical on all 2 ranks")) << resumed.output;
+  EXPECT_EQ(weights("killed"), weights("straight"));
+}
+
+TEST_F(DistributedRunTest, ARankThatDiesStopsTheOthersWithOneLineNamingIt) {
+  write_file(dir_ / "cfg.yaml", run_config(2000, 0));
+  const pid_t launcher = start_slow_run("run", "metrics.jsonl");
+  const auto ranks = ranks_of(launcher);
+  ASSERT_EQ(ranks.size(), 2u);
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(ranks.at(1), SIGKILL);
+  const int code = wait_exit(launcher);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string output = read_file(dir_ / "run.txt");
+  EXPECT_EQ(code, 1) << output;
+  EXPECT_LT(seconds, 20.0) << "longer than distributed.timeout_s";
+  EXPECT_TRUE(contains(output, "mantissa: rank 1 of 2 (pid " + std::to_string(ranks.at(1)) +
+                                   ") was killed by signal 9"))
+      << output;
+  // The launcher's line is the last one.
+  EXPECT_TRUE(contains(output.substr(output.rfind("mantissa:")), "the other ranks were stopped"))
+      << output;
+  EXPECT_TRUE(gone(ranks.at(0)));
+}
+
+TEST_F(DistributedRunTest, SigintStopsEveryRankAfterTheSameStepAndTheRunResumes) {
+  write_file(dir_ / "cfg.yaml", run_config(60, 0));
+  const pid_t launcher = start_slow_run("run", "metrics.jsonl");
+  ::kill(launcher, SIGINT);
+  const int code = wait_exit(launcher);
+  const std::string output = read_file(dir_ / "run.txt");
+  EXPECT_EQ(code, 130) << output;
+  EXPECT_TRUE(contains(output, "interrupted at step")) << output;
+  // Both ranks stopped after the same step, so they still agree, and the final checkpoint holds it.
+  EXPECT_TRUE(contains(output, "identical on all 2 ranks")) << output;
+  const Result resumed = run({"resume", "run", "-q"});
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_TRUE(contains(resumed.output, "done: 60 steps")) << resumed.output;
+}
+
+TEST_F(DistributedRunTest, TwoProcessesStartedWithTorchrunsVariablesFormOneRun) {
+  write_file(dir_ / "cfg.yaml", run_config(12, 0));
+  fs::create_directories(dir_ / "store");
+  const std::string store = "MANTISSA_STORE_PATH=" + (dir_ / "store").string();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    // No --run-dir: rank 0 names the run directory and the other rank uses its name.
+    pids.push_back(
+        spawn({"train", "cfg.yaml", "-q"}, dir_ / ("rank" + std::to_string(r) + ".txt"),
+              {"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r),
+               "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29577", store}));
+  }
+  EXPECT_EQ(wait_exit(pids[0]), 0) << read_file(dir_ / "rank0.txt");
+  EXPECT_EQ(wait_exit(pids[1]), 0) << read_file(dir_ / "rank1.txt");
+  const std::string out0 = read_file(dir_ / "rank0.txt");
+  EXPECT_TRUE(contains(out0, "on 2 ranks")) << out0;
+  EXPECT_TRUE(contains(out0, "identical on all 2 ranks")) << out0;
+  EXPECT_EQ(read_file(dir_ / "rank1.txt"), "") << "only rank 0 reports";
+  std::vector<fs::path> runs;
+  for (const auto& e : fs::directory_iterator(dir_ / "runs")) runs.push_back(e.path());
+  ASSERT_EQ(runs.size(), 1u);
+  expect_one_writer(runs[0] / "metrics.jsonl", 12);
+}
+
+}  // namespace
