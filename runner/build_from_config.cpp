@@ -251,7 +251,7 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& o,
 
 // A backend this build or this device cannot use is refused before anything runs.
 void check_distributed(const Config& c, Device device, const RunPlacement& placement) {
-  if (c.distributed.nproc == 1 && placement.world_size == 1) return;
+  if (placement.world_size == 1) return;
   const distributed::Backend backend = resolve_backend(c.distributed, device);
   if (!distributed::is_available(backend)) {
     c.fail("distributed.backend", std::string("this build of mantissa has no ") +

@@ -104,8 +104,11 @@ class DistributedRunTest : public CliTest {
 
 TEST_F(DistributedRunTest, TwoRanksTrainOnlyRankZeroWritesAndParametersAgree) {
   write_file(dir_ / "cfg.yaml", run_config(24, 8));
-  const Result r = run(train_args("run"));
+  fs::create_directories(dir_ / "tmp");
+  // TMPDIR: where the launcher makes the ranks' store directory, which it removes at the end.
+  const Result r = run(train_args("run"), {"TMPDIR=" + (dir_ / "tmp").string()});
   ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(fs::is_empty(dir_ / "tmp"));
   EXPECT_TRUE(contains(r.output, "on 2 ranks, run directory run")) << r.output;
   EXPECT_TRUE(contains(r.output, "parameters and buffers identical on all 2 ranks")) << r.output;
   // One rank reports: one start line and one summary.
@@ -128,6 +131,27 @@ TEST_F(DistributedRunTest, TwoRanksTrainOnlyRankZeroWritesAndParametersAgree) {
   const Result single = run({"train", "cfg.yaml", "--run-dir", "single", "-q"});
   ASSERT_EQ(single.code, 0) << single.output;
   EXPECT_NE(weights("run"), weights("single"));
+}
+
+// The launcher checks what its ranks would, before it starts them: one message, nothing written.
+TEST_F(DistributedRunTest, TheLauncherRefusesABadRunBeforeStartingRanks) {
+  write_file(dir_ / "cfg.yaml", run_config(4, 0));
+  const Result help = run({"train", "--help"});
+  EXPECT_TRUE(contains(help.output, "--nproc")) << help.output;
+  const Result nccl = run(
+      {"train", "cfg.yaml", "--nproc", "2", "--run-dir", "a", "--set", "distributed.backend=nccl"});
+  EXPECT_EQ(nccl.code, 2) << nccl.output;
+  EXPECT_TRUE(contains(nccl.output, "distributed.backend")) << nccl.output;
+  EXPECT_EQ(nccl.output.find("mantissa:"), nccl.output.rfind("mantissa:")) << nccl.output;
+  EXPECT_FALSE(fs::exists(dir_ / "a"));
+  fs::create_directories(dir_ / "b");
+  write_file(dir_ / "b" / "x", "");
+  const Result used = run(train_args("b"));
+  EXPECT_EQ(used.code, 2) << used.output;
+  EXPECT_TRUE(contains(used.output, "already exists and is not empty")) << used.output;
+  EXPECT_FALSE(contains(used.output, "rank")) << used.output;
+  const Result zero = run({"train", "cfg.yaml", "--nproc", "0"});
+  EXPECT_EQ(zero.code, 2) << zero.output;
 }
 
 TEST_F(DistributedRunTest, KilledWithAllItsRanksThenResumedEqualsAnUninterruptedRun) {
