@@ -345,3 +345,69 @@ TEST(GraphLifetime, BackwardFormulasWithSmallAndLargeCapturesMoveAndRun) {
   }
   EXPECT_EQ(counter.use_count(), 1);
 }
+
+// Post-accumulate-grad hooks (Tensor::register_post_accumulate_grad_hook) and end-of-backward
+// callbacks (autograd::queue_callback): what DistributedDataParallel builds on.
+TEST(AutogradApi, PostAccumulateGradHookSeesTheAccumulatedGrad) {
+  const Tensor x = leaf({2});
+  std::vector<Vec> seen;
+  const int handle = x.register_post_accumulate_grad_hook(
+      [&](const Tensor& t) { seen.push_back(t.grad().to_vector<double>()); });
+  // x is used twice: the hook runs once, after both gradients are summed into .grad.
+  (x * 2.0 + x * 3.0).sum().backward();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], Vec(2, 5.0));
+  // A second backward: the hook sees .grad after accumulation.
+  (x * 1.0).sum().backward();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1], Vec(2, 6.0));
+  x.remove_post_accumulate_grad_hook(handle);
+  (x * 1.0).sum().backward();
+  EXPECT_EQ(seen.size(), 2u);
+  const Tensor y = x * 2.0;
+  expect_error([&] { y.register_post_accumulate_grad_hook([](const Tensor&) {}); },
+               {"register_post_accumulate_grad_hook", "leaf"});
+}
+
+TEST(AutogradApi, QueuedCallbacksRunAfterEveryNodeInOrder) {
+  const Tensor a = leaf({2}), b = leaf({2});
+  std::vector<std::string> events;
+  EXPECT_FALSE(ag::in_backward());
+  expect_error([] { ag::queue_callback([] {}); }, {"queue_callback", "no backward pass"});
+  // Queued from the first leaf's hook, the callback must still see the other leaf's .grad.
+  a.register_post_accumulate_grad_hook([&](const Tensor&) {
+    EXPECT_TRUE(ag::in_backward());
+    events.push_back("hook a");
+    ag::queue_callback([&] {
+      events.push_back(std::string("first, b.grad ") + (b.grad().defined() ? "set" : "unset"));
+      ag::queue_callback([&] { events.push_back("queued by a callback"); });
+    });
+    ag::queue_callback([&] { events.push_back("second"); });
+  });
+  b.register_post_accumulate_grad_hook([&](const Tensor&) { events.push_back("hook b"); });
+  ((a * b).sum() * 2.0).backward();
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[2], "first, b.grad set");
+  EXPECT_EQ(events[3], "second");
+  EXPECT_EQ(events[4], "queued by a callback");
+  EXPECT_FALSE(ag::in_backward());
+  // Callbacks belong to one pass: the next backward runs none of them again.
+  events.clear();
+  (b * 1.0).sum().backward();
+  EXPECT_EQ(events, (std::vector<std::string>{"hook b"}));
+}
+
+TEST(AutogradApi, CallbacksOfAFailingPassDoNotRun) {
+  const Tensor a = leaf({2});
+  bool ran = false;
+  const Tensor h = a * 2.0;
+  h.register_hook([&](const Tensor&) -> Tensor {
+    ag::queue_callback([&] { ran = true; });
+    MT_THROW("hook failed");
+  });
+  expect_error([&] { h.sum().backward(); }, {"hook failed"});
+  EXPECT_FALSE(ran);
+  EXPECT_FALSE(ag::in_backward());
+  (a * 1.0).sum().backward();
+  EXPECT_FALSE(ran);
+}
