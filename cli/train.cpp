@@ -203,6 +203,18 @@ runner::RunPlacement run_placement(const runner::RankPlacement& p) {
   return {p.rank, p.world_size, p.local_rank};
 }
 
+// The run directory of a new run: `requested`, which must not hold a run, or a new default one.
+std::string choose_run_dir(const std::string& requested, const std::string& name) {
+  if (requested.empty()) return default_run_dir(name);
+  if (fs::exists(requested) && !holds_only_temporaries(requested)) {
+    throw runner::ConfigError("--run-dir " + requested +
+                              " already exists and is not empty (continue it with `mantissa "
+                              "resume " +
+                              requested + "`)");
+  }
+  return requested;
+}
+
 }  // namespace
 
 int train(const TrainArgs& args) {
@@ -230,15 +242,8 @@ int train(const TrainArgs& args) {
       ranks.out() << run.config_text;
       return kExitOk;
     }
-    if (ranks.leader() && run_dir.empty()) {
-      // Under torchrun each rank would stamp its own name: rank 0's is sent to the others.
-      run_dir = default_run_dir(config.name);
-    } else if (ranks.leader() && fs::exists(run_dir) && !holds_only_temporaries(run_dir)) {
-      throw runner::ConfigError("--run-dir " + run_dir +
-                                " already exists and is not empty (continue it with `mantissa "
-                                "resume " +
-                                run_dir + "`)");
-    }
+    // A rank started by torchrun, mpirun or srun learns rank 0's decision once connected.
+    if (!ranks.placement.distributed()) run_dir = choose_run_dir(run_dir, config.name);
   } catch (const Error& e) {
     // Every rank reads the same config, so every rank fails here alike, before connecting.
     ranks.error(e.what());
@@ -254,7 +259,24 @@ int train(const TrainArgs& args) {
   }
   try {
     ranks.connect(run);
-    run_dir = ranks.agree(run_dir);
+    if (ranks.placement.distributed()) {
+      // Rank 0 names the run directory (each rank would stamp its own default name) or refuses
+      // it, and sends the name, or "" for a refusal, to the others.
+      std::string refusal;
+      if (ranks.leader()) {
+        try {
+          run_dir = choose_run_dir(run_dir, run.config.name);
+        } catch (const runner::ConfigError& e) {
+          refusal = e.what();
+          run_dir.clear();
+        }
+      }
+      run_dir = ranks.agree(run_dir);
+      if (run_dir.empty()) {
+        if (ranks.leader()) ranks.error(refusal);
+        return kExitUsage;
+      }
+    }
     if (ranks.leader()) {
       fs::create_directories(run_dir);
       runner::write_file_atomically((fs::path(run_dir) / "resolved.yaml").string(),

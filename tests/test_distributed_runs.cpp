@@ -238,6 +238,22 @@ TEST_F(DistributedRunTest, TwoProcessesStartedWithTorchrunsVariablesFormOneRun) 
   for (const auto& e : fs::directory_iterator(dir_ / "runs")) runs.push_back(e.path());
   ASSERT_EQ(runs.size(), 1u);
   expect_one_writer(runs[0] / "metrics.jsonl", 12);
+
+  // A run directory rank 0 refuses stops both ranks at once (not at the rendezvous timeout).
+  const std::string taken = fs::relative(runs[0], dir_).string();
+  pids.clear();
+  for (int r = 0; r < 2; ++r) {
+    pids.push_back(spawn({"train", "cfg.yaml", "-q", "--run-dir", taken},
+                         dir_ / ("again" + std::to_string(r) + ".txt"),
+                         {"RANK=" + std::to_string(r), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                          "MASTER_PORT=29577", store}));
+  }
+  EXPECT_EQ(wait_exit(pids[0]), 2) << read_file(dir_ / "again0.txt");
+  EXPECT_EQ(wait_exit(pids[1]), 2) << read_file(dir_ / "again1.txt");
+  EXPECT_TRUE(contains(read_file(dir_ / "again0.txt"),
+                       "mantissa: rank 0: --run-dir " + taken + " already exists"))
+      << read_file(dir_ / "again0.txt");
+  EXPECT_EQ(read_file(dir_ / "again1.txt"), "");
 }
 
 }  // namespace
