@@ -4,7 +4,7 @@
 // bench/peers/torch_distributed.py and prints the table; running it by hand works too:
 //
 //   mantissa_dist_bench allreduce [--nproc N] [--sizes 4096,65536,...] [options]
-//   mantissa_dist_bench ddp [--nproc N] [--no-ddp] [options]
+//   mantissa_dist_bench ddp [--nproc N] [--no-ddp] [--unfused] [options]
 //   options: --threads T (per rank, default 1), --min-time S (default 0.2), --reps R (default 3)
 //
 // With --nproc the program starts N copies of itself as ranks, with init_process_group's
@@ -13,7 +13,7 @@
 // describes. Rank 0 prints one line per measurement:
 //
 //   allreduce world=2 bytes=4096 us=<per call> algbw_gbs=<..> busbw_gbs=<..>
-//   ddp world=2 ddp=1 batch=256 us_per_step=<..> samples_per_s=<all ranks together>
+//   ddp world=2 ddp=1 fused=1 batch=256 us_per_step=<..> samples_per_s=<all ranks together>
 //
 // Timing: every rank times the same number of calls; a measurement is the slowest rank's time
 // (an allreduce of the elapsed times with Max), best of --reps repetitions. The call count is
@@ -51,6 +51,7 @@ struct Args {
   double min_time = 0.2;
   int reps = 3;
   bool ddp = true;
+  bool unfused = false;  // plain Linear/ReLU modules instead of FusedMLP
   std::vector<int64_t> sizes = {int64_t(4) << 10,   int64_t(16) << 10, int64_t(64) << 10,
                                 int64_t(256) << 10, int64_t(1) << 20,  int64_t(4) << 20,
                                 int64_t(16) << 20,  int64_t(64) << 20};
@@ -59,7 +60,7 @@ struct Args {
 [[noreturn]] void usage(int status) {
   std::fprintf(status == 0 ? stdout : stderr,
                "usage: mantissa_dist_bench allreduce|ddp [--nproc N] [--threads T] "
-               "[--min-time S] [--reps R] [--sizes B,B,...] [--no-ddp]\n");
+               "[--min-time S] [--reps R] [--sizes B,B,...] [--no-ddp] [--unfused]\n");
   std::exit(status);
 }
 
@@ -95,6 +96,8 @@ Args parse(int argc, char** argv) {
       a.sizes = parse_sizes(value());
     else if (opt == "--no-ddp")
       a.ddp = false;
+    else if (opt == "--unfused")
+      a.unfused = true;
     else if (opt == "-h" || opt == "--help")
       usage(0);
     else
@@ -194,16 +197,18 @@ void bench_allreduce(dist::ProcessGroup& pg, const Args& a) {
   }
 }
 
-// make_mlp of bench/mantissa_bench.cpp: each Linear -> ReLU -> Linear as one FusedMLP.
-std::shared_ptr<mt::nn::SequentialImpl> make_mlp(const Workload& w) {
+// make_mlp of bench/mantissa_bench.cpp: each Linear -> ReLU -> Linear as one FusedMLP (whose
+// backward yields all its gradients at once), or, unfused, as separate modules (whose gradients
+// become ready layer by layer, so DDP can reduce the last layer's while backward goes on).
+std::shared_ptr<mt::nn::SequentialImpl> make_mlp(const Workload& w, bool unfused) {
   auto model = std::make_shared<mt::nn::SequentialImpl>();
   const size_t n = w.layers.size();
   size_t i = 0;
-  for (; i + 2 < n; i += 2) {
+  for (; !unfused && i + 2 < n; i += 2) {
     if (i > 0) model->push_back(mt::nn::ReLU());
     model->push_back(mt::nn::FusedMLP(w.layers[i], w.layers[i + 1], w.layers[i + 2]));
   }
-  if (i + 1 < n) {
+  for (; i + 1 < n; ++i) {
     if (i > 0) model->push_back(mt::nn::ReLU());
     model->push_back(mt::nn::Linear(w.layers[i], w.layers[i + 1]));
   }
@@ -216,7 +221,7 @@ void bench_ddp(const std::shared_ptr<dist::ProcessGroup>& group, const Args& a) 
   dist::ProcessGroup& pg = *group;
   const Workload& w = *mantissa_bench::find_workload("mlp512");
   mt::manual_seed(0);
-  auto model = make_mlp(w);
+  auto model = make_mlp(w, a.unfused);
   mt::manual_seed(uint64_t(1 + pg.rank()));  // each rank its own data
   auto x = mt::randn({w.batch, w.layers.front()});
   auto target = mt::randn({w.batch, w.layers.back()});
@@ -231,9 +236,9 @@ void bench_ddp(const std::shared_ptr<dist::ProcessGroup>& group, const Args& a) 
     opt.step();
   });
   if (pg.rank() == 0)
-    std::printf("ddp world=%d ddp=%d batch=%lld us_per_step=%.4f samples_per_s=%.2f\n", pg.size(),
-                a.ddp ? 1 : 0, static_cast<long long>(w.batch), s * 1e6,
-                double(pg.size()) * double(w.batch) / s);
+    std::printf("ddp world=%d ddp=%d fused=%d batch=%lld us_per_step=%.4f samples_per_s=%.2f\n",
+                pg.size(), a.ddp ? 1 : 0, a.unfused ? 0 : 1, static_cast<long long>(w.batch),
+                s * 1e6, double(pg.size()) * double(w.batch) / s);
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
     --threads) threads="$2"; shift 2 ;;
     --sizes) sizes="$2"; shift 2 ;;
     --quick) rounds=1 reps=2 min_time=0.05; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "bench/run_distributed.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
