@@ -1,7 +1,6 @@
 #include "nn/transformer.h"
 
 #include <cmath>
-#include <limits>
 #include <sstream>
 
 #include "autograd/node.h"
@@ -9,23 +8,6 @@
 
 namespace mantissa::nn {
 namespace {
-
-// Placeholder for the attention op: softmax(q k^T * scale + mask) v, with a boolean mask (true:
-// attend) or a causal one.
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
-                 double dropout_p, bool is_causal) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  Tensor att = mul(matmul(q, k.transpose(-2, -1)), scale);
-  Tensor mask = attn_mask;
-  if (is_causal) {
-    mask = tril(ones({q.size(-2), k.size(-2)}, TensorOptions().dtype(kBool).device(q.device())));
-  }
-  if (mask.defined())
-    att = masked_fill(att, logical_not(mask), -std::numeric_limits<double>::infinity());
-  att = softmax(att, -1);
-  if (dropout_p > 0) att = dropout(att, dropout_p, true);
-  return matmul(att, v);
-}
 
 void check_config(const GPTConfig& c) {
   MT_CHECK(c.n_layer > 0 && c.n_head > 0 && c.n_embd > 0 && c.block_size > 0 && c.vocab_size > 0,
@@ -71,7 +53,7 @@ Tensor CausalSelfAttentionImpl::forward(const Tensor& x, KVCacheEntry* cache) {
     mask = tril(ones({T, past + T}, TensorOptions().dtype(kBool).device(x.device())), past);
   }
   const double p = is_training() ? dropout : 0.0;
-  Tensor y = attention(q, k, v, mask, p, /*is_causal=*/past == 0);
+  Tensor y = scaled_dot_product_attention(q, k, v, mask, p, /*is_causal=*/past == 0);
   y = y.transpose(1, 2).contiguous().view({B, T, n_embd});
   return resid_dropout(c_proj(y));
 }

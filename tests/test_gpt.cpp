@@ -117,6 +117,23 @@ TEST(GPT, CausalPositionsDoNotSeeTheFuture) {
   EXPECT_FALSE(mt::equal(la.narrow(1, 3, 1), lb.narrow(1, 3, 1)));
 }
 
+TEST(GPT, DropoutOnlyInTraining) {
+  mt::nn::GPTConfig c = tiny();
+  c.dropout = 0.5;
+  mt::manual_seed(8);
+  mt::nn::GPT model(c);
+  const Tensor idx = mt::randint(0, 20, {2, 6});
+  EXPECT_FALSE(mt::equal(model(idx), model(idx)));
+  model->eval();
+  EXPECT_TRUE(mt::equal(model(idx), model(idx)));
+  // Each block's attention weights are dropped too, not only the residual branches.
+  auto attn = model->h->at<mt::nn::TransformerBlockImpl>(0)->attn;
+  attn->train();
+  attn->resid_dropout->eval();
+  const Tensor x = mt::randn({1, 6, 8});
+  EXPECT_FALSE(mt::equal(attn(x), attn(x)));
+}
+
 TEST(GPT, CountsParametersAndFlopsAsNanoGPT) {
   mt::nn::GPTConfig c = tiny();
   mt::nn::GPT model(c);
