@@ -210,8 +210,10 @@ int import_weights(const ImportArgs& args) {
   if (args.config.empty()) return kExitOk;
   try {
     runner::Config config = runner::parse_config_file(args.config, args.sets);
-    auto model = runner::build_model(config.model);
-    const runner::LoadWeightsReport report = runner::load_weights(*model, file, /*strict=*/true);
+    auto model = runner::build_run_model(config.model);
+    auto* gpt = dynamic_cast<nn::GPTImpl*>(model.get());
+    const runner::LoadWeightsReport report =
+        gpt ? runner::load_gpt_weights(*gpt, file) : runner::load_weights(*model, file, true);
     std::cout << "loads into the model of " << args.config << " ("
               << model->named_parameters().size() << " parameters"
               << (report.converted_keys.empty() ? "" : ", some converted") << ")\n"

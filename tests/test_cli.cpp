@@ -582,6 +582,15 @@ TEST_F(CliTest, ImportConvertsGptWeights) {
       << listed.output;
   EXPECT_NE(listed.output.find("lm_head.weight"), std::string::npos) << listed.output;
   EXPECT_EQ(listed.output.find(".attn.bias "), std::string::npos) << listed.output;
+  // A config with the gpt preset takes either file (model.init_from converts the same way).
+  write_file(dir_ / "gpt.yaml",
+             "model:\n  preset: gpt\n  n_layer: 2\n  n_head: 2\n  n_embd: 16\n  block_size: 8\n"
+             "  vocab_size: 32\n");
+  for (const std::string& w : {hf, std::string("gpt.safetensors")}) {
+    const Result c = run({"import", w, "--config", "gpt.yaml"});
+    EXPECT_EQ(c.code, 0) << c.output;
+    EXPECT_NE(c.output.find("loads into the model of gpt.yaml"), std::string::npos) << c.output;
+  }
   // --out without --layout is a usage error; a file that is not a GPT is refused by name.
   EXPECT_EQ(run({"import", hf, "--out", "x.safetensors"}).code, 2);
   const std::string toy = source_dir() + "/tests/data/torch_toy.safetensors";
