@@ -88,7 +88,7 @@ Tensor GPTImpl::generate(const Tensor& idx, int64_t max_new_tokens, double tempe
       cache.clear();
       logits = forward(len <= block ? seq : seq.narrow(1, len - block, block), cache);
     }
-    if (cache.size() && cache[0].length() >= block) cache.clear();
+    if (!cache.empty() && cache[0].length() >= block) cache.clear();
     const Tensor last = logits.select(1, logits.size(1) - 1);
     seq = cat({seq, sample(last, temperature, top_k, gen)}, 1);
   }

@@ -262,6 +262,32 @@ TEST(GPTGenerate, RejectsBadArguments) {
   mt::testing::expect_error([&] { model->generate(mt::randn({1, 2}), 1); }, {"int64"});
 }
 
+// On a GPU: the CPU's logits (float32, within GEMM reassociation) and its tokens, with and without
+// the cache, and under autocast a finite bf16 forward.
+TEST(GPTCuda, MatchesTheCpu) {
+  MT_REQUIRE_GPU();
+  mt::manual_seed(9);
+  mt::nn::GPT cpu(tiny());
+  mt::nn::GPT gpu(tiny());
+  gpu->load_state_dict(cpu->state_dict());
+  gpu->to(mt::testing::kGpu);
+  cpu->eval();
+  gpu->eval();
+  const Tensor idx = mt::randint(0, 20, {2, 8});
+  {
+    mt::autograd::NoGradGuard no_grad;
+    mt::testing::expect_close(gpu(idx.to(mt::testing::kGpu)).cpu(), cpu(idx), 1e-4, 1e-5);
+  }
+  const Tensor prompt = idx.narrow(1, 0, 2);
+  const Tensor want = cpu->generate(prompt, 10, 1e-6, {}, 3);
+  for (bool cache : {true, false}) {
+    EXPECT_TRUE(
+        mt::equal(gpu->generate(prompt.to(mt::testing::kGpu), 10, 1e-6, {}, 3, cache).cpu(), want));
+  }
+  mt::amp::autocast scope(mt::testing::kGpu, mt::amp::Precision(mt::kBFloat16));
+  EXPECT_TRUE(mt::all_finite(gpu(idx.to(mt::testing::kGpu))).item<bool>());
+}
+
 // ---- the golden trajectory ----------------------------------------------------------------
 
 namespace {
