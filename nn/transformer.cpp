@@ -3,7 +3,6 @@
 #include <cmath>
 #include <sstream>
 
-#include "autograd/node.h"
 #include "nn/init.h"
 
 namespace mantissa::nn {
