@@ -436,6 +436,111 @@ void scenario_shape_mismatch(Report& r) {
   }
 }
 
+
+// ---- Review: scenarios that demonstrate defects (each expected to fail on main) ----
+
+// Two parameters; `use_b` decides whether b reaches the loss.
+struct TwoParams : nn::Module {
+  Tensor a, b;
+  bool use_b = true;
+  TwoParams() {
+    a = register_parameter("a", mt::ones({3}));
+    b = register_parameter("b", mt::ones({3}));
+  }
+  Tensor forward(const Tensor& x) {
+    Tensor y = x * a;
+    if (use_b) y = y + b;
+    return y;
+  }
+};
+
+Tensor two_inputs(int step, int rank) {
+  return mt::from_vector(std::vector<float>{float(step + 1), float(rank + 2), 0.5f},
+                         mt::Shape{3});
+}
+
+// find_unused_parameters where rank 0 uses every parameter and rank 1 leaves b unused: the
+// used-flags allreduce in Reducer::finalize is issued by rank 1 only (its condition is local),
+// so the ranks' collectives no longer pair up.
+void scenario_review_unused_one_rank(Report& r) {
+  auto pg = init(std::chrono::seconds(5));
+  const int rank = pg->rank();
+  nn::DistributedDataParallel::Options o;
+  o.find_unused_parameters = true;
+  auto net = std::make_shared<TwoParams>();
+  net->use_b = rank == 0;
+  nn::DistributedDataParallel ddp(net, pg, o);
+  mt::optim::SGD opt(net->parameters(), 0.1);
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    ddp(two_inputs(step, rank)).sum().backward();
+    opt.step();
+    expect_same_on_every_rank(r, *pg, *net, "unused on one rank, step " + std::to_string(step));
+  }
+}
+
+// static_graph where only rank 1 uses `extra`: after the first iteration Reducer::finalize
+// decides the copy-back from the local used_ flags, so rank 0 drops the averaged gradient of
+// `extra` that rank 1 applies.
+void scenario_review_static_graph_rank_dependent(Report& r) {
+  auto pg = init(std::chrono::seconds(5));
+  const int rank = pg->rank();
+  nn::DistributedDataParallel::Options o;
+  o.static_graph = true;
+  auto net = make_net(rank, true);
+  net->use_extra = rank == 1;
+  nn::DistributedDataParallel ddp(net, pg, o);
+  mt::optim::SGD opt(net->parameters(), 0.1);
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    loss_of(ddp(inputs(step, rank, 4)), targets(step, rank, 4)).backward();
+    opt.step();
+    expect_same_on_every_rank(r, *pg, *net, "static_graph step " + std::to_string(step));
+  }
+}
+
+// A forward through DDP under no-grad between the training forward and its backward (an eval or
+// a target computed with the same model) disarms the reducer: the backward reduces nothing.
+void scenario_review_no_grad_forward_between(Report& r) {
+  auto pg = init(std::chrono::seconds(5));
+  const int rank = pg->rank();
+  auto net = make_net(rank);
+  nn::DistributedDataParallel ddp(net, pg);
+  mt::optim::SGD opt(net->parameters(), 0.1);
+  opt.zero_grad();
+  Tensor loss = loss_of(ddp(inputs(0, rank, 4)), targets(0, rank, 4));
+  {
+    mt::autograd::NoGradGuard no_grad;
+    (void)ddp(inputs(9, rank, 4));
+  }
+  loss.backward();
+  opt.step();
+  expect_same_on_every_rank(r, *pg, *net, "after a no-grad forward between forward and backward");
+}
+
+// find_unused_parameters with no_sync: `extra` is used in the no_sync micro-batch on every rank
+// but in none of the synced one. PyTorch counts it as used (local_used_map_ is set under no_sync
+// too) and averages its accumulated gradient; here it keeps the local, unreduced one.
+void scenario_review_no_sync_unused(Report& r) {
+  auto pg = init(std::chrono::seconds(5));
+  const int rank = pg->rank();
+  nn::DistributedDataParallel::Options o;
+  o.find_unused_parameters = true;
+  auto net = make_net(rank, true);
+  nn::DistributedDataParallel ddp(net, pg, o);
+  mt::optim::SGD opt(net->parameters(), 0.1);
+  opt.zero_grad();
+  {
+    auto guard = ddp.no_sync();
+    net->use_extra = true;
+    loss_of(ddp(inputs(0, 2 * rank, 4)), targets(0, 2 * rank, 4)).backward();
+  }
+  net->use_extra = false;
+  loss_of(ddp(inputs(0, 2 * rank + 1, 4)), targets(0, 2 * rank + 1, 4)).backward();
+  opt.step();
+  expect_same_on_every_rank(r, *pg, *net, "no_sync then synced with a no_sync-only parameter");
+}
+
 const mt::testing::Scenarios kScenarios = {
     {"accumulation", scenario_matches_accumulation},
     {"big_batch", scenario_matches_big_batch},
@@ -446,6 +551,10 @@ const mt::testing::Scenarios kScenarios = {
     {"grad_scaler", scenario_grad_scaler},
     {"buffers", scenario_buffers},
     {"shape_mismatch", scenario_shape_mismatch},
+    {"review_unused_one_rank", scenario_review_unused_one_rank},
+    {"review_static_graph_rank_dependent", scenario_review_static_graph_rank_dependent},
+    {"review_no_grad_forward_between", scenario_review_no_grad_forward_between},
+    {"review_no_sync_unused", scenario_review_no_sync_unused},
 };
 
 [[maybe_unused]] const bool kRankProcess = mt::testing::run_rank_process_if_asked(kScenarios);
@@ -495,6 +604,7 @@ TEST_F(Ddp, MismatchedParameterShapesNameTheParameterAndRanks) {
   }
 }
 
+// (review tests of DdpSingle follow DefaultBucketSizes)
 // In-process, on a group of one: the default bucket sizes (1 MiB first, 25 MiB after).
 class DdpSingle : public Ddp {
  protected:
@@ -560,6 +670,34 @@ TEST_F(DdpSingle, ForwardFunctionsAndErrors) {
         nn::DistributedDataParallel bad(make_net(0), pg_, o);
       },
       {"bucket_cap_mb and first_bucket_mb must be positive"});
+}
+
+
+TEST_F(Ddp, ReviewFindUnusedWithOneRankUsingEverything) {
+  expect_all_ok("review_unused_one_rank", 2);
+}
+TEST_F(Ddp, ReviewStaticGraphWithRankDependentUnusedParameter) {
+  expect_all_ok("review_static_graph_rank_dependent", 2);
+}
+TEST_F(Ddp, ReviewNoGradForwardBetweenForwardAndBackward) {
+  expect_all_ok("review_no_grad_forward_between", 2);
+}
+TEST_F(Ddp, ReviewNoSyncOnlyParameterWithFindUnused) { expect_all_ok("review_no_sync_unused", 2); }
+
+// A backward that throws after DDP's hooks launched a bucket: PyTorch's next forward reports
+// "Expected to have finished reduction in the prior iteration"; here the reducer silently
+// re-arms while the aborted iteration's Work may still be writing the bucket.
+TEST_F(DdpSingle, ReviewBackwardThatThrowsIsReportedAtTheNextForward) {
+  auto net = make_net(0);
+  nn::DistributedDataParallel ddp(net, pg_);
+  bool boom = true;
+  net->fc2->bias.register_post_accumulate_grad_hook([&](const Tensor&) {
+    if (boom) MT_THROW("user hook failed");
+  });
+  EXPECT_THROW(loss_of(ddp(inputs(0, 0, 2)), targets(0, 0, 2)).backward(), mt::Error);
+  boom = false;
+  mt::testing::expect_error([&] { (void)ddp(inputs(1, 0, 2)); },
+                            {"expected to have finished reduction"});
 }
 
 // NCCL, world size 1, a GPU: a DDP step eagerly and captured in a CUDA graph matches plain
