@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <string>
 
 #include "autograd/node.h"
 #include "distributed/reducer.h"
@@ -12,12 +13,18 @@ namespace mantissa::nn {
 namespace {
 
 // The collectives take floating tensors on the group's device: CPU for Gloo, the parameters'
-// GPU for NCCL.
+// GPU for NCCL (check_parameter_devices has made sure they are all on one).
 Device comm_device(const distributed::ProcessGroup& pg, const Module& m) {
   if (pg.backend() != "nccl") return Device::cpu();
   for (const Tensor& p : m.parameters())
     if (p.is_cuda()) return p.device();
   return Device::cpu();
+}
+
+void check_devices(const distributed::ProcessGroup& pg, const Module& m) {
+  std::vector<std::pair<std::string, Device>> devices;
+  for (const auto& [name, t] : m.named_parameters()) devices.emplace_back(name, t.device());
+  detail::check_parameter_devices(pg.backend(), devices);
 }
 
 std::string describe(const std::vector<double>& row, size_t at) {
@@ -30,16 +37,21 @@ std::string describe(const std::vector<double>& row, size_t at) {
   return s.str();
 }
 
-// Every rank must hold the same parameters, in the same order, with the same shapes and dtypes
-// (PyTorch's _verify_param_shape_across_processes). Each rank contributes a row of
-// [count, max ndim] and then one of (dtype, ndim, dims...) per parameter; every rank compares
-// every other rank's rows with its own and throws the same error.
+// Every rank must hold the same parameters, in the same order, with the same names, shapes and
+// dtypes (PyTorch's _verify_param_shape_across_processes, and the names as its debug mode
+// does). Each rank contributes a row of [count, max ndim, bytes of names] and then one of
+// (dtype, ndim, dims...) per parameter followed by the names' bytes, '\0'-separated; every rank
+// compares every other rank's rows with its own and throws the same error.
 void verify_shapes(distributed::ProcessGroup& pg, const Module& m, Device dev) {
   const auto named = m.named_parameters();
   const int w = pg.size();
   size_t max_ndim = 0;
-  for (const auto& [name, t] : named)
+  std::string names;
+  for (const auto& [name, t] : named) {
     max_ndim = std::max(max_ndim, static_cast<size_t>(t.shape().size()));
+    names += name;
+    names += '\0';
+  }
   auto gather = [&](const std::vector<double>& mine) {
     Tensor in = from_vector(mine).to(dev);
     Tensor out =
@@ -47,25 +59,43 @@ void verify_shapes(distributed::ProcessGroup& pg, const Module& m, Device dev) {
     pg.allgather(out, in)->wait();
     return out.to(Device::cpu()).to_vector<double>();
   };
-  const std::vector<double> heads = gather({double(named.size()), double(max_ndim)});
-  size_t width = 0;
+  const std::vector<double> heads =
+      gather({double(named.size()), double(max_ndim), double(names.size())});
+  size_t width = 0, names_width = 0;
   for (int r = 0; r < w; ++r) {
-    MT_CHECK(heads[2 * r] == double(named.size()), "DistributedDataParallel: rank ", pg.rank(),
+    MT_CHECK(heads[3 * r] == double(named.size()), "DistributedDataParallel: rank ", pg.rank(),
              " has ", named.size(), " parameters but rank ", r, " has ",
-             static_cast<int64_t>(heads[2 * r]), "; every rank must wrap the same model");
-    width = std::max(width, static_cast<size_t>(heads[2 * r + 1]) + 2);
+             static_cast<int64_t>(heads[3 * r]), "; every rank must wrap the same model");
+    width = std::max(width, static_cast<size_t>(heads[3 * r + 1]) + 2);
+    names_width = std::max(names_width, static_cast<size_t>(heads[3 * r + 2]));
   }
-  std::vector<double> mine(named.size() * width, 0.0);
+  const size_t shapes = named.size() * width;
+  std::vector<double> mine(shapes + names_width, 0.0);
   for (size_t i = 0; i < named.size(); ++i) {
     const Tensor& t = named[i].second;
     mine[i * width] = static_cast<double>(static_cast<int>(t.dtype()));
     mine[i * width + 1] = static_cast<double>(t.shape().size());
     for (int64_t d = 0; d < t.shape().size(); ++d) mine[i * width + 2 + d] = double(t.shape()[d]);
   }
+  for (size_t k = 0; k < names.size(); ++k)
+    mine[shapes + k] = static_cast<double>(static_cast<unsigned char>(names[k]));
   const std::vector<double> all = gather(mine);
   const size_t row = mine.size();
   for (int r = 0; r < w; ++r) {
+    // Rank r's names, from its row's tail.
+    std::vector<std::string> theirs(1);
+    for (size_t k = 0; k < names_width && theirs.size() <= named.size(); ++k) {
+      const auto c = static_cast<char>(static_cast<unsigned char>(all[r * row + shapes + k]));
+      if (c == '\0') {
+        theirs.emplace_back();
+      } else {
+        theirs.back() += c;
+      }
+    }
     for (size_t i = 0; i < named.size(); ++i) {
+      MT_CHECK(theirs[i] == named[i].first, "DistributedDataParallel: parameter ", i, " is '",
+               named[i].first, "' on rank ", pg.rank(), " but '", theirs[i], "' on rank ", r,
+               "; every rank must wrap the same model");
       bool same = true;
       for (size_t k = 0; k < width; ++k)
         same = same && all[r * row + i * width + k] == mine[i * width + k];
@@ -107,6 +137,7 @@ DistributedDataParallel::DistributedDataParallel(
       forward_(std::move(forward)) {
   MT_CHECK(module_ != nullptr, "DistributedDataParallel: no module");
   MT_CHECK(process_group_ != nullptr, "DistributedDataParallel: no process group");
+  check_devices(*process_group_, *module_);
   const Device dev = comm_device(*process_group_, *module_);
   verify_shapes(*process_group_, *module_, dev);
   broadcast_from_rank0(*process_group_, module_->parameters(), dev, true);

@@ -11,13 +11,15 @@
 //   }
 //
 // Semantics follow PyTorch's (docs/distributed.md lists them and the guarantees):
-// - Construction checks that every rank has the same parameters (names, shapes, dtypes; an
+// - Construction checks the device layout (all parameters on one device: the CPU for Gloo, a
+//   GPU for NCCL), then that every rank has the same parameters (names, shapes, dtypes; an
 //   error names the parameter and the ranks that differ) and broadcasts rank 0's parameters and
 //   buffers to the others.
 // - Each forward through this object first broadcasts rank 0's buffers (broadcast_buffers).
-// - Gradients are grouped into buckets (first_bucket_mb for the first, bucket_cap_mb for the
-//   others), parameters in reverse registration order; after the first iteration the buckets are
-//   rebuilt once from the order gradients became ready (rank 0's order, so every rank agrees).
+// - Gradients are grouped into buckets: in the first iteration one per dtype (as PyTorch), then
+//   rebuilt once from the order gradients became ready (rank 0's order, so every rank agrees)
+//   with first_bucket_mb for the first and bucket_cap_mb for the others. With
+//   find_unused_parameters alone, those sizes in reverse registration order, never rebuilt.
 //   A bucket's allreduce starts from an autograd hook the moment its last gradient has been
 //   accumulated, while backward goes on; the backward pass returns once every bucket is reduced
 //   and its results are back in the parameters' .grad.
@@ -30,6 +32,9 @@
 //   PyTorch does), instead of hanging. With it, such parameters count as zero gradients at the
 //   end of backward. static_graph: the set of used parameters found in the first iteration is
 //   assumed for every later one.
+// - A forward with grad mode off leaves the pending iteration alone. A backward that threw is
+//   reported by the next forward; on NCCL, that forward also reports failed or timed-out
+//   allreduces of earlier iterations.
 #pragma once
 
 #include <functional>

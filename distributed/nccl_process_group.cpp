@@ -82,30 +82,41 @@ class NcclWork final : public Work {
  public:
   NcclWork(std::shared_ptr<Comm> comm, const char* op, cudaEvent_t event,
            std::vector<Tensor> keep_alive)
-      : comm_(std::move(comm)), op_(op), event_(event), keep_alive_(std::move(keep_alive)) {}
+      : comm_(std::move(comm)),
+        op_(op),
+        event_(event),
+        keep_alive_(std::move(keep_alive)),
+        deadline_(std::chrono::steady_clock::now() + comm_->timeout) {}
   ~NcclWork() override { cudaEventDestroy(event_); }
 
   bool is_completed() override { return cudaEventQuery(event_) == cudaSuccess; }
 
   void wait() override {
     const auto deadline = std::chrono::steady_clock::now() + comm_->timeout;
-    for (;;) {
-      if (comm_->aborted.load()) fail("the process group failed earlier: " + comm_->first_error);
-      const cudaError_t state = cudaEventQuery(event_);
-      if (state == cudaSuccess) return;
-      if (state != cudaErrorNotReady)
-        abort_and_fail(std::string("CUDA error ") + cudaGetErrorString(state));
-      ncclResult_t async_error = ncclSuccess;
-      ncclCommGetAsyncError(comm_->comm, &async_error);
-      if (async_error != ncclSuccess && async_error != ncclInProgress)
-        abort_and_fail(std::string("nccl: ") + ncclGetErrorString(async_error));
-      if (std::chrono::steady_clock::now() > deadline)
-        abort_and_fail("timed out after " + std::to_string(comm_->timeout.count()) + " ms");
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
+    while (!check(deadline)) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
 
+  // The deadline counts from the enqueue: the stream may still be busy with earlier work, but a
+  // collective that has not finished a whole timeout after it was queued is taken as stuck.
+  bool poll() override { return check(deadline_); }
+
  private:
+  // One look: true when done; fails on an error or past `deadline`.
+  bool check(std::chrono::steady_clock::time_point deadline) {
+    if (comm_->aborted.load()) fail("the process group failed earlier: " + comm_->first_error);
+    const cudaError_t state = cudaEventQuery(event_);
+    if (state == cudaSuccess) return true;
+    if (state != cudaErrorNotReady)
+      abort_and_fail(std::string("CUDA error ") + cudaGetErrorString(state));
+    ncclResult_t async_error = ncclSuccess;
+    ncclCommGetAsyncError(comm_->comm, &async_error);
+    if (async_error != ncclSuccess && async_error != ncclInProgress)
+      abort_and_fail(std::string("nccl: ") + ncclGetErrorString(async_error));
+    if (std::chrono::steady_clock::now() > deadline)
+      abort_and_fail("timed out after " + std::to_string(comm_->timeout.count()) + " ms");
+    return false;
+  }
+
   [[noreturn]] void fail(const std::string& why) const {
     MT_THROW(op_, " failed on rank ", comm_->rank, " of ", comm_->size, ": ", why);
   }
@@ -126,6 +137,7 @@ class NcclWork final : public Work {
   const char* op_;
   cudaEvent_t event_;
   std::vector<Tensor> keep_alive_;
+  std::chrono::steady_clock::time_point deadline_;
 };
 
 class NcclProcessGroup final : public ProcessGroup {

@@ -29,6 +29,14 @@ class Work {
   virtual ~Work() = default;
   virtual void wait() = 0;
   virtual bool is_completed() = 0;
+  // Without blocking: true once the collective has completed (throwing as wait() does if it
+  // failed), false while it is still running. NCCL's also fails here, as wait() would, once
+  // the communicator reports an error or the collective is older than the group's timeout.
+  virtual bool poll() {
+    if (!is_completed()) return false;
+    wait();
+    return true;
+  }
 };
 
 class ProcessGroup {

@@ -1,12 +1,14 @@
 #include "distributed/reducer.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <tuple>
 
 #include "autograd/backward.h"
 #include "autograd/node.h"
+#include "engine/cuda_stream.h"
 #include "engine/error.h"
 #include "engine/factory.h"
 
@@ -16,6 +18,28 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 
 }  // namespace
+
+void check_parameter_devices(const std::string& backend,
+                             const std::vector<std::pair<std::string, Device>>& params) {
+  if (params.empty()) return;
+  const auto& [first_name, first] = params.front();
+  for (const auto& [name, device] : params) {
+    MT_CHECK(device == first, "DistributedDataParallel: parameter '", first_name, "' is on ", first,
+             " but '", name, "' is on ", device,
+             "; each process drives one device: put the whole module on it");
+  }
+  if (backend == "gloo") {
+    MT_CHECK(!first.is_cuda(),
+             "DistributedDataParallel: the gloo backend reduces CPU tensors, but ",
+             "the parameters ('", first_name, "', ...) are on ", first,
+             "; use the nccl backend for a module on a GPU");
+  } else if (backend == "nccl") {
+    MT_CHECK(first.is_cuda(),
+             "DistributedDataParallel: the nccl backend reduces CUDA tensors, but ",
+             "the parameters ('", first_name, "', ...) are on ", first,
+             "; move the module to this rank's GPU or use the gloo backend");
+  }
+}
 
 Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> params,
                  std::shared_ptr<distributed::ProcessGroup> pg,
@@ -29,17 +53,16 @@ Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> params,
   MT_CHECK(!params_.empty(),
            "DistributedDataParallel: the module has no parameter that requires grad");
   on_cuda_ = params_.front().second.is_cuda();
-  for (const auto& [name, t] : params_) {
-    MT_CHECK(t.is_cuda() == on_cuda_, "DistributedDataParallel: parameters on ",
-             params_.front().second.device(), " and on ", t.device(), " ('", name,
-             "'); put the whole module on one device");
-  }
   ready_.assign(params_.size(), 0);
+  got_grad_.assign(params_.size(), 0);
   used_.assign(params_.size(), 0);
-  // Reverse registration order: gradients of the last layers are ready first.
+  // Reverse registration order: gradients of the last layers are ready first. As PyTorch, the
+  // first iteration uses one bucket (per dtype) when the buckets will be rebuilt from the
+  // observed order: registration order may not be the order of backward, and a rank that leaves
+  // a parameter unused could otherwise issue a bucket's allreduce early.
   std::vector<size_t> order(params_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
-  build_buckets(order);
+  build_buckets(order, options_.static_graph || !options_.find_unused_parameters);
 }
 
 Reducer::~Reducer() {
@@ -59,8 +82,9 @@ void Reducer::install_hooks() {
 
 // As PyTorch's compute_bucket_assignment_by_size: parameters in `order`, one open bucket per
 // (dtype, device), closed once it holds at least its limit (the first bucket's limit, then
-// bucket_cap_mb's); buckets are reduced in the order of their first parameter.
-void Reducer::build_buckets(const std::vector<size_t>& order) {
+// bucket_cap_mb's; none if `unlimited`); buckets are reduced in the order of their first
+// parameter.
+void Reducer::build_buckets(const std::vector<size_t>& order, bool unlimited) {
   struct Open {
     std::vector<size_t> params;
     int64_t bytes = 0;
@@ -75,7 +99,9 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
     Open& b = open[{static_cast<int>(t.dtype()), dev.str()}];
     b.params.push_back(i);
     b.bytes += t.nbytes();
-    const double limit = (b.first ? options_.first_bucket_mb : options_.bucket_cap_mb) * kMiB;
+    const double limit = unlimited
+                             ? std::numeric_limits<double>::infinity()
+                             : (b.first ? options_.first_bucket_mb : options_.bucket_cap_mb) * kMiB;
     if (static_cast<double>(b.bytes) >= limit) {
       done.push_back(std::move(b.params));
       b = Open{};
@@ -118,12 +144,73 @@ std::string Reducer::unready_names() const {
   return s.str();
 }
 
-void Reducer::prepare_forward(bool sync) {
+// The previous iteration must have finished: its backward reached the end (else a hook or a
+// node threw, and collectives may still be writing the buckets), every bucket was reduced, and
+// no collective of an earlier iteration failed.
+void Reducer::check_previous_iteration() {
+  if (armed_ && started_) {
+    std::string failures;
+    for (Bucket& b : buckets_) {
+      if (!b.launched) continue;
+      try {
+        b.work->wait();  // the collective must not write a bucket the next iteration fills
+      } catch (const std::exception& e) {
+        failures += std::string("; its allreduce failed: ") + e.what();
+      }
+      b.work.reset();
+      b.launched = false;
+    }
+    armed_ = false;
+    started_ = false;
+    std::fill(used_.begin(), used_.end(), 0);
+    MT_THROW(
+        "DistributedDataParallel: expected to have finished reduction in the prior iteration "
+        "before starting a new one. Rank ",
+        pg_->rank(),
+        "'s previous backward started but never finished (an exception escaped it), so its "
+        "gradients were not reduced and the ranks' collectives may no longer pair up; this "
+        "process group should not be used for further training",
+        failures);
+  }
   if (!unfinished_.empty()) {
     const std::string why = std::move(unfinished_);
     unfinished_.clear();
-    armed_ = false;
     MT_THROW(why);
+  }
+  poll_in_flight();
+}
+
+// NCCL's allreduces run on the stream while the host goes on; the host looks at each once per
+// forward (an event query and the communicator's error state, no synchronisation) and forgets
+// it once done. One that failed, or has been queued longer than the group's timeout, throws
+// here (and aborts the communicator), so a dead or stuck peer is reported within the timeout of
+// the iteration that waits on it. Inside a CUDA graph capture nothing is queried.
+void Reducer::poll_in_flight() {
+  if (in_flight_.empty() || cuda::is_current_stream_capturing()) return;
+  std::vector<std::shared_ptr<distributed::Work>> still;
+  try {
+    for (auto& work : in_flight_)
+      if (!work->poll()) still.push_back(std::move(work));
+  } catch (const std::exception& e) {
+    in_flight_.clear();
+    MT_THROW(
+        "DistributedDataParallel: a gradient allreduce of an earlier iteration failed on rank ",
+        pg_->rank(), ": ", e.what());
+  }
+  in_flight_ = std::move(still);
+}
+
+void Reducer::prepare_forward(bool sync) {
+  // A forward without grad builds no graph, so no backward follows it: the iteration in
+  // progress, if any, is left alone (its backward still reduces), as in PyTorch.
+  if (!autograd::GradMode::is_enabled()) return;
+  check_previous_iteration();
+  // The previous iteration's collectives: on the CPU the end of backward waited for them; on
+  // CUDA the host never did, so they are checked at later forwards.
+  for (Bucket& b : buckets_) {
+    if (b.work && on_cuda_ && !b.captured) in_flight_.push_back(b.work);
+    b.work.reset();
+    b.launched = false;
   }
   // Once, after the first iteration, from the order its gradients became ready. Rank 0's order
   // is used everywhere, so that every rank reduces the same buckets in the same order.
@@ -143,35 +230,34 @@ void Reducer::prepare_forward(bool sync) {
     o = static_cast<double*>(order.data_ptr());
     std::vector<size_t> rebuilt(params_.size());
     for (size_t k = 0; k < rebuilt.size(); ++k) rebuilt[k] = static_cast<size_t>(o[k]);
-    build_buckets(rebuilt);
+    build_buckets(rebuilt, false);
     rebuilt_ = true;
   }
-  armed_ = sync && autograd::GradMode::is_enabled();
+  armed_ = sync;
+  started_ = false;
   if (armed_) {
     std::fill(ready_.begin(), ready_.end(), 0);
-    std::fill(used_.begin(), used_.end(), 0);
-    for (Bucket& b : buckets_) {
-      b.pending = b.params.size();
-      b.launched = false;
-      // The previous iteration's work (on CUDA never waited on by the host) goes here.
-      b.work.reset();
-    }
+    std::fill(got_grad_.begin(), got_grad_.end(), 0);
+    for (Bucket& b : buckets_) b.pending = b.params.size();
     next_bucket_ = 0;
-    finalize_queued_ = false;
+    if (iterations_ == 0) ready_order_.clear();  // an aborted first iteration's, if any
   }
 }
 
 void Reducer::on_grad_ready(size_t index) {
+  // Recorded before the armed check: a parameter used only in no_sync() micro-batches has an
+  // accumulated gradient that the next synced backward must average (PyTorch's local_used_map_).
+  used_[index] = 1;
   if (!armed_) return;  // under no_sync, or a backward not preceded by a forward through DDP
-  if (!finalize_queued_) {
-    finalize_queued_ = true;
+  if (!started_) {
+    started_ = true;
     std::weak_ptr<Reducer> self = weak_from_this();
     autograd::queue_callback([self] {
       if (auto r = self.lock()) r->finalize();
     });
     if (!static_unused_.empty()) {
-      // static_graph: what was unused in the first iteration is unused now; its buckets need
-      // not wait for the end of backward.
+      // static_graph: what this rank left unused in the first iteration is unused now; its
+      // buckets need not wait for the end of backward.
       for (size_t i = 0; i < params_.size(); ++i)
         if (static_unused_[i] && !ready_[i]) mark_ready(i, false);
     }
@@ -184,10 +270,12 @@ void Reducer::on_grad_ready(size_t index) {
   mark_ready(index, true);
 }
 
-void Reducer::mark_ready(size_t index, bool used) {
+void Reducer::mark_ready(size_t index, bool got_grad) {
   ready_[index] = 1;
-  used_[index] = used ? 1 : 0;
-  if (iterations_ == 0 && used) ready_order_.push_back(index);
+  if (got_grad) {
+    got_grad_[index] = 1;
+    if (iterations_ == 0) ready_order_.push_back(index);
+  }
   Bucket& b = buckets_[bucket_of_[index]];
   --b.pending;
   if (b.pending == 0) launch_ready_buckets();
@@ -216,33 +304,49 @@ void Reducer::launch(Bucket& b) {
   b.flat.div_(static_cast<double>(pg_->size()));
   b.work = pg_->allreduce(b.flat, distributed::ReduceOp::Sum);
   b.launched = true;
+  b.captured = on_cuda_ && cuda::is_current_stream_capturing();
+}
+
+// Which parameters some rank used since the last synced backward: every rank takes part, whether
+// or not it left a parameter unused itself, so that the collectives pair up.
+std::vector<char> Reducer::used_on_any_rank() {
+  Tensor flags = empty({static_cast<int64_t>(params_.size())}, kFloat32);
+  float* f = static_cast<float*>(flags.data_ptr());
+  for (size_t i = 0; i < params_.size(); ++i) f[i] = used_[i] ? 1.0f : 0.0f;
+  if (on_cuda_) {
+    Tensor dev = flags.to(params_.front().second.device());
+    pg_->allreduce(dev, distributed::ReduceOp::Max)->wait();
+    flags = dev.to(Device::cpu());
+  } else {
+    pg_->allreduce(flags, distributed::ReduceOp::Max)->wait();
+  }
+  f = static_cast<float*>(flags.data_ptr());
+  std::vector<char> out(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) out[i] = f[i] != 0.0f;
+  return out;
 }
 
 void Reducer::finalize() {
   if (!armed_) return;
   armed_ = false;
+  started_ = false;
   const bool first = iterations_ == 0;
   ++iterations_;
-  const bool mark_unused =
-      options_.find_unused_parameters || (options_.static_graph && static_unused_.empty());
-  std::vector<char> unused_here;
+  // static_graph's first iteration finds the unused parameters as find_unused_parameters does.
+  const bool static_first = options_.static_graph && first;
+  const bool mark_unused = options_.find_unused_parameters || static_first;
   if (mark_unused) {
     for (size_t i = 0; i < params_.size(); ++i)
       if (!ready_[i]) mark_ready(i, false);
   }
-  if (options_.static_graph && first) {
+  if (static_first) {
     static_unused_.assign(params_.size(), 0);
-    bool any = false;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      static_unused_[i] = used_[i] ? 0 : 1;
-      any = any || static_unused_[i];
-    }
-    if (!any) static_unused_.assign(params_.size(), 0);
+    for (size_t i = 0; i < params_.size(); ++i) static_unused_[i] = got_grad_[i] ? 0 : 1;
   }
   if (first) {
     // The rebuilt order: gradients as they became ready, then the parameters that got none.
     for (size_t i = params_.size(); i-- > 0;)
-      if (!used_[i]) ready_order_.push_back(i);
+      if (!got_grad_[i]) ready_order_.push_back(i);
     have_order_ = ready_order_.size() == params_.size();
   }
   const bool complete = next_bucket_ == buckets_.size();
@@ -253,6 +357,7 @@ void Reducer::finalize() {
       if (b.launched) b.work->wait();
   }
   if (!complete) {
+    std::fill(used_.begin(), used_.end(), 0);
     std::ostringstream s;
     s << "DistributedDataParallel: expected to have finished reduction in the prior iteration "
          "before starting a new one. Rank "
@@ -265,22 +370,16 @@ void Reducer::finalize() {
     return;
   }
   // A parameter no rank used keeps no gradient (as in PyTorch); one that only other ranks used
-  // gets the average. Knowing which needs the used flags of every rank.
-  std::vector<char> used_anywhere(used_.begin(), used_.end());
-  if (mark_unused && std::find(used_.begin(), used_.end(), 0) != used_.end()) {
-    Tensor flags = empty({static_cast<int64_t>(params_.size())}, kFloat32);
-    float* f = static_cast<float*>(flags.data_ptr());
-    for (size_t i = 0; i < params_.size(); ++i) f[i] = used_[i] ? 1.0f : 0.0f;
-    if (on_cuda_) {
-      Tensor dev = flags.to(params_.front().second.device());
-      pg_->allreduce(dev, distributed::ReduceOp::Max)->wait();
-      flags = dev.to(Device::cpu());
-    } else {
-      pg_->allreduce(flags, distributed::ReduceOp::Max)->wait();
-    }
-    f = static_cast<float*>(flags.data_ptr());
-    for (size_t i = 0; i < params_.size(); ++i) used_anywhere[i] = f[i] != 0.0f;
+  // gets the average. static_graph keeps the first iteration's rank-combined flags, so that
+  // every rank copies back the same parameters without a collective per iteration.
+  std::vector<char> used_anywhere(params_.size(), 1);
+  if (options_.static_graph && !first) {
+    used_anywhere = static_used_anywhere_;
+  } else if (mark_unused) {
+    used_anywhere = used_on_any_rank();
   }
+  if (static_first) static_used_anywhere_ = used_anywhere;
+  std::fill(used_.begin(), used_.end(), 0);
   autograd::NoGradGuard no_grad;
   for (Bucket& b : buckets_) {
     for (size_t k = 0; k < b.params.size(); ++k) {

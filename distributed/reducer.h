@@ -15,6 +15,12 @@
 
 namespace mantissa::nn::detail {
 
+// Throws unless DDP can reduce parameters on these devices with this backend: Gloo takes CPU
+// tensors only, NCCL CUDA tensors only, and every parameter must be on one device (one device
+// per process). `params` holds each parameter's name and device.
+void check_parameter_devices(const std::string& backend,
+                             const std::vector<std::pair<std::string, Device>>& params);
+
 class Reducer : public std::enable_shared_from_this<Reducer> {
  public:
   Reducer(std::vector<std::pair<std::string, Tensor>> params,
@@ -25,8 +31,9 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
   // Registers the parameters' post-accumulate-grad hooks (needs the shared_ptr to exist).
   void install_hooks();
-  // Before a forward: reports an unfinished previous iteration, rebuilds the buckets once, and,
-  // when `sync` (and grad mode is on), arms the hooks for the coming backward.
+  // Before a forward with grad mode on: reports a previous iteration that did not finish (or
+  // whose collectives failed), rebuilds the buckets once and, when `sync`, arms the hooks for
+  // the coming backward. A forward with grad mode off changes nothing.
   void prepare_forward(bool sync);
 
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
@@ -40,15 +47,19 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
     Tensor flat;
     size_t pending = 0;  // gradients not ready yet this iteration
     bool launched = false;
+    bool captured = false;  // its allreduce was queued into a CUDA graph being captured
     std::shared_ptr<distributed::Work> work;
   };
 
-  void build_buckets(const std::vector<size_t>& order);
+  void build_buckets(const std::vector<size_t>& order, bool unlimited);
   void on_grad_ready(size_t index);
-  void mark_ready(size_t index, bool used);
+  void mark_ready(size_t index, bool got_grad);
   void launch_ready_buckets();
   void launch(Bucket& bucket);
   void finalize();
+  std::vector<char> used_on_any_rank();
+  void check_previous_iteration();
+  void poll_in_flight();
   std::string unready_names() const;
 
   std::vector<std::pair<std::string, Tensor>> params_;  // those that require grad
@@ -62,17 +73,26 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   size_t next_bucket_ = 0;
 
   // The iteration in progress.
-  bool armed_ = false;  // a synced forward ran; its backward reduces
-  bool finalize_queued_ = false;
+  bool armed_ = false;               // a synced forward ran; its backward reduces
+  bool started_ = false;             // its backward began (finalize is queued)
   std::vector<char> ready_;          // per parameter: its gradient is in this iteration
-  std::vector<char> used_;           // per parameter: it got a gradient (not just marked ready)
+  std::vector<char> got_grad_;       // per parameter: a hook saw its gradient this iteration
+  std::vector<char> used_;           // per parameter: it got a gradient since the last synced
+                                     // backward finished (no_sync micro-batches included)
   std::vector<size_t> ready_order_;  // the first iteration's, for the rebuild
 
   bool rebuilt_ = false;
   bool have_order_ = false;
-  std::vector<char> static_unused_;  // static_graph: the parameters unused in iteration 1
+  // static_graph, from the first iteration: the parameters this rank leaves unused (marked
+  // ready when backward starts) and those some rank used (whose averages go back into .grad).
+  std::vector<char> static_unused_;
+  std::vector<char> static_used_anywhere_;
   int64_t iterations_ = 0;
   std::string unfinished_;  // the error the next forward reports
+
+  // NCCL: the collectives of earlier iterations that the host has not seen complete, checked
+  // (without blocking) at each forward so that a failed or stuck peer becomes an error.
+  std::vector<std::shared_ptr<distributed::Work>> in_flight_;
 };
 
 }  // namespace mantissa::nn::detail

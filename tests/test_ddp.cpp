@@ -2,102 +2,18 @@
 // the CPU, meeting through Gloo). Each rank also trains a single-process reference itself, so
 // the comparisons need no communication beyond DDP's own; "identical on every rank" is checked
 // by an allgather of the parameters.
-#include <chrono>
-#include <cmath>
-#include <cstring>
+// In-process tests (a group of one) are in test_ddp_single.cpp.
 #include <limits>
 #include <set>
 
-#include "dist_test_util.h"
-#include "test_util.h"
-
-namespace mt = mantissa;
-namespace dist = mantissa::distributed;
-namespace nn = mantissa::nn;
-using mt::Tensor;
-using mt::testing::exited_ok;
-using mt::testing::Report;
-using mt::testing::run_ranks;
+#include "ddp_test_util.h"
 
 namespace {
 
-// Two linear layers and a tanh; `extra` is used only when a scenario asks for it, `unused` never.
-struct Net : nn::Module {
-  nn::Linear fc1{nullptr}, fc2{nullptr};
-  Tensor extra, unused, running;
-  bool use_extra = false;
-  explicit Net(bool with_spare = false) {
-    fc1 = register_module("fc1", nn::Linear(6, 8));
-    fc2 = register_module("fc2", nn::Linear(8, 3));
-    if (with_spare) {
-      extra = register_parameter("extra", mt::zeros({3}));
-      unused = register_parameter("unused", mt::ones({2}));
-    }
-    running = register_buffer("running", mt::zeros({3}));
-  }
-  Tensor forward(const Tensor& x) {
-    Tensor y = fc2(fc1(x).tanh());
-    if (use_extra) y = y + extra;
-    return y;
-  }
-};
-
-// Deterministic data: micro-batch `part` of step `step`, `rows` rows.
-Tensor inputs(int step, int part, int64_t rows) {
-  std::vector<float> v(rows * 6);
-  for (size_t i = 0; i < v.size(); ++i)
-    v[i] = static_cast<float>(std::sin(0.37 * double(step * 1000 + part * 100 + int(i))));
-  return mt::from_vector(v, mt::Shape{rows, 6});
-}
-Tensor targets(int step, int part, int64_t rows) {
-  std::vector<float> v(rows * 3);
-  for (size_t i = 0; i < v.size(); ++i)
-    v[i] = static_cast<float>(std::cos(0.53 * double(step * 1000 + part * 100 + int(i))));
-  return mt::from_vector(v, mt::Shape{rows, 3});
-}
-
-// Rank-dependent initial weights, so that the construction's broadcast matters.
-std::shared_ptr<Net> make_net(int seed, bool with_spare = false) {
-  mt::manual_seed(static_cast<uint64_t>(100 + seed));
-  return std::make_shared<Net>(with_spare);
-}
-
-std::shared_ptr<dist::ProcessGroup> init(
-    std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  dist::InitOptions o;
-  o.timeout = timeout;
-  return dist::init_process_group(o);
-}
-
-std::vector<float> flat_params(const nn::Module& m) {
-  std::vector<float> out;
-  for (const Tensor& p : m.parameters()) {
-    const auto v = p.to_vector<float>();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
-
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-// Fails unless every rank's parameters are bitwise rank 0's.
-void expect_same_on_every_rank(Report& r, dist::ProcessGroup& pg, const nn::Module& m,
-                               const std::string& when) {
-  const auto mine = flat_params(m);
-  Tensor all = mt::zeros({pg.size() * static_cast<int64_t>(mine.size())});
-  pg.allgather(all, mt::from_vector(mine))->wait();
-  const auto v = all.to_vector<float>();
-  for (int q = 0; q < pg.size(); ++q) {
-    const std::vector<float> theirs(v.begin() + q * mine.size(), v.begin() + (q + 1) * mine.size());
-    if (!bitwise_equal(theirs, mine))
-      r.fail(when + ": rank " + std::to_string(q) + "'s parameters differ from rank " +
-             std::to_string(pg.rank()) + "'s");
-  }
-}
-
-Tensor loss_of(const Tensor& out, const Tensor& y) { return nn::functional::mse_loss(out, y); }
+using namespace mantissa::testing::ddp;
+using mt::testing::exited_ok;
+using mt::testing::Report;
+using mt::testing::run_ranks;
 
 // W ranks, B rows each, SGD with momentum, versus one process that accumulates the W
 // micro-batches with each loss scaled by 1/W. For W = 2 they agree bitwise: DDP's gradient is
@@ -216,9 +132,11 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-// One parameter per bucket (a tiny cap): buckets start in reverse registration order, the first
-// allreduce goes out while fc1 still waits for its gradients (communication overlaps backward),
-// and after the first iteration the buckets follow the order the gradients became ready.
+// One parameter per bucket (a tiny cap). As in PyTorch, the first iteration reduces a single
+// bucket once every gradient is in (registration order need not be backward's order); the
+// second forward rebuilds the buckets in the order the gradients became ready, and from then on
+// the first allreduce goes out while fc1 still waits for its gradients (communication overlaps
+// backward).
 void scenario_buckets(Report& r) {
   auto rec = std::make_shared<RecordingGroup>(init());
   auto net = make_net(rec->rank());
@@ -226,10 +144,9 @@ void scenario_buckets(Report& r) {
   o.first_bucket_mb = 1e-9;
   o.bucket_cap_mb = 1e-9;
   nn::DistributedDataParallel ddp(net, rec, o);
-  std::vector<std::string> names;
-  for (const auto& b : ddp.bucket_parameter_names()) names.push_back(join(b));
-  if (join(names) != "fc2.bias,fc2.weight,fc1.bias,fc1.weight")
-    r.fail("initial buckets: " + join(names));
+  if (ddp.bucket_parameter_names() !=
+      std::vector<std::vector<std::string>>{{"fc2.bias", "fc2.weight", "fc1.bias", "fc1.weight"}})
+    r.fail("initial buckets: not one bucket in reverse registration order");
   std::vector<std::string> ready_order;
   for (const auto& [name, p] : net->named_parameters())
     p.register_post_accumulate_grad_hook(
@@ -238,6 +155,20 @@ void scenario_buckets(Report& r) {
   net->zero_grad();
   rec->allreduces.clear();
   loss_of(ddp(inputs(0, rec->rank(), 4)), targets(0, rec->rank(), 4)).backward();
+  if (rec->allreduces.size() != 1 || !rec->allreduces.front().without_grad.empty())
+    r.fail("the first iteration did not reduce one bucket after every gradient was ready");
+  if (ddp.buckets_rebuilt()) r.fail("buckets rebuilt before the next forward");
+  net->zero_grad();
+  rec->allreduces.clear();
+  const auto order = ready_order;
+  Tensor out = ddp(inputs(1, rec->rank(), 4));
+  if (!ddp.buckets_rebuilt()) r.fail("buckets not rebuilt at the second forward");
+  std::vector<std::string> names;
+  for (const auto& b : ddp.bucket_parameter_names()) names.push_back(join(b));
+  if (join(names) != join(order) || names.size() != 4)
+    r.fail("rebuilt buckets " + join(names) + " are not one per parameter in the ready order " +
+           join(order));
+  loss_of(out, targets(1, rec->rank(), 4)).backward();
   if (rec->allreduces.size() != 4) {
     r.fail("expected 4 bucket allreduces, got " + std::to_string(rec->allreduces.size()));
     return;
@@ -247,16 +178,6 @@ void scenario_buckets(Report& r) {
     r.fail("the first bucket's allreduce was issued after fc1's gradients: no overlap");
   if (!rec->allreduces.back().without_grad.empty())
     r.fail("the last allreduce was issued before every gradient was ready");
-  names.clear();
-  for (const auto& b : ddp.bucket_parameter_names()) names.push_back(join(b));
-  if (ddp.buckets_rebuilt()) r.fail("buckets rebuilt before the next forward");
-  (void)ddp(inputs(1, rec->rank(), 4));
-  if (!ddp.buckets_rebuilt()) r.fail("buckets not rebuilt at the second forward");
-  names.clear();
-  for (const auto& b : ddp.bucket_parameter_names()) names.push_back(join(b));
-  if (join(names) != join(ready_order))
-    r.fail("rebuilt buckets " + join(names) + " do not follow the ready order " +
-           join(ready_order));
 }
 
 // no_sync(): the first micro-batch's backward reduces nothing and leaves local gradients; the
@@ -299,6 +220,23 @@ void scenario_no_sync(Report& r) {
   }
 }
 
+// Copies src's parameters into dst's.
+void copy_params(nn::Module& dst, const nn::Module& src) {
+  mt::autograd::NoGradGuard no_grad;
+  const auto d = dst.parameters(), s = src.parameters();
+  for (size_t i = 0; i < d.size(); ++i) Tensor(d[i]).copy_(s[i]);
+}
+
+// The gradient of `extra` that rank 1's micro-batch gives a copy of `net` that uses it, halved:
+// the average over 2 ranks when only rank 1 uses it (exact: halving is exact and 0 + x = x).
+std::vector<float> half_rank1_extra_grad(const Net& net, int step) {
+  auto ref = make_net(0, true);
+  copy_params(*ref, net);
+  ref->use_extra = true;
+  loss_of(ref->forward(inputs(step, 1, 4)), targets(step, 1, 4)).backward();
+  return (ref->extra.grad() / 2.0).to_vector<float>();
+}
+
 // A parameter that gets no gradient: without find_unused_parameters the next forward names it
 // (no hang); with it, training goes on, a parameter no rank used keeps no gradient, and one that
 // only rank 1 uses gets the average (its gradient / 2) on both ranks.
@@ -329,29 +267,49 @@ void scenario_unused(Report& r) {
   mt::optim::SGD opt(net->parameters(), 0.1);
   for (int step = 0; step < 3; ++step) {
     opt.zero_grad();
+    const auto want = half_rank1_extra_grad(*net, step);
     loss_of(ddp(inputs(step, rank, 4)), targets(step, rank, 4)).backward();
     if (net->unused.grad().defined()) r.fail("a parameter no rank used got a gradient");
-    if (!net->extra.grad().defined()) r.fail("a parameter rank 1 used has no gradient");
+    if (!net->extra.grad().defined()) {
+      r.fail("a parameter rank 1 used has no gradient");
+    } else if (!bitwise_equal(net->extra.grad().to_vector<float>(), want)) {
+      r.fail("step " + std::to_string(step) + ": extra's gradient is not rank 1's halved");
+    }
     opt.step();
     expect_same_on_every_rank(r, *pg, *net, "find_unused step " + std::to_string(step));
   }
 }
 
-// static_graph: the first iteration finds the unused parameter; later ones need no search.
+// static_graph with a graph that differs between ranks but not between iterations: only rank 1
+// uses `extra`, no rank uses `unused`. The first iteration finds that out (one extra allreduce
+// of the used flags); later ones reduce the buckets only, yet every rank still gets extra's
+// average and leaves `unused` without a gradient.
 void scenario_static_graph(Report& r) {
-  auto pg = init();
-  const int rank = pg->rank();
+  auto rec = std::make_shared<RecordingGroup>(init());
+  const int rank = rec->rank();
   nn::DistributedDataParallel::Options o;
   o.static_graph = true;
   auto net = make_net(rank, true);
-  net->use_extra = true;
-  nn::DistributedDataParallel ddp(net, pg, o);
+  net->use_extra = rank == 1;
+  nn::DistributedDataParallel ddp(net, rec, o);
   mt::optim::SGD opt(net->parameters(), 0.1);
   for (int step = 0; step < 3; ++step) {
     opt.zero_grad();
+    const auto want = half_rank1_extra_grad(*net, step);
+    rec->allreduces.clear();
     loss_of(ddp(inputs(step, rank, 4)), targets(step, rank, 4)).backward();
+    const size_t want_calls = step == 0 ? 2 : 1;  // one bucket, plus the flags at first
+    if (rec->allreduces.size() != want_calls)
+      r.fail("static_graph step " + std::to_string(step) + ": " +
+             std::to_string(rec->allreduces.size()) + " allreduces, expected " +
+             std::to_string(want_calls));
+    if (net->unused.grad().defined()) r.fail("a parameter no rank used got a gradient");
+    if (!net->extra.grad().defined() || !bitwise_equal(net->extra.grad().to_vector<float>(), want))
+      r.fail("static_graph step " + std::to_string(step) +
+             ": extra's gradient is not rank 1's "
+             "halved");
     opt.step();
-    expect_same_on_every_rank(r, *pg, *net, "static_graph step " + std::to_string(step));
+    expect_same_on_every_rank(r, *rec, *net, "static_graph step " + std::to_string(step));
   }
   if (!ddp.buckets_rebuilt()) r.fail("static_graph: buckets not rebuilt");
 }
@@ -436,6 +394,105 @@ void scenario_shape_mismatch(Report& r) {
   }
 }
 
+// Rank 1 names a parameter differently (same shapes): both ranks name the two names.
+void scenario_name_mismatch(Report& r) {
+  auto pg = init();
+  struct Renamed : nn::Module {
+    Tensor w;
+    explicit Renamed(const std::string& name) { w = register_parameter(name, mt::ones({3})); }
+  };
+  auto net = std::make_shared<Renamed>(pg->rank() == 0 ? "weight" : "weights");
+  try {
+    nn::DistributedDataParallel ddp(std::shared_ptr<nn::Module>(net), pg);
+    r.fail("differently named parameters were accepted");
+  } catch (const mt::Error& e) {
+    r.text << e.what() << "\n";
+  }
+}
+
+// Two parameters; `use_b` decides whether b reaches the loss.
+struct TwoParams : nn::Module {
+  Tensor a, b;
+  bool use_b = true;
+  TwoParams() {
+    a = register_parameter("a", mt::ones({3}));
+    b = register_parameter("b", mt::ones({3}));
+  }
+  Tensor forward(const Tensor& x) {
+    Tensor y = x * a;
+    if (use_b) y = y + b;
+    return y;
+  }
+};
+
+Tensor two_inputs(int step, int rank) {
+  return mt::from_vector(std::vector<float>{float(step + 1), float(rank + 2), 0.5f}, mt::Shape{3});
+}
+
+// find_unused_parameters where rank 0 uses every parameter and rank 1 leaves b unused: every
+// rank joins the allreduce of the used flags (not only those with an unused parameter), so the
+// collectives pair up and b gets rank 0's gradient halved on both ranks.
+void scenario_unused_on_one_rank(Report& r) {
+  auto pg = init(std::chrono::seconds(5));
+  const int rank = pg->rank();
+  nn::DistributedDataParallel::Options o;
+  o.find_unused_parameters = true;
+  auto net = std::make_shared<TwoParams>();
+  net->use_b = rank == 0;
+  nn::DistributedDataParallel ddp(net, pg, o);
+  mt::optim::SGD opt(net->parameters(), 0.1);
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    ddp(two_inputs(step, rank)).sum().backward();
+    if (!net->b.grad().defined() || net->b.grad().to_vector<float>() != std::vector<float>(3, 0.5f))
+      r.fail("step " + std::to_string(step) + ": b's gradient is not rank 0's (ones) halved");
+    opt.step();
+    expect_same_on_every_rank(r, *pg, *net, "unused on one rank, step " + std::to_string(step));
+  }
+}
+
+// A forward through DDP under no-grad between the training forward and its backward (an eval or
+// a target computed with the same model) leaves the iteration armed: the backward still reduces.
+void scenario_no_grad_forward_between(Report& r) {
+  auto pg = init(std::chrono::seconds(5));
+  const int rank = pg->rank();
+  auto net = make_net(rank);
+  nn::DistributedDataParallel ddp(net, pg);
+  mt::optim::SGD opt(net->parameters(), 0.1);
+  opt.zero_grad();
+  Tensor loss = loss_of(ddp(inputs(0, rank, 4)), targets(0, rank, 4));
+  {
+    mt::autograd::NoGradGuard no_grad;
+    (void)ddp(inputs(9, rank, 4));
+  }
+  loss.backward();
+  opt.step();
+  expect_same_on_every_rank(r, *pg, *net, "after a no-grad forward between forward and backward");
+}
+
+// find_unused_parameters with no_sync: `extra` is used in the no_sync micro-batch on every rank
+// but in none of the synced one. As in PyTorch it counts as used (usage is recorded under
+// no_sync too), so its accumulated gradient is averaged.
+void scenario_no_sync_only_parameter(Report& r) {
+  auto pg = init(std::chrono::seconds(5));
+  const int rank = pg->rank();
+  nn::DistributedDataParallel::Options o;
+  o.find_unused_parameters = true;
+  auto net = make_net(rank, true);
+  nn::DistributedDataParallel ddp(net, pg, o);
+  mt::optim::SGD opt(net->parameters(), 0.1);
+  opt.zero_grad();
+  {
+    auto guard = ddp.no_sync();
+    net->use_extra = true;
+    loss_of(ddp(inputs(0, 2 * rank, 4)), targets(0, 2 * rank, 4)).backward();
+  }
+  net->use_extra = false;
+  loss_of(ddp(inputs(0, 2 * rank + 1, 4)), targets(0, 2 * rank + 1, 4)).backward();
+  opt.step();
+  expect_same_on_every_rank(r, *pg, *net, "no_sync then synced with a no_sync-only parameter");
+}
+
 const mt::testing::Scenarios kScenarios = {
     {"accumulation", scenario_matches_accumulation},
     {"big_batch", scenario_matches_big_batch},
@@ -446,6 +503,10 @@ const mt::testing::Scenarios kScenarios = {
     {"grad_scaler", scenario_grad_scaler},
     {"buffers", scenario_buffers},
     {"shape_mismatch", scenario_shape_mismatch},
+    {"name_mismatch", scenario_name_mismatch},
+    {"unused_on_one_rank", scenario_unused_on_one_rank},
+    {"no_grad_forward_between", scenario_no_grad_forward_between},
+    {"no_sync_only_parameter", scenario_no_sync_only_parameter},
 };
 
 [[maybe_unused]] const bool kRankProcess = mt::testing::run_rank_process_if_asked(kScenarios);
@@ -474,7 +535,7 @@ TEST_F(Ddp, NoSyncAccumulatesLocallyAndTheNextBackwardReducesTheSum) {
   expect_all_ok("no_sync", 2);
 }
 TEST_F(Ddp, UnusedParameters) { expect_all_ok("unused", 2); }
-TEST_F(Ddp, StaticGraph) { expect_all_ok("static_graph", 2); }
+TEST_F(Ddp, StaticGraphWithAParameterOnlyOneRankUses) { expect_all_ok("static_graph", 2); }
 TEST_F(Ddp, InfOnOneRankSkipsTheStepOnEveryRank) { expect_all_ok("grad_scaler", 2); }
 TEST_F(Ddp, BuffersAreBroadcastFromRankZero) { expect_all_ok("buffers", 2); }
 
@@ -495,117 +556,29 @@ TEST_F(Ddp, MismatchedParameterShapesNameTheParameterAndRanks) {
   }
 }
 
-// In-process, on a group of one: the default bucket sizes (1 MiB first, 25 MiB after).
-class DdpSingle : public Ddp {
- protected:
-  void SetUp() override {
-    Ddp::SetUp();
-    if (IsSkipped()) return;
-    dir_ = std::filesystem::temp_directory_path() /
-           ("mantissa-test-ddp-single-" + std::to_string(getpid()));
-    dist::InitOptions o;
-    o.rank = 0;
-    o.world_size = 1;
-    o.store_path = dir_.string();
-    o.timeout = std::chrono::seconds(10);
-    pg_ = dist::init_process_group(o);
-  }
-  void TearDown() override {
-    pg_.reset();
-    dist::destroy_process_group();
-    std::filesystem::remove_all(dir_);
-  }
-  std::filesystem::path dir_;
-  std::shared_ptr<dist::ProcessGroup> pg_;
-};
-
-TEST_F(DdpSingle, DefaultBucketSizes) {
-  struct Wide : nn::Module {
-    nn::Linear a{nullptr}, b{nullptr}, c{nullptr};
-    Wide() {
-      a = register_module("a", nn::Linear(512, 512));  // 1 MiB of float32 weight
-      b = register_module("b", nn::Linear(512, 512));
-      c = register_module("c", nn::Linear(512, 512));
-    }
-    Tensor forward(const Tensor& x) { return c(b(a(x))); }
-  };
-  nn::DistributedDataParallel ddp(std::make_shared<Wide>(), pg_);
-  const auto buckets = ddp.bucket_parameter_names();
-  ASSERT_EQ(buckets.size(), 2u);
-  EXPECT_EQ(buckets[0], (std::vector<std::string>{"c.bias", "c.weight"}));
-  EXPECT_EQ(buckets[1], (std::vector<std::string>{"b.bias", "b.weight", "a.bias", "a.weight"}));
+TEST_F(Ddp, FindUnusedParametersWhenOnlyOneRankLeavesOneUnused) {
+  expect_all_ok("unused_on_one_rank", 2);
+}
+TEST_F(Ddp, ANoGradForwardBeforeTheBackwardLeavesReductionOn) {
+  expect_all_ok("no_grad_forward_between", 2);
+}
+TEST_F(Ddp, FindUnusedAveragesAParameterUsedOnlyUnderNoSync) {
+  expect_all_ok("no_sync_only_parameter", 2);
 }
 
-TEST_F(DdpSingle, ForwardFunctionsAndErrors) {
-  auto net = make_net(0);
-  // A holder: operator() calls its forward.
-  nn::DistributedDataParallel holder(nn::Linear(6, 3), pg_);
-  EXPECT_EQ(holder(inputs(0, 0, 2)).shape(), (mt::Shape{2, 3}));
-  // A plain Module: forward(run), or operator() once given a forward function.
-  nn::DistributedDataParallel plain(std::shared_ptr<nn::Module>(net), pg_);
-  mt::testing::expect_error([&] { (void)plain(inputs(0, 0, 2)); }, {"without a forward function"});
-  Tensor out = plain.forward([&] { return net->forward(inputs(0, 0, 2)); });
-  loss_of(out, targets(0, 0, 2)).backward();
-  EXPECT_EQ(plain.num_iterations(), 1);
-  auto fn = plain.forward_fn();
-  mt::testing::expect_error([&] { (void)fn(inputs(0, 0, 2)); }, {"without a forward function"});
-  // A typed module: operator() calls Net::forward.
-  auto net2 = make_net(0);
-  nn::DistributedDataParallel typed(net2, pg_);
-  EXPECT_EQ(typed(inputs(0, 0, 2)).shape(), (mt::Shape{2, 3}));
-  mt::testing::expect_error(
-      [&] {
-        nn::DistributedDataParallel::Options o;
-        o.bucket_cap_mb = 0;
-        nn::DistributedDataParallel bad(make_net(0), pg_, o);
-      },
-      {"bucket_cap_mb and first_bucket_mb must be positive"});
-}
-
-// NCCL, world size 1, a GPU: a DDP step eagerly and captured in a CUDA graph matches plain
-// training (a group of one averages over one rank).
-TEST(DdpNccl, WorldSizeOneIncludingAGraphCapturedStep) {
-  if (!dist::is_available(dist::Backend::Nccl))
-    GTEST_SKIP() << "this build has no NCCL backend (a CUDA build that found NCCL is needed)";
-  if (!mt::cuda::is_available()) GTEST_SKIP() << "no GPU is visible";
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("mantissa-test-ddp-nccl-" + std::to_string(getpid()));
-  dist::InitOptions o;
-  o.backend = dist::Backend::Nccl;
-  o.rank = 0;
-  o.world_size = 1;
-  o.local_rank = 0;
-  o.store_path = dir.string();
-  o.timeout = std::chrono::seconds(20);
-  auto pg = dist::init_process_group(o);
-  const mt::Device gpu = mt::Device::cuda(0);
-  auto net = make_net(0);
-  auto ref = make_net(0);
-  net->to(gpu);
-  ref->to(gpu);
-  nn::DistributedDataParallel ddp(net, pg);
-  mt::optim::SGD opt(net->parameters(), 0.1);
-  mt::optim::SGD ref_opt(ref->parameters(), 0.1);
-  Tensor x = inputs(0, 0, 4).to(gpu), y = targets(0, 0, 4).to(gpu);
-  auto step = [&] {
-    opt.zero_grad(false);
-    loss_of(ddp(x), y).backward();
-    opt.step();
-  };
-  mt::cuda::GraphedStep graphed(step, 2);
-  for (int i = 0; i < 5; ++i) {
-    x.copy_(inputs(i, 0, 4).to(gpu));
-    y.copy_(targets(i, 0, 4).to(gpu));
-    graphed();
-    ref_opt.zero_grad(false);
-    loss_of(ref->forward(inputs(i, 0, 4).to(gpu)), targets(i, 0, 4).to(gpu)).backward();
-    ref_opt.step();
-    mt::cuda::synchronize(0);
-    EXPECT_TRUE(bitwise_equal(flat_params(*net), flat_params(*ref))) << "step " << i;
+TEST_F(Ddp, DifferentlyNamedParametersNameBothNamesAndRanks) {
+  const auto results = run_ranks("name_mismatch", 2, std::chrono::seconds(30));
+  ASSERT_EQ(results.size(), 2u);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(exited_ok(results[rank])) << "rank " << rank << ": " << results[rank].report;
+    const std::string mine = rank == 0 ? "'weight'" : "'weights'";
+    const std::string theirs = rank == 0 ? "'weights' on rank 1" : "'weight' on rank 0";
+    EXPECT_NE(
+        results[rank].report.find("parameter 0 is " + mine + " on rank " + std::to_string(rank)),
+        std::string::npos)
+        << results[rank].report;
+    EXPECT_NE(results[rank].report.find(theirs), std::string::npos) << results[rank].report;
   }
-  EXPECT_TRUE(graphed.captured());
-  dist::destroy_process_group();
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
