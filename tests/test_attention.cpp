@@ -46,17 +46,7 @@ Params params_of(const mt::testing::GoldenCase& c) {
           static_cast<int>(p[2])};
 }
 
-// Expects `call` to throw mantissa::Error with `what` in its message.
-template <typename F>
-void expect_error(F&& call, const std::string& what) {
-  try {
-    call();
-    ADD_FAILURE() << "no error; expected one saying: " << what;
-  } catch (const mt::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-  }
-}
-#define EXPECT_THROW_WITH(expr, what) expect_error([&] { (void)(expr); }, what)
+#define EXPECT_THROW_WITH(expr, what) mt::testing::expect_error([&] { (void)(expr); }, {what})
 
 std::map<std::string, mt::testing::GoldenCase> golden_cases() {
   mt::testing::GoldenFormat format;
