@@ -79,11 +79,18 @@ struct ScoreRules {
   }
 };
 
+// Eight partial sums, so the compiler can keep them in one vector register (a single running sum
+// is a chain of dependent adds); combined in a fixed order.
 template <typename T, typename M>
 M dot(const T* x, const T* y, int64_t n) {
-  M s = 0;
-  for (int64_t e = 0; e < n; ++e) s += M(x[e]) * M(y[e]);
-  return s;
+  M part[8] = {};
+  int64_t e = 0;
+  for (; e + 8 <= n; e += 8)
+    for (int u = 0; u < 8; ++u) part[u] += M(x[e + u]) * M(y[e + u]);
+  M tail = 0;
+  for (; e < n; ++e) tail += M(x[e]) * M(y[e]);
+  return ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7])) +
+         tail;
 }
 
 template <typename T>
