@@ -32,13 +32,13 @@ class ConfigError : public Error {
 
 // One entry of model.layers.
 struct LayerSpec {
-  std::string type;  // linear relu gelu silu sigmoid tanh dropout layernorm conv2d maxpool2d
-                     // flatten conv1d adaptive_avg_pool2d identity leaky_relu elu softplus
-                     // batchnorm1d batchnorm2d groupnorm rmsnorm
-  std::string name;                     // the child's name; empty: its index, as nn.Sequential
-  std::string path;                     // "model.layers.3", for messages
-  int64_t in = 0, out = 0;              // linear: features; conv2d: channels
-  bool bias = true;                     // linear, conv2d
+  std::string type;         // linear relu gelu silu sigmoid tanh dropout layernorm conv2d maxpool2d
+                            // flatten conv1d adaptive_avg_pool2d identity leaky_relu elu softplus
+                            // batchnorm1d batchnorm2d groupnorm rmsnorm
+  std::string name;         // the child's name; empty: its index, as nn.Sequential
+  std::string path;         // "model.layers.3", for messages
+  int64_t in = 0, out = 0;  // linear: features; conv2d: channels
+  bool bias = true;         // linear, conv2d
   std::string approximate = "none";     // gelu: none | tanh
   double p = 0.5;                       // dropout
   std::vector<int64_t> shape;           // layernorm normalized_shape
@@ -66,7 +66,7 @@ struct ModelConfig {
 // The dataset's keys are the options of its loader (runner/data.h); the synthetic datasets take
 // data.seed as their seed.
 struct DataConfig {
-  std::string type = "teacher";  // teacher sine spirals csv safetensors mnist
+  std::string type = "teacher";  // teacher sine spirals csv safetensors mnist text tokens_bin
   TeacherOptions teacher;
   SineOptions sine;
   SpiralsOptions spirals;
@@ -79,6 +79,12 @@ struct DataConfig {
   uint64_t seed = 0;
   double val_split = 0.0;
   bool drop_last = false;
+  // text, tokens_bin (runner/token_data.h): blocks of block_size + 1 tokens of one file; the
+  // validation part is the file's tail val_split (or val_path's file, tokens_bin).
+  std::string token_path;
+  std::string token_val_path;  // tokens_bin; empty: none
+  int64_t block_size = 128;
+  int64_t val_blocks = 0;  // 0: every consecutive block of the validation part
 };
 
 struct LossConfig {

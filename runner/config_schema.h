@@ -284,7 +284,8 @@ template <typename V>
 void describe(V& v, DataConfig& d) {
   v.field(key("type", d.type)
               .selector()
-              .one_of({"teacher", "sine", "spirals", "csv", "safetensors", "mnist"})
+              .one_of({"teacher", "sine", "spirals", "csv", "safetensors", "mnist", "text",
+                       "tokens_bin"})
               .doc("the dataset"));
   v.field(key("samples", d.teacher.samples).applies_to({"teacher"}).at_least(1).doc("examples"));
   v.field(key("samples", d.sine.samples).applies_to({"sine"}).at_least(1).doc("examples"));
@@ -369,6 +370,33 @@ void describe(V& v, DataConfig& d) {
               .in(Range{0, 1, false, true})
               .doc("fraction held out for evaluation (`eval_every`, `mantissa eval`)"));
   v.field(key("drop_last", d.drop_last).doc("drop a final partial batch"));
+  v.field(key("path", d.token_path)
+              .applies_to({"text"})
+              .required()
+              .doc("a text file, one token per byte (the byte tokenizer); memory-mapped"));
+  v.field(key("path", d.token_path)
+              .applies_to({"tokens_bin"})
+              .required()
+              .doc("nanoGPT's `train.bin`: little-endian uint16 token ids; memory-mapped"));
+  v.field(
+      key("val_path", d.token_val_path)
+          .applies_to({"tokens_bin"})
+          .optional_output()
+          .default_text("none")
+          .doc("nanoGPT's `val.bin`, evaluated in consecutive blocks (instead of `val_split`)"));
+  v.rule({"val_path",
+          {"tokens_bin"},
+          [&d] { return d.token_val_path.empty() || d.val_split == 0; },
+          "is given, so data.val_split must be 0 (one validation source)"});
+  v.field(key("block_size", d.block_size)
+              .applies_to({"text", "tokens_bin"})
+              .at_least(1)
+              .doc("T: examples are input `[T]` and target `[T]` (the next tokens), int64; "
+                   "training blocks start at random offsets drawn from `seed`, epoch and index"));
+  v.field(key("val_blocks", d.val_blocks)
+              .applies_to({"text", "tokens_bin"})
+              .at_least(0)
+              .doc("evaluate on the first N consecutive blocks of the validation part (0: all)"));
 }
 
 template <typename V>
