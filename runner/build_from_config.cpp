@@ -12,6 +12,7 @@
 #include "nn/optim/adagrad.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/nadam.h"
+#include "nn/optim/param_groups.h"
 #include "nn/optim/radam.h"
 #include "nn/optim/rmsprop.h"
 #include "nn/optim/schedulers.h"
@@ -223,8 +224,9 @@ LossFn make_loss(const LossConfig& l, Device device) {
   };
 }
 
-std::shared_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& o,
-                                                 std::vector<Tensor> params) {
+// P: the parameters (one group with the optimizer's options) or parameter groups.
+template <typename P>
+std::shared_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& o, P params) {
   if (o.type == "sgd") {
     optim::SGDOptions s;
     s.momentum = o.momentum;
@@ -458,14 +460,29 @@ RunObjects build_run(const Config& c, std::string config_text) {
                  "; set deterministic: false to allow it, or use device: cpu");
     }
   }
-  r.optimizer = make_optimizer(c.optimizer, r.model->parameters());
+  if (c.optimizer.decay_min_ndim > 0) {
+    try {
+      r.optimizer = make_optimizer(
+          c.optimizer, optim::decay_groups(r.model->named_parameters(), c.optimizer.weight_decay,
+                                           c.optimizer.decay_min_ndim));
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const Error& e) {
+      c.fail("optimizer.decay_min_ndim", first_line(e.what()));
+    }
+  } else {
+    r.optimizer = make_optimizer(c.optimizer, r.model->parameters());
+  }
 
   int64_t total_steps = c.steps;
-  if (c.steps <= 0 &&
-      __builtin_mul_overflow(c.epochs, r.train_loader->batches_per_epoch(), &total_steps)) {
-    c.fail("epochs", std::to_string(c.epochs) + " epochs of " +
-                         std::to_string(r.train_loader->batches_per_epoch()) +
-                         " batches is more steps than int64 can count");
+  const int64_t accum = std::max<int64_t>(1, c.grad_accum_steps);
+  if (c.steps <= 0) {
+    if (__builtin_mul_overflow(c.epochs, r.train_loader->batches_per_epoch(), &total_steps)) {
+      c.fail("epochs", std::to_string(c.epochs) + " epochs of " +
+                           std::to_string(r.train_loader->batches_per_epoch()) +
+                           " batches is more steps than int64 can count");
+    }
+    total_steps = total_steps / accum + (total_steps % accum != 0 ? 1 : 0);  // as the Trainer's
   }
   if (c.schedule.type == "step") {
     r.scheduler =
@@ -540,6 +557,8 @@ RunObjects build_run(const Config& c, std::string config_text) {
   t.scaler = so;
   t.master_weights = c.master_weights;
   t.clip_grad_norm = c.clip_grad_norm;
+  t.grad_accum_steps = accum;
+  t.peak_flops = c.peak_tflops * 1e12;
   t.loss_sums_over_batch = c.loss.reduction == "sum";
   t.log_every = c.log_every;
   t.eval_every = c.eval_every;

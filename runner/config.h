@@ -118,6 +118,9 @@ struct OptimizerConfig {
   double lr_decay = 0.0;                        // adagrad
   double initial_accumulator_value = 0.0;       // adagrad
   double momentum_decay = 4e-3;                 // nadam
+  // > 0: weight decay only on parameters of at least this many dimensions (optim::decay_groups);
+  // 0: on every parameter.
+  int64_t decay_min_ndim = 0;
 };
 
 struct ScheduleConfig {
@@ -173,7 +176,9 @@ struct Config {
   int64_t eval_every = 0;
   int64_t checkpoint_every = 0;
   int64_t keep_last = 3;
-  double clip_grad_norm = 0.0;  // 0: off
+  double clip_grad_norm = 0.0;   // 0: off
+  int64_t grad_accum_steps = 0;  // micro-batches per optimizer step; 0 and 1: one
+  double peak_tflops = 0.0;      // the device's peak for MFU where the built-in table has none
   ModelConfig model;
   DataConfig data;
   LossConfig loss;

@@ -387,7 +387,7 @@ void describe(V& v, DataConfig& d) {
   v.rule({"val_path",
           {"tokens_bin"},
           [&d] { return d.token_val_path.empty() || d.val_split == 0; },
-          "is given, so data.val_split must be 0 (one validation source)"});
+          "needs data.val_split: 0 (one validation source)"});
   v.field(key("block_size", d.block_size)
               .applies_to({"text", "tokens_bin"})
               .at_least(1)
@@ -504,6 +504,12 @@ void describe(V& v, OptimizerConfig& o) {
               .applies_to({"nadam"})
               .non_negative()
               .doc("NAdam's momentum decay psi"));
+  v.field(key("decay_min_ndim", o.decay_min_ndim)
+              .at_least(0)
+              .optional_output()
+              .doc("apply `weight_decay` only to parameters of at least this many dimensions "
+                   "(2: matrices and embeddings, not biases or norm gains, as nanoGPT); 0: to "
+                   "all"));
 }
 
 template <typename V>
@@ -699,6 +705,18 @@ void describe(V& v, Config& c) {
   v.field(key("clip_grad_norm", c.clip_grad_norm)
               .non_negative()
               .doc("clip the total 2-norm of the (unscaled) gradients; 0: off"));
+  v.field(key("grad_accum_steps", c.grad_accum_steps)
+              .at_least(0)
+              .optional_output()
+              .default_text("`1`")
+              .doc("micro-batches of `data.batch_size` per optimizer step, each micro-batch's loss "
+                   "divided by their number (0 and 1: no accumulation)"));
+  v.field(key("peak_tflops", c.peak_tflops)
+              .non_negative()
+              .optional_output()
+              .default_text("from the GPU table; none on the CPU")
+              .doc("the device's peak TFLOP/s for `mfu` in the metrics (model FLOPs utilisation), "
+                   "overriding the built-in GPU table; 0: the table (no `mfu` on the CPU)"));
   v.section("model", c.model, "Either a preset or a layer list, plus optional initial weights.");
   v.section("data", c.data, "");
   v.section("loss", c.loss, "");
