@@ -336,4 +336,18 @@ Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, const Sca
 Tensor tril(const Tensor& x, int64_t diagonal = 0);
 Tensor triu(const Tensor& x, int64_t diagonal = 0);
 
+// ---- attention (autograd/ops/attention.cpp) ----------------------------------------------------
+// torch.nn.functional.scaled_dot_product_attention (PyTorch 2.x): query [..., L, E], key
+// [..., S, E], value [..., S, Ev] -> [..., L, Ev], batch dims broadcast as matmul's.
+// softmax(query key^T * scale + mask) value, scale defaulting to 1/sqrt(E). attn_mask is bool
+// (true: attend) or of the query's dtype (added), broadcastable to [..., L, S]; is_causal masks
+// key j > query i (top-left aligned) and excludes attn_mask. dropout_p > 0 drops attention
+// weights (scaling the rest by 1/(1-p)) from `gen` (the device's default generator when null);
+// pass 0 outside training. A query that may attend to no key gives NaN, as PyTorch's math does.
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask = Tensor(), double dropout_p = 0.0,
+                                    bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt,
+                                    Generator* gen = nullptr);
+
 }  // namespace mantissa

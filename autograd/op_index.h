@@ -183,7 +183,12 @@ enum class CastPolicy : uint8_t { LowerPrecision, Float32, Promote, None, Banned
   X(lerp,                None,           true,  pointwise,    "lerp mul add sum")                 \
   X(addcmul,             Promote,        true,  pointwise,    "addcmul mul sum")                  \
   X(tril,                None,           true,  pointwise,    "arange add le where")              \
-  X(triu,                None,           true,  pointwise,    "arange add ge where")
+  X(triu,                None,           true,  pointwise,    "arange add ge where")            \
+  /* attention */                                                                                 \
+  X(scaled_dot_product_attention,                                                                 \
+                         LowerPrecision, true,  attention,    "bmm mul gt eq where add softmax "  \
+                                                              "softmax_backward bernoulli copy "  \
+                                                              "sum")
 // clang-format on
 
 enum class OpId : uint16_t {
@@ -227,7 +232,8 @@ constexpr CastPolicy cast_policy(OpId op) { return op_info(op).policy; }
   X(sum) X(mean) X(amax) X(amin) X(max) X(min) X(var) X(std) X(norm)                               \
   X(softmax) X(log_softmax) X(mm) X(bmm) X(matmul) X(linear) X(mse_loss) X(l1_loss)                \
   X(cat) X(stack) X(dropout) X(nll_loss) X(split) X(chunk) X(repeat) X(einsum) X(addmm)         \
-  X(baddbmm)
+  X(baddbmm)                                                                                       \
+  X(scaled_dot_product_attention)
 // clang-format on
 
 inline constexpr OpId kDoubleBackwardOps[] = {

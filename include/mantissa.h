@@ -28,6 +28,7 @@
 #include "nn/clip_grad.h"
 #include "nn/conv.h"
 #include "nn/norm.h"
+#include "nn/transformer.h"
 #include "nn/optim/adagrad.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/lr_scheduler.h"

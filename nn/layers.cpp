@@ -83,11 +83,11 @@ std::string DropoutImpl::extra_repr() const {
   return os.str();
 }
 
-LayerNormImpl::LayerNormImpl(Shape shape, double e, bool affine)
+LayerNormImpl::LayerNormImpl(Shape shape, double e, bool affine, bool with_bias)
     : UnaryModule("LayerNorm"), normalized_shape(shape), eps(e) {
   if (affine) {
     weight = register_parameter("weight", ones(shape));
-    bias = register_parameter("bias", zeros(shape));
+    if (with_bias) bias = register_parameter("bias", zeros(shape));
   }
 }
 Tensor LayerNormImpl::forward(const Tensor& x) {

@@ -94,11 +94,15 @@ class DropoutImpl : public UnaryModule {
 };
 MANTISSA_MODULE(Dropout);
 
+// bias = false (PyTorch 2.1's argument) keeps the weight and drops the bias, as GPT models
+// without biases have it.
 class LayerNormImpl : public UnaryModule {
  public:
-  explicit LayerNormImpl(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
-  explicit LayerNormImpl(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true)
-      : LayerNormImpl(Shape{normalized_size}, eps, elementwise_affine) {}
+  explicit LayerNormImpl(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
+                         bool bias = true);
+  explicit LayerNormImpl(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true,
+                         bool bias = true)
+      : LayerNormImpl(Shape{normalized_size}, eps, elementwise_affine, bias) {}
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   Shape normalized_shape;

@@ -1,7 +1,7 @@
 #include "op_cases.h"
 
-#include <tuple>
 #include <limits>
+#include <tuple>
 
 #include "autograd/linear_act.h"
 
@@ -707,6 +707,33 @@ const std::vector<OpCase>& op_cases() {
                  true,
                  false,
                  "kl_div"});
+    // scaled_dot_product_attention: a float mask broadcast over batch and heads, the causal mask
+    // with L != S, key/value batch dims broadcast against the query's with an explicit scale,
+    // and a bool mask that leaves every query a key.
+    const auto sdpa = [&](const std::string& name, std::vector<Shape> shapes,
+                          std::function<Tensor(const Inputs&)> fn) {
+      v.push_back({name, kFloat, std::move(shapes), std::move(fn), -2, 2, 8});
+      v.back().tf32_sensitive = true;
+      v.back().op = "scaled_dot_product_attention";
+    };
+    sdpa("scaled_dot_product_attention float mask",
+         {{2, 3, 5, 4}, {2, 3, 6, 4}, {2, 3, 6, 3}, {5, 6}},
+         [](const Inputs& x) { return mt::scaled_dot_product_attention(x[0], x[1], x[2], x[3]); });
+    sdpa("scaled_dot_product_attention causal", {{2, 7, 4}, {2, 9, 4}, {2, 9, 5}},
+         [](const Inputs& x) {
+           return mt::scaled_dot_product_attention(x[0], x[1], x[2], Tensor(), 0.0, true);
+         });
+    sdpa("scaled_dot_product_attention broadcast", {{2, 3, 5, 4}, {3, 6, 4}, {3, 6, 4}},
+         [](const Inputs& x) {
+           return mt::scaled_dot_product_attention(x[0], x[1], x[2], Tensor(), 0.0, false, 0.7);
+         });
+    sdpa("scaled_dot_product_attention bool mask", {{2, 5, 4}, {2, 6, 4}, {2, 6, 4}},
+         [](const Inputs& x) {
+           const Tensor i = mt::arange(5, mt::TensorOptions(x[0].device()).dtype(mt::kInt64));
+           const Tensor j = mt::arange(6, mt::TensorOptions(x[0].device()).dtype(mt::kInt64));
+           const Tensor mask = mt::ne(j.view({1, 6}), mt::add(i, mt::Scalar(1)).view({5, 1}));
+           return mt::scaled_dot_product_attention(x[0], x[1], x[2], mask);
+         });
     return v;
   }();
   return cases;

@@ -1,0 +1,128 @@
+#include "runner/gpt_weights.h"
+
+#include <set>
+
+namespace mantissa::runner {
+namespace {
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+// HF's Conv1D layers, stored [in, out].
+bool is_conv1d_weight(std::string_view name) {
+  return ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_proj.weight") ||
+         ends_with(name, ".mlp.c_fc.weight") || ends_with(name, ".mlp.c_proj.weight");
+}
+// The causal mask buffers: nanoGPT's before PyTorch 2 (attn.bias), HF's (attn.bias,
+// attn.masked_bias). A bias parameter is attn.c_attn.bias or attn.c_proj.bias, never attn.bias.
+bool is_mask_buffer(std::string_view name) {
+  return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias");
+}
+
+const Tensor* find(const NamedTensors& tensors, std::string_view name) {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return &t;
+  return nullptr;
+}
+
+}  // namespace
+
+GptLayout parse_gpt_layout(std::string_view name) {
+  if (name == "auto") return GptLayout::Auto;
+  if (name == "nanogpt") return GptLayout::NanoGPT;
+  if (name == "hf") return GptLayout::HuggingFace;
+  MT_THROW("GPT weights: unknown layout '", name, "' (expected auto, nanogpt or hf)");
+}
+
+std::string_view gpt_layout_name(GptLayout layout) {
+  switch (layout) {
+    case GptLayout::Auto:
+      return "auto";
+    case GptLayout::NanoGPT:
+      return "nanogpt";
+    case GptLayout::HuggingFace:
+      return "hf";
+  }
+  return "?";
+}
+
+GptLayout detect_gpt_layout(const NamedTensors& tensors, std::string_view what) {
+  for (const auto& [name, t] : tensors) {
+    if (!ends_with(name, ".attn.c_attn.weight") || t.dim() != 2) continue;
+    if (t.size(0) == 3 * t.size(1)) return GptLayout::NanoGPT;
+    if (t.size(1) == 3 * t.size(0)) return GptLayout::HuggingFace;
+    MT_THROW("GPT weights in ", what, ": ", name, " has shape ", t.shape(),
+             ", neither [3C, C] (nanoGPT) nor [C, 3C] (Hugging Face)");
+  }
+  MT_THROW("GPT weights in ", what,
+           ": no tensor named *.attn.c_attn.weight, so this is not a GPT state dict in the nanoGPT "
+           "or Hugging Face layout");
+}
+
+NamedTensors to_gpt_layout(const NamedTensors& tensors, GptLayout layout, std::string_view what) {
+  if (layout == GptLayout::Auto) layout = detect_gpt_layout(tensors, what);
+  const bool hf = layout == GptLayout::HuggingFace;
+  NamedTensors out;
+  const Tensor* lm_head = nullptr;
+  for (const auto& [name, t] : tensors) {
+    if (is_mask_buffer(name)) continue;
+    if (name == "lm_head.weight") {
+      lm_head = &t;
+      continue;
+    }
+    std::string key = starts_with(name, "transformer.") ? name : "transformer." + name;
+    MT_CHECK(!find(out, key), "GPT weights in ", what, ": ", key, " is given twice (as ", name,
+             " and with the other prefix)");
+    if (hf && is_conv1d_weight(key)) {
+      MT_CHECK(t.dim() == 2, "GPT weights in ", what, ": ", name,
+               " (HF Conv1D) should be 2-D, got ", t.shape());
+      out.emplace_back(key, t.t().contiguous());
+    } else {
+      out.emplace_back(key, t);
+    }
+  }
+  if (lm_head) {
+    const Tensor* wte = find(out, "transformer.wte.weight");
+    MT_CHECK(wte, "GPT weights in ", what,
+             ": lm_head.weight is given without transformer.wte.weight (the two are tied)");
+    MT_CHECK(lm_head->shape() == wte->shape() && equal(lm_head->to(wte->dtype()), *wte),
+             "GPT weights in ", what,
+             ": lm_head.weight differs from transformer.wte.weight, but nn::GPT ties the two (one "
+             "tensor); an untied output layer cannot be loaded");
+  }
+  return out;
+}
+
+nn::GPTConfig infer_gpt_config(const NamedTensors& t, nn::GPTConfig c) {
+  auto need = [&](const std::string& name) -> const Tensor& {
+    const Tensor* p = find(t, name);
+    MT_CHECK(p && p->dim() == 2, "GPT weights: no 2-D ", name, " to read the model's shape from");
+    return *p;
+  };
+  c.vocab_size = need("transformer.wte.weight").size(0);
+  c.n_embd = need("transformer.wte.weight").size(1);
+  c.block_size = need("transformer.wpe.weight").size(0);
+  int64_t layers = 0;
+  while (find(t, "transformer.h." + std::to_string(layers) + ".attn.c_attn.weight")) ++layers;
+  c.n_layer = layers;
+  c.bias = find(t, "transformer.h.0.attn.c_attn.bias") != nullptr;
+  return c;
+}
+
+LoadWeightsReport load_gpt_weights(nn::GPTImpl& model, const SafetensorsFile& file,
+                                   GptLayout layout) {
+  SafetensorsFile converted;
+  converted.metadata = file.metadata;
+  converted.tensors = to_gpt_layout(file.tensors, layout, "the file");
+  // The tied output layer is the token embedding: load_weights fills both names from it.
+  if (const Tensor* wte = find(converted.tensors, "transformer.wte.weight")) {
+    converted.tensors.emplace_back("lm_head.weight", *wte);
+  }
+  return load_weights(model, converted, /*strict=*/true);
+}
+
+}  // namespace mantissa::runner
