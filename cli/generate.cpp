@@ -24,7 +24,11 @@ int generate(const GenerateArgs& args) {
     if (args.top_k && *args.top_k < 1) {
       throw runner::ConfigError("--top-k must be >= 1, got " + std::to_string(*args.top_k));
     }
-    checkpoint = resolve_checkpoint(args.run_dir);
+    try {
+      checkpoint = resolve_checkpoint(args.run_dir);
+    } catch (const Error& e) {  // no run there: a bad argument
+      throw runner::ConfigError(e.what());
+    }
     const runner::CheckpointInfo info = runner::read_checkpoint(checkpoint);
     std::vector<std::string> sets;
     if (!args.device.empty()) sets.push_back("device=" + args.device);

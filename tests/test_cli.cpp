@@ -35,7 +35,8 @@ void write_tiny_mnist(const fs::path& images, const fs::path& labels, int n) {
 TEST_F(CliTest, HelpWorksForEveryCommand) {
   const Result top = run({"--help"});
   EXPECT_EQ(top.code, 0) << top.output;
-  for (const char* cmd : {"train", "resume", "eval", "export", "import", "devices", "plot"}) {
+  for (const char* cmd :
+       {"train", "resume", "eval", "export", "import", "devices", "plot", "generate"}) {
     EXPECT_NE(top.output.find(cmd), std::string::npos) << cmd;
     const Result r = run({cmd, "--help"});
     EXPECT_EQ(r.code, 0) << cmd << ": " << r.output;
@@ -565,3 +566,23 @@ TEST_F(CliTest, PlotOfAMillionStepsIsDecimatedToThePixelWidth) {
 }
 
 }  // namespace
+
+TEST_F(CliTest, GenerateRefusesBadArgumentsAndNonGptRunsWithOneLine) {
+  const Result trained = run({"train", "--set", "steps=2", "--run-dir", "toy", "-q"});
+  ASSERT_EQ(trained.code, 0) << trained.output;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"generate", "toy", "--tokens", "-1"}, "--tokens must be >= 0"},
+      {{"generate", "toy", "--temperature", "0"}, "--temperature must be a positive number"},
+      {{"generate", "toy", "--top-k", "0"}, "--top-k must be >= 1"},
+      {{"generate", "no-such-run"}, "no-such-run"},
+      {{"generate", "toy"}, "data.type is teacher"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const Result r = run(args);
+    EXPECT_EQ(r.code, 2) << args[1] << " " << (args.size() > 2 ? args[2] : "") << ": " << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "one line: " << r.output;
+  }
+  const Result not_a_number = run({"generate", "toy", "--tokens", "many"});
+  EXPECT_EQ(not_a_number.code, 2) << not_a_number.output;
+}
