@@ -12,6 +12,7 @@
 #include "runner/atomic_file.h"
 #include "runner/build_from_config.h"
 #include "runner/checkpoint.h"
+#include "runner/generate.h"
 #include "runner/metrics.h"
 #include "runner/progress.h"
 #include "runner/run_lock.h"
@@ -132,7 +133,17 @@ int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& 
       return kExitOk;
     }
   }
-  return print_summary(trainer.fit(), run_dir);
+  const runner::TrainSummary summary = trainer.fit();
+  const int code = print_summary(summary, run_dir);
+  const runner::Config& c = run.config;
+  auto* gpt = dynamic_cast<nn::GPTImpl*>(run.model.get());
+  if (summary.completed() && c.sample_tokens > 0 && gpt != nullptr && c.data.type == "text") {
+    runner::GenerateOptions g{.prompt = c.sample_prompt, .tokens = c.sample_tokens, .seed = c.seed};
+    if (c.sample_top_k > 0) g.top_k = c.sample_top_k;
+    std::cout << "sample (" << c.sample_tokens << " bytes, seed " << c.seed << "):\n"
+              << runner::generate_text(*gpt, g) << "\n";
+  }
+  return code;
 }
 
 }  // namespace

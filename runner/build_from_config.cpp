@@ -17,6 +17,7 @@
 #include "nn/optim/rmsprop.h"
 #include "nn/optim/schedulers.h"
 #include "nn/optim/sgd.h"
+#include "nn/transformer.h"
 #include "runner/atomic_file.h"
 #include "runner/determinism.h"
 #include "runner/model_builder.h"
@@ -559,6 +560,8 @@ RunObjects build_run(const Config& c, std::string config_text) {
   t.clip_grad_norm = c.clip_grad_norm;
   t.grad_accum_steps = accum;
   t.peak_flops = c.peak_tflops * 1e12;
+  if (const auto* gpt = dynamic_cast<const nn::GPTImpl*>(r.model.get()))
+    t.flops_per_token = gpt->flops_per_token();
   t.loss_sums_over_batch = c.loss.reduction == "sum";
   t.log_every = c.log_every;
   t.eval_every = c.eval_every;

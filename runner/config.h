@@ -179,6 +179,10 @@ struct Config {
   double clip_grad_norm = 0.0;   // 0: off
   int64_t grad_accum_steps = 0;  // micro-batches per optimizer step; 0 and 1: one
   double peak_tflops = 0.0;      // the device's peak for MFU where the built-in table has none
+  // A byte-level GPT run prints this many sampled bytes after training (0: none).
+  int64_t sample_tokens = 0;
+  std::string sample_prompt;  // empty: a newline
+  int64_t sample_top_k = 0;   // 0: every byte
   ModelConfig model;
   DataConfig data;
   LossConfig loss;

@@ -717,6 +717,20 @@ void describe(V& v, Config& c) {
               .default_text("from the GPU table; none on the CPU")
               .doc("the device's peak TFLOP/s for `mfu` in the metrics (model FLOPs utilisation), "
                    "overriding the built-in GPU table; 0: the table (no `mfu` on the CPU)"));
+  v.field(key("sample_tokens", c.sample_tokens)
+              .at_least(0)
+              .optional_output()
+              .doc("after training a byte-level GPT (`model.preset: gpt`, `data.type: text`), "
+                   "print this many sampled bytes, as `mantissa generate` with `--seed` the run's "
+                   "`seed`; 0: none"));
+  v.field(key("sample_prompt", c.sample_prompt)
+              .optional_output()
+              .default_text("a newline")
+              .doc("the text `sample_tokens` continues"));
+  v.field(key("sample_top_k", c.sample_top_k)
+              .at_least(0)
+              .optional_output()
+              .doc("sample among the K most likely bytes (0: all)"));
   v.section("model", c.model, "Either a preset or a layer list, plus optional initial weights.");
   v.section("data", c.data, "");
   v.section("loss", c.loss, "");
