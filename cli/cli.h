@@ -47,6 +47,11 @@ struct ImportArgs {
   std::string path;
   std::string config;  // optional: check the weights load into this config's model
   std::vector<std::string> sets;
+  // A GPT state dict: "nanogpt", "hf" or "auto" converts it to nn::GPT's names and layout
+  // (runner/gpt_weights.h); empty: list the file as it is.
+  std::string layout;
+  std::string out;  // with layout: write the converted weights here
+  bool force = false;
 };
 int import_weights(const ImportArgs& args);
 

@@ -58,6 +58,13 @@ int main(int argc, char** argv) {
   i->add_option("weights", import.path, "The .safetensors file")->required();
   i->add_option("--config", import.config, "Also check it loads into this config's model");
   i->add_option("--set", import.sets, "Override a key of --config")->allow_extra_args(false);
+  i->add_option("--layout", import.layout,
+                "Read a GPT state dict in this layout (nanogpt, hf or auto) and convert it to "
+                "mantissa's (nanoGPT's) names and layout")
+      ->check(CLI::IsMember({"nanogpt", "hf", "auto"}));
+  i->add_option("--out", import.out, "With --layout: write the converted weights here");
+  i->add_flag("--force", import.force,
+              "Replace --out even if it is a symbolic link (the link itself) or a file of a run");
 
   app.add_subcommand("devices", "List the CPU and every GPU with what they support");
 

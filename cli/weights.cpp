@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "runner/build_from_config.h"
 #include "runner/checkpoint.h"
+#include "runner/gpt_weights.h"
 #include "runner/json.h"
 #include "runner/model_builder.h"
 #include "runner/output_target.h"
@@ -144,7 +145,52 @@ int export_weights(const std::string& source, const std::string& out, bool force
   }
 }
 
+namespace {
+
+// `import --layout`: a GPT state dict converted to nn::GPT's names, optionally written to --out.
+int import_gpt(const ImportArgs& args, const runner::SafetensorsFile& file) {
+  try {
+    const runner::GptLayout asked = runner::parse_gpt_layout(args.layout);
+    const runner::GptLayout layout = asked == runner::GptLayout::Auto
+                                         ? runner::detect_gpt_layout(file.tensors, args.path)
+                                         : asked;
+    runner::NamedTensors converted = runner::to_gpt_layout(file.tensors, layout, args.path);
+    // nanoGPT's state dict has the tied output layer under both names; so does the file written.
+    for (const auto& [name, t] : converted) {
+      if (name == "transformer.wte.weight") {
+        converted.emplace_back("lm_head.weight", t);
+        break;
+      }
+    }
+    nn::GPTConfig base;
+    const nn::GPTConfig c = runner::infer_gpt_config(converted, base);
+    std::cout << "a GPT in the " << runner::gpt_layout_name(layout)
+              << " layout: n_layer=" << c.n_layer << " n_embd=" << c.n_embd
+              << " vocab_size=" << c.vocab_size << " block_size=" << c.block_size
+              << " bias=" << (c.bias ? "true" : "false") << " (n_head is not stored in weights)\n";
+    if (args.out.empty()) return kExitOk;
+    runner::check_output_target(args.out, {args.path}, args.force);
+    runner::save_safetensors(args.out, converted, {{"format", "pt"}});
+    std::cout << "wrote " << converted.size() << " tensors in nanoGPT's names and layout to "
+              << args.out << "\n";
+    return kExitOk;
+  } catch (const runner::OutputRefused& e) {
+    print_error(e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    return kExitFailed;
+  }
+}
+
+}  // namespace
+
 int import_weights(const ImportArgs& args) {
+  if (!args.out.empty() && args.layout.empty()) {
+    print_error(
+        "import: --out writes converted GPT weights and needs --layout (nanogpt, hf or auto)");
+    return kExitUsage;
+  }
   runner::SafetensorsFile file;
   try {
     file = runner::load_safetensors(args.path);
@@ -161,11 +207,14 @@ int import_weights(const ImportArgs& args) {
   }
   std::cout << "  " << total << " values\n";
   for (const auto& [k, v] : file.metadata) std::cout << "  metadata " << k << " = " << v << "\n";
+  if (!args.layout.empty()) return import_gpt(args, file);
   if (args.config.empty()) return kExitOk;
   try {
     runner::Config config = runner::parse_config_file(args.config, args.sets);
-    auto model = runner::build_model(config.model);
-    const runner::LoadWeightsReport report = runner::load_weights(*model, file, /*strict=*/true);
+    auto model = runner::build_run_model(config.model);
+    auto* gpt = dynamic_cast<nn::GPTImpl*>(model.get());
+    const runner::LoadWeightsReport report =
+        gpt ? runner::load_gpt_weights(*gpt, file) : runner::load_weights(*model, file, true);
     std::cout << "loads into the model of " << args.config << " ("
               << model->named_parameters().size() << " parameters"
               << (report.converted_keys.empty() ? "" : ", some converted") << ")\n"

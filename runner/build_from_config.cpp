@@ -342,10 +342,10 @@ RunObjects build_common(const Config& c) {
   }
 
   manual_seed(c.seed);
-  r.model = build_model(c.model);
+  r.model = build_run_model(c.model);
   if (!c.model.init_from.empty()) {
     try {
-      load_weights(*r.model, load_safetensors(c.model.init_from), /*strict=*/true);
+      load_model_weights(*r.model, c.model.init_from);
     } catch (const Error& e) {
       c.fail("model.init_from", first_line(e.what()));
     }

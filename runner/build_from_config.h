@@ -32,7 +32,7 @@ struct RunObjects {
   std::shared_ptr<Dataset> val_data;    // null without val_split
   std::shared_ptr<DataLoader> train_loader;
   std::shared_ptr<DataLoader> val_loader;  // null without val_split
-  std::shared_ptr<nn::SequentialImpl> model;
+  std::shared_ptr<nn::UnaryModule> model;
   LossFn loss;
   std::shared_ptr<optim::Optimizer> optimizer;
   std::shared_ptr<optim::LRScheduler> scheduler;  // null for schedule.type none

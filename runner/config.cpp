@@ -347,6 +347,10 @@ class Parser {
       read(a);
       s_.take(b.name);
       *b.member = B{};
+      // A selector chosen this way (model.preset) selects the keys that follow, as `type` does.
+      if constexpr (std::is_same_v<A, std::string>) {
+        if (a.is_selector) type_ = *a.member;
+      }
     }
   }
 

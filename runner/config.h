@@ -57,10 +57,22 @@ struct LayerSpec {
   double momentum = 0.1;                // batchnorm1d/2d
 };
 
+// model.preset gpt: nn::GPTConfig's fields (nanoGPT's GPTConfig).
+struct GptModelOptions {
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
+  int64_t block_size = 128;
+  int64_t vocab_size = 256;
+  double dropout = 0.0;
+  bool bias = true;
+};
+
 struct ModelConfig {
-  std::string preset = "toy";  // empty with layers
+  std::string preset = "toy";  // toy gpt; empty with layers
   std::vector<LayerSpec> layers;
   std::string init_from;  // safetensors weights loaded after construction (empty: none)
+  GptModelOptions gpt;
 };
 
 // The dataset's keys are the options of its loader (runner/data.h); the synthetic datasets take

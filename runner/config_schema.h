@@ -268,16 +268,44 @@ void describe(V& v, LayerSpec& l) {
 template <typename V>
 void describe(V& v, ModelConfig& m) {
   v.either(key("preset", m.preset)
-               .one_of({"toy"})
+               .selector()
+               .one_of({"toy", "gpt"})
                .doc("`toy`: PyTorch's ToyModel, Linear(10,10) → ReLU → Linear(10,5), parameters "
-                    "`net1.*`, `net2.*`"),
+                    "`net1.*`, `net2.*`; `gpt`: nanoGPT's GPT (`nn::GPT`, docs/gpt.md) with the "
+                    "shape below, token ids in, logits out"),
            key("layers", m.layers)
                .doc("an `nn.Sequential` of the layers below; parameters named by index or `name`"));
   v.field(key("init_from", m.init_from)
               .optional_output()
               .default_text("none")
               .doc("a safetensors file (PyTorch names) loaded strictly into the model before "
-                   "training"));
+                   "training; for `gpt`, a nanoGPT or Hugging Face GPT-2 state dict"));
+  v.field(key("n_layer", m.gpt.n_layer).applies_to({"gpt"}).at_least(1).doc("transformer blocks"));
+  v.field(key("n_head", m.gpt.n_head)
+              .applies_to({"gpt"})
+              .at_least(1)
+              .doc("attention heads (must divide `n_embd`)"));
+  v.field(key("n_embd", m.gpt.n_embd).applies_to({"gpt"}).at_least(1).doc("embedding width"));
+  v.field(key("block_size", m.gpt.block_size)
+              .applies_to({"gpt"})
+              .at_least(1)
+              .doc("the longest sequence (rows of the position embedding)"));
+  v.field(key("vocab_size", m.gpt.vocab_size)
+              .applies_to({"gpt"})
+              .at_least(1)
+              .doc("tokens (rows of the token embedding and of the tied output layer)"));
+  v.field(
+      key("dropout", m.gpt.dropout)
+          .applies_to({"gpt"})
+          .in(Range{0, 1, false, true})
+          .doc("dropout after the embeddings, on attention weights and on each residual branch"));
+  v.field(key("bias", m.gpt.bias)
+              .applies_to({"gpt"})
+              .doc("biases in the Linear and LayerNorm layers (GPT-2: true)"));
+  v.rule({"n_head",
+          {"gpt"},
+          [&m] { return m.gpt.n_head > 0 && m.gpt.n_embd % m.gpt.n_head == 0; },
+          "must divide n_embd"});
 }
 
 template <typename V>

@@ -29,6 +29,12 @@ const Tensor* find(const NamedTensors& tensors, std::string_view name) {
   return nullptr;
 }
 
+[[noreturn]] void not_a_gpt(std::string_view what) {
+  MT_THROW("GPT weights in ", what,
+           ": no tensor named *.attn.c_attn.weight, so this is not a GPT state dict in the nanoGPT "
+           "or Hugging Face layout");
+}
+
 }  // namespace
 
 GptLayout parse_gpt_layout(std::string_view name) {
@@ -58,13 +64,14 @@ GptLayout detect_gpt_layout(const NamedTensors& tensors, std::string_view what) 
     MT_THROW("GPT weights in ", what, ": ", name, " has shape ", t.shape(),
              ", neither [3C, C] (nanoGPT) nor [C, 3C] (Hugging Face)");
   }
-  MT_THROW("GPT weights in ", what,
-           ": no tensor named *.attn.c_attn.weight, so this is not a GPT state dict in the nanoGPT "
-           "or Hugging Face layout");
+  not_a_gpt(what);
 }
 
 NamedTensors to_gpt_layout(const NamedTensors& tensors, GptLayout layout, std::string_view what) {
   if (layout == GptLayout::Auto) layout = detect_gpt_layout(tensors, what);
+  bool has_attention = false;
+  for (const auto& [name, _] : tensors) has_attention |= ends_with(name, ".attn.c_attn.weight");
+  if (!has_attention) not_a_gpt(what);
   const bool hf = layout == GptLayout::HuggingFace;
   NamedTensors out;
   const Tensor* lm_head = nullptr;

@@ -4,6 +4,9 @@
 
 #include "nn/conv.h"
 #include "nn/norm.h"
+#include "nn/transformer.h"
+#include "runner/gpt_weights.h"
+#include "runner/safetensors.h"
 #include "runner/text.h"
 
 namespace mantissa::runner {
@@ -57,6 +60,21 @@ std::shared_ptr<nn::UnaryModule> make_layer(const LayerSpec& l) {
 
 }  // namespace
 
+std::shared_ptr<nn::UnaryModule> build_run_model(const ModelConfig& model) {
+  if (model.layers.empty() && model.preset == "gpt") {
+    nn::GPTConfig c;
+    c.n_layer = model.gpt.n_layer;
+    c.n_head = model.gpt.n_head;
+    c.n_embd = model.gpt.n_embd;
+    c.block_size = model.gpt.block_size;
+    c.vocab_size = model.gpt.vocab_size;
+    c.dropout = model.gpt.dropout;
+    c.bias = model.gpt.bias;
+    return nn::GPT(c).ptr();
+  }
+  return build_model(model);
+}
+
 std::shared_ptr<nn::SequentialImpl> build_model(const ModelConfig& model) {
   auto seq = std::make_shared<nn::SequentialImpl>();
   if (model.layers.empty()) {
@@ -74,6 +92,14 @@ std::shared_ptr<nn::SequentialImpl> build_model(const ModelConfig& model) {
   return seq;
 }
 
+void load_model_weights(nn::UnaryModule& model, const std::string& path) {
+  if (auto* gpt = dynamic_cast<nn::GPTImpl*>(&model)) {
+    load_gpt_weights(*gpt, load_safetensors(path));
+  } else {
+    load_weights(model, load_safetensors(path), /*strict=*/true);
+  }
+}
+
 std::string output_key(const ModelConfig& model) {
   if (model.layers.empty()) return "model.preset";
   for (size_t i = model.layers.size(); i-- > 0;) {
@@ -84,6 +110,15 @@ std::string output_key(const ModelConfig& model) {
 }
 
 Shape infer_output_shape(const Config& config, const Shape& input, const std::string& input_what) {
+  if (config.model.layers.empty() && config.model.preset == "gpt") {
+    const GptModelOptions& g = config.model.gpt;
+    if (input.size() != 1 || input[0] > g.block_size) {
+      config.fail("model.block_size", "the gpt model takes a sequence of at most " +
+                                          std::to_string(g.block_size) + " token ids, but the " +
+                                          input_what + " is " + shape_str(input));
+    }
+    return Shape{input[0], g.vocab_size};
+  }
   if (config.model.layers.empty()) {
     if (input.size() != 1 || input[0] != 10) {
       config.fail("model.preset", "the toy model takes 10 input features, but the " + input_what +

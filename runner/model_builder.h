@@ -1,8 +1,9 @@
 // Models from the `model:` section of a run config: the `toy` preset (PyTorch's ToyModel,
-// Linear(10,10) -> ReLU -> Linear(10,5) with parameters net1.*, net2.*) or a layer list built as an
-// nn::Sequential whose parameters are named as PyTorch's nn.Sequential names them ("0.weight",
-// "2.bias"), or "<name>.weight" for a layer with a `name:`. So a safetensors file exported from
-// here loads into the same nn.Sequential in PyTorch, and the reverse.
+// Linear(10,10) -> ReLU -> Linear(10,5) with parameters net1.*, net2.*), the `gpt` preset
+// (nn::GPT, nanoGPT's names: int64 token ids [B, T] in, logits [B, T, vocab] out) or a layer list
+// built as an nn::Sequential whose parameters are named as PyTorch's nn.Sequential names them
+// ("0.weight", "2.bias"), or "<name>.weight" for a layer with a `name:`. So a safetensors file
+// exported from here loads into the same model in PyTorch, and the reverse.
 #pragma once
 
 #include <memory>
@@ -14,8 +15,14 @@
 namespace mantissa::runner {
 
 // The model on the CPU in float32, freshly initialised from the engine's default generator
-// (seed it first for reproducible weights).
+// (seed it first for reproducible weights): the toy model or a layer list (not the gpt preset).
 std::shared_ptr<nn::SequentialImpl> build_model(const ModelConfig& model);
+// Any model a config describes: build_model's, or for the gpt preset an nn::GPTImpl.
+std::shared_ptr<nn::UnaryModule> build_run_model(const ModelConfig& model);
+
+// Loads the safetensors file at `path` into a model build_model made: strictly by name, and for a
+// GPT from a nanoGPT or Hugging Face GPT-2 state dict (runner/gpt_weights.h).
+void load_model_weights(nn::UnaryModule& model, const std::string& path);
 
 // The shape of one example's output (no batch dimension) for one example's input `input`,
 // following the layers. A layer that cannot take its input (a linear's `in` differs from the

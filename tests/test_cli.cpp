@@ -586,3 +586,37 @@ TEST_F(CliTest, GenerateRefusesBadArgumentsAndNonGptRunsWithOneLine) {
   const Result not_a_number = run({"generate", "toy", "--tokens", "many"});
   EXPECT_EQ(not_a_number.code, 2) << not_a_number.output;
 }
+
+// `import --layout`: a Hugging Face GPT-2 state dict becomes nanoGPT's names and layout, which
+// PyTorch's nanoGPT and nn::GPT load (tests/test_gpt_interop.cpp checks the values).
+TEST_F(CliTest, ImportConvertsGptWeights) {
+  const std::string hf = source_dir() + "/tests/data/gpt_hf.safetensors";
+  const Result r = run({"import", hf, "--layout", "auto", "--out", "gpt.safetensors"});
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("hf layout: n_layer=2 n_embd=16 vocab_size=32 block_size=8 bias=true"),
+            std::string::npos)
+      << r.output;
+  const Result listed = run({"import", "gpt.safetensors"});
+  ASSERT_EQ(listed.code, 0) << listed.output;
+  EXPECT_NE(listed.output.find("transformer.h.1.attn.c_attn.weight float32   [48, 16]"),
+            std::string::npos)
+      << listed.output;
+  EXPECT_NE(listed.output.find("lm_head.weight"), std::string::npos) << listed.output;
+  EXPECT_EQ(listed.output.find(".attn.bias "), std::string::npos) << listed.output;
+  // A config with the gpt preset takes either file (model.init_from converts the same way).
+  write_file(dir_ / "gpt.yaml",
+             "model:\n  preset: gpt\n  n_layer: 2\n  n_head: 2\n  n_embd: 16\n  block_size: 8\n"
+             "  vocab_size: 32\n");
+  for (const std::string& w : {hf, std::string("gpt.safetensors")}) {
+    const Result c = run({"import", w, "--config", "gpt.yaml"});
+    EXPECT_EQ(c.code, 0) << c.output;
+    EXPECT_NE(c.output.find("loads into the model of gpt.yaml"), std::string::npos) << c.output;
+  }
+  // --out without --layout is a usage error; a file that is not a GPT is refused by name.
+  EXPECT_EQ(run({"import", hf, "--out", "x.safetensors"}).code, 2);
+  const std::string toy = source_dir() + "/tests/data/torch_toy.safetensors";
+  const Result not_gpt = run({"import", toy, "--layout", "nanogpt"});
+  EXPECT_EQ(not_gpt.code, 1) << not_gpt.output;
+  EXPECT_NE(not_gpt.output.find("not a GPT state dict"), std::string::npos) << not_gpt.output;
+  EXPECT_FALSE(fs::exists(dir_ / "x.safetensors"));
+}

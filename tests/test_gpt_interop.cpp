@@ -3,7 +3,9 @@
 // and give PyTorch's logits; what nn::GPT writes reads back the same.
 #include <filesystem>
 
+#include "runner/config.h"
 #include "runner/gpt_weights.h"
+#include "runner/model_builder.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -156,4 +158,59 @@ TEST(GPTInterop, ExportReadsBack) {
   rn::load_gpt_weights(*back, written);
   EXPECT_TRUE(mt::equal(logits_of(back), logits_of(model)));
   std::filesystem::remove(path);
+}
+
+// ---- the `gpt` model preset of run configs --------------------------------------------------
+
+namespace {
+const char* kGptConfig =
+    "model:\n  preset: gpt\n  n_layer: 2\n  n_head: 2\n  n_embd: 16\n  block_size: 8\n"
+    "  vocab_size: 32\n";
+}
+
+TEST(GPTPreset, BuildsNanoGPTsModelAndLoadsEitherLayout) {
+  const rn::Config c = rn::parse_config(kGptConfig, "gpt.yaml");
+  EXPECT_EQ(c.model.preset, "gpt");
+  EXPECT_EQ(c.model.gpt.n_embd, 16);
+  EXPECT_TRUE(c.model.gpt.bias);
+  const auto model = rn::build_run_model(c.model);
+  auto gpt = std::dynamic_pointer_cast<mt::nn::GPTImpl>(model);
+  ASSERT_TRUE(gpt);
+  EXPECT_EQ(gpt->config().n_layer, 2);
+  EXPECT_EQ(gpt->config().vocab_size, 32);
+  EXPECT_EQ(model->named_parameters().front().first, "transformer.wte.weight");
+  for (const char* file : {"gpt_hf.safetensors", "gpt_nanogpt.safetensors"}) {
+    rn::load_model_weights(*model, data_path(file));
+    mt::nn::GPT handle(gpt);
+    mt::testing::expect_close(logits_of(handle), logits_file().at("logits"), 1e-5, 1e-5);
+  }
+  // One example of 8 token ids gives 8 rows of 32 logits; a longer one does not fit.
+  EXPECT_EQ(rn::infer_output_shape(c, mt::Shape{8}, "input"), (mt::Shape{8, 32}));
+  try {
+    rn::infer_output_shape(c, mt::Shape{9}, "data input shape [9]");
+    ADD_FAILURE() << "expected a config error";
+  } catch (const rn::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.block_size"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GPTPreset, KeysRoundTripAndApplyToGptOnly) {
+  rn::Config c =
+      rn::parse_config(std::string(kGptConfig) + "  dropout: 0.1\n  bias: false\n", "gpt.yaml");
+  const std::string text = rn::to_yaml(c);
+  EXPECT_NE(text.find("  n_head: 2\n"), std::string::npos) << text;
+  const rn::Config back = rn::parse_config(text, "resolved.yaml");
+  EXPECT_EQ(rn::to_yaml(back), text);
+  EXPECT_EQ(back.model.gpt.dropout, 0.1);
+  EXPECT_FALSE(back.model.gpt.bias);
+  // The toy preset's resolved config has none of them, and refuses them.
+  EXPECT_EQ(rn::to_yaml(rn::parse_config("", "t")).find("n_head"), std::string::npos);
+  EXPECT_THROW(rn::parse_config("model:\n  preset: toy\n  n_head: 2\n", "t"), rn::ConfigError);
+  try {
+    rn::parse_config("model:\n  preset: gpt\n  n_head: 3\n  n_embd: 16\n", "t");
+    ADD_FAILURE() << "expected a config error";
+  } catch (const rn::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.n_head"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("must divide n_embd"), std::string::npos) << e.what();
+  }
 }
