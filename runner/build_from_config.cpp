@@ -431,6 +431,7 @@ std::shared_ptr<Dataset> build_file_dataset(const Config& c) {
       TokenBlockOptions o;
       o.block_size = d.block_size;
       o.seed = d.seed;
+      if (takes_token_ids(c.model)) o.vocab_size = c.model.gpt.vocab_size;
       const int64_t n = file->tokens();
       return std::make_shared<TokenBlockDataset>(std::move(file), 0, n, o);
     }

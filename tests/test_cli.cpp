@@ -83,12 +83,32 @@ TEST_F(CliTest, EveryBundledConfigRuns) {
     std::vector<std::string> args = {
         "train", e.path().string(), "--set",    "steps=3", "--run-dir", name,
         "--set", "log_every=1",     "--device", "cpu",     "-q"};
-    if (name == "mlp_sine") {  // its warmup (50 steps) must fit in the run
+    if (name == "mlp_sine" || name == "gpt_tiny" ||
+        name == "gpt2_124m") {  // their warmups must fit in the run
       args.insert(args.end(), {"--set", "schedule.warmup_steps=1"});
     }
     if (name == "mnist_cnn") {
       args.insert(args.end(),
                   {"--set", "data.images=images.idx", "--set", "data.labels=labels.idx"});
+    }
+    if (name == "gpt_tiny") {  // data paths are relative to the working directory
+      args.insert(args.end(),
+                  {"--set", "data.path=" + source_dir() + "/data/shakespeare/input.txt"});
+    }
+    if (name == "gpt2_124m") {  // GPT-2's recipe on a CPU-sized model and nanoGPT-style .bin files
+      std::string bin;
+      for (int i = 0; i < 4000; ++i) {
+        const int id = (i * 7919) % 50257;
+        bin += static_cast<char>(id & 0xff);
+        bin += static_cast<char>(id >> 8);
+      }
+      std::ofstream(dir_ / "train.bin", std::ios::binary) << bin;
+      std::ofstream(dir_ / "val.bin", std::ios::binary) << bin.substr(0, 400);
+      args.insert(args.end(), {"--set", "data.path=train.bin", "--set", "data.val_path=val.bin",
+                               "--set", "model.n_layer=1",     "--set", "model.n_embd=32",
+                               "--set", "model.n_head=2",      "--set", "model.block_size=16",
+                               "--set", "data.block_size=16",  "--set", "data.batch_size=2",
+                               "--set", "grad_accum_steps=2",  "--set", "eval_every=0"});
     }
     const Result r = run(args);
     EXPECT_EQ(r.code, 0) << name << ": " << r.output;
