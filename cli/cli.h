@@ -3,6 +3,8 @@
 // or config (reported before anything runs or any file is written).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +66,17 @@ int devices();
 int launch_local_ranks(int nproc, const std::vector<std::string>& args, bool make_store);
 
 int plot(const std::string& run_dir, const std::string& out, bool force = false);
+
+struct GenerateArgs {
+  std::string run_dir;  // or a checkpoint file
+  std::string prompt;
+  int64_t tokens = 256;
+  double temperature = 1.0;
+  std::optional<int64_t> top_k;
+  uint64_t seed = 0;
+  std::string device;
+};
+int generate(const GenerateArgs& args);
 
 // ---- helpers (common.cpp) ----
 // "mantissa: <message>" on stderr (the message's first line only: errors are one line).

@@ -83,6 +83,20 @@ int main(int argc, char** argv) {
               "run (its checkpoints, resolved.yaml, metrics.jsonl, ...); never a device, FIFO or "
               "directory");
 
+  cli::GenerateArgs gen;
+  auto* g =
+      app.add_subcommand("generate", "Sample text from a byte-level GPT run's newest checkpoint");
+  g->add_option("run_dir", gen.run_dir,
+                "Run directory (newest valid checkpoint) or checkpoint file")
+      ->required();
+  g->add_option("--prompt", gen.prompt, "Text to continue (default: a newline)");
+  g->add_option("--tokens", gen.tokens, "Bytes to sample after the prompt (default 256)");
+  g->add_option("--temperature", gen.temperature,
+                "Divide the logits by this before sampling (default 1; lower: more likely bytes)");
+  g->add_option("--top-k", gen.top_k, "Sample among the K most likely bytes only (default: all)");
+  g->add_option("--seed", gen.seed, "Sampling seed: the same seed gives the same text (default 0)");
+  g->add_option("--device", gen.device, "cpu, cuda, cuda:N or auto (default: the run's)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
@@ -97,5 +111,6 @@ int main(int argc, char** argv) {
   if (i->parsed()) return cli::import_weights(import);
   if (app.get_subcommand("devices")->parsed()) return cli::devices();
   if (p->parsed()) return cli::plot(plot_dir, plot_out, plot_force);
+  if (g->parsed()) return cli::generate(gen);
   return cli::kExitUsage;
 }

@@ -15,6 +15,7 @@
 #include "runner/build_from_config.h"
 #include "runner/checkpoint.h"
 #include "runner/distributed_run.h"
+#include "runner/generate.h"
 #include "runner/metrics.h"
 #include "runner/progress.h"
 #include "runner/run_lock.h"
@@ -195,7 +196,17 @@ int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& 
     ranks.out() << "parameters and buffers identical on all " << ranks.group->size()
                 << " ranks (hash " << hash << ")\n";
   }
-  return print_summary(summary, run_dir, ranks.out());
+  const int code = print_summary(summary, run_dir, ranks.out());
+  const runner::Config& c = run.config;
+  auto* gpt = dynamic_cast<nn::GPTImpl*>(run.model.get());
+  if (ranks.leader() && summary.completed() && c.sample_tokens > 0 && gpt != nullptr &&
+      c.data.type == "text") {
+    runner::GenerateOptions g{.prompt = c.sample_prompt, .tokens = c.sample_tokens, .seed = c.seed};
+    if (c.sample_top_k > 0) g.top_k = c.sample_top_k;
+    std::cout << "sample (" << c.sample_tokens << " bytes, seed " << c.seed << "):\n"
+              << runner::generate_text(*gpt, g) << "\n";
+  }
+  return code;
 }
 
 // The placement of this process, and the build options that follow from it.

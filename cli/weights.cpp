@@ -29,10 +29,11 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 // Points the config's data at `data` (train / val / a file).
 void select_data(runner::Config& c, const std::string& data, bool* use_val) {
-  *use_val = c.data.val_split > 0;
+  const bool has_val = c.data.val_split > 0 || !c.data.token_val_path.empty();
+  *use_val = has_val;
   if (data.empty()) return;
   if (data == "train" || data == "val") {
-    if (data == "val" && c.data.val_split <= 0) {
+    if (data == "val" && !has_val) {
       throw runner::ConfigError(
           "--data val: the run has no validation split (data.val_split is 0)");
     }

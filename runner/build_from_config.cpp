@@ -13,16 +13,19 @@
 #include "nn/optim/adagrad.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/nadam.h"
+#include "nn/optim/param_groups.h"
 #include "nn/optim/radam.h"
 #include "nn/optim/rmsprop.h"
 #include "nn/optim/schedulers.h"
 #include "nn/optim/sgd.h"
+#include "nn/transformer.h"
 #include "runner/atomic_file.h"
 #include "runner/determinism.h"
 #include "runner/distributed_run.h"
 #include "runner/model_builder.h"
 #include "runner/safetensors.h"
 #include "runner/text.h"
+#include "runner/token_data.h"
 
 namespace mantissa::runner {
 namespace {
@@ -43,9 +46,20 @@ std::string input_key(const Config& c) {
                                       : "data.path";
 }
 
+// A model whose input is int64 token ids (an embedding first) rather than float32 features.
+bool takes_token_ids(const ModelConfig& m) { return m.layers.empty() && m.preset == "gpt"; }
+
 // The model computes in float32 (autocast lowers it inside), and a NaN or infinity in the data
-// poisons every step it is in: both are config errors before anything is written.
+// poisons every step it is in: both are config errors before anything is written. A token model
+// takes int64 ids instead.
 void check_values(const Config& c, const Dataset& data) {
+  if (takes_token_ids(c.model)) {
+    if (data.input_dtype() != DType::Int64) {
+      c.fail(input_key(c), "the data's inputs are " + std::string(dtype_name(data.input_dtype())) +
+                               ", but model.preset " + c.model.preset + " takes int64 token ids");
+    }
+    return;
+  }
   if (data.input_dtype() != DType::Float32) {
     c.fail(input_key(c), "the data's inputs are " + std::string(dtype_name(data.input_dtype())) +
                              ", but the model takes float32 inputs; store them as float32");
@@ -93,13 +107,22 @@ void check_output(const Config& c, const Dataset& data) {
       c.fail("loss.weight", "has " + std::to_string(n) + " weights, but the model outputs " +
                                 std::to_string(out[0]) + " class scores (give one per class)");
     }
-    if (data.target_dtype() != DType::Int64 || target.size() != 0) {
-      c.fail("loss.type", "cross_entropy needs int64 class labels (one per example), but " + t +
-                              (c.data.type == "csv" ? "; set data.target_dtype: int64" : ""));
+    // One label per example against [classes], or one per position of a sequence ([T] labels
+    // against [T, classes], as a language model's next-token targets).
+    const bool sequence = target.size() == 1;
+    if (data.target_dtype() != DType::Int64 || target.size() > 1) {
+      c.fail("loss.type",
+             "cross_entropy needs int64 class labels (one per example, or [T] per sequence), but " +
+                 t + (c.data.type == "csv" ? "; set data.target_dtype: int64" : ""));
     }
-    if (out.size() != 1) {
+    if (!sequence && out.size() != 1) {
       c.fail(key,
              "cross_entropy needs the model to output [classes], but it outputs " + shape_str(out));
+    }
+    if (sequence && (out.size() != 2 || out[0] != target[0])) {
+      c.fail(key, "cross_entropy over " + shape_str(target) +
+                      " labels needs the model to output [" + std::to_string(target[0]) +
+                      ", classes], but it outputs " + shape_str(out));
     }
     if (auto* td = dynamic_cast<const TensorDataset*>(&data); td && td->targets().numel() > 0) {
       // Labels equal to loss.ignore_index mark examples the loss skips, as in PyTorch; the others
@@ -115,12 +138,12 @@ void check_output(const Config& c, const Dataset& data) {
       const Tensor real = where(counted, labels, zeros({}, TensorOptions().dtype(DType::Int64)));
       const Tensor below = logical_and(counted, labels < 0);
       const int64_t max_label = real.max().item<int64_t>();
-      if (below.sum().item<int64_t>() > 0 || max_label >= out[0]) {
+      if (below.sum().item<int64_t>() > 0 || max_label >= out.back()) {
         const int64_t min_label =
             where(counted, labels, full({}, max_label, TensorOptions().dtype(DType::Int64)))
                 .min()
                 .item<int64_t>();
-        c.fail(key, "the model outputs " + std::to_string(out[0]) +
+        c.fail(key, "the model outputs " + std::to_string(out.back()) +
                         " class scores, but the data's labels go from " +
                         std::to_string(min_label) + " to " + std::to_string(max_label) +
                         " (labels equal to loss.ignore_index, " +
@@ -188,8 +211,13 @@ LossFn make_loss(const LossConfig& l, Device device) {
     };
   }
   if (l.type == "cross_entropy") {
+    // [B, T, V] logits against [B, T] labels are B * T examples, as nanoGPT flattens them.
     return
         [r, ls = l.label_smoothing, ii = l.ignore_index, weight](const Tensor& o, const Tensor& t) {
+          if (o.dim() == 3 && t.dim() == 2) {
+            return nn::functional::cross_entropy(o.reshape({-1, o.size(2)}), t.reshape({-1}), r, ls,
+                                                 ii, weight);
+          }
           return nn::functional::cross_entropy(o, t, r, ls, ii, weight);
         };
   }
@@ -199,8 +227,9 @@ LossFn make_loss(const LossConfig& l, Device device) {
   };
 }
 
-std::shared_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& o,
-                                                 std::vector<Tensor> params) {
+// P: the parameters (one group with the optimizer's options) or parameter groups.
+template <typename P>
+std::shared_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& o, P params) {
   if (o.type == "sgd") {
     optim::SGDOptions s;
     s.momentum = o.momentum;
@@ -275,7 +304,31 @@ RunObjects build_common(const Config& c, const RunPlacement& placement = {}) {
   check_values(c, *r.dataset);
   check_output(c, *r.dataset);
   r.train_data = r.dataset;
-  if (c.data.val_split > 0) {
+  if (auto* blocks = dynamic_cast<const TokenBlockDataset*>(r.dataset.get())) {
+    // Token data splits by position: the tail (or val_path) is the validation part.
+    try {
+      const TokenBlockOptions to = blocks->options();
+      if (!c.data.token_val_path.empty()) {
+        TokenBlockOptions vo = to;
+        vo.random_offsets = false;
+        vo.max_blocks = c.data.val_blocks;
+        require_file(c, "data.val_path", c.data.token_val_path);
+        auto val = map_token_file(c.data.token_val_path, blocks->file().format());
+        const int64_t nv = val->tokens();
+        r.val_data = std::make_shared<TokenBlockDataset>(std::move(val), 0, nv, vo);
+      } else {
+        const TokenSplit split =
+            split_token_blocks(blocks->file_ptr(), to, c.data.val_split, c.data.val_blocks);
+        r.train_data = split.train;
+        r.val_data = split.val;
+      }
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const Error& e) {
+      c.fail(c.data.token_val_path.empty() ? "data.val_split" : "data.val_path",
+             first_line(e.what()));
+    }
+  } else if (c.data.val_split > 0) {
     Split split;
     try {
       split = random_split(r.dataset, c.data.val_split, c.data.seed);
@@ -392,6 +445,17 @@ std::shared_ptr<Dataset> build_file_dataset(const Config& c) {
       require_file(c, key, d.safetensors.path);
       return load_safetensors_dataset(d.safetensors);
     }
+    if (d.type == "text" || d.type == "tokens_bin") {
+      require_file(c, key, d.token_path);
+      auto file =
+          map_token_file(d.token_path, d.type == "text" ? TokenFormat::Bytes : TokenFormat::Uint16);
+      TokenBlockOptions o;
+      o.block_size = d.block_size;
+      o.seed = d.seed;
+      if (takes_token_ids(c.model)) o.vocab_size = c.model.gpt.vocab_size;
+      const int64_t n = file->tokens();
+      return std::make_shared<TokenBlockDataset>(std::move(file), 0, n, o);
+    }
     key = "data.images";
     require_file(c, key, d.mnist.images);
     key = "data.labels";
@@ -419,14 +483,29 @@ RunObjects build_run(const Config& c, std::string config_text, const RunPlacemen
                  "; set deterministic: false to allow it, or use device: cpu");
     }
   }
-  r.optimizer = make_optimizer(c.optimizer, r.model->parameters());
+  if (c.optimizer.decay_min_ndim > 0) {
+    try {
+      r.optimizer = make_optimizer(
+          c.optimizer, optim::decay_groups(r.model->named_parameters(), c.optimizer.weight_decay,
+                                           c.optimizer.decay_min_ndim));
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const Error& e) {
+      c.fail("optimizer.decay_min_ndim", first_line(e.what()));
+    }
+  } else {
+    r.optimizer = make_optimizer(c.optimizer, r.model->parameters());
+  }
 
   int64_t total_steps = c.steps;
-  if (c.steps <= 0 &&
-      __builtin_mul_overflow(c.epochs, r.train_loader->batches_per_epoch(), &total_steps)) {
-    c.fail("epochs", std::to_string(c.epochs) + " epochs of " +
-                         std::to_string(r.train_loader->batches_per_epoch()) +
-                         " batches is more steps than int64 can count");
+  const int64_t accum = std::max<int64_t>(1, c.grad_accum_steps);
+  if (c.steps <= 0) {
+    if (__builtin_mul_overflow(c.epochs, r.train_loader->batches_per_epoch(), &total_steps)) {
+      c.fail("epochs", std::to_string(c.epochs) + " epochs of " +
+                           std::to_string(r.train_loader->batches_per_epoch()) +
+                           " batches is more steps than int64 can count");
+    }
+    total_steps = total_steps / accum + (total_steps % accum != 0 ? 1 : 0);  // as the Trainer's
   }
   if (c.schedule.type == "step") {
     r.scheduler =
@@ -501,6 +580,10 @@ RunObjects build_run(const Config& c, std::string config_text, const RunPlacemen
   t.scaler = so;
   t.master_weights = c.master_weights;
   t.clip_grad_norm = c.clip_grad_norm;
+  t.grad_accum_steps = accum;
+  t.peak_flops = c.peak_tflops * 1e12;
+  if (const auto* gpt = dynamic_cast<const nn::GPTImpl*>(r.model.get()))
+    t.flops_per_token = gpt->flops_per_token();
   t.loss_sums_over_batch = c.loss.reduction == "sum";
   t.log_every = c.log_every;
   t.eval_every = c.eval_every;

@@ -78,7 +78,7 @@ struct ModelConfig {
 // The dataset's keys are the options of its loader (runner/data.h); the synthetic datasets take
 // data.seed as their seed.
 struct DataConfig {
-  std::string type = "teacher";  // teacher sine spirals csv safetensors mnist
+  std::string type = "teacher";  // teacher sine spirals csv safetensors mnist text tokens_bin
   TeacherOptions teacher;
   SineOptions sine;
   SpiralsOptions spirals;
@@ -91,6 +91,12 @@ struct DataConfig {
   uint64_t seed = 0;
   double val_split = 0.0;
   bool drop_last = false;
+  // text, tokens_bin (runner/token_data.h): blocks of block_size + 1 tokens of one file; the
+  // validation part is the file's tail val_split (or val_path's file, tokens_bin).
+  std::string token_path;
+  std::string token_val_path;  // tokens_bin; empty: none
+  int64_t block_size = 128;
+  int64_t val_blocks = 0;  // 0: every consecutive block of the validation part
 };
 
 struct LossConfig {
@@ -124,6 +130,9 @@ struct OptimizerConfig {
   double lr_decay = 0.0;                        // adagrad
   double initial_accumulator_value = 0.0;       // adagrad
   double momentum_decay = 4e-3;                 // nadam
+  // > 0: weight decay only on parameters of at least this many dimensions (optim::decay_groups);
+  // 0: on every parameter.
+  int64_t decay_min_ndim = 0;
 };
 
 struct ScheduleConfig {
@@ -196,7 +205,13 @@ struct Config {
   int64_t eval_every = 0;
   int64_t checkpoint_every = 0;
   int64_t keep_last = 3;
-  double clip_grad_norm = 0.0;  // 0: off
+  double clip_grad_norm = 0.0;   // 0: off
+  int64_t grad_accum_steps = 0;  // micro-batches per optimizer step; 0 and 1: one
+  double peak_tflops = 0.0;      // the device's peak for MFU where the built-in table has none
+  // A byte-level GPT run prints this many sampled bytes after training (0: none).
+  int64_t sample_tokens = 0;
+  std::string sample_prompt;  // empty: a newline
+  int64_t sample_top_k = 0;   // 0: every byte
   ModelConfig model;
   DataConfig data;
   LossConfig loss;

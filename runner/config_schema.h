@@ -312,7 +312,8 @@ template <typename V>
 void describe(V& v, DataConfig& d) {
   v.field(key("type", d.type)
               .selector()
-              .one_of({"teacher", "sine", "spirals", "csv", "safetensors", "mnist"})
+              .one_of({"teacher", "sine", "spirals", "csv", "safetensors", "mnist", "text",
+                       "tokens_bin"})
               .doc("the dataset"));
   v.field(key("samples", d.teacher.samples).applies_to({"teacher"}).at_least(1).doc("examples"));
   v.field(key("samples", d.sine.samples).applies_to({"sine"}).at_least(1).doc("examples"));
@@ -397,6 +398,33 @@ void describe(V& v, DataConfig& d) {
               .in(Range{0, 1, false, true})
               .doc("fraction held out for evaluation (`eval_every`, `mantissa eval`)"));
   v.field(key("drop_last", d.drop_last).doc("drop a final partial batch"));
+  v.field(key("path", d.token_path)
+              .applies_to({"text"})
+              .required()
+              .doc("a text file, one token per byte (the byte tokenizer); memory-mapped"));
+  v.field(key("path", d.token_path)
+              .applies_to({"tokens_bin"})
+              .required()
+              .doc("nanoGPT's `train.bin`: little-endian uint16 token ids; memory-mapped"));
+  v.field(
+      key("val_path", d.token_val_path)
+          .applies_to({"tokens_bin"})
+          .optional_output()
+          .default_text("none")
+          .doc("nanoGPT's `val.bin`, evaluated in consecutive blocks (instead of `val_split`)"));
+  v.rule({"val_path",
+          {"tokens_bin"},
+          [&d] { return d.token_val_path.empty() || d.val_split == 0; },
+          "needs data.val_split: 0 (one validation source)"});
+  v.field(key("block_size", d.block_size)
+              .applies_to({"text", "tokens_bin"})
+              .at_least(1)
+              .doc("T: examples are input `[T]` and target `[T]` (the next tokens), int64; "
+                   "training blocks start at random offsets drawn from `seed`, epoch and index"));
+  v.field(key("val_blocks", d.val_blocks)
+              .applies_to({"text", "tokens_bin"})
+              .at_least(0)
+              .doc("evaluate on the first N consecutive blocks of the validation part (0: all)"));
 }
 
 template <typename V>
@@ -504,6 +532,12 @@ void describe(V& v, OptimizerConfig& o) {
               .applies_to({"nadam"})
               .non_negative()
               .doc("NAdam's momentum decay psi"));
+  v.field(key("decay_min_ndim", o.decay_min_ndim)
+              .at_least(0)
+              .optional_output()
+              .doc("apply `weight_decay` only to parameters of at least this many dimensions "
+                   "(2: matrices and embeddings, not biases or norm gains, as nanoGPT); 0: to "
+                   "all"));
 }
 
 template <typename V>
@@ -735,6 +769,32 @@ void describe(V& v, Config& c) {
   v.field(key("clip_grad_norm", c.clip_grad_norm)
               .non_negative()
               .doc("clip the total 2-norm of the (unscaled) gradients; 0: off"));
+  v.field(key("grad_accum_steps", c.grad_accum_steps)
+              .at_least(0)
+              .optional_output()
+              .default_text("`1`")
+              .doc("micro-batches of `data.batch_size` per optimizer step, each micro-batch's loss "
+                   "divided by their number (0 and 1: no accumulation)"));
+  v.field(key("peak_tflops", c.peak_tflops)
+              .non_negative()
+              .optional_output()
+              .default_text("from the GPU table; none on the CPU")
+              .doc("the device's peak TFLOP/s for `mfu` in the metrics (model FLOPs utilisation), "
+                   "overriding the built-in GPU table; 0: the table (no `mfu` on the CPU)"));
+  v.field(key("sample_tokens", c.sample_tokens)
+              .at_least(0)
+              .optional_output()
+              .doc("after training a byte-level GPT (`model.preset: gpt`, `data.type: text`), "
+                   "print this many sampled bytes, as `mantissa generate` with `--seed` the run's "
+                   "`seed`; 0: none"));
+  v.field(key("sample_prompt", c.sample_prompt)
+              .optional_output()
+              .default_text("a newline")
+              .doc("the text `sample_tokens` continues"));
+  v.field(key("sample_top_k", c.sample_top_k)
+              .at_least(0)
+              .optional_output()
+              .doc("sample among the K most likely bytes (0: all)"));
   v.section("model", c.model, "Either a preset or a layer list, plus optional initial weights.");
   v.section("data", c.data, "");
   v.section("loss", c.loss, "");

@@ -121,13 +121,17 @@ Subset::Subset(std::shared_ptr<const Dataset> base, std::vector<int64_t> indices
 }
 
 Batch Subset::get_batch(const std::vector<int64_t>& indices) const {
+  return get_epoch_batch(indices, 0);
+}
+
+Batch Subset::get_epoch_batch(const std::vector<int64_t>& indices, int64_t epoch) const {
   std::vector<int64_t> mapped(indices.size());
   for (size_t i = 0; i < indices.size(); ++i) {
     MT_CHECK(indices[i] >= 0 && indices[i] < size(), "Subset: index ", indices[i],
              " is out of range for a subset of ", size(), " examples");
     mapped[i] = indices_[indices[i]];
   }
-  return base_->get_batch(mapped);
+  return base_->get_epoch_batch(mapped, epoch);
 }
 
 std::string Subset::describe() const {
@@ -242,7 +246,7 @@ std::optional<Batch> DataLoader::next() {
     for (int64_t i = start; i < stop; ++i) indices[i - start] = i;
   }
   ++index_;
-  Batch batch = dataset_->get_batch(indices);
+  Batch batch = dataset_->get_epoch_batch(indices, epoch_);
   if (options_.device != batch.input.device()) {
     batch.input = batch.input.to(options_.device);
     batch.target = batch.target.to(options_.device);

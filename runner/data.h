@@ -43,6 +43,13 @@ class Dataset {
   virtual Batch get_batch(const std::vector<int64_t>& indices) const = 0;
   // One example as a batch of one.
   Batch get(int64_t index) const { return get_batch({index}); }
+  // The examples at `indices` as the loader's epoch `epoch` sees them; what the DataLoader calls.
+  // A dataset whose examples are fixed ignores the epoch; one that draws fresh examples every
+  // epoch (random blocks of a token stream) makes them a pure function of (its seed, epoch, index),
+  // so the loader's position still restores them exactly.
+  virtual Batch get_epoch_batch(const std::vector<int64_t>& indices, int64_t /*epoch*/) const {
+    return get_batch(indices);
+  }
   // Shape of one example's input / target (without the batch dimension), and their dtypes.
   virtual Shape input_shape() const = 0;
   virtual Shape target_shape() const = 0;
@@ -85,6 +92,7 @@ class Subset : public Dataset {
   Subset(std::shared_ptr<const Dataset> base, std::vector<int64_t> indices);
   int64_t size() const override { return static_cast<int64_t>(indices_.size()); }
   Batch get_batch(const std::vector<int64_t>& indices) const override;
+  Batch get_epoch_batch(const std::vector<int64_t>& indices, int64_t epoch) const override;
   Shape input_shape() const override { return base_->input_shape(); }
   Shape target_shape() const override { return base_->target_shape(); }
   DType input_dtype() const override { return base_->input_dtype(); }

@@ -47,6 +47,8 @@ std::string format_step(const StepMetrics& m, int64_t total_steps) {
   if (!std::isnan(m.grad_norm)) os << "  grad_norm " << number(m.grad_norm, 4);
   os << "  " << number(m.samples_per_s, 4) << " samples/s  " << number(m.step_time_ms, 4)
      << " ms/step";
+  if (m.tokens_per_s > 0) os << "  " << number(m.tokens_per_s, 4) << " tokens/s";
+  if (m.mfu) os << "  mfu " << number(100.0 * *m.mfu, 3) << "%";
   if (m.skipped) os << "  (step skipped: inf/nan gradients)";
   return os.str();
 }

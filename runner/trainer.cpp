@@ -22,6 +22,7 @@
 #include "runner/checkpoint.h"
 #include "runner/determinism.h"
 #include "runner/metrics.h"
+#include "runner/peak_flops.h"
 #include "runner/progress.h"
 #include "runner/run_lock.h"
 
@@ -59,6 +60,8 @@ Json StepMetrics::to_json() const {
   j.set("grad_norm", number_or_null(grad_norm));
   j.set("samples_per_s", samples_per_s);
   j.set("step_time_ms", step_time_ms);
+  if (tokens_per_s > 0) j.set("tokens_per_s", tokens_per_s);
+  if (mfu) j.set("mfu", *mfu);
   return j;
 }
 
@@ -100,6 +103,8 @@ struct Trainer::Impl {
   int64_t loss_count = 0;
   double pending_loss_sum = 0.0;  // restored from a checkpoint taken between logs
   int64_t samples_since_log = 0;
+  int64_t tokens_since_log = 0;
+  double peak_flops = 0.0;  // options' or the GPU table's; 0: no mfu
   Clock::time_point last_log_time;
   Clock::time_point session_start;
   double prior_wall_time_s = 0.0;  // from the runs this one resumes
@@ -134,6 +139,14 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, ForwardFn forward, LossFn lo
            "Trainer: step counts and intervals must be >= 0");
   MT_CHECK(options_.clip_grad_norm >= 0.0, "Trainer: clip_grad_norm must be >= 0, got ",
            options_.clip_grad_norm);
+  MT_CHECK(options_.grad_accum_steps >= 1, "Trainer: grad_accum_steps must be >= 1, got ",
+           options_.grad_accum_steps);
+  MT_CHECK(options_.flops_per_token >= 0.0 && options_.peak_flops >= 0.0,
+           "Trainer: flops_per_token and peak_flops must be >= 0, got ", options_.flops_per_token,
+           " and ", options_.peak_flops);
+  impl_->peak_flops = options_.peak_flops > 0
+                          ? options_.peak_flops
+                          : device_peak_flops(options_.device, options_.precision).value_or(0.0);
   if (options_.deterministic) {  // by module type, so before anything touches the device
     const auto parts = nondeterministic_parts(*model_, options_.device);
     MT_CHECK(parts.empty(), "Trainer: deterministic is set, but ", parts.empty() ? "" : parts[0],
@@ -171,8 +184,10 @@ void Trainer::add_callback(std::shared_ptr<Callback> callback) {
 int64_t Trainer::epoch() const { return train_loader_->epoch(); }
 
 int64_t Trainer::total_steps() const {
-  return options_.max_steps > 0 ? options_.max_steps
-                                : options_.max_epochs * train_loader_->batches_per_epoch();
+  if (options_.max_steps > 0) return options_.max_steps;
+  // An epoch's last step may take micro-batches of the next epoch.
+  const int64_t micro = options_.max_epochs * train_loader_->batches_per_epoch();
+  return (micro + options_.grad_accum_steps - 1) / options_.grad_accum_steps;
 }
 
 Json Trainer::trainer_state() const {
@@ -200,17 +215,35 @@ Json Trainer::trainer_state() const {
 
 // Returns whether the optimizer stepped, read lazily: converting it to bool is a device sync,
 // done only on logged steps.
-amp::StepResult Trainer::train_one_step(const Batch& batch) {
+amp::StepResult Trainer::train_one_step(const Batch& first) {
   optimizer_->zero_grad();
-  Tensor loss;
-  {
-    amp::autocast guard(options_.device, options_.precision,
-                        /*enabled=*/options_.precision != amp::Precision::Float32);
-    loss = loss_(forward_(batch.input), batch.target);
+  const int64_t micro = options_.grad_accum_steps;
+  Tensor step_loss;  // float64 0-d: the mean of the micro-batches' losses
+  for (int64_t m = 0; m < micro; ++m) {
+    std::optional<Batch> later;
+    while (m > 0 && !later) later = train_loader_->next();  // nullopt once at an epoch's end
+    const Batch& batch = m == 0 ? first : *later;
+    for (auto& cb : callbacks_) cb->on_micro_batch(*this, m, m + 1 == micro);
+    Tensor loss;
+    {
+      amp::autocast guard(options_.device, options_.precision,
+                          /*enabled=*/options_.precision != amp::Precision::Float32);
+      loss = loss_(forward_(batch.input), batch.target);
+    }
+    MT_CHECK(loss.numel() == 1, "Trainer: the loss function must return one value, got shape ",
+             loss.shape());
+    // The mean over the step's micro-batches, as one batch of all of them would give (for a
+    // mean-reduced loss and equal batches); one micro-batch is left as it is.
+    if (micro > 1) loss = loss / static_cast<double>(micro);
+    scaler_.scale(loss).backward();
+    {
+      autograd::NoGradGuard no_grad;
+      const Tensor l = loss.detach().reshape({}).to(DType::Float64);
+      step_loss = m == 0 ? l : step_loss.add(l);
+    }
+    impl_->samples_since_log += batch.size();
+    if (batch.input.dtype() == DType::Int64) impl_->tokens_since_log += batch.input.numel();
   }
-  MT_CHECK(loss.numel() == 1, "Trainer: the loss function must return one value, got shape ",
-           loss.shape());
-  scaler_.scale(loss).backward();
   if (options_.clip_grad_norm > 0.0) {
     // Clip the true gradients: unscale first (PyTorch's recipe), then step()
     // does not unscale again. On an overflowing step the norm is inf/NaN and
@@ -222,12 +255,10 @@ amp::StepResult Trainer::train_one_step(const Batch& batch) {
   scaler_.update();
   {
     autograd::NoGradGuard no_grad;
-    const Tensor l = loss.detach().reshape({}).to(DType::Float64);
-    impl_->loss_sum = impl_->loss_count == 0 ? l.clone() : impl_->loss_sum.add(l);
-    impl_->step_loss = l;
+    impl_->loss_sum = impl_->loss_count == 0 ? step_loss.clone() : impl_->loss_sum.add(step_loss);
+    impl_->step_loss = step_loss;
   }
   ++impl_->loss_count;
-  impl_->samples_since_log += batch.size();
   return stepped;
 }
 
@@ -245,11 +276,15 @@ void Trainer::emit_log(bool skipped, double lr) {
   m.grad_norm = impl_->last_grad_norm;
   m.samples_per_s = elapsed > 0 ? static_cast<double>(impl_->samples_since_log) / elapsed : 0.0;
   m.step_time_ms = 1000.0 * elapsed / static_cast<double>(impl_->loss_count);
+  m.tokens_per_s = elapsed > 0 ? static_cast<double>(impl_->tokens_since_log) / elapsed : 0.0;
+  if (m.tokens_per_s > 0 && options_.flops_per_token > 0 && impl_->peak_flops > 0)
+    m.mfu = options_.flops_per_token * m.tokens_per_s / impl_->peak_flops;
   last_loss_ = m.loss;
   if (std::isfinite(m.loss) && !(m.loss >= best_loss_)) best_loss_ = m.loss;
   impl_->loss_count = 0;
   impl_->pending_loss_sum = 0.0;
   impl_->samples_since_log = 0;
+  impl_->tokens_since_log = 0;
   impl_->last_log_time = Clock::now();
   for (auto& cb : impl_->builtins) cb->on_step_end(*this, m);
   for (auto& cb : callbacks_) cb->on_step_end(*this, m);

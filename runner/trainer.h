@@ -47,7 +47,16 @@ struct TrainerOptions {
   std::optional<amp::GradScalerOptions> scaler{};
   bool master_weights = false;
   double clip_grad_norm = 0.0;  // > 0: clip the total 2-norm (after unscaling)
-  int64_t log_every = 10;       // steps between metrics records (0: never; the last step always)
+  // Loader batches (micro-batches) per optimizer step: each one's loss is divided by their number
+  // and backpropagated, gradients add up, and the optimizer and scaler step once. Checkpoints and
+  // logs happen between steps only, so a resume is as exact as without accumulation.
+  int64_t grad_accum_steps = 1;
+  // Model FLOPs per token of a training step (forward and backward, e.g. nn::GPT's
+  // flops_per_token()); with a peak, the metrics report mfu. 0: unknown.
+  double flops_per_token = 0.0;
+  // The device's peak FLOP/s for mfu; 0: from the GPU table (runner/peak_flops.h), none on the CPU.
+  double peak_flops = 0.0;
+  int64_t log_every = 10;  // steps between metrics records (0: never; the last step always)
   int64_t eval_every = 0;  // steps between evaluations on the validation loader (0: at the end)
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end, with a run_dir)
   int64_t keep_last = 3;         // checkpoints kept in run_dir/checkpoints (0: keep all)
@@ -78,6 +87,10 @@ struct StepMetrics {
   double grad_norm = std::numeric_limits<double>::quiet_NaN();  // NaN unless clipping
   double samples_per_s = 0.0;
   double step_time_ms = 0.0;  // mean since the previous record
+  // Token inputs (int64 ids) only: input tokens of the interval's micro-batches per second, and
+  // model FLOPs utilisation when the model's FLOPs per token and the device's peak are known.
+  double tokens_per_s = 0.0;
+  std::optional<double> mfu{};
   Json to_json() const;
 };
 
@@ -115,6 +128,10 @@ class Callback {
   virtual void on_step_end(Trainer&, const StepMetrics&) {}  // logged steps only
   // After every step, logged or not (keep it cheap: no device reads).
   virtual void on_batch_end(Trainer&) {}
+  // Before each micro-batch's forward and backward (grad_accum_steps of them per step); `last` is
+  // true for the one whose backward completes the step's gradients. A data-parallel wrapper
+  // synchronises gradients on that backward only (DDP's no_sync() for the others).
+  virtual void on_micro_batch(Trainer&, int64_t /*index*/, bool /*last*/) {}
   virtual void on_eval(Trainer&, const EvalMetrics&) {}
   virtual void on_checkpoint(Trainer&, const std::string& /*path*/) {}
   virtual void on_train_end(Trainer&, const TrainSummary&) {}

@@ -35,7 +35,8 @@ void write_tiny_mnist(const fs::path& images, const fs::path& labels, int n) {
 TEST_F(CliTest, HelpWorksForEveryCommand) {
   const Result top = run({"--help"});
   EXPECT_EQ(top.code, 0) << top.output;
-  for (const char* cmd : {"train", "resume", "eval", "export", "import", "devices", "plot"}) {
+  for (const char* cmd :
+       {"train", "resume", "eval", "export", "import", "devices", "plot", "generate"}) {
     EXPECT_NE(top.output.find(cmd), std::string::npos) << cmd;
     const Result r = run({cmd, "--help"});
     EXPECT_EQ(r.code, 0) << cmd << ": " << r.output;
@@ -82,12 +83,32 @@ TEST_F(CliTest, EveryBundledConfigRuns) {
     std::vector<std::string> args = {
         "train", e.path().string(), "--set",    "steps=3", "--run-dir", name,
         "--set", "log_every=1",     "--device", "cpu",     "-q"};
-    if (name == "mlp_sine") {  // its warmup (50 steps) must fit in the run
+    if (name == "mlp_sine" || name == "gpt_tiny" ||
+        name == "gpt2_124m") {  // their warmups must fit in the run
       args.insert(args.end(), {"--set", "schedule.warmup_steps=1"});
     }
     if (name == "mnist_cnn") {
       args.insert(args.end(),
                   {"--set", "data.images=images.idx", "--set", "data.labels=labels.idx"});
+    }
+    if (name == "gpt_tiny") {  // data paths are relative to the working directory
+      args.insert(args.end(),
+                  {"--set", "data.path=" + source_dir() + "/data/shakespeare/input.txt"});
+    }
+    if (name == "gpt2_124m") {  // GPT-2's recipe on a CPU-sized model and nanoGPT-style .bin files
+      std::string bin;
+      for (int i = 0; i < 4000; ++i) {
+        const int id = (i * 7919) % 50257;
+        bin += static_cast<char>(id & 0xff);
+        bin += static_cast<char>(id >> 8);
+      }
+      std::ofstream(dir_ / "train.bin", std::ios::binary) << bin;
+      std::ofstream(dir_ / "val.bin", std::ios::binary) << bin.substr(0, 400);
+      args.insert(args.end(), {"--set", "data.path=train.bin", "--set", "data.val_path=val.bin",
+                               "--set", "model.n_layer=1",     "--set", "model.n_embd=32",
+                               "--set", "model.n_head=2",      "--set", "model.block_size=16",
+                               "--set", "data.block_size=16",  "--set", "data.batch_size=2",
+                               "--set", "grad_accum_steps=2",  "--set", "eval_every=0"});
     }
     const Result r = run(args);
     EXPECT_EQ(r.code, 0) << name << ": " << r.output;
@@ -565,6 +586,26 @@ TEST_F(CliTest, PlotOfAMillionStepsIsDecimatedToThePixelWidth) {
 }
 
 }  // namespace
+
+TEST_F(CliTest, GenerateRefusesBadArgumentsAndNonGptRunsWithOneLine) {
+  const Result trained = run({"train", "--set", "steps=2", "--run-dir", "toy", "-q"});
+  ASSERT_EQ(trained.code, 0) << trained.output;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"generate", "toy", "--tokens", "-1"}, "--tokens must be >= 0"},
+      {{"generate", "toy", "--temperature", "0"}, "--temperature must be a positive number"},
+      {{"generate", "toy", "--top-k", "0"}, "--top-k must be >= 1"},
+      {{"generate", "no-such-run"}, "no-such-run"},
+      {{"generate", "toy"}, "data.type is teacher"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const Result r = run(args);
+    EXPECT_EQ(r.code, 2) << args[1] << " " << (args.size() > 2 ? args[2] : "") << ": " << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "one line: " << r.output;
+  }
+  const Result not_a_number = run({"generate", "toy", "--tokens", "many"});
+  EXPECT_EQ(not_a_number.code, 2) << not_a_number.output;
+}
 
 // `import --layout`: a Hugging Face GPT-2 state dict becomes nanoGPT's names and layout, which
 // PyTorch's nanoGPT and nn::GPT load (tests/test_gpt_interop.cpp checks the values).

@@ -3,6 +3,10 @@
 // handled like Ctrl-C (final checkpoint, exit 128 + signal, "interrupted"), the resume of a
 // finished run changing nothing, the resume of a run killed before its first checkpoint starting
 // it from step 0, and the resume over changed data refused.
+#include <array>
+#include <cmath>
+#include <iostream>
+
 #include "cli_test_util.h"
 
 namespace {
@@ -275,3 +279,53 @@ TEST_F(CliRunTest, TrainStartsAgainInADirectoryLeftWithOnlyATemporary) {
 }
 
 }  // namespace
+
+namespace {
+
+// The entropy of the text's bytes in nats: the loss of the best model that ignores context.
+double unigram_entropy(const std::string& bytes) {
+  std::array<double, 256> count{};
+  for (unsigned char c : bytes) count[c] += 1;
+  double h = 0;
+  for (double n : count)
+    if (n > 0) h -= n / bytes.size() * std::log(n / bytes.size());
+  return h;
+}
+
+}  // namespace
+
+// configs/gpt_tiny.yaml, shortened: the byte-level GPT learns more than byte frequencies within
+// a few dozen steps, reports tokens/s, prints its sample, and `mantissa generate` then prints the
+// same text for the same seed.
+TEST_F(CliRunTest, GptTinyLearnsBeyondByteFrequenciesAndGeneratesDeterministically) {
+  const std::string text = source_dir() + "/data/shakespeare/input.txt";
+  const double entropy = unigram_entropy(read_file(text));
+  std::cout << "byte (unigram) entropy of data/shakespeare/input.txt: " << entropy << " nats\n";
+  EXPECT_NEAR(entropy, 3.3208, 1e-3);
+  const Result r =
+      run({"train", config("gpt_tiny.yaml"), "--set", "data.path=" + text, "--set", "steps=60",
+           "--set", "eval_every=60", "--set", "checkpoint_every=0", "--set",
+           "schedule.warmup_steps=10", "--set", "sample_tokens=40", "--run-dir", "gpt", "-q"});
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("sample (40 bytes, seed 1337):\nROMEO:"), std::string::npos) << r.output;
+  const Json summary = Json::parse(read_file(dir_ / "gpt" / "summary.json"));
+  const double val = summary.at("final_eval").at("loss").as_double();
+  std::cout << "validation loss after 60 steps: " << val << " nats\n";
+  EXPECT_LT(val, entropy - 0.4) << "the model uses the context";
+  std::istringstream metrics(read_file(dir_ / "gpt" / "metrics.jsonl"));
+  std::string line;
+  std::getline(metrics, line);
+  EXPECT_GT(Json::parse(line).at("tokens_per_s").as_double(), 0.0) << line;
+
+  const std::vector<std::string> gen = {"generate", "gpt",     "--prompt", "KING:",  "--tokens",
+                                        "60",       "--top-k", "10",       "--seed", "3"};
+  const Result a = run(gen);
+  const Result b = run(gen);
+  ASSERT_EQ(a.code, 0) << a.output;
+  EXPECT_EQ(a.output, b.output);
+  EXPECT_EQ(a.output.rfind("KING:", 0), 0u) << a.output;
+  EXPECT_EQ(a.output.size(), 5u + 60u + 1u) << a.output;  // the prompt, 60 bytes, a newline
+  auto other_seed = gen;
+  other_seed.back() = "4";
+  EXPECT_NE(run(other_seed).output, a.output);
+}

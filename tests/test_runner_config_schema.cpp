@@ -273,6 +273,8 @@ TEST(RunnerConfigSchema, ConfigHashesOfExistingConfigsAreUnchanged) {
       {"configs/spirals_bf16.yaml", "4169ddb10cf01e23"},
       {"configs/toy.yaml", "795be2a85be338f3"},
       {"configs/toy_fp16.yaml", "f5eecb8ae183fd26"},
+      {"configs/gpt_tiny.yaml", "1f4a9893aba8e3f7"},
+      {"configs/gpt2_124m.yaml", "e7eb3390399b65b7"},
       {"tests/data/configs/csv_every_layer.yaml", "04eef1fd47c40f0c"},
       {"tests/data/configs/safetensors_adam_step.yaml", "20fb5dd3eb063abe"},
       {"tests/data/configs/mnist_nesterov.yaml", "dc05d8ade42a4f1e"},

@@ -1,5 +1,6 @@
 // Datasets and the DataLoader: batching, drop_last, seeded shuffling, resumable positions,
-// synthetic generators, CSV / MNIST IDX / safetensors files and their errors.
+// synthetic generators, CSV / MNIST IDX / safetensors files and their errors, the byte tokenizer
+// and the token-block datasets (text, nanoGPT's uint16 .bin).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "golden_file.h"
 #include "runner/data.h"
 #include "runner/safetensors.h"
+#include "temp_dir.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -21,6 +23,7 @@ using mt::runner::DataLoader;
 using mt::runner::DataLoaderOptions;
 using mt::runner::DistributedSampler;
 using mt::testing::expect_error;
+using mt::testing::TempDir;
 
 namespace {
 
@@ -45,23 +48,6 @@ std::vector<std::vector<int64_t>> epoch_ids(DataLoader& loader) {
   for (const Batch& b : loader) out.push_back(ids(b));
   return out;
 }
-
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    path = std::filesystem::temp_directory_path() /
-           ("mt_data_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string file(const std::string& name, const std::string& content) const {
-    const auto p = (path / name).string();
-    std::ofstream(p, std::ios::binary) << content;
-    return p;
-  }
-};
 
 }  // namespace
 

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/factory.h"
+#include "nn/optim/param_groups.h"
 #include "nn/optim/schedulers.h"
 #include "runner/build_from_config.h"
 #include "runner/checkpoint.h"
@@ -163,3 +165,62 @@ TEST(RunnerOptimConfig, PlateauStateSurvivesACheckpoint) {
 }
 
 }  // namespace
+
+TEST(RunnerOptimConfig, DecayGroupsSpareBiasesAsNanoGpt) {
+  // In C++: matrices decay, biases do not; group order and parameter order as nanoGPT's.
+  auto r = build("model: {preset: toy}\noptimizer: {type: adamw, weight_decay: 0.1}\n");
+  const auto named = r.model->named_parameters();
+  const auto groups = optim::decay_groups(named, 0.1);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_DOUBLE_EQ(groups[0].options.at("weight_decay"), 0.1);
+  EXPECT_DOUBLE_EQ(groups[1].options.at("weight_decay"), 0.0);
+  for (const auto& p : groups[0].params) EXPECT_EQ(p.dim(), 2);
+  for (const auto& p : groups[1].params) EXPECT_EQ(p.dim(), 1);
+  EXPECT_EQ(groups[0].params.size() + groups[1].params.size(), named.size());
+  EXPECT_EQ(optim::decay_groups(named, 0.1, /*min_ndim=*/0).size(), 1u);  // all decay
+  EXPECT_THROW(optim::decay_groups({}, 0.1), mantissa::Error);
+
+  // From YAML: with zero gradients AdamW's step is the decay alone, so the weights shrink by
+  // (1 - lr * weight_decay) and the biases do not move.
+  r = build(
+      "model: {preset: toy}\n"
+      "optimizer: {type: adamw, lr: 0.5, weight_decay: 0.1, decay_min_ndim: 2}\n");
+  ASSERT_EQ(r.optimizer->param_groups().size(), 2u);
+  EXPECT_DOUBLE_EQ(r.optimizer->param_groups()[0].get("weight_decay"), 0.1);
+  EXPECT_DOUBLE_EQ(r.optimizer->param_groups()[1].get("weight_decay"), 0.0);
+  std::vector<std::vector<float>> before;
+  for (const auto& [name, p] : r.model->named_parameters()) {
+    before.push_back(p.to_vector<float>());
+    p.set_grad(mantissa::zeros_like(p));
+  }
+  r.optimizer->step();
+  size_t i = 0;
+  for (const auto& [name, p] : r.model->named_parameters()) {
+    const auto after = p.to_vector<float>();
+    const float factor = p.dim() >= 2 ? 1.0f - 0.5f * 0.1f : 1.0f;
+    for (size_t j = 0; j < after.size(); ++j)
+      EXPECT_FLOAT_EQ(after[j], before[i][j] * factor) << name << "[" << j << "]";
+    ++i;
+  }
+  // Without the key every parameter decays (one group), and the resolved config leaves it out.
+  r = build("model: {preset: toy}\noptimizer: {type: adamw}\n");
+  EXPECT_EQ(r.optimizer->param_groups().size(), 1u);
+  EXPECT_EQ(r.config_text.find("decay_min_ndim"), std::string::npos);
+  EXPECT_NE(
+      build("optimizer: {type: adamw, decay_min_ndim: 2}\n").config_text.find("decay_min_ndim: 2"),
+      std::string::npos);
+  expect_config_error("optimizer: {type: adamw, decay_min_ndim: -1}\n", {"decay_min_ndim"});
+}
+
+TEST(RunnerOptimConfig, GradAccumStepsReachesTheTrainerAndCountsEpochSteps) {
+  auto r = build("grad_accum_steps: 3\nepochs: 2\n");  // 4 batches per epoch
+  EXPECT_EQ(r.trainer_options.grad_accum_steps, 3);
+  EXPECT_NE(r.config_text.find("grad_accum_steps: 3"), std::string::npos);
+  rn::Trainer t(r.model, r.loss, r.optimizer, r.train_loader, r.trainer_options);
+  EXPECT_EQ(t.total_steps(), 3);  // 8 micro-batches in steps of 3
+  r = build("steps: 5\n");
+  EXPECT_EQ(r.trainer_options.grad_accum_steps, 1);
+  EXPECT_EQ(r.config_text.find("grad_accum_steps"), std::string::npos);
+  EXPECT_EQ(r.config_text.find("peak_tflops"), std::string::npos);
+  EXPECT_DOUBLE_EQ(build("peak_tflops: 2.5\n").trainer_options.peak_flops, 2.5e12);
+}

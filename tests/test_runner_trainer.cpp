@@ -22,6 +22,7 @@
 #include "runner/checkpoint.h"
 #include "runner/data.h"
 #include "runner/metrics.h"
+#include "runner/peak_flops.h"
 #include "runner/progress.h"
 #include "runner/run_lock.h"
 #include "runner/trainer.h"
@@ -250,6 +251,7 @@ struct ResumeCase {
   std::optional<mt::amp::GradScalerOptions> scaler{};
   int64_t total = 24;
   int64_t k = 10;  // 100 examples / 16 per batch = 7 batches per epoch: step 10 is mid-epoch
+  int64_t grad_accum = 1;
 };
 
 struct RunResult {
@@ -285,6 +287,7 @@ RunResult run(const ResumeCase& c, const std::string& run_dir, int64_t stop_at, 
                    .precision = c.precision,
                    .scaler = c.scaler,
                    .clip_grad_norm = c.adam_cosine_clip ? 0.5 : 0.0,
+                   .grad_accum_steps = c.grad_accum,
                    .log_every = 1,
                    .checkpoint_every = c.k,
                    .keep_last = 0,
@@ -376,6 +379,120 @@ TEST(RunnerTrainerResume, Float16WithSkippedStepAtCheckpointEqualsUninterrupted)
   EXPECT_GT(straight.skipped, c.k - 1);
   EXPECT_LT(straight.skipped, c.total) << "some steps must be taken";
   expect_resume_exact(c);
+}
+
+TEST(RunnerTrainerResume, GradAccumAcrossEpochsEqualsUninterrupted) {
+  // 3 micro-batches per step: the checkpoint at step 5 falls after micro-batch 15, in the third
+  // epoch of 7 batches, and steps 2, 4 and 7 take micro-batches from two epochs.
+  expect_resume_exact({.precision = mt::amp::Precision::Float32,
+                       .adam_cosine_clip = true,
+                       .total = 12,
+                       .k = 5,
+                       .grad_accum = 3});
+}
+
+namespace {
+
+struct MicroBatchRecorder : mt::runner::Callback {
+  std::vector<std::pair<int64_t, bool>> calls;
+  void on_micro_batch(Trainer&, int64_t index, bool last) override {
+    calls.emplace_back(index, last);
+  }
+};
+
+// Parameters after `steps` SGD steps on 64 teacher examples in order, batch_size examples per
+// loader batch and `accum` of them per step.
+std::vector<std::vector<float>> sgd_params(int64_t batch_size, int64_t accum, int64_t steps,
+                                           MicroBatchRecorder* rec = nullptr) {
+  mt::manual_seed(0);
+  auto data = mt::runner::make_teacher_dataset({.samples = 64, .seed = 1});
+  auto loader = std::make_shared<mt::runner::DataLoader>(
+      data, mt::runner::DataLoaderOptions{.batch_size = batch_size, .shuffle = false});
+  auto model = std::make_shared<ToyModel>();
+  auto opt = std::make_shared<mt::optim::SGD>(model->parameters(), 0.1);
+  Trainer trainer(model, mt::nn::MSELoss(), opt, loader,
+                  {.max_steps = steps, .grad_accum_steps = accum, .progress = false});
+  if (rec != nullptr)
+    trainer.add_callback(std::shared_ptr<mt::runner::Callback>(rec, [](auto*) {}));
+  trainer.fit();
+  std::vector<std::vector<float>> out;
+  for (const auto& p : model->parameters()) out.push_back(p.to_vector<float>());
+  return out;
+}
+
+}  // namespace
+
+TEST(RunnerTrainer, GradAccumEqualsOneBatchOfAllMicroBatches) {
+  MicroBatchRecorder rec;
+  const auto accumulated = sgd_params(8, 4, 3, &rec);
+  const auto whole = sgd_params(32, 1, 3);
+  const auto unaccumulated = sgd_params(8, 1, 3);
+  ASSERT_EQ(accumulated.size(), whole.size());
+  double diff_whole = 0, diff_small = 0;
+  for (size_t i = 0; i < whole.size(); ++i)
+    for (size_t j = 0; j < whole[i].size(); ++j) {
+      diff_whole = std::max(diff_whole, double(std::fabs(accumulated[i][j] - whole[i][j])));
+      diff_small = std::max(diff_small, double(std::fabs(unaccumulated[i][j] - whole[i][j])));
+    }
+  EXPECT_LT(diff_whole, 1e-5) << "4 micro-batches of 8 step as one batch of 32";
+  EXPECT_GT(diff_small, 1e-3) << "the comparison can tell the batch sizes apart";
+  const std::vector<std::pair<int64_t, bool>> step = {
+      {0, false}, {1, false}, {2, false}, {3, true}};
+  std::vector<std::pair<int64_t, bool>> expected;
+  for (int i = 0; i < 3; ++i) expected.insert(expected.end(), step.begin(), step.end());
+  EXPECT_EQ(rec.calls, expected);
+}
+
+TEST(RunnerTrainer, TokensPerSecondAndMfuForTokenInputs) {
+  // A model fed int64 ids (cast to features here) reports tokens/s and, given its FLOPs per token
+  // and a peak, mfu; float inputs report neither.
+  auto run = [](bool tokens, double flops_per_token) {
+    mt::manual_seed(0);
+    std::vector<int64_t> ids(32 * 10);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i % 7);
+    Tensor x = mt::from_vector(ids, mt::Shape{32, 10});
+    if (!tokens) x = x.to(mt::DType::Float32);
+    auto data = std::make_shared<mt::runner::TensorDataset>(x, mt::zeros({32, 5}));
+    auto loader = std::make_shared<mt::runner::DataLoader>(
+        data, mt::runner::DataLoaderOptions{.batch_size = 4, .shuffle = false});
+    auto model = std::make_shared<ToyModel>();
+    auto opt = std::make_shared<mt::optim::SGD>(model->parameters(), 0.01);
+    Trainer trainer(
+        model, [m = model.get()](const Tensor& in) { return m->forward(in.to(mt::kFloat32)); },
+        [](const Tensor& out, const Tensor& target) {
+          return mt::nn::functional::mse_loss(out, target);
+        },
+        opt, loader,
+        {.max_steps = 4,
+         .grad_accum_steps = 2,
+         .flops_per_token = flops_per_token,
+         .peak_flops = 1e9,
+         .log_every = 2,
+         .progress = false});
+    auto rec = std::make_shared<Recorder>();
+    trainer.add_callback(rec);
+    trainer.fit();
+    return rec->steps;
+  };
+  const auto with_mfu = run(true, 1000.0);
+  ASSERT_EQ(with_mfu.size(), 2u);
+  for (const auto& m : with_mfu) {
+    // 2 steps x 2 micro-batches x 4 x 10 tokens per record.
+    EXPECT_NEAR(m.tokens_per_s * m.step_time_ms * 1e-3 * 2, 160.0, 1e-6 * 160.0);
+    ASSERT_TRUE(m.mfu.has_value());
+    EXPECT_NEAR(*m.mfu, 1000.0 * m.tokens_per_s / 1e9, 1e-12 * m.tokens_per_s);
+    EXPECT_TRUE(m.to_json().contains("tokens_per_s"));
+    EXPECT_TRUE(m.to_json().contains("mfu"));
+    EXPECT_NE(mt::runner::format_step(m, 4).find("tokens/s"), std::string::npos);
+  }
+  const auto no_flops = run(true, 0.0);
+  EXPECT_GT(no_flops[0].tokens_per_s, 0.0);
+  EXPECT_FALSE(no_flops[0].mfu.has_value());
+  const auto features = run(false, 1000.0);
+  EXPECT_EQ(features[0].tokens_per_s, 0.0);
+  EXPECT_FALSE(features[0].mfu.has_value());
+  EXPECT_FALSE(features[0].to_json().contains("tokens_per_s"));
+  EXPECT_FALSE(features[0].to_json().contains("mfu"));
 }
 
 TEST(RunnerTrainerResume, RefusesAnotherConfigHash) {
@@ -482,4 +599,15 @@ TEST(RunnerRunDirLock, OneHolderAtATime) {
   }
   mt::runner::RunDirLock again(dir.string());  // released with the first
   fs::remove_all(dir);
+}
+
+TEST(RunnerMetrics, PeakFlopsTableByDeviceNameAndPrecision) {
+  using mt::runner::gpu_peak_flops;
+  EXPECT_EQ(gpu_peak_flops("NVIDIA H100 80GB HBM3", mt::amp::Precision::BFloat16), 989.4e12);
+  EXPECT_EQ(gpu_peak_flops("NVIDIA H100 PCIe", mt::amp::Precision::Float16), 756.0e12);
+  EXPECT_EQ(gpu_peak_flops("NVIDIA H200", mt::amp::kTF32), 494.7e12);
+  EXPECT_EQ(gpu_peak_flops("NVIDIA A100-SXM4-80GB", mt::amp::Precision::Float32), 19.5e12);
+  EXPECT_EQ(gpu_peak_flops("NVIDIA A10G", mt::amp::Precision::BFloat16), 125.0e12);
+  EXPECT_FALSE(gpu_peak_flops("NVIDIA GeForce GTX 1080", mt::amp::Precision::Float32));
+  EXPECT_FALSE(mt::runner::device_peak_flops(mt::Device::cpu(), mt::amp::Precision::Float32));
 }

@@ -1,0 +1,76 @@
+// `mantissa generate`: text from the newest checkpoint of a byte-level GPT run.
+#include <cmath>
+#include <iostream>
+
+#include "cli/cli.h"
+#include "runner/build_from_config.h"
+#include "runner/checkpoint.h"
+#include "runner/generate.h"
+
+namespace mantissa::cli {
+
+int generate(const GenerateArgs& args) {
+  runner::RunObjects run;
+  std::string checkpoint;
+  nn::GPTImpl* gpt = nullptr;
+  try {
+    // The arguments first: a bad one is reported before anything is read.
+    if (args.tokens < 0)
+      throw runner::ConfigError("--tokens must be >= 0, got " + std::to_string(args.tokens));
+    if (!(args.temperature > 0) || !std::isfinite(args.temperature)) {
+      throw runner::ConfigError("--temperature must be a positive number, got " +
+                                std::to_string(args.temperature));
+    }
+    if (args.top_k && *args.top_k < 1) {
+      throw runner::ConfigError("--top-k must be >= 1, got " + std::to_string(*args.top_k));
+    }
+    try {
+      checkpoint = resolve_checkpoint(args.run_dir);
+    } catch (const Error& e) {  // no run there: a bad argument
+      throw runner::ConfigError(e.what());
+    }
+    const runner::CheckpointInfo info = runner::read_checkpoint(checkpoint);
+    std::vector<std::string> sets;
+    if (!args.device.empty()) sets.push_back("device=" + args.device);
+    const runner::Config config =
+        runner::parse_config(info.config_text, checkpoint + " (its config)", sets);
+    if (config.data.type != "text") {
+      throw runner::ConfigError(
+          "generate decodes bytes (the byte tokenizer of data.type text), "
+          "but the run's data.type is " +
+          config.data.type);
+    }
+    run = runner::build_eval(config);
+    gpt = dynamic_cast<nn::GPTImpl*>(run.model.get());
+    if (gpt == nullptr) {
+      throw runner::ConfigError(
+          "generate needs a GPT (model.preset: gpt), but the run's model is " +
+          (config.model.layers.empty() ? "model.preset " + config.model.preset
+                                       : std::string("a layer list")));
+    }
+  } catch (const runner::ConfigError& e) {
+    print_error(e.what());
+    return kExitUsage;
+  } catch (const Error& e) {
+    print_error(e.what());
+    return kExitFailed;
+  }
+  try {
+    runner::CheckpointParts parts;
+    parts.model = run.model.get();
+    parts.rng = false;
+    runner::load_checkpoint(checkpoint, parts);
+    std::cout << runner::generate_text(*gpt, {.prompt = args.prompt,
+                                              .tokens = args.tokens,
+                                              .temperature = args.temperature,
+                                              .top_k = args.top_k,
+                                              .seed = args.seed})
+              << "\n";
+    return kExitOk;
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    return kExitFailed;
+  }
+}
+
+}  // namespace mantissa::cli
