@@ -4,8 +4,10 @@
 #include <condition_variable>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "distributed/init.h"
 #include "distributed/process_group.h"
 
 namespace mantissa::distributed::detail {
@@ -33,11 +35,19 @@ void check_collective_tensor(const char* op, const Tensor& t, const char* backen
 void check_same_dtype_device(const char* op, const Tensor& output, const Tensor& input);
 void check_root(const char* op, int root, int size);
 
-std::shared_ptr<ProcessGroup> make_gloo_group(int rank, int size, const std::string& store_path,
+// `rendezvous` is File (meet in `store_path`) or Mpi (store_path unused).
+std::shared_ptr<ProcessGroup> make_gloo_group(int rank, int size, Rendezvous rendezvous,
+                                              const std::string& store_path,
                                               const std::string& hostname, const std::string& iface,
                                               std::chrono::milliseconds timeout);
 std::shared_ptr<ProcessGroup> make_nccl_group(int rank, int size, int local_rank,
-                                              const std::string& store_path,
+                                              Rendezvous rendezvous, const std::string& store_path,
                                               std::chrono::milliseconds timeout);
+
+// MPI (distributed/mpi_store.cpp; builds without MPI throw). Both initialise MPI unless the
+// program did, finalising it at exit then. mpi_world: MPI_COMM_WORLD's rank and size.
+// mpi_broadcast_bytes: root's bytes on every rank of MPI_COMM_WORLD (collective).
+std::pair<int, int> mpi_world();
+std::vector<char> mpi_broadcast_bytes(std::vector<char> bytes, int root);
 
 }  // namespace mantissa::distributed::detail

@@ -26,6 +26,9 @@
 #include <thread>
 
 #include "distributed/backends.h"
+#if MANTISSA_HAS_MPI
+#include "distributed/mpi_store.h"
+#endif
 #include "engine/dispatch.h"
 #include "engine/error.h"
 
@@ -64,34 +67,42 @@ void divide_in_place(void* data, size_t n, int size) {
 
 class GlooProcessGroup final : public ProcessGroup {
  public:
-  GlooProcessGroup(int rank, int size, const std::string& store_path, const std::string& hostname,
-                   const std::string& iface, std::chrono::milliseconds timeout)
+  GlooProcessGroup(int rank, int size, Rendezvous rendezvous, const std::string& store_path,
+                   const std::string& hostname, const std::string& iface,
+                   std::chrono::milliseconds timeout)
       : ProcessGroup(rank, size, timeout) {
     gloo::transport::tcp::attr attr;
     if (!iface.empty())
       attr.iface = iface;
     else
       attr.hostname = hostname;
-    try {
-      std::filesystem::create_directories(store_path);
-      gloo::rendezvous::FileStore store(store_path);
-      auto device = gloo::transport::tcp::CreateDevice(attr);
-      auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-      context->setTimeout(timeout);
-      context->connectFullMesh(store, device);
-      context_ = context;
-      // Every rank has read every address once the barrier passes, so the keys can go: a later
-      // job meeting in the same directory must not find them.
-      gloo::BarrierOptions barrier(context_);
-      barrier.setTimeout(timeout);
-      gloo::barrier(barrier);
-      std::error_code ignored;
-      for (const std::string& key_file : store.getAllKeyFilePaths())
-        std::filesystem::remove(key_file, ignored);
-    } catch (const std::exception& e) {
-      MT_THROW("init_process_group (gloo): rank ", rank, " of ", size,
-               " could not meet the other ranks through the file store at '", store_path,
-               "' within ", timeout.count(), " ms: ", e.what());
+    if (rendezvous == Rendezvous::Mpi) {
+#if MANTISSA_HAS_MPI
+      try {
+        MpiStore store;
+        connect(store, attr);
+      } catch (const std::exception& e) {
+        MT_THROW("init_process_group (gloo): rank ", rank, " of ", size,
+                 " could not meet the other ranks through MPI: ", e.what());
+      }
+#else
+      MT_THROW("init_process_group (gloo): this build of mantissa has no MPI rendezvous");
+#endif
+    } else {
+      try {
+        std::filesystem::create_directories(store_path);
+        gloo::rendezvous::FileStore store(store_path);
+        connect(store, attr);
+        // Every rank has read every address once connect()'s barrier passes, so the keys can
+        // go: a later job meeting in the same directory must not find them.
+        std::error_code ignored;
+        for (const std::string& key_file : store.getAllKeyFilePaths())
+          std::filesystem::remove(key_file, ignored);
+      } catch (const std::exception& e) {
+        MT_THROW("init_process_group (gloo): rank ", rank, " of ", size,
+                 " could not meet the other ranks through the file store at '", store_path,
+                 "' within ", timeout.count(), " ms: ", e.what());
+      }
     }
     worker_ = std::thread([this] { run(); });
   }
@@ -203,6 +214,18 @@ class GlooProcessGroup final : public ProcessGroup {
     });
   }
 
+  // Gloo's full mesh over `store`, then a barrier: every rank is connected when it returns.
+  void connect(gloo::rendezvous::Store& store, const gloo::transport::tcp::attr& attr) {
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank(), size());
+    context->setTimeout(timeout());
+    context->connectFullMesh(store, device);
+    context_ = context;
+    gloo::BarrierOptions barrier(context_);
+    barrier.setTimeout(timeout());
+    gloo::barrier(barrier);
+  }
+
   std::shared_ptr<Work> submit(const char* op, uint32_t kind, std::vector<Tensor> keep_alive,
                                std::function<void(uint32_t)> run) {
     auto work = std::make_shared<ThreadWork>(std::move(keep_alive));
@@ -268,10 +291,12 @@ class GlooProcessGroup final : public ProcessGroup {
 
 }  // namespace
 
-std::shared_ptr<ProcessGroup> make_gloo_group(int rank, int size, const std::string& store_path,
+std::shared_ptr<ProcessGroup> make_gloo_group(int rank, int size, Rendezvous rendezvous,
+                                              const std::string& store_path,
                                               const std::string& hostname, const std::string& iface,
                                               std::chrono::milliseconds timeout) {
-  return std::make_shared<GlooProcessGroup>(rank, size, store_path, hostname, iface, timeout);
+  return std::make_shared<GlooProcessGroup>(rank, size, rendezvous, store_path, hostname, iface,
+                                            timeout);
 }
 
 }  // namespace mantissa::distributed::detail

@@ -42,6 +42,20 @@ std::shared_ptr<ProcessGroup> g_default_group;
 
 const char* backend_name(Backend backend) { return backend == Backend::Gloo ? "gloo" : "nccl"; }
 
+const char* rendezvous_name(Rendezvous rendezvous) {
+  switch (rendezvous) {
+    case Rendezvous::Auto:
+      return "auto";
+    case Rendezvous::File:
+      return "file";
+    case Rendezvous::Mpi:
+      return "mpi";
+  }
+  return "?";
+}
+
+bool has_mpi_rendezvous() { return MANTISSA_HAS_MPI != 0; }
+
 bool is_available(Backend backend) {
   if (backend == Backend::Gloo) return MANTISSA_HAS_GLOO != 0;
   return MANTISSA_HAS_NCCL != 0;
@@ -82,8 +96,26 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
                : "NCCL needs a CUDA build that found nccl.h and libnccl",
            ")");
   const LaunchEnv env = read_launch_env();
-  const std::optional<int> rank = options.rank ? options.rank : env.rank;
-  const std::optional<int> world_size = options.world_size ? options.world_size : env.world_size;
+  Rendezvous rendezvous = options.rendezvous;
+  if (rendezvous == Rendezvous::Auto)
+    rendezvous = has_mpi_rendezvous() && env_int("OMPI_COMM_WORLD_RANK").has_value()
+                     ? Rendezvous::Mpi
+                     : Rendezvous::File;
+  MT_CHECK(rendezvous != Rendezvous::Mpi || has_mpi_rendezvous(),
+           "init_process_group: this build of mantissa has no MPI rendezvous (MPI was not found ",
+           "when it was configured, or MANTISSA_MPI=OFF; install libopenmpi-dev and reconfigure)");
+  std::optional<int> rank = options.rank ? options.rank : env.rank;
+  std::optional<int> world_size = options.world_size ? options.world_size : env.world_size;
+  if (rendezvous == Rendezvous::Mpi) {
+    // The ranks meet in MPI_COMM_WORLD, so its numbering is the job's.
+    const auto [mpi_rank, mpi_size] = detail::mpi_world();
+    MT_CHECK((!rank || *rank == mpi_rank) && (!world_size || *world_size == mpi_size),
+             "init_process_group: rank ", rank.value_or(-1), " of ", world_size.value_or(-1),
+             " disagrees with MPI's rank ", mpi_rank, " of ", mpi_size,
+             " (MPI rendezvous numbers the ranks as MPI_COMM_WORLD does)");
+    rank = mpi_rank;
+    world_size = mpi_size;
+  }
   MT_CHECK(rank && world_size, "init_process_group: rank and world size are unknown: set them in ",
            "the options or start the process with torchrun (RANK, WORLD_SIZE), mpirun or srun");
   MT_CHECK(*world_size >= 1 && *rank >= 0 && *rank < *world_size, "init_process_group: rank ",
@@ -97,7 +129,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
 
   std::string store_path = options.store_path;
   if (store_path.empty()) store_path = env_string("MANTISSA_STORE_PATH");
-  if (store_path.empty()) {
+  if (store_path.empty() && rendezvous == Rendezvous::File) {
     MT_CHECK(env.master_port.has_value(), "init_process_group: no store to meet in: set ",
              "InitOptions::store_path or MANTISSA_STORE_PATH (a directory every rank sees), or ",
              "MASTER_PORT");
@@ -127,10 +159,11 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
 
   std::shared_ptr<ProcessGroup> group;
   if (options.backend == Backend::Gloo)
-    group =
-        detail::make_gloo_group(*rank, *world_size, store_path, hostname, iface, options.timeout);
+    group = detail::make_gloo_group(*rank, *world_size, rendezvous, store_path, hostname, iface,
+                                    options.timeout);
   else
-    group = detail::make_nccl_group(*rank, *world_size, local_rank, store_path, options.timeout);
+    group = detail::make_nccl_group(*rank, *world_size, local_rank, rendezvous, store_path,
+                                    options.timeout);
   std::lock_guard<std::mutex> lock(g_default_mutex);
   g_default_group = group;
   return group;
@@ -155,17 +188,28 @@ void destroy_process_group() {
 
 #if !MANTISSA_HAS_GLOO
 namespace detail {
-std::shared_ptr<ProcessGroup> make_gloo_group(int, int, const std::string&, const std::string&,
-                                              const std::string&, std::chrono::milliseconds) {
+std::shared_ptr<ProcessGroup> make_gloo_group(int, int, Rendezvous, const std::string&,
+                                              const std::string&, const std::string&,
+                                              std::chrono::milliseconds) {
   MT_THROW("init_process_group: this build of mantissa has no gloo backend");
 }
 }  // namespace detail
 #endif
 #if !MANTISSA_HAS_NCCL
 namespace detail {
-std::shared_ptr<ProcessGroup> make_nccl_group(int, int, int, const std::string&,
+std::shared_ptr<ProcessGroup> make_nccl_group(int, int, int, Rendezvous, const std::string&,
                                               std::chrono::milliseconds) {
   MT_THROW("init_process_group: this build of mantissa has no nccl backend");
+}
+}  // namespace detail
+#endif
+#if !MANTISSA_HAS_MPI
+namespace detail {
+std::pair<int, int> mpi_world() {
+  MT_THROW("init_process_group: this build of mantissa has no MPI rendezvous");
+}
+std::vector<char> mpi_broadcast_bytes(std::vector<char>, int) {
+  MT_THROW("init_process_group: this build of mantissa has no MPI rendezvous");
 }
 }  // namespace detail
 #endif

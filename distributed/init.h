@@ -12,6 +12,14 @@
 namespace mantissa::distributed {
 
 enum class Backend { Gloo, Nccl };
+// Where the ranks meet. File: a directory every rank sees (one host, or a shared filesystem).
+// Mpi: MPI collectives between the processes mpirun started (any hosts; needs a build with MPI).
+// Auto: Mpi when mpirun started this process (OMPI_COMM_WORLD_RANK is set) and this build has
+// MPI, else File.
+enum class Rendezvous { Auto, File, Mpi };
+const char* rendezvous_name(Rendezvous rendezvous);
+// Whether this build of mantissa can meet through MPI (MPI and Gloo found at configure time).
+bool has_mpi_rendezvous();
 const char* backend_name(Backend backend);
 // Whether this build of mantissa has the backend (Gloo: found at configure time; NCCL: a CUDA
 // build that found NCCL).
@@ -40,9 +48,11 @@ struct InitOptions {
   std::optional<int> world_size;
   std::optional<int> local_rank;
   std::optional<int> local_world_size;
-  // The directory of the file store the ranks meet in; every rank must see the same directory
-  // (a shared filesystem when the job spans hosts). Empty: MANTISSA_STORE_PATH, else a directory
-  // under the system temporary directory named after MASTER_ADDR and MASTER_PORT.
+  Rendezvous rendezvous = Rendezvous::Auto;
+  // The directory of the file store the ranks meet in (unused under MPI rendezvous); every rank
+  // must see the same directory (a shared filesystem when the job spans hosts). Empty:
+  // MANTISSA_STORE_PATH, else a directory under the system temporary directory named after
+  // MASTER_ADDR and MASTER_PORT.
   std::string store_path;
   // The address other ranks reach this one at (Gloo's TCP transport). Empty: 127.0.0.1 when
   // every rank runs on this host, else this host's name.
@@ -53,9 +63,11 @@ struct InitOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
 };
 
-// Meets the other ranks through the store, connects them and makes the result the default
+// Meets the other ranks (options.rendezvous), connects them and makes the result the default
 // group. Throws when this build lacks the backend, when rank or world size are unknown or out
-// of range, or when the other ranks do not arrive within the timeout.
+// of range, or when the other ranks do not arrive at a file store within the timeout. Under MPI
+// rendezvous, rank and world size are MPI_COMM_WORLD's (explicit ones must agree), and MPI is
+// initialised here unless the program did it (mantissa then finalises it at exit).
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
 bool is_initialized();
 // The group init_process_group() made; throws when there is none.

@@ -142,38 +142,56 @@ class NcclWork final : public Work {
 
 class NcclProcessGroup final : public ProcessGroup {
  public:
-  NcclProcessGroup(int rank, int size, int local_rank, const std::string& store_path,
-                   std::chrono::milliseconds timeout)
+  NcclProcessGroup(int rank, int size, int local_rank, Rendezvous rendezvous,
+                   const std::string& store_path, std::chrono::milliseconds timeout)
       : ProcessGroup(rank, size, timeout), device_(local_rank), comm_(std::make_shared<Comm>()) {
     comm_->rank = rank;
     comm_->size = size;
     comm_->timeout = timeout;
     ncclUniqueId id;
     std::unique_ptr<gloo::rendezvous::FileStore> store;
-    try {
-      std::filesystem::create_directories(store_path);
-      store = std::make_unique<gloo::rendezvous::FileStore>(store_path);
+    if (rendezvous == Rendezvous::Mpi) {
+      std::vector<char> bytes;
       if (rank == 0) {
         MT_NCCL_CHECK(ncclGetUniqueId(&id));
-        store->set(kUniqueIdKey, std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
-      } else {
-        store->wait({kUniqueIdKey}, timeout);
-        const std::vector<char> bytes = store->get(kUniqueIdKey);
-        MT_CHECK(bytes.size() == sizeof(id.internal), "the store holds a malformed NCCL id");
-        std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
+        bytes.assign(id.internal, id.internal + sizeof(id.internal));
       }
-    } catch (const std::exception& e) {
-      MT_THROW("init_process_group (nccl): rank ", rank, " of ", size,
-               " could not meet the other ranks through the file store at '", store_path,
-               "' within ", timeout.count(), " ms: ", e.what());
+      try {
+        bytes = mpi_broadcast_bytes(std::move(bytes), 0);
+      } catch (const std::exception& e) {
+        MT_THROW("init_process_group (nccl): rank ", rank, " of ", size,
+                 " could not meet the other ranks through MPI: ", e.what());
+      }
+      MT_CHECK(bytes.size() == sizeof(id.internal), "MPI rendezvous: a malformed NCCL id");
+      std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
+    } else {
+      try {
+        std::filesystem::create_directories(store_path);
+        store = std::make_unique<gloo::rendezvous::FileStore>(store_path);
+        if (rank == 0) {
+          MT_NCCL_CHECK(ncclGetUniqueId(&id));
+          store->set(kUniqueIdKey,
+                     std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
+        } else {
+          store->wait({kUniqueIdKey}, timeout);
+          const std::vector<char> bytes = store->get(kUniqueIdKey);
+          MT_CHECK(bytes.size() == sizeof(id.internal), "the store holds a malformed NCCL id");
+          std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
+        }
+      } catch (const std::exception& e) {
+        MT_THROW("init_process_group (nccl): rank ", rank, " of ", size,
+                 " could not meet the other ranks through the file store at '", store_path,
+                 "' within ", timeout.count(), " ms: ", e.what());
+      }
     }
     cuda::set_device(device_);
     MT_NCCL_CHECK(ncclCommInitRank(&comm_->comm, size, id, rank));
     // Every rank has read the id once the communicator exists; a later job in the same
     // directory must not find it.
     std::error_code ignored;
-    for (const std::string& key_file : store->getAllKeyFilePaths())
-      std::filesystem::remove(key_file, ignored);
+    if (store)
+      for (const std::string& key_file : store->getAllKeyFilePaths())
+        std::filesystem::remove(key_file, ignored);
   }
 
   ~NcclProcessGroup() override {
@@ -270,9 +288,10 @@ class NcclProcessGroup final : public ProcessGroup {
 }  // namespace
 
 std::shared_ptr<ProcessGroup> make_nccl_group(int rank, int size, int local_rank,
-                                              const std::string& store_path,
+                                              Rendezvous rendezvous, const std::string& store_path,
                                               std::chrono::milliseconds timeout) {
-  return std::make_shared<NcclProcessGroup>(rank, size, local_rank, store_path, timeout);
+  return std::make_shared<NcclProcessGroup>(rank, size, local_rank, rendezvous, store_path,
+                                            timeout);
 }
 
 }  // namespace mantissa::distributed::detail

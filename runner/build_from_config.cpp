@@ -292,6 +292,10 @@ void check_distributed(const Config& c, Device device, const RunPlacement& place
   if (backend == distributed::Backend::Gloo && device.is_cuda()) {
     c.fail("distributed.backend", "gloo reduces CPU tensors; this run's device is " + device.str());
   }
+  if (c.distributed.rendezvous == "mpi" && !distributed::has_mpi_rendezvous()) {
+    c.fail("distributed.rendezvous",
+           "this build of mantissa has no MPI rendezvous (MPI was not found when it was built)");
+  }
 }
 
 RunObjects build_common(const Config& c, const RunPlacement& placement = {}) {

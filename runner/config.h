@@ -180,12 +180,13 @@ struct ScalerConfig {
 struct DistributedConfig {
   // The section is omitted from resolved.yaml (and so from the config hash) while at defaults.
   static constexpr bool kOmittedWhenDefault = true;
-  int64_t nproc = 1;             // local ranks `mantissa train` starts (1: none)
-  std::string backend = "auto";  // auto gloo nccl
-  double timeout_s = 1800.0;     // rendezvous and each collective
-  std::string store_path;        // empty: a fresh directory per launch / MANTISSA_STORE_PATH
-  bool drop_last = false;        // the sampler drops the tail instead of padding
-  double bucket_cap_mb = 25.0;   // DistributedDataParallel options
+  int64_t nproc = 1;                // local ranks `mantissa train` starts (1: none)
+  std::string backend = "auto";     // auto gloo nccl
+  double timeout_s = 1800.0;        // rendezvous and each collective
+  std::string store_path;           // empty: a fresh directory per launch / MANTISSA_STORE_PATH
+  std::string rendezvous = "auto";  // auto file mpi
+  bool drop_last = false;           // the sampler drops the tail instead of padding
+  double bucket_cap_mb = 25.0;      // DistributedDataParallel options
   double first_bucket_mb = 1.0;
   bool find_unused_parameters = false;
   bool static_graph = false;

@@ -699,6 +699,11 @@ void describe(V& v, DistributedConfig& d) {
               .optional_output()
               .doc("directory the ranks meet in (shared by every host); default: a fresh one per "
                    "launch, or `MANTISSA_STORE_PATH`"));
+  v.field(key("rendezvous", d.rendezvous)
+              .one_of({"auto", "file", "mpi"})
+              .doc("where the ranks meet: `file` (the store directory), `mpi` (MPI collectives, "
+                   "under mpirun; needs a build with MPI); `auto` is `mpi` under mpirun when "
+                   "built with MPI, else `file`"));
   v.field(key("drop_last", d.drop_last)
               .doc("each rank's shard drops the tail of an epoch that does not divide by the "
                    "ranks, instead of repeating examples from its start"));

@@ -36,6 +36,9 @@ distributed::InitOptions init_options(const DistributedConfig& config, Device de
   o.world_size = placement.world_size;
   o.local_rank = placement.local_rank;
   o.store_path = config.store_path;
+  o.rendezvous = config.rendezvous == "mpi"    ? distributed::Rendezvous::Mpi
+                 : config.rendezvous == "file" ? distributed::Rendezvous::File
+                                               : distributed::Rendezvous::Auto;
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000.0));
   return o;
 }

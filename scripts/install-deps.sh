@@ -5,6 +5,8 @@
 # --sanitize also installs clang 19 (Debian 12's newest; clang 14 lacks __builtin_cpu_supports
 # ("f16c")) with its sanitizer and libFuzzer runtimes, its OpenMP and llvm-symbolizer (file:line
 # in reports), for `scripts/test.sh --sanitize` and scripts/fuzz.sh.
+# --mpi also installs Open MPI (optional): built with it, ranks started by mpirun meet through MPI
+# instead of a store directory, so a job across hosts needs no shared filesystem for it.
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build ccache pkg-config libgtest-dev googletest
@@ -13,6 +15,7 @@ packages=(build-essential cmake ninja-build ccache pkg-config libgtest-dev googl
 for arg in "$@"; do
   case "$arg" in
     --sanitize) packages+=(clang-19 libclang-rt-19-dev libomp-19-dev llvm-19) ;;
+    --mpi) packages+=(openmpi-bin libopenmpi-dev) ;;
     *) echo "install-deps.sh: unknown option $arg" >&2; exit 2 ;;
   esac
 done
