@@ -5,17 +5,16 @@
 # --sanitize also installs clang 19 (Debian 12's newest; clang 14 lacks __builtin_cpu_supports
 # ("f16c")) with its sanitizer and libFuzzer runtimes, its OpenMP and llvm-symbolizer (file:line
 # in reports), for `scripts/test.sh --sanitize` and scripts/fuzz.sh.
-# --mpi also installs Open MPI (optional): built with it, ranks started by mpirun meet through MPI
-# instead of a store directory, so a job across hosts needs no shared filesystem for it.
+# Open MPI is optional for a build (without it, ranks meet only through a store directory) and is
+# installed here so that ranks started by mpirun meet through MPI and the suite tests that path.
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build ccache pkg-config libgtest-dev googletest
           libspdlog-dev libfmt-dev libopenblas-dev libyaml-cpp-dev libcli11-dev
-          nlohmann-json3-dev libbenchmark-dev libgloo-dev)
+          nlohmann-json3-dev libbenchmark-dev libgloo-dev openmpi-bin libopenmpi-dev)
 for arg in "$@"; do
   case "$arg" in
     --sanitize) packages+=(clang-19 libclang-rt-19-dev libomp-19-dev llvm-19) ;;
-    --mpi) packages+=(openmpi-bin libopenmpi-dev) ;;
     *) echo "install-deps.sh: unknown option $arg" >&2; exit 2 ;;
   esac
 done

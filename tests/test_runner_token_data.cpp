@@ -18,6 +18,7 @@ namespace mt = mantissa;
 using mt::Tensor;
 using mt::runner::Batch;
 using mt::runner::DataLoader;
+using mt::runner::DataLoaderOptions;
 using mt::testing::expect_error;
 using mt::testing::TempDir;
 
