@@ -192,9 +192,11 @@ int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& 
   }
   const runner::TrainSummary summary = trainer.fit();
   if (ranks.group) {
-    const std::string hash = runner::check_ranks_agree_on_state(*ranks.group, *run.model);
-    ranks.out() << "parameters and buffers identical on all " << ranks.group->size()
-                << " ranks (hash " << hash << ")\n";
+    const std::string hash =
+        runner::check_ranks_agree_on_state(*ranks.group, *run.model, &trainer.scaler());
+    ranks.out() << (trainer.scaler().is_enabled() ? "parameters, buffers and loss scaler"
+                                                  : "parameters and buffers")
+                << " identical on all " << ranks.group->size() << " ranks (hash " << hash << ")\n";
   }
   const int code = print_summary(summary, run_dir, ranks.out());
   const runner::Config& c = run.config;

@@ -72,7 +72,8 @@ std::string broadcast_string(distributed::ProcessGroup& group, const std::string
   return out;
 }
 
-std::string check_ranks_agree_on_state(distributed::ProcessGroup& group, const nn::Module& model) {
+std::string check_ranks_agree_on_state(distributed::ProcessGroup& group, const nn::Module& model,
+                                       const amp::GradScaler* scaler) {
   Fnv1a64 h;
   auto add = [&h](const std::vector<std::pair<std::string, Tensor>>& named) {
     for (const auto& [name, t] : named) {
@@ -83,6 +84,13 @@ std::string check_ranks_agree_on_state(distributed::ProcessGroup& group, const n
   };
   add(model.named_parameters());
   add(model.named_buffers());
+  if (const auto st = scaler != nullptr ? scaler->state_dict() : std::nullopt) {
+    for (const double v : {st->scale, st->growth_factor, st->backoff_factor, st->min_scale})
+      h.add(&v, sizeof v);
+    for (const int64_t v : {st->growth_interval, st->growth_tracker, st->hysteresis,
+                            st->overflow_streak, st->steps_taken, st->steps_skipped})
+      h.add(&v, sizeof v);
+  }
   // Two 32-bit halves, each exact in float64; their max and -min over ranks agree iff every
   // rank's hash is the same.
   const uint64_t v = h.value();
@@ -90,7 +98,8 @@ std::string check_ranks_agree_on_state(distributed::ProcessGroup& group, const n
   Tensor t = from_vector(std::vector<double>{hi, lo, -hi, -lo}, Shape{4});
   group.allreduce(t, distributed::ReduceOp::Max)->wait();
   const auto r = t.to_vector<double>();
-  MT_CHECK(r[0] == -r[2] && r[1] == -r[3], "distributed: the ranks' parameters differ at the end ",
+  MT_CHECK(r[0] == -r[2] && r[1] == -r[3],
+           "distributed: the ranks' parameters, buffers or loss scaler differ at the end ",
            "of the run (rank ", group.rank(), " of ", group.size(), " has hash ", h.hex(),
            "); they were not kept in sync");
   return h.hex();

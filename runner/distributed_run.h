@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "amp/grad_scaler.h"
 #include "distributed/ddp.h"
 #include "distributed/init.h"
 #include "distributed/process_group.h"
@@ -37,8 +38,10 @@ nn::DistributedDataParallelOptions ddp_options(const DistributedConfig& config);
 // Rank 0's `value`, on every rank (a collective: every rank calls it, in the same order).
 std::string broadcast_string(distributed::ProcessGroup& group, const std::string& value);
 
-// A hash of every parameter's and buffer's values (16 hex digits), compared across ranks: throws
-// mantissa::Error naming the ranks when they differ; returns the hash.
-std::string check_ranks_agree_on_state(distributed::ProcessGroup& group, const nn::Module& model);
+// A hash of every parameter's and buffer's values and of the loss scaler's state when one is
+// given (16 hex digits), compared across ranks: throws mantissa::Error naming the ranks when they
+// differ; returns the hash.
+std::string check_ranks_agree_on_state(distributed::ProcessGroup& group, const nn::Module& model,
+                                       const amp::GradScaler* scaler = nullptr);
 
 }  // namespace mantissa::runner

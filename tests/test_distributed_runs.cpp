@@ -13,8 +13,14 @@ namespace {
 
 // 100 examples in batches of 20: each of 2 ranks has 50 per epoch (3 batches, the last of 10),
 // so a run of 24 steps crosses 7 epoch boundaries.
-std::string run_config(int steps, int checkpoint_every) {
-  return "model:\n  layers:\n    - {type: linear, in: 10, out: 16}\n    - relu\n"
+// precision float16 adds a loss scaler whose scale changes within the run (growth_interval 3).
+std::string run_config(int steps, int checkpoint_every, const std::string& precision = "float32") {
+  const std::string amp =
+      precision == "float32"
+          ? ""
+          : "precision: " + precision + "\nscaler: {init_scale: 1024, growth_interval: 3}\n";
+  return amp +
+         "model:\n  layers:\n    - {type: linear, in: 10, out: 16}\n    - relu\n"
          "    - {type: linear, in: 16, out: 5}\n"
          "data: {type: teacher, samples: 100, batch_size: 20, noise: 0.1}\n"
          "optimizer: {type: sgd, lr: 0.05, momentum: 0.9}\n"
@@ -154,8 +160,10 @@ TEST_F(DistributedRunTest, TheLauncherRefusesABadRunBeforeStartingRanks) {
   EXPECT_EQ(zero.code, 2) << zero.output;
 }
 
+// Under float16 autocast, so the loss scaler's state (scale, growth tracker) must also come back
+// the same on every rank: the end-of-run check compares it across ranks.
 TEST_F(DistributedRunTest, KilledWithAllItsRanksThenResumedEqualsAnUninterruptedRun) {
-  write_file(dir_ / "cfg.yaml", run_config(24, 4));
+  write_file(dir_ / "cfg.yaml", run_config(24, 4, "float16"));
   const Result straight = run(train_args("straight"));
   ASSERT_EQ(straight.code, 0) << straight.output;
 
@@ -175,7 +183,9 @@ TEST_F(DistributedRunTest, KilledWithAllItsRanksThenResumedEqualsAnUninterrupted
   ASSERT_EQ(resumed.code, 0) << resumed.output;
   EXPECT_TRUE(contains(resumed.output, "resuming from")) << resumed.output;
   EXPECT_TRUE(contains(resumed.output, "on 2 ranks")) << resumed.output;
-  EXPECT_TRUE(contains(resumed.output, "identical on all 2 ranks")) << resumed.output;
+  EXPECT_TRUE(
+      contains(resumed.output, "parameters, buffers and loss scaler identical on all 2 ranks"))
+      << resumed.output;
   EXPECT_EQ(weights("killed"), weights("straight"));
 }
 
