@@ -186,9 +186,8 @@ enum class CastPolicy : uint8_t { LowerPrecision, Float32, Promote, None, Banned
   X(triu,                None,           true,  pointwise,    "arange add ge where")            \
   /* attention */                                                                                 \
   X(scaled_dot_product_attention,                                                                 \
-                         LowerPrecision, true,  attention,    "bmm mul gt eq where add softmax "  \
-                                                              "softmax_backward bernoulli copy "  \
-                                                              "sum")
+                         LowerPrecision, true,  attention,    "attention_forward "                \
+                                                              "attention_backward copy sum")
 // clang-format on
 
 enum class OpId : uint16_t {
@@ -232,8 +231,7 @@ constexpr CastPolicy cast_policy(OpId op) { return op_info(op).policy; }
   X(sum) X(mean) X(amax) X(amin) X(max) X(min) X(var) X(std) X(norm)                               \
   X(softmax) X(log_softmax) X(mm) X(bmm) X(matmul) X(linear) X(mse_loss) X(l1_loss)                \
   X(cat) X(stack) X(dropout) X(nll_loss) X(split) X(chunk) X(repeat) X(einsum) X(addmm)         \
-  X(baddbmm)                                                                                       \
-  X(scaled_dot_product_attention)
+  X(baddbmm)
 // clang-format on
 
 inline constexpr OpId kDoubleBackwardOps[] = {

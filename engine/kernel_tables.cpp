@@ -111,6 +111,8 @@ MT_DEFINE_TABLE(addcmul, AddcmulKernel)
 MT_DEFINE_TABLE(norm_stats, NormStatsKernel)
 MT_DEFINE_TABLE(norm_apply, NormApplyKernel)
 MT_DEFINE_TABLE(norm_backward, NormBackwardKernel)
+MT_DEFINE_TABLE(attention_forward, AttentionForwardKernel)
+MT_DEFINE_TABLE(attention_backward, AttentionBackwardKernel)
 
 namespace detail {
 void throw_no_kernel(const char* op, DeviceType device) {

@@ -220,15 +220,15 @@ struct RmspropStepParams {
   double lr, alpha, eps, weight_decay, momentum;
   bool centered, maximize;
 };
-using RmspropMultiStepKernel = void (*)(const OptimizerTensorLists& lists,
-                                        const Tensor& found_inf, const RmspropStepParams& p);
+using RmspropMultiStepKernel = void (*)(const OptimizerTensorLists& lists, const Tensor& found_inf,
+                                        const RmspropStepParams& p);
 MT_DECLARE_TABLE(rmsprop_multi_step, RmspropMultiStepKernel)
 struct AdagradStepParams {
   double lr, lr_decay, weight_decay, eps;
   bool maximize;
 };
-using AdagradMultiStepKernel = void (*)(const OptimizerTensorLists& lists,
-                                        const Tensor& found_inf, const AdagradStepParams& p);
+using AdagradMultiStepKernel = void (*)(const OptimizerTensorLists& lists, const Tensor& found_inf,
+                                        const AdagradStepParams& p);
 MT_DECLARE_TABLE(adagrad_multi_step, AdagradMultiStepKernel)
 struct NadamStepParams {
   double lr, beta1, beta2, eps, weight_decay, momentum_decay;
@@ -451,6 +451,41 @@ using NormBackwardKernel = void (*)(const Tensor& grad_x, const Tensor& grad_wei
                                     const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                     const Tensor& weight, const NormSets& sets, bool stats_from_x);
 MT_DECLARE_TABLE(norm_backward, NormBackwardKernel)
+
+// ---- attention (kernels/cpu/attention_kernels.cpp, kernels/cuda/attention_kernels.cu) -------
+// scaled_dot_product_attention over B = the flattened batch dims: scores s = q k^T * scale plus
+// the mask (bool: -inf where false; else added), -inf above the diagonal when causal;
+// out = dropout(softmax(s)) v. lse (opmath dtype: float32, float64 for float64) keeps each row's
+// logsumexp of s for the backward, NaN for a row that may attend to no key (whose out is NaN).
+// Dropout keeps element (b, i, j) when philox_uniform01_double of counter
+// rng.offset + (b * L + i) * S + j is below 1 - dropout_p, and scales it by 1 / (1 - dropout_p).
+struct AttentionForwardArgs {
+  Tensor out;      // [B, L, Ev], contiguous, q's dtype (overwritten)
+  Tensor lse;      // [B, L], contiguous (overwritten)
+  Tensor q, k, v;  // [B, L, E], [B, S, E], [B, S, Ev], contiguous, one dtype
+  Tensor mask;     // undefined, or a [batch..., L, S] broadcast view (any strides) whose
+                   // batch dims flatten row-major to B; bool or q's dtype
+  bool causal = false;
+  double scale = 1.0;
+  double dropout_p = 0.0;
+  PhiloxState rng{0, 0};
+};
+// Returns false, computing nothing, when the device's kernel does not handle the case (the op
+// then runs its composed path); the CPU kernel handles every case.
+using AttentionForwardKernel = bool (*)(const AttentionForwardArgs& args);
+MT_DECLARE_TABLE(attention_forward, AttentionForwardKernel)
+// The gradients from grad_out [B, L, Ev] (contiguous), recomputing the probabilities from the
+// forward's lse: dV = P_d^T dO, dP = dropout(dO V^T), dS = P * (dP - rowsum(dO * O)),
+// dQ = dS K * scale, dK = dS^T Q * scale. grad_q/k/v are contiguous like q/k/v (overwritten);
+// grad_mask is undefined, or [B, L, S] contiguous in q's dtype and receives dS. Returns false,
+// computing nothing, when the device's kernel does not handle the case.
+struct AttentionBackwardArgs {
+  Tensor grad_q, grad_k, grad_v, grad_mask;
+  Tensor grad_out;
+  AttentionForwardArgs fwd;  // the forward's inputs, out and lse
+};
+using AttentionBackwardKernel = bool (*)(const AttentionBackwardArgs& args);
+MT_DECLARE_TABLE(attention_backward, AttentionBackwardKernel)
 
 #undef MT_DECLARE_TABLE
 

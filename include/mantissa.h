@@ -1,6 +1,7 @@
 // mantissa: a C++20 mixed-precision training engine. Include this one header.
 #pragma once
 
+#include "engine/cuda_attention_stats.h"
 #include "engine/cuda_linear_stats.h"
 #include "engine/cuda_memory.h"
 #include "engine/cuda_stream.h"

@@ -1,0 +1,175 @@
+// scaled_dot_product_attention and embedding on CUDA against the CPU, forward and backward, in
+// float32, float16 and bfloat16, with and without the causal mask, odd sequence lengths and head
+// dims 64 and 128; and which attention path ran (engine/cuda_attention_stats.h), strict mode
+// included. Skipped without a GPU.
+#include <string>
+
+#include "engine/cuda_attention_stats.h"
+#include "test_util.h"
+
+namespace mt = mantissa;
+using mt::Shape;
+using mt::Tensor;
+using mt::testing::kGpu;
+
+namespace {
+
+struct Grads {
+  Tensor out, dq, dk, dv, dmask;
+};
+
+// The same call on `device`, from the same float32 host values cast to dt.
+Grads attend(const std::vector<Tensor>& host, const Tensor& mask, bool causal, mt::DType dt,
+             mt::Device device) {
+  auto leaf = [&](const Tensor& t) { return t.to(dt).to(device).requires_grad_(); };
+  Tensor q = leaf(host[0]), k = leaf(host[1]), v = leaf(host[2]), m;
+  if (mask.defined()) m = mask.dtype() == mt::kBool ? mask.to(device) : leaf(mask);
+  Tensor out = mt::scaled_dot_product_attention(q, k, v, m, 0.0, causal);
+  out.backward(host[3].to(dt).to(device));
+  return {out, q.grad(), k.grad(), v.grad(),
+          m.defined() && m.requires_grad() ? m.grad() : Tensor()};
+}
+
+struct Tol {
+  double out, grad;
+};
+
+// Both devices read the same dtype-rounded inputs and compute in float (double for none here).
+//  float32: the CPU's blocked loop and the GPU's bmm/softmax sum in other orders: a few ulps over
+//           tens of terms (matmul precision "highest", so no TF32).
+//  float16, fused: both accumulate in float and round the output once, so they differ by about
+//           one fp16 ulp (2^-10 relative); the gradients are recomputed in float32 on the GPU
+//           and rounded once too, but sum up to L terms: a few ulps.
+//  bfloat16, fused: the same with bf16's 2^-7.
+//  composed (masks): the GPU rounds the scores and the weights to the half type between ops,
+//           about three roundings more than the CPU kernel.
+Tol tolerance(mt::DType dt, bool composed) {
+  if (dt == mt::kFloat32) return {2e-5, 1e-4};
+  const double ulp = dt == mt::kFloat16 ? 1.0 / 1024 : 1.0 / 128;
+  return composed ? Tol{6 * ulp, 12 * ulp} : Tol{2 * ulp, 6 * ulp};
+}
+
+void expect_match(const Grads& gpu, const Grads& cpu, Tol tol, const std::string& what) {
+  mt::testing::expect_close(gpu.out.to(mt::kCPU), cpu.out, tol.out, tol.out, what + " out");
+  mt::testing::expect_close(gpu.dq.to(mt::kCPU), cpu.dq, tol.grad, tol.grad, what + " dq");
+  mt::testing::expect_close(gpu.dk.to(mt::kCPU), cpu.dk, tol.grad, tol.grad, what + " dk");
+  mt::testing::expect_close(gpu.dv.to(mt::kCPU), cpu.dv, tol.grad, tol.grad, what + " dv");
+  ASSERT_EQ(gpu.dmask.defined(), cpu.dmask.defined()) << what;
+  if (cpu.dmask.defined())
+    mt::testing::expect_close(gpu.dmask.to(mt::kCPU), cpu.dmask, tol.grad, tol.grad,
+                              what + " dmask");
+}
+
+std::vector<Tensor> inputs(int64_t L, int64_t S, int64_t D) {
+  return {mt::randn({2, 3, L, D}), mt::randn({2, 3, S, D}), mt::randn({2, 3, S, D}),
+          mt::randn({2, 3, L, D})};
+}
+
+}  // namespace
+
+TEST(CudaAttention, MatchesTheCpu) {
+  MT_REQUIRE_GPU();
+  mt::manual_seed(19);
+  for (int64_t D : {64, 128}) {
+    for (bool causal : {false, true}) {
+      // odd lengths, L < S and L > S, one tile of queries and several blocks of keys
+      for (auto [L, S] : std::vector<std::pair<int64_t, int64_t>>{{37, 37}, {9, 77}, {45, 13}}) {
+        const auto host = inputs(L, S, D);
+        for (mt::DType dt : {mt::kFloat32, mt::kFloat16, mt::kBFloat16}) {
+          const std::string what = std::string(mt::dtype_name(dt)) + " D=" + std::to_string(D) +
+                                   (causal ? " causal" : "") + " L=" + std::to_string(L) +
+                                   " S=" + std::to_string(S);
+          mt::cuda::reset_attention_stats();
+          const Grads gpu = attend(host, Tensor(), causal, dt, kGpu);
+          const Grads cpu = attend(host, Tensor(), causal, dt, mt::kCPU);
+          expect_match(gpu, cpu, tolerance(dt, false), what);
+          const mt::cuda::AttentionStats st = mt::cuda::attention_stats();
+          if (dt == mt::kFloat32) {
+            EXPECT_EQ(st.fell_back(mt::cuda::AttentionFallback::Dtype), 1) << what;
+            EXPECT_EQ(st.fused_float16 + st.fused_bfloat16, 0) << what;
+          } else {
+            EXPECT_EQ(dt == mt::kFloat16 ? st.fused_float16 : st.fused_bfloat16, 1) << what;
+            EXPECT_EQ(st.composed_backward, 1) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Masks, other head dims and float32 take the composed path; it matches the CPU kernel too,
+// the fully masked row's NaN included.
+TEST(CudaAttention, ComposedPathMatchesTheCpu) {
+  MT_REQUIRE_GPU();
+  mt::manual_seed(7);
+  const int64_t L = 21, S = 35;
+  Tensor bool_mask = mt::rand({L, S}) > 0.3;
+  bool_mask = mt::logical_or(
+      bool_mask, mt::arange(S, mt::TensorOptions().dtype(mt::kInt64)).view({1, S}) == 0);
+  const Tensor float_mask = mt::randn({2, 1, L, S});
+  for (int64_t D : {8, 64}) {
+    const auto host = inputs(L, S, D);
+    for (mt::DType dt : {mt::kFloat32, mt::kFloat16, mt::kBFloat16}) {
+      for (const Tensor& mask : {bool_mask, float_mask}) {
+        const std::string what = std::string(mt::dtype_name(dt)) + " D=" + std::to_string(D) +
+                                 (mask.dtype() == mt::kBool ? " bool" : " float") + " mask";
+        expect_match(attend(host, mask, false, dt, kGpu), attend(host, mask, false, dt, mt::kCPU),
+                     tolerance(dt, true), what);
+      }
+    }
+  }
+  // a query with no key: NaN on both devices
+  Tensor none = mt::ones({L, S}, mt::TensorOptions().dtype(mt::kBool));
+  none.narrow(0, 4, 1).fill_(false);
+  const auto host = inputs(L, S, 64);
+  const Grads gpu = attend(host, none, false, mt::kFloat16, kGpu);
+  const Grads cpu = attend(host, none, false, mt::kFloat16, mt::kCPU);
+  mt::testing::expect_close(gpu.out.to(mt::kCPU), cpu.out, 1e-2, 1e-2, "no-key row");
+  EXPECT_TRUE(mt::isnan(gpu.out.to(mt::kCPU).narrow(2, 4, 1)).all().item<bool>());
+}
+
+TEST(CudaAttention, StrictModeRefusesAFallback) {
+  MT_REQUIRE_GPU();
+  const auto host = inputs(17, 17, 64);
+  const auto on = [&](mt::DType dt) {
+    std::vector<Tensor> t;
+    for (const Tensor& h : host) t.push_back(h.to(dt).to(kGpu));
+    return t;
+  };
+  mt::cuda::set_strict_fused_attention(true);
+  const auto half = on(mt::kFloat16);
+  EXPECT_NO_THROW(mt::scaled_dot_product_attention(half[0], half[1], half[2], Tensor(), 0.0, true));
+  mt::testing::expect_error(
+      [&] { mt::scaled_dot_product_attention(half[0], half[1], half[2], Tensor(), 0.1); },
+      {"Dropout", "strict fused attention"});
+  const auto f32 = on(mt::kFloat32);
+  mt::testing::expect_error([&] { mt::scaled_dot_product_attention(f32[0], f32[1], f32[2]); },
+                            {"Dtype"});
+  mt::cuda::set_strict_fused_attention(false);
+  EXPECT_NO_THROW(mt::scaled_dot_product_attention(f32[0], f32[1], f32[2]));
+}
+
+// embedding gathers rows and sums gradients in a fixed order on both devices: the same bits.
+TEST(CudaAttention, EmbeddingMatchesTheCpu) {
+  MT_REQUIRE_GPU();
+  mt::manual_seed(3);
+  const Tensor idx = mt::randint(0, 50, {4, 33}, mt::kInt64);
+  const Tensor w = mt::randn({50, 64}), g = mt::randn({4, 33, 64});
+  for (mt::DType dt : {mt::kFloat32, mt::kFloat16, mt::kBFloat16}) {
+    for (std::optional<int64_t> pad : {std::optional<int64_t>(), std::optional<int64_t>(7)}) {
+      Tensor results[2][2];
+      int n = 0;
+      for (mt::Device device : {mt::Device(mt::kCPU), kGpu}) {
+        Tensor weight = w.to(dt).to(device).requires_grad_();
+        Tensor out = mt::embedding(idx.to(device), weight, pad);
+        out.backward(g.to(dt).to(device));
+        results[n][0] = out.to(mt::kCPU);
+        results[n][1] = weight.grad().to(mt::kCPU);
+        ++n;
+      }
+      const std::string what = std::string(mt::dtype_name(dt)) + (pad ? " padding_idx" : "");
+      mt::testing::expect_close(results[1][0], results[0][0], 0, 0, what + " forward");
+      mt::testing::expect_close(results[1][1], results[0][1], 0, 0, what + " backward");
+    }
+  }
+}
