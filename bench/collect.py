@@ -226,11 +226,12 @@ def main():
              f"median of {args.rounds} interleaved rounds, each the best of {args.reps} "
              f"repetitions of >= {args.min_time} s; peer/mantissa > 1 means mantissa is faster; "
              "peak MiB is the process's max RSS above its baseline after start-up", ""]
-    lines.append("| " + " | ".join(head) + " |")
-    lines.append("|" + "|".join("---" for _ in head) + "|")
-    for row in rows:
-        lines.append("| " + " | ".join(row) + " |")
-    lines.append("")
+    if rows:
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "|".join("---" for _ in head) + "|")
+        for row in rows:
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
     gpt = [c for c in configs if c[0] in GPT_WORKLOADS]
     if gpt:
         lines += gpt_table(gpt, med, peer_names)
