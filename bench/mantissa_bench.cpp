@@ -4,8 +4,9 @@
 // peers, and builds the table; running this binary by hand works too.
 //
 // Names are "<workload>/<device>/<precision>". Counters: samples_per_s, gflops (matmul FLOPs per
-// second; for the GPT workloads tokens_per_s and gflops from nanoGPT's FLOPs per token), peak_rss_mib (process high-water mark) and base_rss_mib (the mark before any benchmark
-// ran: the library and the runtime, not the workload).
+// second; for the GPT workloads tokens_per_s and gflops from nanoGPT's FLOPs per token),
+// peak_rss_mib (process high-water mark) and base_rss_mib (the mark before any benchmark ran: the
+// library and the runtime, not the workload).
 #include <benchmark/benchmark.h>
 #include <mantissa.h>
 #include <sys/resource.h>
@@ -310,12 +311,11 @@ void register_all() {
     if (device.is_cuda() && !mt::cuda::is_available()) continue;
     for (const auto& m : modes) {
       if (m.dtype == mt::DType::Float16 || (device.is_cuda() && !m.precision)) continue;
-      const std::string name = std::string(w.name) + "/" + (device.is_cuda() ? "cuda" : "cpu") +
-                               "/" + m.name;
-      benchmark::RegisterBenchmark(name.c_str(),
-                                   [&w, device, m](benchmark::State& s) {
-                                     bench_gpt(s, w, device, m.precision);
-                                   })
+      const std::string name =
+          std::string(w.name) + "/" + (device.is_cuda() ? "cuda" : "cpu") + "/" + m.name;
+      benchmark::RegisterBenchmark(
+          name.c_str(),
+          [&w, device, m](benchmark::State& s) { bench_gpt(s, w, device, m.precision); })
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     }

@@ -59,8 +59,8 @@ inline double step_flops(const Workload& w) {
 struct GPTWorkload {
   std::string_view name;
   int64_t vocab_size, n_layer, n_head, n_embd, block_size;
-  int64_t batch;        // sequences of block_size tokens per step
-  bool gpu;             // run on cuda only (too large for a CPU benchmark); else on the CPU only
+  int64_t batch;  // sequences of block_size tokens per step
+  bool gpu;       // run on cuda only (too large for a CPU benchmark); else on the CPU only
   double lr = 6e-4;
   double weight_decay = 0.1;
   int64_t tokens_per_step() const { return batch * block_size; }
@@ -87,12 +87,12 @@ inline const GPTWorkload* find_gpt_workload(std::string_view name) {
 // LayerNorm weights.
 inline double gpt_flops_per_token(const GPTWorkload& w) {
   const double C = double(w.n_embd), L = double(w.n_layer), T = double(w.block_size);
-  const double per_layer = 2 * C                 // ln_1
-                           + 3 * C * C + 3 * C   // attn.c_attn
-                           + C * C + C           // attn.c_proj
-                           + 2 * C               // ln_2
-                           + 4 * C * C + 4 * C   // mlp.c_fc
-                           + 4 * C * C + C;      // mlp.c_proj
+  const double per_layer = 2 * C                                      // ln_1
+                           + 3 * C * C + 3 * C                        // attn.c_attn
+                           + C * C + C                                // attn.c_proj
+                           + 2 * C                                    // ln_2
+                           + 4 * C * C + 4 * C                        // mlp.c_fc
+                           + 4 * C * C + C;                           // mlp.c_proj
   const double n = double(w.vocab_size) * C + L * per_layer + 2 * C;  // wte, blocks, ln_f
   return 6 * n + 12 * L * C * T;
 }

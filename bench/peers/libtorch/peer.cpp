@@ -10,8 +10,8 @@
 
 #include <ATen/autocast_mode.h>
 #include <chrono>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <limits>
@@ -68,8 +68,8 @@ struct BlockImpl : torch::nn::Module {
     ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd})));
     c_fc = register_module("c_fc", torch::nn::Linear(n_embd, 4 * n_embd));
     mlp_proj = register_module("mlp_proj", torch::nn::Linear(4 * n_embd, n_embd));
-    masked = register_buffer("masked",
-                             torch::ones({block_size, block_size}, torch::kBool).tril().logical_not());
+    masked = register_buffer(
+        "masked", torch::ones({block_size, block_size}, torch::kBool).tril().logical_not());
   }
   torch::Tensor attn(const torch::Tensor& x) {
     const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head;
@@ -182,9 +182,12 @@ int run_gpt(const GPTWorkload& w, bool cuda, c10::optional<at::ScalarType> amp, 
     loss.backward();
     optimizer.step();
   };
-  const double best = time_step(step, [&] {
-    if (cuda) torch::cuda::synchronize();
-  }, min_time, reps);
+  const double best = time_step(
+      step,
+      [&] {
+        if (cuda) torch::cuda::synchronize();
+      },
+      min_time, reps);
   std::printf("us_per_step=%.4f peak_rss_mib=%.2f base_rss_mib=%.2f\n", best * 1e6, max_rss_mib(),
               base_rss);
   return 0;
