@@ -21,6 +21,41 @@ WORKLOADS = {  # name: (description, batch) -- keep in step with bench/workloads
     "mlp4096": ("MLP 1024-4096-1024 SGD step, batch 512", 512),
 }
 PRECISIONS = ["float32", "bfloat16", "float16"]
+# name: (description, vocab_size, n_layer, n_head, n_embd, block_size, batch, device,
+# precisions) -- the GPT workloads of bench/workloads.h (gpt_workloads()).
+GPT_WORKLOADS = {
+    "gpt_tiny": ("GPT tiny (byte vocab, 4L 4H 128 wide, block 128), batch 16", 256, 4, 4, 128,
+                 128, 16, "cpu", ["float32", "bfloat16"]),
+    "gpt2_124m": ("GPT-2 124M (50304 vocab, 12L 12H 768 wide, block 1024), batch 8", 50304, 12,
+                  12, 768, 1024, 8, "cuda", ["bfloat16"]),
+}
+# Dense bfloat16 tensor-core peaks (TFLOP/s) for MFU, by a substring of the GPU's name.
+GPU_PEAK_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 PCIe": 756.0, "H100": 989.0,
+                   "A100": 312.0, "L40S": 362.0, "A10G": 70.0, "RTX 4090": 165.0}
+
+
+def gpt_flops_per_token(w):
+    """gpt_flops_per_token() in bench/workloads.h: nanoGPT's 6 N + 12 L C T."""
+    _, vocab, n_layer, _, c, t, _, _, _ = GPT_WORKLOADS[w]
+    per_layer = 2 * c + 3 * c * c + 3 * c + c * c + c + 2 * c + 4 * c * c + 4 * c + 4 * c * c + c
+    n = vocab * c + n_layer * per_layer + 2 * c
+    return 6 * n + 12 * n_layer * c * t
+
+
+def gpt_tokens_per_step(w):
+    return GPT_WORKLOADS[w][5] * GPT_WORKLOADS[w][6]
+
+
+def gpu_peak_tflops():
+    try:
+        name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i",
+                               "0"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return None, None
+    for key, peak in GPU_PEAK_TFLOPS.items():
+        if key in name:
+            return name, peak
+    return name or None, None
 
 
 def parse_kv(line):
@@ -126,8 +161,11 @@ def main():
     # cuda::GraphedStep, PyTorch's torch.cuda.graph); added whenever cuda is.
     if "cuda" in devices and "cuda_graph" not in devices:
         devices.append("cuda_graph")
-    configs = [(w, d, p) for w in workloads for d in devices for p in PRECISIONS
-               if d != "cuda_graph" or w in ("toy", "mlp512", "mlp4096")]
+    configs = [(w, d, p) for w in workloads if w not in GPT_WORKLOADS for d in devices
+               for p in PRECISIONS if d != "cuda_graph" or w in ("toy", "mlp512", "mlp4096")]
+    # A GPT workload runs on its one device (the GPU one only when a GPU is present).
+    configs += [(w, GPT_WORKLOADS[w][7], p) for w in workloads if w in GPT_WORKLOADS
+                and GPT_WORKLOADS[w][7] in devices for p in GPT_WORKLOADS[w][8]]
     peers = []
     if args.libtorch_peer:
         peers.append(("libtorch", lambda w, d, p: [args.libtorch_peer, w, d, p, str(args.min_time),
@@ -146,7 +184,7 @@ def main():
             print(f"round {r + 1}/{args.rounds}: {'/'.join(c)}", file=sys.stderr, flush=True)
             results[c]["mantissa"].append(run_mantissa(args, "/".join(c)))
             for name, cmd in peers:
-                if name == "PyTorch graphed" and c[1] != "cuda":
+                if name == "PyTorch graphed" and (c[1] != "cuda" or c[0] in GPT_WORKLOADS):
                     continue
                 if name == "libtorch" and c[1] == "cuda_graph":
                     continue  # the libtorch peer runs eagerly only
@@ -161,6 +199,8 @@ def main():
     head += ["peak MiB (" + " / ".join(["mantissa"] + peer_names) + ")"]
     rows = []
     for (w, d, p) in configs:
+        if w in GPT_WORKLOADS:
+            continue
         m = med[(w, d, p)]
         ours = m["mantissa"]
         desc, batch = WORKLOADS[w]
@@ -186,11 +226,15 @@ def main():
              f"median of {args.rounds} interleaved rounds, each the best of {args.reps} "
              f"repetitions of >= {args.min_time} s; peer/mantissa > 1 means mantissa is faster; "
              "peak MiB is the process's max RSS above its baseline after start-up", ""]
-    lines.append("| " + " | ".join(head) + " |")
-    lines.append("|" + "|".join("---" for _ in head) + "|")
-    for row in rows:
-        lines.append("| " + " | ".join(row) + " |")
-    lines.append("")
+    if rows:
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "|".join("---" for _ in head) + "|")
+        for row in rows:
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+    gpt = [c for c in configs if c[0] in GPT_WORKLOADS]
+    if gpt:
+        lines += gpt_table(gpt, med, peer_names)
     lines += bar_lines(med, devices)
     text = "\n".join(lines)
     print(text)
@@ -212,6 +256,42 @@ def flops(w):
         return batch
     return sum(2 * batch * layers[i] * layers[i + 1] * (2 if i == 0 else 3)
                for i in range(len(layers) - 1))
+
+
+def gpt_table(configs, med, peer_names):
+    """The GPT training steps: tokens/s, model FLOP/s (nanoGPT's FLOPs per token) and, on a GPU
+    whose peak is known, MFU."""
+    gpu_name, peak = gpu_peak_tflops() if any(d == "cuda" for _, d, _ in configs) else (None, None)
+    head = ["workload", "device", "precision", "mantissa ms/step", "tokens/s", "model GFLOP/s",
+            "MFU", "vs own fp32"]
+    for n in peer_names:
+        head += [f"{n} tokens/s", f"{n}/mantissa"]
+    head += ["peak MiB (" + " / ".join(["mantissa"] + peer_names) + ")"]
+    lines = ["GPT training step (forward, cross_entropy, backward, AdamW); MFU = model FLOP/s / "
+             "the device's dense bf16 peak" + (f" ({gpu_name}: {peak:g} TFLOP/s)" if peak else "") +
+             "; on the CPU the peak is not known, so no MFU", "",
+             "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for (w, d, p) in configs:
+        m = med[(w, d, p)]
+        ours = m["mantissa"]
+        tokens, fpt = gpt_tokens_per_step(w), gpt_flops_per_token(w)
+        row = [GPT_WORKLOADS[w][0], d, p]
+        if "us" in ours:
+            tps = tokens * 1e6 / ours["us"]
+            row += [f"{ours['us'] / 1e3:.1f}", f"{tps:,.0f}", f"{tps * fpt / 1e9:,.1f}",
+                    f"{100 * tps * fpt / (peak * 1e12):.1f}%" if peak and d == "cuda" else "-"]
+        else:
+            row += ["n/a", "-", "-", "-"]
+        f32 = med.get((w, d, "float32"), {}).get("mantissa", {})
+        row.append("-" if p == "float32" else (f"{ours['us'] / f32['us']:.2f}x"
+                                               if "us" in ours and "us" in f32 else "-"))
+        for n in peer_names:
+            pr = m.get(n, {"error": "not run"})
+            row += [f"{tokens * 1e6 / pr['us']:,.0f}" if "us" in pr else "n/a", ratio(pr, ours)]
+        row.append(" / ".join(fmt_mem(m.get(n, {})) for n in ["mantissa"] + peer_names))
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    return lines
 
 
 def bar_lines(med, devices):
@@ -243,6 +323,14 @@ def bar_lines(med, devices):
             if "us" in lp and "us" in f32:
                 r = lp["us"] / f32["us"]
                 check(f"{w} {p} autocast step <= 1.35x own float32", f"{r:.2f}x", r <= 1.35)
+    ours, lt = get("gpt_tiny", "float32", "mantissa"), get("gpt_tiny", "float32", "libtorch")
+    if "us" in ours and "us" in lt:
+        r = lt["us"] / ours["us"]
+        check("gpt_tiny float32 training step >= 1.0x libtorch", f"{r:.2f}x", r >= 1.0)
+    f32, bf16 = get("gpt_tiny", "float32", "mantissa"), get("gpt_tiny", "bfloat16", "mantissa")
+    if "us" in f32 and "us" in bf16:
+        r = bf16["us"] / f32["us"]
+        check("gpt_tiny bfloat16 autocast step <= 1.3x own float32", f"{r:.2f}x", r <= 1.3)
     out += gpu_bar_lines(med, devices)
     return out
 

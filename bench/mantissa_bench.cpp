@@ -4,8 +4,9 @@
 // peers, and builds the table; running this binary by hand works too.
 //
 // Names are "<workload>/<device>/<precision>". Counters: samples_per_s, gflops (matmul FLOPs per
-// second), peak_rss_mib (process high-water mark) and base_rss_mib (the mark before any benchmark
-// ran: the library and the runtime, not the workload).
+// second; for the GPT workloads tokens_per_s and gflops from nanoGPT's FLOPs per token),
+// peak_rss_mib (process high-water mark) and base_rss_mib (the mark before any benchmark ran: the
+// library and the runtime, not the workload).
 #include <benchmark/benchmark.h>
 #include <mantissa.h>
 #include <sys/resource.h>
@@ -175,6 +176,72 @@ void bench_train(benchmark::State& state, const Workload& w, mt::Device device,
   finish(state, w, device);
 }
 
+// One nanoGPT training step (bench/workloads.h): the model from nn::GPT, AdamW over its
+// optimizer_groups (decay on >= 2-D parameters), fixed random token ids and targets.
+struct GPTRun {
+  GPTRun(const mantissa_bench::GPTWorkload& w, mt::Device dev)
+      : device(dev),
+        model(seeded_gpt(w, dev)),
+        idx(mt::randint(0, w.vocab_size, {w.batch, w.block_size},
+                        mt::TensorOptions(dev).dtype(mt::kInt64))),
+        targets(mt::randint(0, w.vocab_size, {w.batch * w.block_size},
+                            mt::TensorOptions(dev).dtype(mt::kInt64))),
+        optimizer(model->optimizer_groups(w.weight_decay),
+                  {.lr = w.lr, .betas = {0.9, 0.95}, .weight_decay = w.weight_decay}) {
+    // The table computes FLOPs from the workload's shape; the model must agree with it.
+    MT_CHECK(model->flops_per_token() == mantissa_bench::gpt_flops_per_token(w), "bench ", w.name,
+             ": nn::GPT counts ", model->flops_per_token(), " FLOPs per token, workloads.h ",
+             mantissa_bench::gpt_flops_per_token(w));
+  }
+
+  static mt::nn::GPT seeded_gpt(const mantissa_bench::GPTWorkload& w, mt::Device dev) {
+    mt::manual_seed(0);
+    mt::nn::GPT gpt(mt::nn::GPTConfig{.block_size = w.block_size,
+                                      .vocab_size = w.vocab_size,
+                                      .n_layer = w.n_layer,
+                                      .n_head = w.n_head,
+                                      .n_embd = w.n_embd,
+                                      .dropout = 0.0});
+    gpt->to(dev);
+    gpt->train();
+    return gpt;
+  }
+
+  void step(std::optional<mt::amp::Precision> precision) {
+    optimizer.zero_grad();
+    mt::Tensor loss;
+    {
+      mt::amp::autocast scope(device, precision, precision.has_value());
+      const mt::Tensor logits = model->forward(idx);
+      loss = mt::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), targets);
+    }
+    loss.backward();
+    optimizer.step();
+  }
+
+  mt::Device device;
+  mt::nn::GPT model;
+  mt::Tensor idx, targets;
+  mt::optim::AdamW optimizer;
+};
+
+void bench_gpt(benchmark::State& state, const mantissa_bench::GPTWorkload& w, mt::Device device,
+               std::optional<mt::amp::Precision> precision) {
+  GPTRun run(w, device);
+  int64_t done = 0;
+  for (auto _ : state) {
+    run.step(precision);
+    sync_after_last(state, done, device);
+  }
+  const double iters = double(state.iterations());
+  const double tokens = iters * double(w.tokens_per_step());
+  state.counters["tokens_per_s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
+  state.counters["gflops"] = benchmark::Counter(
+      tokens * mantissa_bench::gpt_flops_per_token(w) / 1e9, benchmark::Counter::kIsRate);
+  state.counters["peak_rss_mib"] = max_rss_mib();
+  state.counters["base_rss_mib"] = g_base_rss_mib;
+}
+
 #if MANTISSA_CUDA
 // The same training step captured once as a CUDA graph (cuda::GraphedStep) and replayed: the
 // inputs live in static tensors, as CUDA graphs require.
@@ -236,6 +303,22 @@ void register_all() {
       }
     }
 #endif
+  }
+  // GPT steps: the small model on the CPU in float32 and bfloat16 autocast; GPT-2 small on the
+  // GPU under bfloat16 autocast (registered only when one is present).
+  for (const auto& w : mantissa_bench::gpt_workloads()) {
+    const mt::Device device = w.gpu ? mt::Device::cuda(0) : mt::Device::cpu();
+    if (device.is_cuda() && !mt::cuda::is_available()) continue;
+    for (const auto& m : modes) {
+      if (m.dtype == mt::DType::Float16 || (device.is_cuda() && !m.precision)) continue;
+      const std::string name =
+          std::string(w.name) + "/" + (device.is_cuda() ? "cuda" : "cpu") + "/" + m.name;
+      benchmark::RegisterBenchmark(
+          name.c_str(),
+          [&w, device, m](benchmark::State& s) { bench_gpt(s, w, device, m.precision); })
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
   }
 }
 

@@ -7,11 +7,12 @@
 #
 # Installs what is missing with apt (mantissa's build dependencies, libbenchmark-dev,
 # libtorch-dev, python3-torch). Builds in $BUILD_DIR (default build-bench), Release, with the CUDA
-# backend when nvcc is found; CUDA rows are printed when a GPU is present.
+# backend when nvcc is found; CUDA rows are printed when a GPU is present (gpt2_124m runs on the
+# GPU only, gpt_tiny on the CPU only).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build-bench}"
-markdown="" rounds=3 reps=3 min_time=0.2 workloads="add,linear_fb,toy,mlp512,mlp4096" peers=1
+markdown="" rounds=3 reps=3 min_time=0.2 workloads="add,linear_fb,toy,mlp512,mlp4096,gpt_tiny,gpt2_124m" peers=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --markdown) markdown="$(realpath -m "$2")"; shift 2 ;;
@@ -21,7 +22,7 @@ while [ $# -gt 0 ]; do
     --workloads) workloads="$2"; shift 2 ;;
     --quick) rounds=1 reps=2 min_time=0.05; shift ;;
     --no-peers) peers=0; shift ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "bench/run.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done

@@ -7,6 +7,7 @@ on CUDA, captured in a CUDA graph where PyTorch can), timed like the libtorch pe
 prints "us_per_step=<best repetition> peak_rss_mib=<..> base_rss_mib=<..>", or
 "unsupported=<reason>".
 """
+import math
 import resource
 import sys
 import time
@@ -21,6 +22,12 @@ WORKLOADS = {
     "mlp512": ([512, 512, 512], 256, 1e-3, 0.9, True),
     "mlp4096": ([1024, 4096, 1024], 512, 1e-3, 0.9, True),
 }
+# name: (vocab_size, n_layer, n_head, n_embd, block_size, batch, lr, weight_decay) -- the GPT
+# workloads of bench/workloads.h
+GPT_WORKLOADS = {
+    "gpt_tiny": (256, 4, 4, 128, 128, 16, 6e-4, 0.1),
+    "gpt2_124m": (50304, 12, 12, 768, 1024, 8, 6e-4, 0.1),
+}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -28,7 +35,92 @@ def max_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+class Block(torch.nn.Module):
+    """nanoGPT's Block with its composed attention (PyTorch 1.13 has no
+    F.scaled_dot_product_attention)."""
+
+    def __init__(self, n_embd, n_head, block_size):
+        super().__init__()
+        self.n_head = n_head
+        self.ln_1 = torch.nn.LayerNorm(n_embd)
+        self.c_attn = torch.nn.Linear(n_embd, 3 * n_embd)
+        self.attn_proj = torch.nn.Linear(n_embd, n_embd)
+        self.ln_2 = torch.nn.LayerNorm(n_embd)
+        self.c_fc = torch.nn.Linear(n_embd, 4 * n_embd)
+        self.mlp_proj = torch.nn.Linear(4 * n_embd, n_embd)
+        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size))
+                             .view(1, 1, block_size, block_size))
+
+    def attn(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = torch.nn.functional.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.attn_proj(y)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp_proj(torch.nn.functional.gelu(self.c_fc(self.ln_2(x))))
+
+
+class GPT(torch.nn.Module):
+    def __init__(self, vocab_size, n_layer, n_head, n_embd, block_size):
+        super().__init__()
+        self.wte = torch.nn.Embedding(vocab_size, n_embd)
+        self.wpe = torch.nn.Embedding(block_size, n_embd)
+        self.h = torch.nn.ModuleList(Block(n_embd, n_head, block_size) for _ in range(n_layer))
+        self.ln_f = torch.nn.LayerNorm(n_embd)
+        for pn, p in self.named_parameters():
+            if pn.endswith("bias"):
+                torch.nn.init.zeros_(p)
+            elif "ln_" not in pn:
+                std = 0.02 / math.sqrt(2 * n_layer) if pn.endswith("_proj.weight") else 0.02
+                torch.nn.init.normal_(p, 0.0, std)
+
+    def forward(self, idx):
+        pos = torch.arange(0, idx.size(1), dtype=torch.long, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.h:
+            x = block(x)
+        return torch.nn.functional.linear(self.ln_f(x), self.wte.weight)  # lm_head tied to wte
+
+
+def make_gpt_step(name, dev, precision):
+    vocab, n_layer, n_head, n_embd, block, batch, lr, wd = GPT_WORKLOADS[name]
+    dtype = DTYPES[precision]
+    amp = precision != "float32"
+    if amp and dev.type == "cpu" and dtype != torch.bfloat16:
+        raise NotImplementedError(f"CPU autocast has no {precision} in PyTorch {torch.__version__}")
+    model = GPT(vocab, n_layer, n_head, n_embd, block).to(dev)
+    model.train()
+    idx = torch.randint(0, vocab, (batch, block), device=dev)
+    targets = torch.randint(0, vocab, (batch * block,), device=dev)
+    params = list(model.parameters())
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": wd},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
+    autocast_default = torch.bfloat16 if dev.type == "cpu" else torch.float16
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(dev.type, dtype=dtype if amp else autocast_default, enabled=amp):
+            logits = model(idx)
+            loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
 def make_step(name, device, precision, graphed):
+    if name in GPT_WORKLOADS:
+        if graphed:
+            raise NotImplementedError("the GPT workloads run eagerly only")
+        return make_gpt_step(name, torch.device("cuda" if device.startswith("cuda") else "cpu"),
+                             precision)
     layers, batch, lr, momentum, train = WORKLOADS[name]
     dev = torch.device("cuda" if device.startswith("cuda") else "cpu")
     dtype = DTYPES[precision]
