@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "nn/init.h"
+#include "nn/optim/param_groups.h"
 
 namespace mantissa::nn {
 namespace {
@@ -182,13 +183,7 @@ double GPTImpl::flops_per_token() const {
 }
 
 std::vector<optim::ParamGroup> GPTImpl::optimizer_groups(double weight_decay) const {
-  optim::ParamGroup decay, no_decay;
-  for (const Tensor& p : parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
-  decay["weight_decay"] = weight_decay;
-  no_decay["weight_decay"] = 0.0;
-  std::vector<optim::ParamGroup> groups{decay};
-  if (!no_decay.params.empty()) groups.push_back(no_decay);
-  return groups;
+  return optim::decay_groups(named_parameters(), weight_decay);
 }
 
 }  // namespace mantissa::nn

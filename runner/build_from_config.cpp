@@ -46,14 +46,11 @@ std::string input_key(const Config& c) {
                                       : "data.path";
 }
 
-// A model whose input is int64 token ids (an embedding first) rather than float32 features.
-bool takes_token_ids(const ModelConfig& m) { return m.layers.empty() && m.preset == "gpt"; }
-
 // The model computes in float32 (autocast lowers it inside), and a NaN or infinity in the data
 // poisons every step it is in: both are config errors before anything is written. A token model
 // takes int64 ids instead.
 void check_values(const Config& c, const Dataset& data) {
-  if (takes_token_ids(c.model)) {
+  if (is_gpt(c.model)) {
     if (data.input_dtype() != DType::Int64) {
       c.fail(input_key(c), "the data's inputs are " + std::string(dtype_name(data.input_dtype())) +
                                ", but model.preset " + c.model.preset + " takes int64 token ids");
@@ -456,7 +453,7 @@ std::shared_ptr<Dataset> build_file_dataset(const Config& c) {
       TokenBlockOptions o;
       o.block_size = d.block_size;
       o.seed = d.seed;
-      if (takes_token_ids(c.model)) o.vocab_size = c.model.gpt.vocab_size;
+      if (is_gpt(c.model)) o.vocab_size = c.model.gpt.vocab_size;
       const int64_t n = file->tokens();
       return std::make_shared<TokenBlockDataset>(std::move(file), 0, n, o);
     }

@@ -36,15 +36,6 @@ Tensor gather_rows(const Tensor& src, const std::vector<int64_t>& indices) {
   return out;
 }
 
-// splitmix64: spreads (seed, stream) over the generator's state so nearby seeds and epochs give
-// unrelated permutations.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // Uniform in [0, bound) without modulo bias (rejection on the top of the 64-bit range).
 uint64_t bounded(std::mt19937_64& rng, uint64_t bound) {
   const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
@@ -141,7 +132,7 @@ std::string Subset::describe() const {
 std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed, uint64_t stream) {
   std::vector<int64_t> perm(n);
   for (int64_t i = 0; i < n; ++i) perm[i] = i;
-  std::mt19937_64 rng(mix(seed) ^ mix(stream + 0x632be59bd9b4e019ull));
+  std::mt19937_64 rng(splitmix64(seed) ^ splitmix64(stream + 0x632be59bd9b4e019ull));
   for (int64_t i = n - 1; i > 0; --i) std::swap(perm[i], perm[bounded(rng, i + 1)]);
   return perm;
 }

@@ -23,14 +23,6 @@ namespace {
 
 const char* format_name(TokenFormat f) { return f == TokenFormat::Bytes ? "bytes" : "uint16"; }
 
-// splitmix64's finaliser, as the DataLoader's permutations use it.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 }  // namespace
 
 TokenFile::TokenFile(std::string path, TokenFormat format)
@@ -115,7 +107,8 @@ int64_t TokenBlockDataset::offset(int64_t index, int64_t epoch) const {
   // randint(len(data) - block_size)), by a multiply-shift of a 64-bit hash: exact enough (a bias
   // of at most range / 2^64) and the same on every machine.
   const uint64_t h =
-      mix(options_.seed ^ mix(static_cast<uint64_t>(epoch) ^ mix(static_cast<uint64_t>(index))));
+      splitmix64(options_.seed ^ splitmix64(static_cast<uint64_t>(epoch) ^
+                                            splitmix64(static_cast<uint64_t>(index))));
   const auto range = static_cast<unsigned __int128>(end_ - begin_ - options_.block_size);
   return begin_ + static_cast<int64_t>((static_cast<unsigned __int128>(h) * range) >> 64);
 }

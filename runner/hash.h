@@ -1,5 +1,6 @@
-// FNV-1a 64, the one hash of the runner: config hashes, checkpoint checksums and dataset
-// fingerprints. It tells changed bytes apart; it is not a cryptographic hash.
+// FNV-1a 64, the one hash of the runner (config hashes, checkpoint checksums and dataset
+// fingerprints; it tells changed bytes apart, it is not a cryptographic hash), and splitmix64, the
+// runner's seed mixer.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +9,15 @@
 #include <string_view>
 
 namespace mantissa::runner {
+
+// splitmix64's finaliser: spreads seeds, epochs and indices over 64 bits so nearby inputs give
+// unrelated random streams (the DataLoader's permutations, token blocks' offsets).
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
 
 class Fnv1a64 {
  public:

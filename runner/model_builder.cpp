@@ -10,6 +10,9 @@
 #include "runner/text.h"
 
 namespace mantissa::runner {
+
+bool is_gpt(const ModelConfig& model) { return model.layers.empty() && model.preset == "gpt"; }
+
 namespace {
 
 std::shared_ptr<nn::UnaryModule> make_layer(const LayerSpec& l) {
@@ -61,7 +64,7 @@ std::shared_ptr<nn::UnaryModule> make_layer(const LayerSpec& l) {
 }  // namespace
 
 std::shared_ptr<nn::UnaryModule> build_run_model(const ModelConfig& model) {
-  if (model.layers.empty() && model.preset == "gpt") {
+  if (is_gpt(model)) {
     nn::GPTConfig c;
     c.n_layer = model.gpt.n_layer;
     c.n_head = model.gpt.n_head;
@@ -110,7 +113,7 @@ std::string output_key(const ModelConfig& model) {
 }
 
 Shape infer_output_shape(const Config& config, const Shape& input, const std::string& input_what) {
-  if (config.model.layers.empty() && config.model.preset == "gpt") {
+  if (is_gpt(config.model)) {
     const GptModelOptions& g = config.model.gpt;
     if (input.size() != 1 || input[0] > g.block_size) {
       config.fail("model.block_size", "the gpt model takes a sequence of at most " +

@@ -19,6 +19,8 @@ namespace mantissa::runner {
 std::shared_ptr<nn::SequentialImpl> build_model(const ModelConfig& model);
 // Any model a config describes: build_model's, or for the gpt preset an nn::GPTImpl.
 std::shared_ptr<nn::UnaryModule> build_run_model(const ModelConfig& model);
+// The model is `preset: gpt` (an nn::GPT taking int64 token ids) rather than a layer list.
+bool is_gpt(const ModelConfig& model);
 
 // Loads the safetensors file at `path` into a model build_model made: strictly by name, and for a
 // GPT from a nanoGPT or Hugging Face GPT-2 state dict (runner/gpt_weights.h).
