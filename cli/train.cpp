@@ -6,6 +6,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "cli/cli.h"
@@ -49,9 +50,9 @@ class StopOnSignal : public runner::Callback {
   void on_batch_end(runner::Trainer& t) override {
     bool stop = g_stop_signal != 0;
     if (group_ != nullptr) {
-      Tensor flag = from_vector(std::vector<float>{stop ? 1.0f : 0.0f});
+      Tensor flag = from_vector(std::vector<float>{stop ? 1.0f : 0.0f}).to(group_->device());
       group_->allreduce(flag, distributed::ReduceOp::Max)->wait();
-      stop = flag.item<float>() > 0;
+      stop = flag.cpu().item<float>() > 0;
     }
     check(t, stop);
   }
@@ -159,6 +160,21 @@ int print_summary(const runner::TrainSummary& s, const std::string& run_dir, std
   return 128 + (g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : SIGINT);
 }
 
+// With grad_accum_steps > 1 only the step's last micro-batch reduces gradients over the ranks; the
+// others accumulate locally under no_sync(), as a PyTorch DDP loop with accumulation does.
+class SyncLastMicroBatch final : public runner::Callback {
+ public:
+  explicit SyncLastMicroBatch(nn::DistributedDataParallel& ddp) : ddp_(ddp) {}
+  void on_micro_batch(runner::Trainer&, int64_t, bool last) override {
+    no_sync_.reset();
+    if (!last) no_sync_.emplace(ddp_);
+  }
+
+ private:
+  nn::DistributedDataParallel& ddp_;
+  std::optional<nn::DistributedDataParallel::NoSyncGuard> no_sync_;
+};
+
 // Every rank trains the same model on its shard: the forward goes through DistributedDataParallel
 // (which averages the gradients over the ranks), the checkpoints hold the model itself (the names
 // of a single-process run), and only rank 0 has a run directory to write.
@@ -178,6 +194,8 @@ int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& 
   if (run.scheduler) trainer.set_scheduler(run.scheduler);
   if (run.val_loader) trainer.set_val_loader(run.val_loader);
   trainer.add_callback(std::make_shared<StopOnSignal>(ranks.group.get()));
+  if (ddp && run.config.grad_accum_steps > 1)
+    trainer.add_callback(std::make_shared<SyncLastMicroBatch>(*ddp));
   if (const char* delay = std::getenv("MANTISSA_STEP_DELAY_MS"); delay && std::atoi(delay) > 0) {
     trainer.add_callback(std::make_shared<StepDelay>(std::atoi(delay)));
   }

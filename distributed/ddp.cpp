@@ -138,10 +138,10 @@ DistributedDataParallel::DistributedDataParallel(
   MT_CHECK(module_ != nullptr, "DistributedDataParallel: no module");
   MT_CHECK(process_group_ != nullptr, "DistributedDataParallel: no process group");
   check_devices(*process_group_, *module_);
-  const Device dev = comm_device(*process_group_, *module_);
-  verify_shapes(*process_group_, *module_, dev);
-  broadcast_from_rank0(*process_group_, module_->parameters(), dev, true);
-  broadcast_from_rank0(*process_group_, module_->buffers(), dev, true);
+  comm_device_ = comm_device(*process_group_, *module_);
+  verify_shapes(*process_group_, *module_, comm_device_);
+  broadcast_from_rank0(*process_group_, module_->parameters(), comm_device_, true);
+  broadcast_from_rank0(*process_group_, module_->buffers(), comm_device_, true);
   reducer_ =
       std::make_shared<detail::Reducer>(module_->named_parameters(), process_group_, options_);
   reducer_->install_hooks();
@@ -154,9 +154,8 @@ void DistributedDataParallel::prepare_forward() {
   if (options_.broadcast_buffers && process_group_->size() > 1) {
     const std::vector<Tensor> buffers = module_->buffers();
     if (!buffers.empty()) {
-      const Device dev = comm_device(*process_group_, *module_);
       // On CUDA the broadcast is ordered on the stream before the forward's kernels.
-      broadcast_from_rank0(*process_group_, buffers, dev, !dev.is_cuda());
+      broadcast_from_rank0(*process_group_, buffers, comm_device_, !comm_device_.is_cuda());
     }
   }
 }

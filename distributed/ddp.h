@@ -145,6 +145,7 @@ class DistributedDataParallel {
   std::shared_ptr<distributed::ProcessGroup> process_group_;
   Options options_;
   ForwardFn forward_;
+  Device comm_device_ = Device::cpu();  // where buffers travel: see comm_device in ddp.cpp
   bool require_sync_ = true;
   std::shared_ptr<detail::Reducer> reducer_;
 };

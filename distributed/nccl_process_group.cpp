@@ -199,6 +199,7 @@ class NcclProcessGroup final : public ProcessGroup {
   }
 
   std::string backend() const override { return "nccl"; }
+  Device device() const override { return Device::cuda(device_); }
 
   std::shared_ptr<Work> allreduce(const Tensor& tensor, ReduceOp op) override {
     check("allreduce", tensor);

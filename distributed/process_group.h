@@ -49,6 +49,9 @@ class ProcessGroup {
   int size() const { return size_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   virtual std::string backend() const = 0;
+  // Where this group's tensors live: the CPU for Gloo, this rank's GPU for NCCL. Host values
+  // that every rank must agree on (a flag, a hash, a path) travel in a tensor placed here.
+  virtual Device device() const { return Device::cpu(); }
 
   // In place on every rank: tensor becomes the reduction of all ranks' tensors. Avg divides
   // the sum by size() in the tensor's dtype.

@@ -56,17 +56,18 @@ nn::DistributedDataParallelOptions ddp_options(const DistributedConfig& config) 
 std::string broadcast_string(distributed::ProcessGroup& group, const std::string& value) {
   // Bytes travel as float64 values (each exact), the length first: the process group moves
   // floating-point tensors only.
-  Tensor length = from_vector(std::vector<double>{static_cast<double>(value.size())});
+  Tensor length =
+      from_vector(std::vector<double>{static_cast<double>(value.size())}).to(group.device());
   group.broadcast(length, 0)->wait();
-  const auto n = static_cast<int64_t>(length.item<double>());
+  const auto n = static_cast<int64_t>(length.cpu().item<double>());
   if (n == 0) return {};
   std::vector<double> bytes(static_cast<size_t>(n));
   if (group.rank() == 0) {
     for (int64_t i = 0; i < n; ++i) bytes[i] = static_cast<unsigned char>(value[i]);
   }
-  Tensor t = from_vector(bytes, Shape{n});
+  Tensor t = from_vector(bytes, Shape{n}).to(group.device());
   group.broadcast(t, 0)->wait();
-  const auto got = t.to_vector<double>();
+  const auto got = t.cpu().to_vector<double>();
   std::string out(static_cast<size_t>(n), '\0');
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<char>(static_cast<unsigned char>(got[i]));
   return out;
@@ -95,9 +96,9 @@ std::string check_ranks_agree_on_state(distributed::ProcessGroup& group, const n
   // rank's hash is the same.
   const uint64_t v = h.value();
   const double hi = static_cast<double>(v >> 32), lo = static_cast<double>(v & 0xffffffffu);
-  Tensor t = from_vector(std::vector<double>{hi, lo, -hi, -lo}, Shape{4});
+  Tensor t = from_vector(std::vector<double>{hi, lo, -hi, -lo}, Shape{4}).to(group.device());
   group.allreduce(t, distributed::ReduceOp::Max)->wait();
-  const auto r = t.to_vector<double>();
+  const auto r = t.cpu().to_vector<double>();
   MT_CHECK(r[0] == -r[2] && r[1] == -r[3],
            "distributed: the ranks' parameters, buffers or loss scaler differ at the end ",
            "of the run (rank ", group.rank(), " of ", group.size(), " has hash ", h.hex(),

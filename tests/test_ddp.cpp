@@ -90,6 +90,7 @@ class RecordingGroup final : public dist::ProcessGroup {
   explicit RecordingGroup(std::shared_ptr<dist::ProcessGroup> inner)
       : ProcessGroup(inner->rank(), inner->size(), inner->timeout()), inner_(std::move(inner)) {}
   std::string backend() const override { return inner_->backend(); }
+  mantissa::Device device() const override { return inner_->device(); }
   std::shared_ptr<dist::Work> allreduce(const Tensor& t, dist::ReduceOp op) override {
     allreduces.push_back({t.numel(), probe ? probe() : std::set<std::string>{}});
     return inner_->allreduce(t, op);

@@ -140,6 +140,16 @@ TEST_F(DistributedRunTest, TwoRanksTrainOnlyRankZeroWritesAndParametersAgree) {
 }
 
 // The launcher checks what its ranks would, before it starts them: one message, nothing written.
+// Gradient accumulation under DDP: the micro-batches before a step's last run under no_sync(), so
+// each rank accumulates locally and the last backward reduces the sum; the ranks still end equal.
+TEST_F(DistributedRunTest, GradientAccumulationOverMicroBatchesKeepsTheRanksEqual) {
+  write_file(dir_ / "cfg.yaml", run_config(6, 3) + "grad_accum_steps: 2\n");
+  const Result r = run(train_args("accum"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "parameters and buffers identical on all 2 ranks")) << r.output;
+  expect_one_writer(dir_ / "accum" / "metrics.jsonl", 6);
+}
+
 TEST_F(DistributedRunTest, TheLauncherRefusesABadRunBeforeStartingRanks) {
   write_file(dir_ / "cfg.yaml", run_config(4, 0));
   const Result help = run({"train", "--help"});
