@@ -156,12 +156,7 @@ int import_gpt(const ImportArgs& args, const runner::SafetensorsFile& file) {
                                          : asked;
     runner::NamedTensors converted = runner::to_gpt_layout(file.tensors, layout, args.path);
     // nanoGPT's state dict has the tied output layer under both names; so does the file written.
-    for (const auto& [name, t] : converted) {
-      if (name == "transformer.wte.weight") {
-        converted.emplace_back("lm_head.weight", t);
-        break;
-      }
-    }
+    runner::add_tied_lm_head(converted);
     nn::GPTConfig base;
     const nn::GPTConfig c = runner::infer_gpt_config(converted, base);
     std::cout << "a GPT in the " << runner::gpt_layout_name(layout)

@@ -120,15 +120,20 @@ nn::GPTConfig infer_gpt_config(const NamedTensors& t, nn::GPTConfig c) {
   return c;
 }
 
+void add_tied_lm_head(NamedTensors& converted) {
+  if (const Tensor* wte = find(converted, "transformer.wte.weight")) {
+    const Tensor tied = *wte;
+    converted.emplace_back("lm_head.weight", tied);
+  }
+}
+
 LoadWeightsReport load_gpt_weights(nn::GPTImpl& model, const SafetensorsFile& file,
                                    GptLayout layout) {
   SafetensorsFile converted;
   converted.metadata = file.metadata;
   converted.tensors = to_gpt_layout(file.tensors, layout, "the file");
   // The tied output layer is the token embedding: load_weights fills both names from it.
-  if (const Tensor* wte = find(converted.tensors, "transformer.wte.weight")) {
-    converted.tensors.emplace_back("lm_head.weight", *wte);
-  }
+  add_tied_lm_head(converted.tensors);
   return load_weights(model, converted, /*strict=*/true);
 }
 

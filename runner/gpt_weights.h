@@ -38,6 +38,10 @@ NamedTensors to_gpt_layout(const NamedTensors& tensors, GptLayout layout, std::s
 // n_head and dropout cannot be read from weights and come from `base`.
 nn::GPTConfig infer_gpt_config(const NamedTensors& converted, nn::GPTConfig base);
 
+// Appends lm_head.weight as the token embedding (transformer.wte.weight), as nanoGPT's tied state
+// dict holds it under both names; nothing when there is no embedding.
+void add_tied_lm_head(NamedTensors& converted);
+
 // Loads a nanoGPT or HF state dict into `model`: every parameter must be given, nothing else
 // (after the conversion above); shapes must match. Nothing is modified when it throws.
 LoadWeightsReport load_gpt_weights(nn::GPTImpl& model, const SafetensorsFile& file,
