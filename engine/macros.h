@@ -9,6 +9,15 @@
 #define MT_DEVICE
 #endif
 
+// Inlined whatever the compiler's size heuristics say: for small math functions called in loops
+// that must vectorise (a call keeps a loop scalar; in a shared library it also goes through the
+// PLT).
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define MT_FORCE_INLINE __forceinline__
+#else
+#define MT_FORCE_INLINE __attribute__((always_inline)) inline
+#endif
+
 #define MT_CONCAT_IMPL(a, b) a##b
 #define MT_CONCAT(a, b) MT_CONCAT_IMPL(a, b)
 #define MT_UNIQUE_NAME(prefix) MT_CONCAT(prefix, __COUNTER__)

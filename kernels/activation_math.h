@@ -12,6 +12,9 @@
 #include <type_traits>
 
 #include "engine/macros.h"
+#if !defined(__CUDA_ARCH__)
+#include "kernels/vectorizable_math.h"
+#endif
 
 // std:: math on the host (float overloads); the CUDA math library's overloads on the device.
 #if !defined(MT_MATH)
@@ -48,15 +51,33 @@ MT_HOST_DEVICE inline T relu_backward(T g, T s) {
   return s <= T(0) ? T(0) : g;
 }
 
+// Phi(x), the standard normal CDF. A float on the host takes the branch-free form, so that the
+// CPU's GELU loops vectorise; elsewhere erf from the math library.
+template <typename T>
+MT_HOST_DEVICE MT_FORCE_INLINE T normal_cdf(T x) {
+#if !defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>) return vmath::normal_cdf_f32(x);
+#endif
+  return T(0.5) * (T(1) + MT_MATH(erf)(x * T(0.7071067811865476)));
+}
+// exp(-x^2 / 2) / sqrt(2 pi), the standard normal density.
+template <typename T>
+MT_HOST_DEVICE MT_FORCE_INLINE T normal_pdf(T x) {
+#if !defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>)
+    return 0.3989422804014327f * vmath::exp_f32(-0.5f * x * x);
+#endif
+  return T(0.3989422804014327) * MT_MATH(exp)(T(-0.5) * x * x);
+}
+
 // Exact GELU: x * Phi(x).
 template <typename T>
-MT_HOST_DEVICE inline T gelu(T x) {
-  return T(0.5) * x * (T(1) + MT_MATH(erf)(x * T(0.7071067811865476)));
+MT_HOST_DEVICE MT_FORCE_INLINE T gelu(T x) {
+  return x * normal_cdf(x);
 }
 template <typename T>
-MT_HOST_DEVICE inline T gelu_derivative(T s) {
-  return T(0.5) * (T(1) + MT_MATH(erf)(s * T(0.7071067811865476))) +
-         s * T(0.3989422804014327) * MT_MATH(exp)(T(-0.5) * s * s);
+MT_HOST_DEVICE MT_FORCE_INLINE T gelu_derivative(T s) {
+  return normal_cdf(s) + s * normal_pdf(s);
 }
 
 // gelu(approximate="tanh"), the GELU cuBLASLt's epilogues compute.

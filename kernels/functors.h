@@ -11,14 +11,14 @@
 
 namespace mantissa::functors {
 
-#define MT_UNARY_FUNCTOR(Name, op_name, types, expr) \
-  struct Name {                                      \
-    static constexpr const char* name = op_name;     \
-    static constexpr uint32_t dtypes = types;        \
-    template <typename T>                            \
-    MT_HOST_DEVICE T operator()(T x) const {         \
-      return expr;                                   \
-    }                                                \
+#define MT_UNARY_FUNCTOR(Name, op_name, types, expr)         \
+  struct Name {                                              \
+    static constexpr const char* name = op_name;             \
+    static constexpr uint32_t dtypes = types;                \
+    template <typename T>                                    \
+    MT_HOST_DEVICE MT_FORCE_INLINE T operator()(T x) const { \
+      return expr;                                           \
+    }                                                        \
   };
 
 template <typename T>
@@ -113,14 +113,14 @@ MT_COMPARISON_FUNCTOR(Ge, "ge", a >= b)
 #undef MT_COMPARISON_FUNCTOR
 
 // Backward functors: (grad_out, saved) -> grad_in, saved being the forward input or output.
-#define MT_BACKWARD_FUNCTOR(Name, op_name, expr)       \
-  struct Name {                                        \
-    static constexpr const char* name = op_name;       \
-    static constexpr uint32_t dtypes = kFloatingTypes; \
-    template <typename T>                              \
-    MT_HOST_DEVICE T operator()(T g, T s) const {      \
-      return expr;                                     \
-    }                                                  \
+#define MT_BACKWARD_FUNCTOR(Name, op_name, expr)                  \
+  struct Name {                                                   \
+    static constexpr const char* name = op_name;                  \
+    static constexpr uint32_t dtypes = kFloatingTypes;            \
+    template <typename T>                                         \
+    MT_HOST_DEVICE MT_FORCE_INLINE T operator()(T g, T s) const { \
+      return expr;                                                \
+    }                                                             \
   };
 MT_BACKWARD_FUNCTOR(ReluBackward, "relu_backward", activation::relu_backward(g, s))
 MT_BACKWARD_FUNCTOR(GeluBackward, "gelu_backward", g* activation::gelu_derivative(s))

@@ -4,10 +4,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
+#include <random>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include "engine/kernel_tables.h"
+#include "kernels/cpu/gemm/blas.h"
 #include "kernels/cpu/worker_pool.h"
 #include "test_util.h"
 
@@ -111,5 +115,76 @@ TEST(WorkerPool, SplitOptimizerStepEqualsSerialFormula) {
       want[i] = want[i] + neg_lr * (momentum != 0.0 ? buf : gv[i]);
     }
     EXPECT_EQ(p.detach().to_vector<float>(), want) << "momentum " << momentum;
+  }
+}
+
+// Products large enough to be split across the pool, by rows (M >= N) and by columns, in every
+// transpose combination, with padded leading dimensions, alpha and beta: each equals the
+// float64 sum within the float rounding of K products, and OpenBLAS is left single-threaded.
+template <typename T>
+void check_split_gemm(double tol_per_k) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  struct Case {
+    int64_t M, N, K;
+  };
+  for (const Case c : {Case{200, 64, 96}, Case{48, 300, 80}, Case{1, 8, 4}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const int64_t a_rows = ta ? c.K : c.M, a_cols = ta ? c.M : c.K;
+        const int64_t b_rows = tb ? c.N : c.K, b_cols = tb ? c.K : c.N;
+        const int64_t lda = a_cols + 3, ldb = b_cols + 5, ldc = c.N + 7;
+        std::vector<T> A(size_t(a_rows * lda)), B(size_t(b_rows * ldb)), C(size_t(c.M * ldc));
+        for (auto& x : A) x = T(u(rng));
+        for (auto& x : B) x = T(u(rng));
+        for (auto& x : C) x = T(u(rng));
+        const std::vector<T> C0 = C;
+        mt::cpu::blas_gemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, c.M, c.N,
+                           c.K, T(0.5), A.data(), lda, B.data(), ldb, T(2), C.data(), ldc);
+        for (int64_t i = 0; i < c.M; ++i) {
+          for (int64_t j = 0; j < c.N; ++j) {
+            double want = 2.0 * double(C0[size_t(i * ldc + j)]);
+            for (int64_t k = 0; k < c.K; ++k) {
+              const double a = ta ? A[size_t(k * lda + i)] : A[size_t(i * lda + k)];
+              const double b = tb ? B[size_t(j * ldb + k)] : B[size_t(k * ldb + j)];
+              want += 0.5 * a * b;
+            }
+            ASSERT_NEAR(double(C[size_t(i * ldc + j)]), want, tol_per_k * double(c.K))
+                << c.M << "x" << c.N << "x" << c.K << " ta " << ta << " tb " << tb << " at " << i
+                << "," << j;
+          }
+        }
+        // The padding between rows of C is never written.
+        for (int64_t i = 0; i < c.M; ++i)
+          for (int64_t j = c.N; j < ldc; ++j)
+            ASSERT_EQ(C[size_t(i * ldc + j)], C0[size_t(i * ldc + j)]);
+      }
+    }
+  }
+  EXPECT_EQ(openblas_get_num_threads(), 1);
+}
+
+TEST(BlasGemm, SplitProductsMatchTheFloat64SumFloat) { check_split_gemm<float>(1e-6); }
+TEST(BlasGemm, SplitProductsMatchTheFloat64SumDouble) { check_split_gemm<double>(1e-14); }
+
+// GELU and its backward on dense operands run per-instruction-set loops on float values; on a
+// non-contiguous view the generic loop runs. Both give the same bits in every floating dtype.
+TEST(DenseGelu, MatchesTheGenericLoopBitForBit) {
+  mt::manual_seed(3);
+  for (mt::DType dt : {mt::kFloat32, mt::kFloat16, mt::kBFloat16}) {
+    // 3 * kPoolGrain + 7 elements: split across the pool, with a tail block.
+    const int64_t rows = 3 * mt::cpu::kPoolGrain / 64 + 1, cols = 64;
+    const Tensor x = (mt::randn({cols, rows}) * 3.0).to(dt);  // holds tails and large values
+    const Tensor g = mt::randn({cols, rows}).to(dt);
+    const Tensor xt = x.t(), gt = g.t();  // non-contiguous [rows, cols] views
+    const Tensor xd = xt.contiguous(), gd = gt.contiguous();
+    const Tensor y_dense = mt::gelu(xd).to(mt::kFloat64), y_view = mt::gelu(xt).to(mt::kFloat64);
+    EXPECT_EQ(y_dense.to_vector<double>(), y_view.to_vector<double>()) << mt::dtype_name(dt);
+    Tensor d_dense = mt::empty_like(xd), d_view = mt::empty_like(xd);
+    mt::gelu_backward_kernel(mt::kCPU)(d_dense, gd, xd);
+    mt::gelu_backward_kernel(mt::kCPU)(d_view, gt, xt);
+    EXPECT_EQ(d_dense.to(mt::kFloat64).to_vector<double>(),
+              d_view.to(mt::kFloat64).to_vector<double>())
+        << mt::dtype_name(dt);
   }
 }

@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "engine/kernel_tables.h"
+#include "kernels/activation_math.h"
+#include "kernels/vectorizable_math.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -783,4 +786,54 @@ TEST(Gradients, WhereAndInPlace) {
       ADD_FAILURE() << name << ": " << e.what();
     }
   }
+}
+
+// The branch-free float exp and normal CDF behind the CPU's GELU and attention loops, swept
+// against double-precision references at the accuracy kernels/vectorizable_math.h states.
+TEST(VectorizableMath, ExpWithinTwoUlp) {
+  auto ulp_error = [](float got, double want) {
+    const float w = static_cast<float>(want);
+    const double ulp = std::nextafter(std::fabs(w), std::numeric_limits<float>::infinity()) -
+                       std::fabs(w);
+    return std::fabs(double(got) - want) / ulp;
+  };
+  double worst = 0;
+  for (int i = 0; i <= 2000000; ++i) {
+    const float x = -87.0f + 175.7f * float(i) / 2000000.0f;
+    const double want = std::exp(double(x));
+    if (want > std::numeric_limits<float>::max()) break;
+    worst = std::max(worst, ulp_error(mt::vmath::exp_f32(x), want));
+  }
+  EXPECT_LE(worst, 2.0);
+  // Denormal results, the limits, and the special values.
+  EXPECT_NEAR(mt::vmath::exp_f32(-100.0f), std::exp(-100.0), 2e-45);
+  EXPECT_EQ(mt::vmath::exp_f32(-104.0f), 0.0f);
+  EXPECT_EQ(mt::vmath::exp_f32(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(mt::vmath::exp_f32(0.0f), 1.0f);
+  EXPECT_EQ(mt::vmath::exp_f32(89.0f), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(mt::vmath::exp_f32(std::numeric_limits<float>::infinity()),
+            std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(mt::vmath::exp_f32(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST(VectorizableMath, NormalCdfRelativeError) {
+  auto worst_from = [](float lo) {
+    double worst = 0;
+    for (int i = 0; i <= 1000000; ++i) {
+      const float x = lo + (8.0f - lo) * float(i) / 1000000.0f;
+      const double want = 0.5 * std::erfc(-double(x) / std::sqrt(2.0));
+      worst = std::max(worst, std::fabs(mt::vmath::normal_cdf_f32(x) - want) / want);
+    }
+    return worst;
+  };
+  EXPECT_LE(worst_from(-11.4f), 1e-5);  // Phi >= 1e-30
+  EXPECT_LE(worst_from(-5.6f), 2e-6);   // Phi >= 1e-8
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(mt::vmath::normal_cdf_f32(-inf), 0.0f);
+  EXPECT_EQ(mt::vmath::normal_cdf_f32(inf), 1.0f);
+  EXPECT_EQ(mt::vmath::normal_cdf_f32(0.0f), 0.5f);
+  EXPECT_TRUE(std::isnan(mt::vmath::normal_cdf_f32(std::numeric_limits<float>::quiet_NaN())));
+  // gelu(-inf) is NaN (-inf * 0) as in PyTorch, gelu(+inf) = +inf.
+  EXPECT_TRUE(std::isnan(mt::activation::gelu(-inf)));
+  EXPECT_EQ(mt::activation::gelu(inf), inf);
 }

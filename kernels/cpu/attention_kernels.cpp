@@ -1,33 +1,172 @@
-// CPU scaled_dot_product_attention, flash-attention style: no [L, S] matrix is ever built.
+// CPU scaled_dot_product_attention, flash-attention style: no [L, S] matrix is ever built, only
+// one [kQueryTile, kKeyBlock] block of scores per task at a time.
 //
 // Forward: each task takes one (batch x head, tile of kQueryTile queries) and walks the keys in
-// blocks of kKeyBlock, keeping per query a running max m, a running sum l of exp(s - m) and an
-// unnormalised output row; a new block rescales them by exp(m_old - m_new). The scratch is one
-// [kQueryTile, kKeyBlock] block of scores. A query whose keys so far are all masked keeps m = -inf
-// and skips the block (exp(-inf - -inf) would poison the row); if that lasts to the end its row
-// is NaN, as softmax over all -inf is.
+// blocks of kKeyBlock: the block's scores come from one small GEMM (Q_tile K_block^T), then per
+// query a running max m, a running sum l of exp(s - m) and an unnormalised output row are updated
+// (a new block rescales them by exp(m_old - m_new)), and a second GEMM adds P V_block to the
+// output rows. A query whose keys so far are all masked keeps m = -inf and skips the block
+// (exp(-inf - -inf) would poison the row); if that lasts to the end its row is NaN, as softmax
+// over all -inf is.
 //
-// Backward (flash-attention-2): one task per batch x head recomputes P = exp(s - lse) a key
-// block at a time and accumulates dQ, dK, dV in opmath buffers, so sums run in a fixed order
-// whatever the thread count. Dropout masks are not stored: both passes regenerate them from
-// the Philox counter of each (b, i, j).
+// Backward (flash-attention-2): one task per batch x head walks the key blocks and, for each, the
+// query tiles: it recomputes P = exp(s - lse) and accumulates dV += P_d^T dO, dS = P (dP - D),
+// dQ += dS K and dK += dS^T Q with the same small GEMMs, in opmath buffers, so every sum runs in a
+// fixed order whatever the thread count. Dropout masks are not stored: both passes regenerate
+// them from the Philox counter of each (b, i, j).
 //
-// float16/bfloat16 compute in float (opmath_t) and round once on store, as the other kernels.
+// Every operand is first copied into an opmath buffer whose rows are padded to whole vectors
+// (float16/bfloat16 compute in float and round once on store, as the other kernels), so the GEMM
+// below needs no tail handling. Tasks run on the worker pool.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "engine/kernel_tables.h"
 #include "engine/opmath.h"
 #include "engine/philox.h"
-#include "kernels/cpu/loops.h"
+#include "kernels/cpu/worker_pool.h"
+#include "kernels/vectorizable_math.h"
 
 namespace mantissa::cpu {
 namespace {
 
-constexpr int64_t kQueryTile = 32;
+constexpr int64_t kQueryTile = 64;
 constexpr int64_t kKeyBlock = 64;
+constexpr int64_t kVectorBytes = 64;
+// Multiply-adds from which a call is split across the worker pool.
+constexpr int64_t kPoolMacs = int64_t(1) << 20;
+
+// n rounded up to whole vectors of M.
+template <typename M>
+int64_t padded(int64_t n) {
+  constexpr int64_t w = kVectorBytes / sizeof(M);
+  return (n + w - 1) / w * w;
+}
+
+// C[i, 0:n) (+)= sum over p < k of A[i * a_row + p * a_col] * B[p * ldb + 0:n), for i < m, with n,
+// ldb and ldc whole vectors and B and C vector-aligned. Four rows at a time, each a chain of
+// multiply-adds in p order.
+template <typename M>
+__attribute__((always_inline)) inline void block_gemm_body(int64_t m, int64_t n, int64_t k,
+                                                           const M* A, int64_t a_row, int64_t a_col,
+                                                           const M* B, int64_t ldb, M* C,
+                                                           int64_t ldc, bool accumulate) {
+  typedef M Vec __attribute__((vector_size(kVectorBytes)));
+  constexpr int64_t kRows = 4;
+  constexpr int64_t w = kVectorBytes / sizeof(M);
+  for (int64_t i0 = 0; i0 < m; i0 += kRows) {
+    const M* a[kRows];
+    for (int64_t r = 0; r < kRows; ++r) a[r] = A + std::min(i0 + r, m - 1) * a_row;
+    for (int64_t j = 0; j < n; j += w) {
+      Vec acc[kRows];
+      for (int64_t r = 0; r < kRows; ++r) {
+        if (accumulate && i0 + r < m)
+          acc[r] = *reinterpret_cast<const Vec*>(C + (i0 + r) * ldc + j);
+        else
+          acc[r] = Vec{};
+      }
+      for (int64_t p = 0; p < k; ++p) {
+        const Vec b = *reinterpret_cast<const Vec*>(B + p * ldb + j);
+        const int64_t ap = p * a_col;
+        acc[0] += a[0][ap] * b;
+        acc[1] += a[1][ap] * b;
+        acc[2] += a[2][ap] * b;
+        acc[3] += a[3][ap] * b;
+      }
+      for (int64_t r = 0; r < kRows && i0 + r < m; ++r)
+        *reinterpret_cast<Vec*>(C + (i0 + r) * ldc + j) = acc[r];
+    }
+  }
+}
+
+__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void block_gemm(
+    int64_t m, int64_t n, int64_t k, const float* A, int64_t a_row, int64_t a_col, const float* B,
+    int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  block_gemm_body(m, n, k, A, a_row, a_col, B, ldb, C, ldc, accumulate);
+}
+
+__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void block_gemm(
+    int64_t m, int64_t n, int64_t k, const double* A, int64_t a_row, int64_t a_col, const double* B,
+    int64_t ldb, double* C, int64_t ldc, bool accumulate) {
+  block_gemm_body(m, n, k, A, a_row, a_col, B, ldb, C, ldc, accumulate);
+}
+
+// A vector-aligned opmath buffer of rows padded to whole vectors, zero in the padding.
+template <typename M>
+class Rows {
+ public:
+  Rows(int64_t rows, int64_t cols) : ld_(padded<M>(cols)), data_(rows * ld_ + kSlack, M(0)) {
+    base_ = data_.data();
+    while (reinterpret_cast<uintptr_t>(base_) % kVectorBytes != 0) ++base_;
+  }
+  M* row(int64_t i) { return base_ + i * ld_; }
+  const M* row(int64_t i) const { return base_ + i * ld_; }
+  M* data() { return base_; }
+  int64_t ld() const { return ld_; }
+  void zero() { std::fill(data_.begin(), data_.end(), M(0)); }
+
+ private:
+  static constexpr int64_t kSlack = kVectorBytes / sizeof(M);
+  int64_t ld_;
+  std::vector<M> data_;
+  M* base_;
+};
+
+// rows x cols values of src (row stride cols) into dst's first rows, converted to opmath.
+template <typename T, typename M>
+void load_rows(Rows<M>& dst, const T* src, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    M* d = dst.row(i);
+    const T* s = src + i * cols;
+    for (int64_t e = 0; e < cols; ++e) d[e] = M(s[e]);
+  }
+}
+// The transpose of rows x cols values of src: dst row e holds column e.
+template <typename T, typename M>
+void load_transposed(Rows<M>& dst, const T* src, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* s = src + i * cols;
+    for (int64_t e = 0; e < cols; ++e) dst.row(e)[i] = M(s[e]);
+  }
+}
+
+template <typename M>
+MT_FORCE_INLINE M exp_opmath(M x) {
+  if constexpr (std::is_same_v<M, float>) {
+    return vmath::exp_f32(x);
+  } else {
+    return std::exp(x);
+  }
+}
+
+// Eight partial maxima and sums, so that the compiler keeps them in vector registers; combined in
+// a fixed order.
+template <typename M>
+M row_max(const M* x, int64_t n) {
+  M part[8];
+  std::fill(part, part + 8, -std::numeric_limits<M>::infinity());
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8)
+    for (int u = 0; u < 8; ++u) part[u] = std::max(part[u], x[c + u]);  // NaN never wins
+  for (; c < n; ++c) part[0] = std::max(part[0], x[c]);
+  return std::max(std::max(std::max(part[0], part[4]), std::max(part[1], part[5])),
+                  std::max(std::max(part[2], part[6]), std::max(part[3], part[7])));
+}
+template <typename T, typename M>
+M dot(const T* x, const T* y, int64_t n) {
+  M part[8] = {};
+  int64_t e = 0;
+  for (; e + 8 <= n; e += 8)
+    for (int u = 0; u < 8; ++u) part[u] += M(x[e + u]) * M(y[e + u]);
+  M tail = 0;
+  for (; e < n; ++e) tail += M(x[e]) * M(y[e]);
+  return ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7])) +
+         tail;
+}
 
 // Reads the mask and the dropout decision of element (b, i, j); shared by both passes so that
 // they see the same scores.
@@ -61,15 +200,21 @@ struct ScoreRules {
     }
     return off;
   }
-  bool hidden(int64_t i, int64_t j) const { return a.causal && j > i; }
-  // s from the dot product q_i . k_j; -inf where masked.
-  M score(M dot, int64_t moff, int64_t i, int64_t j) const {
-    if (hidden(i, j)) return -std::numeric_limits<M>::infinity();
-    M s = dot * M(a.scale);
-    if (bool_mask != nullptr && !bool_mask[moff + i * mask_si + j * mask_sj])
-      return -std::numeric_limits<M>::infinity();
-    if (add_mask != nullptr) s += M(add_mask[moff + i * mask_si + j * mask_sj]);
-    return s;
+  // Row i's scores s = dot * scale (masked: -inf, or plus the additive mask) for keys j0 + c,
+  // c < cols, in place over the dot products.
+  void scores(M* s, int64_t moff, int64_t i, int64_t j0, int64_t cols) const {
+    const M scale = M(a.scale), neg_inf = -std::numeric_limits<M>::infinity();
+    // Keys from `visible` on are hidden by the causal mask.
+    const int64_t visible = a.causal ? std::clamp<int64_t>(i + 1 - j0, 0, cols) : cols;
+    for (int64_t c = 0; c < cols; ++c) s[c] = c < visible ? s[c] * scale : neg_inf;
+    if (bool_mask != nullptr) {
+      const bool* mrow = bool_mask + moff + i * mask_si + j0 * mask_sj;
+      for (int64_t c = 0; c < visible; ++c)
+        if (!mrow[c * mask_sj]) s[c] = neg_inf;
+    } else if (add_mask != nullptr) {
+      const T* mrow = add_mask + moff + i * mask_si + j0 * mask_sj;
+      for (int64_t c = 0; c < visible; ++c) s[c] += M(mrow[c * mask_sj]);
+    }
   }
   // The factor dropout multiplies P[b, i, j] by: 0 or 1 / (1 - p).
   M dropout_factor(int64_t b, int64_t i, int64_t j) const {
@@ -79,23 +224,19 @@ struct ScoreRules {
   }
 };
 
-// Eight partial sums, so the compiler can keep them in one vector register (a single running sum
-// is a chain of dependent adds); combined in a fixed order.
-template <typename T, typename M>
-M dot(const T* x, const T* y, int64_t n) {
-  M part[8] = {};
-  int64_t e = 0;
-  for (; e + 8 <= n; e += 8)
-    for (int u = 0; u < 8; ++u) part[u] += M(x[e + u]) * M(y[e + u]);
-  M tail = 0;
-  for (; e < n; ++e) tail += M(x[e]) * M(y[e]);
-  return ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7])) +
-         tail;
+template <typename Fn>
+void run_tasks(int64_t tasks, int64_t macs, const Fn& fn) {
+  if (macs >= kPoolMacs) {
+    parallel_in_pool(tasks, fn);
+  } else {
+    for (int64_t t = 0; t < tasks; ++t) fn(t);
+  }
 }
 
 template <typename T>
 void forward_typed(const AttentionForwardArgs& a) {
   using M = opmath_t<T>;
+  constexpr M kNegInf = -std::numeric_limits<M>::infinity();
   const ScoreRules<T, M> rules(a);
   const int64_t B = a.q.size(0), L = rules.L, S = rules.S, E = a.q.size(2), Ev = a.v.size(2);
   const T* q = static_cast<const T*>(a.q.data_ptr());
@@ -105,50 +246,51 @@ void forward_typed(const AttentionForwardArgs& a) {
   M* lse = static_cast<M*>(a.lse.data_ptr());
   const bool dropout = a.dropout_p > 0;
   const int64_t tiles = (L + kQueryTile - 1) / kQueryTile;
-  parallel_tasks(B * tiles, B * L * S * (E + Ev) * 8, [&](int64_t task) {
+  run_tasks(B * tiles, B * L * S * (E + Ev), [&](int64_t task) {
     const int64_t b = task / tiles, i0 = (task % tiles) * kQueryTile;
     const int64_t rows = std::min(kQueryTile, L - i0);
     const int64_t moff = a.mask.defined() ? rules.mask_offset(b) : 0;
-    const T* kb = k + b * S * E;
-    const T* vb = v + b * S * Ev;
-    std::vector<M> s(static_cast<size_t>(rows * kKeyBlock)), acc(static_cast<size_t>(rows * Ev));
-    std::vector<M> m(static_cast<size_t>(rows), -std::numeric_limits<M>::infinity());
-    std::vector<M> l(static_cast<size_t>(rows), M(0));
+    Rows<M> qt(rows, E), kt(E, kKeyBlock), vb(kKeyBlock, Ev), s(rows, kKeyBlock), acc(rows, Ev);
+    load_rows(qt, q + (b * L + i0) * E, rows, E);
+    std::vector<M> m(static_cast<size_t>(rows), kNegInf), l(static_cast<size_t>(rows), M(0));
     for (int64_t j0 = 0; j0 < S; j0 += kKeyBlock) {
       if (a.causal && j0 > i0 + rows - 1) break;  // every key from here on is hidden
       const int64_t cols = std::min(kKeyBlock, S - j0);
+      load_transposed(kt, k + (b * S + j0) * E, cols, E);
+      load_rows(vb, v + (b * S + j0) * Ev, cols, Ev);
+      block_gemm(rows, s.ld(), E, qt.data(), qt.ld(), 1, kt.data(), kt.ld(), s.data(), s.ld(),
+                 false);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
-        const T* qi = q + (b * L + i) * E;
-        M* sr = s.data() + r * kKeyBlock;
-        M block_max = -std::numeric_limits<M>::infinity();
-        for (int64_t c = 0; c < cols; ++c) {
-          const int64_t j = j0 + c;
-          sr[c] = rules.hidden(i, j) ? -std::numeric_limits<M>::infinity()
-                                     : rules.score(dot<T, M>(qi, kb + j * E, E), moff, i, j);
-          block_max = std::max(block_max, sr[c]);  // NaN never wins; it poisons l below
+        M* sr = s.row(r);
+        rules.scores(sr, moff, i, j0, cols);
+        const M m_new = std::max(m[r], row_max(sr, cols));
+        if (m_new == kNegInf) {  // no visible key yet: this block adds nothing to the row
+          std::fill(sr, sr + cols, M(0));
+          continue;
         }
-        const M m_new = std::max(m[r], block_max);
-        if (m_new == -std::numeric_limits<M>::infinity()) continue;
         const M alpha = std::exp(m[r] - m_new);
-        M* ar = acc.data() + r * Ev;
+        M* ar = acc.row(r);
         l[r] *= alpha;
-        for (int64_t e = 0; e < Ev; ++e) ar[e] *= alpha;
-        for (int64_t c = 0; c < cols; ++c) {
-          const int64_t j = j0 + c;
-          M p = std::exp(sr[c] - m_new);
-          l[r] += p;
-          if (dropout) p *= rules.dropout_factor(b, i, j);
-          const T* vj = vb + j * Ev;
-          for (int64_t e = 0; e < Ev; ++e) ar[e] += p * M(vj[e]);
-        }
+        for (int64_t e = 0; e < acc.ld(); ++e) ar[e] *= alpha;
+        M part[8] = {};
+        int64_t c = 0;
+        for (; c + 8 <= cols; c += 8)
+          for (int u = 0; u < 8; ++u) part[u] += sr[c + u] = exp_opmath(sr[c + u] - m_new);
+        for (; c < cols; ++c) part[0] += sr[c] = exp_opmath(sr[c] - m_new);
+        l[r] += ((part[0] + part[4]) + (part[1] + part[5])) +
+                ((part[2] + part[6]) + (part[3] + part[7]));
+        if (dropout)
+          for (c = 0; c < cols; ++c) sr[c] *= rules.dropout_factor(b, i, j0 + c);
         m[r] = m_new;
       }
+      block_gemm(rows, acc.ld(), cols, s.data(), s.ld(), 1, vb.data(), vb.ld(), acc.data(),
+                 acc.ld(), true);
     }
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = i0 + r;
       const M inv = M(1) / l[r];  // l = 0 (no key): 0 * inf gives the NaN row
-      const M* ar = acc.data() + r * Ev;
+      const M* ar = acc.row(r);
       T* o = out + (b * L + i) * Ev;
       for (int64_t e = 0; e < Ev; ++e) o[e] = T(ar[e] * inv);
       lse[b * L + i] = l[r] > 0 ? m[r] + std::log(l[r]) : std::numeric_limits<M>::quiet_NaN();
@@ -174,45 +316,74 @@ void backward_typed(const AttentionBackwardArgs& g) {
   T* gmask = g.grad_mask.defined() ? static_cast<T*>(g.grad_mask.data_ptr()) : nullptr;
   const bool dropout = a.dropout_p > 0;
   const M scale = M(a.scale);
-  parallel_tasks(B, B * L * S * (2 * E + 2 * Ev) * 8, [&](int64_t b) {
+  run_tasks(B, B * L * S * (2 * E + 2 * Ev), [&](int64_t b) {
     const int64_t moff = a.mask.defined() ? rules.mask_offset(b) : 0;
-    std::vector<M> dq(static_cast<size_t>(L * E), M(0)), dk(static_cast<size_t>(S * E), M(0));
-    std::vector<M> dv(static_cast<size_t>(S * Ev), M(0)), d(static_cast<size_t>(L));
+    Rows<M> qm(L, E), dom(L, Ev), dq(L, E);
+    Rows<M> kb(kKeyBlock, E), kt(E, kKeyBlock), vt(Ev, kKeyBlock), dk(kKeyBlock, E),
+        dv(kKeyBlock, Ev);
+    Rows<M> p(kQueryTile, kKeyBlock), ds(kQueryTile, kKeyBlock);
+    load_rows(qm, q + b * L * E, L, E);
+    load_rows(dom, dout + b * L * Ev, L, Ev);
+    const M* lse_b = lse + b * L;
+    std::vector<M> d(static_cast<size_t>(L));
     for (int64_t i = 0; i < L; ++i)
       d[i] = dot<T, M>(dout + (b * L + i) * Ev, out + (b * L + i) * Ev, Ev);
     for (int64_t j0 = 0; j0 < S; j0 += kKeyBlock) {
       const int64_t cols = std::min(kKeyBlock, S - j0);
-      for (int64_t i = 0; i < L; ++i) {
-        const T* qi = q + (b * L + i) * E;
-        const T* doi = dout + (b * L + i) * Ev;
-        const M li = lse[b * L + i];
-        M* dqi = dq.data() + i * E;
-        for (int64_t c = 0; c < cols; ++c) {
-          const int64_t j = j0 + c;
-          // A hidden key has P = 0 and adds nothing, unless the row's lse is NaN (a row with no
-          // key), whose NaN the composed math spreads to every gradient it touches.
-          if (rules.hidden(i, j) && !std::isnan(li)) continue;
-          const T* kj = k + (b * S + j) * E;
-          const T* vj = v + (b * S + j) * Ev;
-          const M p = std::exp(rules.score(dot<T, M>(qi, kj, E), moff, i, j) - li);
-          const M keep = dropout ? rules.dropout_factor(b, i, j) : M(1);
-          M* dvj = dv.data() + j * Ev;
-          const M pd = p * keep;
-          for (int64_t e = 0; e < Ev; ++e) dvj[e] += pd * M(doi[e]);
-          const M ds = p * (dot<T, M>(doi, vj, Ev) * keep - d[i]);
-          if (gmask != nullptr) gmask[(b * L + i) * S + j] = T(ds);
-          const M dss = ds * scale;
-          M* dkj = dk.data() + j * E;
-          for (int64_t e = 0; e < E; ++e) {
-            dqi[e] += dss * M(kj[e]);
-            dkj[e] += dss * M(qi[e]);
+      load_rows(kb, k + (b * S + j0) * E, cols, E);
+      load_transposed(kt, k + (b * S + j0) * E, cols, E);
+      load_transposed(vt, v + (b * S + j0) * Ev, cols, Ev);
+      dk.zero();
+      dv.zero();
+      for (int64_t i0 = 0; i0 < L; i0 += kQueryTile) {
+        const int64_t rows = std::min(kQueryTile, L - i0);
+        // A tile whose keys here are all hidden adds nothing, unless one of its rows has a NaN
+        // lse (no visible key at all), whose NaN the composed math spreads to every gradient.
+        if (a.causal && j0 > i0 + rows - 1 &&
+            std::none_of(lse_b + i0, lse_b + i0 + rows, [](M x) { return std::isnan(x); }))
+          continue;
+        block_gemm(rows, p.ld(), E, qm.row(i0), qm.ld(), 1, kt.data(), kt.ld(), p.data(), p.ld(),
+                   false);
+        block_gemm(rows, ds.ld(), Ev, dom.row(i0), dom.ld(), 1, vt.data(), vt.ld(), ds.data(),
+                   ds.ld(), false);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t i = i0 + r;
+          M* pr = p.row(r);
+          M* dsr = ds.row(r);
+          rules.scores(pr, moff, i, j0, cols);
+          const M li = lse_b[i], di = d[i];
+          for (int64_t c = 0; c < cols; ++c) pr[c] = exp_opmath(pr[c] - li);
+          if (dropout) {
+            for (int64_t c = 0; c < cols; ++c) {
+              const M keep = rules.dropout_factor(b, i, j0 + c);
+              dsr[c] = pr[c] * (dsr[c] * keep - di);
+              pr[c] *= keep;
+            }
+          } else {
+            for (int64_t c = 0; c < cols; ++c) dsr[c] = pr[c] * (dsr[c] - di);
           }
+          if (gmask != nullptr)
+            for (int64_t c = 0; c < cols; ++c) gmask[(b * L + i) * S + j0 + c] = T(dsr[c]);
+          for (int64_t c = 0; c < cols; ++c) dsr[c] *= scale;
+          std::fill(pr + cols, pr + p.ld(), M(0));
+          std::fill(dsr + cols, dsr + ds.ld(), M(0));
         }
+        block_gemm(cols, dv.ld(), rows, p.data(), 1, p.ld(), dom.row(i0), dom.ld(), dv.data(),
+                   dv.ld(), true);
+        block_gemm(rows, dq.ld(), cols, ds.data(), ds.ld(), 1, kb.data(), kb.ld(), dq.row(i0),
+                   dq.ld(), true);
+        block_gemm(cols, dk.ld(), rows, ds.data(), 1, ds.ld(), qm.row(i0), qm.ld(), dk.data(),
+                   dk.ld(), true);
+      }
+      for (int64_t c = 0; c < cols; ++c) {
+        T* gkj = gk + (b * S + j0 + c) * E;
+        T* gvj = gv + (b * S + j0 + c) * Ev;
+        for (int64_t e = 0; e < E; ++e) gkj[e] = T(dk.row(c)[e]);
+        for (int64_t e = 0; e < Ev; ++e) gvj[e] = T(dv.row(c)[e]);
       }
     }
-    for (int64_t x = 0; x < L * E; ++x) gq[b * L * E + x] = T(dq[x]);
-    for (int64_t x = 0; x < S * E; ++x) gk[b * S * E + x] = T(dk[x]);
-    for (int64_t x = 0; x < S * Ev; ++x) gv[b * S * Ev + x] = T(dv[x]);
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t e = 0; e < E; ++e) gq[(b * L + i) * E + e] = T(dq.row(i)[e]);
   });
 }
 

@@ -2,10 +2,12 @@
 // and the activation backwards. The math is in kernels/functors.h, shared with CUDA.
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 
 #include "engine/kernel_tables.h"
 #include "kernels/cpu/convert_dense.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/worker_pool.h"
 #include "kernels/functors.h"
 
 namespace mantissa::cpu {
@@ -137,6 +139,72 @@ void clamp_kernel_cpu(const Tensor& out, const Tensor& in, const Scalar* lo, con
 
 MT_REGISTER_KERNEL(neg_kernel, kCPU, &unary_kernel<functors::Neg>);
 MT_REGISTER_KERNEL(abs_kernel, kCPU, &unary_kernel<functors::Abs>);
+// GELU's math (kernels/vectorizable_math.h) is long enough for the CPU's widest vectors to pay:
+// dense float32 operands run a loop compiled for each instruction set. The file is built without
+// FMA contraction (CMakeLists.txt), so every clone rounds as the generic loop does.
+#define MT_CPU_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+MT_CPU_CLONES void gelu_dense(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = functors::Gelu{}(x[i]);
+}
+MT_CPU_CLONES void gelu_backward_dense(const float* g, const float* s, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = functors::GeluBackward{}(g[i], s[i]);
+}
+#undef MT_CPU_CLONES
+
+// Runs dense(inputs..., output, n) over dense operands of one floating dtype and out's shape, on
+// float values: float32 in place; float16/bfloat16 a block at a time, widened exactly and rounded
+// once on store (what the generic loop's per-element conversions compute). Split across the
+// worker pool by element range when large. Returns false (nothing done) when the operands do not
+// qualify.
+template <typename Dense, typename... Ts>
+bool run_dense_float(const Tensor& out, Dense dense, const Ts&... ins) {
+  const DType dt = out.dtype();
+  if ((dt != kFloat32 && dt != kFloat16 && dt != kBFloat16) || !out.is_contiguous() ||
+      !((ins.dtype() == dt && ins.is_contiguous() && ins.shape() == out.shape()) && ...)) {
+    return false;
+  }
+  const int64_t n = out.numel();
+  if (dt == kFloat32) {
+    parallel_ranges(n, [&](int64_t b, int64_t e) {
+      dense((static_cast<const float*>(ins.data_ptr()) + b)...,
+            static_cast<float*>(out.data_ptr()) + b, e - b);
+    });
+    return true;
+  }
+  auto blocks = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    parallel_ranges(n, [&](int64_t b, int64_t e) {
+      constexpr int64_t kBlock = 256;
+      float in_buf[sizeof...(Ts)][kBlock];
+      float res[kBlock];
+      for (int64_t i = b; i < e; i += kBlock) {
+        const int64_t m = std::min(kBlock, e - i);
+        int k = 0;
+        ((convert_dense(static_cast<const T*>(ins.data_ptr()) + i, in_buf[k++], m)), ...);
+        [&]<size_t... I>(std::index_sequence<I...>) {
+          dense(static_cast<const float*>(in_buf[I])..., res, m);
+        }
+        (std::index_sequence_for<Ts...>{});
+        convert_dense(res, static_cast<T*>(out.data_ptr()) + i, m);
+      }
+    });
+  };
+  if (dt == kFloat16) {
+    blocks(TypeTag<Half>{});
+  } else {
+    blocks(TypeTag<BFloat16>{});
+  }
+  return true;
+}
+
+void gelu_kernel_cpu(const Tensor& out, const Tensor& in) {
+  if (!run_dense_float(out, &gelu_dense, in)) unary_kernel<functors::Gelu>(out, in);
+}
+void gelu_backward_kernel_cpu(const Tensor& out, const Tensor& grad, const Tensor& s) {
+  if (!run_dense_float(out, &gelu_backward_dense, grad, s))
+    binary_kernel<functors::GeluBackward>(out, grad, s);
+}
+
 MT_REGISTER_KERNEL(exp_kernel, kCPU, &unary_kernel<functors::Exp>);
 MT_REGISTER_KERNEL(log_kernel, kCPU, &unary_kernel<functors::Log>);
 MT_REGISTER_KERNEL(sqrt_kernel, kCPU, &unary_kernel<functors::Sqrt>);
@@ -145,7 +213,7 @@ MT_REGISTER_KERNEL(relu_kernel, kCPU, &unary_kernel<functors::Relu>);
 MT_REGISTER_KERNEL(sigmoid_kernel, kCPU, &unary_kernel<functors::Sigmoid>);
 MT_REGISTER_KERNEL(tanh_kernel, kCPU, &unary_kernel<functors::Tanh>);
 MT_REGISTER_KERNEL(silu_kernel, kCPU, &unary_kernel<functors::Silu>);
-MT_REGISTER_KERNEL(gelu_kernel, kCPU, &unary_kernel<functors::Gelu>);
+MT_REGISTER_KERNEL(gelu_kernel, kCPU, &gelu_kernel_cpu);
 MT_REGISTER_KERNEL(gelu_tanh_kernel, kCPU, &unary_kernel<functors::GeluTanh>);
 MT_REGISTER_KERNEL(sign_kernel, kCPU, &unary_kernel<functors::Sign>);
 MT_REGISTER_KERNEL(reciprocal_kernel, kCPU, &unary_kernel<functors::Reciprocal>);
@@ -161,7 +229,7 @@ MT_REGISTER_KERNEL(pow_kernel, kCPU, &binary_kernel<functors::Pow>);
 MT_REGISTER_KERNEL(maximum_kernel, kCPU, &binary_kernel<functors::Maximum>);
 MT_REGISTER_KERNEL(minimum_kernel, kCPU, &binary_kernel<functors::Minimum>);
 MT_REGISTER_KERNEL(relu_backward_kernel, kCPU, &binary_kernel<functors::ReluBackward>);
-MT_REGISTER_KERNEL(gelu_backward_kernel, kCPU, &binary_kernel<functors::GeluBackward>);
+MT_REGISTER_KERNEL(gelu_backward_kernel, kCPU, &gelu_backward_kernel_cpu);
 MT_REGISTER_KERNEL(gelu_tanh_backward_kernel, kCPU, &binary_kernel<functors::GeluTanhBackward>);
 MT_REGISTER_KERNEL(silu_backward_kernel, kCPU, &binary_kernel<functors::SiluBackward>);
 MT_REGISTER_KERNEL(sigmoid_backward_kernel, kCPU, &binary_kernel<functors::SigmoidBackward>);

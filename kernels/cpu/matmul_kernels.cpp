@@ -17,6 +17,7 @@
 #include "engine/kernel_tables.h"
 #include "engine/precision.h"
 #include "kernels/cpu/convert_dense.h"
+#include "kernels/cpu/gemm/blas.h"
 #include "kernels/cpu/gemm/sgemm.h"
 
 #if defined(_OPENMP)
@@ -146,9 +147,8 @@ inline void gemm(const GemmOperand<float>& a, const GemmOperand<float>& b, int64
 }
 inline void gemm(const GemmOperand<double>& a, const GemmOperand<double>& b, int64_t batch, int m,
                  int n, int k, double* c) {
-  cblas_dgemm(CblasRowMajor, a.trans, b.trans, m, n, k, 1.0, a.base + batch * a.batch_stride,
-              static_cast<int>(a.ld), b.base + batch * b.batch_stride, static_cast<int>(b.ld), 0.0,
-              c, std::max(1, n));
+  blas_gemm(a.trans, b.trans, m, n, k, 1.0, a.base + batch * a.batch_stride, a.ld,
+            b.base + batch * b.batch_stride, b.ld, 0.0, c, std::max(1, n));
 }
 
 bool fits_blas_int(std::initializer_list<int64_t> values) {

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm/blas.h"
 #include "kernels/cpu/gemm/lanes.h"
 
 namespace mantissa::cpu {
@@ -253,7 +254,7 @@ void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const fl
            const float* B, int ldb, float* C, int ldc) {
   if (M <= 0 || N <= 0) return;
   if (!sgemm_is_small(M, N, K)) {
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+    blas_gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
     return;
   }
   if (masked_width(N)) return run_masked(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, {});

@@ -12,7 +12,8 @@
 //    k = 0, 1, ..., K-1 in order, every product rounded before its sum. This file is built with
 //    -ffp-contract=off (CMakeLists.txt) so the compiler never fuses them into FMAs, and the
 //    AVX-512, AVX2 and baseline clones compute identical results. Larger products call
-//    cblas_sgemm, which is deterministic for a given OpenBLAS build and thread count only.
+//    blas_gemm() (kernels/cpu/gemm/blas.h), which is deterministic for a given OpenBLAS build and
+//    worker-pool thread count only.
 //  - The epilogue (GemmEpilogue) runs in the small loops' registers, in the order and at the
 //    rounding points of the separate passes it replaces, so both give the same bits.
 //

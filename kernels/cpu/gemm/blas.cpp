@@ -1,0 +1,75 @@
+#include "kernels/cpu/gemm/blas.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "kernels/cpu/worker_pool.h"
+
+namespace mantissa::cpu {
+namespace {
+
+// Multiply-adds from which a product is split across the pool: below it a wake-up of the pool's
+// workers costs about as much as the share they would take.
+constexpr int64_t kSplitMacs = int64_t(1) << 20;
+// Slab boundaries fall on multiples of this, so every slab keeps OpenBLAS's register blocking.
+constexpr int64_t kSlabAlign = 16;
+
+void keep_openblas_single_threaded() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+inline void call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K,
+                 float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                 float* C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta,
+              C, int(ldc));
+}
+inline void call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K,
+                 double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
+                 double beta, double* C, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta,
+              C, int(ldc));
+}
+
+template <typename T>
+void split_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K, T alpha,
+                const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  keep_openblas_single_threaded();
+  if (M <= 0 || N <= 0) return;
+  const bool by_rows = M >= N;
+  const int64_t extent = by_rows ? M : N;
+  const int64_t units = (extent + kSlabAlign - 1) / kSlabAlign;
+  const int64_t tasks =
+      M * N * K >= kSplitMacs ? std::min<int64_t>(pool_threads(), units) : int64_t(1);
+  if (tasks <= 1) return call(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  const int64_t per_task = (units + tasks - 1) / tasks * kSlabAlign;
+  parallel_in_pool(tasks, [&](int64_t t) {
+    const int64_t b = t * per_task, e = std::min(extent, b + per_task);
+    if (b >= e) return;
+    if (by_rows) {
+      // Rows b..e of op(A): rows of A, or columns of A when it is transposed ([K, M]).
+      const T* a = ta == CblasNoTrans ? A + b * lda : A + b;
+      call(ta, tb, e - b, N, K, alpha, a, lda, B, ldb, beta, C + b * ldc, ldc);
+    } else {
+      // Columns b..e of op(B): columns of B, or rows of B when it is transposed ([N, K]).
+      const T* bb = tb == CblasNoTrans ? B + b : B + b * ldb;
+      call(ta, tb, M, e - b, K, alpha, A, lda, bb, ldb, beta, C + b, ldc);
+    }
+  });
+}
+
+}  // namespace
+
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K,
+               double alpha, const double* A, int64_t lda, const double* B, int64_t ldb,
+               double beta, double* C, int64_t ldc) {
+  split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace mantissa::cpu
