@@ -118,7 +118,7 @@ class Rows {
 
 // rows x cols values of src (row stride cols) into dst's first rows, converted to opmath.
 template <typename T, typename M>
-void load_rows(Rows<M>& dst, const T* src, int64_t rows, int64_t cols) {
+MT_FORCE_INLINE void load_rows(Rows<M>& dst, const T* src, int64_t rows, int64_t cols) {
   for (int64_t i = 0; i < rows; ++i) {
     M* d = dst.row(i);
     const T* s = src + i * cols;
@@ -127,7 +127,7 @@ void load_rows(Rows<M>& dst, const T* src, int64_t rows, int64_t cols) {
 }
 // The transpose of rows x cols values of src: dst row e holds column e.
 template <typename T, typename M>
-void load_transposed(Rows<M>& dst, const T* src, int64_t rows, int64_t cols) {
+MT_FORCE_INLINE void load_transposed(Rows<M>& dst, const T* src, int64_t rows, int64_t cols) {
   for (int64_t i = 0; i < rows; ++i) {
     const T* s = src + i * cols;
     for (int64_t e = 0; e < cols; ++e) dst.row(e)[i] = M(s[e]);
@@ -146,7 +146,7 @@ MT_FORCE_INLINE M exp_opmath(M x) {
 // Eight partial maxima and sums, so that the compiler keeps them in vector registers; combined in
 // a fixed order.
 template <typename M>
-M row_max(const M* x, int64_t n) {
+MT_FORCE_INLINE M row_max(const M* x, int64_t n) {
   M part[8];
   std::fill(part, part + 8, -std::numeric_limits<M>::infinity());
   int64_t c = 0;
@@ -157,7 +157,7 @@ M row_max(const M* x, int64_t n) {
                   std::max(std::max(part[2], part[6]), std::max(part[3], part[7])));
 }
 template <typename T, typename M>
-M dot(const T* x, const T* y, int64_t n) {
+MT_FORCE_INLINE M dot(const T* x, const T* y, int64_t n) {
   M part[8] = {};
   int64_t e = 0;
   for (; e + 8 <= n; e += 8)
@@ -202,7 +202,7 @@ struct ScoreRules {
   }
   // Row i's scores s = dot * scale (masked: -inf, or plus the additive mask) for keys j0 + c,
   // c < cols, in place over the dot products.
-  void scores(M* s, int64_t moff, int64_t i, int64_t j0, int64_t cols) const {
+  MT_FORCE_INLINE void scores(M* s, int64_t moff, int64_t i, int64_t j0, int64_t cols) const {
     const M scale = M(a.scale), neg_inf = -std::numeric_limits<M>::infinity();
     // Keys from `visible` on are hidden by the causal mask.
     const int64_t visible = a.causal ? std::clamp<int64_t>(i + 1 - j0, 0, cols) : cols;
@@ -217,7 +217,7 @@ struct ScoreRules {
     }
   }
   // The factor dropout multiplies P[b, i, j] by: 0 or 1 / (1 - p).
-  M dropout_factor(int64_t b, int64_t i, int64_t j) const {
+  MT_FORCE_INLINE M dropout_factor(int64_t b, int64_t i, int64_t j) const {
     const uint64_t counter = a.rng.offset + static_cast<uint64_t>((b * L + i) * S + j);
     const Philox4 r = philox4x32(a.rng.seed, counter);
     return philox_uniform01_double(r.v[0], r.v[1]) < 1.0 - a.dropout_p ? keep_scale : M(0);
@@ -234,11 +234,11 @@ void run_tasks(int64_t tasks, int64_t macs, const Fn& fn) {
 }
 
 template <typename T>
-void forward_typed(const AttentionForwardArgs& a) {
+MT_FORCE_INLINE void forward_task(const AttentionForwardArgs& a,
+                                  const ScoreRules<T, opmath_t<T>>& rules, int64_t task) {
   using M = opmath_t<T>;
   constexpr M kNegInf = -std::numeric_limits<M>::infinity();
-  const ScoreRules<T, M> rules(a);
-  const int64_t B = a.q.size(0), L = rules.L, S = rules.S, E = a.q.size(2), Ev = a.v.size(2);
+  const int64_t L = rules.L, S = rules.S, E = a.q.size(2), Ev = a.v.size(2);
   const T* q = static_cast<const T*>(a.q.data_ptr());
   const T* k = static_cast<const T*>(a.k.data_ptr());
   const T* v = static_cast<const T*>(a.v.data_ptr());
@@ -246,64 +246,61 @@ void forward_typed(const AttentionForwardArgs& a) {
   M* lse = static_cast<M*>(a.lse.data_ptr());
   const bool dropout = a.dropout_p > 0;
   const int64_t tiles = (L + kQueryTile - 1) / kQueryTile;
-  run_tasks(B * tiles, B * L * S * (E + Ev), [&](int64_t task) {
-    const int64_t b = task / tiles, i0 = (task % tiles) * kQueryTile;
-    const int64_t rows = std::min(kQueryTile, L - i0);
-    const int64_t moff = a.mask.defined() ? rules.mask_offset(b) : 0;
-    Rows<M> qt(rows, E), kt(E, kKeyBlock), vb(kKeyBlock, Ev), s(rows, kKeyBlock), acc(rows, Ev);
-    load_rows(qt, q + (b * L + i0) * E, rows, E);
-    std::vector<M> m(static_cast<size_t>(rows), kNegInf), l(static_cast<size_t>(rows), M(0));
-    for (int64_t j0 = 0; j0 < S; j0 += kKeyBlock) {
-      if (a.causal && j0 > i0 + rows - 1) break;  // every key from here on is hidden
-      const int64_t cols = std::min(kKeyBlock, S - j0);
-      load_transposed(kt, k + (b * S + j0) * E, cols, E);
-      load_rows(vb, v + (b * S + j0) * Ev, cols, Ev);
-      block_gemm(rows, s.ld(), E, qt.data(), qt.ld(), 1, kt.data(), kt.ld(), s.data(), s.ld(),
-                 false);
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t i = i0 + r;
-        M* sr = s.row(r);
-        rules.scores(sr, moff, i, j0, cols);
-        const M m_new = std::max(m[r], row_max(sr, cols));
-        if (m_new == kNegInf) {  // no visible key yet: this block adds nothing to the row
-          std::fill(sr, sr + cols, M(0));
-          continue;
-        }
-        const M alpha = std::exp(m[r] - m_new);
-        M* ar = acc.row(r);
-        l[r] *= alpha;
-        for (int64_t e = 0; e < acc.ld(); ++e) ar[e] *= alpha;
-        M part[8] = {};
-        int64_t c = 0;
-        for (; c + 8 <= cols; c += 8)
-          for (int u = 0; u < 8; ++u) part[u] += sr[c + u] = exp_opmath(sr[c + u] - m_new);
-        for (; c < cols; ++c) part[0] += sr[c] = exp_opmath(sr[c] - m_new);
-        l[r] += ((part[0] + part[4]) + (part[1] + part[5])) +
-                ((part[2] + part[6]) + (part[3] + part[7]));
-        if (dropout)
-          for (c = 0; c < cols; ++c) sr[c] *= rules.dropout_factor(b, i, j0 + c);
-        m[r] = m_new;
-      }
-      block_gemm(rows, acc.ld(), cols, s.data(), s.ld(), 1, vb.data(), vb.ld(), acc.data(),
-                 acc.ld(), true);
-    }
+  const int64_t b = task / tiles, i0 = (task % tiles) * kQueryTile;
+  const int64_t rows = std::min(kQueryTile, L - i0);
+  const int64_t moff = a.mask.defined() ? rules.mask_offset(b) : 0;
+  Rows<M> qt(rows, E), kt(E, kKeyBlock), vb(kKeyBlock, Ev), s(rows, kKeyBlock), acc(rows, Ev);
+  load_rows(qt, q + (b * L + i0) * E, rows, E);
+  std::vector<M> m(static_cast<size_t>(rows), kNegInf), l(static_cast<size_t>(rows), M(0));
+  for (int64_t j0 = 0; j0 < S; j0 += kKeyBlock) {
+    if (a.causal && j0 > i0 + rows - 1) break;  // every key from here on is hidden
+    const int64_t cols = std::min(kKeyBlock, S - j0);
+    load_transposed(kt, k + (b * S + j0) * E, cols, E);
+    load_rows(vb, v + (b * S + j0) * Ev, cols, Ev);
+    block_gemm(rows, s.ld(), E, qt.data(), qt.ld(), 1, kt.data(), kt.ld(), s.data(), s.ld(), false);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = i0 + r;
-      const M inv = M(1) / l[r];  // l = 0 (no key): 0 * inf gives the NaN row
-      const M* ar = acc.row(r);
-      T* o = out + (b * L + i) * Ev;
-      for (int64_t e = 0; e < Ev; ++e) o[e] = T(ar[e] * inv);
-      lse[b * L + i] = l[r] > 0 ? m[r] + std::log(l[r]) : std::numeric_limits<M>::quiet_NaN();
+      M* sr = s.row(r);
+      rules.scores(sr, moff, i, j0, cols);
+      const M m_new = std::max(m[r], row_max(sr, cols));
+      if (m_new == kNegInf) {  // no visible key yet: this block adds nothing to the row
+        std::fill(sr, sr + cols, M(0));
+        continue;
+      }
+      const M alpha = std::exp(m[r] - m_new);
+      M* ar = acc.row(r);
+      l[r] *= alpha;
+      for (int64_t e = 0; e < acc.ld(); ++e) ar[e] *= alpha;
+      M part[8] = {};
+      int64_t c = 0;
+      for (; c + 8 <= cols; c += 8)
+        for (int u = 0; u < 8; ++u) part[u] += sr[c + u] = exp_opmath(sr[c + u] - m_new);
+      for (; c < cols; ++c) part[0] += sr[c] = exp_opmath(sr[c] - m_new);
+      l[r] +=
+          ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+      if (dropout)
+        for (c = 0; c < cols; ++c) sr[c] *= rules.dropout_factor(b, i, j0 + c);
+      m[r] = m_new;
     }
-  });
+    block_gemm(rows, acc.ld(), cols, s.data(), s.ld(), 1, vb.data(), vb.ld(), acc.data(), acc.ld(),
+               true);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r;
+    const M inv = M(1) / l[r];  // l = 0 (no key): 0 * inf gives the NaN row
+    const M* ar = acc.row(r);
+    T* o = out + (b * L + i) * Ev;
+    for (int64_t e = 0; e < Ev; ++e) o[e] = T(ar[e] * inv);
+    lse[b * L + i] = l[r] > 0 ? m[r] + std::log(l[r]) : std::numeric_limits<M>::quiet_NaN();
+  }
 }
 
 template <typename T>
-void backward_typed(const AttentionBackwardArgs& g) {
+MT_FORCE_INLINE void backward_task(const AttentionBackwardArgs& g,
+                                   const ScoreRules<T, opmath_t<T>>& rules, int64_t b) {
   using M = opmath_t<T>;
   const AttentionForwardArgs& a = g.fwd;
-  const ScoreRules<T, M> rules(a);
-  const int64_t B = a.q.size(0), L = rules.L, S = rules.S, E = a.q.size(2), Ev = a.v.size(2);
+  const int64_t L = rules.L, S = rules.S, E = a.q.size(2), Ev = a.v.size(2);
   const T* q = static_cast<const T*>(a.q.data_ptr());
   const T* k = static_cast<const T*>(a.k.data_ptr());
   const T* v = static_cast<const T*>(a.v.data_ptr());
@@ -316,75 +313,116 @@ void backward_typed(const AttentionBackwardArgs& g) {
   T* gmask = g.grad_mask.defined() ? static_cast<T*>(g.grad_mask.data_ptr()) : nullptr;
   const bool dropout = a.dropout_p > 0;
   const M scale = M(a.scale);
-  run_tasks(B, B * L * S * (2 * E + 2 * Ev), [&](int64_t b) {
-    const int64_t moff = a.mask.defined() ? rules.mask_offset(b) : 0;
-    Rows<M> qm(L, E), dom(L, Ev), dq(L, E);
-    Rows<M> kb(kKeyBlock, E), kt(E, kKeyBlock), vt(Ev, kKeyBlock), dk(kKeyBlock, E),
-        dv(kKeyBlock, Ev);
-    Rows<M> p(kQueryTile, kKeyBlock), ds(kQueryTile, kKeyBlock);
-    load_rows(qm, q + b * L * E, L, E);
-    load_rows(dom, dout + b * L * Ev, L, Ev);
-    const M* lse_b = lse + b * L;
-    std::vector<M> d(static_cast<size_t>(L));
-    for (int64_t i = 0; i < L; ++i)
-      d[i] = dot<T, M>(dout + (b * L + i) * Ev, out + (b * L + i) * Ev, Ev);
-    for (int64_t j0 = 0; j0 < S; j0 += kKeyBlock) {
-      const int64_t cols = std::min(kKeyBlock, S - j0);
-      load_rows(kb, k + (b * S + j0) * E, cols, E);
-      load_transposed(kt, k + (b * S + j0) * E, cols, E);
-      load_transposed(vt, v + (b * S + j0) * Ev, cols, Ev);
-      dk.zero();
-      dv.zero();
-      for (int64_t i0 = 0; i0 < L; i0 += kQueryTile) {
-        const int64_t rows = std::min(kQueryTile, L - i0);
-        // A tile whose keys here are all hidden adds nothing, unless one of its rows has a NaN
-        // lse (no visible key at all), whose NaN the composed math spreads to every gradient.
-        if (a.causal && j0 > i0 + rows - 1 &&
-            std::none_of(lse_b + i0, lse_b + i0 + rows, [](M x) { return std::isnan(x); }))
-          continue;
-        block_gemm(rows, p.ld(), E, qm.row(i0), qm.ld(), 1, kt.data(), kt.ld(), p.data(), p.ld(),
-                   false);
-        block_gemm(rows, ds.ld(), Ev, dom.row(i0), dom.ld(), 1, vt.data(), vt.ld(), ds.data(),
-                   ds.ld(), false);
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t i = i0 + r;
-          M* pr = p.row(r);
-          M* dsr = ds.row(r);
-          rules.scores(pr, moff, i, j0, cols);
-          const M li = lse_b[i], di = d[i];
-          for (int64_t c = 0; c < cols; ++c) pr[c] = exp_opmath(pr[c] - li);
-          if (dropout) {
-            for (int64_t c = 0; c < cols; ++c) {
-              const M keep = rules.dropout_factor(b, i, j0 + c);
-              dsr[c] = pr[c] * (dsr[c] * keep - di);
-              pr[c] *= keep;
-            }
-          } else {
-            for (int64_t c = 0; c < cols; ++c) dsr[c] = pr[c] * (dsr[c] - di);
+  const int64_t moff = a.mask.defined() ? rules.mask_offset(b) : 0;
+  Rows<M> qm(L, E), dom(L, Ev), dq(L, E);
+  Rows<M> kb(kKeyBlock, E), kt(E, kKeyBlock), vt(Ev, kKeyBlock), dk(kKeyBlock, E),
+      dv(kKeyBlock, Ev);
+  Rows<M> p(kQueryTile, kKeyBlock), ds(kQueryTile, kKeyBlock);
+  load_rows(qm, q + b * L * E, L, E);
+  load_rows(dom, dout + b * L * Ev, L, Ev);
+  const M* lse_b = lse + b * L;
+  std::vector<M> d(static_cast<size_t>(L));
+  for (int64_t i = 0; i < L; ++i)
+    d[i] = dot<T, M>(dout + (b * L + i) * Ev, out + (b * L + i) * Ev, Ev);
+  for (int64_t j0 = 0; j0 < S; j0 += kKeyBlock) {
+    const int64_t cols = std::min(kKeyBlock, S - j0);
+    load_rows(kb, k + (b * S + j0) * E, cols, E);
+    load_transposed(kt, k + (b * S + j0) * E, cols, E);
+    load_transposed(vt, v + (b * S + j0) * Ev, cols, Ev);
+    dk.zero();
+    dv.zero();
+    for (int64_t i0 = 0; i0 < L; i0 += kQueryTile) {
+      const int64_t rows = std::min(kQueryTile, L - i0);
+      // A tile whose keys here are all hidden adds nothing, unless one of its rows has a NaN
+      // lse (no visible key at all), whose NaN the composed math spreads to every gradient.
+      if (a.causal && j0 > i0 + rows - 1 &&
+          std::none_of(lse_b + i0, lse_b + i0 + rows, [](M x) { return std::isnan(x); }))
+        continue;
+      block_gemm(rows, p.ld(), E, qm.row(i0), qm.ld(), 1, kt.data(), kt.ld(), p.data(), p.ld(),
+                 false);
+      block_gemm(rows, ds.ld(), Ev, dom.row(i0), dom.ld(), 1, vt.data(), vt.ld(), ds.data(),
+                 ds.ld(), false);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = i0 + r;
+        M* pr = p.row(r);
+        M* dsr = ds.row(r);
+        rules.scores(pr, moff, i, j0, cols);
+        const M li = lse_b[i], di = d[i];
+        for (int64_t c = 0; c < cols; ++c) pr[c] = exp_opmath(pr[c] - li);
+        if (dropout) {
+          for (int64_t c = 0; c < cols; ++c) {
+            const M keep = rules.dropout_factor(b, i, j0 + c);
+            dsr[c] = pr[c] * (dsr[c] * keep - di);
+            pr[c] *= keep;
           }
-          if (gmask != nullptr)
-            for (int64_t c = 0; c < cols; ++c) gmask[(b * L + i) * S + j0 + c] = T(dsr[c]);
-          for (int64_t c = 0; c < cols; ++c) dsr[c] *= scale;
-          std::fill(pr + cols, pr + p.ld(), M(0));
-          std::fill(dsr + cols, dsr + ds.ld(), M(0));
+        } else {
+          for (int64_t c = 0; c < cols; ++c) dsr[c] = pr[c] * (dsr[c] - di);
         }
-        block_gemm(cols, dv.ld(), rows, p.data(), 1, p.ld(), dom.row(i0), dom.ld(), dv.data(),
-                   dv.ld(), true);
-        block_gemm(rows, dq.ld(), cols, ds.data(), ds.ld(), 1, kb.data(), kb.ld(), dq.row(i0),
-                   dq.ld(), true);
-        block_gemm(cols, dk.ld(), rows, ds.data(), 1, ds.ld(), qm.row(i0), qm.ld(), dk.data(),
-                   dk.ld(), true);
+        if (gmask != nullptr)
+          for (int64_t c = 0; c < cols; ++c) gmask[(b * L + i) * S + j0 + c] = T(dsr[c]);
+        for (int64_t c = 0; c < cols; ++c) dsr[c] *= scale;
+        std::fill(pr + cols, pr + p.ld(), M(0));
+        std::fill(dsr + cols, dsr + ds.ld(), M(0));
       }
-      for (int64_t c = 0; c < cols; ++c) {
-        T* gkj = gk + (b * S + j0 + c) * E;
-        T* gvj = gv + (b * S + j0 + c) * Ev;
-        for (int64_t e = 0; e < E; ++e) gkj[e] = T(dk.row(c)[e]);
-        for (int64_t e = 0; e < Ev; ++e) gvj[e] = T(dv.row(c)[e]);
-      }
+      block_gemm(cols, dv.ld(), rows, p.data(), 1, p.ld(), dom.row(i0), dom.ld(), dv.data(),
+                 dv.ld(), true);
+      block_gemm(rows, dq.ld(), cols, ds.data(), ds.ld(), 1, kb.data(), kb.ld(), dq.row(i0),
+                 dq.ld(), true);
+      block_gemm(cols, dk.ld(), rows, ds.data(), 1, ds.ld(), qm.row(i0), qm.ld(), dk.data(),
+                 dk.ld(), true);
     }
-    for (int64_t i = 0; i < L; ++i)
-      for (int64_t e = 0; e < E; ++e) gq[(b * L + i) * E + e] = T(dq.row(i)[e]);
-  });
+    for (int64_t c = 0; c < cols; ++c) {
+      T* gkj = gk + (b * S + j0 + c) * E;
+      T* gvj = gv + (b * S + j0 + c) * Ev;
+      for (int64_t e = 0; e < E; ++e) gkj[e] = T(dk.row(c)[e]);
+      for (int64_t e = 0; e < Ev; ++e) gvj[e] = T(dv.row(c)[e]);
+    }
+  }
+  for (int64_t i = 0; i < L; ++i)
+    for (int64_t e = 0; e < E; ++e) gq[(b * L + i) * E + e] = T(dq.row(i)[e]);
+}
+
+// The tasks compiled for each instruction set: their score, exp and conversion loops are long
+// enough for the widest vectors to pay. float64 keeps the baseline build (gradcheck's type).
+#define MT_ATTENTION_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#define MT_ATTENTION_TASKS(T)                                                                  \
+  MT_ATTENTION_CLONES void forward_task_isa(const AttentionForwardArgs& a,                     \
+                                            const ScoreRules<T, opmath_t<T>>& r, int64_t t) {  \
+    forward_task<T>(a, r, t);                                                                  \
+  }                                                                                            \
+  MT_ATTENTION_CLONES void backward_task_isa(const AttentionBackwardArgs& g,                   \
+                                             const ScoreRules<T, opmath_t<T>>& r, int64_t b) { \
+    backward_task<T>(g, r, b);                                                                 \
+  }
+MT_ATTENTION_TASKS(float)
+MT_ATTENTION_TASKS(Half)
+MT_ATTENTION_TASKS(BFloat16)
+#undef MT_ATTENTION_TASKS
+#undef MT_ATTENTION_CLONES
+void forward_task_isa(const AttentionForwardArgs& a, const ScoreRules<double, double>& r,
+                      int64_t t) {
+  forward_task<double>(a, r, t);
+}
+void backward_task_isa(const AttentionBackwardArgs& g, const ScoreRules<double, double>& r,
+                       int64_t b) {
+  backward_task<double>(g, r, b);
+}
+
+template <typename T>
+void forward_typed(const AttentionForwardArgs& a) {
+  const ScoreRules<T, opmath_t<T>> rules(a);
+  const int64_t B = a.q.size(0), L = rules.L, S = rules.S, E = a.q.size(2), Ev = a.v.size(2);
+  const int64_t tiles = (L + kQueryTile - 1) / kQueryTile;
+  run_tasks(B * tiles, B * L * S * (E + Ev),
+            [&](int64_t task) { forward_task_isa(a, rules, task); });
+}
+
+template <typename T>
+void backward_typed(const AttentionBackwardArgs& g) {
+  const ScoreRules<T, opmath_t<T>> rules(g.fwd);
+  const int64_t B = g.fwd.q.size(0), L = rules.L, S = rules.S, E = g.fwd.q.size(2),
+                Ev = g.fwd.v.size(2);
+  run_tasks(B, B * L * S * (2 * E + 2 * Ev), [&](int64_t b) { backward_task_isa(g, rules, b); });
 }
 
 bool attention_forward_cpu(const AttentionForwardArgs& a) {
