@@ -28,6 +28,7 @@
 #include "engine/kernel_tables.h"
 #include "engine/opmath.h"
 #include "engine/philox.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/worker_pool.h"
 #include "kernels/vectorizable_math.h"
 
@@ -83,15 +84,15 @@ __attribute__((always_inline)) inline void block_gemm_body(int64_t m, int64_t n,
   }
 }
 
-__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void block_gemm(
-    int64_t m, int64_t n, int64_t k, const float* A, int64_t a_row, int64_t a_col, const float* B,
-    int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+MT_CPU_ISA_CLONES void block_gemm(int64_t m, int64_t n, int64_t k, const float* A, int64_t a_row,
+                                  int64_t a_col, const float* B, int64_t ldb, float* C, int64_t ldc,
+                                  bool accumulate) {
   block_gemm_body(m, n, k, A, a_row, a_col, B, ldb, C, ldc, accumulate);
 }
 
-__attribute__((target_clones("avx512f", "arch=haswell", "default"))) void block_gemm(
-    int64_t m, int64_t n, int64_t k, const double* A, int64_t a_row, int64_t a_col, const double* B,
-    int64_t ldb, double* C, int64_t ldc, bool accumulate) {
+MT_CPU_ISA_CLONES void block_gemm(int64_t m, int64_t n, int64_t k, const double* A, int64_t a_row,
+                                  int64_t a_col, const double* B, int64_t ldb, double* C,
+                                  int64_t ldc, bool accumulate) {
   block_gemm_body(m, n, k, A, a_row, a_col, B, ldb, C, ldc, accumulate);
 }
 
@@ -384,21 +385,19 @@ MT_FORCE_INLINE void backward_task(const AttentionBackwardArgs& g,
 
 // The tasks compiled for each instruction set: their score, exp and conversion loops are long
 // enough for the widest vectors to pay. float64 keeps the baseline build (gradcheck's type).
-#define MT_ATTENTION_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
-#define MT_ATTENTION_TASKS(T)                                                                  \
-  MT_ATTENTION_CLONES void forward_task_isa(const AttentionForwardArgs& a,                     \
-                                            const ScoreRules<T, opmath_t<T>>& r, int64_t t) {  \
-    forward_task<T>(a, r, t);                                                                  \
-  }                                                                                            \
-  MT_ATTENTION_CLONES void backward_task_isa(const AttentionBackwardArgs& g,                   \
-                                             const ScoreRules<T, opmath_t<T>>& r, int64_t b) { \
-    backward_task<T>(g, r, b);                                                                 \
+#define MT_ATTENTION_TASKS(T)                                                                \
+  MT_CPU_ISA_CLONES void forward_task_isa(const AttentionForwardArgs& a,                     \
+                                          const ScoreRules<T, opmath_t<T>>& r, int64_t t) {  \
+    forward_task<T>(a, r, t);                                                                \
+  }                                                                                          \
+  MT_CPU_ISA_CLONES void backward_task_isa(const AttentionBackwardArgs& g,                   \
+                                           const ScoreRules<T, opmath_t<T>>& r, int64_t b) { \
+    backward_task<T>(g, r, b);                                                               \
   }
 MT_ATTENTION_TASKS(float)
 MT_ATTENTION_TASKS(Half)
 MT_ATTENTION_TASKS(BFloat16)
 #undef MT_ATTENTION_TASKS
-#undef MT_ATTENTION_CLONES
 void forward_task_isa(const AttentionForwardArgs& a, const ScoreRules<double, double>& r,
                       int64_t t) {
   forward_task<double>(a, r, t);

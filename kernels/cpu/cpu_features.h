@@ -2,6 +2,17 @@
 // process. Elsewhere every check is false and the portable loops run.
 #pragma once
 
+// A function compiled three times, for AVX-512, for AVX2 + FMA and for baseline x86-64, the copy
+// picked by the CPU at load time: for loops whose math is long enough for wide vectors to pay
+// (GELU, the attention tasks). Only with GCC on x86: clang (the sanitizer build) does not emit
+// the inline functions that such a clone calls (the link fails), so its builds run the baseline
+// copy, which computes the same math.
+#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#define MT_CPU_ISA_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#else
+#define MT_CPU_ISA_CLONES
+#endif
+
 namespace mantissa::cpu {
 
 #if defined(__x86_64__) || defined(__i386__)

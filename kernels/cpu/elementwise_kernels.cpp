@@ -6,6 +6,7 @@
 
 #include "engine/kernel_tables.h"
 #include "kernels/cpu/convert_dense.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/worker_pool.h"
 #include "kernels/functors.h"
@@ -135,21 +136,15 @@ void clamp_kernel_cpu(const Tensor& out, const Tensor& in, const Scalar* lo, con
   });
 }
 
-}  // namespace
-
-MT_REGISTER_KERNEL(neg_kernel, kCPU, &unary_kernel<functors::Neg>);
-MT_REGISTER_KERNEL(abs_kernel, kCPU, &unary_kernel<functors::Abs>);
 // GELU's math (kernels/vectorizable_math.h) is long enough for the CPU's widest vectors to pay:
 // dense float32 operands run a loop compiled for each instruction set. The file is built without
 // FMA contraction (CMakeLists.txt), so every clone rounds as the generic loop does.
-#define MT_CPU_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
-MT_CPU_CLONES void gelu_dense(const float* x, float* y, int64_t n) {
+MT_CPU_ISA_CLONES void gelu_dense(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = functors::Gelu{}(x[i]);
 }
-MT_CPU_CLONES void gelu_backward_dense(const float* g, const float* s, float* y, int64_t n) {
+MT_CPU_ISA_CLONES void gelu_backward_dense(const float* g, const float* s, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = functors::GeluBackward{}(g[i], s[i]);
 }
-#undef MT_CPU_CLONES
 
 // Runs dense(inputs..., output, n) over dense operands of one floating dtype and out's shape, on
 // float values: float32 in place; float16/bfloat16 a block at a time, widened exactly and rounded
@@ -204,6 +199,11 @@ void gelu_backward_kernel_cpu(const Tensor& out, const Tensor& grad, const Tenso
   if (!run_dense_float(out, &gelu_backward_dense, grad, s))
     binary_kernel<functors::GeluBackward>(out, grad, s);
 }
+
+}  // namespace
+
+MT_REGISTER_KERNEL(neg_kernel, kCPU, &unary_kernel<functors::Neg>);
+MT_REGISTER_KERNEL(abs_kernel, kCPU, &unary_kernel<functors::Abs>);
 
 MT_REGISTER_KERNEL(exp_kernel, kCPU, &unary_kernel<functors::Exp>);
 MT_REGISTER_KERNEL(log_kernel, kCPU, &unary_kernel<functors::Log>);
