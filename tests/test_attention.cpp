@@ -89,6 +89,32 @@ TEST(Attention, QueryWithNoKeyIsNaN) {
       EXPECT_EQ(std::isnan(out[i * 8 + e]), i == 4 + 2) << i << " " << e;
 }
 
+// A NaN in one query row makes that row's lse NaN. In the composed math its softmax row is NaN
+// at every key, hidden ones included, so the NaN reaches every dK and dV row and that query's dQ
+// row only. Row 10 sits in the first 64-query tile, whose keys from 64 on are all hidden: the
+// kernel must not skip that block for this tile.
+TEST(Attention, NaNQueryRowSpreadsThroughTheCausalBackward) {
+  mt::manual_seed(7);
+  const int64_t L = 130, E = 16;
+  Tensor q0 = mt::randn({1, L, E});
+  auto qv = q0.to_vector<float>();
+  qv[10 * E + 3] = std::nanf("");
+  Tensor q = mt::from_vector(qv, Shape{1, L, E}).requires_grad_();
+  Tensor k = mt::randn({1, L, E}).requires_grad_();
+  Tensor v = mt::randn({1, L, E}).requires_grad_();
+  Tensor out = mt::scaled_dot_product_attention(q, k, v, Tensor(), 0.0, true);
+  const auto o = out.to_vector<float>();
+  for (int64_t i = 0; i < L; ++i) EXPECT_EQ(std::isnan(o[i * E]), i == 10) << "output row " << i;
+  out.sum().backward();
+  const auto dq = q.grad().to_vector<float>(), dk = k.grad().to_vector<float>(),
+             dv = v.grad().to_vector<float>();
+  for (int64_t i = 0; i < L; ++i) {
+    EXPECT_EQ(std::isnan(dq[i * E]), i == 10) << "dq row " << i;
+    EXPECT_TRUE(std::isnan(dk[i * E])) << "dk row " << i;
+    EXPECT_TRUE(std::isnan(dv[i * E])) << "dv row " << i;
+  }
+}
+
 // float16/bfloat16 compute in float and round once: against float32 on the same (rounded)
 // inputs, the error is the output's rounding plus float sums (fp16: 2^-11 relative, bf16: 2^-8).
 TEST(Attention, HalfTypesFollowFloat32) {

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <mutex>
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 #include "kernels/cpu/worker_pool.h"
 
 namespace mantissa::cpu {
@@ -16,7 +20,18 @@ constexpr int64_t kSlabAlign = 16;
 
 void keep_openblas_single_threaded() {
   static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
+  std::call_once(once, [] {
+    // An OpenBLAS built on OpenMP sets OpenMP's thread count too: the pool's count is read
+    // first, and OpenMP's restored after.
+    (void)pool_threads();
+#if defined(_OPENMP)
+    const int omp_threads = omp_get_max_threads();
+#endif
+    openblas_set_num_threads(1);
+#if defined(_OPENMP)
+    omp_set_num_threads(omp_threads);
+#endif
+  });
 }
 
 inline void call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K,
