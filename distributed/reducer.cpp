@@ -300,8 +300,9 @@ void Reducer::launch(Bucket& b) {
       view.zero_();
     }
   }
-  // PyTorch's default reduction: divide by the world size, then sum over ranks.
-  b.flat.div_(static_cast<double>(pg_->size()));
+  // PyTorch's default reduction: divide by the world size, then sum over ranks. Dividing by one
+  // changes no bit, so a single rank skips the pass.
+  if (pg_->size() > 1) b.flat.div_(static_cast<double>(pg_->size()));
   b.work = pg_->allreduce(b.flat, distributed::ReduceOp::Sum);
   b.launched = true;
   b.captured = on_cuda_ && cuda::is_current_stream_capturing();

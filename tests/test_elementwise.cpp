@@ -837,3 +837,24 @@ TEST(VectorizableMath, NormalCdfRelativeError) {
   EXPECT_TRUE(std::isnan(mt::activation::gelu(-inf)));
   EXPECT_EQ(mt::activation::gelu(inf), inf);
 }
+
+// A dense tensor with a scalar operand (a stride-0 input) on either side runs a loop that loads
+// the scalar once; every element equals the float computation of that element alone.
+TEST(ScalarOperand, EitherSideMatchesElementByElement) {
+  mt::manual_seed(11);
+  const Tensor x = mt::randn({1000}) + 3.0;  // positive: pow's base
+  const Tensor s = mt::scalar_tensor(1.75);
+  const auto xv = x.to_vector<float>();
+  const float sv = 1.75f;
+  const auto left = mt::div(x, s).to_vector<float>(), right = mt::sub(s, x).to_vector<float>();
+  const auto pw = mt::pow(s, x).to_vector<float>();
+  Tensor inplace = x.clone();
+  inplace.div_(1.75);
+  const auto in = inplace.to_vector<float>();
+  for (size_t i = 0; i < xv.size(); ++i) {
+    ASSERT_EQ(left[i], xv[i] / sv) << i;
+    ASSERT_EQ(right[i], sv - xv[i]) << i;
+    ASSERT_EQ(pw[i], std::pow(sv, xv[i])) << i;
+    ASSERT_EQ(in[i], xv[i] / sv) << i;
+  }
+}

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <tuple>
 #include <cstdint>
 #include <utility>
 
@@ -78,6 +79,24 @@ inline void elementwise_run(char* const* ptrs, const int64_t* s, int64_t n, cons
   } else if (s[0] == sizeof(Out) &&
              ((s[I + 1] == 0 || s[I + 1] == static_cast<int64_t>(sizeof(In))) && ...)) {
     // dense output with some broadcast (stride-0) inputs
+    if constexpr (sizeof...(In) == 2) {
+      // A tensor and a scalar (x / 2, x * w[0]): the scalar is loaded once and the loop
+      // vectorises; through the byte strides below it runs one element at a time.
+      using A = std::tuple_element_t<0, std::tuple<In...>>;
+      using B = std::tuple_element_t<1, std::tuple<In...>>;
+      const A* a = reinterpret_cast<const A*>(ptrs[1]);
+      const B* b = reinterpret_cast<const B*>(ptrs[2]);
+      if (s[1] != 0 && s[2] == 0) {
+        const B bv = *b;
+        for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], bv);
+        return;
+      }
+      if (s[1] == 0 && s[2] != 0) {
+        const A av = *a;
+        for (int64_t i = 0; i < n; ++i) out[i] = f(av, b[i]);
+        return;
+      }
+    }
     for (int64_t i = 0; i < n; ++i)
       out[i] = f(*reinterpret_cast<const In*>(ptrs[I + 1] + i * s[I + 1])...);
   } else {
