@@ -14,12 +14,33 @@
 namespace mantissa::cpu {
 namespace {
 
-// float16 math on dense, same-shape operands, a block at a time: the inputs are widened to float
-// with the vectorised conversions (F16C when the CPU has it; exact), the float op runs on the
-// block and the results are rounded to float16 once on store, which is what the per-element Half
-// conversions compute, without their branchy software rounding. `out` may alias an input: a
-// block is read completely before it is written. Tensors big enough to split across threads keep
-// the generic engine. Returns false (nothing done) when the operands do not qualify.
+// Elements [b, e) of dense 16-bit operands of out's shape, a block at a time: the inputs are
+// widened to float with the vectorised conversions (F16C when the CPU has it; exact),
+// block(in, res, m) computes the block's float results from in[k] (input k), and they are rounded
+// to T once on store, which is what the per-element conversions compute, without their branchy
+// software rounding. `out` may alias an input: a block is read completely before it is written.
+template <typename T, typename Block, typename... Ts>
+void widened_blocks(const Tensor& out, int64_t b, int64_t e, const Block& block, const Ts&... ins) {
+  constexpr int64_t kBlock = 256;
+  float in_buf[sizeof...(Ts)][kBlock];
+  const float* in[sizeof...(Ts)];
+  float res[kBlock];
+  const T* src[] = {static_cast<const T*>(ins.data_ptr())...};
+  T* dst = static_cast<T*>(out.data_ptr());
+  for (int64_t i = b; i < e; i += kBlock) {
+    const int64_t m = std::min(kBlock, e - i);
+    for (size_t k = 0; k < sizeof...(Ts); ++k) {
+      convert_dense(src[k] + i, in_buf[k], m);
+      in[k] = in_buf[k];
+    }
+    block(in, res, m);
+    convert_dense(res, dst + i, m);
+  }
+}
+
+// float16 math on dense, same-shape operands through widened_blocks. Tensors big enough to split
+// across threads keep the generic engine. Returns false (nothing done) when the operands do not
+// qualify.
 template <typename F, typename... Ts, size_t... I>
 bool dense_half_impl(const Tensor& out, const F& f, std::index_sequence<I...>, const Ts&... ins) {
   const int64_t n = out.numel();
@@ -27,17 +48,12 @@ bool dense_half_impl(const Tensor& out, const F& f, std::index_sequence<I...>, c
       !((ins.is_contiguous() && ins.shape() == out.shape()) && ...)) {
     return false;
   }
-  constexpr int64_t kBlock = 256;
-  float in_buf[sizeof...(Ts)][kBlock];
-  float res[kBlock];
-  const Half* src[] = {static_cast<const Half*>(ins.data_ptr())...};
-  Half* dst = static_cast<Half*>(out.data_ptr());
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t m = std::min(kBlock, n - b);
-    for (size_t k = 0; k < sizeof...(Ts); ++k) convert_dense(src[k] + b, in_buf[k], m);
-    for (int64_t i = 0; i < m; ++i) res[i] = f(in_buf[I][i]...);
-    convert_dense(res, dst + b, m);
-  }
+  widened_blocks<Half>(
+      out, 0, n,
+      [&](const float* const* in, float* res, int64_t m) {
+        for (int64_t i = 0; i < m; ++i) res[i] = f(in[I][i]...);
+      },
+      ins...);
   return true;
 }
 
@@ -147,8 +163,7 @@ MT_CPU_ISA_CLONES void gelu_backward_dense(const float* g, const float* s, float
 }
 
 // Runs dense(inputs..., output, n) over dense operands of one floating dtype and out's shape, on
-// float values: float32 in place; float16/bfloat16 a block at a time, widened exactly and rounded
-// once on store (what the generic loop's per-element conversions compute). Split across the
+// float values: float32 in place, float16/bfloat16 through widened_blocks. Split across the
 // worker pool by element range when large. Returns false (nothing done) when the operands do not
 // qualify.
 template <typename Dense, typename... Ts>
@@ -169,19 +184,13 @@ bool run_dense_float(const Tensor& out, Dense dense, const Ts&... ins) {
   auto blocks = [&](auto tag) {
     using T = typename decltype(tag)::type;
     parallel_ranges(n, [&](int64_t b, int64_t e) {
-      constexpr int64_t kBlock = 256;
-      float in_buf[sizeof...(Ts)][kBlock];
-      float res[kBlock];
-      for (int64_t i = b; i < e; i += kBlock) {
-        const int64_t m = std::min(kBlock, e - i);
-        int k = 0;
-        ((convert_dense(static_cast<const T*>(ins.data_ptr()) + i, in_buf[k++], m)), ...);
-        [&]<size_t... I>(std::index_sequence<I...>) {
-          dense(static_cast<const float*>(in_buf[I])..., res, m);
-        }
-        (std::index_sequence_for<Ts...>{});
-        convert_dense(res, static_cast<T*>(out.data_ptr()) + i, m);
-      }
+      widened_blocks<T>(
+          out, b, e,
+          [&](const float* const* in, float* res, int64_t m) {
+            [&]<size_t... I>(std::index_sequence<I...>) { dense(in[I]..., res, m); }
+            (std::index_sequence_for<Ts...>{});
+          },
+          ins...);
     });
   };
   if (dt == kFloat16) {
