@@ -8,6 +8,13 @@
 #include <string>
 #include <vector>
 
+namespace mantissa::nn {
+class Module;
+}
+namespace mantissa::runner {
+struct Config;
+}
+
 namespace mantissa::cli {
 
 inline constexpr int kExitOk = 0;
@@ -84,6 +91,13 @@ void print_error(const std::string& message);
 // A checkpoint path from a run dir (its newest valid checkpoint, printing why newer ones were
 // refused) or a checkpoint file. Throws mantissa::Error when there is none.
 std::string resolve_checkpoint(const std::string& source, bool verbose = true);
+// The config `checkpoint` was trained with, its `sets` overrides applied and then, when `device`
+// is not empty, device=<device>. Throws runner::ConfigError for a bad override.
+runner::Config checkpoint_config(const std::string& checkpoint, std::vector<std::string> sets,
+                                 const std::string& device);
+// Restores only the model's weights from `checkpoint`: not the generators, since eval and
+// generate draw from their own seeds.
+void load_checkpoint_model(const std::string& checkpoint, nn::Module& model);
 // The built-in default config's YAML text.
 const char* default_config_yaml();
 

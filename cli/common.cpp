@@ -5,6 +5,7 @@
 #include "cli/default_config.h"
 #include "engine/error.h"
 #include "runner/checkpoint.h"
+#include "runner/config.h"
 
 namespace mantissa::cli {
 
@@ -35,6 +36,20 @@ std::string resolve_checkpoint(const std::string& source, bool verbose) {
         refused.empty() ? " (it has none)" : " (" + std::to_string(refused.size()) + " refused)");
   }
   return choice->path;
+}
+
+runner::Config checkpoint_config(const std::string& checkpoint, std::vector<std::string> sets,
+                                 const std::string& device) {
+  const runner::CheckpointInfo info = runner::read_checkpoint(checkpoint);
+  if (!device.empty()) sets.push_back("device=" + device);
+  return runner::parse_config(info.config_text, checkpoint + " (its config)", sets);
+}
+
+void load_checkpoint_model(const std::string& checkpoint, nn::Module& model) {
+  runner::CheckpointParts parts;
+  parts.model = &model;
+  parts.rng = false;
+  runner::load_checkpoint(checkpoint, parts);
 }
 
 }  // namespace mantissa::cli

@@ -29,11 +29,7 @@ int generate(const GenerateArgs& args) {
     } catch (const Error& e) {  // no run there: a bad argument
       throw runner::ConfigError(e.what());
     }
-    const runner::CheckpointInfo info = runner::read_checkpoint(checkpoint);
-    std::vector<std::string> sets;
-    if (!args.device.empty()) sets.push_back("device=" + args.device);
-    const runner::Config config =
-        runner::parse_config(info.config_text, checkpoint + " (its config)", sets);
+    const runner::Config config = checkpoint_config(checkpoint, {}, args.device);
     if (config.data.type != "text") {
       throw runner::ConfigError(
           "generate decodes bytes (the byte tokenizer of data.type text), "
@@ -56,10 +52,7 @@ int generate(const GenerateArgs& args) {
     return kExitFailed;
   }
   try {
-    runner::CheckpointParts parts;
-    parts.model = run.model.get();
-    parts.rng = false;
-    runner::load_checkpoint(checkpoint, parts);
+    load_checkpoint_model(checkpoint, *run.model);
     std::cout << runner::generate_text(*gpt, {.prompt = args.prompt,
                                               .tokens = args.tokens,
                                               .temperature = args.temperature,

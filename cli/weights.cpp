@@ -73,11 +73,7 @@ int eval(const EvalArgs& args) {
   bool use_val = false;
   try {
     checkpoint = resolve_checkpoint(args.source);
-    const runner::CheckpointInfo info = runner::read_checkpoint(checkpoint);
-    std::vector<std::string> sets = args.sets;
-    if (!args.device.empty()) sets.push_back("device=" + args.device);
-    runner::Config config =
-        runner::parse_config(info.config_text, checkpoint + " (its config)", sets);
+    runner::Config config = checkpoint_config(checkpoint, args.sets, args.device);
     select_data(config, args.data, &use_val);
     run = runner::build_eval(config);
   } catch (const runner::ConfigError& e) {
@@ -88,10 +84,7 @@ int eval(const EvalArgs& args) {
     return kExitFailed;
   }
   try {
-    runner::CheckpointParts parts;
-    parts.model = run.model.get();
-    parts.rng = false;
-    runner::load_checkpoint(checkpoint, parts);
+    load_checkpoint_model(checkpoint, *run.model);
     runner::DataLoader& loader = use_val ? *run.val_loader : *run.train_loader;
     loader.set_epoch(0);
     // The evaluation the trainer runs, so that both report the same numbers.
