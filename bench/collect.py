@@ -82,8 +82,11 @@ def run_mantissa(args, name):
             "base": runs[0]["base_rss_mib"]}
 
 
-def run_peer(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
+def run_peer(cmd, timeout=None):
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:g} s"}
     lines = [l for l in p.stdout.splitlines() if "=" in l]
     if p.returncode != 0 or not lines:
         err = (p.stderr.strip().splitlines() or ["failed"])[-1]
@@ -146,6 +149,10 @@ def main():
     ap.add_argument("--libtorch-peer", default="")
     ap.add_argument("--python", default="")
     ap.add_argument("--pytorch-peer", default="")
+    ap.add_argument("--peer-timeout", type=float, default=None,
+                    help="seconds for one peer process (default: no limit)")
+    ap.add_argument("--compile-peer", action="store_true",
+                    help="also run the PyTorch peer under torch.compile (PyTorch 2.x)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--min-time", type=float, default=0.2)
@@ -173,6 +180,10 @@ def main():
     if args.python and args.pytorch_peer:
         peers.append(("PyTorch", lambda w, d, p: [args.python, args.pytorch_peer, w, d, p,
                                                     str(args.min_time), str(args.reps)]))
+        if args.compile_peer:
+            peers.append(("PyTorch compile", lambda w, d, p: [
+                args.python, args.pytorch_peer, w, d + "+compile", p, str(args.min_time),
+                str(args.reps)]))
         if "cuda" in devices:
             peers.append(("PyTorch graphed", lambda w, d, p: [
                 args.python, args.pytorch_peer, w, "cuda_graph" if d == "cuda" else d, p,
@@ -186,9 +197,9 @@ def main():
             for name, cmd in peers:
                 if name == "PyTorch graphed" and (c[1] != "cuda" or c[0] in GPT_WORKLOADS):
                     continue
-                if name == "libtorch" and c[1] == "cuda_graph":
-                    continue  # the libtorch peer runs eagerly only
-                results[c][name].append(run_peer(cmd(*c)))
+                if name in ("libtorch", "PyTorch compile") and c[1] == "cuda_graph":
+                    continue  # these peers run eagerly (compile: as inductor does) only
+                results[c][name].append(run_peer(cmd(*c), args.peer_timeout))
     med = {c: {k: median_result(v) for k, v in results[c].items()} for c in configs}
 
     peer_names = [n for n, _ in peers]

@@ -123,7 +123,8 @@ int devices() {
   }
   const int n = cuda::device_count();
   if (n == 0) {
-    std::cout << "gpus: none visible (CUDA backend built; no usable GPU or driver)\n";
+    std::cout << "gpus: none visible (CUDA backend built; "
+              << cuda::runtime_info().unavailable_reason << ")\n";
     return kExitOk;
   }
   Nvml nvml;

@@ -328,6 +328,31 @@ int train(const TrainArgs& args) {
   }
 }
 
+namespace {
+
+// A run with no checkpoints/ folder is one killed before its first checkpoint, and starts again
+// from step 0. But a run that finished (summary.json) or logged a step at which it wrote a
+// checkpoint had one: its checkpoints were deleted or moved, and starting it again would
+// silently throw its progress away and rewrite its files. That is refused, before anything is
+// written.
+void refuse_lost_checkpoints(const std::string& run_dir, const runner::Config& config) {
+  const fs::path dir = fs::path(run_dir) / "checkpoints";
+  std::error_code ec;
+  if (fs::exists(dir, ec)) return;
+  const bool finished = fs::exists(fs::path(run_dir) / "summary.json", ec);
+  const int64_t reached = runner::last_metrics_step((fs::path(run_dir) / "metrics.jsonl").string());
+  // Past the first checkpoint step: the step's log record is written just before its checkpoint,
+  // so a run killed between the two shows that step and no checkpoints/ legitimately.
+  const bool checkpointed = config.checkpoint_every > 0 && reached > config.checkpoint_every;
+  if (!finished && !checkpointed) return;
+  throw runner::ConfigError(
+      "cannot resume " + run_dir + ": its checkpoints/ folder is gone, but the run " +
+      (finished ? std::string("finished") : "reached step " + std::to_string(reached)) +
+      " and wrote checkpoints there; put them back, or start a new run with `mantissa train`");
+}
+
+}  // namespace
+
 int resume(const ResumeArgs& args) {
   Ranks ranks;
   runner::RunObjects run;
@@ -342,6 +367,7 @@ int resume(const ResumeArgs& args) {
     std::vector<std::string> sets;
     if (!args.device.empty()) sets.push_back("device=" + args.device);
     runner::Config config = runner::parse_config(text, resolved, sets);
+    refuse_lost_checkpoints(args.run_dir, config);
     // A distributed run resumes on as many ranks as it had (its config hash says so).
     if (!ranks.placement.distributed() && config.distributed.nproc > 1)
       launch_ranks = static_cast<int>(config.distributed.nproc);

@@ -1,7 +1,12 @@
 // The CUDA backend's entry into the engine (engine/backend_hooks.h): device discovery, the
 // per-device allocators, pinned memory, copies between devices, and synchronisation. Registered
 // during static initialisation, so merely linking the library with CUDA makes cuda:i usable.
+#include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
+#if MANTISSA_HAS_NCCL
+#include <nccl.h>
+#endif
 
 #include <cstring>
 #include <mutex>
@@ -22,25 +27,38 @@ namespace {
 
 // Asks the runtime once: the count cannot change within a process (CUDA_VISIBLE_DEVICES is read
 // at initialisation). Any failure means "no usable GPU", never an exception: callers such as
-// try_gpu() must work on machines without a driver.
-int query_device_count() {
+// try_gpu() must work on machines without a driver. The failure is kept, with the runtime's own
+// words, for runtime_info(): a GPU machine on which the runtime cannot start must say why.
+struct DeviceQuery {
   int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err == cudaSuccess) return count;
-  (void)cudaGetLastError();
-  if (err != cudaErrorNoDevice && err != cudaErrorInsufficientDriver) {
-    log().warn("CUDA is unavailable: cudaGetDeviceCount failed with {} ({}); using 0 devices",
-               cudaGetErrorName(err), cudaGetErrorString(err));
+  std::string reason;  // empty when count > 0
+};
+
+DeviceQuery query_devices() {
+  DeviceQuery q;
+  const cudaError_t err = cudaGetDeviceCount(&q.count);
+  if (err == cudaSuccess) {
+    if (q.count == 0) q.reason = "cudaGetDeviceCount found 0 devices";
+    return q;
   }
-  return 0;
+  (void)cudaGetLastError();
+  q.count = 0;
+  q.reason = std::string("cudaGetDeviceCount failed with ") + cudaGetErrorName(err) + " (" +
+             cudaGetErrorString(err) + ")";
+  if (err != cudaErrorNoDevice && err != cudaErrorInsufficientDriver) {
+    log().warn("CUDA is unavailable: {}; using 0 devices", q.reason);
+  }
+  return q;
+}
+
+const DeviceQuery& device_query() {
+  static const DeviceQuery q = query_devices();
+  return q;
 }
 
 class CudaHooksImpl final : public CudaHooks {
  public:
-  int device_count() const override {
-    static const int count = query_device_count();
-    return count;
-  }
+  int device_count() const override { return device_query().count; }
 
   Allocator* allocator(int device) const override { return caching_allocator(device); }
   cuda::MemoryStats memory_stats(int device) const override {
@@ -136,6 +154,24 @@ class CudaHooksImpl final : public CudaHooks {
     if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) == cudaSuccess) p.pci_bus_id = bus;
     (void)cudaGetLastError();
     return p;
+  }
+
+  cuda::RuntimeInfo runtime_info() const override {
+    cuda::RuntimeInfo info;
+    info.compiled = true;
+    info.device_count = device_query().count;
+    info.unavailable_reason = device_query().reason;
+    // Each query answers without a device; a failure leaves 0 ("none").
+    if (cudaDriverGetVersion(&info.driver_version) != cudaSuccess) info.driver_version = 0;
+    if (cudaRuntimeGetVersion(&info.runtime_version) != cudaSuccess) info.runtime_version = 0;
+    (void)cudaGetLastError();
+    info.cublaslt_version = static_cast<int64_t>(cublasLtGetVersion());
+    info.cudnn_version = static_cast<int64_t>(cudnnGetVersion());
+#if MANTISSA_HAS_NCCL
+    int nccl = 0;
+    if (ncclGetVersion(&nccl) == ncclSuccess) info.nccl_version = nccl;
+#endif
+    return info;
   }
 };
 

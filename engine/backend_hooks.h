@@ -26,6 +26,8 @@ class CudaHooks {
   virtual std::string device_name(int device) const = 0;
   // Name, compute capability, memory and versions (engine/device_properties.h).
   virtual cuda::DeviceProperties device_properties(int device) const = 0;
+  // Versions of the CUDA stack and, with no usable device, the runtime's reason.
+  virtual cuda::RuntimeInfo runtime_info() const = 0;
   // The caching allocator's statistics and control (engine/cuda_memory.h).
   virtual cuda::MemoryStats memory_stats(int device) const = 0;
   virtual void reset_peak_memory_stats(int device) const = 0;

@@ -21,4 +21,25 @@ struct DeviceProperties {
 
 DeviceProperties device_properties(int device = 0);
 
+// The CUDA stack this process sees: what a log or a test binary's banner needs to say which
+// driver and libraries a result came from, and why no GPU is usable when none is. Never throws.
+struct RuntimeInfo {
+  bool compiled = false;  // this build has the CUDA backend
+  int device_count = 0;
+  // Why device_count is 0: the runtime's error name and text from cudaGetDeviceCount, or "CPU-only
+  // build"; empty when a device is usable.
+  std::string unavailable_reason;
+  int driver_version = 0;   // CUDA version the driver supports (0: no driver)
+  int runtime_version = 0;  // the CUDA runtime loaded
+  // Versions of the libraries loaded, as each library reports them (0: not in this build).
+  int64_t cublaslt_version = 0;  // e.g. 130100 for 13.1.0
+  int64_t cudnn_version = 0;     // e.g. 91300 for 9.13.0
+  int64_t nccl_version = 0;      // e.g. 22703 for 2.27.3
+};
+RuntimeInfo runtime_info();
+
+// One line for logs: device 0's name and compute capability (or why there is none), then the
+// driver, runtime, cuBLASLt, cuDNN and NCCL versions.
+std::string runtime_banner();
+
 }  // namespace mantissa::cuda

@@ -263,6 +263,17 @@ MT_DECLARE_TABLE(conv2d_backward_input, Conv2dBackwardInputKernel)
 using Conv2dBackwardWeightKernel = void (*)(const Tensor& grad_weight, const Tensor& grad_out,
                                             const Tensor& input, const Conv2dParams& p);
 MT_DECLARE_TABLE(conv2d_backward_weight, Conv2dBackwardWeightKernel)
+// The column matrices of the composed convolution (kernels/conv_composite.h, the CUDA path where
+// cuDNN offers no algorithm; kernels/conv_columns.h has the index math): cols [N, C*kh*kw, Ho*Wo]
+// <- the receptive fields of input [N,C,H,W] through a kh x kw window (0 over the padding), and
+// its adjoint, input [N,C,H,W] <- for each element the sum of the column entries that read it,
+// accumulated in opmath and rounded once. Contiguous operands of one dtype; p.groups unused.
+using Conv2dIm2colKernel = void (*)(const Tensor& cols, const Tensor& input, const Conv2dParams& p,
+                                    int64_t kh, int64_t kw);
+MT_DECLARE_TABLE(conv2d_im2col, Conv2dIm2colKernel)
+using Conv2dCol2imKernel = void (*)(const Tensor& input, const Tensor& cols, const Conv2dParams& p,
+                                    int64_t kh, int64_t kw);
+MT_DECLARE_TABLE(conv2d_col2im, Conv2dCol2imKernel)
 
 // Pooling over [N,C,H,W] planes. Windows start at o * stride - padding; in ceil_mode the output
 // size rounds up, but the last window still starts inside the input or its left padding.

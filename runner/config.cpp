@@ -19,6 +19,7 @@
 #include "runner/atomic_file.h"
 #include "runner/config_schema.h"
 #include "runner/text.h"
+#include "runner/yaml_tree_guard.h"
 
 namespace mantissa::runner {
 
@@ -664,6 +665,7 @@ void apply_override(Context& ctx, YAML::Node& root, const std::string& text) {
     ctx.fail("--set " + path + ": the value '" + value_text + "' is not valid YAML (" + e.msg +
              ")");
   }
+  check_yaml_tree(value, "--set " + path, path);
   check_quotes(ctx, value, value_text, "--set " + path);
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   YAML::Node cur = root;
@@ -723,6 +725,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
                       std::to_string(e.mark.line + 1) + ", column " +
                       std::to_string(e.mark.column + 1));
   }
+  check_yaml_tree(root, source);
   check_quotes(ctx, root, yaml_text, source);
   for (const auto& o : overrides) apply_override(ctx, root, o);
 

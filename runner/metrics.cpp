@@ -1,6 +1,7 @@
 // metrics.jsonl and train.log writers.
 #include "runner/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
@@ -62,6 +63,16 @@ std::string format_eval(const EvalMetrics& m) {
 }
 
 MetricsJsonlWriter::MetricsJsonlWriter(std::string path) : path_(std::move(path)) {}
+
+int64_t last_metrics_step(const std::string& path) {
+  int64_t last = -1;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return last;
+  std::istringstream in(read_file_bytes(path));
+  std::string line;
+  while (std::getline(in, line)) last = std::max(last, record_step(line));
+  return last;
+}
 
 void keep_metrics_through_step(const std::string& path, int64_t step) {
   std::string kept;

@@ -50,6 +50,9 @@ class HumanLog : public Callback {
 // by writing a new file and renaming it over the old one.
 void keep_metrics_through_step(const std::string& path, int64_t step);
 
+// The highest step the metrics file at `path` records, or -1 when it records none (or is absent).
+int64_t last_metrics_step(const std::string& path);
+
 // "step 120/1000  loss 0.01234  lr 0.001  scale 65536  grad_norm 1.2  4.5k samples/s" and the
 // like: the formatting shared by the log file, the progress lines and the CLI.
 std::string format_step(const StepMetrics& m, int64_t total_steps);

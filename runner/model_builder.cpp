@@ -73,7 +73,14 @@ std::shared_ptr<nn::UnaryModule> build_run_model(const ModelConfig& model) {
     c.vocab_size = model.gpt.vocab_size;
     c.dropout = model.gpt.dropout;
     c.bias = model.gpt.bias;
-    return nn::GPT(c).ptr();
+    try {
+      return nn::GPT(c).ptr();
+    } catch (const Error& e) {
+      throw ConfigError("config error: model: cannot build the gpt model (n_layer " +
+                        std::to_string(c.n_layer) + ", n_embd " + std::to_string(c.n_embd) +
+                        ", vocab_size " + std::to_string(c.vocab_size) + ", block_size " +
+                        std::to_string(c.block_size) + "): " + e.what());
+    }
   }
   return build_model(model);
 }
@@ -90,7 +97,22 @@ std::shared_ptr<nn::SequentialImpl> build_model(const ModelConfig& model) {
   }
   for (size_t i = 0; i < model.layers.size(); ++i) {
     const LayerSpec& l = model.layers[i];
-    seq->push_back(l.name.empty() ? std::to_string(i) : l.name, make_layer(l));
+    std::shared_ptr<nn::UnaryModule> layer;
+    try {
+      layer = make_layer(l);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const Error& e) {
+      // Most often sizes too large to allocate: the message names the key that asked for them
+      // (the larger of in and out for the layers that have both).
+      const bool sized = l.type == "linear" || l.type == "conv2d" || l.type == "conv1d";
+      const std::string key = sized ? l.path + (l.out >= l.in ? ".out" : ".in") : l.path;
+      throw ConfigError("config error: " + key + ": cannot build " + l.path + " (" + l.type +
+                        (sized ? ", in " + std::to_string(l.in) + ", out " + std::to_string(l.out)
+                               : std::string()) +
+                        "): " + e.what());
+    }
+    seq->push_back(l.name.empty() ? std::to_string(i) : l.name, std::move(layer));
   }
   return seq;
 }

@@ -139,6 +139,20 @@ TEST_F(CliTest, BadConfigsFailWithOneLineAndExitCode2BeforeWritingAnything) {
              "model:\n  layers:\n    - {type: linear, in: 12, out: 5}\ndata: {type: teacher}\n");
   write_file(dir_ / "out.yaml",
              "model:\n  layers:\n    - {type: linear, in: 10, out: 4}\ndata: {type: teacher}\n");
+  // Hostile YAML: an alias inside its own anchor (it crashed), aliases of aliases under unknown
+  // keys (the unknown-key check expanded them and hung), a layer too large to allocate.
+  write_file(dir_ / "cycle.yaml", "a: &a [*a]\n");
+  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i <= 10; ++i) {
+    const std::string n = std::to_string(i), prev = std::to_string(i - 1);
+    bomb.append("a").append(n).append(": &a").append(n).append(" [");
+    for (int j = 0; j < 9; ++j) bomb.append(j ? ", *a" : "*a").append(prev);
+    bomb.append("]\n");
+  }
+  write_file(dir_ / "bomb.yaml", bomb);
+  write_file(dir_ / "huge.yaml",
+             "model:\n  layers:\n    - {type: linear, in: 10, out: 100000000000}\n"
+             "    - {type: linear, in: 100000000000, out: 5}\ndata: {type: teacher}\n");
   struct Case {
     std::vector<std::string> args;
     std::string expected;
@@ -154,6 +168,9 @@ TEST_F(CliTest, BadConfigsFailWithOneLineAndExitCode2BeforeWritingAnything) {
       {{"--set", "optimiser.lr=1"}, "did you mean 'optimizer'?"},
       {{"--device", "gpu"}, "device = gpu (--set): expected auto, cpu, cuda or cuda:N"},
       {{"missing.yaml"}, "cannot read config file 'missing.yaml'"},
+      {{"cycle.yaml"}, "cycle.yaml: key 'a.0': an alias refers to a node that contains it"},
+      {{"bomb.yaml"}, "bomb.yaml: key 'a"},
+      {{"huge.yaml"}, "model.layers.0.out: cannot build model.layers.0 (linear, in 10, out "},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"train"};

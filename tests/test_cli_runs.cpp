@@ -2,7 +2,8 @@
 // real processes: a second process refused while one runs (naming its pid), SIGTERM and SIGHUP
 // handled like Ctrl-C (final checkpoint, exit 128 + signal, "interrupted"), the resume of a
 // finished run changing nothing, the resume of a run killed before its first checkpoint starting
-// it from step 0, and the resume over changed data refused.
+// it from step 0, the resume of a run whose checkpoints were deleted refused, and the resume over
+// changed data refused.
 #include <array>
 #include <cmath>
 #include <iostream>
@@ -114,6 +115,33 @@ TEST_F(CliRunTest, ResumingAFinishedRunChangesNothing) {
     files += e.is_regular_file() && e.path().filename() != ".lock";
   EXPECT_EQ(files, before.size());
   for (const auto& [path, bytes] : before) EXPECT_EQ(read_file(path), bytes) << path;
+}
+
+// A run whose checkpoints/ folder is gone after it wrote checkpoints cannot be resumed: starting it
+// again from step 0 would throw its progress away. Refused with one line and exit 2, finished or
+// not, and its directory is left as it was.
+TEST_F(CliRunTest, ResumeOfARunWhoseCheckpointsAreGoneIsRefusedAndTouchesNothing) {
+  write_file(dir_ / "cfg.yaml", run_config(12, 5));
+  ASSERT_EQ(run({"train", "cfg.yaml", "--run-dir", "r", "-q"}).code, 0);
+  fs::remove_all(dir_ / "r" / "checkpoints");
+  for (const bool finished : {true, false}) {
+    if (!finished) fs::remove(dir_ / "r" / "summary.json");
+    std::vector<std::pair<fs::path, std::string>> before;
+    for (const auto& e : fs::recursive_directory_iterator(dir_ / "r"))
+      if (e.is_regular_file()) before.emplace_back(e.path(), read_file(e.path()));
+    const Result r = run({"resume", "r", "-q"});
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_NE(r.output.find("its checkpoints/ folder is gone"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(finished ? "the run finished" : "the run reached step 12"),
+              std::string::npos)
+        << r.output;
+    EXPECT_FALSE(fs::exists(dir_ / "r" / "checkpoints"));
+    size_t files = 0;
+    for (const auto& e : fs::recursive_directory_iterator(dir_ / "r")) files += e.is_regular_file();
+    EXPECT_EQ(files, before.size());
+    for (const auto& [path, bytes] : before) EXPECT_EQ(read_file(path), bytes) << path;
+  }
 }
 
 TEST_F(CliRunTest, ARunKilledBeforeItsFirstCheckpointResumesFromStepZero) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "conv_composite_check.h"
 #include "kernels/conv_math.h"
 #include "test_util.h"
 
@@ -359,6 +360,13 @@ TEST(Conv2d, CudnnMathTypeRule) {
   EXPECT_FALSE(mt::conv_math_allowed(mt::kFloat16, High, static_cast<ConvMath>(7)));
   EXPECT_STREQ(mt::conv_math_name(ConvMath::TensorOpAllowConversion),
                "TENSOR_OP_MATH_ALLOW_CONVERSION");
+}
+
+// The composed convolution the CUDA kernels fall back to when cuDNN offers no algorithm, here on
+// the CPU: the same im2col/col2im index math and the same composition as on the GPU.
+TEST(Conv2d, ComposedConvolutionMatchesTheConvolutionKernels) {
+  mt::manual_seed(21);
+  mt::testing::check_composed_convolution(mt::Device::cpu());
 }
 
 TEST(Conv2d, CudnnErrorDescribesTheCall) {

@@ -527,3 +527,37 @@ TEST(CudaBuild, MemoryStatsWithoutDevice) {
   expect_error([] { (void)mt::cuda::memory_stats(0); }, {"cuda:0"});
   EXPECT_NO_THROW(mt::cuda::empty_cache());
 }
+
+// The CUDA stack a result came from, in one line: with a device its name and compute capability;
+// without one the reason, in the runtime's own words in a CUDA build. Runs on every machine.
+TEST(CudaBuild, RuntimeInfoAndBannerSayWhatRanOrWhyNothingCould) {
+  const mt::cuda::RuntimeInfo info = mt::cuda::runtime_info();
+  const std::string banner = mt::cuda::runtime_banner();
+  EXPECT_EQ(banner.find('\n'), std::string::npos) << banner;
+  EXPECT_EQ(info.compiled, mt::cuda::is_compiled());
+  EXPECT_EQ(info.device_count, mt::cuda::device_count());
+  if (!info.compiled) {
+    EXPECT_EQ(info.unavailable_reason, "CPU-only build");
+    EXPECT_EQ(banner, "CUDA: no usable device (CPU-only build)");
+    return;
+  }
+  // The libraries this build links answer without a device.
+  EXPECT_GT(info.runtime_version, 0);
+  EXPECT_GT(info.cublaslt_version, 0);
+  EXPECT_GT(info.cudnn_version, 0);
+  for (const char* part : {"| driver ", "| runtime ", "| cuBLASLt ", "| cuDNN ", "| NCCL "})
+    EXPECT_NE(banner.find(part), std::string::npos) << banner << " lacks " << part;
+  if (info.device_count > 0) {
+    EXPECT_TRUE(info.unavailable_reason.empty()) << info.unavailable_reason;
+    const mt::cuda::DeviceProperties p = mt::cuda::device_properties(0);
+    EXPECT_EQ(
+        banner.rfind(
+            "CUDA: " + p.name + " (sm_" + std::to_string(p.major) + std::to_string(p.minor), 0),
+        0u)
+        << banner;
+  } else {
+    EXPECT_NE(info.unavailable_reason.find("cudaGetDeviceCount"), std::string::npos)
+        << info.unavailable_reason;
+    EXPECT_EQ(banner.rfind("CUDA: no usable device (cudaGetDeviceCount", 0), 0u) << banner;
+  }
+}

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "conv_composite_check.h"
 #include "engine/kernel_tables.h"
 #include "test_util.h"
 
@@ -253,10 +254,17 @@ TEST(CudaConv, Float32HighKeepsFloat32Range) {
   }
 }
 
-// Half types with groups and dilation, each direction through the kernel tables: cuDNN either
-// runs it (matching the CPU) or the error names the direction, shapes, dtype and geometry.
+// Half types with groups and dilation, each direction through the kernel tables, in strict mode:
+// cuDNN either runs it (matching the CPU) or the error names the direction, shapes, dtype and
+// geometry. (Out of strict mode the composed convolution runs instead: ComposedConvolution...)
 TEST(CudaConv, HalfGroupedDilatedRunsOrNamesTheCall) {
   MT_REQUIRE_GPU();
+  // Strict: a call cuDNN cannot run is an error naming it, not the composed fallback.
+  struct StrictGuard {
+    bool saved = mt::cuda::strict_fast_paths();
+    StrictGuard() { mt::cuda::set_strict_fast_paths(true); }
+    ~StrictGuard() { mt::cuda::set_strict_fast_paths(saved); }
+  } strict;
   mt::manual_seed(13);
   const ConvCase k{2, 4, 10, 9, 6, 3, 2, {2, 1}, {1, 2}, {1, 2}, 2, false};
   const mt::Conv2dParams p{{2, 1}, {1, 2}, {1, 2}, 2};
@@ -308,6 +316,35 @@ TEST(CudaConv, HalfGroupedDilatedRunsOrNamesTheCall) {
       mt::testing::expect_close(d.got, d.want, d.tol_scale * tol.rtol, d.tol_scale * tol.atol,
                                 what);
     }
+  }
+}
+
+// The composed convolution (im2col, bmm, col2im), which runs when cuDNN offers no algorithm,
+// on the GPU against the CPU convolution.
+TEST(CudaConv, ComposedConvolutionMatchesTheCpu) {
+  MT_REQUIRE_GPU();
+  PrecisionGuard guard;
+  mt::set_float32_matmul_precision(mt::MatmulPrecision::Highest);
+  mt::manual_seed(22);
+  mt::testing::check_composed_convolution(kGpu);
+}
+
+// cuDNN runs every convolution of the float32/float64 cases: the composed path is a fallback,
+// not what the common shapes take. What cuDNN's heuristics offer is the library's choice, so this
+// is reported apart from the verdict (scripts/gpu/run.sh: *LibraryBehaviour*).
+TEST(CudaConvLibraryBehaviour, CudnnRunsTheCommonFloat32AndFloat64Shapes) {
+  MT_REQUIRE_GPU();
+  PrecisionGuard guard;
+  mt::set_float32_matmul_precision(mt::MatmulPrecision::Highest);
+  mt::manual_seed(23);
+  mt::cuda::reset_conv_stats();
+  for (DType dt : {mt::kFloat32, mt::kFloat64})
+    for (const ConvCase& k : conv_cases()) check_conv(k, dt, conv_tol(dt), conv_label(k, dt));
+  const mt::cuda::ConvStats s = mt::cuda::conv_stats();
+  for (auto d : {mt::cuda::ConvDirection::Forward, mt::cuda::ConvDirection::BackwardInput,
+                 mt::cuda::ConvDirection::BackwardWeight}) {
+    EXPECT_GT(s.ran_cudnn(d), 0) << static_cast<int>(d);
+    EXPECT_EQ(s.fell_back(d), 0) << static_cast<int>(d);
   }
 }
 

@@ -156,7 +156,7 @@ TEST(DdpDevices, LayoutsThatCannotBeReducedAreRejected) {
 TEST(DdpNccl, WorldSizeOneIncludingAGraphCapturedStep) {
   if (!dist::is_available(dist::Backend::Nccl))
     GTEST_SKIP() << "this build has no NCCL backend (a CUDA build that found NCCL is needed)";
-  if (!mt::cuda::is_available()) GTEST_SKIP() << "no GPU is visible";
+  MT_REQUIRE_GPU();
   const auto dir = std::filesystem::temp_directory_path() /
                    ("mantissa-test-ddp-nccl-" + std::to_string(getpid()));
   dist::InitOptions o;

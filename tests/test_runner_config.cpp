@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -138,6 +139,40 @@ scaler: {enabled: true, init_scale: 128}
   EXPECT_EQ(back.data.csv.header, std::optional<bool>(true));
   EXPECT_EQ(back.scaler.enabled, std::optional<bool>(true));
   EXPECT_EQ(rn::to_yaml(back), rn::to_yaml(c));
+}
+
+// YAML anchors and aliases make the tree a graph: an alias inside its own anchor must be refused,
+// not recursed through (it crashed), and aliases of aliases must be refused before they are
+// expanded (under keys nobody knows, the unknown-key check expanded them and hung), in the file
+// and in --set values alike. Aliases a config may use still work.
+TEST(RunnerConfig, AliasCyclesAndAliasBombsAreRefusedNamingTheKey) {
+  expect_config_error("a: &a [*a]\n", {"test.yaml: key 'a.0'", "a cycle"});
+  expect_config_error("model: &m\n  layers: [*m]\n", {"key 'model.layers.0'", "a cycle"});
+  expect_config_error("a: &a {b: *a}\n", {"key 'a.b'", "a cycle"});
+  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i <= 10; ++i) {
+    const std::string n = std::to_string(i), prev = std::to_string(i - 1);
+    bomb.append("a").append(n).append(": &a").append(n).append(" [");
+    for (int j = 0; j < 9; ++j) bomb.append(j ? ", *a" : "*a").append(prev);
+    bomb.append("]\n");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  expect_config_error(bomb + "steps: 1\n", {"test.yaml: key 'a", "more than 100000 nodes"});
+  expect_config_error("steps: 1\n", {"--set model: key 'model.0'", "a cycle"}, {"model=&a [*a]"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  std::string deep = "x: ";
+  for (int i = 0; i < 100; ++i) deep += "[";
+  for (int i = 0; i < 100; ++i) deep += "]";
+  expect_config_error(deep + "\n", {"key 'x.0.0.0", "nested more than 64 levels"});
+  // Anchors and aliases that a config may use.
+  const rn::Config c = rn::parse_config(
+      "model:\n  layers:\n    - {type: linear, in: 10, out: &w 4}\n    - &act relu\n"
+      "    - {type: linear, in: *w, out: *w}\n    - *act\n    - {type: linear, in: *w, out: 5}\n"
+      "data: {type: teacher, samples: 16}\nsteps: 2\n",
+      "test.yaml");
+  ASSERT_EQ(c.model.layers.size(), 5u);
+  EXPECT_EQ(c.model.layers[2].in, 4);
+  EXPECT_EQ(c.model.layers[3].type, "relu");
 }
 
 TEST(RunnerConfig, UnknownKeysSuggestTheNearestValidKey) {
@@ -296,6 +331,13 @@ TEST(RunnerBuild, ShapeMismatchesAgainstTheDataAreConfigErrors) {
       "model:\n  layers:\n    - {type: linear, in: 10, out: 3}\ndata: {type: teacher}\n",
       {"model.layers.0.out = 3 (line 3)", "outputs [3]", "targets are [5]"});
   expect_build_error("data: {type: sine}\n", {"model.preset", "10 input features", "[1]"});
+  // A layer too large to allocate names the key that asked for it.
+  expect_build_error(
+      "model:\n  layers:\n    - {type: linear, in: 10, out: 100000000000}\n"
+      "    - {type: linear, in: 100000000000, out: 5}\ndata: {type: teacher}\n",
+      {"config error: model.layers.0.out: cannot build model.layers.0 (linear, in 10, out "
+       "100000000000)",
+       "out of memory"});
   expect_build_error(
       "model:\n  layers:\n    - {type: linear, in: 2, out: 2}\ndata: {type: spirals}\n",
       {"loss.type", "needs floating-point targets", "cross_entropy"});

@@ -5,10 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include <mantissa.h>
+
+#include "engine/device_properties.h"
 
 namespace mantissa::testing {
 
@@ -81,12 +85,36 @@ void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
   }
 }
 
-// CUDA tests start with MT_REQUIRE_GPU(): without a GPU they report as skipped, with the reason.
-#define MT_REQUIRE_GPU()                                                                    \
-  do {                                                                                      \
-    if (!::mantissa::cuda::is_available())                                                  \
-      GTEST_SKIP() << "no CUDA device: "                                                    \
-                   << (::mantissa::cuda::is_compiled() ? "none visible" : "CPU-only build"); \
+// True when MANTISSA_REQUIRE_GPU=1 (scripts/gpu/run.sh sets it where nvidia-smi sees a GPU):
+// a CUDA test that finds no device then fails instead of skipping, so a CUDA runtime that cannot
+// start on a GPU machine turns the run red rather than into a column of skips.
+inline bool gpu_required() {
+  const char* v = std::getenv("MANTISSA_REQUIRE_GPU");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// Printed once per process, before its first CUDA test: which GPU, driver and CUDA libraries the
+// results come from, or why there is no GPU.
+inline void print_cuda_banner_once() {
+  static const bool printed = [] {
+    std::printf("[ CUDA     ] %s\n", ::mantissa::cuda::runtime_banner().c_str());
+    std::fflush(stdout);
+    return true;
+  }();
+  (void)printed;
+}
+
+// CUDA tests start with MT_REQUIRE_GPU(): without a GPU they report as skipped, with the runtime's
+// reason, or fail when MANTISSA_REQUIRE_GPU=1.
+#define MT_REQUIRE_GPU()                                                                         \
+  do {                                                                                           \
+    ::mantissa::testing::print_cuda_banner_once();                                               \
+    if (!::mantissa::cuda::is_available()) {                                                     \
+      if (::mantissa::testing::gpu_required())                                                   \
+        GTEST_FAIL() << "no CUDA device although MANTISSA_REQUIRE_GPU=1: "                       \
+                     << ::mantissa::cuda::runtime_info().unavailable_reason;                     \
+      GTEST_SKIP() << "no CUDA device: " << ::mantissa::cuda::runtime_info().unavailable_reason; \
+    }                                                                                            \
   } while (0)
 
 inline const Device kGpu = Device::cuda(0);

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """The PyTorch peer for bench/run.sh: the workloads of bench/workloads.h in PyTorch eager (and,
-on CUDA, captured in a CUDA graph where PyTorch can), timed like the libtorch peer.
+on CUDA, captured in a CUDA graph where PyTorch can), timed like the libtorch peer. A device
+spelled cpu+compile or cuda+compile runs the forward and the loss through torch.compile
+(inductor; backward and optimizer as inductor leaves them, the optimizer step eager), PyTorch 2.x.
 
-    pytorch_eager.py <workload> <cpu|cuda|cuda_graph> <float32|bfloat16|float16> [min_s] [reps]
+    pytorch_eager.py <workload> <cpu|cuda|cuda_graph|cpu+compile|cuda+compile>
+                     <float32|bfloat16|float16> [min_s] [reps]
 
 prints "us_per_step=<best repetition> peak_rss_mib=<..> base_rss_mib=<..>", or
 "unsupported=<reason>".
@@ -36,8 +39,8 @@ def max_rss_mib():
 
 
 class Block(torch.nn.Module):
-    """nanoGPT's Block with its composed attention (PyTorch 1.13 has no
-    F.scaled_dot_product_attention)."""
+    """nanoGPT's Block: F.scaled_dot_product_attention where PyTorch has it (2.x), else its
+    composed attention (PyTorch 1.13)."""
 
     def __init__(self, n_embd, n_head, block_size):
         super().__init__()
@@ -55,6 +58,10 @@ class Block(torch.nn.Module):
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+            # PyTorch 2.x: what a user writes (flash or memory-efficient kernels where they apply).
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.attn_proj(y.transpose(1, 2).contiguous().view(B, T, C))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
         att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
         att = torch.nn.functional.softmax(att, dim=-1)
@@ -88,7 +95,15 @@ class GPT(torch.nn.Module):
         return torch.nn.functional.linear(self.ln_f(x), self.wte.weight)  # lm_head tied to wte
 
 
-def make_gpt_step(name, dev, precision):
+def compile_if(fn, compiled):
+    if not compiled:
+        return fn
+    if not hasattr(torch, "compile"):
+        raise NotImplementedError(f"torch.compile needs PyTorch 2.x, not {torch.__version__}")
+    return torch.compile(fn)
+
+
+def make_gpt_step(name, dev, precision, compiled=False):
     vocab, n_layer, n_head, n_embd, block, batch, lr, wd = GPT_WORKLOADS[name]
     dtype = DTYPES[precision]
     amp = precision != "float32"
@@ -104,23 +119,27 @@ def make_gpt_step(name, dev, precision):
     opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
     autocast_default = torch.bfloat16 if dev.type == "cpu" else torch.float16
 
-    def step():
-        opt.zero_grad(set_to_none=True)
+    def forward_loss():
         with torch.autocast(dev.type, dtype=dtype if amp else autocast_default, enabled=amp):
             logits = model(idx)
-            loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets)
-        loss.backward()
+            return torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets)
+
+    forward_loss = compile_if(forward_loss, compiled)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        forward_loss().backward()
         opt.step()
 
     return step
 
 
-def make_step(name, device, precision, graphed):
+def make_step(name, device, precision, graphed, compiled=False):
     if name in GPT_WORKLOADS:
         if graphed:
             raise NotImplementedError("the GPT workloads run eagerly only")
         return make_gpt_step(name, torch.device("cuda" if device.startswith("cuda") else "cpu"),
-                             precision)
+                             precision, compiled)
     layers, batch, lr, momentum, train = WORKLOADS[name]
     dev = torch.device("cuda" if device.startswith("cuda") else "cpu")
     dtype = DTYPES[precision]
@@ -144,16 +163,20 @@ def make_step(name, device, precision, graphed):
     autocast_default = torch.bfloat16 if dev.type == "cpu" else torch.float16
     opt = torch.optim.SGD(params, lr=lr, momentum=momentum) if train else None
 
+    def forward_loss():
+        with torch.autocast(dev.type, dtype=dtype if amp else autocast_default, enabled=amp):
+            out = model(x)
+            return torch.nn.functional.mse_loss(out, target) if train else out.sum()
+
+    forward_loss = compile_if(forward_loss, compiled)
+
     def step():
         if train:
             opt.zero_grad(set_to_none=not graphed)
         else:
             for p in params:
                 p.grad = None
-        with torch.autocast(dev.type, dtype=dtype if amp else autocast_default, enabled=amp):
-            out = model(x)
-            loss = torch.nn.functional.mse_loss(out, target) if train else out.sum()
-        loss.backward()
+        forward_loss().backward()
         if train:
             opt.step()
 
@@ -175,6 +198,8 @@ def make_step(name, device, precision, graphed):
 def main():
     base_rss = max_rss_mib()
     name, device, precision = sys.argv[1], sys.argv[2], sys.argv[3]
+    compiled = device.endswith("+compile")
+    device = device.split("+")[0]
     min_time = float(sys.argv[4]) if len(sys.argv) > 4 else 0.2
     reps = int(sys.argv[5]) if len(sys.argv) > 5 else 3
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -182,7 +207,7 @@ def main():
         return
     torch.manual_seed(0)
     try:
-        step = make_step(name, device, precision, device == "cuda_graph")
+        step = make_step(name, device, precision, device == "cuda_graph", compiled)
     except (NotImplementedError, RuntimeError) as e:
         print(f"unsupported={str(e).splitlines()[0]}")
         return

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "engine/kernel_tables.h"
+#include "kernels/conv_columns.h"
+#include "kernels/conv_composite.h"
 #include "kernels/cpu/gemm/blas.h"
 
 namespace mantissa::cpu {
@@ -316,8 +318,39 @@ void conv2d_backward_weight_cpu(const Tensor& grad_weight, const Tensor& grad_ou
                                  });
 }
 
+// The column matrices of the composed convolution (kernels/conv_composite.h): elementwise over
+// the output with the index math of kernels/conv_columns.h, the same as the CUDA kernels run.
+void conv2d_im2col_cpu(const Tensor& cols, const Tensor& input, const Conv2dParams& p, int64_t kh,
+                       int64_t kw) {
+  const conv_columns::Geometry g = conv_composite::geometry(input.shape(), p, kh, kw);
+  const int64_t n = cols.numel();
+  dispatch_dtype<kFloatingTypes>(cols.dtype(), "conv2d_im2col", cols.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = static_cast<const T*>(input.data_ptr());
+    T* out = static_cast<T*>(cols.data_ptr());
+#pragma omp parallel for if (n >= kGrain)
+    for (int64_t e = 0; e < n; ++e) out[e] = conv_columns::im2col_element(x, g, e);
+  });
+}
+
+void conv2d_col2im_cpu(const Tensor& input, const Tensor& cols, const Conv2dParams& p, int64_t kh,
+                       int64_t kw) {
+  const conv_columns::Geometry g = conv_composite::geometry(input.shape(), p, kh, kw);
+  const int64_t n = input.numel();
+  dispatch_dtype<kFloatingTypes>(input.dtype(), "conv2d_col2im", input.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* c = static_cast<const T*>(cols.data_ptr());
+    T* out = static_cast<T*>(input.data_ptr());
+#pragma omp parallel for if (n >= kGrain)
+    for (int64_t e = 0; e < n; ++e)
+      out[e] = static_cast<T>(conv_columns::col2im_element<opmath_t<T>>(c, g, e));
+  });
+}
+
 }  // namespace
 
+MT_REGISTER_KERNEL(conv2d_im2col_kernel, kCPU, &conv2d_im2col_cpu);
+MT_REGISTER_KERNEL(conv2d_col2im_kernel, kCPU, &conv2d_col2im_cpu);
 MT_REGISTER_KERNEL(conv2d_forward_kernel, kCPU, &conv2d_forward_cpu);
 MT_REGISTER_KERNEL(conv2d_backward_input_kernel, kCPU, &conv2d_backward_input_cpu);
 MT_REGISTER_KERNEL(conv2d_backward_weight_kernel, kCPU, &conv2d_backward_weight_cpu);

@@ -12,8 +12,10 @@
 // TF32 permitted under "high", as torch.backends.cudnn.allow_tf32 would. No dtype ever runs with
 // TENSOR_OP_MATH_ALLOW_CONVERSION, which may down-convert float32 operands to float16. The first
 // heuristic candidate whose reported math type keeps that contract, and that cuDNN then accepts
-// for the call, runs; when none does, the error names the call (shapes, dtype, geometry) and why
-// each candidate was passed over, rather than a bare cuDNN status.
+// for the call, runs. When none does, the composed convolution (kernels/conv_composite.h: im2col,
+// bmm, col2im, with the same precision contract through bmm) runs instead and is counted
+// (engine/cuda_conv_stats.h); in strict mode that is an error naming the call (shapes, dtype,
+// geometry) and why each candidate was passed over, rather than a bare cuDNN status.
 //
 // The handle of each device is created once, kept for the life of the process (like the cuBLAS
 // handles) and used under a mutex, so concurrent threads never share descriptor-free state.
@@ -26,8 +28,11 @@
 #include <vector>
 
 #include "engine/allocator.h"
+#include "engine/cuda_conv_stats.h"
 #include "engine/kernel_tables.h"
 #include "engine/precision.h"
+#include "kernels/conv_columns.h"
+#include "kernels/conv_composite.h"
 #include "kernels/conv_math.h"
 #include "kernels/cuda/loops.cuh"
 
@@ -217,9 +222,11 @@ void zero_fill(const Tensor& t) {
 // legacy heuristics can propose an algorithm that the workspace query or the launch then reports
 // as not supported (a refused launch has enqueued nothing), and the next candidate is tried. The
 // chosen math type is set on the descriptor, as cuDNN expects of an algorithm picked this way.
+// True when one ran; otherwise false, with `why` saying why each candidate was passed over.
 template <typename Perf, typename WorkspaceSize, typename Execute>
-void run_first_usable(const ConvCall& call, const Perf* perf, int count, const ConvDesc& conv,
-                      Device device, const WorkspaceSize& workspace_size, const Execute& execute) {
+bool run_first_usable(const ConvCall& call, const Perf* perf, int count, const ConvDesc& conv,
+                      Device device, const WorkspaceSize& workspace_size, const Execute& execute,
+                      std::string* why) {
   std::string passed_over;
   const auto note = [&](const Perf& r, const char* why) {
     passed_over += mantissa::detail::str_cat(passed_over.empty() ? "" : "; ", "algo ",
@@ -242,13 +249,74 @@ void run_first_usable(const ConvCall& call, const Perf* perf, int count, const C
     if (st == CUDNN_STATUS_SUCCESS) {
       const Workspace ws(device, bytes);
       st = execute(r.algo, ws);
-      if (st == CUDNN_STATUS_SUCCESS) return;
+      if (st == CUDNN_STATUS_SUCCESS) return true;
     }
     if (!not_supported(st)) MT_THROW(call.describe(), ": cuDNN failed: ", cudnnGetErrorString(st));
     note(r, cudnnGetErrorString(st));
   }
-  MT_THROW(call.describe(), ": cuDNN has no usable algorithm (its heuristics proposed ", count,
-           count == 1 ? " candidate" : " candidates", count == 0 ? "" : ": ", passed_over, ")");
+  *why = mantissa::detail::str_cat("cuDNN has no usable algorithm (its heuristics proposed ", count,
+                                   count == 1 ? " candidate" : " candidates",
+                                   count == 0 ? "" : ": ", passed_over, ")");
+  return false;
+}
+
+// After cuDNN ran the call (`ran`), or offered nothing for it: then the composed convolution
+// (kernels/conv_composite.h) runs instead, counted; with strict fast paths that is an error.
+template <typename Composed>
+void counted(bool ran, ConvDirection direction, const ConvCall& call, const std::string& why,
+             const Composed& composed) {
+  if (ran) {
+    detail::count_conv_cudnn(direction);
+    return;
+  }
+  if (detail::count_conv_composed(direction)) {
+    MT_THROW(call.describe(), ": ", why, "; strict fast paths forbid the composed convolution");
+  }
+  composed();
+}
+
+// ---- the column matrices of the composed convolution -----------------------------------------
+template <typename T>
+__global__ void __launch_bounds__(kBlockSize)
+    im2col_kernel(T* cols, const T* x, conv_columns::Geometry g, int64_t n) {
+  for (int64_t e = detail::global_thread(); e < n; e += detail::grid_stride())
+    cols[e] = conv_columns::im2col_element(x, g, e);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kBlockSize)
+    col2im_kernel(T* x, const T* cols, conv_columns::Geometry g, int64_t n) {
+  using M = opmath_t<T>;
+  for (int64_t e = detail::global_thread(); e < n; e += detail::grid_stride())
+    x[e] = static_cast<T>(conv_columns::col2im_element<M>(cols, g, e));
+}
+
+void conv2d_im2col_cuda(const Tensor& cols, const Tensor& input, const Conv2dParams& p, int64_t kh,
+                        int64_t kw) {
+  const int64_t n = cols.numel();
+  if (n == 0) return;
+  DeviceGuard guard(cols.device().index());
+  const conv_columns::Geometry g = conv_composite::geometry(input.shape(), p, kh, kw);
+  dispatch_dtype<kFloatingTypes>(cols.dtype(), "conv2d_im2col", cols.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    im2col_kernel<T><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
+        static_cast<T*>(cols.data_ptr()), static_cast<const T*>(input.data_ptr()), g, n);
+    MT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void conv2d_col2im_cuda(const Tensor& input, const Tensor& cols, const Conv2dParams& p, int64_t kh,
+                        int64_t kw) {
+  const int64_t n = input.numel();
+  if (n == 0) return;
+  DeviceGuard guard(input.device().index());
+  const conv_columns::Geometry g = conv_composite::geometry(input.shape(), p, kh, kw);
+  dispatch_dtype<kFloatingTypes>(input.dtype(), "conv2d_col2im", input.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    col2im_kernel<T><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
+        static_cast<T*>(input.data_ptr()), static_cast<const T*>(cols.data_ptr()), g, n);
+    MT_CUDA_CHECK_LAUNCH();
+  });
 }
 
 // ---- bias ---------------------------------------------------------------------------------
@@ -293,7 +361,8 @@ void conv2d_forward_cuda(const Tensor& out, const Tensor& input, const Tensor& w
     MT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(lease.handle(), x.d, w.d, conv.d, y.d,
                                                           kMaxAlgos, &count, perf));
     const Scaling s(call.dt);
-    run_first_usable(
+    std::string why;
+    const bool ran = run_first_usable(
         call, perf, count, conv, out.device(),
         [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
           return cudnnGetConvolutionForwardWorkspaceSize(lease.handle(), x.d, w.d, conv.d, y.d,
@@ -303,7 +372,10 @@ void conv2d_forward_cuda(const Tensor& out, const Tensor& input, const Tensor& w
           return cudnnConvolutionForward(lease.handle(), s.one(), x.d, input.data_ptr(), w.d,
                                          weight.data_ptr(), conv.d, algo, ws.get(), ws.size(),
                                          s.zero(), y.d, out.data_ptr());
-        });
+        },
+        &why);
+    counted(ran, ConvDirection::Forward, call, why,
+            [&] { conv_composite::forward(out, input, weight, p); });
   }
   if (bias.defined()) add_bias(out, bias);
 }
@@ -328,7 +400,8 @@ void conv2d_backward_input_cuda(const Tensor& grad_input, const Tensor& grad_out
   MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(lease.handle(), w.d, dy.d, conv.d,
                                                              dx.d, kMaxAlgos, &count, perf));
   const Scaling s(call.dt);
-  run_first_usable(
+  std::string why;
+  const bool ran = run_first_usable(
       call, perf, count, conv, grad_input.device(),
       [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
         return cudnnGetConvolutionBackwardDataWorkspaceSize(lease.handle(), w.d, dy.d, conv.d, dx.d,
@@ -338,7 +411,10 @@ void conv2d_backward_input_cuda(const Tensor& grad_input, const Tensor& grad_out
         return cudnnConvolutionBackwardData(lease.handle(), s.one(), w.d, weight.data_ptr(), dy.d,
                                             grad_out.data_ptr(), conv.d, algo, ws.get(), ws.size(),
                                             s.zero(), dx.d, grad_input.data_ptr());
-      });
+      },
+      &why);
+  counted(ran, ConvDirection::BackwardInput, call, why,
+          [&] { conv_composite::backward_input(grad_input, grad_out, weight, p); });
 }
 
 void conv2d_backward_weight_cuda(const Tensor& grad_weight, const Tensor& grad_out,
@@ -362,7 +438,8 @@ void conv2d_backward_weight_cuda(const Tensor& grad_weight, const Tensor& grad_o
   MT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(lease.handle(), x.d, dy.d, conv.d,
                                                                dw.d, kMaxAlgos, &count, perf));
   const Scaling s(call.dt);
-  run_first_usable(
+  std::string why;
+  const bool ran = run_first_usable(
       call, perf, count, conv, grad_weight.device(),
       [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
         return cudnnGetConvolutionBackwardFilterWorkspaceSize(lease.handle(), x.d, dy.d, conv.d,
@@ -372,11 +449,16 @@ void conv2d_backward_weight_cuda(const Tensor& grad_weight, const Tensor& grad_o
         return cudnnConvolutionBackwardFilter(lease.handle(), s.one(), x.d, input.data_ptr(), dy.d,
                                               grad_out.data_ptr(), conv.d, algo, ws.get(),
                                               ws.size(), s.zero(), dw.d, grad_weight.data_ptr());
-      });
+      },
+      &why);
+  counted(ran, ConvDirection::BackwardWeight, call, why,
+          [&] { conv_composite::backward_weight(grad_weight, grad_out, input, p); });
 }
 
 }  // namespace
 
+MT_REGISTER_KERNEL(conv2d_im2col_kernel, kCUDA, &conv2d_im2col_cuda);
+MT_REGISTER_KERNEL(conv2d_col2im_kernel, kCUDA, &conv2d_col2im_cuda);
 MT_REGISTER_KERNEL(conv2d_forward_kernel, kCUDA, &conv2d_forward_cuda);
 MT_REGISTER_KERNEL(conv2d_backward_input_kernel, kCUDA, &conv2d_backward_input_cuda);
 MT_REGISTER_KERNEL(conv2d_backward_weight_kernel, kCUDA, &conv2d_backward_weight_cuda);

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Checks scripts/gpu/run.sh on a machine without a GPU, with small planted stages: a binary that
-# cannot load, one that aborts after printing a passing gtest summary, one that hangs, one that
-# runs no test and one with an unresolved symbol must each fail the run; a clean stage must pass.
-# Registered with CTest (tests/CMakeLists.txt); needs a C compiler.
+# Checks scripts/gpu/run.sh on a machine without a GPU, with small planted stages. Each of these
+# must be named and failed while the others still run, and the phase must exit non-zero: a binary
+# that aborts after printing a passing summary, one that cannot load (a library missing), one with
+# an unresolved symbol, one that hangs, one that runs no test, and one whose tests all skip "no
+# CUDA device" while nvidia-smi (a planted one) reports a GPU. A clean stage passes, with and
+# without that GPU; a failing *LibraryBehaviour* test is reported apart and does not fail the run;
+# first-light without a GPU gives the "NO GPU" verdict. check-stage.sh fails a stage that lacks a
+# library one of its files needs. Registered with CTest
+# (tests/CMakeLists.txt); needs a C compiler.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
@@ -10,16 +15,25 @@ trap 'rm -rf "$work"' EXIT
 cc=${CC:-cc}
 fail() { echo "check-run: FAILED: $*" >&2; exit 1; }
 
-# A fake gtest binary: prints what gtest prints for one passing test, then does `tail`.
+# A fake gtest binary: prints what gtest prints for one passing test, then does `body` (which
+# sees argc/argv and has(flag): whether an argument starts with flag).
 plant() {  # plant DIR NAME C-BODY [LINK-ARGS...]
   local dir=$1 name=$2 body=$3
   shift 3
   cat >"$work/$name.c" <<C
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 void helper_from_lib(void);
-int main(void) {
+static int argc_; static char** argv_;
+static const char* has(const char* flag) {
+  for (int i = 1; i < argc_; ++i) if (strncmp(argv_[i], flag, strlen(flag)) == 0) return argv_[i];
+  return NULL;
+}
+int main(int argc, char** argv) {
+  argc_ = argc; argv_ = argv; (void)has;
+  if (has("--gtest_list_tests")) return 0;
   printf("[ RUN      ] Planted.First\n[       OK ] Planted.First (0 ms)\n");
   $body
   return 0;
@@ -38,17 +52,34 @@ run() {  # run ARCHIVE PHASE... : run.sh's exit code; its output in $work/out.tx
   rm -rf "$work/out"
   set +e
   MANTISSA_GPU_STAGE=$work/$archive.tar.xz OUT=$work/out MANTISSA_GPU_BINARY_TIMEOUT=3 \
+    MANTISSA_GPU_STATE=$work/state \
     bash "$root/scripts/gpu/run.sh" "$@" >"$work/out.txt" 2>&1
   local rc=$?
   set -e
   return $rc
 }
-expect_line() {  # expect_line REGEX
-  grep -qE "$1" "$work/out/tests-summary.txt" || {
+expect_line() {  # expect_line REGEX [FILE]
+  grep -qE "$1" "${2:-$work/out/tests-summary.txt}" || {
     cat "$work/out.txt" >&2
-    fail "no line matching '$1' in the summary"
+    fail "no line matching '$1' in ${2:-the summary}"
   }
 }
+# A planted nvidia-smi that sees one H200, first on PATH.
+mkdir -p "$work/gpu-path"
+cat >"$work/gpu-path/nvidia-smi" <<'SH'
+#!/bin/sh
+case "$*" in
+  -L) echo "GPU 0: NVIDIA H200 (UUID: GPU-00000000-0000-0000-0000-000000000000)" ;;
+  *--query-gpu*) echo "NVIDIA H200, 580.95.05, 143771 MiB" ;;
+  *) echo "planted nvidia-smi" ;;
+esac
+SH
+chmod +x "$work/gpu-path/nvidia-smi"
+with_gpu() { PATH="$work/gpu-path:$PATH" "$@"; }
+# Without the planted one, make sure no real nvidia-smi on this machine changes the outcome.
+no_gpu_path=$(printf '%s' "$PATH" | tr ':' '\n' | while read -r d; do
+  [ -x "$d/nvidia-smi" ] || printf '%s:' "$d"; done)
+export PATH=${no_gpu_path%:}
 
 # 1. A clean stage passes, and the summary counts its tests.
 new_stage
@@ -57,42 +88,131 @@ pack clean
 run clean tests || { cat "$work/out.txt" >&2; fail "a clean stage did not pass"; }
 expect_line '^test_good +1 +0 +1 +0 .* ok$'
 expect_line 'tests: 1 passed, 0 failed, 1 skipped; 0 binaries failed'
+# ... also where a GPU is visible (a skip that is not for want of a device is fine).
+with_gpu run clean tests || { cat "$work/out.txt" >&2; fail "a clean stage did not pass with a GPU"; }
+expect_line '^GPU: NVIDIA H200'
 
-# 2. Binaries that crash, hang, run nothing or cannot resolve a symbol fail the run, each named.
+# 2. Binaries that crash, hang, run nothing or cannot load fail the run, each named, and the
+#    others still run.
 "$cc" -shared -fPIC -o "$work/stage/lib/libplanted.so" -x c - <<<'void helper_from_lib(void) {}'
 plant "$work/stage" test_symbol 'helper_from_lib();' -L"$work/stage/lib" -lplanted
 "$cc" -shared -fPIC -o "$work/stage/lib/libplanted.so" -x c - <<<'void other_symbol(void) {}'
+"$cc" -shared -fPIC -o "$work/libgone.so" -x c - <<<'void helper_from_lib(void) {}'
+plant "$work/stage" test_noload 'helper_from_lib();' -L"$work" -lgone
 plant "$work/stage" test_abort 'printf("[  PASSED  ] 1 test.\n"); fflush(stdout); abort();'
 plant "$work/stage" test_hang 'printf("[ RUN      ] Planted.Hang\n"); fflush(stdout); sleep(60);'
+plant "$work/stage" test_zgood ''
 cat >"$work/stage/bin/test_empty" <<<'#!/bin/sh'
 chmod +x "$work/stage/bin/test_empty"
 pack broken
 if run broken tests; then cat "$work/out.txt" >&2; fail "a stage with broken binaries passed"; fi
+grep -q 'preflight FAILED' "$work/out.txt" || fail "the preflight did not report the missing library"
+grep -qE 'test_noload: +libgone.so => not found' "$work/out.txt" || {
+  cat "$work/out.txt" >&2
+  fail "the missing library is not named"
+}
 expect_line '^test_good .* ok$'
+expect_line '^test_zgood .* ok$'  # after every broken one: they did not stop the run
 expect_line '^test_abort .*FAILED: killed by signal 6 \(ABRT\)'
 expect_line '^test_hang .*FAILED: timed out.* in Planted.Hang'
 expect_line '^test_empty .*FAILED: ran no test'
 expect_line '^test_symbol .*FAILED: cannot load'
-expect_line '4 binaries failed or did not run'
+expect_line '^test_noload .*FAILED: cannot load: libgone.so not found'
+expect_line '5 binaries failed or did not run'
 [ -f "$work/out/tests-logs.tar.gz" ] || fail "no log archive"
 # Listed first: with pipefail, grep -q leaving early would fail the pipe on tar's SIGPIPE.
 tar -tzf "$work/out/tests-logs.tar.gz" >"$work/logs.txt"
 grep -q 'test_abort.log' "$work/logs.txt" || fail "no log of test_abort"
 
-# 3. A binary whose library is missing stops the run before any test, naming both.
+# 3. On a machine whose nvidia-smi sees a GPU, a binary whose CUDA tests skip "no CUDA device"
+#    (the CUDA runtime did not start) fails; without a GPU the same binary passes.
 new_stage
-"$cc" -shared -fPIC -o "$work/libgone.so" -x c - <<<'void helper_from_lib(void) {}'
-plant "$work/stage" test_noload 'helper_from_lib();' -L"$work" -lgone
-pack noload
-if run noload tests; then cat "$work/out.txt" >&2; fail "a stage with a missing library passed"; fi
-grep -q 'preflight FAILED' "$work/out.txt" || fail "no preflight failure reported"
-grep -qE 'test_noload: +libgone.so => not found' "$work/out.txt" || {
-  cat "$work/out.txt" >&2
-  fail "the missing library is not named"
-}
-[ ! -f "$work/out/tests-logs.tar.gz" ] || fail "tests ran after a failed preflight"
+plant "$work/stage" test_good ''
+plant "$work/stage" test_cuda_skips 'printf("[ RUN      ] Cuda.Op\nx.cpp:1: Skipped\nno CUDA device: cudaGetDeviceCount failed with cudaErrorUnknown (unknown error)\n[  SKIPPED ] Cuda.Op (0 ms)\n");'
+pack skips
+run skips tests || { cat "$work/out.txt" >&2; fail "CUDA skips without a GPU failed the run"; }
+if with_gpu run skips tests; then cat "$work/out.txt" >&2; fail "CUDA skips on a GPU machine passed"; fi
+expect_line '^test_cuda_skips .*FAILED: 1 tests found no CUDA device while nvidia-smi sees 1 GPU\(s\): no CUDA device: cudaGetDeviceCount failed with cudaErrorUnknown'
+expect_line '^test_good .* ok$'
 
-# 4. Usage errors exit 2.
+# 4. A failing *LibraryBehaviour* test is reported apart and does not fail the run; the same
+#    binary's other tests decide its verdict.
+new_stage
+plant "$work/stage" test_cuda_lib '
+  const char* f = has("--gtest_filter=");
+  if (f && strstr(f, "=*LibraryBehaviour*")) {
+    printf("[ RUN      ] VendorLibraryBehaviour.GeluAtInf\n[  FAILED  ] VendorLibraryBehaviour.GeluAtInf (0 ms)\n");
+    return 1;
+  }'
+# It lists one library-behaviour test when asked.
+cat >"$work/list.c" <<'C'
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (strcmp(argv[i], "--gtest_list_tests") == 0) {
+      printf("VendorLibraryBehaviour.\n  GeluAtInf\n");
+      return 0;
+    }
+  return 0;
+}
+C
+"$cc" -o "$work/lister" "$work/list.c"
+mv "$work/stage/bin/test_cuda_lib" "$work/stage/bin/test_cuda_lib.real"
+cat >"$work/stage/bin/test_cuda_lib" <<SH
+#!/bin/sh
+case "\$*" in *--gtest_list_tests*) exec "$work/lister" --gtest_list_tests ;; esac
+exec "\$(dirname "\$0")/test_cuda_lib.real" "\$@"
+SH
+chmod +x "$work/stage/bin/test_cuda_lib"
+echo test_cuda_lib >"$work/stage/cuda-tests.txt"
+pack library
+run library tests test_cuda_lib || { cat "$work/out.txt" >&2; fail "a LibraryBehaviour failure failed the run"; }
+expect_line '^test_cuda_lib +1 +0 .* ok$'
+expect_line '^vendor-library behaviour'
+expect_line '^test_cuda_lib +1 +1 .*FAILED: exit 1'
+
+# 5. first-light without a GPU: the CUDA binaries run (from cuda-tests.txt) and the verdict says
+#    that nothing ran on a GPU, exit 3.
+rc=0
+run library first-light || rc=$?
+[ $rc -eq 3 ] || { cat "$work/out.txt" >&2; fail "first-light without a GPU exited $rc, not 3"; }
+expect_line '^verdict: NO GPU' "$work/out/first-light-summary.txt"
+expect_line '^test_cuda_lib .* ok$' "$work/out/first-light-summary.txt"
+[ "$(tail -n 1 "$work/out.txt" | cut -c1-15)" = "verdict: NO GPU" ] || fail "the verdict is not the last line"
+[ "$(ls "$work/out" | wc -l)" -le 8 ] || fail "first-light wrote more than 8 files"
+
+# 6. check-stage.sh proves the closure from the ELF headers: a stage whose binary needs a library
+#    that is neither staged nor supplied by the GPU machine fails, naming both; staged, it passes.
+new_stage
+mkdir -p "$work/stage/lib/compat"
+"$cc" -shared -fPIC -o "$work/libneeded.so" -x c - <<<'void helper_from_lib(void) {}'
+plant "$work/stage" test_needs 'helper_from_lib();' -L"$work" -lneeded
+if bash "$root/scripts/gpu/check-stage.sh" "$work/stage" >"$work/cs.txt" 2>&1; then
+  cat "$work/cs.txt" >&2
+  fail "check-stage passed a stage without libneeded.so"
+fi
+grep -q 'bin/test_needs needs libneeded.so: not in the stage' "$work/cs.txt" || {
+  cat "$work/cs.txt" >&2
+  fail "check-stage did not name the missing library"
+}
+cp "$work/libneeded.so" "$work/stage/lib/"
+bash "$root/scripts/gpu/check-stage.sh" "$work/stage" >"$work/cs.txt" 2>&1 || {
+  cat "$work/cs.txt" >&2
+  fail "check-stage failed a stage that carries its closure"
+}
+# A C++ program needs libstdc++ in lib/compat/.
+printf 'int main() { throw 1; }\n' >"$work/cxx.cpp"
+"${CXX:-c++}" -o "$work/stage/bin/test_cxx" "$work/cxx.cpp"
+if bash "$root/scripts/gpu/check-stage.sh" "$work/stage" >"$work/cs.txt" 2>&1; then
+  fail "check-stage passed a C++ binary without the C++ runtime in lib/compat/"
+fi
+grep -q 'needs libstdc++.so.6: the C++ runtime is not in lib/compat/' "$work/cs.txt" || {
+  cat "$work/cs.txt" >&2
+  fail "check-stage did not name the missing C++ runtime"
+}
+
+# 7. Usage errors exit 2.
 set +e
 bash "$root/scripts/gpu/run.sh" >/dev/null 2>&1
 [ $? -eq 2 ] || fail "run.sh without a phase did not exit 2"

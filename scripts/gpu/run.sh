@@ -1,50 +1,82 @@
 #!/usr/bin/env bash
-# Runs one phase of the GPU checks on the GPU machine, from the repository root, with the stage
-# made by scripts/gpu/prepare.sh in .gpu/stage.tar.xz. Each phase fits in one 10-minute command
-# and prints a one-screen summary last; logs go to $OUT (else ./gpu-logs) as at most three files
-# per phase: <phase>-summary.txt, <phase>-logs.tar.gz and, for bench, bench.md.
+# Runs the GPU checks on the GPU machine, from the repository root, with the stage made by
+# scripts/gpu/prepare.sh in .gpu/stage.tar.xz (docs/gpu-runs.md has the plan for one lease).
+# Each phase fits in one 10-minute command and prints a one-screen summary last; files go to
+# $OUT (else ./gpu-logs): <phase>-summary.txt first, <phase>-logs.tar.gz, and for some phases
+# bench.md and first-light-failed.txt. At most 5 files a phase.
 #
-#   scripts/gpu/run.sh tests [BINARY...]       every test binary (or those named), each under
-#                                              `timeout`; all of them within a 7-minute budget
+#   scripts/gpu/run.sh first-light             THE FIRST COMMAND OF A LEASE (about 6 minutes):
+#                                              preflight, every test binary that touches CUDA,
+#                                              then the short cuda bench against PyTorch eager,
+#                                              CUDA-graphed and torch.compile; one verdict
+#   scripts/gpu/run.sh follow-up [BIN:FILTER...]
+#                                              THE SECOND (under 4 minutes): the tests first-light
+#                                              failed (or those named) again with
+#                                              CUDA_LAUNCH_BLOCKING=1, then compute-sanitizer
+#                                              memcheck on them; when none failed, memcheck and
+#                                              racecheck on the attention, AMP, softmax and
+#                                              reduction tests
+#   scripts/gpu/run.sh tests [BINARY...]       every test binary (or those named)
 #   scripts/gpu/run.sh sanitize [memcheck|racecheck|all] [BINARY...]
-#                                              compute-sanitizer on the CUDA test binaries, the
-#                                              caching allocator bypassed so overruns are seen
+#                                              compute-sanitizer on the CUDA test binaries
 #   scripts/gpu/run.sh peer                    builds the libtorch peer against the PyTorch here
-#   scripts/gpu/run.sh bench [--quick]         the benchmark rows on cpu and cuda, PyTorch eager
-#                                              and CUDA-graphed, the libtorch peer when built
+#   scripts/gpu/run.sh bench [--quick]         the benchmark rows on cpu and cuda
 #   scripts/gpu/run.sh preflight               only the library check every phase starts with
 #
-# A binary passes only when it exits 0 and ran at least one test: a crash, an abort, a binary
-# that cannot load or one that runs past its time fails, whatever its output said. The run exits
-# non-zero when anything failed or did not run. Settings (environment):
-#   MANTISSA_GPU_STAGE           the stage archive (default .gpu/stage.tar.xz)
-#   MANTISSA_GPU_TEST_BUDGET     seconds for all test binaries of a phase (tests 420, sanitize 540)
-#   MANTISSA_GPU_BINARY_TIMEOUT  seconds for one binary (tests 300, sanitize 400)
+# A binary passes only when it exits 0 and ran at least one test. A crash, an abort, a binary that
+# cannot load or one that runs past its time fails, whatever its output said; so does a binary
+# that skipped a test for lack of a CUDA device while nvidia-smi sees a GPU (the tests are also
+# run with MANTISSA_REQUIRE_GPU=1 there, which turns such a skip into a failure). One binary that
+# fails or cannot load fails alone: the others still run. Tests whose suite name contains
+# LibraryBehaviour (what a vendor library does where its documentation is silent) run apart and
+# are reported after the verdict, not in it. The run exits 0 only when everything passed; with
+# no GPU visible, first-light says so and exits 3.
+# Settings (environment):
+#   MANTISSA_GPU_STAGE           the stage: an archive or an unpacked folder (.gpu/stage.tar.xz)
+#   MANTISSA_GPU_TEST_BUDGET     seconds for all test binaries of a phase
+#                                (first-light 190, tests 420, sanitize 540, follow-up 220)
+#   MANTISSA_GPU_BINARY_TIMEOUT  seconds for one binary (first-light 120, tests 300, sanitize 400)
+#   MANTISSA_GPU_BENCH_TIMEOUT   seconds for first-light's bench (190; 60 a peer process)
+#   MANTISSA_GPU_STATE           where first-light leaves its failed tests for follow-up (gpu-logs)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; }
 phase=${1:-}
 [ $# -gt 0 ] && shift
 case "$phase" in
-  tests | sanitize | peer | bench | preflight) ;;
+  first-light | follow-up | tests | sanitize | peer | bench | preflight) ;;
   -h | --help) usage; exit 0 ;;
-  *) usage >&2; echo "run.sh: expected a phase: tests, sanitize, peer, bench or preflight" >&2; exit 2 ;;
+  *)
+    usage >&2
+    echo "run.sh: expected a phase: first-light, follow-up, tests, sanitize, peer, bench or preflight" >&2
+    exit 2
+    ;;
 esac
 out=${OUT:-$root/gpu-logs}
 mkdir -p "$out"
+# What first-light found, for follow-up on the same (warm) machine: kept outside $OUT, which the
+# GPU tool empties for every command.
+state=${MANTISSA_GPU_STATE:-$root/gpu-logs}
+mkdir -p "$state"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 logs=$work/logs
 mkdir -p "$logs"
+started=$(date +%s)
+now() { date +%s; }
 
 # ---- the stage and its libraries ----------------------------------------------------------------
-stage_tar=${MANTISSA_GPU_STAGE:-$root/.gpu/stage.tar.xz}
-stage=$work/stage
-mkdir -p "$stage"
-tar -C "$stage" -xJf "$stage_tar" 2>"$work/untar.err" || {
-  echo "run.sh: cannot unpack $stage_tar ($(head -c 300 "$work/untar.err")); run scripts/gpu/prepare.sh on a build machine and carry .gpu" >&2
-  exit 2
-}
+stage_src=${MANTISSA_GPU_STAGE:-$root/.gpu/stage.tar.xz}
+if [ -d "$stage_src" ]; then
+  stage=$stage_src
+else
+  stage=$work/stage
+  mkdir -p "$stage"
+  tar -C "$stage" -xJf "$stage_src" 2>"$work/untar.err" || {
+    echo "run.sh: cannot unpack $stage_src ($(head -c 300 "$work/untar.err")); run scripts/gpu/prepare.sh on a build machine and carry .gpu" >&2
+    exit 2
+  }
+fi
 commit=$(cat "$stage/commit.txt" 2>/dev/null || echo unknown)
 arch=$(cat "$stage/arch.txt" 2>/dev/null || echo unknown)
 
@@ -55,7 +87,7 @@ py=/opt/torch/.venv/bin/python3
 wheel_libs=""
 if [ -n "$py" ]; then
   wheel_libs=$("$py" - 2>/dev/null <<'PY'
-import glob, os
+import os
 try:
     import nvidia
 except ImportError:
@@ -72,7 +104,7 @@ fi
 base_path="$stage/lib${wheel_libs:+:$wheel_libs}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LD_LIBRARY_PATH=$base_path
 
-# Lists what the dynamic loader cannot find for every staged binary and library.
+# "file: library => not found" for every staged binary and library the loader cannot complete.
 missing_libraries() {
   local f
   for f in "$stage"/bin/* "$stage"/lib/*.so*; do
@@ -82,6 +114,7 @@ missing_libraries() {
 }
 # Binaries built on a newer Debian need a newer libstdc++/libgcc_s than the machine may have:
 # prepare.sh ships the build machine's in lib/compat, used only when the machine's are too old.
+# What is still missing afterwards fails the binaries it concerns (cannot_load), not the phase.
 preflight() {
   local missing
   missing=$(missing_libraries)
@@ -90,32 +123,45 @@ preflight() {
     echo "preflight: the machine's libstdc++/libgcc_s are older than the build's; using the staged ones"
     missing=$(missing_libraries)
   fi
-  if [ -n "$missing" ]; then
-    echo "preflight FAILED: the dynamic loader cannot find, for these staged files:"
-    echo "$missing" | head -40
+  printf '%s\n' "$missing" | sed '/^$/d' >"$work/missing.txt"
+  if [ -s "$work/missing.txt" ]; then
+    echo "preflight FAILED for $(cut -d: -f1 "$work/missing.txt" | sort -u | wc -l) staged files; the loader cannot find:"
+    head -40 "$work/missing.txt"
     echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
     return 1
   fi
   echo "preflight: every staged binary and library loads ($(ls "$stage/bin" | wc -l) binaries)"
 }
+# Why staged binary NAME cannot load ("" when it can).
+cannot_load() {
+  grep -m1 -E "^$1: " "$work/missing.txt" 2>/dev/null | sed "s|^$1: *||; s| *=> *not found| not found|"
+}
 
+gpu_count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 gpu_line=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
   head -n 1)
-[ -n "$gpu_line" ] || gpu_line="no GPU visible (nvidia-smi found none): CUDA tests will skip"
+if [ "$gpu_count" -gt 0 ]; then
+  # A CUDA test that finds no device fails instead of skipping (tests/test_util.h).
+  export MANTISSA_REQUIRE_GPU=1
+else
+  gpu_line="no GPU visible (nvidia-smi found none): CUDA tests will skip"
+fi
+# The test binaries that gate streams need their kernels loaded before the gate (lazy loading
+# would load a module inside a held stream); a single-GPU NCCL group talks over loopback.
+export CUDA_MODULE_LOADING=EAGER NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1
 header="GPU: $gpu_line | stage: commit $commit, sm_$arch | $(date -u '+%Y-%m-%d %H:%M UTC')"
 
 preflight >"$work/preflight.txt" 2>&1
 preflight_rc=$?
-if [ "$phase" = preflight ] || [ $preflight_rc -ne 0 ]; then
+if [ "$phase" = preflight ]; then
   { echo "$header"; cat "$work/preflight.txt"; } | tee "$out/$phase-summary.txt"
   exit $preflight_rc
 fi
 export MANTISSA_SOURCE_DIR=$root MANTISSA_CLI=$stage/bin/mantissa
 
 # ---- running binaries ---------------------------------------------------------------------------
-rows=()
+rows=() lib_rows=() failed_tests=()
 n_pass=0 n_fail=0 n_skip=0 bad=0
-now() { date +%s; }
 
 # Why a binary that exited with `rc` failed, or "" when it did not.
 verdict() {
@@ -137,10 +183,11 @@ verdict() {
 }
 
 # run_binary NAME TIMEOUT LOG CMD... : runs CMD in a scratch folder, appends a summary row.
+# With ROW_KIND=library the row goes to the library-behaviour list and never fails the run.
 run_binary() {
   local name=$1 limit=$2 log=$3
   shift 3
-  local start rc passed failed skipped ran why crashed_in
+  local start rc passed failed skipped ran why crashed_in gpu_skips
   start=$(now)
   # The braces take the shell's own "Aborted" notice, so the summary stays the last output.
   { (cd "$(mktemp -d -p "$work")" && exec timeout --kill-after=15 "$limit" "$@") >"$log" 2>&1; } 2>/dev/null
@@ -153,18 +200,37 @@ run_binary() {
   # A test that started and never finished is the one the crash or the timeout hit.
   crashed_in=$(awk '/^\[ RUN      \]/ {t=$4} /^\[       OK \]|^\[  FAILED  \]|^\[  SKIPPED \]/ {t=""} END {print t}' "$log")
   [ -n "$why" ] && [ -n "$crashed_in" ] && why="$why in $crashed_in"
-  n_pass=$((n_pass + passed)) n_fail=$((n_fail + failed)) n_skip=$((n_skip + skipped))
-  local status=ok
-  if [ -n "$why" ] || [ "$failed" -gt 0 ]; then
-    status=FAILED
-    bad=$((bad + 1))
+  # On a GPU machine a skip for want of a device is the CUDA runtime failing to start.
+  if [ "$gpu_count" -gt 0 ]; then
+    gpu_skips=$(grep -c 'no CUDA device' "$log")
+    if [ "$gpu_skips" -gt 0 ]; then
+      why="${why:+$why; }$gpu_skips tests found no CUDA device while nvidia-smi sees $gpu_count GPU(s)"
+      why="$why: $(grep -m1 -oE 'no CUDA device.*' "$log" | cut -c1-160)"
+    fi
   fi
-  rows+=("$(printf '%-28s %6s %6s %7s %4s %5ss  %s%s' "$name" "$passed" "$failed" "$skipped" "$rc" \
-    "$(($(now) - start))" "$status" "${why:+: $why}")")
+  local status=ok
+  if [ -n "$why" ] || [ "$failed" -gt 0 ]; then status=FAILED; fi
+  local row
+  row=$(printf '%-34s %6s %6s %7s %4s %5ss  %s%s' "$name" "$passed" "$failed" "$skipped" "$rc" \
+    "$(($(now) - start))" "$status" "${why:+: $why}")
+  if [ "${ROW_KIND:-}" = library ]; then
+    lib_rows+=("$row")
+    return
+  fi
+  n_pass=$((n_pass + passed)) n_fail=$((n_fail + failed)) n_skip=$((n_skip + skipped))
+  rows+=("$row")
+  if [ "$status" = FAILED ]; then
+    bad=$((bad + 1))
+    local bin=${name%% *} t
+    for t in $(sed -n 's/^\[  FAILED  \] \([^ ]*\) (.*/\1/p' "$log") $crashed_in; do
+      failed_tests+=("$bin:$t")
+    done
+    [ -z "$crashed_in" ] && [ "$failed" -eq 0 ] && failed_tests+=("$bin:*")
+  fi
 }
 
 not_run() {
-  rows+=("$(printf '%-28s %6s %6s %7s %4s %6s  %s' "$1" - - - - - "NOT RUN: $2")")
+  rows+=("$(printf '%-34s %6s %6s %7s %4s %6s  %s' "$1" - - - - - "NOT RUN: $2")")
   bad=$((bad + 1))
 }
 
@@ -182,15 +248,72 @@ pick_binaries() {
   fi
 }
 
+# The binaries that touch CUDA, in the order prepare.sh listed them (cuda-tests.txt: "NAME
+# [FILTER]", the filter naming the GPU tests of a binary that also holds CPU tests), as
+# "PATH[|FILTER]"; a stage without the list runs test_cuda*.
+cuda_binaries() {
+  if [ -s "$stage/cuda-tests.txt" ]; then
+    local n f
+    while read -r n f; do
+      [ -n "$n" ] || continue
+      if [ -x "$stage/bin/$n" ]; then echo "$stage/bin/$n${f:+|$f}"; else echo "MISSING:$n"; fi
+    done <"$stage/cuda-tests.txt"
+  else
+    ls "$stage"/bin/test_cuda* 2>/dev/null
+  fi
+}
+
+# run_tests BUDGET LIMIT BINARY... : each binary (its LibraryBehaviour tests apart), in turn.
+run_tests() {
+  local budget=$1 limit=$2
+  shift 2
+  local deadline=$(($(now) + budget)) t name left why only
+  for t in "$@"; do
+    if [[ $t == MISSING:* ]]; then not_run "${t#MISSING:}" "not in the stage"; continue; fi
+    only=""
+    if [[ $t == *'|'* ]]; then only=${t#*|} t=${t%%|*}; fi
+    name=$(basename "$t")
+    why=$(cannot_load "$name")
+    if [ -n "$why" ]; then
+      rows+=("$(printf '%-34s %6s %6s %7s %4s %6s  %s' "$name" - - - - - "FAILED: cannot load: $why")")
+      bad=$((bad + 1))
+      continue
+    fi
+    left=$((deadline - $(now)))
+    if [ "$left" -le 5 ]; then not_run "$name" "the ${budget}s budget was spent"; continue; fi
+    run_binary "$name" "$((left < limit ? left : limit))" "$logs/$name.log" \
+      "$t" --gtest_output="xml:$logs/$name.xml" --gtest_filter="${only}-*LibraryBehaviour*"
+    # The library-behaviour tests of this binary, if it has any.
+    left=$((deadline - $(now)))
+    if [ "$left" -gt 5 ] && timeout 20 "$t" --gtest_list_tests --gtest_filter='*LibraryBehaviour*' 2>/dev/null |
+         grep -q '^  '; then
+      ROW_KIND=library run_binary "$name" "$((left < limit ? left : limit))" \
+        "$logs/$name.library.log" "$t" --gtest_filter='*LibraryBehaviour*'
+    fi
+  done
+}
+
+summary_table() {
+  printf '%-34s %6s %6s %7s %4s %6s  %s\n' binary passed failed skipped rc time verdict
+  printf '%s\n' "${rows[@]}"
+}
+
+library_lines() {
+  [ ${#lib_rows[@]} -gt 0 ] || return 0
+  echo "vendor-library behaviour (*LibraryBehaviour* tests; reported, not part of the verdict):"
+  printf '%s\n' "${lib_rows[@]}"
+}
+
 finish() {
   local title=$1 extra=${2:-}
   tar -C "$logs" -czf "$out/$phase-logs.tar.gz" . 2>/dev/null
   {
     echo "$header"
+    grep -q FAILED "$work/preflight.txt" && cat "$work/preflight.txt"
     echo "$title"
-    printf '%-28s %6s %6s %7s %4s %6s  %s\n' binary passed failed skipped rc time verdict
-    printf '%s\n' "${rows[@]}"
+    summary_table
     [ -n "$extra" ] && echo "$extra"
+    library_lines
     echo "logs: $phase-logs.tar.gz (one log per binary)"
     echo "$phase: $n_pass passed, $n_fail failed, $n_skip skipped; $bad binaries failed or did not run"
   } | tee "$out/$phase-summary.txt"
@@ -198,18 +321,135 @@ finish() {
   exit $?
 }
 
+# The cuda rows of the benchmark, PyTorch eager, CUDA-graphed and torch.compile beside them.
+# bench_cuda TIMEOUT WORKLOADS ARGS... ; sets bench_note.
+bench_cuda() {
+  local limit=$1 workloads=$2
+  shift 2
+  local args=(--mantissa-bench "$stage/bin/mantissa_bench" --devices cuda --workloads "$workloads"
+    --commit "$commit" --markdown "$out/bench.md" "$@")
+  if "$py" -c "import torch" 2>/dev/null; then
+    args+=(--python "$py" --pytorch-peer "$root/bench/peers/pytorch_eager.py" --compile-peer
+      --peer-timeout 60)
+  else
+    bench_note="PyTorch peers: skipped ($py cannot import torch)"
+  fi
+  local start rc
+  start=$(now)
+  timeout "$limit" "${py:-python3}" "$root/bench/collect.py" "${args[@]}" \
+    >"$logs/bench.txt" 2>"$logs/bench.err"
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    rows+=("$(printf '%-34s rc %s after %ss: %s' collect.py "$rc" "$(($(now) - start))" "$(tail -n 1 "$logs/bench.err")")")
+    bad=$((bad + 1))
+  fi
+}
+
 case "$phase" in
+  first-light)
+    budget=${MANTISSA_GPU_TEST_BUDGET:-190} limit=${MANTISSA_GPU_BINARY_TIMEOUT:-120}
+    mapfile -t binaries < <(cuda_binaries)
+    run_tests "$budget" "$limit" "${binaries[@]}"
+    bench_note=""
+    if [ "$gpu_count" -gt 0 ]; then
+      bench_cuda "${MANTISSA_GPU_BENCH_TIMEOUT:-190}" mlp4096,gpt2_124m \
+        --rounds 1 --reps 2 --min-time 0.05
+    else
+      bench_note="bench: not run (no GPU visible)"
+    fi
+    printf '%s\n' "${failed_tests[@]}" | sed '/^$/d' >"$state/first-light-failed.txt"
+    cp "$state/first-light-failed.txt" "$out/first-light-failed.txt"
+    tar -C "$logs" -czf "$out/$phase-logs.tar.gz" . 2>/dev/null
+    if [ "$gpu_count" -eq 0 ]; then
+      reason=$(grep -h -m1 -oE '^\[ CUDA     \] .*' "$logs"/*.log 2>/dev/null | head -n 1 | cut -c14-)
+      verdict_line="verdict: NO GPU: nvidia-smi sees no GPU, so nothing ran on one (${reason:-no CUDA banner printed}); $((bad)) binaries failed or did not run"
+      rc=3
+    elif [ "$bad" -eq 0 ]; then
+      verdict_line="verdict: PASS: every CUDA test binary passed on $gpu_count GPU(s) and the bench ran"
+      rc=0
+    else
+      verdict_line="verdict: FAIL: $bad binaries failed or did not run; next: scripts/gpu/run.sh follow-up"
+      rc=1
+    fi
+    {
+      echo "$header"
+      cat "$work/preflight.txt"
+      echo "first-light: the CUDA test binaries (budget ${budget}s, ${limit}s a binary), then the cuda bench"
+      summary_table
+      [ -s "$logs/bench.txt" ] && cat "$logs/bench.txt"
+      [ -n "$bench_note" ] && echo "$bench_note"
+      library_lines
+      [ ${#failed_tests[@]} -gt 0 ] && echo "failed tests (first-light-failed.txt): ${failed_tests[*]}" | cut -c1-1500
+      echo "files: first-light-summary.txt, first-light-logs.tar.gz, first-light-failed.txt$([ -s "$out/bench.md" ] && echo ', bench.md')"
+      echo "tests: $n_pass passed, $n_fail failed, $n_skip skipped; $bad binaries failed or did not run; $(($(now) - started))s"
+      echo "$verdict_line"
+    } >"$work/summary.txt"
+    cp "$work/summary.txt" "$out/first-light-summary.txt"
+    cat "$work/summary.txt"
+    exit $rc
+    ;;
+
+  follow-up)
+    budget=${MANTISSA_GPU_TEST_BUDGET:-220}
+    deadline=$(($(now) + budget))
+    sanitizer_missing=false
+    if ! command -v compute-sanitizer >/dev/null; then
+      sanitizer_missing=true
+      not_run compute-sanitizer "compute-sanitizer is not on PATH: only the CUDA_LAUNCH_BLOCKING reruns ran"
+    fi
+    if [ $# -gt 0 ]; then
+      targets=("$@")
+    elif [ -s "$state/first-light-failed.txt" ]; then
+      mapfile -t targets <"$state/first-light-failed.txt"
+    else
+      targets=()
+    fi
+    # BIN:TEST pairs grouped into BIN -> filter "A:B:C".
+    declare -A filters=()
+    for t in "${targets[@]}"; do
+      bin=${t%%:*} test=${t#*:}
+      filters[$bin]="${filters[$bin]:+${filters[$bin]}:}$test"
+    done
+    tools=(memcheck)
+    title="follow-up: the tests first-light failed, with CUDA_LAUNCH_BLOCKING=1, then memcheck"
+    if [ ${#filters[@]} -eq 0 ]; then
+      # Nothing failed: the kernels with shared memory and the most index arithmetic.
+      filters=([test_cuda_attention]='*' [test_cuda_amp]='*'
+        [test_cuda_ops]='CudaOps.Softmax*:CudaOps.SumAmaxAmin*:CudaOps.MeanVarNorm*:CudaOps.LargeFloat32Sum*:CudaOps.ExtremaPropagateNaN:CudaOps.AllFinite')
+      tools=(memcheck racecheck)
+      title="follow-up: nothing failed in first-light; memcheck and racecheck on the attention, AMP, softmax and reduction tests"
+    fi
+    for bin in "${!filters[@]}"; do
+      t=$stage/bin/$bin
+      if [ ! -x "$t" ]; then not_run "$bin" "not in the stage"; continue; fi
+      filter=${filters[$bin]}
+      if [ ${#tools[@]} -eq 1 ]; then
+        left=$((deadline - $(now)))
+        if [ "$left" -le 5 ]; then not_run "$bin blocking" "the ${budget}s budget was spent"; continue; fi
+        CUDA_LAUNCH_BLOCKING=1 run_binary "$bin blocking" "$((left < 60 ? left : 60))" \
+          "$logs/$bin.blocking.log" "$t" --gtest_filter="$filter"
+      fi
+      $sanitizer_missing && continue
+      for tool in "${tools[@]}"; do
+        left=$((deadline - $(now)))
+        if [ "$left" -le 5 ]; then not_run "$bin $tool" "the ${budget}s budget was spent"; continue; fi
+        slog="$logs/$bin.$tool.sanitizer.log"
+        # Every block its own cudaMalloc: memcheck sees an overrun past a tensor.
+        MANTISSA_CUDA_ALLOCATOR_BYPASS=1 run_binary "$bin $tool" "$((left < 120 ? left : 120))" \
+          "$logs/$bin.$tool.log" \
+          compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 200 \
+          --log-file "$slog" "$t" --gtest_filter="$filter"
+        errors=$(grep -m1 -E 'ERROR SUMMARY: [0-9]+' "$slog" 2>/dev/null | grep -oE '[0-9]+ error' || true)
+        [ -n "$errors" ] && rows[-1]="${rows[-1]} [$errors(s)]"
+      done
+    done
+    finish "$title (allocator bypassed; budget ${budget}s)"
+    ;;
+
   tests)
     budget=${MANTISSA_GPU_TEST_BUDGET:-420} limit=${MANTISSA_GPU_BINARY_TIMEOUT:-300}
-    deadline=$(($(now) + budget))
-    for t in $(pick_binaries 'test_*' "$@"); do
-      if [[ $t == MISSING:* ]]; then not_run "${t#MISSING:}" "not in the stage"; continue; fi
-      name=$(basename "$t")
-      left=$((deadline - $(now)))
-      if [ "$left" -le 5 ]; then not_run "$name" "the ${budget}s budget was spent"; continue; fi
-      run_binary "$name" "$((left < limit ? left : limit))" "$logs/$name.log" \
-        "$t" --gtest_output="xml:$logs/$name.xml"
-    done
+    mapfile -t binaries < <(pick_binaries 'test_*' "$@")
+    run_tests "$budget" "$limit" "${binaries[@]}"
     finish "tests (budget ${budget}s, ${limit}s a binary)"
     ;;
 
@@ -257,7 +497,7 @@ case "$phase" in
       if cmake -S "$root/bench/peers/libtorch" -B "$peer_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
            -DCMAKE_PREFIX_PATH="$torch_cmake" >"$logs/peer-build.log" 2>&1 &&
          cmake --build "$peer_dir" >>"$logs/peer-build.log" 2>&1; then
-        rows+=("$(printf '%-28s built in %ss: %s' libtorch_peer "$(($(now) - start))" "$peer_dir/libtorch_peer")")
+        rows+=("$(printf '%-34s built in %ss: %s' libtorch_peer "$(($(now) - start))" "$peer_dir/libtorch_peer")")
       else
         not_run libtorch_peer "build failed: $(grep -m1 -iE 'error' "$logs/peer-build.log" | cut -c1-100)"
       fi
@@ -280,14 +520,14 @@ case "$phase" in
       notes="$notes${notes:+; }PyTorch peer: skipped ($py cannot import torch)"
     fi
     devices=cpu
-    nvidia-smi -L >/dev/null 2>&1 && devices=cpu,cuda
+    [ "$gpu_count" -gt 0 ] && devices=cpu,cuda
     start=$(now)
     timeout 540 "${py:-python3}" "$root/bench/collect.py" --mantissa-bench "$stage/bin/mantissa_bench" \
       "${peer_args[@]}" --devices "$devices" --commit "$commit" --markdown "$out/bench.md" \
       "${bench_args[@]}" >"$logs/bench.txt" 2>"$logs/bench.err"
     rc=$?
     if [ $rc -ne 0 ]; then
-      rows+=("$(printf '%-28s rc %s after %ss: %s' collect.py "$rc" "$(($(now) - start))" "$(tail -n 1 "$logs/bench.err")")")
+      rows+=("$(printf '%-34s rc %s after %ss: %s' collect.py "$rc" "$(($(now) - start))" "$(tail -n 1 "$logs/bench.err")")")
       bad=$((bad + 1))
     fi
     cat "$logs/bench.txt"
