@@ -7,6 +7,7 @@
 #include <sys/sysmacros.h>
 
 #include "cli_test_util.h"
+#include "hostile_yaml.h"
 
 namespace {
 
@@ -141,15 +142,8 @@ TEST_F(CliTest, BadConfigsFailWithOneLineAndExitCode2BeforeWritingAnything) {
              "model:\n  layers:\n    - {type: linear, in: 10, out: 4}\ndata: {type: teacher}\n");
   // Hostile YAML: an alias inside its own anchor (it crashed), aliases of aliases under unknown
   // keys (the unknown-key check expanded them and hung), a layer too large to allocate.
-  write_file(dir_ / "cycle.yaml", "a: &a [*a]\n");
-  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
-  for (int i = 1; i <= 10; ++i) {
-    const std::string n = std::to_string(i), prev = std::to_string(i - 1);
-    bomb.append("a").append(n).append(": &a").append(n).append(" [");
-    for (int j = 0; j < 9; ++j) bomb.append(j ? ", *a" : "*a").append(prev);
-    bomb.append("]\n");
-  }
-  write_file(dir_ / "bomb.yaml", bomb);
+  write_file(dir_ / "cycle.yaml", mantissa::testing::kYamlAliasCycle);
+  write_file(dir_ / "bomb.yaml", mantissa::testing::yaml_alias_bomb());
   write_file(dir_ / "huge.yaml",
              "model:\n  layers:\n    - {type: linear, in: 10, out: 100000000000}\n"
              "    - {type: linear, in: 100000000000, out: 5}\ndata: {type: teacher}\n");

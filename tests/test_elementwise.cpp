@@ -670,6 +670,18 @@ TEST(Errors, NotImplementedAndBadArguments) {
                {"pow", "integers to negative integer powers are not allowed"});
   EXPECT_EQ(mt::pow(mt::tensor<int64_t>({2}), -1.0).to_vector<double>(),
             (std::vector<double>{0.5}));
+  // As in PyTorch (1.13 and 2.x): only a Scalar exponent is refused, however it is spelled; an
+  // integer tensor exponent, 0-dim included, runs the integer power (0 where |base| > 1), as
+  // torch.pow(tensor([2, 3]), tensor([-1, 2])) = [0, 9] and torch.pow(tensor([2, 3]), tensor(-1))
+  // = [0, 0] in torch 1.13.
+  expect_error([] { (void)mt::tensor<int32_t>({2, 3}).pow(-2); },
+               {"pow", "integers to negative integer powers are not allowed", "-2"});
+  expect_error([] { (void)mt::pow(mt::tensor<bool>({true}), -1); },
+               {"pow", "integers to negative integer powers are not allowed"});
+  EXPECT_EQ(mt::pow(mt::tensor<int64_t>({2, 3}), mt::tensor<int64_t>({-1, 2})).to_vector<int64_t>(),
+            (std::vector<int64_t>{0, 9}));
+  EXPECT_EQ(mt::pow(mt::tensor<int64_t>({2, 3}), mt::full({}, -1, mt::kInt64)).to_vector<int64_t>(),
+            (std::vector<int64_t>{0, 0}));
 }
 
 // ---- gradients ------------------------------------------------------------------------------

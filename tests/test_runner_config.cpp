@@ -18,6 +18,7 @@
 #include "runner/determinism.h"
 #include "runner/model_builder.h"
 #include "runner/safetensors.h"
+#include "hostile_yaml.h"
 #include "test_util.h"
 
 namespace rn = mantissa::runner;
@@ -146,16 +147,10 @@ scaler: {enabled: true, init_scale: 128}
 // expanded (under keys nobody knows, the unknown-key check expanded them and hung), in the file
 // and in --set values alike. Aliases a config may use still work.
 TEST(RunnerConfig, AliasCyclesAndAliasBombsAreRefusedNamingTheKey) {
-  expect_config_error("a: &a [*a]\n", {"test.yaml: key 'a.0'", "a cycle"});
+  expect_config_error(mantissa::testing::kYamlAliasCycle, {"test.yaml: key 'a.0'", "a cycle"});
   expect_config_error("model: &m\n  layers: [*m]\n", {"key 'model.layers.0'", "a cycle"});
   expect_config_error("a: &a {b: *a}\n", {"key 'a.b'", "a cycle"});
-  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
-  for (int i = 1; i <= 10; ++i) {
-    const std::string n = std::to_string(i), prev = std::to_string(i - 1);
-    bomb.append("a").append(n).append(": &a").append(n).append(" [");
-    for (int j = 0; j < 9; ++j) bomb.append(j ? ", *a" : "*a").append(prev);
-    bomb.append("]\n");
-  }
+  const std::string bomb = mantissa::testing::yaml_alias_bomb();
   const auto start = std::chrono::steady_clock::now();
   expect_config_error(bomb + "steps: 1\n", {"test.yaml: key 'a", "more than 100000 nodes"});
   expect_config_error("steps: 1\n", {"--set model: key 'model.0'", "a cycle"}, {"model=&a [*a]"});

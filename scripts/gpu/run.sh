@@ -101,6 +101,10 @@ print(":".join(sorted(dirs)))
 PY
 )
 fi
+# compute-sanitizer: on PATH, or in the CUDA toolkit's bin/.
+sanitizer=$(command -v compute-sanitizer || true)
+[ -z "$sanitizer" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ] &&
+  sanitizer=/usr/local/cuda/bin/compute-sanitizer
 base_path="$stage/lib${wheel_libs:+:$wheel_libs}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LD_LIBRARY_PATH=$base_path
 
@@ -393,9 +397,9 @@ case "$phase" in
     budget=${MANTISSA_GPU_TEST_BUDGET:-220}
     deadline=$(($(now) + budget))
     sanitizer_missing=false
-    if ! command -v compute-sanitizer >/dev/null; then
+    if [ -z "$sanitizer" ]; then
       sanitizer_missing=true
-      not_run compute-sanitizer "compute-sanitizer is not on PATH: only the CUDA_LAUNCH_BLOCKING reruns ran"
+      not_run compute-sanitizer "no compute-sanitizer (PATH, /usr/local/cuda/bin): only the CUDA_LAUNCH_BLOCKING reruns ran"
     fi
     if [ $# -gt 0 ]; then
       targets=("$@")
@@ -437,7 +441,7 @@ case "$phase" in
         # Every block its own cudaMalloc: memcheck sees an overrun past a tensor.
         MANTISSA_CUDA_ALLOCATOR_BYPASS=1 run_binary "$bin $tool" "$((left < 120 ? left : 120))" \
           "$logs/$bin.$tool.log" \
-          compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 200 \
+          "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 200 \
           --log-file "$slog" "$t" --gtest_filter="$filter"
         errors=$(grep -m1 -E 'ERROR SUMMARY: [0-9]+' "$slog" 2>/dev/null | grep -oE '[0-9]+ error' || true)
         [ -n "$errors" ] && rows[-1]="${rows[-1]} [$errors(s)]"
@@ -459,8 +463,8 @@ case "$phase" in
       memcheck | racecheck) tools=("$1"); shift ;;
       all) shift ;;
     esac
-    if ! command -v compute-sanitizer >/dev/null; then
-      not_run compute-sanitizer "compute-sanitizer is not on PATH"
+    if [ -z "$sanitizer" ]; then
+      not_run compute-sanitizer "no compute-sanitizer (PATH, /usr/local/cuda/bin)"
       finish "sanitize"
     fi
     # Every block from cudaMalloc, freed with cudaFree: memcheck sees an overrun past a tensor
@@ -476,7 +480,7 @@ case "$phase" in
         if [ "$left" -le 5 ]; then not_run "$name" "the ${budget}s budget was spent"; continue; fi
         slog="$logs/$(basename "$t").$tool.sanitizer.log"
         run_binary "$name" "$((left < limit ? left : limit))" "$logs/$(basename "$t").$tool.log" \
-          compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 200 \
+          "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 200 \
           --log-file "$slog" "$t"
         errors=$(grep -m1 -E 'ERROR SUMMARY: [0-9]+' "$slog" 2>/dev/null | grep -oE '[0-9]+ error' || true)
         [ -n "$errors" ] && rows[-1]="${rows[-1]} [$errors(s)]"
