@@ -330,15 +330,15 @@ int train(const TrainArgs& args) {
 
 namespace {
 
-// A run with no checkpoints/ folder is one killed before its first checkpoint, and starts again
-// from step 0. But a run that finished (summary.json) or logged a step at which it wrote a
-// checkpoint had one: its checkpoints were deleted or moved, and starting it again would
-// silently throw its progress away and rewrite its files. That is refused, before anything is
-// written.
+// A run with no checkpoint (no checkpoints/ folder, or an empty one) is one killed before its
+// first checkpoint, and starts again from step 0. But a run that finished (summary.json) or
+// logged a step past its first checkpoint had one: its checkpoints were deleted or moved, and
+// starting it again would silently throw its progress away and rewrite its files. That is
+// refused, before anything is written.
 void refuse_lost_checkpoints(const std::string& run_dir, const runner::Config& config) {
   const fs::path dir = fs::path(run_dir) / "checkpoints";
   std::error_code ec;
-  if (fs::exists(dir, ec)) return;
+  if (!runner::list_checkpoints(dir.string()).empty()) return;
   const bool finished = fs::exists(fs::path(run_dir) / "summary.json", ec);
   const int64_t reached = runner::last_metrics_step((fs::path(run_dir) / "metrics.jsonl").string());
   // Past the first checkpoint step: the step's log record is written just before its checkpoint,
@@ -346,7 +346,8 @@ void refuse_lost_checkpoints(const std::string& run_dir, const runner::Config& c
   const bool checkpointed = config.checkpoint_every > 0 && reached > config.checkpoint_every;
   if (!finished && !checkpointed) return;
   throw runner::ConfigError(
-      "cannot resume " + run_dir + ": its checkpoints/ folder is gone, but the run " +
+      "cannot resume " + run_dir + ": its checkpoints are gone (" +
+      (fs::exists(dir, ec) ? "checkpoints/ is empty" : "no checkpoints/ folder") + "), but the run " +
       (finished ? std::string("finished") : "reached step " + std::to_string(reached)) +
       " and wrote checkpoints there; put them back, or start a new run with `mantissa train`");
 }

@@ -27,8 +27,8 @@ std::string cuda_version(int v) {
   if (v <= 0) return "none";
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
 }
-// Libraries that encode major * scale + minor * 100 + patch (cuBLASLt: 10000, cuDNN 9 and NCCL
-// 2.19+: 10000) -> "M.m.p"; 0 -> "none".
+// Libraries that encode major * scale + minor * 100 + patch (cuBLASLt, cuDNN 9 and NCCL 2.9+:
+// 10000; cuDNN 8: 1000) -> "M.m.p"; 0 -> "none".
 std::string library_version(int64_t v, int64_t scale) {
   if (v <= 0) return "none";
   return std::to_string(v / scale) + "." + std::to_string((v % scale) / 100) + "." +
@@ -56,7 +56,8 @@ std::string runtime_banner() {
     os << " | driver " << cuda_version(info.driver_version) << " | runtime "
        << cuda_version(info.runtime_version) << " | cuBLASLt "
        << library_version(info.cublaslt_version, 10000) << " | cuDNN "
-       << library_version(info.cudnn_version, 10000) << " | NCCL "
+       << library_version(info.cudnn_version, info.cudnn_version < 90000 ? 1000 : 10000)
+       << " | NCCL "
        << library_version(info.nccl_version, 10000);
   }
   return os.str();

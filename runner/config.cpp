@@ -119,22 +119,24 @@ struct Context {
 // yaml-cpp reads a quoted scalar whose closing quote is missing to the end of the file, folding
 // the lines that follow into it. No config value spans lines, so a quoted scalar whose closing
 // quote is not on its own line is refused as an unterminated quote.
-void check_quotes(const Context& ctx, const YAML::Node& node, const std::string& text,
-                  const std::string& source) {
+// Each scalar's text is scanned once however many aliases reach it (`checked`: its positions).
+void check_quotes_once(const Context& ctx, const YAML::Node& node, const std::string& text,
+                       const std::string& source, std::set<size_t>& checked) {
   if (node.IsMap()) {
     for (const auto& kv : node) {
-      check_quotes(ctx, kv.first, text, source);
-      check_quotes(ctx, kv.second, text, source);
+      check_quotes_once(ctx, kv.first, text, source, checked);
+      check_quotes_once(ctx, kv.second, text, source, checked);
     }
     return;
   }
   if (node.IsSequence()) {
-    for (const auto& e : node) check_quotes(ctx, e, text, source);
+    for (const auto& e : node) check_quotes_once(ctx, e, text, source, checked);
     return;
   }
   if (!node.IsScalar() || node.Mark().is_null()) return;
   const auto pos = static_cast<size_t>(node.Mark().pos);
   if (pos >= text.size() || (text[pos] != '"' && text[pos] != '\'')) return;
+  if (!checked.insert(pos).second) return;
   const char quote = text[pos];
   bool closed = false;
   for (size_t i = pos + 1; i < text.size() && text[i] != '\n'; ++i) {
@@ -154,6 +156,12 @@ void check_quotes(const Context& ctx, const YAML::Node& node, const std::string&
              ": unterminated quote (the closing " + std::string(1, quote) +
              " is missing on that line)");
   }
+}
+
+void check_quotes(const Context& ctx, const YAML::Node& node, const std::string& text,
+                  const std::string& source) {
+  std::set<size_t> checked;
+  check_quotes_once(ctx, node, text, source, checked);
 }
 
 std::string node_text(const YAML::Node& n) {

@@ -117,26 +117,32 @@ TEST_F(CliRunTest, ResumingAFinishedRunChangesNothing) {
   for (const auto& [path, bytes] : before) EXPECT_EQ(read_file(path), bytes) << path;
 }
 
-// A run whose checkpoints/ folder is gone after it wrote checkpoints cannot be resumed: starting it
-// again from step 0 would throw its progress away. Refused with one line and exit 2, finished or
-// not, and its directory is left as it was.
+// A run whose checkpoints are gone (checkpoints/ emptied or removed) after it wrote them cannot be
+// resumed: starting it again from step 0 would throw its progress away. Refused with one line and
+// exit 2, finished or not, and its directory is left as it was.
 TEST_F(CliRunTest, ResumeOfARunWhoseCheckpointsAreGoneIsRefusedAndTouchesNothing) {
   write_file(dir_ / "cfg.yaml", run_config(12, 5));
   ASSERT_EQ(run({"train", "cfg.yaml", "--run-dir", "r", "-q"}).code, 0);
-  fs::remove_all(dir_ / "r" / "checkpoints");
+  // Emptied first, then removed: both are refused.
+  for (const auto& e : fs::directory_iterator(dir_ / "r" / "checkpoints")) fs::remove(e.path());
   for (const bool finished : {true, false}) {
-    if (!finished) fs::remove(dir_ / "r" / "summary.json");
+    if (!finished) {
+      fs::remove(dir_ / "r" / "summary.json");
+      fs::remove_all(dir_ / "r" / "checkpoints");
+    }
     std::vector<std::pair<fs::path, std::string>> before;
     for (const auto& e : fs::recursive_directory_iterator(dir_ / "r"))
       if (e.is_regular_file()) before.emplace_back(e.path(), read_file(e.path()));
     const Result r = run({"resume", "r", "-q"});
     EXPECT_EQ(r.code, 2) << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
-    EXPECT_NE(r.output.find("its checkpoints/ folder is gone"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(finished ? "its checkpoints are gone (checkpoints/ is empty)"
+                                     : "its checkpoints are gone (no checkpoints/ folder)"),
+              std::string::npos)
+        << r.output;
     EXPECT_NE(r.output.find(finished ? "the run finished" : "the run reached step 12"),
               std::string::npos)
         << r.output;
-    EXPECT_FALSE(fs::exists(dir_ / "r" / "checkpoints"));
     size_t files = 0;
     for (const auto& e : fs::recursive_directory_iterator(dir_ / "r")) files += e.is_regular_file();
     EXPECT_EQ(files, before.size());

@@ -72,6 +72,11 @@ class CudnnLease {
     MT_CUDNN_CHECK(cudnnSetStream(handle_, detail::current_stream()));
   }
   cudnnHandle_t handle() const { return handle_; }
+  // Gives the handle back early: the composed fallback needs no cuDNN and must not hold up
+  // other threads' convolutions on the device.
+  void release() {
+    if (lock_.owns_lock()) lock_.unlock();
+  }
 
  private:
   std::unique_lock<std::mutex> lock_;
@@ -374,6 +379,7 @@ void conv2d_forward_cuda(const Tensor& out, const Tensor& input, const Tensor& w
                                          s.zero(), y.d, out.data_ptr());
         },
         &why);
+    lease.release();
     counted(ran, ConvDirection::Forward, call, why,
             [&] { conv_composite::forward(out, input, weight, p); });
   }
@@ -413,6 +419,7 @@ void conv2d_backward_input_cuda(const Tensor& grad_input, const Tensor& grad_out
                                             s.zero(), dx.d, grad_input.data_ptr());
       },
       &why);
+  lease.release();
   counted(ran, ConvDirection::BackwardInput, call, why,
           [&] { conv_composite::backward_input(grad_input, grad_out, weight, p); });
 }
@@ -451,6 +458,7 @@ void conv2d_backward_weight_cuda(const Tensor& grad_weight, const Tensor& grad_o
                                               ws.size(), s.zero(), dw.d, grad_weight.data_ptr());
       },
       &why);
+  lease.release();
   counted(ran, ConvDirection::BackwardWeight, call, why,
           [&] { conv_composite::backward_weight(grad_weight, grad_out, input, p); });
 }

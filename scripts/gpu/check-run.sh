@@ -76,10 +76,12 @@ esac
 SH
 chmod +x "$work/gpu-path/nvidia-smi"
 with_gpu() { PATH="$work/gpu-path:$PATH" "$@"; }
-# Without the planted one, make sure no real nvidia-smi on this machine changes the outcome.
-no_gpu_path=$(printf '%s' "$PATH" | tr ':' '\n' | while read -r d; do
-  [ -x "$d/nvidia-smi" ] || printf '%s:' "$d"; done)
-export PATH=${no_gpu_path%:}
+# Otherwise a planted nvidia-smi that finds none, first on PATH, whatever this machine has.
+mkdir -p "$work/no-gpu-path"
+printf '#!/bin/sh\necho "NVIDIA-SMI has failed: no devices were found" >&2\nexit 9\n' \
+  >"$work/no-gpu-path/nvidia-smi"
+chmod +x "$work/no-gpu-path/nvidia-smi"
+export PATH="$work/no-gpu-path:$PATH"
 
 # 1. A clean stage passes, and the summary counts its tests.
 new_stage
@@ -165,7 +167,10 @@ case "\$*" in *--gtest_list_tests*) exec "$work/lister" --gtest_list_tests ;; es
 exec "\$(dirname "\$0")/test_cuda_lib.real" "\$@"
 SH
 chmod +x "$work/stage/bin/test_cuda_lib"
-echo test_cuda_lib >"$work/stage/cuda-tests.txt"
+plant "$work/stage" test_cuda_param 'printf("[ RUN      ] P/Suite.T/bf16\n[  FAILED  ] P/Suite.T/bf16, where GetParam() = 4-byte object <01-00 00-00> (0 ms)\n[  FAILED  ] 1 test, listed below:\n[  FAILED  ] P/Suite.T/bf16, where GetParam() = 4-byte object <01-00 00-00>\n"); return 1;'
+cat >"$work/stage/bin/test_mixed" <<<'#!/bin/sh'
+chmod +x "$work/stage/bin/test_mixed"
+printf 'test_cuda_lib\ntest_cuda_param\ntest_mixed Gpu.A:Gpu.B\n' >"$work/stage/cuda-tests.txt"
 pack library
 run library tests test_cuda_lib || { cat "$work/out.txt" >&2; fail "a LibraryBehaviour failure failed the run"; }
 expect_line '^test_cuda_lib +1 +0 .* ok$'
@@ -173,11 +178,22 @@ expect_line '^vendor-library behaviour'
 expect_line '^test_cuda_lib +1 +1 .*FAILED: exit 1'
 
 # 5. first-light without a GPU: the CUDA binaries run (from cuda-tests.txt) and the verdict says
-#    that nothing ran on a GPU, exit 3.
+#    that nothing ran on a GPU, exit 3. A failed parameterized test (gtest prints its parameter and
+#    repeats the name in its closing list) counts once and is named for follow-up, as is a mixed
+#    binary that failed as a whole, with its filter.
 rc=0
 run library first-light || rc=$?
 [ $rc -eq 3 ] || { cat "$work/out.txt" >&2; fail "first-light without a GPU exited $rc, not 3"; }
 expect_line '^verdict: NO GPU' "$work/out/first-light-summary.txt"
+grep -qx 'test_cuda_param:P/Suite.T/bf16' "$work/out/first-light-failed.txt" || {
+  cat "$work/out/first-light-failed.txt" >&2
+  fail "the failed parameterized test is not in first-light-failed.txt"
+}
+grep -qx 'test_mixed:Gpu.A:Gpu.B' "$work/out/first-light-failed.txt" || {
+  cat "$work/out/first-light-failed.txt" >&2
+  fail "the mixed binary that ran no test is not in first-light-failed.txt with its filter"
+}
+expect_line '^test_cuda_param +1 +1 +0 ' "$work/out/first-light-summary.txt"
 expect_line '^test_cuda_lib .* ok$' "$work/out/first-light-summary.txt"
 [ "$(tail -n 1 "$work/out.txt" | cut -c1-15)" = "verdict: NO GPU" ] || fail "the verdict is not the last line"
 [ "$(ls "$work/out" | wc -l)" -le 8 ] || fail "first-light wrote more than 8 files"

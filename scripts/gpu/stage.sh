@@ -28,7 +28,7 @@ cp -L "$build"/libmantissa.so.0 "$build"/libmantissa_runner.so.0 "$stage/lib/"
 
 # The closure: ldd lists every library the loader maps, direct or not.
 for f in "$stage"/bin/* "$stage"/lib/*.so*; do
-  ldd "$f" 2>/dev/null | awk '/=> \// {print $1, $3}'
+  { ldd "$f" 2>/dev/null || true; } | awk '/=> \// {print $1, $3}'
 done | sort -u | while read -r soname path; do
   if is_glibc "$soname" || is_cuda_library "$soname"; then continue; fi
   if is_cxx_runtime "$soname"; then
