@@ -27,6 +27,9 @@ for arg in "$@"; do
   esac
 done
 build_dir=${BUILD_DIR:-$root/$default_dir}
+# ccache (used when installed) sees paths relative to the checkout, so a second clone of the same
+# sources (another folder, a CI checkout) reuses what the first compiled.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 [ "$sanitize" = ON ] && [ "$default_dir" != build-asan ] && [ -z "${BUILD_DIR:-}" ] &&
   build_dir=$root/build-sanitize
 jobs=$(nproc 2>/dev/null || echo 2)

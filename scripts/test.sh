@@ -13,6 +13,9 @@ if $sanitize; then
 else
   "$root/scripts/install-deps.sh"
 fi
+# As build.sh sets them, and for the builds the tests make (tests/consumer/): ccache sees paths
+# relative to the checkout.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 build_dir=$("$root/scripts/build.sh" "$@" | tail -n 1)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 ctest_args=()
