@@ -5,7 +5,8 @@
 # an unresolved symbol, one that hangs, one that runs no test, and one whose tests all skip "no
 # CUDA device" while nvidia-smi (a planted one) reports a GPU. A clean stage passes, with and
 # without that GPU; a failing *LibraryBehaviour* test is reported apart and does not fail the run;
-# first-light without a GPU gives the "NO GPU" verdict. check-stage.sh fails a stage that lacks a
+# first-light without a GPU gives the "NO GPU" verdict, and follow-up reruns what it failed,
+# blocking and under a planted compute-sanitizer. check-stage.sh fails a stage that lacks a
 # library one of its files needs. Registered with CTest
 # (tests/CMakeLists.txt); needs a C compiler.
 set -euo pipefail
@@ -197,6 +198,30 @@ expect_line '^test_cuda_param +1 +1 +0 ' "$work/out/first-light-summary.txt"
 expect_line '^test_cuda_lib .* ok$' "$work/out/first-light-summary.txt"
 [ "$(tail -n 1 "$work/out.txt" | cut -c1-15)" = "verdict: NO GPU" ] || fail "the verdict is not the last line"
 [ "$(ls "$work/out" | wc -l)" -le 8 ] || fail "first-light wrote more than 8 files"
+
+# 5b. follow-up reruns what first-light failed (kept in the state folder): blocking, then under
+#     compute-sanitizer (a planted one that runs the binary and reports no error).
+mkdir -p "$work/san-path"
+cat >"$work/san-path/compute-sanitizer" <<'SH'
+#!/bin/sh
+log=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tool | --error-exitcode | --print-limit) shift 2 ;;
+    --log-file) log=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
+echo "========= ERROR SUMMARY: 0 errors" >"$log"
+exec "$@"
+SH
+chmod +x "$work/san-path/compute-sanitizer"
+rc=0
+PATH="$work/san-path:$PATH" run library follow-up || rc=$?
+[ $rc -ne 0 ] || { cat "$work/out.txt" >&2; fail "follow-up of a failing test passed"; }
+expect_line '^test_cuda_param blocking +1 +1 ' "$work/out/follow-up-summary.txt"
+expect_line '^test_cuda_param memcheck .*\[0 error\(s\)\]' "$work/out/follow-up-summary.txt"
+expect_line '^test_mixed blocking .*FAILED: ran no test' "$work/out/follow-up-summary.txt"
 
 # 6. check-stage.sh proves the closure from the ELF headers: a stage whose binary needs a library
 #    that is neither staged nor supplied by the GPU machine fails, naming both; staged, it passes.

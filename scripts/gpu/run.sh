@@ -241,6 +241,21 @@ not_run() {
   bad=$((bad + 1))
 }
 
+# run_sanitized NAME LIMIT LOGBASE TOOL CMD... : CMD under compute-sanitizer's TOOL, with the
+# caching allocator bypassed (every block its own cudaMalloc, so an overrun past a tensor is
+# seen); the row carries the sanitizer's error count.
+run_sanitized() {
+  local name=$1 limit=$2 logbase=$3 tool=$4 errors
+  shift 4
+  MANTISSA_CUDA_ALLOCATOR_BYPASS=1 run_binary "$name" "$limit" "$logbase.$tool.log" \
+    "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 200 \
+    --log-file "$logbase.$tool.sanitizer.log" "$@"
+  errors=$(grep -m1 -E 'ERROR SUMMARY: [0-9]+' "$logbase.$tool.sanitizer.log" 2>/dev/null |
+    grep -oE '[0-9]+ error' || true)
+  [ -n "$errors" ] && rows[-1]="${rows[-1]} [$errors(s)]"
+  return 0
+}
+
 # pick_binaries PATTERN [NAMES...]: the staged binaries to run, in order.
 pick_binaries() {
   local pattern=$1
@@ -447,14 +462,8 @@ case "$phase" in
       for tool in "${tools[@]}"; do
         left=$((deadline - $(now)))
         if [ "$left" -le 5 ]; then not_run "$bin $tool" "the ${budget}s budget was spent"; continue; fi
-        slog="$logs/$bin.$tool.sanitizer.log"
-        # Every block its own cudaMalloc: memcheck sees an overrun past a tensor.
-        MANTISSA_CUDA_ALLOCATOR_BYPASS=1 run_binary "$bin $tool" "$((left < 120 ? left : 120))" \
-          "$logs/$bin.$tool.log" \
-          "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 200 \
-          --log-file "$slog" "$t" --gtest_filter="$filter"
-        errors=$(grep -m1 -E 'ERROR SUMMARY: [0-9]+' "$slog" 2>/dev/null | grep -oE '[0-9]+ error' || true)
-        [ -n "$errors" ] && rows[-1]="${rows[-1]} [$errors(s)]"
+        run_sanitized "$bin $tool" "$((left < 120 ? left : 120))" "$logs/$bin" "$tool" \
+          "$t" --gtest_filter="$filter"
       done
     done
     finish "$title (allocator bypassed; budget ${budget}s)"
@@ -488,12 +497,7 @@ case "$phase" in
         name="$(basename "$t") $tool"
         left=$((deadline - $(now)))
         if [ "$left" -le 5 ]; then not_run "$name" "the ${budget}s budget was spent"; continue; fi
-        slog="$logs/$(basename "$t").$tool.sanitizer.log"
-        run_binary "$name" "$((left < limit ? left : limit))" "$logs/$(basename "$t").$tool.log" \
-          "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 200 \
-          --log-file "$slog" "$t"
-        errors=$(grep -m1 -E 'ERROR SUMMARY: [0-9]+' "$slog" 2>/dev/null | grep -oE '[0-9]+ error' || true)
-        [ -n "$errors" ] && rows[-1]="${rows[-1]} [$errors(s)]"
+        run_sanitized "$name" "$((left < limit ? left : limit))" "$logs/$(basename "$t")" "$tool" "$t"
       done
     done
     finish "sanitize (${tools[*]}; allocator bypassed; budget ${budget}s, ${limit}s a binary)"
