@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "engine/error.h"
+#include "runner/text.h"
 
 namespace mantissa::runner {
 
@@ -223,24 +224,6 @@ std::string Json::dump(int indent) const {
 
 namespace {
 
-// Input text quoted in an error message: bytes outside printable ASCII as \xNN, and cut short (a
-// string token of a hostile safetensors header may be megabytes long).
-std::string printable(std::string_view s, size_t limit = 160) {
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < limit; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    }
-  }
-  if (s.size() > limit) out += "...";
-  return out;
-}
-
 // nlohmann's message without its "[json.exception.parse_error.101] parse error at line 1,
 // column 6: " prefix; we add our own source name and position.
 std::string reason(const char* nlohmann_what) {
@@ -248,7 +231,7 @@ std::string reason(const char* nlohmann_what) {
   if (const size_t p = s.find("] "); p != std::string_view::npos) s.remove_prefix(p + 2);
   if (s.starts_with("parse error"))
     if (const size_t p = s.find(": "); p != std::string_view::npos) s.remove_prefix(p + 2);
-  return printable(s);
+  return printable_excerpt(s);
 }
 
 // A char iterator over the text that records how far nlohmann's parser has read, so the errors
@@ -305,7 +288,8 @@ class Builder {
     return true;
   }
   bool key(std::string& k) {
-    if (!seen_.back().insert(k).second) fail(read(), "duplicate key '" + printable(k) + "'");
+    if (!seen_.back().insert(k).second)
+      fail(read(), "duplicate key '" + printable_excerpt(k) + "'");
     keys_.push_back(std::move(k));
     return true;
   }

@@ -7,10 +7,30 @@
 #include <ctime>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 #include "engine/shape.h"
 
 namespace mantissa::runner {
+
+// Input text quoted in an error message: bytes outside printable ASCII as \xNN, and cut short
+// after `limit` bytes (a string token of a hostile file may be megabytes long).
+inline std::string printable_excerpt(std::string_view s, size_t limit = 160) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < limit; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  if (s.size() > limit) out += "...";
+  return out;
+}
 
 // "[2, 3]", as the engine prints shapes in its errors.
 inline std::string shape_str(const Shape& s) {

@@ -5,18 +5,13 @@
 #include <vector>
 
 #include "runner/config.h"
+#include "runner/text.h"
 
 namespace mantissa::runner {
 namespace {
 
-// Keys go into the message: anything but printable ASCII is shown as '?', and a long key is cut.
-std::string printable(const std::string& key) {
-  std::string s = key.size() > 40 ? key.substr(0, 40) + "..." : key;
-  for (char& c : s) {
-    if (c < 0x20 || c > 0x7e) c = '?';
-  }
-  return s;
-}
+// A key that is not a scalar, as the path shows it.
+const std::string kComplexKey = "?";
 
 class Walk {
  public:
@@ -40,8 +35,8 @@ class Walk {
     stack_.push_back(node);
     if (node.IsMap()) {
       for (const auto& kv : node) {
-        const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
-        parts_.push_back(&key);
+        // The key itself, not a copy: an aliased map is visited many times.
+        parts_.push_back(kv.first.IsScalar() ? &kv.first.Scalar() : &kComplexKey);
         visit(kv.first);
         visit(kv.second);
         parts_.pop_back();
@@ -68,7 +63,7 @@ class Walk {
         break;
       }
       if (!path.empty()) path += '.';
-      path += printable(*p);
+      path += printable_excerpt(*p, 40);
     }
     std::string msg = "config error: " + source_;
     if (!path.empty()) msg.append(": key '").append(path).append("'");

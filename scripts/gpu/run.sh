@@ -348,20 +348,20 @@ finish() {
   exit $?
 }
 
-# The cuda rows of the benchmark, PyTorch eager, CUDA-graphed and torch.compile beside them.
-# bench_cuda TIMEOUT WORKLOADS ARGS... ; sets bench_note.
-bench_cuda() {
-  local limit=$1 workloads=$2
-  shift 2
-  local args=(--mantissa-bench "$stage/bin/mantissa_bench" --devices cuda --workloads "$workloads"
-    --commit "$commit" --markdown "$out/bench.md" "$@")
+# run_collect LIMIT ARGS... : bench/collect.py on the staged mantissa_bench under `timeout LIMIT`
+# (ARGS: devices, workloads, rounds, more peers), with the PyTorch peer when this machine's python
+# has torch (else bench_note says why not). A failure of collect.py itself is a row that fails the
+# phase; the table is in $logs/bench.txt and $out/bench.md.
+run_collect() {
+  local limit=$1 start rc
+  shift
+  local args=(--mantissa-bench "$stage/bin/mantissa_bench" --commit "$commit"
+    --markdown "$out/bench.md" "$@")
   if "$py" -c "import torch" 2>/dev/null; then
-    args+=(--python "$py" --pytorch-peer "$root/bench/peers/pytorch_eager.py" --compile-peer
-      --peer-timeout 60)
+    args+=(--python "$py" --pytorch-peer "$root/bench/peers/pytorch_eager.py")
   else
-    bench_note="PyTorch peers: skipped ($py cannot import torch)"
+    bench_note="${bench_note:+$bench_note; }PyTorch peers: skipped ($py cannot import torch)"
   fi
-  local start rc
   start=$(now)
   timeout "$limit" "${py:-python3}" "$root/bench/collect.py" "${args[@]}" \
     >"$logs/bench.txt" 2>"$logs/bench.err"
@@ -379,8 +379,10 @@ case "$phase" in
     run_tests "$budget" "$limit" "${binaries[@]}"
     bench_note=""
     if [ "$gpu_count" -gt 0 ]; then
-      bench_cuda "${MANTISSA_GPU_BENCH_TIMEOUT:-190}" mlp4096,gpt2_124m \
-        --rounds 1 --reps 2 --min-time 0.05
+      # The cuda rows, with torch.compile beside PyTorch eager and CUDA-graphed.
+      run_collect "${MANTISSA_GPU_BENCH_TIMEOUT:-190}" --devices cuda \
+        --workloads mlp4096,gpt2_124m --rounds 1 --reps 2 --min-time 0.05 \
+        --compile-peer --peer-timeout 60
     else
       bench_note="bench: not run (no GPU visible)"
     fi
@@ -524,31 +526,17 @@ case "$phase" in
     ;;
 
   bench)
-    bench_args=()
+    bench_args=() bench_note=""
     [ "${1:-}" = --quick ] && bench_args+=(--rounds 1 --reps 2 --min-time 0.05)
-    peer_args=() notes=""
     if [ -x "$root/.gpu/peer/libtorch_peer" ]; then
-      peer_args+=(--libtorch-peer "$root/.gpu/peer/libtorch_peer")
+      bench_args+=(--libtorch-peer "$root/.gpu/peer/libtorch_peer")
     else
-      notes="libtorch peer: skipped (not built on this machine: run 'scripts/gpu/run.sh peer' first)"
-    fi
-    if "$py" -c "import torch" 2>/dev/null; then
-      peer_args+=(--python "$py" --pytorch-peer "$root/bench/peers/pytorch_eager.py")
-    else
-      notes="$notes${notes:+; }PyTorch peer: skipped ($py cannot import torch)"
+      bench_note="libtorch peer: skipped (not built on this machine: run 'scripts/gpu/run.sh peer' first)"
     fi
     devices=cpu
     [ "$gpu_count" -gt 0 ] && devices=cpu,cuda
-    start=$(now)
-    timeout 540 "${py:-python3}" "$root/bench/collect.py" --mantissa-bench "$stage/bin/mantissa_bench" \
-      "${peer_args[@]}" --devices "$devices" --commit "$commit" --markdown "$out/bench.md" \
-      "${bench_args[@]}" >"$logs/bench.txt" 2>"$logs/bench.err"
-    rc=$?
-    if [ $rc -ne 0 ]; then
-      rows+=("$(printf '%-34s rc %s after %ss: %s' collect.py "$rc" "$(($(now) - start))" "$(tail -n 1 "$logs/bench.err")")")
-      bad=$((bad + 1))
-    fi
+    run_collect 540 --devices "$devices" "${bench_args[@]}"
     cat "$logs/bench.txt"
-    finish "bench (devices $devices)" "$notes"
+    finish "bench (devices $devices)" "$bench_note"
     ;;
 esac
