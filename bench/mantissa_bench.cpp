@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/cpu_matmul_stats.h"
 #include "workloads.h"
 
 namespace mt = mantissa;
@@ -334,6 +335,10 @@ int main(int argc, char** argv) {
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // The CPU paths this run's numbers come from (bench/collect.py prints them with the table).
+  benchmark::AddCustomContext("cpu_bf16_matmul",
+                              mt::cpu::bf16_matmul_isa_name(mt::cpu::cpu_bf16_matmul_isa()));
+  benchmark::AddCustomContext("cpu_float32_gemm", mt::cpu::cpu_float32_gemm_description());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# Builds mantissa with its benchmarks and the libtorch peer, runs them and PyTorch eager on the
-# same workloads, interleaved, and prints one table (bench/collect.py). From a fresh clone:
+# Builds mantissa with its benchmarks and the libtorch peer, runs them and today's PyTorch (eager
+# and torch.compile) on the same workloads, interleaved, and prints one table (bench/collect.py).
+# From a fresh clone:
 #
 #   bench/run.sh [--markdown FILE] [--rounds N] [--reps N] [--min-time S] [--workloads a,b]
-#                [--quick] [--no-peers]
+#                [--quick] [--no-peers] [--no-compile]
 #
 # Installs what is missing with apt (mantissa's build dependencies, libbenchmark-dev,
-# libtorch-dev, python3-torch). Builds in $BUILD_DIR (default build-bench), Release, with the CUDA
-# backend when nvcc is found; CUDA rows are printed when a GPU is present (gpt2_124m runs on the
-# GPU only, gpt_tiny on the CPU only).
+# libtorch-dev: the libtorch peer is Debian's 1.13). The PyTorch peer is PyPI's current torch, in
+# a virtual environment this script creates once in $TORCH_VENV (default $BUILD_DIR/torch-venv;
+# several GiB: PyPI's wheel is the CUDA build, whose CPU use is what runs here). Builds in
+# $BUILD_DIR (default build-bench), Release, with the CUDA backend when nvcc is found; CUDA rows
+# are printed when a GPU is present (gpt2_124m runs on the GPU only, gpt_tiny on the CPU only).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build-bench}"
 markdown="" rounds=3 reps=3 min_time=0.2 workloads="add,linear_fb,toy,mlp512,mlp4096,gpt_tiny,gpt2_124m" peers=1
+compile=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --markdown) markdown="$(realpath -m "$2")"; shift 2 ;;
@@ -22,7 +26,8 @@ while [ $# -gt 0 ]; do
     --workloads) workloads="$2"; shift 2 ;;
     --quick) rounds=1 reps=2 min_time=0.05; shift ;;
     --no-peers) peers=0; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --no-compile) compile=0; shift ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "bench/run.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -31,7 +36,7 @@ done
 "$root/scripts/install-deps.sh"
 if [ "$peers" = 1 ]; then
   missing=()
-  for p in libbenchmark-dev libtorch-dev python3-torch; do
+  for p in libbenchmark-dev libtorch-dev python3-venv; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if [ ${#missing[@]} -gt 0 ]; then
@@ -63,11 +68,23 @@ if [ "$peers" = 1 ]; then
   cmake -S "$root/bench/peers/libtorch" -B "$build/peers-libtorch" -G Ninja \
         -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$torch_dir" >&2
   ninja -C "$build/peers-libtorch" -j"$jobs" >&2
-  # Debian's python3-torch lives in the system interpreter, not in a pyenv/venv one.
-  python="${PYTHON:-/usr/bin/python3}"
-  "$python" -c "import torch" 2>/dev/null || python="$(command -v python3)"
+  # Today's PyTorch from PyPI, in its own virtual environment (Debian's python3-torch 1.13 stays
+  # for the golden files of scripts/golden/).
+  venv="${TORCH_VENV:-$build/torch-venv}"
+  if ! "$venv/bin/python" -c "import sys, torch; sys.exit(int(torch.__version__.split('.')[0]) < 2)" \
+       2>/dev/null; then
+    echo "bench/run.sh: installing PyTorch 2.x from PyPI into $venv (once)" >&2
+    python3 -m venv "$venv" >&2
+    "$venv/bin/pip" install -q --upgrade pip >&2
+    "$venv/bin/pip" install -q torch numpy >&2
+  fi
+  python="$venv/bin/python"
   peer_args=(--libtorch-peer "$build/peers-libtorch/libtorch_peer"
              --python "$python" --pytorch-peer "$root/bench/peers/pytorch_eager.py")
+  [ "$compile" = 1 ] && peer_args+=(--compile-peer)
+  versions="libtorch $(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null || echo '?') (Debian)"
+  versions+=", PyTorch $("$python" -c 'import torch; print(torch.__version__)') (PyPI)"
+  peer_args+=(--peer-versions "$versions")
 fi
 
 commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cli/cli.h"
+#include "engine/cpu_matmul_stats.h"
 #include "engine/cuda_memory.h"
 #include "engine/device.h"
 #include "engine/device_properties.h"
@@ -62,8 +63,18 @@ void print_cpu() {
     if (flags.count(f)) simd += std::string(simd.empty() ? "" : " ") + f;
   }
   std::cout << "  simd: " << (simd.empty() ? "(none reported)" : simd) << "\n";
-  std::cout << "  precisions: float32, tf32 (emulated), float16 and bfloat16 (emulated: "
-               "computed in float32, rounded on store)\n";
+  // Which instructions each precision's matrix products run on (engine/cpu_matmul_stats.h).
+  std::cout << "  float32 products: " << cpu::cpu_float32_gemm_description() << "\n";
+  const cpu::Bf16MatmulIsa bf16 = cpu::cpu_bf16_matmul_isa();
+  std::cout << "  bfloat16 products: " << cpu::bf16_matmul_isa_name(bf16)
+            << (bf16 == cpu::Bf16MatmulIsa::Emulated
+                    ? ": bf16 operands widened to float32, rounded once on store"
+                    : ": bf16 operands, float32 accumulation, rounded once on store")
+            << "\n";
+  std::cout << "  float16 products: emulated (float32 GEMM on widened operands, rounded once on "
+               "store)"
+            << (flags.count("avx512_fp16") ? "; this CPU's avx512_fp16 is not used" : "") << "\n";
+  std::cout << "  tf32 products: emulated (operands rounded to tf32, float32 GEMM)\n";
 }
 
 // The few NVML entry points used, resolved from libnvidia-ml.so.1 if present.

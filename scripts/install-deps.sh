@@ -10,7 +10,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build ccache pkg-config libgtest-dev googletest
-          libspdlog-dev libfmt-dev libopenblas-dev libyaml-cpp-dev libcli11-dev
+          libspdlog-dev libfmt-dev libopenblas-dev libdnnl-dev libyaml-cpp-dev libcli11-dev
           nlohmann-json3-dev libbenchmark-dev libgloo-dev openmpi-bin libopenmpi-dev)
 for arg in "$@"; do
   case "$arg" in

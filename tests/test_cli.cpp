@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include "engine/cpu_matmul_stats.h"
 #include "cli_test_util.h"
 #include "hostile_yaml.h"
 
@@ -244,6 +245,14 @@ TEST_F(CliTest, PlotEvalExportImport) {
   const Result dev = run({"devices"});
   EXPECT_EQ(dev.code, 0) << dev.output;
   EXPECT_NE(dev.output.find("cpu: "), std::string::npos) << dev.output;
+  // The paths each precision's products take on this CPU, as the engine chose them.
+  const std::string bf16 = "bfloat16 products: " + mantissa::cpu::bf16_matmul_isa_name(
+                                                       mantissa::cpu::cpu_bf16_matmul_isa());
+  EXPECT_NE(dev.output.find(bf16), std::string::npos) << dev.output;
+  EXPECT_NE(dev.output.find("float32 products: " + mantissa::cpu::cpu_float32_gemm_description()),
+            std::string::npos)
+      << dev.output;
+  EXPECT_NE(dev.output.find("float16 products: emulated"), std::string::npos) << dev.output;
 }
 
 namespace {

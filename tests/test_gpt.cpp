@@ -5,6 +5,7 @@
 #include <map>
 
 #include "amp/autocast.h"
+#include "engine/cpu_matmul_stats.h"
 #include "golden_file.h"
 #include "nn/optim/adam.h"
 #include "nn/transformer.h"
@@ -391,4 +392,31 @@ TEST(GPTGolden, BFloat16AutocastStaysNearFloat32) {
   }
   // Not float32 in disguise: autocast did lower the matmuls.
   EXPECT_GT(worst, 1e-5);
+}
+
+// The same bf16 run on the CPU's bf16 instructions (tests/test_cpu_gemm_paths.cpp has the
+// op-level bound) against the emulation. Both are bf16 runs that differ only in the float32
+// summation order inside each product; that decides which way some values round to bf16, so the
+// two drift apart by rounding-sized steps, never more than the bf16 band around float32 (2^-8,
+// above), at any step.
+TEST(GPTGolden, BFloat16InstructionsFollowTheEmulation) {
+  if (mt::cpu::cpu_bf16_matmul_isa_available() == mt::cpu::Bf16MatmulIsa::Emulated)
+    GTEST_SKIP() << "this CPU has no bf16 instructions oneDNN runs: only the emulation exists";
+  const Trajectory t = load_trajectory();
+  const bool saved = mt::cpu::cpu_bf16_matmul_emulation();
+  mt::cpu::set_cpu_bf16_matmul_emulation(true);
+  const std::vector<double> emulated = train(t, mt::kBFloat16);
+  mt::cpu::set_cpu_bf16_matmul_emulation(false);
+  mt::cpu::reset_cpu_matmul_stats();
+  const std::vector<double> hardware = train(t, mt::kBFloat16);
+  const auto stats = mt::cpu::cpu_matmul_stats();
+  mt::cpu::set_cpu_bf16_matmul_emulation(saved);
+  EXPECT_GT(stats.bf16_hardware, 40 * 10);  // the step's products ran on the instructions
+  EXPECT_EQ(stats.bf16_fallbacks, 0);
+  for (size_t i = 0; i < hardware.size(); ++i) {
+    EXPECT_LT(std::abs(hardware[i] - emulated[i]) / emulated[i], std::ldexp(1.0, -8))
+        << "step " << i << ": instructions " << hardware[i] << ", emulated " << emulated[i];
+    EXPECT_LT(std::abs(hardware[i] - t.losses[i]) / t.losses[i], std::ldexp(1.0, -8))
+        << "step " << i << ": instructions " << hardware[i] << ", float32 " << t.losses[i];
+  }
 }

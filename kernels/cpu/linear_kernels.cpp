@@ -7,6 +7,9 @@
 // float32 operands (half types widened exactly), the result rounded to the storage type, the bias
 // added in float and rounded again, ReLU after that, and bias gradients accumulated in double row
 // by row like the sum kernel. The CPU never makes a ReLU mask: ReLU's backward reads the output.
+// bfloat16 layers run their GEMMs on the CPU's bf16 instructions where it has them
+// (kernels/cpu/gemm/bf16_gemm.h: the same contract, summed in another order), reading the
+// operands as they are stored; the passes after the GEMM are the same.
 #include <algorithm>
 #include <climits>
 #include <memory>
@@ -16,6 +19,7 @@
 #include "engine/precision.h"
 #include "kernels/activation_math.h"
 #include "kernels/cpu/convert_dense.h"
+#include "kernels/cpu/gemm/bf16_gemm.h"
 #include "kernels/cpu/gemm/row_passes.h"
 #include "kernels/cpu/gemm/sgemm.h"
 #include "kernels/cpu/worker_pool.h"
@@ -125,6 +129,20 @@ float* gemm_target(const Tensor& out, Scratch& buf) {
   }
 }
 
+// A bfloat16 layer's product C[M,N] = op(A) op(B) on the bf16 instructions, operands read as
+// stored (dense rows; `trans`: op(X) is X's transpose); false when the emulation must run.
+template <typename T>
+bool hardware_product(const Tensor& a, bool ta, const Tensor& b, bool tb, int64_t M, int64_t N,
+                      int64_t K, float* c) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    const Bf16Matrix ma{static_cast<const BFloat16*>(a.data_ptr()), 0, ta, a.stride(0)};
+    const Bf16Matrix mb{static_cast<const BFloat16*>(b.data_ptr()), 0, tb, b.stride(0)};
+    return bf16_gemm(1, M, N, K, ma, mb, c, N, 0);
+  } else {
+    return false;
+  }
+}
+
 // Elements from which a bias/activation pass is split across the worker pool. It runs right
 // after a GEMM, while OpenBLAS's workers still spin for their next job, so a second thread only
 // pays off on passes much longer than the pool's own grain (bench/NOTES.md).
@@ -172,9 +190,6 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
                     bool relu_out) {
   Buffers& buf = buffers();
   const int64_t M = out.size(0), N = out.size(1), K = x.size(1);
-  int lda = 0, ldb = 0;
-  const float* a = operand<T>(x, buf.a, lda);
-  const float* b = operand<T>(w, buf.b, ldb);
   float* c = gemm_target<T>(out, buf.c);
   const float* bf = nullptr;
   if (bias.defined()) {
@@ -187,13 +202,19 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
     }
   }
   T* o = out.data<T>();
-  // Small layers: bias, ReLU and the roundings in the GEMM's registers.
-  const auto ep = GemmEpilogue::linear_forward(
-      store_as<T>(o), {bf},
-      relu_out ? GemmEpilogue::Activation::Relu : GemmEpilogue::Activation::Identity);
-  if (sgemm_fused(CblasNoTrans, CblasTrans, int(M), int(N), int(K), a, lda, b, ldb, c, int(N), ep))
-    return;
-  sgemm(CblasNoTrans, CblasTrans, int(M), int(N), int(K), a, lda, b, ldb, c, int(N));
+  if (!hardware_product<T>(x, false, w, true, M, N, K, c)) {
+    int lda = 0, ldb = 0;
+    const float* a = operand<T>(x, buf.a, lda);
+    const float* b = operand<T>(w, buf.b, ldb);
+    // Small layers: bias, ReLU and the roundings in the GEMM's registers.
+    const auto ep = GemmEpilogue::linear_forward(
+        store_as<T>(o), {bf},
+        relu_out ? GemmEpilogue::Activation::Relu : GemmEpilogue::Activation::Identity);
+    if (sgemm_fused(CblasNoTrans, CblasTrans, int(M), int(N), int(K), a, lda, b, ldb, c, int(N),
+                    ep))
+      return;
+    sgemm(CblasNoTrans, CblasTrans, int(M), int(N), int(K), a, lda, b, ldb, c, int(N));
+  }
   if constexpr (std::is_same_v<T, float>) {
     if (bf == nullptr && !relu_out) return;
     parallel_ranges(
@@ -215,19 +236,27 @@ void backward_weight_direct(const Tensor& grad_w, const Tensor& grad_bias, const
                             const Tensor& x) {
   Buffers& buf = buffers();
   const int64_t M = grad_out.size(0), N = grad_out.size(1), K = x.size(1);
-  int ldg = 0, ldx = 0;
-  const float* g = operand<T>(grad_out, buf.a, ldg);
-  const float* xf = operand<T>(x, buf.b, ldx);
-  // grad_w [N,K] = grad_out^T [N,M] @ x [M,K]. Small layers round in the GEMM's registers and
-  // store straight into grad_w.
-  const auto ep = GemmEpilogue::rounded(store_as<T>(static_cast<T*>(grad_w.data_ptr())));
+  int ldg = 0;
+  const float* g = nullptr;  // grad_out in float: the emulated GEMM's and the bias sums' operand
+  // grad_w [N,K] = grad_out^T [N,M] @ x [M,K].
   float* c = gemm_target<T>(grad_w, buf.c);
-  if (!sgemm_fused(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K),
-                   ep)) {
-    sgemm(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K));
+  if (hardware_product<T>(grad_out, true, x, false, N, K, M, c)) {
     if constexpr (!std::is_same_v<T, float>) store_rounded<T>(c, grad_w, N * K);
+    if (!grad_bias.defined()) return;
+    g = operand<T>(grad_out, buf.a, ldg);
+  } else {
+    int ldx = 0;
+    g = operand<T>(grad_out, buf.a, ldg);
+    const float* xf = operand<T>(x, buf.b, ldx);
+    // Small layers round in the GEMM's registers and store straight into grad_w.
+    const auto ep = GemmEpilogue::rounded(store_as<T>(static_cast<T*>(grad_w.data_ptr())));
+    if (!sgemm_fused(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c,
+                     int(K), ep)) {
+      sgemm(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K));
+      if constexpr (!std::is_same_v<T, float>) store_rounded<T>(c, grad_w, N * K);
+    }
+    if (!grad_bias.defined()) return;
   }
-  if (!grad_bias.defined()) return;
   double* sums = zeroed_sums(buf, N);
   // Split by columns: each column's sum still runs over the rows in order.
   parallel_ranges(
@@ -241,22 +270,25 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
                          const Tensor& w, const Tensor& h, bool relu_act) {
   Buffers& buf = buffers();
   const int64_t M = grad_pre.size(0), K = grad_pre.size(1), N = grad_out.size(1);
-  int ldg = 0, ldw = 0;
-  const float* g = operand<T>(grad_out, buf.a, ldg);
-  const float* wf = operand<T>(w, buf.b, ldw);
   float* c = gemm_target<T>(grad_pre, buf.c);
   double* sp = grad_bias.defined() ? zeroed_sums(buf, K) : nullptr;
-  // grad_pre [M,K] = grad_out [M,N] @ w [N,K]; small layers finish it in the GEMM's registers.
-  const auto ep = GemmEpilogue::activation_backward(
-      store_as<T>(grad_pre.data<T>()),
-      relu_act ? GemmEpilogue::ReluGrad{h.data_ptr(), h.stride(0)} : GemmEpilogue::ReluGrad{},
-      {sp});
-  if (sgemm_fused(CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), g, ldg, wf, ldw, c, int(K),
-                  ep)) {
-    if (sp != nullptr) store_sums<T>(grad_bias, sp, K);
-    return;
+  // grad_pre [M,K] = grad_out [M,N] @ w [N,K]
+  if (!hardware_product<T>(grad_out, false, w, false, M, K, N, c)) {
+    int ldg = 0, ldw = 0;
+    const float* g = operand<T>(grad_out, buf.a, ldg);
+    const float* wf = operand<T>(w, buf.b, ldw);
+    // Small layers finish it in the GEMM's registers.
+    const auto ep = GemmEpilogue::activation_backward(
+        store_as<T>(grad_pre.data<T>()),
+        relu_act ? GemmEpilogue::ReluGrad{h.data_ptr(), h.stride(0)} : GemmEpilogue::ReluGrad{},
+        {sp});
+    if (sgemm_fused(CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), g, ldg, wf, ldw, c,
+                    int(K), ep)) {
+      if (sp != nullptr) store_sums<T>(grad_bias, sp, K);
+      return;
+    }
+    sgemm(CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), g, ldg, wf, ldw, c, int(K));
   }
-  sgemm(CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), g, ldg, wf, ldw, c, int(K));
   if (!relu_act && sp == nullptr) {
     if constexpr (!std::is_same_v<T, float>) narrow_to(c, grad_pre.data<T>(), M * K);
     return;

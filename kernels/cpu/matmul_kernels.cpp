@@ -3,8 +3,9 @@
 //
 // A matrix whose rows or columns are dense goes to GEMM as it is, row-major with NoTrans or
 // Trans and the leading dim read off its strides; anything else is packed into a contiguous
-// buffer first. Half types are packed to float32, multiplied with float32 accumulation and
-// rounded once on store. Integers use a plain loop with int64 accumulation (BLAS has no integer
+// buffer first. bfloat16 runs on the CPU's bf16 instructions where it has them
+// (kernels/cpu/gemm/bf16_gemm.h); elsewhere, and for float16, half types are packed to float32,
+// multiplied with float32 accumulation and rounded once on store (the same contract). Integers use a plain loop with int64 accumulation (BLAS has no integer
 // GEMM).
 #include <cblas.h>
 
@@ -17,6 +18,7 @@
 #include "engine/kernel_tables.h"
 #include "engine/precision.h"
 #include "kernels/cpu/convert_dense.h"
+#include "kernels/cpu/gemm/bf16_gemm.h"
 #include "kernels/cpu/gemm/blas.h"
 #include "kernels/cpu/gemm/sgemm.h"
 
@@ -157,10 +159,30 @@ bool fits_blas_int(std::initializer_list<int64_t> values) {
   return true;
 }
 
+// bfloat16 on the bf16 instructions: operands in place when GEMM can read them, else packed
+// (still bf16); float32 results rounded once into `out`. False when the emulation must run.
+bool bmm_bf16_hardware(const Tensor& out, const Tensor& a, const Tensor& b) {
+  const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
+  thread_local Scratch<BFloat16> a_buf, b_buf;
+  thread_local Scratch<float> out_buf;
+  auto matrix = [](const Tensor& x, Scratch<BFloat16>& buf) {
+    const GemmOperand<BFloat16> op = prepare<BFloat16, BFloat16>(x, buf, false);
+    return Bf16Matrix{op.base, op.batch_stride, op.trans == CblasTrans, op.ld};
+  };
+  const Bf16Matrix ma = matrix(a, a_buf), mb = matrix(b, b_buf);
+  out_buf.resize(static_cast<size_t>(B * M * N));
+  if (!bf16_gemm(B, M, N, K, ma, mb, out_buf.data(), N, M * N)) return false;
+  convert_dense(out_buf.data(), out.data<BFloat16>(), B * M * N);  // the one rounding
+  return true;
+}
+
 // Floating types: T is the storage type, Acc (float or double) the GEMM type.
 template <typename T>
 void bmm_floating(const Tensor& out, const Tensor& a, const Tensor& b) {
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    if (bmm_bf16_hardware(out, a, b)) return;
+  }
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
   constexpr bool kReduced = !std::is_same_v<T, Acc>;
   bool round_operands = false;

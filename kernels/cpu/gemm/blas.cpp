@@ -7,6 +7,9 @@
 #include <omp.h>
 #endif
 
+#include "engine/cpu_matmul_stats.h"
+#include "engine/error.h"
+#include "kernels/cpu/gemm/onednn_matmul.h"
 #include "kernels/cpu/worker_pool.h"
 
 namespace mantissa::cpu {
@@ -34,9 +37,42 @@ void keep_openblas_single_threaded() {
   });
 }
 
+// oneDNN instead of OpenBLAS when OpenBLAS's kernels predate the CPU (engine/cpu_matmul_stats.h).
+// False when oneDNN refused the layout (counted; strict fast paths throw).
+bool call_onednn(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K,
+                 float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                 float* C, int64_t ldc) {
+  if (K <= 0) return false;  // C = beta C: OpenBLAS's job, not a refusal
+  OneDnnProduct p;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.a = {A, 0, ta == CblasTrans, lda};
+  p.b = {B, 0, tb == CblasTrans, ldb};
+  p.c = C;
+  p.ldc = ldc;
+  p.alpha = alpha;
+  p.beta = beta;
+  if (onednn_matmul(p)) {
+    detail::count_float32_onednn();
+    return true;
+  }
+  if (detail::count_float32_fallback()) {
+    MT_THROW("float32 GEMM: oneDNN refused [", M, ", ", K, "] x [", K, ", ", N, "] (A ",
+             ta == CblasTrans ? "transposed" : "row-major", ", ld ", lda, "; B ",
+             tb == CblasTrans ? "transposed" : "row-major", ", ld ", ldb,
+             "); strict fast paths are on (MANTISSA_STRICT_FAST_PATHS=1), without them "
+             "OpenBLAS would run it");
+  }
+  return false;
+}
+
 inline void call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K,
                  float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                  float* C, int64_t ldc) {
+  if (cpu_float32_gemm_library() == Float32GemmLibrary::OneDnn &&
+      call_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+    return;
   cblas_sgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta,
               C, int(ldc));
 }

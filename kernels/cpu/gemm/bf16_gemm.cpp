@@ -1,0 +1,112 @@
+#include "kernels/cpu/gemm/bf16_gemm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+
+#include "engine/cpu_matmul_stats.h"
+#include "engine/error.h"
+#include "kernels/cpu/gemm/onednn_matmul.h"
+#include "kernels/cpu/gemm/sgemm.h"
+#include "kernels/cpu/worker_pool.h"
+
+namespace mantissa::cpu {
+namespace {
+
+// Multiply-adds from which a product is split across the pool. The bf16 instructions run about
+// ten times SGEMM's rate, so a wake-up of the pool's workers pays off later than for blas_gemm.
+constexpr int64_t kSplitMacs = int64_t(1) << 23;
+// Slab boundaries fall on multiples of an AMX tile's rows.
+constexpr int64_t kSlabAlign = 16;
+
+const BFloat16* offset(const void* base, int64_t elements) {
+  return static_cast<const BFloat16*>(base) + elements;
+}
+
+// The part of `k` that task t of `tasks` computes: a range of the batch, or a slab of rows (or
+// columns, when C is wider than tall) of a single product.
+OneDnnProduct part(const OneDnnProduct& k, int64_t t, int64_t tasks) {
+  OneDnnProduct p = k;
+  if (k.batch > 1) {
+    const int64_t per = (k.batch + tasks - 1) / tasks;
+    const int64_t b0 = std::min(k.batch, t * per), b1 = std::min(k.batch, b0 + per);
+    p.batch = b1 - b0;
+    p.a.base = offset(k.a.base, b0 * k.a.batch_stride);
+    p.b.base = offset(k.b.base, b0 * k.b.batch_stride);
+    p.c += b0 * k.c_batch;
+    return p;
+  }
+  const bool by_rows = k.M >= k.N;
+  const int64_t extent = by_rows ? k.M : k.N;
+  const int64_t units = (extent + kSlabAlign - 1) / kSlabAlign;
+  const int64_t per = (units + tasks - 1) / tasks * kSlabAlign;
+  const int64_t b0 = std::min(extent, t * per), b1 = std::min(extent, b0 + per);
+  if (by_rows) {
+    p.M = b1 - b0;  // rows b0..b1 of op(A) and C
+    p.a.base = offset(k.a.base, k.a.trans ? b0 : b0 * k.a.ld);
+    p.c += b0 * k.ldc;
+  } else {
+    p.N = b1 - b0;  // columns b0..b1 of op(B) and C
+    p.b.base = offset(k.b.base, k.b.trans ? b0 * k.b.ld : b0);
+    p.c += b0;
+  }
+  return p;
+}
+
+OneDnnOperand operand(const Bf16Matrix& m) { return {m.base, m.batch_stride, m.trans, m.ld}; }
+
+}  // namespace
+
+bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix& a,
+               const Bf16Matrix& b, float* c, int64_t ldc, int64_t c_batch) {
+  // A single product small enough for sgemm's in-house loops runs there (with its fused
+  // epilogues): a oneDNN call costs more than its arithmetic (docs/performance.md).
+  const bool small = batch == 1 && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX &&
+                     sgemm_is_small(int(M), int(N), int(K));
+  if (small || cpu_bf16_matmul_isa() == Bf16MatmulIsa::Emulated) {
+    detail::count_bf16_emulated();
+    return false;
+  }
+  if (batch <= 0 || M <= 0 || N <= 0) return true;
+  MT_CHECK(K > 0, "bf16 matmul: K must be positive, got [", batch, ", ", M, ", ", K, "] x [",
+           batch, ", ", K, ", ", N, "]");
+  OneDnnProduct k;
+  k.type = OneDnnType::BFloat16;
+  k.batch = batch;
+  k.M = M;
+  k.N = N;
+  k.K = K;
+  k.a = operand(a);
+  k.b = operand(b);
+  k.c = c;
+  k.ldc = ldc;
+  k.c_batch = c_batch;
+  const int64_t extent = batch > 1 ? batch : (std::max(M, N) + kSlabAlign - 1) / kSlabAlign;
+  const int64_t tasks =
+      batch * M * N * K >= kSplitMacs ? std::min<int64_t>(pool_threads(), extent) : int64_t(1);
+  std::atomic<bool> refused{false};
+  auto task = [&](int64_t t) {
+    const OneDnnProduct p = part(k, t, tasks);
+    if (p.batch <= 0 || p.M <= 0 || p.N <= 0) return;
+    if (!onednn_matmul(p)) refused.store(true, std::memory_order_relaxed);
+  };
+  if (tasks <= 1) {
+    task(0);
+  } else {
+    parallel_in_pool(tasks, task);
+  }
+  if (!refused.load(std::memory_order_relaxed)) {
+    detail::count_bf16_hardware();
+    return true;
+  }
+  if (detail::count_bf16_fallback()) {
+    MT_THROW("bf16 matmul: oneDNN offers no bf16 kernel for [", batch, ", ", M, ", ", K, "] x [",
+             batch, ", ", K, ", ", N, "] (A ", a.trans ? "transposed" : "row-major", ", ld ", a.ld,
+             "; B ", b.trans ? "transposed" : "row-major", ", ld ", b.ld,
+             "); strict fast paths are on (MANTISSA_STRICT_FAST_PATHS=1), without them the "
+             "float32 emulation would run");
+  }
+  return false;
+}
+
+}  // namespace mantissa::cpu

@@ -1,0 +1,42 @@
+// The one place the CPU kernels call oneDNN's matmul primitive: bfloat16 products on the bf16
+// instructions (kernels/cpu/gemm/bf16_gemm.h), and float32 GEMMs when OpenBLAS picked kernels
+// older than the CPU (kernels/cpu/gemm/blas.h).
+//
+// Contract: C[b] = alpha op(A[b]) op(B[b]) + beta C[b] for b in [0, batch), float32 C (read only
+// when beta != 0), float32 accumulation, on the calling thread alone: OpenMP's thread count is
+// set to 1 around the call, since libgomp's workers would spin after it and take the cores from
+// the worker pool (kernels/cpu/worker_pool.h); callers split large products across the pool.
+// oneDNN keeps the compiled primitive of each shape in its cache (1024 entries by default), so
+// a repeated shape costs a lookup.
+#pragma once
+
+#include <cstdint>
+
+namespace mantissa::cpu {
+
+enum class OneDnnType : uint8_t { Float32, BFloat16 };
+
+// One operand: matrix b starts at base + b * batch_stride elements (0: the same matrix for every
+// b). Not transposed: op(X)[i][j] = X[i * ld + j]; transposed: op(X)[i][j] = X[j * ld + i].
+struct OneDnnOperand {
+  const void* base = nullptr;
+  int64_t batch_stride = 0;
+  bool trans = false;
+  int64_t ld = 0;
+};
+
+struct OneDnnProduct {
+  OneDnnType type = OneDnnType::Float32;  // of A and B
+  int64_t batch = 1, M = 0, N = 0, K = 0;
+  OneDnnOperand a, b;
+  float* c = nullptr;
+  int64_t ldc = 0, c_batch = 0;
+  float alpha = 1.0f, beta = 0.0f;
+};
+
+// Runs the product and returns true, or returns false having written nothing when oneDNN offers
+// only its reference implementation for it (orders of magnitude slower: the caller's own path
+// is then the better one, and counts it).
+bool onednn_matmul(const OneDnnProduct& p);
+
+}  // namespace mantissa::cpu
