@@ -50,10 +50,9 @@ Bf16MatmulIsa detect() {
 // OpenBLAS's names for the kernels of x86 CPUs without AVX2 and FMA (its driver/others/dynamic.c).
 bool predates_avx2(const std::string& core) {
   static const std::set<std::string> names = {
-      "unknown", "katmai",   "coppermine", "northwood",    "prescott",  "banias",
-      "atom",    "core2",    "penryn",     "dunnington",   "nehalem",   "athlon",
-      "opteron", "opteron_sse3", "barcelona", "nano",      "sandybridge", "bobcat",
-      "bulldozer", "piledriver"};
+      "unknown",   "katmai", "coppermine",  "northwood", "prescott",  "banias",    "atom",
+      "core2",     "penryn", "dunnington",  "nehalem",   "athlon",    "opteron",   "opteron_sse3",
+      "barcelona", "nano",   "sandybridge", "bobcat",    "bulldozer", "piledriver"};
   std::string lower;
   for (char ch : core) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   return names.count(lower) > 0;
@@ -114,7 +113,9 @@ std::string cpu_float32_gemm_description() {
 }
 
 void set_cpu_float32_gemm_library(Float32GemmLibrary library, bool automatic) {
-  float32_choice().store(automatic ? 0 : library == Float32GemmLibrary::OpenBlas ? 1 : 2,
+  float32_choice().store(automatic                                 ? 0
+                         : library == Float32GemmLibrary::OpenBlas ? 1
+                                                                   : 2,
                          std::memory_order_relaxed);
 }
 

@@ -50,9 +50,9 @@ std::string cpu_float32_gemm_description();
 void set_cpu_float32_gemm_library(Float32GemmLibrary library, bool automatic = false);
 
 struct CpuMatmulStats {
-  int64_t bf16_hardware = 0;   // products that ran on the bf16 instructions
-  int64_t bf16_emulated = 0;   // products emulated by choice (no bf16 ISA, or forced)
-  int64_t bf16_fallbacks = 0;  // products the hardware path was asked for but refused
+  int64_t bf16_hardware = 0;      // products that ran on the bf16 instructions
+  int64_t bf16_emulated = 0;      // products emulated by choice (no bf16 ISA, or forced)
+  int64_t bf16_fallbacks = 0;     // products the hardware path was asked for but refused
   int64_t float32_onednn = 0;     // float32 GEMM calls oneDNN ran
   int64_t float32_fallbacks = 0;  // float32 GEMM calls oneDNN refused (OpenBLAS ran them)
 };

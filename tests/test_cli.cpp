@@ -6,8 +6,8 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
-#include "engine/cpu_matmul_stats.h"
 #include "cli_test_util.h"
+#include "engine/cpu_matmul_stats.h"
 #include "hostile_yaml.h"
 
 namespace {

@@ -34,10 +34,10 @@ bool has_bf16_instructions() {
   return mt::cpu::cpu_bf16_matmul_isa_available() != Bf16MatmulIsa::Emulated;
 }
 
-#define REQUIRE_BF16_INSTRUCTIONS()                                                          \
-  do {                                                                                       \
-    if (!has_bf16_instructions())                                                            \
-      GTEST_SKIP() << "this CPU has no bf16 instructions oneDNN runs (no avx512_bf16 or "    \
+#define REQUIRE_BF16_INSTRUCTIONS()                                                            \
+  do {                                                                                         \
+    if (!has_bf16_instructions())                                                              \
+      GTEST_SKIP() << "this CPU has no bf16 instructions oneDNN runs (no avx512_bf16 or "      \
                       "amx_bf16 usable): bf16 products are emulated here, nothing to compare"; \
   } while (0)
 
@@ -74,8 +74,8 @@ void expect_within_bound(const Tensor& hw, const Tensor& em, const Tensor& s, in
   const auto h = hw.to_vector<double>(), e = em.to_vector<double>(), sv = s.to_vector<double>();
   int reported = 0;
   for (size_t i = 0; i < h.size(); ++i) {
-    const double bound =
-        2 * gamma(k) * sv[i] + roundings * ulp_bf16(std::max(std::abs(h[i]), std::abs(e[i])) + shift);
+    const double bound = 2 * gamma(k) * sv[i] +
+                         roundings * ulp_bf16(std::max(std::abs(h[i]), std::abs(e[i])) + shift);
     if (std::abs(h[i] - e[i]) > bound && reported++ < 5)
       ADD_FAILURE() << what << " element " << i << ": hardware " << h[i] << ", emulated " << e[i]
                     << ", bound " << bound;
@@ -164,9 +164,8 @@ TEST(CpuBf16Matmul, BmmMatchesTheEmulationWithinTheSummationBound) {
   struct Case {
     int64_t b, m, k, n;
   };
-  for (const Case c : {Case{1, 17, 65, 33}, Case{3, 16, 48, 16},
-                       Case{1, 512, 1024, 256}, Case{1, 64, 2048, 640}, Case{12, 64, 64, 64},
-                       Case{40, 33, 129, 7}}) {
+  for (const Case c : {Case{1, 17, 65, 33}, Case{3, 16, 48, 16}, Case{1, 512, 1024, 256},
+                       Case{1, 64, 2048, 640}, Case{12, 64, 64, 64}, Case{40, 33, 129, 7}}) {
     const Tensor a = rand_bf16({c.b, c.m, c.k}, 10 + c.m);
     const Tensor b = rand_bf16({c.b, c.k, c.n}, 20 + c.n);
     const Tensor bt = rand_bf16({c.b, c.n, c.k}, 30 + c.k).transpose(1, 2);  // transposed view
@@ -224,8 +223,8 @@ TEST(CpuBf16Matmul, LinearForwardAndBackwardMatchTheEmulation) {
         Emulation on(true);
         em = run();
       }
-      const std::string name = std::string(act == Act::Relu ? "relu" : "identity") + " m=" +
-                               std::to_string(m);
+      const std::string name =
+          std::string(act == Act::Relu ? "relu" : "identity") + " m=" + std::to_string(m);
       const double bias_max = mt::max(abs64(b0)).item<double>();
       expect_within_bound(hw.y, em.y, mt::matmul(abs64(x0), abs64(w0).t()), k, 2, bias_max,
                           name + " forward");
@@ -233,8 +232,8 @@ TEST(CpuBf16Matmul, LinearForwardAndBackwardMatchTheEmulation) {
       // gradients legitimately differ, so only elements where both outputs agree in sign count.
       Tensor mask = (hw.y.to(mt::kFloat64) > 0) == (em.y.to(mt::kFloat64) > 0);
       ASSERT_GT(mask.to(mt::kFloat64).sum().item<double>(), 0.99 * double(m * n)) << name;
-      const Tensor g = act == Act::Relu ? go.to(mt::kFloat64) * mask.to(mt::kFloat64)
-                                        : go.to(mt::kFloat64);
+      const Tensor g =
+          act == Act::Relu ? go.to(mt::kFloat64) * mask.to(mt::kFloat64) : go.to(mt::kFloat64);
       expect_within_bound(hw.gw, em.gw, mt::matmul(abs64(g).t(), abs64(x0)), m, 1, 0.0,
                           name + " grad_w");
       if (act == Act::None) {

@@ -48,38 +48,68 @@ int64_t padded(int64_t n) {
   return (n + w - 1) / w * w;
 }
 
+// Rows i0..i0+4 (clamped to m; the extra rows compute row m-1 again and are not stored) times
+// NV vectors of columns from j: 4 x NV accumulators, each a chain of multiply-adds in p order.
+// NV vectors per B row load amortise the 4 broadcasts of A, and 4 x NV independent chains cover
+// the multiply-add latency (with one vector, 4 chains left the FMA units half idle).
+template <typename M, int NV>
+__attribute__((always_inline)) inline void block_tile(int64_t m, int64_t k, const M* const* a,
+                                                      int64_t a_col, const M* B, int64_t ldb,
+                                                      M* C, int64_t ldc, int64_t i0, int64_t j,
+                                                      bool accumulate) {
+  typedef M Vec __attribute__((vector_size(kVectorBytes)));
+  constexpr int64_t kRows = 4;
+  constexpr int64_t w = kVectorBytes / sizeof(M);
+  Vec acc[kRows][NV];
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int v = 0; v < NV; ++v) {
+      if (accumulate && i0 + r < m)
+        acc[r][v] = *reinterpret_cast<const Vec*>(C + (i0 + r) * ldc + j + v * w);
+      else
+        acc[r][v] = Vec{};
+    }
+  }
+  for (int64_t p = 0; p < k; ++p) {
+    Vec b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = *reinterpret_cast<const Vec*>(B + p * ldb + j + v * w);
+    const int64_t ap = p * a_col;
+    for (int64_t r = 0; r < kRows; ++r) {
+      const M x = a[r][ap];
+      for (int v = 0; v < NV; ++v) acc[r][v] += x * b[v];
+    }
+  }
+  for (int64_t r = 0; r < kRows && i0 + r < m; ++r)
+    for (int v = 0; v < NV; ++v) *reinterpret_cast<Vec*>(C + (i0 + r) * ldc + j + v * w) = acc[r][v];
+}
+
 // C[i, 0:n) (+)= sum over p < k of A[i * a_row + p * a_col] * B[p * ldb + 0:n), for i < m, with n,
-// ldb and ldc whole vectors and B and C vector-aligned. Four rows at a time, each a chain of
-// multiply-adds in p order.
+// ldb and ldc whole vectors and B and C vector-aligned. Four rows and up to four vectors of
+// columns at a time; every element is one chain of multiply-adds in p order, whatever the tiling.
 template <typename M>
 __attribute__((always_inline)) inline void block_gemm_body(int64_t m, int64_t n, int64_t k,
                                                            const M* A, int64_t a_row, int64_t a_col,
                                                            const M* B, int64_t ldb, M* C,
                                                            int64_t ldc, bool accumulate) {
-  typedef M Vec __attribute__((vector_size(kVectorBytes)));
   constexpr int64_t kRows = 4;
   constexpr int64_t w = kVectorBytes / sizeof(M);
   for (int64_t i0 = 0; i0 < m; i0 += kRows) {
     const M* a[kRows];
     for (int64_t r = 0; r < kRows; ++r) a[r] = A + std::min(i0 + r, m - 1) * a_row;
-    for (int64_t j = 0; j < n; j += w) {
-      Vec acc[kRows];
-      for (int64_t r = 0; r < kRows; ++r) {
-        if (accumulate && i0 + r < m)
-          acc[r] = *reinterpret_cast<const Vec*>(C + (i0 + r) * ldc + j);
-        else
-          acc[r] = Vec{};
-      }
-      for (int64_t p = 0; p < k; ++p) {
-        const Vec b = *reinterpret_cast<const Vec*>(B + p * ldb + j);
-        const int64_t ap = p * a_col;
-        acc[0] += a[0][ap] * b;
-        acc[1] += a[1][ap] * b;
-        acc[2] += a[2][ap] * b;
-        acc[3] += a[3][ap] * b;
-      }
-      for (int64_t r = 0; r < kRows && i0 + r < m; ++r)
-        *reinterpret_cast<Vec*>(C + (i0 + r) * ldc + j) = acc[r];
+    int64_t j = 0;
+    for (; j + 4 * w <= n; j += 4 * w)
+      block_tile<M, 4>(m, k, a, a_col, B, ldb, C, ldc, i0, j, accumulate);
+    switch ((n - j) / w) {
+      case 3:
+        block_tile<M, 3>(m, k, a, a_col, B, ldb, C, ldc, i0, j, accumulate);
+        break;
+      case 2:
+        block_tile<M, 2>(m, k, a, a_col, B, ldb, C, ldc, i0, j, accumulate);
+        break;
+      case 1:
+        block_tile<M, 1>(m, k, a, a_col, B, ldb, C, ldc, i0, j, accumulate);
+        break;
+      default:
+        break;
     }
   }
 }

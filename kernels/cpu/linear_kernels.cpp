@@ -250,8 +250,8 @@ void backward_weight_direct(const Tensor& grad_w, const Tensor& grad_bias, const
     const float* xf = operand<T>(x, buf.b, ldx);
     // Small layers round in the GEMM's registers and store straight into grad_w.
     const auto ep = GemmEpilogue::rounded(store_as<T>(static_cast<T*>(grad_w.data_ptr())));
-    if (!sgemm_fused(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c,
-                     int(K), ep)) {
+    if (!sgemm_fused(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K),
+                     ep)) {
       sgemm(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K));
       if constexpr (!std::is_same_v<T, float>) store_rounded<T>(c, grad_w, N * K);
     }
@@ -282,8 +282,8 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
         store_as<T>(grad_pre.data<T>()),
         relu_act ? GemmEpilogue::ReluGrad{h.data_ptr(), h.stride(0)} : GemmEpilogue::ReluGrad{},
         {sp});
-    if (sgemm_fused(CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), g, ldg, wf, ldw, c,
-                    int(K), ep)) {
+    if (sgemm_fused(CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), g, ldg, wf, ldw, c, int(K),
+                    ep)) {
       if (sp != nullptr) store_sums<T>(grad_bias, sp, K);
       return;
     }

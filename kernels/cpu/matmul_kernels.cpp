@@ -5,8 +5,8 @@
 // Trans and the leading dim read off its strides; anything else is packed into a contiguous
 // buffer first. bfloat16 runs on the CPU's bf16 instructions where it has them
 // (kernels/cpu/gemm/bf16_gemm.h); elsewhere, and for float16, half types are packed to float32,
-// multiplied with float32 accumulation and rounded once on store (the same contract). Integers use a plain loop with int64 accumulation (BLAS has no integer
-// GEMM).
+// multiplied with float32 accumulation and rounded once on store (the same contract). Integers use
+// a plain loop with int64 accumulation (BLAS has no integer GEMM).
 #include <cblas.h>
 
 #include <algorithm>

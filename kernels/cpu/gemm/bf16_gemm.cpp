@@ -68,8 +68,8 @@ bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix&
     return false;
   }
   if (batch <= 0 || M <= 0 || N <= 0) return true;
-  MT_CHECK(K > 0, "bf16 matmul: K must be positive, got [", batch, ", ", M, ", ", K, "] x [",
-           batch, ", ", K, ", ", N, "]");
+  MT_CHECK(K > 0, "bf16 matmul: K must be positive, got [", batch, ", ", M, ", ", K, "] x [", batch,
+           ", ", K, ", ", N, "]");
   OneDnnProduct k;
   k.type = OneDnnType::BFloat16;
   k.batch = batch;

@@ -80,9 +80,9 @@ Prepared prepare(const OneDnnProduct& p, const dnnl::engine& engine) {
   const auto ad = operand_desc(p.a, p.batch, p.M, p.K, type);
   const auto bd = operand_desc(p.b, p.batch, p.K, p.N, type);
   const dnnl::memory::desc cd =
-      p.batch == 1 ? dnnl::memory::desc(dims{p.M, p.N}, dt::f32, dims{p.ldc, 1})
-                   : dnnl::memory::desc(dims{p.batch, p.M, p.N}, dt::f32,
-                                        dims{p.c_batch, p.ldc, 1});
+      p.batch == 1
+          ? dnnl::memory::desc(dims{p.M, p.N}, dt::f32, dims{p.ldc, 1})
+          : dnnl::memory::desc(dims{p.batch, p.M, p.N}, dt::f32, dims{p.c_batch, p.ldc, 1});
   dnnl::primitive_attr attr;
   if (p.alpha != 1.0f) attr.set_output_scales(0, {p.alpha});
   if (p.beta != 0.0f) {
@@ -113,9 +113,9 @@ bool onednn_matmul(const OneDnnProduct& p) {
   thread_local dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   thread_local dnnl::stream stream(engine);
   thread_local std::unordered_map<Key, Prepared, KeyHash> prepared;
-  const Key key{p.type,    p.batch,        p.M,    p.N,   p.K,       p.a.batch_stride,
+  const Key key{p.type,    p.batch,          p.M,    p.N,   p.K,       p.a.batch_stride,
                 p.a.ld,    p.b.batch_stride, p.b.ld, p.ldc, p.c_batch, p.a.trans,
-                p.b.trans, p.alpha,        p.beta};
+                p.b.trans, p.alpha,          p.beta};
   auto it = prepared.find(key);
   if (it == prepared.end()) {
     if (prepared.size() >= kMaxPrepared) prepared.clear();
