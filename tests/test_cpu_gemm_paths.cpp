@@ -246,6 +246,50 @@ TEST(CpuBf16Matmul, LinearForwardAndBackwardMatchTheEmulation) {
   }
 }
 
+// The convolution's GEMMs (forward; the input gradient, whose columns col2im sums back onto the
+// image; the weight gradient, accumulated over the batch with beta = 1) with bfloat16 operands.
+TEST(CpuBf16Matmul, Conv2dMatchesTheEmulationWithinTheSummationBound) {
+  REQUIRE_BF16_INSTRUCTIONS();
+  const int64_t groups = 2, cg = 8, og = 8, kh = 3;
+  const Tensor x0 = rand_bf16({2, groups * cg, 16, 16}, 1);
+  const Tensor w0 = rand_bf16({groups * og, cg, kh, kh}, 2);
+  const Tensor b0 = rand_bf16({groups * og}, 3);
+  const Tensor go = rand_bf16({2, groups * og, 16, 16}, 4);
+  struct Result {
+    Tensor y, gx, gw;
+  };
+  auto run = [&] {
+    Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+    Tensor y = mt::conv2d(x, w, b0, 1, 1, 1, groups);
+    y.backward(go);
+    return Result{y.detach(), x.grad(), w.grad()};
+  };
+  Result hw, em;
+  {
+    Emulation off(false);
+    mt::cpu::reset_cpu_matmul_stats();
+    hw = run();
+    const auto s = mt::cpu::cpu_matmul_stats();
+    EXPECT_EQ(s.bf16_hardware, 3 * groups * 2);  // per direction, group and image
+    EXPECT_EQ(s.bf16_fallbacks, 0);
+  }
+  {
+    Emulation on(true);
+    em = run();
+  }
+  // S for each result: the same convolution (and its gradients) on |x|, |w|, |go| in float64.
+  Tensor x64 = abs64(x0).requires_grad_(true), w64 = abs64(w0).requires_grad_(true);
+  mt::conv2d(x64, w64, Tensor(), 1, 1, 1, groups).backward(abs64(go));
+  const Tensor s_y = mt::conv2d(abs64(x0), abs64(w0), Tensor(), 1, 1, 1, groups);
+  // Forward: K = cg kh kw products, the bias added in float (at most one float unit, below one
+  // bf16 unit), one rounding. Input gradient: Og products per column, then up to kh kw columns
+  // summed in float in the same order on both paths. Weight gradient: 2 images x 256 positions.
+  const double bias_max = mt::max(abs64(b0)).item<double>();
+  expect_within_bound(hw.y, em.y, s_y, cg * kh * kh, 2, bias_max, "conv2d forward");
+  expect_within_bound(hw.gx, em.gx, x64.grad(), og + kh * kh, 1, 0.0, "conv2d grad_input");
+  expect_within_bound(hw.gw, em.gw, w64.grad(), 2 * 16 * 16, 1, 0.0, "conv2d grad_weight");
+}
+
 // A single product small enough for sgemm's in-house loops stays there (a oneDNN call costs more
 // than its arithmetic): counted as emulated, the same bits as the forced emulation.
 TEST(CpuBf16Matmul, SmallProductsStayOnTheInHouseLoop) {

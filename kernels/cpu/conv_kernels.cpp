@@ -5,10 +5,12 @@
 //   forward:         out[n,g]  = W[g] [O/g, K] @ col
 //   backward input:  col'      = W[g]^T @ grad_out[n,g], then col2im sums col' back into the image
 //   backward weight: gW[g]    += grad_out[n,g] @ col^T   (accumulated over n in batch order)
-// GEMMs run in float (double for float64); half types are widened while building col and rounded
-// once on store. Images are processed in order and every im2col/col2im loop splits work by
-// channel, so results do not depend on the thread count. A 1x1 / stride 1 / no padding
-// convolution skips im2col: the image itself is the column matrix.
+// GEMMs accumulate in float (double for float64). bfloat16 runs on the CPU's bf16 instructions
+// where it has them (kernels/cpu/gemm/bf16_gemm.h): col and the operands stay bfloat16. Otherwise
+// half types are widened while building col. Results are rounded once on store. Images are
+// processed in order and every im2col/col2im loop splits work by channel, so results do not depend
+// on the thread count. A 1x1 / stride 1 / no padding convolution skips im2col: the image itself is
+// the column matrix.
 #include <cblas.h>
 
 #include <algorithm>
@@ -17,9 +19,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "engine/cpu_matmul_stats.h"
 #include "engine/kernel_tables.h"
 #include "kernels/conv_columns.h"
 #include "kernels/conv_composite.h"
+#include "kernels/cpu/convert_dense.h"
+#include "kernels/cpu/gemm/bf16_gemm.h"
 #include "kernels/cpu/gemm/blas.h"
 
 namespace mantissa::cpu {
@@ -37,6 +42,25 @@ inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double
                  const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
   blas_gemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0, a, lda, b,
             ldb, beta, c, ldc);
+}
+
+// bfloat16 operands with float C: on the bf16 instructions, or (emulation, a product small enough
+// for the in-house loops, a layout oneDNN refuses) widened exactly to float for blas_gemm.
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda,
+          const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (bf16_gemm(1, m, n, k, {a, 0, ta, lda}, {b, 0, tb, ldb}, c, ldc, 0, beta)) return;
+  thread_local std::vector<float> fa, fb;
+  // A stored matrix of `rows` rows with row stride ld, of which each row holds `cols` values.
+  auto widened = [](const BFloat16* x, int64_t rows, int64_t cols, int64_t ld,
+                    std::vector<float>& buf) {
+    const int64_t n = rows > 0 ? (rows - 1) * ld + cols : 0;
+    buf.resize(static_cast<size_t>(n));
+    convert_dense(x, buf.data(), n);
+    return buf.data();
+  };
+  const float* wa = widened(a, ta ? k : m, ta ? m : k, lda, fa);
+  const float* wb = widened(b, tb ? n : k, tb ? k : n, ldb, fb);
+  gemm(ta, tb, m, n, k, wa, lda, wb, ldb, beta, c, ldc);
 }
 
 // The geometry shared by the three kernels, read off the operands' shapes.
@@ -86,14 +110,14 @@ void im2col(const T* x, Acc* col, const Geometry& g) {
           Acc* dst = row + oh * g.Wo;
           const int64_t ih = oh * g.sh - g.ph + i * g.dh;
           if (ih < 0 || ih >= g.H) {
-            std::fill(dst, dst + g.Wo, Acc(0));
+            std::fill(dst, dst + g.Wo, Acc(0.0f));
             continue;
           }
           const T* src = plane + ih * g.W;
           for (int64_t ow = 0; ow < g.Wo; ++ow) {
             const int64_t iw = ow * g.sw - g.pw + j * g.dw;
             dst[ow] = (iw >= 0 && iw < g.W) ? static_cast<Acc>(static_cast<opmath_t<T>>(src[iw]))
-                                            : Acc(0);
+                                            : Acc(0.0f);
           }
         }
       }
@@ -161,17 +185,19 @@ const Acc* columns(const T* x, std::vector<Acc>& col, bool use_col, const Geomet
 template <typename T>
 using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-template <typename T>
+// Op is the GEMM operands' type: T itself for bfloat16 on the bf16 instructions, else Acc.
+template <typename T, typename Op>
 void forward_impl(const Tensor& out, const Tensor& input, const Tensor& weight, const Tensor& bias,
                   const Geometry& g) {
   using Acc = acc_t<T>;
   constexpr bool kSame = std::is_same_v<Acc, T>;
-  std::vector<Acc> w_buf, b_buf, col, out_img;
-  const Acc* w = as_acc<Acc, T>(weight, w_buf);
+  std::vector<Acc> b_buf, out_img;
+  std::vector<Op> w_buf, col;
+  const Op* w = as_acc<Op, T>(weight, w_buf);
   const Acc* b = bias.defined() ? as_acc<Acc, T>(bias, b_buf) : nullptr;
   const T* x = input.data<T>();
   T* y = out.data<T>();
-  const bool use_col = !g.pointwise || !kSame;
+  const bool use_col = !g.pointwise || !std::is_same_v<Op, T>;
   if (use_col) col.resize(static_cast<size_t>(g.K * g.L));
   if (!kSame) out_img.resize(static_cast<size_t>(g.O * g.L));
 
@@ -184,7 +210,7 @@ void forward_impl(const Tensor& out, const Tensor& input, const Tensor& weight, 
     }
     for (int64_t grp = 0; grp < g.groups; ++grp) {
       const T* x_g = x + (n * g.C + grp * g.Cg) * g.H * g.W;
-      const Acc* cols = columns<Acc, T>(x_g, col, use_col, g);
+      const Op* cols = columns<Op, T>(x_g, col, use_col, g);
       gemm(false, false, g.Og, g.L, g.K, w + grp * g.Og * g.K, g.K, cols, g.L, Acc(0),
            y_img + grp * g.Og * g.L, g.L);
     }
@@ -199,21 +225,21 @@ void forward_impl(const Tensor& out, const Tensor& input, const Tensor& weight, 
   }
 }
 
-template <typename T>
+template <typename T, typename Op>
 void backward_input_impl(const Tensor& grad_input, const Tensor& grad_out, const Tensor& weight,
                          const Geometry& g) {
   using Acc = acc_t<T>;
   constexpr bool kSame = std::is_same_v<Acc, T>;
-  std::vector<Acc> w_buf, go_buf, col, gx_img;
-  const Acc* w = as_acc<Acc, T>(weight, w_buf);
+  constexpr bool kOpSame = std::is_same_v<Op, T>;
+  std::vector<Acc> col, gx_img;
+  std::vector<Op> w_buf, go_buf;
+  const Op* w = as_acc<Op, T>(weight, w_buf);
   const T* go = grad_out.data<T>();
   T* gx = grad_input.data<T>();
   const int64_t img = g.C * g.H * g.W;
   if (!g.pointwise) col.resize(static_cast<size_t>(g.K * g.L));
-  if (!kSame) {
-    gx_img.resize(static_cast<size_t>(img));
-    go_buf.resize(static_cast<size_t>(g.O * g.L));
-  }
+  if (!kSame) gx_img.resize(static_cast<size_t>(img));
+  if (!kOpSame) go_buf.resize(static_cast<size_t>(g.O * g.L));
 
   for (int64_t n = 0; n < g.N; ++n) {
     Acc* gx_n = nullptr;
@@ -222,8 +248,8 @@ void backward_input_impl(const Tensor& grad_input, const Tensor& grad_out, const
     } else {
       gx_n = gx_img.data();
     }
-    const Acc* go_n = nullptr;
-    if constexpr (kSame) {
+    const Op* go_n = nullptr;
+    if constexpr (kOpSame) {
       go_n = go + n * g.O * g.L;
     } else {
       widen(go + n * g.O * g.L, go_buf.data(), g.O * g.L);
@@ -243,12 +269,14 @@ void backward_input_impl(const Tensor& grad_input, const Tensor& grad_out, const
   }
 }
 
-template <typename T>
+template <typename T, typename Op>
 void backward_weight_impl(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& input,
                           const Geometry& g) {
   using Acc = acc_t<T>;
   constexpr bool kSame = std::is_same_v<Acc, T>;
-  std::vector<Acc> gw_buf, go_buf, col;
+  constexpr bool kOpSame = std::is_same_v<Op, T>;
+  std::vector<Acc> gw_buf;
+  std::vector<Op> go_buf, col;
   const T* x = input.data<T>();
   const T* go = grad_out.data<T>();
   T* gw_out = grad_weight.data<T>();
@@ -259,15 +287,15 @@ void backward_weight_impl(const Tensor& grad_weight, const Tensor& grad_out, con
   } else {
     gw_buf.resize(static_cast<size_t>(wn));
     gw = gw_buf.data();
-    go_buf.resize(static_cast<size_t>(g.O * g.L));
   }
+  if (!kOpSame) go_buf.resize(static_cast<size_t>(g.O * g.L));
   std::fill(gw, gw + wn, Acc(0));
-  const bool use_col = !g.pointwise || !kSame;
+  const bool use_col = !g.pointwise || !kOpSame;
   if (use_col) col.resize(static_cast<size_t>(g.K * g.L));
 
   for (int64_t n = 0; n < g.N; ++n) {
-    const Acc* go_n = nullptr;
-    if constexpr (kSame) {
+    const Op* go_n = nullptr;
+    if constexpr (kOpSame) {
       go_n = go + n * g.O * g.L;
     } else {
       widen(go + n * g.O * g.L, go_buf.data(), g.O * g.L);
@@ -275,7 +303,7 @@ void backward_weight_impl(const Tensor& grad_weight, const Tensor& grad_out, con
     }
     for (int64_t grp = 0; grp < g.groups; ++grp) {
       const T* x_g = x + (n * g.C + grp * g.Cg) * g.H * g.W;
-      const Acc* cols = columns<Acc, T>(x_g, col, use_col, g);
+      const Op* cols = columns<Op, T>(x_g, col, use_col, g);
       gemm(false, true, g.Og, g.K, g.L, go_n + grp * g.Og * g.L, g.L, cols, g.L, Acc(1),
            gw + grp * g.Og * g.K, g.K);
     }
@@ -283,12 +311,27 @@ void backward_weight_impl(const Tensor& grad_weight, const Tensor& grad_out, con
   if constexpr (!kSame) narrow_store(gw, gw_out, wn);
 }
 
+// Calls f(Op{}) with the GEMM operands' type for storage type T: bfloat16 itself when the CPU
+// runs bf16 products on its instructions, else the accumulation type.
+template <typename T, typename F>
+void with_operand_type(F&& f) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    if (cpu_bf16_matmul_isa() != Bf16MatmulIsa::Emulated) {
+      f(BFloat16{});
+      return;
+    }
+  }
+  f(acc_t<T>{});
+}
+
 void conv2d_forward_cpu(const Tensor& out, const Tensor& input, const Tensor& weight,
                         const Tensor& bias, const Conv2dParams& p) {
   if (out.numel() == 0) return;
   const Geometry g(input.shape(), weight.shape(), out.shape(), p);
   dispatch_dtype<kFloatingTypes>(out.dtype(), "conv2d", out.device(), [&](auto tag) {
-    forward_impl<typename decltype(tag)::type>(out, input, weight, bias, g);
+    with_operand_type<typename decltype(tag)::type>([&](auto op) {
+      forward_impl<typename decltype(tag)::type, decltype(op)>(out, input, weight, bias, g);
+    });
   });
 }
 
@@ -303,7 +346,9 @@ void conv2d_backward_input_cpu(const Tensor& grad_input, const Tensor& grad_out,
           std::memset(grad_input.data_ptr(), 0, static_cast<size_t>(grad_input.nbytes()));
           return;
         }
-        backward_input_impl<T>(grad_input, grad_out, weight, g);
+        with_operand_type<T>([&](auto op) {
+          backward_input_impl<T, decltype(op)>(grad_input, grad_out, weight, g);
+        });
       });
 }
 
@@ -311,11 +356,13 @@ void conv2d_backward_weight_cpu(const Tensor& grad_weight, const Tensor& grad_ou
                                 const Tensor& input, const Conv2dParams& p) {
   if (grad_weight.numel() == 0) return;
   const Geometry g(input.shape(), grad_weight.shape(), grad_out.shape(), p);
-  dispatch_dtype<kFloatingTypes>(grad_weight.dtype(), "conv2d_backward_weight",
-                                 grad_weight.device(), [&](auto tag) {
-                                   using T = typename decltype(tag)::type;
-                                   backward_weight_impl<T>(grad_weight, grad_out, input, g);
-                                 });
+  dispatch_dtype<kFloatingTypes>(
+      grad_weight.dtype(), "conv2d_backward_weight", grad_weight.device(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        with_operand_type<T>([&](auto op) {
+          backward_weight_impl<T, decltype(op)>(grad_weight, grad_out, input, g);
+        });
+      });
 }
 
 // The column matrices of the composed convolution (kernels/conv_composite.h): elementwise over

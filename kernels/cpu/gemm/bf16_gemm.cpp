@@ -58,7 +58,8 @@ OneDnnOperand operand(const Bf16Matrix& m) { return {m.base, m.batch_stride, m.t
 }  // namespace
 
 bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix& a,
-               const Bf16Matrix& b, float* c, int64_t ldc, int64_t c_batch) {
+               const Bf16Matrix& b, float* c, int64_t ldc, int64_t c_batch, float beta) {
+  if (K <= 0) return false;  // C = beta C: the caller's float path does it
   // A single product small enough for sgemm's in-house loops runs there (with its fused
   // epilogues): a oneDNN call costs more than its arithmetic (docs/performance.md).
   const bool small = batch == 1 && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX &&
@@ -81,6 +82,7 @@ bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix&
   k.c = c;
   k.ldc = ldc;
   k.c_batch = c_batch;
+  k.beta = beta;
   const int64_t extent = batch > 1 ? batch : (std::max(M, N) + kSlabAlign - 1) / kSlabAlign;
   const int64_t tasks =
       batch * M * N * K >= kSplitMacs ? std::min<int64_t>(pool_threads(), extent) : int64_t(1);
