@@ -15,7 +15,8 @@ namespace mantissa::cpu {
 namespace {
 
 struct Counters {
-  std::atomic<int64_t> hardware{0}, emulated{0}, fallbacks{0}, f32_onednn{0}, f32_fallbacks{0};
+  std::atomic<int64_t> hardware{0}, amx{0}, emulated{0}, fallbacks{0}, f32_onednn{0},
+      f32_fallbacks{0};
 };
 Counters& counters() {
   static Counters c;
@@ -149,6 +150,7 @@ CpuMatmulStats cpu_matmul_stats() {
   const Counters& c = counters();
   CpuMatmulStats s;
   s.bf16_hardware = c.hardware.load(std::memory_order_relaxed);
+  s.bf16_amx = c.amx.load(std::memory_order_relaxed);
   s.bf16_emulated = c.emulated.load(std::memory_order_relaxed);
   s.bf16_fallbacks = c.fallbacks.load(std::memory_order_relaxed);
   s.float32_onednn = c.f32_onednn.load(std::memory_order_relaxed);
@@ -159,6 +161,7 @@ CpuMatmulStats cpu_matmul_stats() {
 void reset_cpu_matmul_stats() {
   Counters& c = counters();
   c.hardware.store(0, std::memory_order_relaxed);
+  c.amx.store(0, std::memory_order_relaxed);
   c.emulated.store(0, std::memory_order_relaxed);
   c.fallbacks.store(0, std::memory_order_relaxed);
   c.f32_onednn.store(0, std::memory_order_relaxed);
@@ -166,7 +169,10 @@ void reset_cpu_matmul_stats() {
 }
 
 namespace detail {
-void count_bf16_hardware() { bump(counters().hardware); }
+void count_bf16_hardware(bool amx) {
+  bump(counters().hardware);
+  if (amx) bump(counters().amx);
+}
 void count_bf16_emulated() { bump(counters().emulated); }
 bool count_bf16_fallback() {
   bump(counters().fallbacks);

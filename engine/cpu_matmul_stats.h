@@ -51,6 +51,7 @@ void set_cpu_float32_gemm_library(Float32GemmLibrary library, bool automatic = f
 
 struct CpuMatmulStats {
   int64_t bf16_hardware = 0;      // products that ran on the bf16 instructions
+  int64_t bf16_amx = 0;           // ... of them, all on AMX tiles (the rest: vdpbf16ps kernels)
   int64_t bf16_emulated = 0;      // products emulated by choice (no bf16 ISA, or forced)
   int64_t bf16_fallbacks = 0;     // products the hardware path was asked for but refused
   int64_t float32_onednn = 0;     // float32 GEMM calls oneDNN ran
@@ -60,7 +61,7 @@ CpuMatmulStats cpu_matmul_stats();
 void reset_cpu_matmul_stats();
 
 namespace detail {
-void count_bf16_hardware();
+void count_bf16_hardware(bool amx);
 void count_bf16_emulated();
 // Counts a refusal; true when the caller must throw instead (strict fast paths).
 [[nodiscard]] bool count_bf16_fallback();

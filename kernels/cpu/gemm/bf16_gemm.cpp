@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <vector>
 
 #include "engine/cpu_matmul_stats.h"
 #include "engine/error.h"
@@ -23,9 +24,12 @@ const BFloat16* offset(const void* base, int64_t elements) {
   return static_cast<const BFloat16*>(base) + elements;
 }
 
-// The part of `k` that task t of `tasks` computes: a range of the batch, or a slab of rows (or
-// columns, when C is wider than tall) of a single product.
-OneDnnProduct part(const OneDnnProduct& k, int64_t t, int64_t tasks) {
+// The part of `k` that task t of `tasks` computes: a range of the batch, or a slab of rows of a
+// single product. Row slabs keep C's rows dense, which oneDNN's AMX kernels need (a column slab
+// of C has a row stride longer than its rows: those run on its vector kernels, several times
+// slower). A slab of op(A) that is not dense (a transposed A, whose slab is a range of columns)
+// is copied into `pack`, dense, for the same reason: O(M K) next to the product's O(M N K).
+OneDnnProduct part(const OneDnnProduct& k, int64_t t, int64_t tasks, std::vector<BFloat16>& pack) {
   OneDnnProduct p = k;
   if (k.batch > 1) {
     const int64_t per = (k.batch + tasks - 1) / tasks;
@@ -36,20 +40,23 @@ OneDnnProduct part(const OneDnnProduct& k, int64_t t, int64_t tasks) {
     p.c += b0 * k.c_batch;
     return p;
   }
-  const bool by_rows = k.M >= k.N;
-  const int64_t extent = by_rows ? k.M : k.N;
-  const int64_t units = (extent + kSlabAlign - 1) / kSlabAlign;
+  if (tasks == 1) return p;
+  const int64_t units = (k.M + kSlabAlign - 1) / kSlabAlign;
   const int64_t per = (units + tasks - 1) / tasks * kSlabAlign;
-  const int64_t b0 = std::min(extent, t * per), b1 = std::min(extent, b0 + per);
-  if (by_rows) {
-    p.M = b1 - b0;  // rows b0..b1 of op(A) and C
-    p.a.base = offset(k.a.base, k.a.trans ? b0 : b0 * k.a.ld);
-    p.c += b0 * k.ldc;
-  } else {
-    p.N = b1 - b0;  // columns b0..b1 of op(B) and C
-    p.b.base = offset(k.b.base, k.b.trans ? b0 * k.b.ld : b0);
-    p.c += b0;
+  const int64_t b0 = std::min(k.M, t * per), b1 = std::min(k.M, b0 + per);
+  p.M = b1 - b0;  // rows b0..b1 of op(A) and C
+  p.c += b0 * k.ldc;
+  const BFloat16* a = static_cast<const BFloat16*>(k.a.base);
+  if (!k.a.trans) {
+    p.a.base = a + b0 * k.a.ld;  // whole rows: dense when A is
+    return p;
   }
+  // op(A)'s rows b0..b1 are columns b0..b1 of the stored [K, M] matrix: one run per k.
+  pack.resize(static_cast<size_t>(p.M * k.K));
+  for (int64_t kk = 0; kk < k.K; ++kk)
+    std::copy(a + kk * k.a.ld + b0, a + kk * k.a.ld + b1, pack.data() + kk * p.M);
+  p.a.base = pack.data();
+  p.a.ld = p.M;
   return p;
 }
 
@@ -69,8 +76,6 @@ bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix&
     return false;
   }
   if (batch <= 0 || M <= 0 || N <= 0) return true;
-  MT_CHECK(K > 0, "bf16 matmul: K must be positive, got [", batch, ", ", M, ", ", K, "] x [", batch,
-           ", ", K, ", ", N, "]");
   OneDnnProduct k;
   k.type = OneDnnType::BFloat16;
   k.batch = batch;
@@ -83,14 +88,17 @@ bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix&
   k.ldc = ldc;
   k.c_batch = c_batch;
   k.beta = beta;
-  const int64_t extent = batch > 1 ? batch : (std::max(M, N) + kSlabAlign - 1) / kSlabAlign;
+  const int64_t extent = batch > 1 ? batch : (M + kSlabAlign - 1) / kSlabAlign;
   const int64_t tasks =
       batch * M * N * K >= kSplitMacs ? std::min<int64_t>(pool_threads(), extent) : int64_t(1);
-  std::atomic<bool> refused{false};
+  std::atomic<bool> refused{false}, vector{false};
   auto task = [&](int64_t t) {
-    const OneDnnProduct p = part(k, t, tasks);
+    thread_local std::vector<BFloat16> pack;
+    const OneDnnProduct p = part(k, t, tasks, pack);
     if (p.batch <= 0 || p.M <= 0 || p.N <= 0) return;
-    if (!onednn_matmul(p)) refused.store(true, std::memory_order_relaxed);
+    const OneDnnRun run = onednn_matmul(p);
+    if (run == OneDnnRun::Refused) refused.store(true, std::memory_order_relaxed);
+    if (run == OneDnnRun::Vector) vector.store(true, std::memory_order_relaxed);
   };
   if (tasks <= 1) {
     task(0);
@@ -98,7 +106,7 @@ bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix&
     parallel_in_pool(tasks, task);
   }
   if (!refused.load(std::memory_order_relaxed)) {
-    detail::count_bf16_hardware();
+    detail::count_bf16_hardware(!vector.load(std::memory_order_relaxed));
     return true;
   }
   if (detail::count_bf16_fallback()) {

@@ -66,7 +66,7 @@ struct KeyHash {
 // up here costs about a microsecond; building it through oneDNN's own cache (descriptors, then
 // the cached primitive) costs 5 to 15, which is the whole arithmetic of a small layer's GEMM.
 struct Prepared {
-  bool usable = false;  // false: oneDNN offers only its reference code
+  OneDnnRun run = OneDnnRun::Refused;
   dnnl::matmul primitive;
   dnnl::memory a, b, c;
 };
@@ -99,7 +99,7 @@ Prepared prepare(const OneDnnProduct& p, const dnnl::engine& engine) {
   }
   const char* impl = pd.impl_info_str();
   if (impl == nullptr || std::strncmp(impl, "ref", 3) == 0) return out;
-  out.usable = true;
+  out.run = std::strstr(impl, "amx") != nullptr ? OneDnnRun::AmxTiles : OneDnnRun::Vector;
   out.primitive = dnnl::matmul(pd);
   out.a = dnnl::memory(ad, engine, DNNL_MEMORY_NONE);
   out.b = dnnl::memory(bd, engine, DNNL_MEMORY_NONE);
@@ -109,7 +109,7 @@ Prepared prepare(const OneDnnProduct& p, const dnnl::engine& engine) {
 
 }  // namespace
 
-bool onednn_matmul(const OneDnnProduct& p) {
+OneDnnRun onednn_matmul(const OneDnnProduct& p) {
   thread_local dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   thread_local dnnl::stream stream(engine);
   thread_local std::unordered_map<Key, Prepared, KeyHash> prepared;
@@ -122,14 +122,14 @@ bool onednn_matmul(const OneDnnProduct& p) {
     it = prepared.emplace(key, prepare(p, engine)).first;
   }
   Prepared& e = it->second;
-  if (!e.usable) return false;
+  if (e.run == OneDnnRun::Refused) return e.run;
   const OneOpenMpThread one_thread;
   e.a.set_data_handle(const_cast<void*>(p.a.base));
   e.b.set_data_handle(const_cast<void*>(p.b.base));
   e.c.set_data_handle(p.c);
   e.primitive.execute(stream, {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
   stream.wait();
-  return true;
+  return e.run;
 }
 
 }  // namespace mantissa::cpu

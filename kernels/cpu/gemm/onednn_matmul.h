@@ -34,9 +34,11 @@ struct OneDnnProduct {
   float alpha = 1.0f, beta = 0.0f;
 };
 
-// Runs the product and returns true, or returns false having written nothing when oneDNN offers
-// only its reference implementation for it (orders of magnitude slower: the caller's own path
-// is then the better one, and counts it).
-bool onednn_matmul(const OneDnnProduct& p);
+// What ran: nothing (Refused: oneDNN offers only its reference implementation, orders of
+// magnitude slower, so the caller's own path is the better one and counts it), AMX tiles
+// (oneDNN's brgemm kernels; only for dense operands and results: a row stride equal to the row
+// length), or its other JIT kernels (vector instructions: vdpbf16ps for bf16).
+enum class OneDnnRun : uint8_t { Refused, AmxTiles, Vector };
+OneDnnRun onednn_matmul(const OneDnnProduct& p);
 
 }  // namespace mantissa::cpu
