@@ -113,10 +113,16 @@ const float* operand(const Tensor& m, Scratch& buf, int& ld) {
   }
 }
 
+// Elements from which a conversion pass is split across the worker pool (a conversion costs well
+// under a nanosecond per element).
+constexpr int64_t kConvertGrain = int64_t(1) << 18;
+
 // Stores a half-type layer's float results into `out`, rounded to T.
 template <typename T>
 void store_rounded(const float* src, const Tensor& out, int64_t n) {
-  narrow_to(src, out.data<T>(), n);
+  T* dst = out.data<T>();
+  parallel_ranges(
+      n, [&](int64_t b, int64_t e) { narrow_to(src + b, dst + b, e - b); }, n, kConvertGrain);
 }
 
 // Where the GEMM writes: `out` itself (float32, dense) or a float buffer rounded afterwards.
@@ -231,32 +237,53 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
   }
 }
 
+// The bias gradient, column sums of grad_out as stored (16-bit): each task widens its columns a
+// block of rows at a time and sums them; each column's sum still runs over the rows in order, as
+// the sum kernel's does.
+template <typename T>
+void bias_grad_from_stored(const Tensor& grad_bias, const Tensor& grad_out, Buffers& buf) {
+  const int64_t M = grad_out.size(0), N = grad_out.size(1), ld = grad_out.stride(0);
+  const T* go = static_cast<const T*>(grad_out.data_ptr());
+  double* sums = zeroed_sums(buf, N);
+  parallel_ranges(
+      N,
+      [&](int64_t j0, int64_t j1) {
+        const int64_t w = j1 - j0;
+        const int64_t rows = std::max<int64_t>(1, kChunkElements / w);
+        float* block = buffers().row2.get(std::min(M, rows) * w);  // this thread's
+        for (int64_t i0 = 0; i0 < M; i0 += rows) {
+          const int64_t r = std::min(rows, M - i0);
+          for (int64_t i = 0; i < r; ++i) widen(go + (i0 + i) * ld + j0, block + i * w, w);
+          add_column_sums(sums + j0, block, r, w, w);
+        }
+      },
+      M * N, kPassGrain);
+  store_sums<T>(grad_bias, sums, N);
+}
+
 template <typename T>
 void backward_weight_direct(const Tensor& grad_w, const Tensor& grad_bias, const Tensor& grad_out,
                             const Tensor& x) {
   Buffers& buf = buffers();
   const int64_t M = grad_out.size(0), N = grad_out.size(1), K = x.size(1);
-  int ldg = 0;
-  const float* g = nullptr;  // grad_out in float: the emulated GEMM's and the bias sums' operand
   // grad_w [N,K] = grad_out^T [N,M] @ x [M,K].
   float* c = gemm_target<T>(grad_w, buf.c);
   if (hardware_product<T>(grad_out, true, x, false, N, K, M, c)) {
     if constexpr (!std::is_same_v<T, float>) store_rounded<T>(c, grad_w, N * K);
-    if (!grad_bias.defined()) return;
-    g = operand<T>(grad_out, buf.a, ldg);
-  } else {
-    int ldx = 0;
-    g = operand<T>(grad_out, buf.a, ldg);
-    const float* xf = operand<T>(x, buf.b, ldx);
-    // Small layers round in the GEMM's registers and store straight into grad_w.
-    const auto ep = GemmEpilogue::rounded(store_as<T>(static_cast<T*>(grad_w.data_ptr())));
-    if (!sgemm_fused(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K),
-                     ep)) {
-      sgemm(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K));
-      if constexpr (!std::is_same_v<T, float>) store_rounded<T>(c, grad_w, N * K);
-    }
-    if (!grad_bias.defined()) return;
+    if (grad_bias.defined()) bias_grad_from_stored<T>(grad_bias, grad_out, buf);
+    return;
   }
+  int ldg = 0, ldx = 0;
+  const float* g = operand<T>(grad_out, buf.a, ldg);
+  const float* xf = operand<T>(x, buf.b, ldx);
+  // Small layers round in the GEMM's registers and store straight into grad_w.
+  const auto ep = GemmEpilogue::rounded(store_as<T>(static_cast<T*>(grad_w.data_ptr())));
+  if (!sgemm_fused(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K),
+                   ep)) {
+    sgemm(CblasTrans, CblasNoTrans, int(N), int(K), int(M), g, ldg, xf, ldx, c, int(K));
+    if constexpr (!std::is_same_v<T, float>) store_rounded<T>(c, grad_w, N * K);
+  }
+  if (!grad_bias.defined()) return;
   double* sums = zeroed_sums(buf, N);
   // Split by columns: each column's sum still runs over the rows in order.
   parallel_ranges(
