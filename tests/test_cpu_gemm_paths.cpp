@@ -268,11 +268,13 @@ TEST(CpuBf16Matmul, Conv2dMatchesTheEmulationWithinTheSummationBound) {
   REQUIRE_BF16_INSTRUCTIONS();
   // og = 32: the input gradient's products sum over og, and shorter sums are too short for an
   // AMX tile (oneDNN runs them on vdpbf16ps).
-  const int64_t groups = 2, cg = 8, og = 32, kh = 3;
-  const Tensor x0 = rand_bf16({2, groups * cg, 16, 16}, 1);
+  // The weight gradient's products (og x cg kh kw x 32 x 32 = 9.4 M multiply-adds) are large
+  // enough to be split across the pool, with beta = 1 (kernels/cpu/gemm/bf16_gemm.cpp).
+  const int64_t groups = 2, cg = 16, og = 64, kh = 3, side = 32;
+  const Tensor x0 = rand_bf16({2, groups * cg, side, side}, 1);
   const Tensor w0 = rand_bf16({groups * og, cg, kh, kh}, 2);
   const Tensor b0 = rand_bf16({groups * og}, 3);
-  const Tensor go = rand_bf16({2, groups * og, 16, 16}, 4);
+  const Tensor go = rand_bf16({2, groups * og, side, side}, 4);
   struct Result {
     Tensor y, gx, gw;
   };
@@ -302,11 +304,11 @@ TEST(CpuBf16Matmul, Conv2dMatchesTheEmulationWithinTheSummationBound) {
   const Tensor s_y = mt::conv2d(abs64(x0), abs64(w0), Tensor(), 1, 1, 1, groups);
   // Forward: K = cg kh kw products, the bias added in float (at most one float unit, below one
   // bf16 unit), one rounding. Input gradient: Og products per column, then up to kh kw columns
-  // summed in float in the same order on both paths. Weight gradient: 2 images x 256 positions.
+  // summed in float in the same order on both paths. Weight gradient: 2 images x 1024 positions.
   const double bias_max = mt::max(abs64(b0)).item<double>();
   expect_within_bound(hw.y, em.y, s_y, cg * kh * kh, 2, bias_max, "conv2d forward");
   expect_within_bound(hw.gx, em.gx, x64.grad(), og + kh * kh, 1, 0.0, "conv2d grad_input");
-  expect_within_bound(hw.gw, em.gw, w64.grad(), 2 * 16 * 16, 1, 0.0, "conv2d grad_weight");
+  expect_within_bound(hw.gw, em.gw, w64.grad(), 2 * side * side, 1, 0.0, "conv2d grad_weight");
 }
 
 // A single product small enough for sgemm's in-house loops stays there (a oneDNN call costs more

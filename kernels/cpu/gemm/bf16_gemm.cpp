@@ -92,6 +92,16 @@ bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix&
   const int64_t tasks =
       batch * M * N * K >= kSplitMacs ? std::min<int64_t>(pool_threads(), extent) : int64_t(1);
   std::atomic<bool> refused{false}, vector{false};
+  // With beta != 0 a slab that ran has added into C, so a refusal found after it could not be
+  // emulated without counting those products twice: every slab's layout is checked first.
+  if (beta != 0.0f && tasks > 1) {
+    std::vector<BFloat16> pack;
+    for (int64_t t = 0; t < tasks && !refused.load(std::memory_order_relaxed); ++t) {
+      const OneDnnProduct p = part(k, t, tasks, pack);
+      if (p.batch > 0 && p.M > 0 && p.N > 0 && onednn_matmul_plan(p) == OneDnnRun::Refused)
+        refused.store(true, std::memory_order_relaxed);
+    }
+  }
   auto task = [&](int64_t t) {
     thread_local std::vector<BFloat16> pack;
     const OneDnnProduct p = part(k, t, tasks, pack);
@@ -100,10 +110,12 @@ bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix&
     if (run == OneDnnRun::Refused) refused.store(true, std::memory_order_relaxed);
     if (run == OneDnnRun::Vector) vector.store(true, std::memory_order_relaxed);
   };
-  if (tasks <= 1) {
-    task(0);
-  } else {
-    parallel_in_pool(tasks, task);
+  if (!refused.load(std::memory_order_relaxed)) {  // else checked above, and nothing ran
+    if (tasks <= 1) {
+      task(0);
+    } else {
+      parallel_in_pool(tasks, task);
+    }
   }
   if (!refused.load(std::memory_order_relaxed)) {
     detail::count_bf16_hardware(!vector.load(std::memory_order_relaxed));

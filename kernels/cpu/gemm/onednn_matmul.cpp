@@ -77,22 +77,24 @@ constexpr size_t kMaxPrepared = 512;
 
 Prepared prepare(const OneDnnProduct& p, const dnnl::engine& engine) {
   const dt type = p.type == OneDnnType::BFloat16 ? dt::bf16 : dt::f32;
-  const auto ad = operand_desc(p.a, p.batch, p.M, p.K, type);
-  const auto bd = operand_desc(p.b, p.batch, p.K, p.N, type);
-  const dnnl::memory::desc cd =
-      p.batch == 1
-          ? dnnl::memory::desc(dims{p.M, p.N}, dt::f32, dims{p.ldc, 1})
-          : dnnl::memory::desc(dims{p.batch, p.M, p.N}, dt::f32, dims{p.c_batch, p.ldc, 1});
-  dnnl::primitive_attr attr;
-  if (p.alpha != 1.0f) attr.set_output_scales(0, {p.alpha});
-  if (p.beta != 0.0f) {
-    dnnl::post_ops ops;
-    ops.append_sum(p.beta);
-    attr.set_post_ops(ops);
-  }
   Prepared out;
+  dnnl::memory::desc ad, bd, cd;
   dnnl::matmul::primitive_desc pd;
+  // Every oneDNN error here is a refusal: a layout its descriptors cannot express (overlapping
+  // matrices) or one no implementation takes. The caller's own path runs it and counts it.
   try {
+    ad = operand_desc(p.a, p.batch, p.M, p.K, type);
+    bd = operand_desc(p.b, p.batch, p.K, p.N, type);
+    cd = p.batch == 1
+             ? dnnl::memory::desc(dims{p.M, p.N}, dt::f32, dims{p.ldc, 1})
+             : dnnl::memory::desc(dims{p.batch, p.M, p.N}, dt::f32, dims{p.c_batch, p.ldc, 1});
+    dnnl::primitive_attr attr;
+    if (p.alpha != 1.0f) attr.set_output_scales(0, {p.alpha});
+    if (p.beta != 0.0f) {
+      dnnl::post_ops ops;
+      ops.append_sum(p.beta);
+      attr.set_post_ops(ops);
+    }
     pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), attr, engine);
   } catch (const dnnl::error&) {
     return out;
@@ -107,11 +109,8 @@ Prepared prepare(const OneDnnProduct& p, const dnnl::engine& engine) {
   return out;
 }
 
-}  // namespace
-
-OneDnnRun onednn_matmul(const OneDnnProduct& p) {
-  thread_local dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  thread_local dnnl::stream stream(engine);
+// This thread's compiled product for p's layout, made on first use.
+Prepared& lookup(const OneDnnProduct& p, const dnnl::engine& engine) {
   thread_local std::unordered_map<Key, Prepared, KeyHash> prepared;
   const Key key{p.type,    p.batch,          p.M,    p.N,   p.K,       p.a.batch_stride,
                 p.a.ld,    p.b.batch_stride, p.b.ld, p.ldc, p.c_batch, p.a.trans,
@@ -121,7 +120,21 @@ OneDnnRun onednn_matmul(const OneDnnProduct& p) {
     if (prepared.size() >= kMaxPrepared) prepared.clear();
     it = prepared.emplace(key, prepare(p, engine)).first;
   }
-  Prepared& e = it->second;
+  return it->second;
+}
+
+const dnnl::engine& cpu_engine() {
+  thread_local dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+}  // namespace
+
+OneDnnRun onednn_matmul_plan(const OneDnnProduct& p) { return lookup(p, cpu_engine()).run; }
+
+OneDnnRun onednn_matmul(const OneDnnProduct& p) {
+  thread_local dnnl::stream stream(cpu_engine());
+  Prepared& e = lookup(p, cpu_engine());
   if (e.run == OneDnnRun::Refused) return e.run;
   const OneOpenMpThread one_thread;
   e.a.set_data_handle(const_cast<void*>(p.a.base));

@@ -40,5 +40,8 @@ struct OneDnnProduct {
 // length), or its other JIT kernels (vector instructions: vdpbf16ps for bf16).
 enum class OneDnnRun : uint8_t { Refused, AmxTiles, Vector };
 OneDnnRun onednn_matmul(const OneDnnProduct& p);
+// What onednn_matmul(p) would run on this thread, without running it (compiles and keeps the
+// primitive): for callers that must know before they write anything.
+OneDnnRun onednn_matmul_plan(const OneDnnProduct& p);
 
 }  // namespace mantissa::cpu
