@@ -224,6 +224,14 @@ TEST_F(DistributedRunTest, ARankThatDiesStopsTheOthersWithOneLineNamingIt) {
 TEST_F(DistributedRunTest, SigintStopsEveryRankAfterTheSameStepAndTheRunResumes) {
   write_file(dir_ / "cfg.yaml", run_config(60, 0));
   const pid_t launcher = start_slow_run("run", "metrics.jsonl");
+  // Rank 0 creates the metrics file as its own training begins, which says nothing of rank 1:
+  // each rank installs its handler when its training begins, and a rank still starting up when
+  // the launcher forwards the signal dies of it (what Ctrl-C during start-up should do; seen in CI
+  // under load). A first logged step means both ranks are training: its allreduce needed both.
+  ASSERT_TRUE(wait_until(
+      [&] { return read_file(dir_ / "run" / "metrics.jsonl").find('\n') != std::string::npos; },
+      std::chrono::seconds(30)))
+      << read_file(dir_ / "run.txt");
   ::kill(launcher, SIGINT);
   const int code = wait_exit(launcher);
   const std::string output = read_file(dir_ / "run.txt");
