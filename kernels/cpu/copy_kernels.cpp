@@ -7,23 +7,9 @@
 #include "engine/kernel_tables.h"
 #include "kernels/cpu/convert_dense.h"
 #include "kernels/cpu/loops.h"
-#include "kernels/cpu/worker_pool.h"
 
 namespace mantissa::cpu {
 namespace {
-
-// Elements from which a dense conversion is split across the worker pool: a conversion costs
-// well under a nanosecond per element, so below this a wake-up of the pool's workers costs about
-// what the second core would save.
-constexpr int64_t kConvertGrain = int64_t(1) << 18;
-
-template <typename From, typename To>
-void convert_split(const Tensor& src, const Tensor& dst, int64_t n) {
-  const From* s = static_cast<const From*>(src.data_ptr());
-  To* d = static_cast<To*>(dst.data_ptr());
-  parallel_ranges(
-      n, [&](int64_t b, int64_t e) { convert_dense(s + b, d + b, e - b); }, n, kConvertGrain);
-}
 
 // Dense float<->half conversions, the hot casts of mixed precision (an autocast step casts every
 // weight and converts every weight gradient back).
@@ -36,13 +22,13 @@ bool try_fast_copy(const Tensor& dst, const Tensor& src) {
   const int64_t n = dst.numel();
   const DType to = dst.dtype(), from = src.dtype();
   if (to == kFloat16 && from == kFloat32) {
-    convert_split<float, Half>(src, dst, n);
+    convert_dense_parallel(src.data<float>(), dst.data<Half>(), n);
   } else if (to == kFloat32 && from == kFloat16) {
-    convert_split<Half, float>(src, dst, n);
+    convert_dense_parallel(src.data<Half>(), dst.data<float>(), n);
   } else if (to == kBFloat16 && from == kFloat32) {
-    convert_split<float, BFloat16>(src, dst, n);
+    convert_dense_parallel(src.data<float>(), dst.data<BFloat16>(), n);
   } else if (to == kFloat32 && from == kBFloat16) {
-    convert_split<BFloat16, float>(src, dst, n);
+    convert_dense_parallel(src.data<BFloat16>(), dst.data<float>(), n);
   } else {
     return false;
   }

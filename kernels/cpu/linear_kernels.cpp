@@ -113,16 +113,10 @@ const float* operand(const Tensor& m, Scratch& buf, int& ld) {
   }
 }
 
-// Elements from which a conversion pass is split across the worker pool (a conversion costs well
-// under a nanosecond per element).
-constexpr int64_t kConvertGrain = int64_t(1) << 18;
-
 // Stores a half-type layer's float results into `out`, rounded to T.
 template <typename T>
 void store_rounded(const float* src, const Tensor& out, int64_t n) {
-  T* dst = out.data<T>();
-  parallel_ranges(
-      n, [&](int64_t b, int64_t e) { narrow_to(src + b, dst + b, e - b); }, n, kConvertGrain);
+  convert_dense_parallel(src, out.data<T>(), n);
 }
 
 // Where the GEMM writes: `out` itself (float32, dense) or a float buffer rounded afterwards.

@@ -28,8 +28,9 @@ const BFloat16* offset(const void* base, int64_t elements) {
 // single product. Row slabs keep C's rows dense, which oneDNN's AMX kernels need (a column slab
 // of C has a row stride longer than its rows: those run on its vector kernels, several times
 // slower). A slab of op(A) that is not dense (a transposed A, whose slab is a range of columns)
-// is copied into `pack`, dense, for the same reason: O(M K) next to the product's O(M N K).
-OneDnnProduct part(const OneDnnProduct& k, int64_t t, int64_t tasks, std::vector<BFloat16>& pack) {
+// is copied into `pack`, dense, for the same reason: O(M K) next to the product's O(M N K). With
+// no `pack`, only the part's layout is made (its A has no data): enough to plan it.
+OneDnnProduct part(const OneDnnProduct& k, int64_t t, int64_t tasks, std::vector<BFloat16>* pack) {
   OneDnnProduct p = k;
   if (k.batch > 1) {
     const int64_t per = (k.batch + tasks - 1) / tasks;
@@ -52,11 +53,13 @@ OneDnnProduct part(const OneDnnProduct& k, int64_t t, int64_t tasks, std::vector
     return p;
   }
   // op(A)'s rows b0..b1 are columns b0..b1 of the stored [K, M] matrix: one run per k.
-  pack.resize(static_cast<size_t>(p.M * k.K));
-  for (int64_t kk = 0; kk < k.K; ++kk)
-    std::copy(a + kk * k.a.ld + b0, a + kk * k.a.ld + b1, pack.data() + kk * p.M);
-  p.a.base = pack.data();
+  p.a.base = nullptr;
   p.a.ld = p.M;
+  if (pack == nullptr) return p;
+  pack->resize(static_cast<size_t>(p.M * k.K));
+  for (int64_t kk = 0; kk < k.K; ++kk)
+    std::copy(a + kk * k.a.ld + b0, a + kk * k.a.ld + b1, pack->data() + kk * p.M);
+  p.a.base = pack->data();
   return p;
 }
 
@@ -95,16 +98,15 @@ bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix&
   // With beta != 0 a slab that ran has added into C, so a refusal found after it could not be
   // emulated without counting those products twice: every slab's layout is checked first.
   if (beta != 0.0f && tasks > 1) {
-    std::vector<BFloat16> pack;
     for (int64_t t = 0; t < tasks && !refused.load(std::memory_order_relaxed); ++t) {
-      const OneDnnProduct p = part(k, t, tasks, pack);
+      const OneDnnProduct p = part(k, t, tasks, nullptr);
       if (p.batch > 0 && p.M > 0 && p.N > 0 && onednn_matmul_plan(p) == OneDnnRun::Refused)
         refused.store(true, std::memory_order_relaxed);
     }
   }
   auto task = [&](int64_t t) {
     thread_local std::vector<BFloat16> pack;
-    const OneDnnProduct p = part(k, t, tasks, pack);
+    const OneDnnProduct p = part(k, t, tasks, &pack);
     if (p.batch <= 0 || p.M <= 0 || p.N <= 0) return;
     const OneDnnRun run = onednn_matmul(p);
     if (run == OneDnnRun::Refused) refused.store(true, std::memory_order_relaxed);

@@ -7,13 +7,14 @@
 // product of two bf16 values is exact in float32, so this path and the emulation (operands
 // widened exactly, then SGEMM) differ only in the order of the float32 sums, and in the
 // instructions treating subnormal operands and results as zero (vdpbf16ps and tdpbf16ps ignore
-// MXCSR's DAZ/FTZ and always flush). tests/test_bf16_matmul_isa.cpp checks the bound this gives.
+// MXCSR's DAZ/FTZ and always flush). tests/test_cpu_gemm_paths.cpp checks the bound this gives.
 //
 // Threads: like blas_gemm(), each oneDNN call runs on one thread (OpenMP's count set to 1 around
 // it: libgomp's workers would spin after it and take the cores from the worker pool), and a
-// large product is split into slabs of C, or ranges of the batch, across the worker pool. Each
-// element comes from one call over all of K, so results depend on the pool's thread count, not
-// on timing. Why oneDNN rather than an in-house vdpbf16ps kernel: docs/performance.md.
+// large product is split into row slabs of C (dense, as oneDNN's AMX kernels need), or ranges of
+// the batch, across the worker pool. Each element comes from one call over all of K, so results
+// depend on the pool's thread count, not on timing. Why oneDNN rather than an in-house vdpbf16ps
+// kernel: docs/performance.md.
 #pragma once
 
 #include <cstdint>

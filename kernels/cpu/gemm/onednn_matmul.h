@@ -6,8 +6,8 @@
 // when beta != 0), float32 accumulation, on the calling thread alone: OpenMP's thread count is
 // set to 1 around the call, since libgomp's workers would spin after it and take the cores from
 // the worker pool (kernels/cpu/worker_pool.h); callers split large products across the pool.
-// oneDNN keeps the compiled primitive of each shape in its cache (1024 entries by default), so
-// a repeated shape costs a lookup.
+// Each thread keeps the compiled primitive of every layout it has run (up to 512), so a repeated
+// layout costs a hash lookup.
 #pragma once
 
 #include <cstdint>
