@@ -4,12 +4,11 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
+#include <cctype>
 #include <set>
 
 #include "engine/cuda_linear_stats.h"
-#include "engine/logging.h"
+#include "engine/environment.h"
 
 namespace mantissa::cpu {
 namespace {
@@ -24,15 +23,9 @@ Counters& counters() {
 }
 void bump(std::atomic<int64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
 
-bool emulation_from_env() {
-  const char* env = std::getenv("MANTISSA_CPU_BF16");
-  if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return false;
-  if (std::strcmp(env, "emulate") == 0) return true;
-  log().warn("ignoring MANTISSA_CPU_BF16='{}' (expected auto or emulate)", env);
-  return false;
-}
 std::atomic<bool>& emulation_flag() {
-  static std::atomic<bool> flag{emulation_from_env()};
+  static std::atomic<bool> flag{
+      mantissa::detail::env_word("MANTISSA_CPU_BF16", {"auto", "emulate"}) == 1};
   return flag;
 }
 
@@ -78,16 +71,9 @@ bool openblas_kernels_are_stale() {
 }
 
 // 0: automatic, 1: OpenBLAS, 2: oneDNN.
-int float32_choice_from_env() {
-  const char* env = std::getenv("MANTISSA_CPU_SGEMM");
-  if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return 0;
-  if (std::strcmp(env, "openblas") == 0) return 1;
-  if (std::strcmp(env, "onednn") == 0) return 2;
-  log().warn("ignoring MANTISSA_CPU_SGEMM='{}' (expected auto, openblas or onednn)", env);
-  return 0;
-}
 std::atomic<int>& float32_choice() {
-  static std::atomic<int> choice{float32_choice_from_env()};
+  static std::atomic<int> choice{
+      mantissa::detail::env_word("MANTISSA_CPU_SGEMM", {"auto", "openblas", "onednn"})};
   return choice;
 }
 

@@ -1,10 +1,8 @@
 #include "engine/cuda_linear_stats.h"
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
-#include "engine/logging.h"
+#include "engine/environment.h"
 
 namespace mantissa::cuda {
 namespace {
@@ -23,16 +21,9 @@ Counters& counters() {
   return c;
 }
 
-bool strict_from_env() {
-  const char* env = std::getenv("MANTISSA_STRICT_FAST_PATHS");
-  if (env == nullptr || *env == '\0' || std::strcmp(env, "0") == 0) return false;
-  if (std::strcmp(env, "1") == 0) return true;
-  log().warn("ignoring MANTISSA_STRICT_FAST_PATHS='{}' (expected 0 or 1)", env);
-  return false;
-}
-
 std::atomic<bool>& strict_flag() {
-  static std::atomic<bool> flag{strict_from_env()};
+  static std::atomic<bool> flag{
+      mantissa::detail::env_word("MANTISSA_STRICT_FAST_PATHS", {"0", "1"}) == 1};
   return flag;
 }
 
