@@ -76,6 +76,34 @@ TEST(LayerNormKernel, MatchesCompositeValuesAndGradients) {
   }
 }
 
+// Rows split across the worker pool and the weight/bias gradients summed in fixed blocks of
+// rows: enough rows for both (and a row length with a tail after the 16-lane sums), against the
+// composite in float64, and the same bits with one thread as with the pool.
+TEST(LayerNormKernel, LargeInputsMatchAndDoNotDependOnTheThreadCount) {
+  const int64_t rows = 3000, cols = 100;  // 300 K elements: above the pool's grain
+  const Tensor x0 = random_tensor({rows, cols}, mt::kFloat32, false) * 3.0 + 1.5;
+  const Tensor w0 = random_tensor({cols}, mt::kFloat32, false);
+  const Tensor b0 = random_tensor({cols}, mt::kFloat32, false);
+  const Tensor gy = random_tensor({rows, cols}, mt::kFloat32, false);
+  auto run = [&](const Tensor& x, const Tensor& w, const Tensor& b) {
+    Tensor xl = x.detach().requires_grad_(), wl = w.detach().requires_grad_(),
+           bl = b.detach().requires_grad_();
+    const Tensor y = x.dtype() == mt::kFloat64 ? composite_layer_norm(xl, {cols}, wl, bl, 1e-5)
+                                               : F::layer_norm(xl, {cols}, wl, bl, 1e-5);
+    mt::sum(y * gy.narrow(0, 0, x.size(0)).to(x.dtype())).backward();
+    return std::vector<Tensor>{y.detach(), xl.grad(), wl.grad(), bl.grad()};
+  };
+  const auto got = run(x0, w0, b0);
+  const auto want = run(x0.to(mt::kFloat64), w0.to(mt::kFloat64), b0.to(mt::kFloat64));
+  const char* names[] = {"forward", "grad x", "grad w", "grad b"};
+  for (size_t i = 0; i < got.size(); ++i)
+    expect_close(got[i].to(mt::kFloat64), want[i], 1e-5, i < 2 ? 1e-5 : 1e-3, names[i]);
+  // A row's result does not depend on how the rows were split: 10 rows alone (one thread,
+  // below the pool's grain) give the bits they got in the large call.
+  const auto few = run(x0.narrow(0, 1234, 10).contiguous(), w0, b0);
+  EXPECT_TRUE(mt::equal(few[0], got[0].narrow(0, 1234, 10))) << "forward";
+}
+
 TEST(LayerNormKernel, Gradcheck) {
   for (const Case& c : kCases) {
     if (c.shape.numel() > 200) continue;  // finite differences are slow

@@ -597,6 +597,36 @@ TEST(ReduceOps, CumsumOfStridedInputAccumulatesInDouble) {
   }
 }
 
+// split and chunk record one node for all pieces (PyTorch's SplitBackward0), whose backward
+// writes each piece's gradient into one tensor, zeros where a piece got none; a piece changed in
+// place still differentiates through the view rules.
+TEST(ReduceOps, SplitIsOneNodeForAllPieces) {
+  const Tensor x = mt::randn({2, 9}).requires_grad_();
+  const auto parts = mt::split(x, 3, 1);
+  ASSERT_EQ(parts.size(), 3u);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    ASSERT_NE(parts[i].grad_fn(), nullptr);
+    EXPECT_EQ(parts[i].grad_fn()->name(), "SplitBackward0");
+    EXPECT_EQ(parts[i].grad_fn(), parts[0].grad_fn());
+  }
+  EXPECT_EQ(mt::split(x, std::vector<int64_t>{4, 5}, 1)[1].grad_fn()->name(),
+            "SplitWithSizesBackward0");
+  EXPECT_EQ(mt::chunk(x, 3, 1)[2].grad_fn()->name(), "SplitBackward0");
+  // Pieces 0 and 2 used: piece 1's columns get zeros.
+  mt::sum(parts[0] * 2.0 + parts[2] * 3.0).backward();
+  const std::vector<float> g = x.grad().to_vector<float>();
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t c = 0; c < 9; ++c) EXPECT_EQ(g[r * 9 + c], c < 3 ? 2.0f : c < 6 ? 0.0f : 3.0f);
+  // In place through a piece of a non-leaf: the base's history is rewritten as for narrow.
+  const Tensor leaf = mt::randn({4, 2}).requires_grad_();
+  const Tensor y = leaf * 1.0;
+  auto halves = mt::chunk(y, 2, 0);
+  halves[1].mul_(5.0);
+  mt::sum(y).backward();
+  const std::vector<float> gl = leaf.grad().to_vector<float>();
+  for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(gl[i], i < 4 ? 1.0f : 5.0f) << i;
+}
+
 TEST(ReduceOps, SplitAndChunkAreViewsAndRepeatCopies) {
   const Tensor x = mt::arange(12, mt::TensorOptions().dtype(mt::kFloat32)).reshape({3, 4});
   for (const Tensor& p : mt::split(x, 3, 1)) EXPECT_EQ(p.storage(), x.storage());

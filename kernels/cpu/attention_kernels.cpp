@@ -54,8 +54,8 @@ int64_t padded(int64_t n) {
 // the multiply-add latency (with one vector, 4 chains left the FMA units half idle).
 template <typename M, int NV>
 __attribute__((always_inline)) inline void block_tile(int64_t m, int64_t k, const M* const* a,
-                                                      int64_t a_col, const M* B, int64_t ldb,
-                                                      M* C, int64_t ldc, int64_t i0, int64_t j,
+                                                      int64_t a_col, const M* B, int64_t ldb, M* C,
+                                                      int64_t ldc, int64_t i0, int64_t j,
                                                       bool accumulate) {
   typedef M Vec __attribute__((vector_size(kVectorBytes)));
   constexpr int64_t kRows = 4;
@@ -79,7 +79,8 @@ __attribute__((always_inline)) inline void block_tile(int64_t m, int64_t k, cons
     }
   }
   for (int64_t r = 0; r < kRows && i0 + r < m; ++r)
-    for (int v = 0; v < NV; ++v) *reinterpret_cast<Vec*>(C + (i0 + r) * ldc + j + v * w) = acc[r][v];
+    for (int v = 0; v < NV; ++v)
+      *reinterpret_cast<Vec*>(C + (i0 + r) * ldc + j + v * w) = acc[r][v];
 }
 
 // C[i, 0:n) (+)= sum over p < k of A[i * a_row + p * a_col] * B[p * ldb + 0:n), for i < m, with n,
@@ -302,13 +303,15 @@ MT_FORCE_INLINE void forward_task(const AttentionForwardArgs& a,
       M* ar = acc.row(r);
       l[r] *= alpha;
       for (int64_t e = 0; e < acc.ld(); ++e) ar[e] *= alpha;
-      M part[8] = {};
+      // 16 partial sums: one 512-bit vector of floats per step where the CPU has them.
+      M part[16] = {};
       int64_t c = 0;
-      for (; c + 8 <= cols; c += 8)
-        for (int u = 0; u < 8; ++u) part[u] += sr[c + u] = exp_opmath(sr[c + u] - m_new);
+      for (; c + 16 <= cols; c += 16)
+        for (int u = 0; u < 16; ++u) part[u] += sr[c + u] = exp_opmath(sr[c + u] - m_new);
       for (; c < cols; ++c) part[0] += sr[c] = exp_opmath(sr[c] - m_new);
-      l[r] +=
-          ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+      for (int w = 8; w >= 1; w /= 2)
+        for (int u = 0; u < w; ++u) part[u] += part[u + w];
+      l[r] += part[0];
       if (dropout)
         for (c = 0; c < cols; ++c) sr[c] *= rules.dropout_factor(b, i, j0 + c);
       m[r] = m_new;
