@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/kernel_tables.h"
+#include "kernels/cpu/worker_pool.h"
 #include "kernels/index_views.h"
 
 namespace mantissa::cpu {
@@ -26,9 +27,14 @@ void embedding_forward_cpu(const Tensor& out, const Tensor& weight, const Tensor
   const size_t row_bytes = static_cast<size_t>(D * weight.element_size());
   const auto* src = static_cast<const char*>(weight.data_ptr());
   auto* dst = static_cast<char*>(out.data_ptr());
-#pragma omp parallel for if (n * D >= 65536)
-  for (int64_t i = 0; i < n; ++i)
-    std::memcpy(dst + i * row_bytes, src + idx[i] * static_cast<int64_t>(row_bytes), row_bytes);
+  parallel_ranges(
+      n,
+      [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i)
+          std::memcpy(dst + i * row_bytes, src + idx[i] * static_cast<int64_t>(row_bytes),
+                      row_bytes);
+      },
+      n * D);
 }
 
 template <typename T>

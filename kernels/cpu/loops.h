@@ -1,17 +1,19 @@
 // The CPU elementwise engine. Every elementwise kernel (math, casts, comparisons, fills) goes
 // through for_each_run(): operands are described by byte strides over one shared shape, adjacent
 // dims are merged where all operands allow it, and the loop body sees runs along the innermost
-// dim. Contiguous runs get a plain indexed loop the compiler vectorises; large tensors are split
-// across OpenMP threads by element range, so results never depend on the thread count.
+// dim. Contiguous runs get a plain indexed loop the compiler vectorises; tensors from kPoolGrain
+// elements are split across the worker pool by element range, so results never depend on the
+// thread count.
 #pragma once
 
 #include <array>
-#include <tuple>
 #include <cstdint>
+#include <tuple>
 #include <utility>
 
 #include "engine/dispatch.h"
 #include "engine/tensor.h"
+#include "kernels/cpu/worker_pool.h"
 #include "kernels/layout.h"
 
 #if defined(_OPENMP)
@@ -20,7 +22,8 @@
 
 namespace mantissa::cpu {
 
-// Elements below which a loop stays on the calling thread. High on purpose: after a parallel
+// For the loops that still split with OpenMP (reductions, scans): elements below which a loop
+// stays on the calling thread. High on purpose: after a parallel
 // region libgomp's workers spin-wait (OMP_WAIT_POLICY's default), and on a machine with few
 // cores they take the cores OpenBLAS's own threads need for the next GEMM, which costs more than
 // a second thread saves on a memory-bound loop of a few million elements (bench/NOTES.md). Only
@@ -37,36 +40,27 @@ inline bool use_threads(int64_t work) {
 #endif
 }
 
-// Runs fn(task) for task in [0, tasks), on threads when the `work` behind them is large enough.
-// Small work skips the pragma altogether: a false `if` clause still enters libgomp and runs a
-// one-thread team, which costs more than a small softmax or layer norm.
+// Runs fn(task) for task in [0, tasks), split across the worker pool in contiguous ranges of
+// tasks when the `work` behind them (elements touched) reaches kPoolGrain. Tasks must be
+// independent; each task's result then never depends on the thread count.
 template <typename Fn>
 void parallel_tasks(int64_t tasks, int64_t work, const Fn& fn) {
-  if (!use_threads(work)) {
-    for (int64_t t = 0; t < tasks; ++t) fn(t);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < tasks; ++t) fn(t);
+  parallel_ranges(
+      tasks,
+      [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) fn(t);
+      },
+      work);
 }
 
 // Runs loop(ptrs, inner_strides, n) over every run of `layout`, split by element range across
-// threads when the layout is large enough, so the result never depends on the thread count.
+// the worker pool (kernels/cpu/worker_pool.h: its workers sleep between loops instead of
+// spinning like OpenMP's) from kPoolGrain elements, so the result never depends on the thread
+// count. A training step's copies, adds and selects are a few hundred thousand elements each:
+// on one thread they left the second core idle for a tenth of a GPT step.
 template <int N, typename Loop>
 void parallel_for_each_run(const Layout<N>& layout, Loop&& loop) {
-#if defined(_OPENMP)
-  if (use_threads(layout.numel)) {
-#pragma omp parallel
-    {
-      const int64_t threads = omp_get_num_threads(), tid = omp_get_thread_num();
-      const int64_t chunk = (layout.numel + threads - 1) / threads;
-      const int64_t b = tid * chunk, e = std::min(layout.numel, b + chunk);
-      if (b < e) layout.for_each_run(b, e, loop);
-    }
-    return;
-  }
-#endif
-  layout.for_each_run(0, layout.numel, loop);
+  parallel_ranges(layout.numel, [&](int64_t b, int64_t e) { layout.for_each_run(b, e, loop); });
 }
 
 namespace detail {
