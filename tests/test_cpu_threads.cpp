@@ -173,8 +173,9 @@ TEST(BlasGemm, SplitProductsMatchTheFloat64SumDouble) {
   check_split_gemm<double>(1e-14);
 }
 
-// GELU and its backward on dense operands run per-instruction-set loops on float values; on a
-// non-contiguous view the generic loop runs. Both give the same bits in every floating dtype.
+// GELU and its backward run per-instruction-set loops on float values, which fuse multiply-adds
+// where the CPU has FMA; a non-contiguous view goes through dense copies into the same loops, so
+// both layouts give the same bits in every floating dtype.
 TEST(DenseGelu, MatchesTheGenericLoopBitForBit) {
   mt::manual_seed(3);
   for (mt::DType dt : {mt::kFloat32, mt::kFloat16, mt::kBFloat16}) {
