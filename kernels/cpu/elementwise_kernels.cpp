@@ -207,11 +207,11 @@ bool run_dense_float(const Tensor& out, Dense dense, const Ts&... ins) {
 }
 
 // run_dense_float for operands of out's dtype and shape in any layout: strided ones (and a
-// strided out) go through dense copies, so that every layout runs the same per-instruction-set
-// loop and gets the same bits. Returns false (nothing done) for other dtypes or shapes.
+// strided out) go through dense copies (dense operands are used as they are), so that every
+// layout runs the same per-instruction-set loop and gets the same bits. Returns false (nothing
+// done) for other dtypes or shapes.
 template <typename Dense, typename... Ts>
 bool run_float_loop_any_layout(const Tensor& out, Dense dense, const Ts&... ins) {
-  if (run_dense_float(out, dense, ins...)) return true;
   const DType dt = out.dtype();
   if ((dt != kFloat32 && dt != kFloat16 && dt != kBFloat16) ||
       !((ins.dtype() == dt && ins.shape() == out.shape()) && ...)) {

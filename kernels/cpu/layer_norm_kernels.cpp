@@ -41,15 +41,6 @@ MT_FORCE_INLINE double wide(T v) {
   return static_cast<double>(static_cast<opmath_t<T>>(v));
 }
 
-// The kLanes partials of a row sum, combined pairwise in a fixed order.
-MT_FORCE_INLINE double combine(const double* part) {
-  double p[kLanes];
-  std::copy(part, part + kLanes, p);
-  for (int w = kLanes / 2; w >= 1; w /= 2)
-    for (int u = 0; u < w; ++u) p[u] += p[u + w];
-  return p[0];
-}
-
 // sum over j < n of f(j), in kLanes partials (j mod kLanes) and a tail.
 template <typename Fn>
 MT_FORCE_INLINE double lane_sum(int64_t n, const Fn& f) {
@@ -59,7 +50,9 @@ MT_FORCE_INLINE double lane_sum(int64_t n, const Fn& f) {
     for (int u = 0; u < kLanes; ++u) part[u] += f(j + u);
   double tail = 0;
   for (; j < n; ++j) tail += f(j);
-  return combine(part) + tail;
+  for (int w = kLanes / 2; w >= 1; w /= 2)  // the partials, pairwise in a fixed order
+    for (int u = 0; u < w; ++u) part[u] += part[u + w];
+  return part[0] + tail;
 }
 
 template <typename T>
@@ -90,17 +83,11 @@ MT_FORCE_INLINE void forward_rows(const ForwardRows<T>& a, int64_t r0, int64_t r
     a.mean[r] = m;
     a.rstd[r] = rs;
     T* orow = a.out + r * N;
-    if (a.w != nullptr && a.b != nullptr) {
-      for (int64_t j = 0; j < N; ++j)
-        orow[j] = static_cast<T>((static_cast<Acc>(row[j]) - m) * rs * static_cast<Acc>(a.w[j]) +
-                                 static_cast<Acc>(a.b[j]));
-    } else {
-      for (int64_t j = 0; j < N; ++j) {
-        Acc y = (static_cast<Acc>(row[j]) - m) * rs;
-        if (a.w) y = y * static_cast<Acc>(a.w[j]);
-        if (a.b) y = y + static_cast<Acc>(a.b[j]);
-        orow[j] = static_cast<T>(y);
-      }
+    for (int64_t j = 0; j < N; ++j) {
+      Acc y = (static_cast<Acc>(row[j]) - m) * rs;
+      if (a.w) y = y * static_cast<Acc>(a.w[j]);
+      if (a.b) y = y + static_cast<Acc>(a.b[j]);
+      orow[j] = static_cast<T>(y);
     }
   }
 }
