@@ -64,8 +64,7 @@ MT_HOST_DEVICE MT_FORCE_INLINE T normal_cdf(T x) {
 template <typename T>
 MT_HOST_DEVICE MT_FORCE_INLINE T normal_pdf(T x) {
 #if !defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<T, float>)
-    return 0.3989422804014327f * vmath::exp_f32(-0.5f * x * x);
+  if constexpr (std::is_same_v<T, float>) return vmath::normal_pdf_f32(x);
 #endif
   return T(0.3989422804014327) * MT_MATH(exp)(T(-0.5) * x * x);
 }

@@ -19,6 +19,7 @@
 
 #include "autograd/functions.h"
 #include "engine/cpu_matmul_stats.h"
+#include "kernels/cpu/gemm/bf16_gemm.h"
 #include "kernels/cpu/gemm/sgemm.h"
 #include "nn/functional.h"
 #include "test_util.h"
@@ -324,6 +325,43 @@ TEST(CpuBf16Matmul, SmallProductsStayOnTheInHouseLoop) {
   const auto s = mt::cpu::cpu_matmul_stats();
   EXPECT_EQ(s.bf16_hardware, 0);
   EXPECT_EQ(s.bf16_emulated, 2);
+}
+
+// A product stored as bf16 by the kernel is its float32 sums rounded once: bit for bit the
+// float32 product rounded while K is one block of the kernel's, and within the summation bound
+// of it (another order of the float32 sums, one rounding) for a long K. Cases: one product, one
+// split into row slabs across the pool (A transposed, so each slab is packed), and a batch split
+// into ranges.
+TEST(CpuBf16Matmul, Bf16StoredProductIsTheFloat32ProductRounded) {
+  REQUIRE_BF16_INSTRUCTIONS();
+  struct Case {
+    int64_t batch, m, n, k;
+    bool ta;
+  };
+  for (const Case c :
+       {Case{1, 48, 40, 96, false}, Case{1, 512, 384, 2048, true}, Case{6, 64, 96, 128, false}}) {
+    const Tensor a = rand_bf16(c.ta ? Shape{c.batch, c.k, c.m} : Shape{c.batch, c.m, c.k}, 7);
+    const Tensor b = rand_bf16({c.batch, c.k, c.n}, 8);
+    const mt::cpu::Bf16Matrix ma{a.data<mt::BFloat16>(), c.m * c.k, c.ta, c.ta ? c.m : c.k};
+    const mt::cpu::Bf16Matrix mb{b.data<mt::BFloat16>(), c.k * c.n, false, c.n};
+    const Shape shape{c.batch, c.m, c.n};
+    Tensor wide = mt::empty(shape),
+           stored = mt::empty(shape, mt::TensorOptions().dtype(mt::kBFloat16));
+    mt::cpu::reset_cpu_matmul_stats();
+    ASSERT_TRUE(
+        mt::cpu::bf16_gemm(c.batch, c.m, c.n, c.k, ma, mb, wide.data<float>(), c.n, c.m * c.n));
+    ASSERT_TRUE(mt::cpu::bf16_gemm(c.batch, c.m, c.n, c.k, ma, mb, stored.data<mt::BFloat16>(), c.n,
+                                   c.m * c.n));
+    EXPECT_EQ(mt::cpu::cpu_matmul_stats().bf16_hardware, 2);
+    const std::string name = std::to_string(c.batch) + "x" + std::to_string(c.m) + "x" +
+                             std::to_string(c.n) + "x" + std::to_string(c.k);
+    if (c.k <= 128) {
+      EXPECT_TRUE(mt::equal(stored, wide.to(mt::kBFloat16))) << name;
+    } else {
+      const Tensor op_a = c.ta ? a.transpose(1, 2) : a;
+      expect_within_bound(stored, wide, mt::matmul(abs64(op_a), abs64(b)), c.k, 1, 0.0, name);
+    }
+  }
 }
 
 // vdpbf16ps and tdpbf16ps treat subnormal operands as zero whatever MXCSR says; the emulation

@@ -367,6 +367,40 @@ TEST(ActivationMath, HalfTypeRowPassIsRoundBiasRoundRelu) {
   check_round_bias_relu_rows<mt::Half>();
 }
 
+// add_column_sums: each column's double sum of its rows in order, from float32, bfloat16 and
+// float16 rows (widened exactly) of every width up to 70 (several 64-column blocks and the masked
+// remainders), a row stride longer than the rows, infinities and NaN.
+template <typename T>
+void check_column_sums() {
+  std::vector<float> v = relu_probe_values();
+  for (float f : {1.00390625f, 3.1415927f, -2.7182817f, 1e-3f, -7.5f, 0.1f}) v.push_back(f);
+  const int64_t k = static_cast<int64_t>(v.size()), rows = 37;
+  for (int64_t n = 1; n <= 70; ++n) {
+    const int64_t ld = n + 3;
+    std::vector<T> m(rows * ld);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < ld; ++j) m[i * ld + j] = T(v[(i * 7 + j * 3) % k]);
+    std::vector<double> sums(n), want(n);
+    for (int64_t j = 0; j < n; ++j) sums[j] = want[j] = 0.25 * double(j);  // added to, not set
+    mt::cpu::add_column_sums(sums.data(), m.data(), rows, n, ld);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < n; ++j) want[j] += double(float(m[i * ld + j]));
+    for (int64_t j = 0; j < n; ++j) {
+      uint64_t a, b;
+      std::memcpy(&a, &sums[j], 8);
+      std::memcpy(&b, &want[j], 8);
+      ASSERT_TRUE(a == b || (std::isnan(sums[j]) && std::isnan(want[j])))
+          << "n " << n << " column " << j << ": " << sums[j] << " vs " << want[j];
+    }
+  }
+}
+
+TEST(ActivationMath, ColumnSumsAreRowOrderDoubleSums) {
+  check_column_sums<float>();
+  check_column_sums<mt::BFloat16>();
+  check_column_sums<mt::Half>();
+}
+
 // The GEMM epilogue's ReLU (forward) and ReLU-derivative mask (backward) in registers equal the
 // scalar rules applied to sgemm()'s result, lane by lane, for every register width; the bias
 // and the mask h carry signed zeros, NaNs and infinities.

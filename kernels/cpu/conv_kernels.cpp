@@ -54,7 +54,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, 
   auto widened = [](const BFloat16* x, int64_t rows, int64_t cols, int64_t ld,
                     std::vector<float>& buf) {
     const int64_t n = rows > 0 ? (rows - 1) * ld + cols : 0;
-    buf.resize(static_cast<size_t>(n));
+    if (buf.size() < static_cast<size_t>(n)) buf.resize(static_cast<size_t>(n));  // grow-only
     convert_dense(x, buf.data(), n);
     return buf.data();
   };

@@ -130,10 +130,11 @@ float* gemm_target(const Tensor& out, Scratch& buf) {
 }
 
 // A bfloat16 layer's product C[M,N] = op(A) op(B) on the bf16 instructions, operands read as
-// stored (dense rows; `trans`: op(X) is X's transpose); false when the emulation must run.
-template <typename T>
+// stored (dense rows; `trans`: op(X) is X's transpose), C float32 or (Out = BFloat16) rounded to
+// bf16 by the kernel's store; false when the emulation must run.
+template <typename T, typename Out>
 bool hardware_product(const Tensor& a, bool ta, const Tensor& b, bool tb, int64_t M, int64_t N,
-                      int64_t K, float* c) {
+                      int64_t K, Out* c) {
   if constexpr (std::is_same_v<T, BFloat16>) {
     const Bf16Matrix ma{static_cast<const BFloat16*>(a.data_ptr()), 0, ta, a.stride(0)};
     const Bf16Matrix mb{static_cast<const BFloat16*>(b.data_ptr()), 0, tb, b.stride(0)};
@@ -143,10 +144,10 @@ bool hardware_product(const Tensor& a, bool ta, const Tensor& b, bool tb, int64_
   }
 }
 
-// Elements from which a bias/activation pass is split across the worker pool. It runs right
-// after a GEMM, while OpenBLAS's workers still spin for their next job, so a second thread only
-// pays off on passes much longer than the pool's own grain (bench/NOTES.md).
-constexpr int64_t kPassGrain = int64_t(1) << 21;
+// Elements from which a bias/activation pass is split across the worker pool: twice the pool's
+// own grain, so MLP 512's 256 x 512 passes stay on one thread, where splitting them measured no
+// gain, and a GPT layer's 2048 x 128 and larger ones split (bench/NOTES.md).
+constexpr int64_t kPassGrain = int64_t(1) << 18;
 
 // How the GEMM epilogue stores a layer of storage type T: float32 into C, or rounded to T and
 // narrowed into `p` (null: C, with the values rounded but still float).
@@ -231,26 +232,15 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
   }
 }
 
-// The bias gradient, column sums of grad_out as stored (16-bit): each task widens its columns a
-// block of rows at a time and sums them; each column's sum still runs over the rows in order, as
-// the sum kernel's does.
+// The bias gradient, column sums of grad_out as stored (16-bit values widened in registers);
+// each column's sum still runs over the rows in order, as the sum kernel's does.
 template <typename T>
 void bias_grad_from_stored(const Tensor& grad_bias, const Tensor& grad_out, Buffers& buf) {
   const int64_t M = grad_out.size(0), N = grad_out.size(1), ld = grad_out.stride(0);
   const T* go = static_cast<const T*>(grad_out.data_ptr());
   double* sums = zeroed_sums(buf, N);
   parallel_ranges(
-      N,
-      [&](int64_t j0, int64_t j1) {
-        const int64_t w = j1 - j0;
-        const int64_t rows = std::max<int64_t>(1, kChunkElements / w);
-        float* block = buffers().row2.get(std::min(M, rows) * w);  // this thread's
-        for (int64_t i0 = 0; i0 < M; i0 += rows) {
-          const int64_t r = std::min(rows, M - i0);
-          for (int64_t i = 0; i < r; ++i) widen(go + (i0 + i) * ld + j0, block + i * w, w);
-          add_column_sums(sums + j0, block, r, w, w);
-        }
-      },
+      N, [&](int64_t j0, int64_t j1) { add_column_sums(sums + j0, go + j0, M, j1 - j0, ld); },
       M * N, kPassGrain);
   store_sums<T>(grad_bias, sums, N);
 }
@@ -260,13 +250,12 @@ void backward_weight_direct(const Tensor& grad_w, const Tensor& grad_bias, const
                             const Tensor& x) {
   Buffers& buf = buffers();
   const int64_t M = grad_out.size(0), N = grad_out.size(1), K = x.size(1);
-  // grad_w [N,K] = grad_out^T [N,M] @ x [M,K].
-  float* c = gemm_target<T>(grad_w, buf.c);
-  if (hardware_product<T>(grad_out, true, x, false, N, K, M, c)) {
-    if constexpr (!std::is_same_v<T, float>) store_rounded<T>(c, grad_w, N * K);
+  // grad_w [N,K] = grad_out^T [N,M] @ x [M,K], rounded once by the kernel's store.
+  if (hardware_product<T>(grad_out, true, x, false, N, K, M, grad_w.data<T>())) {
     if (grad_bias.defined()) bias_grad_from_stored<T>(grad_bias, grad_out, buf);
     return;
   }
+  float* c = gemm_target<T>(grad_w, buf.c);
   int ldg = 0, ldx = 0;
   const float* g = operand<T>(grad_out, buf.a, ldg);
   const float* xf = operand<T>(x, buf.b, ldx);
@@ -291,10 +280,19 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
                          const Tensor& w, const Tensor& h, bool relu_act) {
   Buffers& buf = buffers();
   const int64_t M = grad_pre.size(0), K = grad_pre.size(1), N = grad_out.size(1);
+  // grad_pre [M,K] = grad_out [M,N] @ w [N,K]. With nothing to apply after it, a bf16 layer's
+  // product is rounded by the kernel's store, straight into grad_pre.
+  const bool plain = !relu_act && !grad_bias.defined();
+  bool hardware = false;
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    if (plain) {
+      if (hardware_product<T>(grad_out, false, w, false, M, K, N, grad_pre.data<T>())) return;
+      hardware = true;  // refused: emulate below, without asking again (counted once)
+    }
+  }
   float* c = gemm_target<T>(grad_pre, buf.c);
   double* sp = grad_bias.defined() ? zeroed_sums(buf, K) : nullptr;
-  // grad_pre [M,K] = grad_out [M,N] @ w [N,K]
-  if (!hardware_product<T>(grad_out, false, w, false, M, K, N, c)) {
+  if (hardware || !hardware_product<T>(grad_out, false, w, false, M, K, N, c)) {
     int ldg = 0, ldw = 0;
     const float* g = operand<T>(grad_out, buf.a, ldg);
     const float* wf = operand<T>(w, buf.b, ldw);
@@ -310,8 +308,8 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
     }
     sgemm(CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), g, ldg, wf, ldw, c, int(K));
   }
-  if (!relu_act && sp == nullptr) {
-    if constexpr (!std::is_same_v<T, float>) narrow_to(c, grad_pre.data<T>(), M * K);
+  if (plain) {
+    if constexpr (!std::is_same_v<T, float>) store_rounded<T>(c, grad_pre, M * K);
     return;
   }
   T* gp = grad_pre.data<T>();

@@ -160,20 +160,17 @@ bool fits_blas_int(std::initializer_list<int64_t> values) {
 }
 
 // bfloat16 on the bf16 instructions: operands in place when GEMM can read them, else packed
-// (still bf16); float32 results rounded once into `out`. False when the emulation must run.
+// (still bf16); the float32 sums rounded once into `out` (dense) by the kernel's store. False
+// when the emulation must run.
 bool bmm_bf16_hardware(const Tensor& out, const Tensor& a, const Tensor& b) {
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
   thread_local Scratch<BFloat16> a_buf, b_buf;
-  thread_local Scratch<float> out_buf;
   auto matrix = [](const Tensor& x, Scratch<BFloat16>& buf) {
     const GemmOperand<BFloat16> op = prepare<BFloat16, BFloat16>(x, buf, false);
     return Bf16Matrix{op.base, op.batch_stride, op.trans == CblasTrans, op.ld};
   };
   const Bf16Matrix ma = matrix(a, a_buf), mb = matrix(b, b_buf);
-  out_buf.resize(static_cast<size_t>(B * M * N));
-  if (!bf16_gemm(B, M, N, K, ma, mb, out_buf.data(), N, M * N)) return false;
-  convert_dense(out_buf.data(), out.data<BFloat16>(), B * M * N);  // the one rounding
-  return true;
+  return bf16_gemm(B, M, N, K, ma, mb, out.data<BFloat16>(), N, M * N);
 }
 
 // Floating types: T is the storage type, Acc (float or double) the GEMM type.
@@ -213,7 +210,7 @@ void bmm_floating(const Tensor& out, const Tensor& a, const Tensor& b) {
   if constexpr (kReduced) {
     T* dst = out.data<T>();
     const int64_t total = B * M * N;
-    convert_dense(c, dst, total);  // the one rounding of the result
+    convert_dense_parallel(c, dst, total);  // the one rounding of the result
   }
 }
 

@@ -23,6 +23,10 @@ constexpr int64_t kSlabAlign = 16;
 const BFloat16* offset(const void* base, int64_t elements) {
   return static_cast<const BFloat16*>(base) + elements;
 }
+void* offset_c(const OneDnnProduct& p, int64_t elements) {
+  if (p.c_type == OneDnnType::BFloat16) return static_cast<BFloat16*>(p.c) + elements;
+  return static_cast<float*>(p.c) + elements;
+}
 
 // The part of `k` that task t of `tasks` computes: a range of the batch, or a slab of rows of a
 // single product. Row slabs keep C's rows dense, which oneDNN's AMX kernels need (a column slab
@@ -38,7 +42,7 @@ OneDnnProduct part(const OneDnnProduct& k, int64_t t, int64_t tasks, std::vector
     p.batch = b1 - b0;
     p.a.base = offset(k.a.base, b0 * k.a.batch_stride);
     p.b.base = offset(k.b.base, b0 * k.b.batch_stride);
-    p.c += b0 * k.c_batch;
+    p.c = offset_c(k, b0 * k.c_batch);
     return p;
   }
   if (tasks == 1) return p;
@@ -46,7 +50,7 @@ OneDnnProduct part(const OneDnnProduct& k, int64_t t, int64_t tasks, std::vector
   const int64_t per = (units + tasks - 1) / tasks * kSlabAlign;
   const int64_t b0 = std::min(k.M, t * per), b1 = std::min(k.M, b0 + per);
   p.M = b1 - b0;  // rows b0..b1 of op(A) and C
-  p.c += b0 * k.ldc;
+  p.c = offset_c(k, b0 * k.ldc);
   const BFloat16* a = static_cast<const BFloat16*>(k.a.base);
   if (!k.a.trans) {
     p.a.base = a + b0 * k.a.ld;  // whole rows: dense when A is
@@ -56,7 +60,8 @@ OneDnnProduct part(const OneDnnProduct& k, int64_t t, int64_t tasks, std::vector
   p.a.base = nullptr;
   p.a.ld = p.M;
   if (pack == nullptr) return p;
-  pack->resize(static_cast<size_t>(p.M * k.K));
+  // Grow-only: resizing down and up again would zero-fill the regrown part on every call.
+  if (pack->size() < static_cast<size_t>(p.M * k.K)) pack->resize(static_cast<size_t>(p.M * k.K));
   for (int64_t kk = 0; kk < k.K; ++kk)
     std::copy(a + kk * k.a.ld + b0, a + kk * k.a.ld + b1, pack->data() + kk * p.M);
   p.a.base = pack->data();
@@ -65,10 +70,9 @@ OneDnnProduct part(const OneDnnProduct& k, int64_t t, int64_t tasks, std::vector
 
 OneDnnOperand operand(const Bf16Matrix& m) { return {m.base, m.batch_stride, m.trans, m.ld}; }
 
-}  // namespace
-
-bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix& a,
-               const Bf16Matrix& b, float* c, int64_t ldc, int64_t c_batch, float beta) {
+bool product(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix& a,
+             const Bf16Matrix& b, OneDnnType c_type, void* c, int64_t ldc, int64_t c_batch,
+             float beta) {
   if (K <= 0) return false;  // C = beta C: the caller's float path does it
   // A single product small enough for sgemm's in-house loops runs there (with its fused
   // epilogues): a oneDNN call costs more than its arithmetic (docs/performance.md).
@@ -87,6 +91,7 @@ bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix&
   k.K = K;
   k.a = operand(a);
   k.b = operand(b);
+  k.c_type = c_type;
   k.c = c;
   k.ldc = ldc;
   k.c_batch = c_batch;
@@ -131,6 +136,18 @@ bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix&
              "float32 emulation would run");
   }
   return false;
+}
+
+}  // namespace
+
+bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix& a,
+               const Bf16Matrix& b, float* c, int64_t ldc, int64_t c_batch, float beta) {
+  return product(batch, M, N, K, a, b, OneDnnType::Float32, c, ldc, c_batch, beta);
+}
+
+bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix& a,
+               const Bf16Matrix& b, BFloat16* c, int64_t ldc, int64_t c_batch) {
+  return product(batch, M, N, K, a, b, OneDnnType::BFloat16, c, ldc, c_batch, 0.0f);
 }
 
 }  // namespace mantissa::cpu

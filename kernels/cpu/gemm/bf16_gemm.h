@@ -3,7 +3,8 @@
 // instructions from cpuid and, for AMX, asks the kernel for the tile state).
 //
 // Contract: C[b] = op(A[b]) @ op(B[b]) for b in [0, batch): bf16 operands, float32 accumulation,
-// float32 results (the caller rounds them once on store, as the emulated path does). Every
+// float32 results (the caller rounds them once on store, as the emulated path does) or results
+// rounded once to bf16 on the kernel's store. Every
 // product of two bf16 values is exact in float32, so this path and the emulation (operands
 // widened exactly, then SGEMM) differ only in the order of the float32 sums, and in the
 // instructions treating subnormal operands and results as zero (vdpbf16ps and tdpbf16ps ignore
@@ -42,5 +43,11 @@ struct Bf16Matrix {
 // gradient accumulates over the batch. K <= 0 returns false, uncounted.
 bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix& a,
                const Bf16Matrix& b, float* c, int64_t ldc, int64_t c_batch, float beta = 0.0f);
+// The same product with C stored as bfloat16: the float32 sums rounded to nearest even once, by
+// the kernel's own store, without writing a float32 C and reading it again. For a long K the
+// kernel may order the float32 sums differently from the float32-C product's (within the same
+// bound). Returns false having written nothing, as above.
+bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix& a,
+               const Bf16Matrix& b, BFloat16* c, int64_t ldc, int64_t c_batch);
 
 }  // namespace mantissa::cpu

@@ -41,21 +41,21 @@ dnnl::memory::desc operand_desc(const OneDnnOperand& x, int64_t batch, int64_t r
 
 // Everything that selects a primitive: the layout and scalars, not the data.
 struct Key {
-  OneDnnType type;
+  OneDnnType type, c_type;
   int64_t batch, M, N, K, a_bs, a_ld, b_bs, b_ld, ldc, c_batch;
   bool a_trans, b_trans;
   float alpha, beta;
   bool operator==(const Key& o) const {
     auto t = [](const Key& k) {
-      return std::tie(k.type, k.batch, k.M, k.N, k.K, k.a_bs, k.a_ld, k.b_bs, k.b_ld, k.ldc,
-                      k.c_batch, k.a_trans, k.b_trans, k.alpha, k.beta);
+      return std::tie(k.type, k.c_type, k.batch, k.M, k.N, k.K, k.a_bs, k.a_ld, k.b_bs, k.b_ld,
+                      k.ldc, k.c_batch, k.a_trans, k.b_trans, k.alpha, k.beta);
     };
     return t(*this) == t(o);
   }
 };
 struct KeyHash {
   size_t operator()(const Key& k) const {
-    size_t h = static_cast<size_t>(k.type);
+    size_t h = static_cast<size_t>(k.type) * 2u + static_cast<size_t>(k.c_type);
     for (int64_t v : {k.batch, k.M, k.N, k.K, k.a_bs, k.a_ld, k.b_bs, k.b_ld, k.ldc, k.c_batch})
       h = h * 1000003u ^ static_cast<size_t>(v);
     return h * 31u + (k.a_trans ? 2u : 0u) + (k.b_trans ? 1u : 0u);
@@ -77,6 +77,7 @@ constexpr size_t kMaxPrepared = 512;
 
 Prepared prepare(const OneDnnProduct& p, const dnnl::engine& engine) {
   const dt type = p.type == OneDnnType::BFloat16 ? dt::bf16 : dt::f32;
+  const dt c_type = p.c_type == OneDnnType::BFloat16 ? dt::bf16 : dt::f32;
   Prepared out;
   dnnl::memory::desc ad, bd, cd;
   dnnl::matmul::primitive_desc pd;
@@ -86,8 +87,8 @@ Prepared prepare(const OneDnnProduct& p, const dnnl::engine& engine) {
     ad = operand_desc(p.a, p.batch, p.M, p.K, type);
     bd = operand_desc(p.b, p.batch, p.K, p.N, type);
     cd = p.batch == 1
-             ? dnnl::memory::desc(dims{p.M, p.N}, dt::f32, dims{p.ldc, 1})
-             : dnnl::memory::desc(dims{p.batch, p.M, p.N}, dt::f32, dims{p.c_batch, p.ldc, 1});
+             ? dnnl::memory::desc(dims{p.M, p.N}, c_type, dims{p.ldc, 1})
+             : dnnl::memory::desc(dims{p.batch, p.M, p.N}, c_type, dims{p.c_batch, p.ldc, 1});
     dnnl::primitive_attr attr;
     if (p.alpha != 1.0f) attr.set_output_scales(0, {p.alpha});
     if (p.beta != 0.0f) {
@@ -112,9 +113,9 @@ Prepared prepare(const OneDnnProduct& p, const dnnl::engine& engine) {
 // This thread's compiled product for p's layout, made on first use.
 Prepared& lookup(const OneDnnProduct& p, const dnnl::engine& engine) {
   thread_local std::unordered_map<Key, Prepared, KeyHash> prepared;
-  const Key key{p.type,    p.batch,          p.M,    p.N,   p.K,       p.a.batch_stride,
-                p.a.ld,    p.b.batch_stride, p.b.ld, p.ldc, p.c_batch, p.a.trans,
-                p.b.trans, p.alpha,          p.beta};
+  const Key key{p.type,           p.c_type,  p.batch,          p.M,    p.N,   p.K,
+                p.a.batch_stride, p.a.ld,    p.b.batch_stride, p.b.ld, p.ldc, p.c_batch,
+                p.a.trans,        p.b.trans, p.alpha,          p.beta};
   auto it = prepared.find(key);
   if (it == prepared.end()) {
     if (prepared.size() >= kMaxPrepared) prepared.clear();

@@ -2,8 +2,9 @@
 // instructions (kernels/cpu/gemm/bf16_gemm.h), and float32 GEMMs when OpenBLAS picked kernels
 // older than the CPU (kernels/cpu/gemm/blas.h).
 //
-// Contract: C[b] = alpha op(A[b]) op(B[b]) + beta C[b] for b in [0, batch), float32 C (read only
-// when beta != 0), float32 accumulation, on the calling thread alone: OpenMP's thread count is
+// Contract: C[b] = alpha op(A[b]) op(B[b]) + beta C[b] for b in [0, batch), float32 accumulation,
+// C float32 (read only when beta != 0) or bfloat16 (beta 0: the float32 sums rounded to nearest
+// even once, on store), on the calling thread alone: OpenMP's thread count is
 // set to 1 around the call, since libgomp's workers would spin after it and take the cores from
 // the worker pool (kernels/cpu/worker_pool.h); callers split large products across the pool.
 // Each thread keeps the compiled primitive of every layout it has run (up to 512), so a repeated
@@ -29,7 +30,8 @@ struct OneDnnProduct {
   OneDnnType type = OneDnnType::Float32;  // of A and B
   int64_t batch = 1, M = 0, N = 0, K = 0;
   OneDnnOperand a, b;
-  float* c = nullptr;
+  OneDnnType c_type = OneDnnType::Float32;
+  void* c = nullptr;  // of c_type
   int64_t ldc = 0, c_batch = 0;
   float alpha = 1.0f, beta = 0.0f;
 };

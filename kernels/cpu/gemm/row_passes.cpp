@@ -33,24 +33,46 @@ MT_AVX512 void bias_relu_rows_avx512(float* out, int64_t rows, int64_t n, const 
   }
 }
 
-// Up to 16 columns stay in two registers of doubles across all rows.
-MT_AVX512 void add_column_sums_avx512(double* sums, const float* m, int64_t rows, int64_t n,
-                                      int64_t ld) {
-  for (int64_t j0 = 0; j0 < n; j0 += 16) {
-    const int64_t w = n - j0 < 16 ? n - j0 : 16;
-    const __mmask8 lo = static_cast<__mmask8>(w >= 8 ? 0xFF : (1u << w) - 1);
-    const __mmask8 hi = static_cast<__mmask8>(w <= 8 ? 0 : w >= 16 ? 0xFF : (1u << (w - 8)) - 1);
-    __m512d s0 = _mm512_maskz_loadu_pd(lo, sums + j0);
-    __m512d s1 = _mm512_maskz_loadu_pd(hi, sums + j0 + 8);
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = m + r * ld + j0;
-      s0 = _mm512_add_pd(s0, _mm512_maskz_cvtps_pd(lo, _mm256_maskz_loadu_ps(lo, row)));
-      s1 = _mm512_add_pd(s1, _mm512_maskz_cvtps_pd(hi, _mm256_maskz_loadu_ps(hi, row + 8)));
-    }
-    _mm512_mask_storeu_pd(sums + j0, lo, s0);
-    _mm512_mask_storeu_pd(sums + j0 + 8, hi, s1);
+#define MT_AVX512_BW __attribute__((target("avx512f,avx512vl,avx512bw,f16c")))
+
+// 8 stored values from p (mask m), as floats: half types widened exactly.
+template <typename T>
+MT_AVX512_BW inline __m256 load8_as_float(const T* p, __mmask8 m) {
+  if constexpr (std::is_same_v<T, float>) {
+    return _mm256_maskz_loadu_ps(m, p);
+  } else {
+    const __m128i bits = _mm_maskz_loadu_epi16(m, p);
+    if constexpr (std::is_same_v<T, Half>) return _mm256_cvtph_ps(bits);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
   }
 }
+
+// Up to 64 columns stay in eight registers of doubles across all rows: eight independent chains
+// of adds, where a strip of 16 columns at a time waited on each add's latency. Each column still
+// sums its rows in order.
+template <typename T>
+MT_AVX512_BW void add_column_sums_avx512(double* sums, const T* m, int64_t rows, int64_t n,
+                                         int64_t ld) {
+  constexpr int kChains = 8;
+  for (int64_t j0 = 0; j0 < n; j0 += 8 * kChains) {
+    __mmask8 mask[kChains];
+    __m512d s[kChains];
+    for (int h = 0; h < kChains; ++h) {
+      const int64_t w = std::clamp<int64_t>(n - j0 - 8 * h, 0, 8);
+      mask[h] = static_cast<__mmask8>((1u << w) - 1);
+      s[h] = _mm512_maskz_loadu_pd(mask[h], sums + j0 + 8 * h);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = m + r * ld + j0;
+      for (int h = 0; h < kChains; ++h)
+        s[h] = _mm512_add_pd(s[h],
+                             _mm512_maskz_cvtps_pd(mask[h], load8_as_float(row + 8 * h, mask[h])));
+    }
+    for (int h = 0; h < kChains; ++h) _mm512_mask_storeu_pd(sums + j0 + 8 * h, mask[h], s[h]);
+  }
+}
+
+#undef MT_AVX512_BW
 
 #undef MT_AVX512
 
@@ -123,12 +145,27 @@ void bias_relu_rows(float* out, int64_t rows, int64_t n, const float* bias, bool
   }
 }
 
-void add_column_sums(double* sums, const float* m, int64_t rows, int64_t n, int64_t ld) {
-  if (cpu_has_avx512_vl()) return add_column_sums_avx512(sums, m, rows, n, ld);
+namespace {
+
+template <typename T>
+void column_sums(double* sums, const T* m, int64_t rows, int64_t n, int64_t ld) {
+  if (cpu_has_avx512_vl_bw_f16c()) return add_column_sums_avx512(sums, m, rows, n, ld);
   for (int64_t r = 0; r < rows; ++r) {
-    const float* row = m + r * ld;
-    for (int64_t j = 0; j < n; ++j) sums[j] += static_cast<double>(row[j]);
+    const T* row = m + r * ld;
+    for (int64_t j = 0; j < n; ++j) sums[j] += static_cast<double>(static_cast<float>(row[j]));
   }
+}
+
+}  // namespace
+
+void add_column_sums(double* sums, const float* m, int64_t rows, int64_t n, int64_t ld) {
+  column_sums(sums, m, rows, n, ld);
+}
+void add_column_sums(double* sums, const BFloat16* m, int64_t rows, int64_t n, int64_t ld) {
+  column_sums(sums, m, rows, n, ld);
+}
+void add_column_sums(double* sums, const Half* m, int64_t rows, int64_t n, int64_t ld) {
+  column_sums(sums, m, rows, n, ld);
 }
 
 }  // namespace mantissa::cpu

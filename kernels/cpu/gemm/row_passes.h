@@ -25,7 +25,10 @@ void round_bias_relu_rows(const float* v, int64_t rows, int64_t n, const float* 
 void round_bias_relu_rows(const float* v, int64_t rows, int64_t n, const float* bias, bool relu,
                           Half* out);
 
-// sums[j] += m[r * ld + j] in double, for r = 0, 1, ... rows - 1 in order.
+// sums[j] += m[r * ld + j] in double, for r = 0, 1, ... rows - 1 in order (half types widened
+// exactly, in registers).
 void add_column_sums(double* sums, const float* m, int64_t rows, int64_t n, int64_t ld);
+void add_column_sums(double* sums, const BFloat16* m, int64_t rows, int64_t n, int64_t ld);
+void add_column_sums(double* sums, const Half* m, int64_t rows, int64_t n, int64_t ld);
 
 }  // namespace mantissa::cpu
