@@ -75,7 +75,8 @@ struct Layout {
   }
 
   // Calls loop(ptrs, inner_strides, n) over the runs along the innermost dim that cover linear
-  // elements [begin, end).
+  // elements [begin, end). Each run's start is stepped from the previous run's, not recomputed
+  // from all the counters.
   template <typename Loop>
   void for_each_run(int64_t begin, int64_t end, Loop&& loop) const {
     const int inner = ndim - 1;
@@ -87,20 +88,26 @@ struct Layout {
       rest /= sizes[d];
     }
     int64_t inner_strides[N];
-    for (int k = 0; k < N; ++k) inner_strides[k] = strides[k][inner];
+    char* row[N];  // where the current run's row starts (its element 0 along the inner dim)
+    for (int k = 0; k < N; ++k) {
+      inner_strides[k] = strides[k][inner];
+      row[k] = base[k];
+      for (int d = 0; d < inner; ++d) row[k] += counter[d] * strides[k][d];
+    }
     while (begin < end) {
       char* ptrs[N];
-      for (int k = 0; k < N; ++k) {
-        ptrs[k] = base[k] + pos * strides[k][inner];
-        for (int d = 0; d < inner; ++d) ptrs[k] += counter[d] * strides[k][d];
-      }
+      for (int k = 0; k < N; ++k) ptrs[k] = row[k] + pos * inner_strides[k];
       const int64_t n = std::min(sizes[inner] - pos, end - begin);
       loop(ptrs, inner_strides, n);
       begin += n;
       pos = 0;
       for (int d = inner - 1; d >= 0; --d) {
-        if (++counter[d] < sizes[d]) break;
+        if (++counter[d] < sizes[d]) {
+          for (int k = 0; k < N; ++k) row[k] += strides[k][d];
+          break;
+        }
         counter[d] = 0;
+        for (int k = 0; k < N; ++k) row[k] -= (sizes[d] - 1) * strides[k][d];
       }
     }
   }

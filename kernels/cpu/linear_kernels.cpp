@@ -203,7 +203,30 @@ void forward_direct(const Tensor& out, const Tensor& x, const Tensor& w, const T
     }
   }
   T* o = out.data<T>();
-  if (!hardware_product<T>(x, false, w, true, M, N, K, c)) {
+  bool refused = false;
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    // The product rounded once by the kernel's store, straight into out; the bias and ReLU then
+    // run on it in place, each chunk of rows widened exactly into an L1 buffer (rounding a bf16
+    // value again changes nothing: the same values as the float32 C path).
+    if (hardware_product<T>(x, false, w, true, M, N, K, o)) {
+      if (bf == nullptr && !relu_out) return;
+      parallel_ranges(
+          M,
+          [&](int64_t i0, int64_t i1) {
+            const int64_t chunk = std::max<int64_t>(1, kChunkElements / N);
+            float* f = buffers().row.get(chunk * N);  // this thread's
+            for (int64_t i = i0; i < i1; i += chunk) {
+              const int64_t rows = std::min(chunk, i1 - i);
+              widen(o + i * N, f, rows * N);
+              round_bias_relu_rows(f, rows, N, bf, relu_out, o + i * N);
+            }
+          },
+          M * N, kPassGrain);
+      return;
+    }
+    refused = true;  // emulate below, without asking again (counted once)
+  }
+  if (refused || !hardware_product<T>(x, false, w, true, M, N, K, c)) {
     int lda = 0, ldb = 0;
     const float* a = operand<T>(x, buf.a, lda);
     const float* b = operand<T>(w, buf.b, ldb);
