@@ -45,4 +45,5 @@
 #include "nn/optim/rmsprop.h"
 #include "nn/optim/schedulers.h"
 #include "nn/optim/sgd.h"
+#include "nn/pooling.h"
 #include "nn/transformer.h"

@@ -4,23 +4,17 @@
 #include <sstream>
 
 #include "nn/init.h"
+#include "nn/repr_format.h"
 
 namespace mantissa::nn {
 namespace {
 
-std::string pair_str(Size2 s) {
-  std::ostringstream os;
-  os << "(" << s.h << ", " << s.w << ")";
-  return os.str();
-}
-// Pooling layers print a square size as one number, as PyTorch does for an int argument.
-std::string size_str(Size2 s) { return s.h == s.w ? std::to_string(s.h) : pair_str(s); }
-const char* bool_str(bool b) { return b ? "True" : "False"; }
+using repr::pair;
 
 std::string padding_str(const ConvPadding& p, bool one_dim) {
   if (p.same) return "same";
   if (p.valid) return "valid";
-  if (!one_dim) return pair_str(p.size);
+  if (!one_dim) return pair(p.size);
   std::ostringstream os;
   os << "(" << p.size.w << ",)";
   return os.str();
@@ -34,7 +28,7 @@ bool prints_padding(const ConvPadding& p) { return p.same || p.valid || !(p.size
 Tensor conv2d_same(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2 stride,
                    Size2 dilation, int64_t groups) {
   MT_CHECK(stride == Size2(1), "Conv: padding='same' is not supported for strided convolutions, ",
-           "got stride=", pair_str(stride));
+           "got stride=", pair(stride));
   MT_CHECK(weight.dim() == 4, "Conv: expected a 4-D weight, got ", weight.shape());
   const int64_t total[2] = {dilation.h * (weight.size(2) - 1), dilation.w * (weight.size(3) - 1)};
   Tensor input = x;
@@ -81,7 +75,7 @@ Conv2dImpl::Conv2dImpl(int64_t in, int64_t out, Size2 kernel, Conv2dOptions o)
     : UnaryModule("Conv2d"), in_channels(in), out_channels(out), kernel_size(kernel), options(o) {
   check_channels("Conv2d", in, out, o.groups);
   MT_CHECK(kernel.h > 0 && kernel.w > 0, "Conv2d: kernel_size must be positive, got ",
-           pair_str(kernel));
+           pair(kernel));
   weight = register_parameter("weight", empty({out, in / o.groups, kernel.h, kernel.w}));
   if (o.bias) bias = register_parameter("bias", empty({out}));
   reset_parameters();
@@ -98,10 +92,10 @@ Tensor Conv2dImpl::forward(const Tensor& x) {
 
 std::string Conv2dImpl::extra_repr() const {
   std::ostringstream os;
-  os << in_channels << ", " << out_channels << ", kernel_size=" << pair_str(kernel_size)
-     << ", stride=" << pair_str(options.stride);
+  os << in_channels << ", " << out_channels << ", kernel_size=" << pair(kernel_size)
+     << ", stride=" << pair(options.stride);
   if (prints_padding(options.padding)) os << ", padding=" << padding_str(options.padding, false);
-  if (!(options.dilation == Size2(1))) os << ", dilation=" << pair_str(options.dilation);
+  if (!(options.dilation == Size2(1))) os << ", dilation=" << pair(options.dilation);
   if (options.groups != 1) os << ", groups=" << options.groups;
   if (!bias.defined()) os << ", bias=False";
   return os.str();
@@ -150,7 +144,7 @@ ConvTranspose2dImpl::ConvTranspose2dImpl(int64_t in, int64_t out, Size2 kernel,
       options(o) {
   check_channels("ConvTranspose2d", in, out, o.groups);
   MT_CHECK(kernel.h > 0 && kernel.w > 0, "ConvTranspose2d: kernel_size must be positive, got ",
-           pair_str(kernel));
+           pair(kernel));
   weight = register_parameter("weight", empty({in, out / o.groups, kernel.h, kernel.w}));
   if (o.bias) bias = register_parameter("bias", empty({out}));
   reset_parameters();
@@ -165,61 +159,14 @@ Tensor ConvTranspose2dImpl::forward(const Tensor& x) {
 
 std::string ConvTranspose2dImpl::extra_repr() const {
   std::ostringstream os;
-  os << in_channels << ", " << out_channels << ", kernel_size=" << pair_str(kernel_size)
-     << ", stride=" << pair_str(options.stride);
-  if (!(options.padding == Size2(0))) os << ", padding=" << pair_str(options.padding);
-  if (!(options.dilation == Size2(1))) os << ", dilation=" << pair_str(options.dilation);
+  os << in_channels << ", " << out_channels << ", kernel_size=" << pair(kernel_size)
+     << ", stride=" << pair(options.stride);
+  if (!(options.padding == Size2(0))) os << ", padding=" << pair(options.padding);
+  if (!(options.dilation == Size2(1))) os << ", dilation=" << pair(options.dilation);
   if (!(options.output_padding == Size2(0)))
-    os << ", output_padding=" << pair_str(options.output_padding);
+    os << ", output_padding=" << pair(options.output_padding);
   if (options.groups != 1) os << ", groups=" << options.groups;
   if (!bias.defined()) os << ", bias=False";
-  return os.str();
-}
-
-MaxPool2dImpl::MaxPool2dImpl(Size2 kernel, MaxPool2dOptions o)
-    : UnaryModule("MaxPool2d"),
-      kernel_size(kernel),
-      stride(o.stride.value_or(kernel)),
-      options(o) {}
-
-Tensor MaxPool2dImpl::forward(const Tensor& x) {
-  return max_pool2d(x, kernel_size, stride, options.padding, options.dilation, options.ceil_mode);
-}
-
-ValuesIndices MaxPool2dImpl::forward_with_indices(const Tensor& x) {
-  return max_pool2d_with_indices(x, kernel_size, stride, options.padding, options.dilation,
-                                 options.ceil_mode);
-}
-
-std::string MaxPool2dImpl::extra_repr() const {
-  std::ostringstream os;
-  os << "kernel_size=" << size_str(kernel_size) << ", stride=" << size_str(stride)
-     << ", padding=" << size_str(options.padding) << ", dilation=" << size_str(options.dilation)
-     << ", ceil_mode=" << bool_str(options.ceil_mode);
-  return os.str();
-}
-
-AvgPool2dImpl::AvgPool2dImpl(Size2 kernel, AvgPool2dOptions o)
-    : UnaryModule("AvgPool2d"),
-      kernel_size(kernel),
-      stride(o.stride.value_or(kernel)),
-      options(o) {}
-
-Tensor AvgPool2dImpl::forward(const Tensor& x) {
-  return avg_pool2d(x, kernel_size, stride, options.padding, options.ceil_mode,
-                    options.count_include_pad, options.divisor_override);
-}
-
-std::string AvgPool2dImpl::extra_repr() const {
-  std::ostringstream os;
-  os << "kernel_size=" << size_str(kernel_size) << ", stride=" << size_str(stride)
-     << ", padding=" << size_str(options.padding);
-  return os.str();
-}
-
-std::string AdaptiveAvgPool2dImpl::extra_repr() const {
-  std::ostringstream os;
-  os << "output_size=" << size_str(output_size);
   return os.str();
 }
 

@@ -83,26 +83,6 @@ std::string DropoutImpl::extra_repr() const {
   return os.str();
 }
 
-LayerNormImpl::LayerNormImpl(Shape shape, double e, bool affine, bool with_bias)
-    : UnaryModule("LayerNorm"), normalized_shape(shape), eps(e) {
-  if (affine) {
-    weight = register_parameter("weight", ones(shape));
-    if (with_bias) bias = register_parameter("bias", zeros(shape));
-  }
-}
-Tensor LayerNormImpl::forward(const Tensor& x) {
-  return functional::layer_norm(x, normalized_shape, weight, bias, eps);
-}
-std::string LayerNormImpl::extra_repr() const {
-  std::ostringstream os;
-  os << "(";
-  for (int64_t i = 0; i < normalized_shape.size(); ++i)
-    os << (i ? ", " : "") << normalized_shape[i];
-  os << (normalized_shape.size() == 1 ? ",)" : ")") << ", eps=" << eps
-     << ", elementwise_affine=" << (weight.defined() ? "True" : "False");
-  return os.str();
-}
-
 EmbeddingImpl::EmbeddingImpl(int64_t num, int64_t dim, std::optional<int64_t> pad)
     : UnaryModule("Embedding"), num_embeddings(num), embedding_dim(dim) {
   MT_CHECK(num > 0 && dim > 0, "Embedding: num_embeddings and embedding_dim must be positive, ",

@@ -1,5 +1,6 @@
-// Layers: Linear, activations, Dropout, LayerNorm, Softmax/LogSoftmax, Flatten, Identity,
-// Embedding, and the containers Sequential, ModuleList and ModuleDict.
+// Layers: Linear, activations, Dropout, Softmax/LogSoftmax, Flatten, Identity, Embedding, and the
+// containers Sequential, ModuleList and ModuleDict (convolution, pooling and normalisation have
+// headers of their own: nn/conv.h, nn/pooling.h, nn/norm.h).
 // Each is a `NameImpl` module with a `Name` holder, as in PyTorch's C++ frontend.
 #pragma once
 
@@ -93,23 +94,6 @@ class DropoutImpl : public UnaryModule {
   double p;
 };
 MANTISSA_MODULE(Dropout);
-
-// bias = false (PyTorch 2.1's argument) keeps the weight and drops the bias, as GPT models
-// without biases have it.
-class LayerNormImpl : public UnaryModule {
- public:
-  explicit LayerNormImpl(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
-                         bool bias = true);
-  explicit LayerNormImpl(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true,
-                         bool bias = true)
-      : LayerNormImpl(Shape{normalized_size}, eps, elementwise_affine, bias) {}
-  Tensor forward(const Tensor& x) override;
-  std::string extra_repr() const override;
-  Shape normalized_shape;
-  double eps;
-  Tensor weight, bias;
-};
-MANTISSA_MODULE(LayerNorm);
 
 class SoftmaxImpl : public UnaryModule {
  public:

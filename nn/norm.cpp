@@ -4,11 +4,30 @@
 #include <utility>
 
 #include "autograd/node.h"
+#include "nn/repr_format.h"
 
 namespace mantissa::nn {
-namespace {
-const char* py_bool(bool b) { return b ? "True" : "False"; }
-}  // namespace
+using repr::py_bool;
+
+LayerNormImpl::LayerNormImpl(Shape shape, double e, bool affine, bool with_bias)
+    : UnaryModule("LayerNorm"), normalized_shape(shape), eps(e) {
+  if (affine) {
+    weight = register_parameter("weight", ones(shape));
+    if (with_bias) bias = register_parameter("bias", zeros(shape));
+  }
+}
+Tensor LayerNormImpl::forward(const Tensor& x) {
+  return functional::layer_norm(x, normalized_shape, weight, bias, eps);
+}
+std::string LayerNormImpl::extra_repr() const {
+  std::ostringstream os;
+  os << "(";
+  for (int64_t i = 0; i < normalized_shape.size(); ++i)
+    os << (i ? ", " : "") << normalized_shape[i];
+  os << (normalized_shape.size() == 1 ? ",)" : ")") << ", eps=" << eps
+     << ", elementwise_affine=" << py_bool(weight.defined());
+  return os.str();
+}
 
 BatchNormImpl::BatchNormImpl(std::string type_name, int64_t dims_lo, int64_t dims_hi,
                              int64_t features, double e, std::optional<double> m, bool aff,

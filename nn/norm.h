@@ -1,5 +1,5 @@
-// Normalisation layers with per-channel or per-feature statistics: BatchNorm1d/2d, GroupNorm and
-// RMSNorm (LayerNorm is in nn/layers.h). Parameter and buffer names are PyTorch's, so state dicts
+// Normalisation layers with per-channel or per-feature statistics: BatchNorm1d/2d, GroupNorm,
+// LayerNorm and RMSNorm. Parameter and buffer names are PyTorch's, so state dicts
 // move unchanged.
 #pragma once
 
@@ -9,6 +9,23 @@
 #include "nn/layers.h"
 
 namespace mantissa::nn {
+
+// bias = false (PyTorch 2.1's argument) keeps the weight and drops the bias, as GPT models
+// without biases have it.
+class LayerNormImpl : public UnaryModule {
+ public:
+  explicit LayerNormImpl(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
+                         bool bias = true);
+  explicit LayerNormImpl(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true,
+                         bool bias = true)
+      : LayerNormImpl(Shape{normalized_size}, eps, elementwise_affine, bias) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Shape normalized_shape;
+  double eps;
+  Tensor weight, bias;
+};
+MANTISSA_MODULE(LayerNorm);
 
 // torch.nn.BatchNorm1d/2d. Buffers running_mean, running_var (float32) and num_batches_tracked
 // (int64, 0-d) when track_running_stats. momentum = nullopt is PyTorch's momentum=None: a

@@ -11,6 +11,7 @@
 
 #include "engine/generator.h"
 #include "nn/layers.h"
+#include "nn/norm.h"
 #include "nn/optim/optimizer.h"
 
 namespace mantissa::nn {

@@ -4,6 +4,7 @@
 
 #include "nn/conv.h"
 #include "nn/norm.h"
+#include "nn/pooling.h"
 #include "nn/transformer.h"
 #include "runner/gpt_weights.h"
 #include "runner/safetensors.h"

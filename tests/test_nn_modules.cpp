@@ -12,6 +12,7 @@
 #include "golden_file.h"
 #include "nn/conv.h"
 #include "nn/layers.h"
+#include "nn/pooling.h"
 #include "runner/config.h"
 #include "runner/model_builder.h"
 #include "test_util.h"
