@@ -26,6 +26,7 @@
 #include "kernels/cpu/convert_dense.h"
 #include "kernels/cpu/gemm/bf16_gemm.h"
 #include "kernels/cpu/gemm/blas.h"
+#include "kernels/cpu/scratch.h"
 
 namespace mantissa::cpu {
 namespace {
@@ -49,14 +50,14 @@ inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda,
           const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (bf16_gemm(1, m, n, k, {a, 0, ta, lda}, {b, 0, tb, ldb}, c, ldc, 0, beta)) return;
-  thread_local std::vector<float> fa, fb;
+  thread_local Scratch<float> fa, fb;
   // A stored matrix of `rows` rows with row stride ld, of which each row holds `cols` values.
   auto widened = [](const BFloat16* x, int64_t rows, int64_t cols, int64_t ld,
-                    std::vector<float>& buf) {
+                    Scratch<float>& buf) {
     const int64_t n = rows > 0 ? (rows - 1) * ld + cols : 0;
-    if (buf.size() < static_cast<size_t>(n)) buf.resize(static_cast<size_t>(n));  // grow-only
-    convert_dense(x, buf.data(), n);
-    return buf.data();
+    float* dst = buf.get(n);
+    convert_dense(x, dst, n);
+    return dst;
   };
   const float* wa = widened(a, ta ? k : m, ta ? m : k, lda, fa);
   const float* wb = widened(b, tb ? n : k, tb ? k : n, ldb, fb);

@@ -12,7 +12,6 @@
 // operands as they are stored; the passes after the GEMM are the same.
 #include <algorithm>
 #include <climits>
-#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -22,6 +21,7 @@
 #include "kernels/cpu/gemm/bf16_gemm.h"
 #include "kernels/cpu/gemm/row_passes.h"
 #include "kernels/cpu/gemm/sgemm.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/cpu/worker_pool.h"
 #include "kernels/linear_composite.h"
 
@@ -49,21 +49,7 @@ bool direct_dtype(DType dtype) {
          effective_matmul_precision(DeviceType::CPU) != MatmulPrecision::High;
 }
 
-// A grow-only float buffer per role and thread (no zero fill, no page faults once grown).
-class Scratch {
- public:
-  float* get(int64_t n) {
-    if (n > capacity_) {
-      data_.reset(new float[static_cast<size_t>(n)]);
-      capacity_ = n;
-    }
-    return data_.get();
-  }
-
- private:
-  std::unique_ptr<float[]> data_;
-  int64_t capacity_ = 0;
-};
+using FloatScratch = Scratch<float>;  // one per role and thread
 
 // One storage row <-> float: a plain copy for float32, F16C/bit-shift conversion for half types.
 template <typename Src, typename Dst>
@@ -94,7 +80,7 @@ void widen_operand(const void* src, float* dst, int64_t n) {
 
 // The GEMM operand for a dense-rows matrix m: itself (float32) or its rows widened into `buf`.
 template <typename T>
-const float* operand(const Tensor& m, Scratch& buf, int& ld) {
+const float* operand(const Tensor& m, FloatScratch& buf, int& ld) {
   if constexpr (std::is_same_v<T, float>) {
     ld = static_cast<int>(m.stride(0));
     return static_cast<const float*>(m.data_ptr());
@@ -121,7 +107,7 @@ void store_rounded(const float* src, const Tensor& out, int64_t n) {
 
 // Where the GEMM writes: `out` itself (float32, dense) or a float buffer rounded afterwards.
 template <typename T>
-float* gemm_target(const Tensor& out, Scratch& buf) {
+float* gemm_target(const Tensor& out, FloatScratch& buf) {
   if constexpr (std::is_same_v<T, float>) {
     return out.data<float>();
   } else {
@@ -159,7 +145,7 @@ GemmEpilogue::Store store_as(T* p) {
 }
 
 struct Buffers {
-  Scratch a, b, c, row, row2;
+  FloatScratch a, b, c, row, row2;
   std::vector<double> sums;  // bias-gradient column sums
 };
 // The bias-gradient sums, zeroed, from this thread's buffer.

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <memory>
 #include <vector>
 
 #include "engine/kernel_tables.h"
@@ -21,6 +20,7 @@
 #include "kernels/cpu/gemm/bf16_gemm.h"
 #include "kernels/cpu/gemm/blas.h"
 #include "kernels/cpu/gemm/sgemm.h"
+#include "kernels/cpu/scratch.h"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -65,28 +65,6 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, CBLAS_TRANS
   }
   return false;
 }
-
-// A grow-only scratch buffer, left uninitialised and reused across calls on a thread: fresh
-// multi-megabyte allocations each call would cost a page fault per 4 KiB (and std::vector would
-// also zero them), which is more than the conversions themselves.
-template <typename T>
-class Scratch {
- public:
-  void resize(size_t n) {
-    if (n > capacity_) {
-      data_.reset(new T[n]);
-      capacity_ = n;
-    }
-    size_ = n;
-  }
-  T* data() { return data_.get(); }
-  size_t size() const { return size_; }
-
- private:
-  std::unique_ptr<T[]> data_;
-  size_t size_ = 0;
-  size_t capacity_ = 0;
-};
 
 // Copies x (3-D, element type T) into a dense buffer of type Acc, Bx = 1 when the batch is
 // broadcast: [Bx, R, C], or [Bx, C, R] (returns true) when x's columns are its dense dim, as for

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <vector>
 
 #include "engine/cpu_matmul_stats.h"
 #include "engine/error.h"
 #include "kernels/cpu/gemm/onednn_matmul.h"
 #include "kernels/cpu/gemm/sgemm.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/cpu/worker_pool.h"
 
 namespace mantissa::cpu {
@@ -34,7 +34,7 @@ void* offset_c(const OneDnnProduct& p, int64_t elements) {
 // slower). A slab of op(A) that is not dense (a transposed A, whose slab is a range of columns)
 // is copied into `pack`, dense, for the same reason: O(M K) next to the product's O(M N K). With
 // no `pack`, only the part's layout is made (its A has no data): enough to plan it.
-OneDnnProduct part(const OneDnnProduct& k, int64_t t, int64_t tasks, std::vector<BFloat16>* pack) {
+OneDnnProduct part(const OneDnnProduct& k, int64_t t, int64_t tasks, Scratch<BFloat16>* pack) {
   OneDnnProduct p = k;
   if (k.batch > 1) {
     const int64_t per = (k.batch + tasks - 1) / tasks;
@@ -60,8 +60,7 @@ OneDnnProduct part(const OneDnnProduct& k, int64_t t, int64_t tasks, std::vector
   p.a.base = nullptr;
   p.a.ld = p.M;
   if (pack == nullptr) return p;
-  // Grow-only: resizing down and up again would zero-fill the regrown part on every call.
-  if (pack->size() < static_cast<size_t>(p.M * k.K)) pack->resize(static_cast<size_t>(p.M * k.K));
+  pack->resize(static_cast<size_t>(p.M * k.K));
   for (int64_t kk = 0; kk < k.K; ++kk)
     std::copy(a + kk * k.a.ld + b0, a + kk * k.a.ld + b1, pack->data() + kk * p.M);
   p.a.base = pack->data();
@@ -110,7 +109,7 @@ bool product(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix& a
     }
   }
   auto task = [&](int64_t t) {
-    thread_local std::vector<BFloat16> pack;
+    thread_local Scratch<BFloat16> pack;
     const OneDnnProduct p = part(k, t, tasks, &pack);
     if (p.batch <= 0 || p.M <= 0 || p.N <= 0) return;
     const OneDnnRun run = onednn_matmul(p);
