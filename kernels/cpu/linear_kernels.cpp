@@ -292,16 +292,16 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
   // grad_pre [M,K] = grad_out [M,N] @ w [N,K]. With nothing to apply after it, a bf16 layer's
   // product is rounded by the kernel's store, straight into grad_pre.
   const bool plain = !relu_act && !grad_bias.defined();
-  bool hardware = false;
+  bool refused = false;
   if constexpr (std::is_same_v<T, BFloat16>) {
     if (plain) {
       if (hardware_product<T>(grad_out, false, w, false, M, K, N, grad_pre.data<T>())) return;
-      hardware = true;  // refused: emulate below, without asking again (counted once)
+      refused = true;  // emulate below, without asking again (counted once)
     }
   }
   float* c = gemm_target<T>(grad_pre, buf.c);
   double* sp = grad_bias.defined() ? zeroed_sums(buf, K) : nullptr;
-  if (hardware || !hardware_product<T>(grad_out, false, w, false, M, K, N, c)) {
+  if (refused || !hardware_product<T>(grad_out, false, w, false, M, K, N, c)) {
     int ldg = 0, ldw = 0;
     const float* g = operand<T>(grad_out, buf.a, ldg);
     const float* wf = operand<T>(w, buf.b, ldw);
