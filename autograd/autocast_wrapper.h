@@ -1,6 +1,7 @@
-// Autocast at the op boundary, as PyTorch's autocast_mode.h does it: an op's public entry passes
-// its body and arguments to with_autocast<OpId::x>, and inside an autocast scope the op's policy
-// (autograd/op_index.h) casts the floating tensor arguments before the body runs. The body and
+// Autocast at the op boundary, as PyTorch's autocast_mode.h does it: an op's public entry
+// (autograd/op_entries.cpp) passes its body and arguments to with_autocast<OpId::x>, and inside an
+// autocast scope the op's policy (autograd/ops.def) casts the floating tensor arguments before
+// the body runs. The body and
 // its backward see ordinary tensors and never mention autocast.
 //
 // Casts are recorded ops (Tensor::to), whose backward converts the gradient back. A weight (a

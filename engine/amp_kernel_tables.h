@@ -15,7 +15,7 @@ namespace mantissa {
 // every element is multiplied by inv_scale (float32, 1 element), in place.
 using AmpUnscaleKernel = void (*)(const std::vector<Tensor>& tensors, const Tensor& found_inf,
                                   const Tensor& inv_scale);
-extern KernelTable<AmpUnscaleKernel> amp_unscale_kernel;
+MT_KERNEL_TABLE(amp_unscale, AmpUnscaleKernel)
 
 struct AmpUpdateParams {
   double growth_factor;
@@ -29,7 +29,7 @@ struct AmpUpdateParams {
 using AmpUpdateScaleKernel = void (*)(const Tensor& scale, const Tensor& growth_tracker,
                                       const Tensor& overflow_streak, const Tensor& found_inf,
                                       const AmpUpdateParams& params);
-extern KernelTable<AmpUpdateScaleKernel> amp_update_scale_kernel;
+MT_KERNEL_TABLE(amp_update_scale, AmpUpdateScaleKernel)
 
 // A test hook that proves a step needs no host sync: the gate holds the device's current stream
 // (a host function queued on it) until `release` is set, so work queued behind it cannot run.
@@ -41,6 +41,6 @@ struct StreamGate {
   int timeout_ms = 20000;
 };
 using AmpStreamGateKernel = void (*)(Device device, StreamGate* gate);
-extern KernelTable<AmpStreamGateKernel> amp_stream_gate_kernel;  // CUDA only
+MT_KERNEL_TABLE(amp_stream_gate, AmpStreamGateKernel)  // CUDA only
 
 }  // namespace mantissa

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "engine/device.h"
 #include "engine/dtype.h"
@@ -36,6 +37,29 @@ struct KernelTable {
   }
   Fn operator()(Device device) const { return (*this)(device.type()); }
 };
+
+// A table by name, with whether a device type has a kernel in it (for tests/test_op_index.cpp).
+struct KernelTableEntry {
+  const char* name;
+  bool (*has_kernel)(DeviceType device_type);
+};
+const std::vector<KernelTableEntry>& kernel_table_list();
+namespace detail {
+bool list_kernel_table(KernelTableEntry entry);
+}  // namespace detail
+
+// MT_KERNEL_TABLE(name, Fn) in engine/kernel_tables.h and engine/amp_kernel_tables.h declares
+// the table name_kernel. engine/kernel_tables.cpp includes both headers with
+// MT_DEFINE_KERNEL_TABLES set, which makes each line the table's definition and its entry in
+// kernel_table_list(), so a table is written once.
+#ifdef MT_DEFINE_KERNEL_TABLES
+#define MT_KERNEL_TABLE(name, Fn)                                        \
+  KernelTable<Fn> name##_kernel{#name};                                  \
+  [[maybe_unused]] const bool name##_listed = detail::list_kernel_table( \
+      {#name, [](DeviceType d) { return name##_kernel.slots[static_cast<int>(d)] != nullptr; }});
+#else
+#define MT_KERNEL_TABLE(name, Fn) extern KernelTable<Fn> name##_kernel;
+#endif
 
 #define MT_REGISTER_KERNEL(table, device_type, fn)                                \
   [[maybe_unused]] static const bool MT_UNIQUE_NAME(mt_kernel_registered_) = [] { \

@@ -18,147 +18,157 @@
 
 namespace mantissa {
 
-// The op lists, one entry per line so that adding an op is a one-line change.
+// The elementwise tables with generic kernels, one line each: the table and the functor of
+// kernels/functors.h that holds its math. kernels/cpu/elementwise_kernels.cpp and
+// kernels/cuda/{unary,binary,compare}_kernels.cu register the generic CPU and CUDA kernel of
+// every entry; a faster CPU kernel specializes the generic one there (gelu). Adding such an op's
+// kernels is a line here and its functor.
 // clang-format off
-// Elementwise unary ops that map one value to one value of the same dtype.
+// Unary ops that map one value to one value of the same dtype.
 #define MT_FORALL_UNARY_OPS(X) \
-  X(neg)                       \
-  X(abs)                       \
-  X(exp)                       \
-  X(log)                       \
-  X(sqrt)                      \
-  X(rsqrt)                     \
-  X(relu)                      \
-  X(sigmoid)                   \
-  X(tanh)                      \
-  X(silu)                      \
-  X(gelu)                      \
-  X(gelu_tanh)                 \
-  X(sign)                      \
-  X(reciprocal)                \
-  X(sin)                       \
-  X(cos)                       \
-  X(log1p)                     \
-  X(expm1)                     \
-  X(square)
-// Elementwise binary ops producing the inputs' dtype.
+  X(neg, Neg)                  \
+  X(abs, Abs)                  \
+  X(exp, Exp)                  \
+  X(log, Log)                  \
+  X(sqrt, Sqrt)                \
+  X(rsqrt, Rsqrt)              \
+  X(relu, Relu)                \
+  X(sigmoid, Sigmoid)          \
+  X(tanh, Tanh)                \
+  X(silu, Silu)                \
+  X(gelu, Gelu)                \
+  X(gelu_tanh, GeluTanh)       \
+  X(mish, Mish)                \
+  X(hardswish, Hardswish)      \
+  X(sign, Sign)                \
+  X(reciprocal, Reciprocal)    \
+  X(sin, Sin)                  \
+  X(cos, Cos)                  \
+  X(log1p, Log1p)              \
+  X(expm1, Expm1)              \
+  X(square, Square)
+// Binary ops producing the inputs' dtype.
 #define MT_FORALL_BINARY_OPS(X) \
-  X(mul)                        \
-  X(div)                        \
-  X(pow)                        \
-  X(maximum)                    \
-  X(minimum)
-// Elementwise comparisons producing bool.
+  X(mul, Mul)                   \
+  X(div, Div)                   \
+  X(pow, Pow)                   \
+  X(maximum, Maximum)           \
+  X(minimum, Minimum)
+// The activations' backward, grad_in = grad_out * d(op)/dx: (grad_in, grad_out, saved), saved
+// being the forward input, or the output for relu, sigmoid and tanh.
+#define MT_FORALL_ACTIVATION_BACKWARD_OPS(X)     \
+  X(relu_backward, ReluBackward)                 \
+  X(gelu_backward, GeluBackward)                 \
+  X(gelu_tanh_backward, GeluTanhBackward)        \
+  X(silu_backward, SiluBackward)                 \
+  X(mish_backward, MishBackward)                 \
+  X(hardswish_backward, HardswishBackward)       \
+  X(sigmoid_backward, SigmoidBackward)           \
+  X(tanh_backward, TanhBackward)
+// Comparisons producing bool.
 #define MT_FORALL_COMPARISON_OPS(X) \
-  X(eq)                             \
-  X(ne)                             \
-  X(lt)                             \
-  X(le)                             \
-  X(gt)                             \
-  X(ge)
+  X(eq, Eq)                         \
+  X(ne, Ne)                         \
+  X(lt, Lt)                         \
+  X(le, Le)                         \
+  X(gt, Gt)                         \
+  X(ge, Ge)
 // clang-format on
 
 using UnaryKernel = void (*)(const Tensor& out, const Tensor& in);
 using BinaryKernel = void (*)(const Tensor& out, const Tensor& a, const Tensor& b);
-#define MT_DECLARE_TABLE(name, type) extern KernelTable<type> name##_kernel;
-#define MT_DECLARE_UNARY(name) MT_DECLARE_TABLE(name, UnaryKernel)
-#define MT_DECLARE_BINARY(name) MT_DECLARE_TABLE(name, BinaryKernel)
-MT_FORALL_UNARY_OPS(MT_DECLARE_UNARY)
-MT_FORALL_BINARY_OPS(MT_DECLARE_BINARY)
-MT_FORALL_COMPARISON_OPS(MT_DECLARE_BINARY)
-#undef MT_DECLARE_UNARY
-#undef MT_DECLARE_BINARY
+#define MT_UNARY_TABLE(name, functor) MT_KERNEL_TABLE(name, UnaryKernel)
+#define MT_BINARY_TABLE(name, functor) MT_KERNEL_TABLE(name, BinaryKernel)
+MT_FORALL_UNARY_OPS(MT_UNARY_TABLE)
+MT_FORALL_BINARY_OPS(MT_BINARY_TABLE)
+MT_FORALL_ACTIVATION_BACKWARD_OPS(MT_BINARY_TABLE)
+MT_FORALL_COMPARISON_OPS(MT_BINARY_TABLE)
+#undef MT_UNARY_TABLE
+#undef MT_BINARY_TABLE
 
 // out = a + alpha * b
 using AddKernel = void (*)(const Tensor& out, const Tensor& a, const Tensor& b,
                            const Scalar& alpha);
-MT_DECLARE_TABLE(add, AddKernel)
+MT_KERNEL_TABLE(add, AddKernel)
 // out = cond ? a : b
 using WhereKernel = void (*)(const Tensor& out, const Tensor& cond, const Tensor& a,
                              const Tensor& b);
-MT_DECLARE_TABLE(where, WhereKernel)
+MT_KERNEL_TABLE(where, WhereKernel)
 // out = min(max(in, lo), hi), either bound optional
 using ClampKernel = void (*)(const Tensor& out, const Tensor& in, const Scalar* lo,
                              const Scalar* hi);
-MT_DECLARE_TABLE(clamp, ClampKernel)
-// grad_in = grad_out * d(op)/dx, for ops whose derivative needs the forward input
-MT_DECLARE_TABLE(relu_backward, BinaryKernel)  // (grad_in, grad_out, input)
-MT_DECLARE_TABLE(gelu_backward, BinaryKernel)  // exact GELU
-MT_DECLARE_TABLE(gelu_tanh_backward, BinaryKernel)
-MT_DECLARE_TABLE(silu_backward, BinaryKernel)
-MT_DECLARE_TABLE(sigmoid_backward, BinaryKernel)  // (grad_in, grad_out, output)
-MT_DECLARE_TABLE(tanh_backward, BinaryKernel)     // (grad_in, grad_out, output)
+MT_KERNEL_TABLE(clamp, ClampKernel)
 
 // dst = src, converting dtype; same device, same shape (src may be expanded), any strides.
 using CopyKernel = void (*)(const Tensor& dst, const Tensor& src);
-MT_DECLARE_TABLE(copy, CopyKernel)
+MT_KERNEL_TABLE(copy, CopyKernel)
 using FillKernel = void (*)(const Tensor& out, const Scalar& value);
-MT_DECLARE_TABLE(fill, FillKernel)
+MT_KERNEL_TABLE(fill, FillKernel)
 // out[i] = start + i * step
 using ArangeKernel = void (*)(const Tensor& out, const Scalar& start, const Scalar& step);
-MT_DECLARE_TABLE(arange, ArangeKernel)
+MT_KERNEL_TABLE(arange, ArangeKernel)
 // out[i] evenly spaced from start to end inclusive, computed symmetrically from both ends
 using LinspaceKernel = void (*)(const Tensor& out, double start, double end);
-MT_DECLARE_TABLE(linspace, LinspaceKernel)
+MT_KERNEL_TABLE(linspace, LinspaceKernel)
 
 // Reductions. `out` has in's rank with size 1 on every reduced dim (keepdim form); a dim is
 // reduced where out's size is 1 and in's is not. Accumulation is in opmath (double for float64).
 using ReduceKernel = void (*)(const Tensor& out, const Tensor& in);
-MT_DECLARE_TABLE(sum, ReduceKernel)
-MT_DECLARE_TABLE(mean, ReduceKernel)
-MT_DECLARE_TABLE(amax, ReduceKernel)
-MT_DECLARE_TABLE(amin, ReduceKernel)
-MT_DECLARE_TABLE(all_finite, ReduceKernel)  // out (bool, 1 element): no inf/nan in `in`
+MT_KERNEL_TABLE(sum, ReduceKernel)
+MT_KERNEL_TABLE(mean, ReduceKernel)
+MT_KERNEL_TABLE(amax, ReduceKernel)
+MT_KERNEL_TABLE(amin, ReduceKernel)
+MT_KERNEL_TABLE(all_finite, ReduceKernel)  // out (bool, 1 element): no inf/nan in `in`
 using VarKernel = void (*)(const Tensor& out, const Tensor& in, int64_t correction);
-MT_DECLARE_TABLE(var, VarKernel)
-using NormKernel = void (*)(const Tensor& out, const Tensor& in, double p);
-MT_DECLARE_TABLE(norm, NormKernel)
+MT_KERNEL_TABLE(var, VarKernel)
+using VectorNormKernel = void (*)(const Tensor& out, const Tensor& in, double p);
+MT_KERNEL_TABLE(vector_norm, VectorNormKernel)
 // values/indices (int64) of the max/min along `dim`; both in keepdim form.
 using ArgReduceKernel = void (*)(const Tensor& values, const Tensor& indices, const Tensor& in,
                                  int64_t dim);
-MT_DECLARE_TABLE(max_dim, ArgReduceKernel)
-MT_DECLARE_TABLE(min_dim, ArgReduceKernel)
+MT_KERNEL_TABLE(max_dim, ArgReduceKernel)
+MT_KERNEL_TABLE(min_dim, ArgReduceKernel)
 
 // Softmax along `dim` (out contiguous, same shape as in).
 using SoftmaxKernel = void (*)(const Tensor& out, const Tensor& in, int64_t dim);
-MT_DECLARE_TABLE(softmax, SoftmaxKernel)
-MT_DECLARE_TABLE(log_softmax, SoftmaxKernel)
+MT_KERNEL_TABLE(softmax, SoftmaxKernel)
+MT_KERNEL_TABLE(log_softmax, SoftmaxKernel)
 // grad_in from grad_out and the forward output
 using SoftmaxBackwardKernel = void (*)(const Tensor& grad_in, const Tensor& grad_out,
                                        const Tensor& output, int64_t dim);
-MT_DECLARE_TABLE(softmax_backward, SoftmaxBackwardKernel)
-MT_DECLARE_TABLE(log_softmax_backward, SoftmaxBackwardKernel)
+MT_KERNEL_TABLE(softmax_backward, SoftmaxBackwardKernel)
+MT_KERNEL_TABLE(log_softmax_backward, SoftmaxBackwardKernel)
 
 // Batched matrix multiply: out[b] = a[b] @ b[b] for 3-D operands [B,M,K] x [B,K,N] -> [B,M,N]
 // (any strides, out contiguous). 2-D mm passes B = 1 views. Half types accumulate in float32
 // and round once.
 using BmmKernel = void (*)(const Tensor& out, const Tensor& a, const Tensor& b);
-MT_DECLARE_TABLE(bmm, BmmKernel)
+MT_KERNEL_TABLE(bmm, BmmKernel)
 
 // Indexing along `dim` with an int64 index tensor.
 using GatherKernel = void (*)(const Tensor& out, const Tensor& in, int64_t dim,
                               const Tensor& index);
-MT_DECLARE_TABLE(gather, GatherKernel)
+MT_KERNEL_TABLE(gather, GatherKernel)
 // self[index[i][j]][j] += src[i][j] (dim 0 shown); `self` is updated in place.
 using ScatterAddKernel = void (*)(const Tensor& self, int64_t dim, const Tensor& index,
                                   const Tensor& src);
-MT_DECLARE_TABLE(scatter_add, ScatterAddKernel)
+MT_KERNEL_TABLE(scatter_add, ScatterAddKernel)
 // out = in.index_select(dim, index) (index is 1-D)
-MT_DECLARE_TABLE(index_select, GatherKernel)
+MT_KERNEL_TABLE(index_select, GatherKernel)
 // self.index_add_(dim, index, src): self.select(dim, index[i]) += src.select(dim, i)
 using IndexAddKernel = void (*)(const Tensor& self, int64_t dim, const Tensor& index,
                                 const Tensor& src);
-MT_DECLARE_TABLE(index_add, IndexAddKernel)
+MT_KERNEL_TABLE(index_add, IndexAddKernel)
 
 // Random numbers from the Philox4x32-10 counter-based generator (PhiloxState, engine/generator.h).
 using UniformKernel = void (*)(const Tensor& out, double low, double high, PhiloxState state);
-MT_DECLARE_TABLE(uniform, UniformKernel)
+MT_KERNEL_TABLE(uniform, UniformKernel)
 using NormalKernel = void (*)(const Tensor& out, double mean, double stddev, PhiloxState state);
-MT_DECLARE_TABLE(normal, NormalKernel)
+MT_KERNEL_TABLE(normal, NormalKernel)
 using BernoulliKernel = void (*)(const Tensor& out, double p, PhiloxState state);
-MT_DECLARE_TABLE(bernoulli, BernoulliKernel)
+MT_KERNEL_TABLE(bernoulli, BernoulliKernel)
 using RandintKernel = void (*)(const Tensor& out, int64_t low, int64_t high, PhiloxState state);
-MT_DECLARE_TABLE(randint, RandintKernel)
+MT_KERNEL_TABLE(randint, RandintKernel)
 
 // Fused optimizer steps: one pass over a parameter updating it and its state in place, in
 // PyTorch's single-tensor arithmetic order (formulas in nn/optim/sgd.h, adam.h). All tensors are
@@ -171,7 +181,7 @@ struct SgdStepParams {
 // momentum_buffer is undefined when momentum == 0.
 using SgdStepKernel = void (*)(const Tensor& param, const Tensor& grad,
                                const Tensor& momentum_buffer, const SgdStepParams& p);
-MT_DECLARE_TABLE(sgd_step, SgdStepKernel)
+MT_KERNEL_TABLE(sgd_step, SgdStepKernel)
 struct AdamStepParams {
   double lr, beta1, beta2, eps, weight_decay;
   bool decoupled_weight_decay, amsgrad, maximize;  // decoupled_weight_decay: AdamW
@@ -181,7 +191,7 @@ struct AdamStepParams {
 using AdamStepKernel = void (*)(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                                 const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq,
                                 const AdamStepParams& p);
-MT_DECLARE_TABLE(adam_step, AdamStepKernel)
+MT_KERNEL_TABLE(adam_step, AdamStepKernel)
 // Multi-tensor forms of the steps above: one call updates every parameter of a list (one device),
 // with the same per-element arithmetic, so results equal the per-parameter kernels bit for bit.
 // Entry i of each vector belongs to parameter i:
@@ -202,11 +212,11 @@ struct OptimizerTensorLists {
 // p.first_step is ignored (read per parameter from step).
 using SgdMultiStepKernel = void (*)(const OptimizerTensorLists& lists, const Tensor& found_inf,
                                     const SgdStepParams& p);
-MT_DECLARE_TABLE(sgd_multi_step, SgdMultiStepKernel)
+MT_KERNEL_TABLE(sgd_multi_step, SgdMultiStepKernel)
 // p.step is ignored (read per parameter from step).
 using AdamMultiStepKernel = void (*)(const OptimizerTensorLists& lists, const Tensor& found_inf,
                                      const AdamStepParams& p);
-MT_DECLARE_TABLE(adam_multi_step, AdamMultiStepKernel)
+MT_KERNEL_TABLE(adam_multi_step, AdamMultiStepKernel)
 
 // RMSprop, Adagrad, NAdam and RAdam (formulas in nn/optim/rmsprop.h, adagrad.h, nadam.h,
 // radam.h), multi-tensor only: the per-parameter path passes a one-entry list. Lists as above;
@@ -222,26 +232,26 @@ struct RmspropStepParams {
 };
 using RmspropMultiStepKernel = void (*)(const OptimizerTensorLists& lists, const Tensor& found_inf,
                                         const RmspropStepParams& p);
-MT_DECLARE_TABLE(rmsprop_multi_step, RmspropMultiStepKernel)
+MT_KERNEL_TABLE(rmsprop_multi_step, RmspropMultiStepKernel)
 struct AdagradStepParams {
   double lr, lr_decay, weight_decay, eps;
   bool maximize;
 };
 using AdagradMultiStepKernel = void (*)(const OptimizerTensorLists& lists, const Tensor& found_inf,
                                         const AdagradStepParams& p);
-MT_DECLARE_TABLE(adagrad_multi_step, AdagradMultiStepKernel)
+MT_KERNEL_TABLE(adagrad_multi_step, AdagradMultiStepKernel)
 struct NadamStepParams {
   double lr, beta1, beta2, eps, weight_decay, momentum_decay;
 };
 using NadamMultiStepKernel = void (*)(const OptimizerTensorLists& lists, const Tensor& found_inf,
                                       const NadamStepParams& p);
-MT_DECLARE_TABLE(nadam_multi_step, NadamMultiStepKernel)
+MT_KERNEL_TABLE(nadam_multi_step, NadamMultiStepKernel)
 struct RadamStepParams {
   double lr, beta1, beta2, eps, weight_decay;
 };
 using RadamMultiStepKernel = void (*)(const OptimizerTensorLists& lists, const Tensor& found_inf,
                                       const RadamStepParams& p);
-MT_DECLARE_TABLE(radam_multi_step, RadamMultiStepKernel)
+MT_KERNEL_TABLE(radam_multi_step, RadamMultiStepKernel)
 
 // ---- convolution and pooling (kernels/cpu/conv_kernels.cpp, pool_kernels.cpp) ----------------
 // The op passes every operand contiguous (NCHW, weight [O, C/groups, kh, kw]) and in one dtype,
@@ -254,15 +264,15 @@ struct Conv2dParams {
 // out [N,O,Ho,Wo] = conv(input [N,C,H,W], weight) + bias ([O], or undefined for none).
 using Conv2dForwardKernel = void (*)(const Tensor& out, const Tensor& input, const Tensor& weight,
                                      const Tensor& bias, const Conv2dParams& p);
-MT_DECLARE_TABLE(conv2d_forward, Conv2dForwardKernel)
+MT_KERNEL_TABLE(conv2d_forward, Conv2dForwardKernel)
 // grad_input [N,C,H,W] from grad_out [N,O,Ho,Wo] and weight (a transposed convolution).
 using Conv2dBackwardInputKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out,
                                            const Tensor& weight, const Conv2dParams& p);
-MT_DECLARE_TABLE(conv2d_backward_input, Conv2dBackwardInputKernel)
+MT_KERNEL_TABLE(conv2d_backward_input, Conv2dBackwardInputKernel)
 // grad_weight [O,C/groups,kh,kw] from grad_out and the forward input, summed over the batch.
 using Conv2dBackwardWeightKernel = void (*)(const Tensor& grad_weight, const Tensor& grad_out,
                                             const Tensor& input, const Conv2dParams& p);
-MT_DECLARE_TABLE(conv2d_backward_weight, Conv2dBackwardWeightKernel)
+MT_KERNEL_TABLE(conv2d_backward_weight, Conv2dBackwardWeightKernel)
 // The column matrices of the composed convolution (kernels/conv_composite.h, the CUDA path where
 // cuDNN offers no algorithm; kernels/conv_columns.h has the index math): cols [N, C*kh*kw, Ho*Wo]
 // <- the receptive fields of input [N,C,H,W] through a kh x kw window (0 over the padding), and
@@ -270,10 +280,10 @@ MT_DECLARE_TABLE(conv2d_backward_weight, Conv2dBackwardWeightKernel)
 // accumulated in opmath and rounded once. Contiguous operands of one dtype; p.groups unused.
 using Conv2dIm2colKernel = void (*)(const Tensor& cols, const Tensor& input, const Conv2dParams& p,
                                     int64_t kh, int64_t kw);
-MT_DECLARE_TABLE(conv2d_im2col, Conv2dIm2colKernel)
+MT_KERNEL_TABLE(conv2d_im2col, Conv2dIm2colKernel)
 using Conv2dCol2imKernel = void (*)(const Tensor& input, const Tensor& cols, const Conv2dParams& p,
                                     int64_t kh, int64_t kw);
-MT_DECLARE_TABLE(conv2d_col2im, Conv2dCol2imKernel)
+MT_KERNEL_TABLE(conv2d_col2im, Conv2dCol2imKernel)
 
 // Pooling over [N,C,H,W] planes. Windows start at o * stride - padding; in ceil_mode the output
 // size rounds up, but the last window still starts inside the input or its left padding.
@@ -288,18 +298,18 @@ struct Pool2dParams {
 // cuDNN pooling has neither indices nor dilation.
 using MaxPool2dForwardKernel = void (*)(const Tensor& out, const Tensor& indices,
                                         const Tensor& input, const Pool2dParams& p);
-MT_DECLARE_TABLE(max_pool2d_forward, MaxPool2dForwardKernel)
+MT_KERNEL_TABLE(max_pool2d_forward, MaxPool2dForwardKernel)
 // grad_input [N,C,H,W] = grad_out scattered (summed) to the saved indices.
 using MaxPool2dBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out,
                                          const Tensor& indices, const Pool2dParams& p);
-MT_DECLARE_TABLE(max_pool2d_backward, MaxPool2dBackwardKernel)
+MT_KERNEL_TABLE(max_pool2d_backward, MaxPool2dBackwardKernel)
 using AvgPool2dForwardKernel = void (*)(const Tensor& out, const Tensor& input,
                                         const Pool2dParams& p);
-MT_DECLARE_TABLE(avg_pool2d_forward, AvgPool2dForwardKernel)
+MT_KERNEL_TABLE(avg_pool2d_forward, AvgPool2dForwardKernel)
 // grad_input [N,C,H,W] from grad_out [N,C,Ho,Wo] (each window's share, summed).
 using AvgPool2dBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out,
                                          const Pool2dParams& p);
-MT_DECLARE_TABLE(avg_pool2d_backward, AvgPool2dBackwardKernel)
+MT_KERNEL_TABLE(avg_pool2d_backward, AvgPool2dBackwardKernel)
 
 // ---- linear with fused epilogues and layer norm (kernels/cpu/linear_kernels.cpp,
 // layer_norm_kernels.cpp; kernels/cuda/cublaslt_linear.cpp, layer_norm_kernels.cu) ----------------
@@ -312,13 +322,13 @@ MT_DECLARE_TABLE(avg_pool2d_backward, AvgPool2dBackwardKernel)
 //    pre-activation is, and a NaN output passes the gradient, as PyTorch's threshold_backward).
 using LinearForwardKernel = Tensor (*)(const Tensor& out, const Tensor& x, const Tensor& w,
                                        const Tensor& bias, LinearActivation act, bool want_aux);
-MT_DECLARE_TABLE(linear_forward, LinearForwardKernel)
+MT_KERNEL_TABLE(linear_forward, LinearForwardKernel)
 // grad_w [N,K] = grad_out[M,N]^T @ x[M,K] and, when grad_bias is defined, grad_bias [N] = column
 // sums of grad_out, in one pass over grad_out (cuBLASLt's BGRADB epilogue). grad_w and grad_bias
 // are contiguous and overwritten; grad_out and x have any strides.
 using LinearBackwardWeightKernel = void (*)(const Tensor& grad_w, const Tensor& grad_bias,
                                             const Tensor& grad_out, const Tensor& x);
-MT_DECLARE_TABLE(linear_backward_weight, LinearBackwardWeightKernel)
+MT_KERNEL_TABLE(linear_backward_weight, LinearBackwardWeightKernel)
 // The backward of a linear layer whose input h was produced by a fused linear + activation:
 // grad_pre [M,K] = (grad_out [M,N] @ w [N,K]) * act'(pre) and, when grad_bias is defined,
 // grad_bias [K] = column sums of grad_pre (cuBLASLt's DGELU_BGRAD epilogue for GeluTanh).
@@ -327,7 +337,7 @@ MT_DECLARE_TABLE(linear_backward_weight, LinearBackwardWeightKernel)
 using LinearBackwardActKernel = void (*)(const Tensor& grad_pre, const Tensor& grad_bias,
                                          const Tensor& grad_out, const Tensor& w, const Tensor& h,
                                          const Tensor& aux, LinearActivation act);
-MT_DECLARE_TABLE(linear_backward_act, LinearBackwardActKernel)
+MT_KERNEL_TABLE(linear_backward_act, LinearBackwardActKernel)
 
 // Layer norm over the last N elements of M rows: out = (x - mean) * rstd * weight + bias, with
 // rstd = 1 / sqrt(var + eps) (biased variance). x and out are contiguous [M,N]; weight and bias
@@ -336,89 +346,89 @@ MT_DECLARE_TABLE(linear_backward_act, LinearBackwardActKernel)
 using LayerNormForwardKernel = void (*)(const Tensor& out, const Tensor& mean, const Tensor& rstd,
                                         const Tensor& x, const Tensor& weight, const Tensor& bias,
                                         double eps);
-MT_DECLARE_TABLE(layer_norm_forward, LayerNormForwardKernel)
+MT_KERNEL_TABLE(layer_norm_forward, LayerNormForwardKernel)
 // grad_x [M,N], grad_weight [N], grad_bias [N] (each undefined when not wanted; grad_weight
 // only with a weight) from grad_out [M,N] (contiguous) and the forward's x, mean, rstd, weight.
 using LayerNormBackwardKernel = void (*)(const Tensor& grad_x, const Tensor& grad_weight,
                                          const Tensor& grad_bias, const Tensor& grad_out,
                                          const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                          const Tensor& weight);
-MT_DECLARE_TABLE(layer_norm_backward, LayerNormBackwardKernel)
+MT_KERNEL_TABLE(layer_norm_backward, LayerNormBackwardKernel)
 
 // ---- products, logical reductions, scans and sorting (kernels/cpu/reduce_kernels.cpp,
 // scan_sort_kernels.cpp; kernels/cuda/prod_logic_kernels.cu, scan_sort_kernels.cu) ----------------
 // prod: in keepdim form as the reductions above; floating inputs give their dtype, integer and
 // bool inputs int64 (as sum). any/all: out bool, or uint8 for a uint8 input (PyTorch's rule).
-MT_DECLARE_TABLE(prod, ReduceKernel)
-MT_DECLARE_TABLE(any, ReduceKernel)
-MT_DECLARE_TABLE(all, ReduceKernel)
+MT_KERNEL_TABLE(prod, ReduceKernel)
+MT_KERNEL_TABLE(any, ReduceKernel)
+MT_KERNEL_TABLE(all, ReduceKernel)
 // Scans along `dim`: out[i] folds in[0..i] (reverse: in[i..n-1]); exclusive leaves in[i] out of
 // out[i] (the identity where nothing is left). out and in share shape and dtype (not bool); floats
 // accumulate in double, integers in int64, and each output rounds once.
 using ScanKernel = void (*)(const Tensor& out, const Tensor& in, int64_t dim, bool reverse,
                             bool exclusive);
-MT_DECLARE_TABLE(cumsum, ScanKernel)
-MT_DECLARE_TABLE(cumprod, ScanKernel)
+MT_KERNEL_TABLE(cumsum, ScanKernel)
+MT_KERNEL_TABLE(cumprod, ScanKernel)
 // grad_in of out = cumprod(in, dim) from grad_out, exact where `in` has zeros; all four tensors
 // share shape and a floating dtype.
 using CumprodBackwardKernel = void (*)(const Tensor& grad_in, const Tensor& grad_out,
                                        const Tensor& in, const Tensor& out, int64_t dim);
-MT_DECLARE_TABLE(cumprod_backward, CumprodBackwardKernel)
+MT_KERNEL_TABLE(cumprod_backward, CumprodBackwardKernel)
 // Stable sort along `dim`: values (in's dtype) and indices (int64) are contiguous with in's shape.
 // NaN sorts above every number (last ascending, first descending); equal keys keep input order.
 using SortKernel = void (*)(const Tensor& values, const Tensor& indices, const Tensor& in,
                             int64_t dim, bool descending);
-MT_DECLARE_TABLE(sort, SortKernel)
+MT_KERNEL_TABLE(sort, SortKernel)
 // ---- embedding and adaptive pooling (kernels/cpu/embedding_kernels.cpp,
 // adaptive_pool_kernels.cpp; kernels/cuda/embedding_kernels.cu, adaptive_pool_kernels.cu)
 // ------------------------------------- out [N, D] = the rows of weight [V, D] at indices [N]
 // (int64); all contiguous. An index outside [0, V) throws the CPU's message on every device.
 using EmbeddingForwardKernel = void (*)(const Tensor& out, const Tensor& weight,
                                         const Tensor& indices);
-MT_DECLARE_TABLE(embedding_forward, EmbeddingForwardKernel)
+MT_KERNEL_TABLE(embedding_forward, EmbeddingForwardKernel)
 // grad_weight [V, D] (overwritten) = grad_out [N, D] rows summed into the rows indices [N] name,
 // except padding_idx's (-1: none), which stays zero. Each row adds its contributions in order of
 // n, in opmath, and rounds once: deterministic, and the same bits on every device.
 using EmbeddingBackwardKernel = void (*)(const Tensor& grad_weight, const Tensor& grad_out,
                                          const Tensor& indices, int64_t padding_idx);
-MT_DECLARE_TABLE(embedding_backward, EmbeddingBackwardKernel)
+MT_KERNEL_TABLE(embedding_backward, EmbeddingBackwardKernel)
 // Adaptive average pooling of [N,C,H,W] planes to out's [Ho, Wo]: output (oh, ow) averages rows
 // [floor(oh*H/Ho), ceil((oh+1)*H/Ho)) and the matching columns (PyTorch's start/end formula).
 using AdaptiveAvgPool2dForwardKernel = void (*)(const Tensor& out, const Tensor& input);
-MT_DECLARE_TABLE(adaptive_avg_pool2d_forward, AdaptiveAvgPool2dForwardKernel)
+MT_KERNEL_TABLE(adaptive_avg_pool2d_forward, AdaptiveAvgPool2dForwardKernel)
 // grad_input [N,C,H,W] (overwritten) from grad_out [N,C,Ho,Wo]: each window's share, summed.
 using AdaptiveAvgPool2dBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out);
-MT_DECLARE_TABLE(adaptive_avg_pool2d_backward, AdaptiveAvgPool2dBackwardKernel)
+MT_KERNEL_TABLE(adaptive_avg_pool2d_backward, AdaptiveAvgPool2dBackwardKernel)
 // ---- pointwise ops (autograd/ops/pointwise.cpp; kernels/cpu/pointwise_kernels.cpp,
 // kernels/cuda/pointwise_kernels.cu) ----------------------------------------------------------
 // Binary ops producing the inputs' dtype (integer operands: no zero divisor, the op checks).
-MT_DECLARE_TABLE(floor_divide, BinaryKernel)
-MT_DECLARE_TABLE(remainder, BinaryKernel)
-MT_DECLARE_TABLE(fmod, BinaryKernel)
+MT_KERNEL_TABLE(floor_divide, BinaryKernel)
+MT_KERNEL_TABLE(remainder, BinaryKernel)
+MT_KERNEL_TABLE(fmod, BinaryKernel)
 // out (bool) = the class test of in, any dtype.
-MT_DECLARE_TABLE(isnan, UnaryKernel)
-MT_DECLARE_TABLE(isinf, UnaryKernel)
-MT_DECLARE_TABLE(isfinite, UnaryKernel)
+MT_KERNEL_TABLE(isnan, UnaryKernel)
+MT_KERNEL_TABLE(isinf, UnaryKernel)
+MT_KERNEL_TABLE(isfinite, UnaryKernel)
 // out = act(in; p0, p1) for the activations with parameters (kernels/functors.h names them).
 using ParamActivationKernel = void (*)(const Tensor& out, const Tensor& in, double p0, double p1);
-MT_DECLARE_TABLE(leaky_relu, ParamActivationKernel)
-MT_DECLARE_TABLE(elu, ParamActivationKernel)
-MT_DECLARE_TABLE(softplus, ParamActivationKernel)
+MT_KERNEL_TABLE(leaky_relu, ParamActivationKernel)
+MT_KERNEL_TABLE(elu, ParamActivationKernel)
+MT_KERNEL_TABLE(softplus, ParamActivationKernel)
 // grad_in from grad_out and the forward input.
 using ParamActivationBackwardKernel = void (*)(const Tensor& grad_in, const Tensor& grad_out,
                                                const Tensor& input, double p0, double p1);
-MT_DECLARE_TABLE(leaky_relu_backward, ParamActivationBackwardKernel)
-MT_DECLARE_TABLE(elu_backward, ParamActivationBackwardKernel)
-MT_DECLARE_TABLE(softplus_backward, ParamActivationBackwardKernel)
+MT_KERNEL_TABLE(leaky_relu_backward, ParamActivationBackwardKernel)
+MT_KERNEL_TABLE(elu_backward, ParamActivationBackwardKernel)
+MT_KERNEL_TABLE(softplus_backward, ParamActivationBackwardKernel)
 // out = lerp(start, end, weight), all of out's shape (expanded) and dtype; an undefined weight
 // means scalar_weight, taken in opmath (PyTorch does not round it to a half type).
 using LerpKernel = void (*)(const Tensor& out, const Tensor& start, const Tensor& end,
                             const Tensor& weight, double scalar_weight);
-MT_DECLARE_TABLE(lerp, LerpKernel)
+MT_KERNEL_TABLE(lerp, LerpKernel)
 // out = self + value * t1 * t2, all of out's shape (expanded) and dtype.
 using AddcmulKernel = void (*)(const Tensor& out, const Tensor& self, const Tensor& t1,
                                const Tensor& t2, const Scalar& value);
-MT_DECLARE_TABLE(addcmul, AddcmulKernel)
+MT_KERNEL_TABLE(addcmul, AddcmulKernel)
 // ---- batch norm, group norm, RMS norm (kernels/cpu/norm_kernels.cpp,
 // kernels/cuda/norm_kernels.cu) x is contiguous [N, C, L] (L the product of the spatial dims; RMS
 // norm's [M, D] is N = M, C = D, L = 1) and its elements fall into statistics sets of whole
@@ -442,13 +452,13 @@ struct NormSets {
 // statistics' update). All contiguous in x's opmath dtype; sums accumulate in double (CPU).
 using NormStatsKernel = void (*)(const Tensor& mean, const Tensor& rstd, const Tensor& unbiased_var,
                                  const Tensor& x, const NormSets& sets, double eps);
-MT_DECLARE_TABLE(norm_stats, NormStatsKernel)
+MT_KERNEL_TABLE(norm_stats, NormStatsKernel)
 // out [N,C,L] = (x - mean[s]) * rstd[s] * weight[c] + bias[c]; mean undefined when not centered,
 // weight and bias contiguous [C] or undefined, in x's dtype or (for a float16/bfloat16 x) float32.
 using NormApplyKernel = void (*)(const Tensor& out, const Tensor& x, const Tensor& mean,
                                  const Tensor& rstd, const Tensor& weight, const Tensor& bias,
                                  const NormSets& sets);
-MT_DECLARE_TABLE(norm_apply, NormApplyKernel)
+MT_KERNEL_TABLE(norm_apply, NormApplyKernel)
 // The backward of norm_apply, with xhat = (x - mean) * rstd and g = grad_out * weight:
 //   stats_from_x (the forward's statistics came from x):
 //     grad_x = rstd * (g - mean_set(g) - xhat * mean_set(g * xhat))   (no mean_set(g) term when
@@ -461,7 +471,7 @@ using NormBackwardKernel = void (*)(const Tensor& grad_x, const Tensor& grad_wei
                                     const Tensor& grad_bias, const Tensor& grad_out,
                                     const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                     const Tensor& weight, const NormSets& sets, bool stats_from_x);
-MT_DECLARE_TABLE(norm_backward, NormBackwardKernel)
+MT_KERNEL_TABLE(norm_backward, NormBackwardKernel)
 
 // ---- attention (kernels/cpu/attention_kernels.cpp, kernels/cuda/attention_kernels.cu) -------
 // scaled_dot_product_attention over B = the flattened batch dims: scores s = q k^T * scale plus
@@ -484,7 +494,7 @@ struct AttentionForwardArgs {
 // Returns false, computing nothing, when the device's kernel does not handle the case (the op
 // then runs its composed path); the CPU kernel handles every case.
 using AttentionForwardKernel = bool (*)(const AttentionForwardArgs& args);
-MT_DECLARE_TABLE(attention_forward, AttentionForwardKernel)
+MT_KERNEL_TABLE(attention_forward, AttentionForwardKernel)
 // The gradients from grad_out [B, L, Ev] (contiguous), recomputing the probabilities from the
 // forward's lse: dV = P_d^T dO, dP = dropout(dO V^T), dS = P * (dP - rowsum(dO * O)),
 // dQ = dS K * scale, dK = dS^T Q * scale. grad_q/k/v are contiguous like q/k/v (overwritten);
@@ -496,16 +506,6 @@ struct AttentionBackwardArgs {
   AttentionForwardArgs fwd;  // the forward's inputs, out and lse
 };
 using AttentionBackwardKernel = bool (*)(const AttentionBackwardArgs& args);
-MT_DECLARE_TABLE(attention_backward, AttentionBackwardKernel)
-
-#undef MT_DECLARE_TABLE
-
-// Every table above by name, with whether a device type has a kernel in it (for the op index
-// test, tests/test_op_index.cpp).
-struct KernelTableEntry {
-  const char* name;
-  bool (*has_kernel)(DeviceType device_type);
-};
-const std::vector<KernelTableEntry>& kernel_table_list();
+MT_KERNEL_TABLE(attention_backward, AttentionBackwardKernel)
 
 }  // namespace mantissa

@@ -1,6 +1,6 @@
-// The activation a linear layer may fuse into its GEMM (autograd/linear_act.h, and the linear
-// kernel tables). GeluTanh is GELU's tanh approximation, the form cuBLASLt's GELU epilogues
-// compute (exact GELU is not fused anywhere).
+// The activation a linear layer may fuse into its GEMM (mt::linear_act in autograd/ops.def, and
+// the linear kernel tables). GeluTanh is GELU's tanh approximation, the form cuBLASLt's GELU
+// epilogues compute (exact GELU is not fused anywhere).
 #pragma once
 
 #include <cstdint>

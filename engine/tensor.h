@@ -181,7 +181,7 @@ class Tensor {
   Tensor mm(const Tensor& other) const;
   Tensor softmax(int64_t dim) const;
   Tensor log_softmax(int64_t dim) const;
-  // more reductions, scans and shape ops (autograd/ops/scan_sort.cpp, shape.cpp)
+  // more reductions, scans and shape ops (autograd/ops/reductions.cpp, scan_sort.cpp, shape.cpp)
   Tensor logsumexp(const Shape& dims, bool keepdim = false) const;
   Tensor prod() const;
   Tensor prod(int64_t dim, bool keepdim = false) const;

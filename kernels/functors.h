@@ -45,6 +45,11 @@ MT_UNARY_FUNCTOR(Tanh, "tanh", kFloatingTypes, MT_MATH(tanh)(x))
 MT_UNARY_FUNCTOR(Silu, "silu", kFloatingTypes, x* sigmoid_of(x))
 MT_UNARY_FUNCTOR(Gelu, "gelu", kFloatingTypes, activation::gelu(x))
 MT_UNARY_FUNCTOR(GeluTanh, "gelu_tanh", kFloatingTypes, activation::gelu_tanh(x))
+// x tanh(softplus(x)), as PyTorch's (exp overflowing to inf gives tanh(inf) = 1).
+MT_UNARY_FUNCTOR(Mish, "mish", kFloatingTypes, x* MT_MATH(tanh)(MT_MATH(log1p)(MT_MATH(exp)(x))))
+// x relu6(x + 3) / 6.
+MT_UNARY_FUNCTOR(Hardswish, "hardswish", kFloatingTypes,
+                 x*(x + T(3) < T(0) ? T(0) : (x + T(3) > T(6) ? T(6) : x + T(3))) / T(6))
 MT_UNARY_FUNCTOR(Sign, "sign", kSignedTypes, T((T(0) < x) - (x < T(0))))
 MT_UNARY_FUNCTOR(Reciprocal, "reciprocal", kFloatingTypes, T(1) / x)
 MT_UNARY_FUNCTOR(Sin, "sin", kFloatingTypes, MT_MATH(sin)(x))
@@ -130,6 +135,14 @@ MT_BACKWARD_FUNCTOR(
       const T sg = sigmoid_of(s);
       return sg * (T(1) + s * (T(1) - sg));
     }())
+MT_BACKWARD_FUNCTOR(
+    MishBackward, "mish_backward", g* [&] {
+      const T t = MT_MATH(tanh)(MT_MATH(log1p)(MT_MATH(exp)(s)));
+      return t + s * sigmoid_of(s) * (T(1) - t * t);
+    }())
+// PyTorch's: 0 below -3, x / 3 + 1/2 up to 3 (both ends included), 1 beyond.
+MT_BACKWARD_FUNCTOR(HardswishBackward, "hardswish_backward",
+                    s < T(-3) ? T(0) : (s <= T(3) ? T(g * (s / T(3) + T(0.5))) : g))
 MT_BACKWARD_FUNCTOR(SigmoidBackward, "sigmoid_backward", g* s*(T(1) - s))
 MT_BACKWARD_FUNCTOR(TanhBackward, "tanh_backward", g*(T(1) - s * s))
 #undef MT_BACKWARD_FUNCTOR

@@ -1,6 +1,6 @@
 // Per-element math of the RMSprop, Adagrad, NAdam and RAdam steps, shared by the CPU kernels
-// (kernels/cpu/optimizer_kernels_adaptive.cpp) and the CUDA ones (kernels/cuda/
-// optimizer_kernels_adaptive.cu), so both round identically.
+// (kernels/cpu/rmsprop_adagrad_nadam_radam_kernels.cpp) and the CUDA ones (kernels/cuda/
+// rmsprop_adagrad_nadam_radam_kernels.cu), so both round identically.
 //
 // Each step follows PyTorch 1.13's single-tensor implementation op by op: wherever PyTorch
 // materialises a tensor (grad.add(param), exp_avg.mul_(beta1), sqrt(), ...) the value is rounded

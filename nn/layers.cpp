@@ -4,7 +4,6 @@
 #include <cmath>
 #include <sstream>
 
-#include "autograd/linear_act.h"
 #include "autograd/node.h"
 #include "nn/init.h"
 

@@ -45,6 +45,8 @@ MANTISSA_ACTIVATION(ReLU, relu(x));
 MANTISSA_ACTIVATION(SiLU, silu(x));
 MANTISSA_ACTIVATION(Sigmoid, sigmoid(x));
 MANTISSA_ACTIVATION(Tanh, tanh(x));
+MANTISSA_ACTIVATION(Mish, mish(x));
+MANTISSA_ACTIVATION(Hardswish, hardswish(x));
 #undef MANTISSA_ACTIVATION
 
 class GELUImpl : public UnaryModule {

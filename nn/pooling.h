@@ -1,5 +1,5 @@
 // Pooling layers: MaxPool2d, AvgPool2d, AdaptiveAvgPool2d (NCHW, as torch.nn). Each is a
-// UnaryModule, so they chain in Sequential; the math is in autograd/ops/embedding_pool.cpp.
+// UnaryModule, so they chain in Sequential; the math is in autograd/ops/pooling.cpp.
 #pragma once
 
 #include <cstdint>

@@ -114,27 +114,12 @@ struct Rule {
 
 // ---- the declarations ---------------------------------------------------------------------------
 
-inline const std::vector<std::string> kLayerTypes = {"linear",
-                                                     "relu",
-                                                     "gelu",
-                                                     "silu",
-                                                     "sigmoid",
-                                                     "tanh",
-                                                     "dropout",
-                                                     "layernorm",
-                                                     "conv2d",
-                                                     "maxpool2d",
-                                                     "flatten",
-                                                     "conv1d",
-                                                     "adaptive_avg_pool2d",
-                                                     "identity",
-                                                     "leaky_relu",
-                                                     "elu",
-                                                     "softplus",
-                                                     "batchnorm1d",
-                                                     "batchnorm2d",
-                                                     "groupnorm",
-                                                     "rmsnorm"};
+inline const std::vector<std::string> kLayerTypes = {
+    "linear",      "relu",       "gelu",    "silu",     "mish",
+    "hardswish",   "sigmoid",    "tanh",    "dropout",  "layernorm",
+    "conv2d",      "maxpool2d",  "flatten", "conv1d",   "adaptive_avg_pool2d",
+    "identity",    "leaky_relu", "elu",     "softplus", "batchnorm1d",
+    "batchnorm2d", "groupnorm",  "rmsnorm"};
 
 template <typename V>
 void describe(V& v, LayerSpec& l) {

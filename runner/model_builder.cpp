@@ -21,6 +21,8 @@ std::shared_ptr<nn::UnaryModule> make_layer(const LayerSpec& l) {
   if (l.type == "relu") return nn::ReLU().ptr();
   if (l.type == "gelu") return nn::GELU(l.approximate).ptr();
   if (l.type == "silu") return nn::SiLU().ptr();
+  if (l.type == "mish") return nn::Mish().ptr();
+  if (l.type == "hardswish") return nn::Hardswish().ptr();
   if (l.type == "sigmoid") return nn::Sigmoid().ptr();
   if (l.type == "tanh") return nn::Tanh().ptr();
   if (l.type == "dropout") return nn::Dropout(l.p).ptr();

@@ -3,8 +3,6 @@
 #include <limits>
 #include <tuple>
 
-#include "autograd/linear_act.h"
-
 namespace mantissa::testing {
 namespace {
 
@@ -59,6 +57,8 @@ const std::vector<OpCase>& op_cases() {
     unary("sigmoid", kFloat, &mt::sigmoid);
     unary("tanh", kFloat, &mt::tanh);
     unary("silu", kFloat, &mt::silu);
+    unary("mish", kFloat, &mt::mish, -4, 4);
+    unary("hardswish", kFloat, &mt::hardswish, -5, 5);
     unary("sign", kSigned, &mt::sign, -2, 2);
     unary("reciprocal", kFloat, &mt::reciprocal, 0.5, 2);
     unary("sin", kFloat, &mt::sin);

@@ -153,7 +153,9 @@ std::map<std::string, Program> programs() {
       {"elu", [](const Tensor& x) { return mt::elu(x); }},
       {"elu_alpha", [](const Tensor& x) { return mt::elu(x, 0.5); }},
       {"softplus", [](const Tensor& x) { return mt::softplus(x); }},
-      {"softplus_beta_threshold", [](const Tensor& x) { return mt::softplus(x, 2.0, 3.0); }}};
+      {"softplus_beta_threshold", [](const Tensor& x) { return mt::softplus(x, 2.0, 3.0); }},
+      {"mish", [](const Tensor& x) { return mt::mish(x); }},
+      {"hardswish", [](const Tensor& x) { return mt::hardswish(x); }}};
   for (const auto& [name, fn] : activations) {
     const std::vector<double>& in = name.rfind("softplus", 0) == 0 ? SOFT : ACT;
     p[name + "_grad"] = [fn, &in] {
@@ -163,6 +165,10 @@ std::map<std::string, Program> programs() {
     };
     p[name + "_float32"] = [fn, &in] { return out(fn(t(in, mt::kFloat32))); };
   }
+  p["mish_hardswish_wide_float32"] = [] {
+    const Tensor x = t({-100.0, -30.0, -3.0, 3.0, 20.0, 30.0, 89.0, 100.0}, mt::kFloat32);
+    return Outputs{{"mish", mt::mish(x)}, {"hardswish", mt::hardswish(x)}};
+  };
   p["softplus_large_float32"] = [] {
     return out(mt::softplus(t({15.0, 19.9, 20.0, 20.1, 50.0, 100.0}, mt::kFloat32)));
   };
@@ -334,6 +340,8 @@ TEST(Pointwise, IntegerActivationsAndLerpAreRefused) {
   EXPECT_THROW(mt::leaky_relu(t(IA, mt::kInt64)), mt::Error);
   EXPECT_THROW(mt::elu(t(IA, mt::kInt64)), mt::Error);
   EXPECT_THROW(mt::softplus(t(IA, mt::kInt64)), mt::Error);
+  EXPECT_THROW(mt::mish(t(IA, mt::kInt64)), mt::Error);
+  EXPECT_THROW(mt::hardswish(t(IA, mt::kInt64)), mt::Error);
   EXPECT_THROW(mt::lerp(t(IA, mt::kInt64), t(IB, mt::kInt64), 0.5), mt::Error);
 }
 
@@ -348,6 +356,11 @@ TEST(Pointwise, HalfTypesRoundTheFloat32Result) {
     EXPECT_TRUE(
         mt::equal(mt::softplus(x).to(mt::kFloat32), mt::softplus(x32).to(dt).to(mt::kFloat32)))
         << name;
+    EXPECT_TRUE(mt::equal(mt::mish(x).to(mt::kFloat32), mt::mish(x32).to(dt).to(mt::kFloat32)))
+        << name;
+    EXPECT_TRUE(
+        mt::equal(mt::hardswish(x).to(mt::kFloat32), mt::hardswish(x32).to(dt).to(mt::kFloat32)))
+        << name;
     EXPECT_TRUE(mt::equal(mt::remainder(x, y).to(mt::kFloat32),
                           mt::remainder(x32, y32).to(dt).to(mt::kFloat32)))
         << name;
@@ -357,8 +370,8 @@ TEST(Pointwise, HalfTypesRoundTheFloat32Result) {
   }
 }
 
-// PyTorch's autocast lists: softplus runs in float32, addcmul promotes, the others keep their
-// inputs' dtype.
+// PyTorch's autocast lists: softplus runs in float32, addcmul promotes, the others (mish and
+// hardswish among them) keep their inputs' dtype.
 TEST(Pointwise, AutocastPolicies) {
   const Tensor h = t(ACT, mt::kBFloat16), f = t(ACT, mt::kFloat32);
   mt::amp::autocast guard(mt::kCPU, mt::amp::Precision::BFloat16);
@@ -368,6 +381,8 @@ TEST(Pointwise, AutocastPolicies) {
   EXPECT_EQ(mt::leaky_relu(h).dtype(), mt::kBFloat16);
   EXPECT_EQ(mt::elu(f).dtype(), mt::kFloat32);
   EXPECT_EQ(mt::lerp(h, h, 0.5).dtype(), mt::kBFloat16);
+  EXPECT_EQ(mt::mish(h).dtype(), mt::kBFloat16);
+  EXPECT_EQ(mt::hardswish(f).dtype(), mt::kFloat32);
 }
 
 // ---- modules and the config's layer types
@@ -378,6 +393,10 @@ TEST(PointwiseModules, ComputeTheFunctionalOpsAndPrintAsPyTorch) {
   EXPECT_TRUE(mt::equal(mt::nn::ELU(0.5)(x), mt::elu(x, 0.5)));
   EXPECT_TRUE(mt::equal(mt::nn::Softplus(2.0, 3.0)(x), mt::softplus(x, 2.0, 3.0)));
   EXPECT_TRUE(mt::equal(mt::nn::Softplus()(x), mt::nn::functional::softplus(x)));
+  EXPECT_TRUE(mt::equal(mt::nn::Mish()(x), mt::nn::functional::mish(x)));
+  EXPECT_TRUE(mt::equal(mt::nn::Hardswish()(x), mt::hardswish(x)));
+  EXPECT_EQ(mt::nn::Mish()->type_name(), "Mish");
+  EXPECT_EQ(mt::nn::Hardswish()->type_name(), "Hardswish");
   EXPECT_EQ(mt::nn::LeakyReLU()->extra_repr(), "negative_slope=0.01");
   EXPECT_EQ(mt::nn::ELU()->extra_repr(), "alpha=1.0");
   EXPECT_EQ(mt::nn::Softplus()->extra_repr(), "beta=1, threshold=20");
@@ -398,4 +417,9 @@ TEST(PointwiseModules, ConfigLayerTypesBuildThem) {
   auto seq = mt::runner::build_model(model);
   const Tensor x = t(ACT);
   EXPECT_TRUE(mt::equal(seq->forward(x), mt::softplus(mt::elu(mt::leaky_relu(x, 0.2), 0.5), 2, 3)));
+  mt::runner::LayerSpec mish, hardswish;
+  mish.type = "mish";
+  hardswish.type = "hardswish";
+  model.layers = {mish, hardswish};
+  EXPECT_TRUE(mt::equal(mt::runner::build_model(model)->forward(x), mt::hardswish(mt::mish(x))));
 }

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <limits>
 
-#include "autograd/autocast_wrapper.h"
+#include "autograd/op_bodies.h"
 #include "autograd/ops/elementwise_common.h"
 
 namespace mantissa {
@@ -196,11 +196,10 @@ Tensor sdpa_body(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 
 }  // namespace
 
-Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
-                                    const Tensor& attn_mask, double dropout_p, bool is_causal,
-                                    std::optional<double> scale, Generator* gen) {
-  return autograd::with_autocast<OpId::scaled_dot_product_attention>(
-      sdpa_body, query, key, value, attn_mask, dropout_p, is_causal, scale, gen);
+Tensor scaled_dot_product_attention_op(const Tensor& query, const Tensor& key, const Tensor& value,
+                                       const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                       std::optional<double> scale, Generator* gen) {
+  return sdpa_body(query, key, value, attn_mask, dropout_p, is_causal, scale, gen);
 }
 
 }  // namespace mantissa

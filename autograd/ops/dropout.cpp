@@ -6,7 +6,7 @@
 
 namespace mantissa {
 
-Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+Tensor dropout_op(const Tensor& x, double p, bool training, Generator* gen) {
   MT_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability has to be between 0 and 1, but got ", p);
   MT_CHECK(x.defined(), "dropout: expected a defined tensor");
   if (!training || p == 0.0) return x;

@@ -2,7 +2,7 @@
 // promotion, unary math and activations, clamp, where, comparisons, and the in-place forms.
 #include <cmath>
 
-#include "autograd/autocast_wrapper.h"
+#include "autograd/op_bodies.h"
 #include "autograd/ops/elementwise_common.h"
 
 namespace mantissa {
@@ -53,8 +53,14 @@ using autograd::Recorder;
 using autograd::sum_to;
 using Grads = std::vector<Tensor>;
 using ops::broadcast_view;
+using ops::floating_of;
+using ops::kSaveIn;
+using ops::kSaveNone;
+using ops::kSaveOut;
 using ops::run_binary_same;
 using ops::run_unary;
+using ops::Saves;
+using ops::unary_op;
 
 // PyTorch's combine_categories: a higher-priority group's dtype wins unless a lower group has a
 // higher category.
@@ -84,9 +90,6 @@ Tensor alloc(const Prepared& p, DType dtype) {
   return empty(p.shape, TensorOptions(p.device).dtype(dtype));
 }
 
-// dtype a floating-result op computes in: integers are promoted to float32.
-DType floating_of(DType t) { return is_floating(t) ? t : kFloat32; }
-
 // Binary ops that produce their inputs' dtype. The output is saved only when the formula reads
 // it (`save_out`): a saved output can't be modified in place afterwards. Formulas are written
 // with the differentiable ops, so they also serve create_graph.
@@ -105,32 +108,6 @@ Tensor binary_op(const char* op, const char* node, const KernelTable<BinaryKerne
           [backward, sa = p.a.shape(), sb = p.b.shape()](BackwardContext& ctx) -> Grads {
             auto [ga, gb] = backward(ctx, ctx.grad(), ctx.saved(0), ctx.saved(1), ctx.saved(2));
             return {ga.defined() ? sum_to(ga, sa) : ga, gb.defined() ? sum_to(gb, sb) : gb};
-          },
-          DoubleBackward::Supported);
-    }
-  }
-  return out;
-}
-
-// What a unary backward reads. Saving only that matters beyond memory: a saved output can't be
-// modified in place afterwards (y = x.sin(); y.mul_(2) must stay legal, as in PyTorch).
-enum Saves { kSaveNone = 0, kSaveIn = 1, kSaveOut = 2 };
-
-// Unary ops; `backward(grad, input, output)` returns the input gradient (input/output are
-// undefined unless `saves` asks for them). A formula that calls a kernel directly computes with
-// the differentiable ops instead when creating_graph(), so every unary op supports create_graph.
-template <typename Backward>
-Tensor unary_op(const char* node, const KernelTable<UnaryKernel>& table, const Tensor& x_in,
-                bool promote_int_to_float, Saves saves, Backward backward) {
-  const Tensor x = promote_int_to_float ? x_in.to(floating_of(x_in.dtype())) : x_in;
-  Tensor out = run_unary(table, x);
-  if (is_floating(x.dtype())) {
-    if (Recorder rec{node, {&x}}) {
-      rec.save((saves & kSaveIn) ? x : Tensor()).save((saves & kSaveOut) ? out : Tensor());
-      rec.finish(
-          out,
-          [backward](BackwardContext& ctx) -> Grads {
-            return {backward(ctx.grad(), ctx.saved(0), ctx.saved(1))};
           },
           DoubleBackward::Supported);
     }
@@ -171,7 +148,7 @@ DType result_type(const Tensor& a, const Scalar& s) {
 }
 
 // ---- binary arithmetic ----------------------------------------------------------------------
-Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+Tensor add_op(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   const DType compute = result_type(a, b);
   MT_CHECK(!alpha.is_floating() || is_floating(compute),
            "add: for integral input tensors, "
@@ -195,7 +172,7 @@ Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   return out;
 }
 
-Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+Tensor sub_op(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   MT_CHECK(a.dtype() != kBool && b.dtype() != kBool,
            "sub: subtraction, the `-` operator, with a "
            "bool tensor is not supported; use logical_not() to invert a mask");
@@ -203,7 +180,7 @@ Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   return add(a, b, neg);
 }
 
-Tensor mul(const Tensor& a, const Tensor& b) {
+Tensor mul_op(const Tensor& a, const Tensor& b) {
   return binary_op(
       "mul", "MulBackward0", mul_kernel, a, b, result_type(a, b),
       [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y, const Tensor&) {
@@ -211,7 +188,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
       });
 }
 
-Tensor div(const Tensor& a, const Tensor& b) {
+Tensor div_op(const Tensor& a, const Tensor& b) {
   return binary_op(
       "div", "DivBackward0", div_kernel, a, b, floating_of(result_type(a, b)),
       [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y, const Tensor&) {
@@ -271,12 +248,8 @@ Tensor log_body(const Tensor& x) {
 
 }  // namespace
 
-Tensor pow(const Tensor& a, const Tensor& exponent) {
-  return autograd::with_autocast<OpId::pow>(pow_body, a, exponent);
-}
-Tensor pow(const Tensor& a, const Scalar& exponent) {
-  return autograd::with_autocast<OpId::pow>(pow_scalar_body, a, exponent);
-}
+Tensor pow_op(const Tensor& a, const Tensor& exponent) { return pow_body(a, exponent); }
+Tensor pow_op(const Tensor& a, const Scalar& exponent) { return pow_scalar_body(a, exponent); }
 
 namespace {
 // Gradient routing of maximum/minimum: the larger (smaller) input gets it, ties split it.
@@ -292,150 +265,84 @@ std::pair<Tensor, Tensor> extremum_backward(BackwardContext& ctx, const Tensor& 
 }
 }  // namespace
 
-Tensor maximum(const Tensor& a, const Tensor& b) {
+Tensor maximum_op(const Tensor& a, const Tensor& b) {
   return binary_op("maximum", "MaximumBackward0", maximum_kernel, a, b, result_type(a, b),
                    [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y,
                       const Tensor&) { return extremum_backward(ctx, g, x, y, true); });
 }
-Tensor minimum(const Tensor& a, const Tensor& b) {
+Tensor minimum_op(const Tensor& a, const Tensor& b) {
   return binary_op("minimum", "MinimumBackward0", minimum_kernel, a, b, result_type(a, b),
                    [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y,
                       const Tensor&) { return extremum_backward(ctx, g, x, y, false); });
 }
 
-Tensor add(const Tensor& a, const Scalar& b) { return add(a, ops::scalar_operand(a, b)); }
-Tensor sub(const Tensor& a, const Scalar& b) { return sub(a, ops::scalar_operand(a, b)); }
-Tensor mul(const Tensor& a, const Scalar& b) { return mul(a, ops::scalar_operand(a, b)); }
-Tensor div(const Tensor& a, const Scalar& b) { return div(a, ops::scalar_operand(a, b)); }
+Tensor add_op(const Tensor& a, const Scalar& b) { return add(a, ops::scalar_operand(a, b)); }
+Tensor sub_op(const Tensor& a, const Scalar& b) { return sub(a, ops::scalar_operand(a, b)); }
+Tensor mul_op(const Tensor& a, const Scalar& b) { return mul(a, ops::scalar_operand(a, b)); }
+Tensor div_op(const Tensor& a, const Scalar& b) { return div(a, ops::scalar_operand(a, b)); }
 
 // ---- unary math -----------------------------------------------------------------------------
-Tensor neg(const Tensor& x) {
+Tensor neg_op(const Tensor& x) {
   MT_CHECK(x.dtype() != kBool,
            "neg: negation, the `-` operator, on a bool tensor is not supported");
   return unary_op("NegBackward0", neg_kernel, x, false, kSaveNone,
                   [](const Tensor& g, const Tensor&, const Tensor&) { return -g; });
 }
-Tensor abs(const Tensor& x) {
+Tensor abs_op(const Tensor& x) {
   return unary_op("AbsBackward0", abs_kernel, x, false, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return g * sign(in); });
 }
-Tensor exp(const Tensor& x) { return autograd::with_autocast<OpId::exp>(exp_body, x); }
-Tensor log(const Tensor& x) { return autograd::with_autocast<OpId::log>(log_body, x); }
-Tensor sqrt(const Tensor& x) {
+Tensor exp_op(const Tensor& x) { return exp_body(x); }
+Tensor log_op(const Tensor& x) { return log_body(x); }
+Tensor sqrt_op(const Tensor& x) {
   return unary_op(
       "SqrtBackward0", sqrt_kernel, x, true, kSaveOut,
       [](const Tensor& g, const Tensor&, const Tensor& out) { return g / (out * 2.0); });
 }
-Tensor rsqrt(const Tensor& x) {
+Tensor rsqrt_op(const Tensor& x) {
   return unary_op(
       "RsqrtBackward0", rsqrt_kernel, x, true, kSaveOut,
       [](const Tensor& g, const Tensor&, const Tensor& out) { return g * out * out * out * -0.5; });
 }
-Tensor square(const Tensor& x) {
+Tensor square_op(const Tensor& x) {
   return unary_op("PowBackward0", square_kernel, x, false, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return g * in * 2.0; });
 }
-Tensor sign(const Tensor& x) {
+Tensor sign_op(const Tensor& x) {
   return unary_op("SignBackward0", sign_kernel, x, false, kSaveNone,
                   [](const Tensor& g, const Tensor&, const Tensor&) { return zeros_like(g); });
 }
-Tensor reciprocal(const Tensor& x) {
+Tensor reciprocal_op(const Tensor& x) {
   return unary_op("ReciprocalBackward0", reciprocal_kernel, x, true, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) { return -g * out * out; });
 }
-Tensor sin(const Tensor& x) {
+Tensor sin_op(const Tensor& x) {
   return unary_op("SinBackward0", sin_kernel, x, true, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return g * cos(in); });
 }
-Tensor cos(const Tensor& x) {
+Tensor cos_op(const Tensor& x) {
   return unary_op("CosBackward0", cos_kernel, x, true, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return -g * sin(in); });
 }
-Tensor log1p(const Tensor& x) {
+Tensor log1p_op(const Tensor& x) {
   return unary_op("Log1PBackward0", log1p_kernel, x, true, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return g / (in + 1.0); });
 }
-Tensor expm1(const Tensor& x) {
+Tensor expm1_op(const Tensor& x) {
   return unary_op(
       "Expm1Backward0", expm1_kernel, x, true, kSaveOut,
       [](const Tensor& g, const Tensor&, const Tensor& out) { return g * (out + 1.0); });
 }
 
-// ---- activations ----------------------------------------------------------------------------
-namespace {
-
-// gelu'(x) = Phi(x) + x phi(x) from the kernel, recorded with its own derivative
-// gelu''(x) = phi(x) (2 - x^2): there is no differentiable erf to compose Phi from.
-Tensor gelu_derivative(const Tensor& x) {
-  Tensor out = run_binary_same(gelu_backward_kernel, ones_like(x), x);
-  if (Recorder rec{"GeluBackwardBackward0", {&x}}) {
-    rec.save(x);
-    rec.finish(
-        out,
-        [](BackwardContext& ctx) -> Grads {
-          const Tensor in = ctx.saved(0), x2 = in * in;
-          const Tensor pdf = exp(x2 * -0.5) * 0.3989422804014327;  // 1 / sqrt(2 pi)
-          return {ctx.grad() * pdf * (2.0 - x2)};
-        },
-        DoubleBackward::Supported);
-  }
-  return out;
-}
-
-// The tanh approximation's derivative, composed of differentiable ops:
-// 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh(k (x + c x^3)).
-Tensor gelu_tanh_derivative(const Tensor& x) {
-  constexpr double k = 0.7978845608028654, c = 0.044715;  // sqrt(2 / pi)
-  const Tensor x2 = x * x;
-  const Tensor t = tanh((x + x * x2 * c) * k);
-  return (t + 1.0) * 0.5 + x * (1.0 - t * t) * (x2 * (3.0 * c) + 1.0) * (0.5 * k);
-}
-
-}  // namespace
-
-Tensor relu(const Tensor& x) {
-  return unary_op("ReluBackward0", relu_kernel, x, false, kSaveOut,
-                  [](const Tensor& g, const Tensor&, const Tensor& out) {
-                    if (creating_graph()) return where(out > 0.0, g, 0.0);
-                    return run_binary_same(relu_backward_kernel, g, out);
-                  });
-}
-Tensor gelu(const Tensor& x, std::string_view approximate) {
-  MT_CHECK(approximate == "none" || approximate == "tanh",
-           "gelu: approximate must be 'none' or "
-           "'tanh', got '",
-           approximate, "'");
-  if (approximate == "tanh") {
-    return unary_op("GeluBackward0", gelu_tanh_kernel, x, false, kSaveIn,
-                    [](const Tensor& g, const Tensor& in, const Tensor&) {
-                      if (creating_graph()) return g * gelu_tanh_derivative(in);
-                      return run_binary_same(gelu_tanh_backward_kernel, g, in);
-                    });
-  }
-  return unary_op("GeluBackward0", gelu_kernel, x, false, kSaveIn,
-                  [](const Tensor& g, const Tensor& in, const Tensor&) {
-                    if (creating_graph()) return g * gelu_derivative(in);
-                    return run_binary_same(gelu_backward_kernel, g, in);
-                  });
-}
-Tensor silu(const Tensor& x) {
-  return unary_op("SiluBackward0", silu_kernel, x, false, kSaveIn,
-                  [](const Tensor& g, const Tensor& in, const Tensor&) {
-                    if (creating_graph()) {
-                      const Tensor s = sigmoid(in);
-                      return g * s * (in * (1.0 - s) + 1.0);
-                    }
-                    return run_binary_same(silu_backward_kernel, g, in);
-                  });
-}
-Tensor sigmoid(const Tensor& x) {
+// ---- sigmoid and tanh ------------------------------------------------------------------------
+Tensor sigmoid_op(const Tensor& x) {
   return unary_op("SigmoidBackward0", sigmoid_kernel, x, true, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) {
                     if (creating_graph()) return g * out * (1.0 - out);
                     return run_binary_same(sigmoid_backward_kernel, g, out);
                   });
 }
-Tensor tanh(const Tensor& x) {
+Tensor tanh_op(const Tensor& x) {
   return unary_op("TanhBackward0", tanh_kernel, x, true, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) {
                     if (creating_graph()) return g * (1.0 - out * out);
@@ -443,7 +350,7 @@ Tensor tanh(const Tensor& x) {
                   });
 }
 
-Tensor clamp(const Tensor& x_in, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+Tensor clamp_op(const Tensor& x_in, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   MT_CHECK(lo || hi, "clamp: at least one of 'min' or 'max' must not be None");
   MT_CHECK(x_in.dtype() != kBool, "clamp: not implemented for bool tensors");
   // Bounds take part in type promotion: clamp(int_tensor, 0.5) is float32, as in PyTorch
@@ -469,7 +376,7 @@ Tensor clamp(const Tensor& x_in, std::optional<Scalar> lo, std::optional<Scalar>
   return out;
 }
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+Tensor where_op(const Tensor& cond, const Tensor& a, const Tensor& b) {
   MT_CHECK(cond.dtype() == kBool, "where: expected condition to be a bool tensor, got ",
            cond.dtype());
   ops::check_same_device("where", cond, a);
@@ -495,17 +402,17 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b) {
+Tensor where_op(const Tensor& cond, const Tensor& a, const Scalar& b) {
   return where(cond, a, ops::scalar_operand(a, b));
 }
 
 // ---- comparisons ----------------------------------------------------------------------------
-Tensor eq(const Tensor& a, const Tensor& b) { return comparison("eq", eq_kernel, a, b); }
-Tensor ne(const Tensor& a, const Tensor& b) { return comparison("ne", ne_kernel, a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return comparison("lt", lt_kernel, a, b); }
-Tensor le(const Tensor& a, const Tensor& b) { return comparison("le", le_kernel, a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return comparison("gt", gt_kernel, a, b); }
-Tensor ge(const Tensor& a, const Tensor& b) { return comparison("ge", ge_kernel, a, b); }
+Tensor eq_op(const Tensor& a, const Tensor& b) { return comparison("eq", eq_kernel, a, b); }
+Tensor ne_op(const Tensor& a, const Tensor& b) { return comparison("ne", ne_kernel, a, b); }
+Tensor lt_op(const Tensor& a, const Tensor& b) { return comparison("lt", lt_kernel, a, b); }
+Tensor le_op(const Tensor& a, const Tensor& b) { return comparison("le", le_kernel, a, b); }
+Tensor gt_op(const Tensor& a, const Tensor& b) { return comparison("gt", gt_kernel, a, b); }
+Tensor ge_op(const Tensor& a, const Tensor& b) { return comparison("ge", ge_kernel, a, b); }
 
 bool equal(const Tensor& a, const Tensor& b) {
   if (!(a.shape() == b.shape())) return false;

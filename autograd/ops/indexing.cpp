@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "autograd/autocast_wrapper.h"
+#include "autograd/op_bodies.h"
 #include "autograd/ops/elementwise_common.h"
 
 namespace mantissa {
@@ -62,7 +62,7 @@ void check_index_fits(const char* op, const Tensor& index1, const Tensor& t1, in
 }  // namespace
 
 // ---- gather / scatter_add -----------------------------------------------------------------------
-Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+Tensor gather_op(const Tensor& x, int64_t dim, const Tensor& index) {
   check_int64_index("gather", index);
   check_same_device("gather", x, index);
   const int64_t d = wrap_dim(dim, x.dim(), "gather");
@@ -80,7 +80,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   return out;
 }
 
-Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+Tensor scatter_add_op(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   check_int64_index("scatter_add", index);
   check_same_device("scatter_add", x, index);
   check_same_device("scatter_add", x, src);
@@ -119,7 +119,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 }
 
 // ---- index_select / index_add -------------------------------------------------------------------
-Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+Tensor index_select_op(const Tensor& x, int64_t dim, const Tensor& index) {
   check_same_device("index_select", x, index);
   const Tensor idx = vector_index("index_select", index);
   const int64_t d = wrap_dim(dim, x.dim(), "index_select");
@@ -140,7 +140,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   return out;
 }
 
-Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+Tensor index_add_op(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   check_same_device("index_add", x, index);
   check_same_device("index_add", x, src);
   const Tensor idx = vector_index("index_add", index);
@@ -170,7 +170,7 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
 }
 
 // ---- one_hot ------------------------------------------------------------------------------------
-Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+Tensor one_hot_op(const Tensor& indices, int64_t num_classes) {
   MT_CHECK(indices.dtype() == kInt64, "one_hot: expected an int64 index tensor, got ",
            indices.dtype());
   MT_CHECK(num_classes >= -1, "one_hot: num_classes must be -1 or non-negative, got ", num_classes);
@@ -281,9 +281,7 @@ Tensor cat_body(const std::vector<Tensor>& tensors, int64_t dim) {
 
 }  // namespace
 
-Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
-  return autograd::with_autocast<OpId::cat>(cat_body, tensors, dim);
-}
+Tensor cat_op(const std::vector<Tensor>& tensors, int64_t dim) { return cat_body(tensors, dim); }
 
 namespace {
 
@@ -304,8 +302,8 @@ Tensor stack_body(const std::vector<Tensor>& tensors, int64_t dim) {
 
 }  // namespace
 
-Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
-  return autograd::with_autocast<OpId::stack>(stack_body, tensors, dim);
+Tensor stack_op(const std::vector<Tensor>& tensors, int64_t dim) {
+  return stack_body(tensors, dim);
 }
 
 }  // namespace mantissa

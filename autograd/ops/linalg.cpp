@@ -4,7 +4,7 @@
 // its fused-activation forms are in autograd/ops/linear.cpp (the fused linear kernels).
 #include <algorithm>
 
-#include "autograd/autocast_wrapper.h"
+#include "autograd/op_bodies.h"
 #include "autograd/ops/elementwise_common.h"
 
 namespace mantissa {
@@ -163,15 +163,9 @@ Tensor matmul_body(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-Tensor mm(const Tensor& a, const Tensor& b) {
-  return autograd::with_autocast<OpId::mm>(mm_body, a, b);
-}
-Tensor bmm(const Tensor& a, const Tensor& b) {
-  return autograd::with_autocast<OpId::bmm>(bmm_body, a, b);
-}
-Tensor matmul(const Tensor& a, const Tensor& b) {
-  return autograd::with_autocast<OpId::matmul>(matmul_body, a, b);
-}
+Tensor mm_op(const Tensor& a, const Tensor& b) { return mm_body(a, b); }
+Tensor bmm_op(const Tensor& a, const Tensor& b) { return bmm_body(a, b); }
+Tensor matmul_op(const Tensor& a, const Tensor& b) { return matmul_body(a, b); }
 
 Tensor Tensor::matmul(const Tensor& other) const { return mantissa::matmul(*this, other); }
 Tensor Tensor::mm(const Tensor& other) const { return mantissa::mm(*this, other); }

@@ -4,8 +4,7 @@
 // Backward formulas run kernels directly. Under create_graph, linear without an activation
 // computes its gradients with mm and sum instead, so that they can be differentiated again; the
 // fused-activation forms do not support create_graph.
-#include "autograd/autocast_wrapper.h"
-#include "autograd/linear_act.h"
+#include "autograd/op_bodies.h"
 #include "autograd/ops/elementwise_common.h"
 
 namespace mantissa {
@@ -206,19 +205,18 @@ Tensor linear_act_linear_body(const Tensor& x, const Tensor& w1, const Tensor& b
 
 }  // namespace
 
-Tensor linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, LinearActivation act) {
-  return autograd::with_autocast<OpId::linear_act>(linear_act_body, x, weight, bias, act);
+Tensor linear_act_op(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                     LinearActivation act) {
+  return linear_act_body(x, weight, bias, act);
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return autograd::with_autocast<OpId::linear>(linear_act_body, x, weight, bias,
-                                               LinearActivation::None);
+Tensor linear_op(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_act_body(x, weight, bias, LinearActivation::None);
 }
 
-Tensor linear_act_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, LinearActivation act,
-                         const Tensor& w2, const Tensor& b2) {
-  return autograd::with_autocast<OpId::linear_act_linear>(linear_act_linear_body, x, w1, b1, act,
-                                                          w2, b2);
+Tensor linear_act_linear_op(const Tensor& x, const Tensor& w1, const Tensor& b1,
+                            LinearActivation act, const Tensor& w2, const Tensor& b2) {
+  return linear_act_linear_body(x, w1, b1, act, w2, b2);
 }
 
 }  // namespace mantissa

@@ -262,15 +262,13 @@ Tensor cross_entropy_body(const Tensor& x, const Tensor& target, Reduction reduc
 
 }  // namespace
 
-Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction,
-                int64_t ignore_index, const Tensor& weight) {
-  return autograd::with_autocast<OpId::nll_loss>(nll_loss_body, input, target, reduction,
-                                                 ignore_index, weight);
+Tensor nll_loss_op(const Tensor& input, const Tensor& target, Reduction reduction,
+                   int64_t ignore_index, const Tensor& weight) {
+  return nll_loss_body(input, target, reduction, ignore_index, weight);
 }
-Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction,
-                     double label_smoothing, int64_t ignore_index, const Tensor& weight) {
-  return autograd::with_autocast<OpId::cross_entropy>(cross_entropy_body, input, target, reduction,
-                                                      label_smoothing, ignore_index, weight);
+Tensor cross_entropy_op(const Tensor& input, const Tensor& target, Reduction reduction,
+                        double label_smoothing, int64_t ignore_index, const Tensor& weight) {
+  return cross_entropy_body(input, target, reduction, label_smoothing, ignore_index, weight);
 }
 
 }  // namespace mantissa

@@ -8,7 +8,7 @@
 
 #include <optional>
 
-#include "autograd/autocast_wrapper.h"
+#include "autograd/op_bodies.h"
 #include "autograd/ops/elementwise_common.h"
 #include "engine/logging.h"
 

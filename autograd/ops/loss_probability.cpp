@@ -209,20 +209,18 @@ Tensor kl_div_body(const Tensor& input, const Tensor& target, KlDivReduction red
 
 }  // namespace
 
-Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction,
-                            const Tensor& weight) {
-  return autograd::with_autocast<OpId::binary_cross_entropy>(binary_cross_entropy_body, input,
-                                                             target, reduction, weight);
+Tensor binary_cross_entropy_op(const Tensor& input, const Tensor& target, Reduction reduction,
+                               const Tensor& weight) {
+  return binary_cross_entropy_body(input, target, reduction, weight);
 }
-Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
-                                        Reduction reduction, const Tensor& pos_weight,
-                                        const Tensor& weight) {
-  return autograd::with_autocast<OpId::binary_cross_entropy_with_logits>(
-      binary_cross_entropy_with_logits_body, input, target, reduction, pos_weight, weight);
+Tensor binary_cross_entropy_with_logits_op(const Tensor& input, const Tensor& target,
+                                           Reduction reduction, const Tensor& pos_weight,
+                                           const Tensor& weight) {
+  return binary_cross_entropy_with_logits_body(input, target, reduction, pos_weight, weight);
 }
-Tensor kl_div(const Tensor& input, const Tensor& target, KlDivReduction reduction,
-              bool log_target) {
-  return autograd::with_autocast<OpId::kl_div>(kl_div_body, input, target, reduction, log_target);
+Tensor kl_div_op(const Tensor& input, const Tensor& target, KlDivReduction reduction,
+                 bool log_target) {
+  return kl_div_body(input, target, reduction, log_target);
 }
 
 }  // namespace mantissa

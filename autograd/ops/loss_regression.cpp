@@ -104,19 +104,18 @@ Tensor huber_loss_body(const Tensor& input, const Tensor& target, Reduction redu
 
 }  // namespace
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  return autograd::with_autocast<OpId::mse_loss>(mse_loss_body, input, target, reduction);
+Tensor mse_loss_op(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return mse_loss_body(input, target, reduction);
 }
-Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  return autograd::with_autocast<OpId::l1_loss>(l1_loss_body, input, target, reduction);
+Tensor l1_loss_op(const Tensor& input, const Tensor& target, Reduction reduction) {
+  return l1_loss_body(input, target, reduction);
 }
-Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
-  return autograd::with_autocast<OpId::smooth_l1_loss>(smooth_l1_loss_body, input, target,
-                                                       reduction, beta);
+Tensor smooth_l1_loss_op(const Tensor& input, const Tensor& target, Reduction reduction,
+                         double beta) {
+  return smooth_l1_loss_body(input, target, reduction, beta);
 }
-Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
-  return autograd::with_autocast<OpId::huber_loss>(huber_loss_body, input, target, reduction,
-                                                   delta);
+Tensor huber_loss_op(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
+  return huber_loss_body(input, target, reduction, delta);
 }
 
 }  // namespace mantissa

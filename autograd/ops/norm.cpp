@@ -10,8 +10,8 @@
 #include <limits>
 #include <optional>
 
-#include "autograd/autocast_wrapper.h"
 #include "autograd/functions.h"
+#include "autograd/op_bodies.h"
 #include "autograd/recorder.h"
 #include "engine/kernel_tables.h"
 
@@ -254,28 +254,25 @@ Tensor rms_norm_body(const Tensor& x, const Shape& normalized_shape, const Tenso
 
 }  // namespace
 
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                  double eps) {
-  return autograd::with_autocast<OpId::batch_norm>(batch_norm_body, x, running_mean, running_var,
-                                                   weight, bias, training, momentum, eps);
+Tensor batch_norm_op(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                     const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                     double eps) {
+  return batch_norm_body(x, running_mean, running_var, weight, bias, training, momentum, eps);
 }
 
-Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
-                  double eps) {
-  return autograd::with_autocast<OpId::group_norm>(group_norm_body, x, num_groups, weight, bias,
-                                                   eps);
+Tensor group_norm_op(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
+                     double eps) {
+  return group_norm_body(x, num_groups, weight, bias, eps);
 }
 
-Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
-                std::optional<double> eps) {
-  return autograd::with_autocast<OpId::rms_norm>(rms_norm_body, x, normalized_shape, weight, eps);
+Tensor rms_norm_op(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                   std::optional<double> eps) {
+  return rms_norm_body(x, normalized_shape, weight, eps);
 }
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
-                  const Tensor& bias, double eps) {
-  return autograd::with_autocast<OpId::layer_norm>(layer_norm_body, x, normalized_shape, weight,
-                                                   bias, eps);
+Tensor layer_norm_op(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                     const Tensor& bias, double eps) {
+  return layer_norm_body(x, normalized_shape, weight, bias, eps);
 }
 
 }  // namespace mantissa

@@ -197,13 +197,13 @@ Tensor operator<=(const Tensor& a, const Scalar& b) { return le(a, ops::scalar_o
 Tensor operator>(const Tensor& a, const Scalar& b) { return gt(a, ops::scalar_operand(a, b)); }
 Tensor operator>=(const Tensor& a, const Scalar& b) { return ge(a, ops::scalar_operand(a, b)); }
 
-Tensor logical_and(const Tensor& a, const Tensor& b) {
+Tensor logical_and_op(const Tensor& a, const Tensor& b) {
   return where(a.to(kBool), b.to(kBool), zeros({}, TensorOptions(a.device()).dtype(kBool)));
 }
-Tensor logical_or(const Tensor& a, const Tensor& b) {
+Tensor logical_or_op(const Tensor& a, const Tensor& b) {
   return where(a.to(kBool), ones({}, TensorOptions(a.device()).dtype(kBool)), b.to(kBool));
 }
-Tensor logical_not(const Tensor& a) { return a.to(kBool) == false; }
+Tensor logical_not_op(const Tensor& a) { return a.to(kBool) == false; }
 Tensor operator&(const Tensor& a, const Tensor& b) { return logical_and(a, b); }
 Tensor operator|(const Tensor& a, const Tensor& b) { return logical_or(a, b); }
 Tensor operator!(const Tensor& a) { return logical_not(a); }

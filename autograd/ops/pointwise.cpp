@@ -1,7 +1,7 @@
 // Pointwise and masking ops with their backward formulas: floor_divide, remainder and fmod,
-// masked_fill, the floating-point class tests, the activations with parameters (leaky_relu, elu,
-// softplus), lerp, addcmul, and tril/triu. Broadcasting and type promotion are PyTorch's.
-#include "autograd/autocast_wrapper.h"
+// masked_fill, the floating-point class tests, lerp, addcmul, and tril/triu. Broadcasting and
+// type promotion are PyTorch's.
+#include "autograd/op_bodies.h"
 #include "autograd/ops/elementwise_common.h"
 
 namespace mantissa {
@@ -136,36 +136,6 @@ Tensor class_test(const KernelTable<UnaryKernel>& table, const Tensor& x) {
   return out;
 }
 
-// ---- activations with parameters -------------------------------------------------------------
-Tensor param_activation(const char* node, const KernelTable<ParamActivationKernel>& forward,
-                        const KernelTable<ParamActivationBackwardKernel>& backward, const Tensor& x,
-                        double p0, double p1) {
-  Tensor out = ops::empty_as(x.shape(), x);
-  forward(x.device())(out, x, p0, p1);
-  if (Recorder rec{node, {&x}}) {
-    rec.save(x);
-    rec.finish(out, [&backward, p0, p1](BackwardContext& ctx) -> Grads {
-      const Tensor g = ctx.grad(), in = ctx.saved(0);
-      Tensor grad_in = ops::empty_as(g.shape(), g);
-      backward(g.device())(grad_in, g, in, p0, p1);
-      return {grad_in};
-    });
-  }
-  return out;
-}
-
-Tensor leaky_relu_body(const Tensor& x, double negative_slope) {
-  return param_activation("LeakyReluBackward0", leaky_relu_kernel, leaky_relu_backward_kernel, x,
-                          negative_slope, 0.0);
-}
-Tensor elu_body(const Tensor& x, double alpha) {
-  return param_activation("EluBackward0", elu_kernel, elu_backward_kernel, x, alpha, 0.0);
-}
-Tensor softplus_body(const Tensor& x, double beta, double threshold) {
-  return param_activation("SoftplusBackward0", softplus_kernel, softplus_backward_kernel, x, beta,
-                          threshold);
-}
-
 // ---- lerp and addcmul -------------------------------------------------------------------------
 void check_lerp_operand(const Tensor& start, const Tensor& t, const char* what) {
   MT_CHECK(t.dtype() == start.dtype(), "lerp: expected dtype ", start.dtype(), " for `", what,
@@ -264,72 +234,43 @@ Tensor triangle(const char* op, const char* node, const Tensor& x, int64_t diago
 }  // namespace
 
 // ---- public entries ---------------------------------------------------------------------------
-Tensor floor_divide(const Tensor& a, const Tensor& b) {
-  return autograd::with_autocast<OpId::floor_divide>(floor_divide_body, a, b);
-}
-Tensor floor_divide(const Tensor& a, const Scalar& b) {
+Tensor floor_divide_op(const Tensor& a, const Tensor& b) { return floor_divide_body(a, b); }
+Tensor floor_divide_op(const Tensor& a, const Scalar& b) {
   return floor_divide(a, ops::scalar_operand(a, b));
 }
-Tensor remainder(const Tensor& a, const Tensor& b) {
-  return autograd::with_autocast<OpId::remainder>(remainder_body, a, b);
-}
-Tensor remainder(const Tensor& a, const Scalar& b) {
+Tensor remainder_op(const Tensor& a, const Tensor& b) { return remainder_body(a, b); }
+Tensor remainder_op(const Tensor& a, const Scalar& b) {
   return remainder(a, ops::scalar_operand(a, b));
 }
-Tensor fmod(const Tensor& a, const Tensor& b) {
-  return autograd::with_autocast<OpId::fmod>(fmod_body, a, b);
-}
-Tensor fmod(const Tensor& a, const Scalar& b) { return fmod(a, ops::scalar_operand(a, b)); }
+Tensor fmod_op(const Tensor& a, const Tensor& b) { return fmod_body(a, b); }
+Tensor fmod_op(const Tensor& a, const Scalar& b) { return fmod(a, ops::scalar_operand(a, b)); }
 
-Tensor masked_fill(const Tensor& self, const Tensor& mask, const Tensor& value) {
-  return autograd::with_autocast<OpId::masked_fill>(masked_fill_body, self, mask, value);
+Tensor masked_fill_op(const Tensor& self, const Tensor& mask, const Tensor& value) {
+  return masked_fill_body(self, mask, value);
 }
-Tensor masked_fill(const Tensor& self, const Tensor& mask, const Scalar& value) {
+Tensor masked_fill_op(const Tensor& self, const Tensor& mask, const Scalar& value) {
   return masked_fill(self, mask, ops::wrap_scalar(value, self.dtype(), self.device()));
 }
 
-Tensor isnan(const Tensor& x) {
-  return autograd::with_autocast<OpId::isnan>(
-      [](const Tensor& t) { return class_test(isnan_kernel, t); }, x);
+Tensor isnan_op(const Tensor& x) { return class_test(isnan_kernel, x); }
+Tensor isinf_op(const Tensor& x) { return class_test(isinf_kernel, x); }
+Tensor isfinite_op(const Tensor& x) { return class_test(isfinite_kernel, x); }
+
+Tensor lerp_op(const Tensor& start, const Tensor& end, const Tensor& weight) {
+  return lerp_body(start, end, weight);
 }
-Tensor isinf(const Tensor& x) {
-  return autograd::with_autocast<OpId::isinf>(
-      [](const Tensor& t) { return class_test(isinf_kernel, t); }, x);
+Tensor lerp_op(const Tensor& start, const Tensor& end, const Scalar& weight) {
+  return lerp_scalar_body(start, end, weight);
 }
-Tensor isfinite(const Tensor& x) {
-  return autograd::with_autocast<OpId::isfinite>(
-      [](const Tensor& t) { return class_test(isfinite_kernel, t); }, x);
+Tensor addcmul_op(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
+  return addcmul_body(self, t1, t2, value);
 }
 
-Tensor leaky_relu(const Tensor& x, double negative_slope) {
-  return autograd::with_autocast<OpId::leaky_relu>(leaky_relu_body, x, negative_slope);
+Tensor tril_op(const Tensor& x, int64_t diagonal) {
+  return triangle("tril", "TrilBackward0", x, diagonal, false);
 }
-Tensor elu(const Tensor& x, double alpha) {
-  return autograd::with_autocast<OpId::elu>(elu_body, x, alpha);
-}
-Tensor softplus(const Tensor& x, double beta, double threshold) {
-  return autograd::with_autocast<OpId::softplus>(softplus_body, x, beta, threshold);
-}
-
-Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
-  return autograd::with_autocast<OpId::lerp>(lerp_body, start, end, weight);
-}
-Tensor lerp(const Tensor& start, const Tensor& end, const Scalar& weight) {
-  return autograd::with_autocast<OpId::lerp>(lerp_scalar_body, start, end, weight);
-}
-Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
-  return autograd::with_autocast<OpId::addcmul>(addcmul_body, self, t1, t2, value);
-}
-
-Tensor tril(const Tensor& x, int64_t diagonal) {
-  return autograd::with_autocast<OpId::tril>(
-      [](const Tensor& t, int64_t k) { return triangle("tril", "TrilBackward0", t, k, false); }, x,
-      diagonal);
-}
-Tensor triu(const Tensor& x, int64_t diagonal) {
-  return autograd::with_autocast<OpId::triu>(
-      [](const Tensor& t, int64_t k) { return triangle("triu", "TriuBackward0", t, k, true); }, x,
-      diagonal);
+Tensor triu_op(const Tensor& x, int64_t diagonal) {
+  return triangle("triu", "TriuBackward0", x, diagonal, true);
 }
 
 // ---- methods ----------------------------------------------------------------------------------

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <string>
 
-#include "autograd/autocast_wrapper.h"
 #include "autograd/functions.h"
+#include "autograd/op_bodies.h"
 
 namespace mantissa {
 namespace {
@@ -308,18 +308,18 @@ Tensor baddbmm_body(const Tensor& input, const Tensor& batch1, const Tensor& bat
 
 }  // namespace
 
-Tensor einsum(std::string_view equation, const std::vector<Tensor>& operands) {
-  return autograd::with_autocast<OpId::einsum>(einsum_body, equation, operands);
+Tensor einsum_op(std::string_view equation, const std::vector<Tensor>& operands) {
+  return einsum_body(equation, operands);
 }
 
-Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, const Scalar& beta,
-             const Scalar& alpha) {
-  return autograd::with_autocast<OpId::addmm>(addmm_body, input, mat1, mat2, beta, alpha);
+Tensor addmm_op(const Tensor& input, const Tensor& mat1, const Tensor& mat2, const Scalar& beta,
+                const Scalar& alpha) {
+  return addmm_body(input, mat1, mat2, beta, alpha);
 }
 
-Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, const Scalar& beta,
-               const Scalar& alpha) {
-  return autograd::with_autocast<OpId::baddbmm>(baddbmm_body, input, batch1, batch2, beta, alpha);
+Tensor baddbmm_op(const Tensor& input, const Tensor& batch1, const Tensor& batch2,
+                  const Scalar& beta, const Scalar& alpha) {
+  return baddbmm_body(input, batch1, batch2, beta, alpha);
 }
 
 }  // namespace mantissa

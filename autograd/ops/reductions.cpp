@@ -1,19 +1,32 @@
 // Reductions with their backward formulas: sum, mean, amax/amin, max/min (all, or along a dim
-// with indices), argmax/argmin, var/std, norm and all_finite.
+// with indices), argmax/argmin, var/std, norm, all_finite, logsumexp, prod and any/all.
 //
 // Every reduction runs its kernel on an output in keepdim form (reduced dims kept with size 1);
 // without keepdim the result is a view of it with those dims dropped. Backward formulas undo
 // that: the gradient is reshaped back to keepdim form and broadcast against the input.
 // sum and norm take autocast's float32 policy (half inputs are reduced in float32).
+// logsumexp is PyTorch's composition (amax, exp, sum, log) recorded as one node whose backward
+// is g * exp(x - result). prod's backward multiplies g by the product of the other elements of
+// each slice, built from exclusive scans from both ends, so zeros in the input need no special
+// case; it runs kernels and is first-order only.
 #include <algorithm>
 #include <cmath>
 
-#include "autograd/autocast_wrapper.h"
-#include "autograd/functions.h"
+#include "autograd/op_bodies.h"
+#include "autograd/ops/elementwise_common.h"
 #include "autograd/recorder.h"
 #include "engine/kernel_tables.h"
 
 namespace mantissa {
+
+namespace ops {
+// The dtype an integer-promoting op (prod, cumsum, cumprod) computes in: the requested one, else
+// int64 for integer and bool inputs, else the input's.
+DType integer_promoted(const Tensor& x, std::optional<DType> dtype) {
+  return dtype.value_or(is_integral(x.dtype(), /*include_bool=*/true) ? kInt64 : x.dtype());
+}
+}  // namespace ops
+
 namespace {
 
 using autograd::BackwardContext;
@@ -61,10 +74,29 @@ ReducedDims make_reduction(const Tensor& x, const Shape& dims, bool keepdim, con
 }
 
 // The user-facing view of a fresh keepdim-form output (not recorded: the op records on it).
+Tensor result_view(const Tensor& keep_out, const Shape& result) {
+  if (keep_out.shape() == result) return keep_out;
+  return detail::make_view(keep_out, result, contiguous_strides(result), keep_out.storage_offset());
+}
 Tensor result_view(const Tensor& keep_out, const ReducedDims& r) {
-  if (keep_out.shape() == r.result) return keep_out;
-  return detail::make_view(keep_out, r.result, contiguous_strides(r.result),
-                           keep_out.storage_offset());
+  return result_view(keep_out, r.result);
+}
+
+// The shapes of a reduction over one dim (or, without a dim, over all of them): keep has the
+// reduced dims as 1, result is what the user gets.
+struct OneDimReduction {
+  Shape keep, result;
+};
+OneDimReduction one_dim_reduction(const Tensor& x, std::optional<int64_t> dim, bool keepdim,
+                                  const char* op) {
+  OneDimReduction r;
+  const int64_t d = dim ? wrap_dim(*dim, x.dim(), op) : -1;
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    const bool reduced = !dim || i == d;
+    r.keep.push_back(reduced ? 1 : x.size(i));
+    if (!reduced || (dim && keepdim)) r.result.push_back(reduced ? 1 : x.size(i));
+  }
+  return r;
 }
 
 Tensor alloc(const Shape& shape, DType dtype, Device device) {
@@ -217,6 +249,91 @@ Tensor norm_backward(const Tensor& g, const Tensor& x, const Tensor& n, double p
   return scaled * where(n != 0.0, g / pow(n, Scalar(p - 1.0)), 0.0);
 }
 
+// ---- logsumexp ------------------------------------------------------------------------------
+Tensor logsumexp_body(const Tensor& input, const Shape& dims, bool keepdim) {
+  // Integer inputs reduce in the default floating dtype.
+  const Tensor x = is_floating(input.dtype()) ? input : input.to(kFloat32);
+  // Which dims are reduced (repeats are refused by amax and sum below).
+  bool reduced[kMaxDims] = {};
+  for (int64_t d = 0; d < x.dim(); ++d) reduced[d] = dims.empty();
+  for (int64_t d : dims) {
+    const int64_t w = wrap_dim(d, x.dim(), "logsumexp");
+    if (x.dim() > 0) reduced[w] = true;
+  }
+  Shape keep, result;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    keep.push_back(reduced[d] ? 1 : x.size(d));
+    if (!reduced[d] || keepdim) result.push_back(reduced[d] ? 1 : x.size(d));
+  }
+  Tensor out_keep;
+  {
+    autograd::NoGradGuard no_grad;
+    if (x.numel() != 0) {
+      // An infinite max is not taken out: inf - inf would turn the sum into NaN.
+      Tensor m = amax(x, dims, true);
+      m = where(abs(m) != INFINITY, m, 0.0);
+      out_keep = log(sum(exp(x - m), dims, true)) + m;
+    } else {
+      out_keep = log(sum(exp(x), dims, true));
+    }
+    out_keep = out_keep.contiguous();
+  }
+  const Tensor out = result_view(out_keep, result);
+  if (Recorder rec{"LogsumexpBackward0", {&x}}) {
+    rec.save(x).save(out_keep);
+    rec.finish(out, [keep](BackwardContext& ctx) -> Grads {
+      const Tensor g = ctx.grad().reshape(keep);
+      return {g * exp(ctx.saved(0) - ctx.saved(1))};
+    });
+  }
+  return out;
+}
+
+// ---- prod -----------------------------------------------------------------------------------
+// g (keepdim form) times the product of the other elements of x's slice along d.
+Tensor prod_backward(const Tensor& g, const Tensor& x, int64_t d) {
+  if (x.dim() == 0) return g.reshape(Shape{});
+  const Tensor left = alloc(x.shape(), x.dtype(), x.device());
+  const Tensor right = alloc(x.shape(), x.dtype(), x.device());
+  cumprod_kernel(x.device())(left, x, d, /*reverse=*/false, /*exclusive=*/true);
+  cumprod_kernel(x.device())(right, x, d, /*reverse=*/true, /*exclusive=*/true);
+  return g * (left * right);
+}
+
+Tensor prod_body(const Tensor& x, std::optional<int64_t> dim, bool keepdim,
+                 std::optional<DType> dtype) {
+  const OneDimReduction r = one_dim_reduction(x, dim, keepdim, "prod");
+  const DType target = ops::integer_promoted(x, dtype);
+  // The kernel multiplies integer/bool inputs straight into int64; other requests cast first.
+  const bool integral_in = is_integral(x.dtype(), true);
+  const Tensor in = integral_in && is_integral(target, true) ? x : x.to(target);
+  Tensor out = alloc(r.keep, is_floating(target) ? target : kInt64, x.device());
+  prod_kernel(x.device())(out, in);
+  Tensor res = result_view(out, r.result);
+  if (!is_floating(target)) return res.dtype() == target ? res : res.to(target);
+  if (Recorder rec{dim ? "ProdBackward1" : "ProdBackward0", {&in}}) {
+    rec.save(in);
+    const int64_t d = dim ? wrap_dim(*dim, x.dim(), "prod") : 0;
+    rec.finish(res, [keep = r.keep, d, all = !dim](BackwardContext& ctx) -> Grads {
+      const Tensor x = ctx.saved(0), g = ctx.grad().to(x.dtype()).reshape(keep);
+      if (!all || x.dim() <= 1) return {prod_backward(g, x, d)};
+      // Over everything: one slice of all elements.
+      const Tensor flat = x.reshape(Shape{-1});
+      return {prod_backward(g.reshape(Shape{1}), flat, 0).reshape(x.shape())};
+    });
+  }
+  return res;
+}
+
+// ---- any and all ----------------------------------------------------------------------------
+Tensor logic_reduce(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bool is_all) {
+  const char* op = is_all ? "all" : "any";
+  const OneDimReduction r = one_dim_reduction(x, dim, keepdim, op);
+  Tensor out = alloc(r.keep, x.dtype() == kUInt8 ? kUInt8 : kBool, x.device());
+  (is_all ? all_kernel : any_kernel)(x.device())(out, x);
+  return result_view(out, r.result);
+}
+
 }  // namespace
 
 namespace {
@@ -244,11 +361,11 @@ Tensor sum_body(const Tensor& x, const Shape& dims, bool keepdim, std::optional<
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const Shape& dims, bool keepdim, std::optional<DType> dtype) {
-  return autograd::with_autocast<OpId::sum>(sum_body, x, dims, keepdim, dtype);
+Tensor sum_op(const Tensor& x, const Shape& dims, bool keepdim, std::optional<DType> dtype) {
+  return sum_body(x, dims, keepdim, dtype);
 }
 
-Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+Tensor mean_op(const Tensor& x, const Shape& dims, bool keepdim) {
   MT_CHECK(is_floating(x.dtype()),
            "mean(): could not infer output dtype. Input dtype must be either a floating point or "
            "complex dtype. Got: ",
@@ -268,44 +385,44 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   return res;
 }
 
-Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) {
+Tensor amax_op(const Tensor& x, const Shape& dims, bool keepdim) {
   return extremum(x, dims, keepdim, true, "amax", "AmaxBackward0");
 }
-Tensor amin(const Tensor& x, const Shape& dims, bool keepdim) {
+Tensor amin_op(const Tensor& x, const Shape& dims, bool keepdim) {
   return extremum(x, dims, keepdim, false, "amin", "AminBackward0");
 }
 
-Tensor max(const Tensor& x) {
+Tensor max_op(const Tensor& x) {
   MT_CHECK(x.numel() > 0,
            "max(): Expected reduction dim to be specified for input.numel() == 0. "
            "Specify the reduction dim with the 'dim' argument.");
   return extremum(x, {}, false, true, "max", "MaxBackward1");
 }
-Tensor min(const Tensor& x) {
+Tensor min_op(const Tensor& x) {
   MT_CHECK(x.numel() > 0,
            "min(): Expected reduction dim to be specified for input.numel() == 0. "
            "Specify the reduction dim with the 'dim' argument.");
   return extremum(x, {}, false, false, "min", "MinBackward1");
 }
 
-ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) {
+ValuesIndices max_op(const Tensor& x, int64_t dim, bool keepdim) {
   return arg_extremum(x, dim, keepdim, true);
 }
-ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) {
+ValuesIndices min_op(const Tensor& x, int64_t dim, bool keepdim) {
   return arg_extremum(x, dim, keepdim, false);
 }
 
-Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+Tensor argmax_op(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return arg_index(x, dim, keepdim, true);
 }
-Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+Tensor argmin_op(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return arg_index(x, dim, keepdim, false);
 }
 
-Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
+Tensor var_op(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
   return var_or_std(x, dims, correction, keepdim, false);
 }
-Tensor std(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
+Tensor std_op(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
   return var_or_std(x, dims, correction, keepdim, true);
 }
 
@@ -316,7 +433,7 @@ Tensor norm_body(const Tensor& x, double p, const Shape& dims, bool keepdim) {
            x.dtype());
   const ReducedDims r = make_reduction(x, dims, keepdim, "norm");
   Tensor out = alloc(r.keep, x.dtype(), x.device());
-  norm_kernel(x.device())(out, x, p);
+  vector_norm_kernel(x.device())(out, x, p);
   Tensor res = result_view(out, r);
   if (Recorder rec{"NormBackward1", {&x}}) {
     rec.save(x).save(out);
@@ -335,14 +452,34 @@ Tensor norm_body(const Tensor& x, double p, const Shape& dims, bool keepdim) {
 
 }  // namespace
 
-Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
-  return autograd::with_autocast<OpId::norm>(norm_body, x, p, dims, keepdim);
+Tensor norm_op(const Tensor& x, double p, const Shape& dims, bool keepdim) {
+  return norm_body(x, p, dims, keepdim);
 }
 
-Tensor all_finite(const Tensor& x) {
+Tensor all_finite_op(const Tensor& x) {
   Tensor out = alloc(Shape{}, kBool, x.device());
   all_finite_kernel(x.device())(out, x);
   return out;
+}
+
+Tensor logsumexp_op(const Tensor& x, const Shape& dims, bool keepdim) {
+  return logsumexp_body(x, dims, keepdim);
+}
+
+Tensor prod_op(const Tensor& x, std::optional<DType> dtype) {
+  return prod_body(x, std::optional<int64_t>(), false, dtype);
+}
+Tensor prod_op(const Tensor& x, int64_t dim, bool keepdim, std::optional<DType> dtype) {
+  return prod_body(x, std::optional<int64_t>(dim), keepdim, dtype);
+}
+
+Tensor any_op(const Tensor& x) { return logic_reduce(x, std::nullopt, false, false); }
+Tensor any_op(const Tensor& x, int64_t dim, bool keepdim) {
+  return logic_reduce(x, dim, keepdim, false);
+}
+Tensor all_op(const Tensor& x) { return logic_reduce(x, std::nullopt, false, true); }
+Tensor all_op(const Tensor& x, int64_t dim, bool keepdim) {
+  return logic_reduce(x, dim, keepdim, true);
 }
 
 // ---- Tensor methods -------------------------------------------------------------------------
@@ -359,5 +496,15 @@ Tensor Tensor::min() const { return mantissa::min(*this); }
 Tensor Tensor::argmax(std::optional<int64_t> dim, bool keepdim) const {
   return mantissa::argmax(*this, dim, keepdim);
 }
+
+Tensor Tensor::logsumexp(const Shape& dims, bool keepdim) const {
+  return mantissa::logsumexp(*this, dims, keepdim);
+}
+Tensor Tensor::prod() const { return mantissa::prod(*this); }
+Tensor Tensor::prod(int64_t dim, bool keepdim) const { return mantissa::prod(*this, dim, keepdim); }
+Tensor Tensor::any() const { return mantissa::any(*this); }
+Tensor Tensor::any(int64_t dim, bool keepdim) const { return mantissa::any(*this, dim, keepdim); }
+Tensor Tensor::all() const { return mantissa::all(*this); }
+Tensor Tensor::all(int64_t dim, bool keepdim) const { return mantissa::all(*this, dim, keepdim); }
 
 }  // namespace mantissa

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <string>
 
-#include "autograd/functions.h"
+#include "autograd/op_bodies.h"
 #include "autograd/recorder.h"
 #include "autograd/view_history.h"
 
@@ -61,7 +61,7 @@ std::vector<Tensor> split_views(const char* name, const Tensor& x, int64_t d,
 
 }  // namespace
 
-std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+std::vector<Tensor> split_op(const Tensor& x, int64_t split_size, int64_t dim) {
   MT_CHECK(x.dim() != 0, "split expects at least a 1-dimensional tensor");
   MT_CHECK(split_size >= 0,
            "split expects split_size be non-negative, but got split_size=", split_size);
@@ -80,7 +80,8 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   return split_views("SplitBackward0", x, d, sizes);
 }
 
-std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& split_sizes, int64_t dim) {
+std::vector<Tensor> split_op(const Tensor& x, const std::vector<int64_t>& split_sizes,
+                             int64_t dim) {
   MT_CHECK(x.dim() != 0, "split expects at least a 1-dimensional tensor");
   const int64_t d = wrap_dim(dim, x.dim(), "split");
   int64_t total = 0;
@@ -95,7 +96,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& split_siz
   return split_views("SplitWithSizesBackward0", x, d, split_sizes);
 }
 
-std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+std::vector<Tensor> chunk_op(const Tensor& x, int64_t chunks, int64_t dim) {
   MT_CHECK(x.dim() > 0, "chunk expects at least a 1-dimensional tensor");
   MT_CHECK(chunks > 0, "chunk expects `chunks` to be greater than 0, got: ", chunks);
   const int64_t d = wrap_dim(dim, x.dim(), "chunk");
@@ -105,7 +106,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   return split(x, size, d);
 }
 
-Tensor repeat(const Tensor& x, const Shape& repeats) {
+Tensor repeat_op(const Tensor& x, const Shape& repeats) {
   MT_CHECK(repeats.size() >= x.dim(),
            "Number of dimensions of repeat dims can not be smaller than number of dimensions of "
            "tensor (repeats ",

@@ -2,8 +2,8 @@
 // (softmax: y (g - sum(g y)); log_softmax: g - exp(y) sum(g)) through dedicated kernels, or
 // through the differentiable ops under create_graph.
 // Both take autocast's float32 policy.
-#include "autograd/autocast_wrapper.h"
 #include "autograd/functions.h"
+#include "autograd/op_bodies.h"
 #include "autograd/recorder.h"
 #include "engine/kernel_tables.h"
 
@@ -14,7 +14,7 @@ using autograd::BackwardContext;
 using autograd::Recorder;
 using Grads = std::vector<Tensor>;
 
-Tensor softmax_op(const Tensor& x, int64_t dim, bool log) {
+Tensor softmax_along(const Tensor& x, int64_t dim, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   MT_CHECK(is_floating(x.dtype()), op, ": expected a floating point tensor, got ", x.dtype(),
            " (cast the input first, e.g. x.to(kFloat32))");
@@ -43,12 +43,8 @@ Tensor softmax_op(const Tensor& x, int64_t dim, bool log) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) {
-  return autograd::with_autocast<OpId::softmax>(softmax_op, x, dim, false);
-}
-Tensor log_softmax(const Tensor& x, int64_t dim) {
-  return autograd::with_autocast<OpId::log_softmax>(softmax_op, x, dim, true);
-}
+Tensor softmax_op(const Tensor& x, int64_t dim) { return softmax_along(x, dim, false); }
+Tensor log_softmax_op(const Tensor& x, int64_t dim) { return softmax_along(x, dim, true); }
 
 Tensor Tensor::softmax(int64_t dim) const { return mantissa::softmax(*this, dim); }
 Tensor Tensor::log_softmax(int64_t dim) const { return mantissa::log_softmax(*this, dim); }

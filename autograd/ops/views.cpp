@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "autograd/functions.h"
+#include "autograd/op_bodies.h"
 #include "autograd/recorder.h"
 #include "autograd/view_history.h"
 
@@ -123,7 +123,7 @@ Tensor record_partial_view(const char* name, const char* backward_name, const Te
 }  // namespace
 
 // ---- conversions ----------------------------------------------------------------------------
-Tensor to(const Tensor& x, DType dtype) {
+Tensor to_op(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   Tensor out = empty(x.shape(), TensorOptions(x.device()).dtype(dtype));
   detail::copy_into(out, x);
@@ -137,7 +137,7 @@ Tensor to(const Tensor& x, DType dtype) {
   return out;
 }
 
-Tensor to(const Tensor& x, Device device, bool non_blocking) {
+Tensor to_op(const Tensor& x, Device device, bool non_blocking) {
   if (x.device() == device) return x;
   Tensor out = empty(x.shape(), TensorOptions(device).dtype(x.dtype()));
   detail::copy_into(out, x, non_blocking);
@@ -149,7 +149,7 @@ Tensor to(const Tensor& x, Device device, bool non_blocking) {
   return out;
 }
 
-Tensor clone(const Tensor& x) {
+Tensor clone_op(const Tensor& x) {
   Tensor out = empty(x.shape(), TensorOptions(x.device()).dtype(x.dtype()));
   detail::copy_into(out, x);
   if (Recorder rec{"CloneBackward0", {&x}}) {
@@ -159,7 +159,7 @@ Tensor clone(const Tensor& x) {
   return out;
 }
 
-Tensor contiguous(const Tensor& x) { return x.is_contiguous() ? x : clone(x); }
+Tensor contiguous_op(const Tensor& x) { return x.is_contiguous() ? x : clone(x); }
 
 Tensor Tensor::to(Device d, bool non_blocking) const {
   return mantissa::to(*this, d, non_blocking);
@@ -170,7 +170,7 @@ Tensor Tensor::contiguous() const { return mantissa::contiguous(*this); }
 Tensor Tensor::clone() const { return mantissa::clone(*this); }
 
 // ---- views ----------------------------------------------------------------------------------
-Tensor view(const Tensor& x, const Shape& requested) {
+Tensor view_op(const Tensor& x, const Shape& requested) {
   const Shape shape = infer_shape(requested, x.numel(), "view");
   auto strides = view_strides(x.shape(), x.strides(), shape);
   MT_CHECK(strides.has_value(), "view: size ", requested, " is not compatible with the input's ",
@@ -180,7 +180,7 @@ Tensor view(const Tensor& x, const Shape& requested) {
   return record_reshape_like("ViewBackward0", x, view_with(x, shape, *strides, x.storage_offset()));
 }
 
-Tensor reshape(const Tensor& x, const Shape& requested) {
+Tensor reshape_op(const Tensor& x, const Shape& requested) {
   const Shape shape = infer_shape(requested, x.numel(), "reshape");
   if (auto strides = view_strides(x.shape(), x.strides(), shape)) {
     return record_reshape_like("ViewBackward0", x,
@@ -189,7 +189,7 @@ Tensor reshape(const Tensor& x, const Shape& requested) {
   return view(clone(x), shape);
 }
 
-Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
+Tensor transpose_op(const Tensor& x, int64_t dim0, int64_t dim1) {
   const int64_t a = wrap_dim(dim0, x.dim(), "transpose"), b = wrap_dim(dim1, x.dim(), "transpose");
   if (x.dim() == 0) return x;
   Shape sizes = x.shape(), strides = x.strides();
@@ -204,7 +204,7 @@ Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
   return out;
 }
 
-Tensor permute(const Tensor& x, const Shape& dims) {
+Tensor permute_op(const Tensor& x, const Shape& dims) {
   MT_CHECK(dims.size() == x.dim(), "permute: number of dims don't match (input has ", x.dim(),
            " dims, permutation ", dims, ")");
   Shape sizes(x.dim(), 0), strides(x.dim(), 0), inverse(x.dim(), -1);
@@ -226,7 +226,7 @@ Tensor permute(const Tensor& x, const Shape& dims) {
 
 // Unlike slice, narrow checks its bounds instead of clamping them (as PyTorch does); a negative
 // start counts from the end.
-Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
+Tensor narrow_op(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   MT_CHECK(x.dim() > 0, "narrow: cannot be applied to a 0-dim tensor");
   const int64_t d = wrap_dim(dim, x.dim(), "narrow");
   const int64_t n = x.size(d);
@@ -266,7 +266,7 @@ Tensor Tensor::slice(int64_t dim, std::optional<int64_t> start_opt, std::optiona
       [d, start, end, step](const Tensor& g) { return g.slice(d, start, end, step); });
 }
 
-Tensor select(const Tensor& x, int64_t dim, int64_t index) {
+Tensor select_op(const Tensor& x, int64_t dim, int64_t index) {
   MT_CHECK(x.dim() > 0, "select: cannot be applied to a 0-dim tensor");
   const int64_t d = wrap_dim(dim, x.dim(), "select");
   const int64_t n = x.size(d);
@@ -289,7 +289,7 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
       [d, i](const Tensor& g) { return g.select(d, i); });
 }
 
-Tensor squeeze(const Tensor& x, std::optional<int64_t> dim) {
+Tensor squeeze_op(const Tensor& x, std::optional<int64_t> dim) {
   Shape sizes, strides;
   const int64_t only = dim ? wrap_dim(*dim, x.dim(), "squeeze") : -1;
   for (int64_t i = 0; i < x.dim(); ++i) {
@@ -303,7 +303,7 @@ Tensor squeeze(const Tensor& x, std::optional<int64_t> dim) {
                              view_with(x, sizes, strides, x.storage_offset()));
 }
 
-Tensor unsqueeze(const Tensor& x, int64_t dim) {
+Tensor unsqueeze_op(const Tensor& x, int64_t dim) {
   const int64_t d = wrap_dim(dim, x.dim() + 1, "unsqueeze");
   Shape sizes = x.shape(), strides = x.strides();
   const int64_t new_stride = d < x.dim() ? x.size(d) * x.stride(d) : 1;
@@ -313,7 +313,7 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
                              view_with(x, sizes, strides, x.storage_offset()));
 }
 
-Tensor expand(const Tensor& x, const Shape& shape) {
+Tensor expand_op(const Tensor& x, const Shape& shape) {
   MT_CHECK(shape.size() >= x.dim(), "expand: the number of sizes provided (", shape.size(),
            ") must be greater or equal to the number of dimensions in the tensor (", x.dim(), ")");
   const int64_t lead = shape.size() - x.dim();
@@ -347,7 +347,7 @@ Tensor expand(const Tensor& x, const Shape& shape) {
   return out;
 }
 
-Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
+Tensor flatten_op(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   if (x.dim() == 0) return x.reshape({1});
   const int64_t s = wrap_dim(start_dim, x.dim(), "flatten"),
                 e = wrap_dim(end_dim, x.dim(), "flatten");
@@ -362,7 +362,7 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   return x.reshape(shape);
 }
 
-std::vector<Tensor> broadcast_tensors(const std::vector<Tensor>& tensors) {
+std::vector<Tensor> broadcast_tensors_op(const std::vector<Tensor>& tensors) {
   if (tensors.empty()) return {};
   Shape shape = tensors[0].shape();
   for (size_t i = 1; i < tensors.size(); ++i)

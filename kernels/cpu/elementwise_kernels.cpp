@@ -67,8 +67,11 @@ bool dense_half(const Tensor& out, const F& f, const Ts&... ins) {
   }
 }
 
+// The generic kernels of the elementwise lists (engine/kernel_tables.h): any layout, any dtype
+// the functor supports, half types widened to float. An op with a faster CPU path specializes
+// unary_kernel/binary_kernel below and falls back to these loops.
 template <typename Op>
-void unary_kernel(const Tensor& out, const Tensor& in) {
+void unary_loop(const Tensor& out, const Tensor& in) {
   dispatch_dtype<Op::dtypes>(out.dtype(), Op::name, out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
@@ -81,7 +84,7 @@ void unary_kernel(const Tensor& out, const Tensor& in) {
 }
 
 template <typename Op>
-void binary_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
+void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b) {
   dispatch_dtype<Op::dtypes>(out.dtype(), Op::name, out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
@@ -224,55 +227,40 @@ bool run_float_loop_any_layout(const Tensor& out, Dense dense, const Ts&... ins)
   return ran;
 }
 
-void gelu_kernel_cpu(const Tensor& out, const Tensor& in) {
-  if (!run_float_loop_any_layout(out, &gelu_dense, in)) unary_kernel<functors::Gelu>(out, in);
+template <typename Op>
+void unary_kernel(const Tensor& out, const Tensor& in) {
+  unary_loop<Op>(out, in);
 }
-void gelu_backward_kernel_cpu(const Tensor& out, const Tensor& grad, const Tensor& s) {
+template <typename Op>
+void binary_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
+  binary_loop<Op>(out, a, b);
+}
+// GELU's float loops, one per instruction set.
+template <>
+void unary_kernel<functors::Gelu>(const Tensor& out, const Tensor& in) {
+  if (!run_float_loop_any_layout(out, &gelu_dense, in)) unary_loop<functors::Gelu>(out, in);
+}
+template <>
+void binary_kernel<functors::GeluBackward>(const Tensor& out, const Tensor& grad, const Tensor& s) {
   if (!run_float_loop_any_layout(out, &gelu_backward_dense, grad, s))
-    binary_kernel<functors::GeluBackward>(out, grad, s);
+    binary_loop<functors::GeluBackward>(out, grad, s);
 }
 
 }  // namespace
 
-MT_REGISTER_KERNEL(neg_kernel, kCPU, &unary_kernel<functors::Neg>);
-MT_REGISTER_KERNEL(abs_kernel, kCPU, &unary_kernel<functors::Abs>);
-
-MT_REGISTER_KERNEL(exp_kernel, kCPU, &unary_kernel<functors::Exp>);
-MT_REGISTER_KERNEL(log_kernel, kCPU, &unary_kernel<functors::Log>);
-MT_REGISTER_KERNEL(sqrt_kernel, kCPU, &unary_kernel<functors::Sqrt>);
-MT_REGISTER_KERNEL(rsqrt_kernel, kCPU, &unary_kernel<functors::Rsqrt>);
-MT_REGISTER_KERNEL(relu_kernel, kCPU, &unary_kernel<functors::Relu>);
-MT_REGISTER_KERNEL(sigmoid_kernel, kCPU, &unary_kernel<functors::Sigmoid>);
-MT_REGISTER_KERNEL(tanh_kernel, kCPU, &unary_kernel<functors::Tanh>);
-MT_REGISTER_KERNEL(silu_kernel, kCPU, &unary_kernel<functors::Silu>);
-MT_REGISTER_KERNEL(gelu_kernel, kCPU, &gelu_kernel_cpu);
-MT_REGISTER_KERNEL(gelu_tanh_kernel, kCPU, &unary_kernel<functors::GeluTanh>);
-MT_REGISTER_KERNEL(sign_kernel, kCPU, &unary_kernel<functors::Sign>);
-MT_REGISTER_KERNEL(reciprocal_kernel, kCPU, &unary_kernel<functors::Reciprocal>);
-MT_REGISTER_KERNEL(sin_kernel, kCPU, &unary_kernel<functors::Sin>);
-MT_REGISTER_KERNEL(cos_kernel, kCPU, &unary_kernel<functors::Cos>);
-MT_REGISTER_KERNEL(log1p_kernel, kCPU, &unary_kernel<functors::Log1p>);
-MT_REGISTER_KERNEL(expm1_kernel, kCPU, &unary_kernel<functors::Expm1>);
-MT_REGISTER_KERNEL(square_kernel, kCPU, &unary_kernel<functors::Square>);
-
-MT_REGISTER_KERNEL(mul_kernel, kCPU, &binary_kernel<functors::Mul>);
-MT_REGISTER_KERNEL(div_kernel, kCPU, &binary_kernel<functors::Div>);
-MT_REGISTER_KERNEL(pow_kernel, kCPU, &binary_kernel<functors::Pow>);
-MT_REGISTER_KERNEL(maximum_kernel, kCPU, &binary_kernel<functors::Maximum>);
-MT_REGISTER_KERNEL(minimum_kernel, kCPU, &binary_kernel<functors::Minimum>);
-MT_REGISTER_KERNEL(relu_backward_kernel, kCPU, &binary_kernel<functors::ReluBackward>);
-MT_REGISTER_KERNEL(gelu_backward_kernel, kCPU, &gelu_backward_kernel_cpu);
-MT_REGISTER_KERNEL(gelu_tanh_backward_kernel, kCPU, &binary_kernel<functors::GeluTanhBackward>);
-MT_REGISTER_KERNEL(silu_backward_kernel, kCPU, &binary_kernel<functors::SiluBackward>);
-MT_REGISTER_KERNEL(sigmoid_backward_kernel, kCPU, &binary_kernel<functors::SigmoidBackward>);
-MT_REGISTER_KERNEL(tanh_backward_kernel, kCPU, &binary_kernel<functors::TanhBackward>);
-
-MT_REGISTER_KERNEL(eq_kernel, kCPU, &comparison_kernel<functors::Eq>);
-MT_REGISTER_KERNEL(ne_kernel, kCPU, &comparison_kernel<functors::Ne>);
-MT_REGISTER_KERNEL(lt_kernel, kCPU, &comparison_kernel<functors::Lt>);
-MT_REGISTER_KERNEL(le_kernel, kCPU, &comparison_kernel<functors::Le>);
-MT_REGISTER_KERNEL(gt_kernel, kCPU, &comparison_kernel<functors::Gt>);
-MT_REGISTER_KERNEL(ge_kernel, kCPU, &comparison_kernel<functors::Ge>);
+#define MT_REGISTER_UNARY(name, functor) \
+  MT_REGISTER_KERNEL(name##_kernel, kCPU, &unary_kernel<functors::functor>);
+#define MT_REGISTER_BINARY(name, functor) \
+  MT_REGISTER_KERNEL(name##_kernel, kCPU, &binary_kernel<functors::functor>);
+#define MT_REGISTER_COMPARISON(name, functor) \
+  MT_REGISTER_KERNEL(name##_kernel, kCPU, &comparison_kernel<functors::functor>);
+MT_FORALL_UNARY_OPS(MT_REGISTER_UNARY)
+MT_FORALL_BINARY_OPS(MT_REGISTER_BINARY)
+MT_FORALL_ACTIVATION_BACKWARD_OPS(MT_REGISTER_BINARY)
+MT_FORALL_COMPARISON_OPS(MT_REGISTER_COMPARISON)
+#undef MT_REGISTER_UNARY
+#undef MT_REGISTER_BINARY
+#undef MT_REGISTER_COMPARISON
 
 MT_REGISTER_KERNEL(add_kernel, kCPU, &add_kernel_cpu);
 MT_REGISTER_KERNEL(where_kernel, kCPU, &where_kernel_cpu);

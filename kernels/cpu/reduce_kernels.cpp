@@ -217,7 +217,7 @@ void norm_impl(const Tensor& out, const Tensor& in, double p) {
   reduce<T>(out, in, op, [o, &op](int64_t off, auto acc) { o[off] = T(op.finish(acc)); });
 }
 
-void norm_cpu(const Tensor& out, const Tensor& in, double p) {
+void vector_norm_cpu(const Tensor& out, const Tensor& in, double p) {
   dispatch_dtype<kFloatingTypes>(in.dtype(), "norm", in.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     with_norm_kind(p, [&](auto kind) { norm_impl<T, decltype(kind)::value>(out, in, p); });
@@ -282,7 +282,7 @@ MT_REGISTER_KERNEL(amax_kernel, kCPU, &extremum_cpu<true>);
 MT_REGISTER_KERNEL(amin_kernel, kCPU, &extremum_cpu<false>);
 MT_REGISTER_KERNEL(all_finite_kernel, kCPU, &all_finite_cpu);
 MT_REGISTER_KERNEL(var_kernel, kCPU, &var_cpu);
-MT_REGISTER_KERNEL(norm_kernel, kCPU, &norm_cpu);
+MT_REGISTER_KERNEL(vector_norm_kernel, kCPU, &vector_norm_cpu);
 MT_REGISTER_KERNEL(max_dim_kernel, kCPU, &arg_extremum_cpu<true>);
 MT_REGISTER_KERNEL(min_dim_kernel, kCPU, &arg_extremum_cpu<false>);
 

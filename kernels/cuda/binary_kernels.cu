@@ -67,17 +67,11 @@ void add_kernel_cuda(const Tensor& out, const Tensor& a, const Tensor& b, const 
 
 }  // namespace
 
-MT_REGISTER_KERNEL(mul_kernel, kCUDA, &binary_kernel<functors::Mul>);
-MT_REGISTER_KERNEL(div_kernel, kCUDA, &binary_kernel<functors::Div>);
-MT_REGISTER_KERNEL(pow_kernel, kCUDA, &binary_kernel<functors::Pow>);
-MT_REGISTER_KERNEL(maximum_kernel, kCUDA, &binary_kernel<functors::Maximum>);
-MT_REGISTER_KERNEL(minimum_kernel, kCUDA, &binary_kernel<functors::Minimum>);
-MT_REGISTER_KERNEL(relu_backward_kernel, kCUDA, &binary_kernel<functors::ReluBackward>);
-MT_REGISTER_KERNEL(gelu_backward_kernel, kCUDA, &binary_kernel<functors::GeluBackward>);
-MT_REGISTER_KERNEL(gelu_tanh_backward_kernel, kCUDA, &binary_kernel<functors::GeluTanhBackward>);
-MT_REGISTER_KERNEL(silu_backward_kernel, kCUDA, &binary_kernel<functors::SiluBackward>);
-MT_REGISTER_KERNEL(sigmoid_backward_kernel, kCUDA, &binary_kernel<functors::SigmoidBackward>);
-MT_REGISTER_KERNEL(tanh_backward_kernel, kCUDA, &binary_kernel<functors::TanhBackward>);
+#define MT_REGISTER_BINARY(name, functor) \
+  MT_REGISTER_KERNEL(name##_kernel, kCUDA, &binary_kernel<functors::functor>);
+MT_FORALL_BINARY_OPS(MT_REGISTER_BINARY)
+MT_FORALL_ACTIVATION_BACKWARD_OPS(MT_REGISTER_BINARY)
+#undef MT_REGISTER_BINARY
 
 MT_REGISTER_KERNEL(add_kernel, kCUDA, &add_kernel_cuda);
 

@@ -61,12 +61,10 @@ void clamp_kernel_cuda(const Tensor& out, const Tensor& in, const Scalar* lo, co
 
 }  // namespace
 
-MT_REGISTER_KERNEL(eq_kernel, kCUDA, &comparison_kernel<functors::Eq>);
-MT_REGISTER_KERNEL(ne_kernel, kCUDA, &comparison_kernel<functors::Ne>);
-MT_REGISTER_KERNEL(lt_kernel, kCUDA, &comparison_kernel<functors::Lt>);
-MT_REGISTER_KERNEL(le_kernel, kCUDA, &comparison_kernel<functors::Le>);
-MT_REGISTER_KERNEL(gt_kernel, kCUDA, &comparison_kernel<functors::Gt>);
-MT_REGISTER_KERNEL(ge_kernel, kCUDA, &comparison_kernel<functors::Ge>);
+#define MT_REGISTER_COMPARISON(name, functor) \
+  MT_REGISTER_KERNEL(name##_kernel, kCUDA, &comparison_kernel<functors::functor>);
+MT_FORALL_COMPARISON_OPS(MT_REGISTER_COMPARISON)
+#undef MT_REGISTER_COMPARISON
 
 MT_REGISTER_KERNEL(where_kernel, kCUDA, &where_kernel_cuda);
 MT_REGISTER_KERNEL(clamp_kernel, kCUDA, &clamp_kernel_cuda);

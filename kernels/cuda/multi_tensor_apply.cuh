@@ -1,8 +1,8 @@
 // Multi-tensor apply for the fused optimizer steps (as PyTorch's multi_tensor_apply): the host
 // packs up to kListTensors parameters of one dtype combination and up to kListBlocks (tensor,
 // chunk) pairs into a kernel argument (no device-side metadata, so no copy and no sync); each
-// block updates one kChunk-element chunk. Shared by kernels/cuda/optimizer_kernels.cu and
-// optimizer_kernels_adaptive.cu.
+// block updates one kChunk-element chunk. Shared by kernels/cuda/sgd_adam_kernels.cu and
+// rmsprop_adagrad_nadam_radam_kernels.cu.
 #pragma once
 
 #include <algorithm>

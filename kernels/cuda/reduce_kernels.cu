@@ -196,7 +196,7 @@ void norm_impl(const Tensor& out, const Tensor& in, double p) {
                 NormOp<T, K>{static_cast<T*>(out.data_ptr()), static_cast<opmath_t<T>>(p)});
 }
 
-void norm_cuda(const Tensor& out, const Tensor& in, double p) {
+void vector_norm_cuda(const Tensor& out, const Tensor& in, double p) {
   dispatch_dtype<kFloatingTypes>(in.dtype(), "norm", in.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     with_norm_kind(p, [&](auto kind) { norm_impl<T, decltype(kind)::value>(out, in, p); });
@@ -209,6 +209,6 @@ MT_REGISTER_KERNEL(sum_kernel, kCUDA, &sum_cuda);
 MT_REGISTER_KERNEL(mean_kernel, kCUDA, &mean_cuda);
 MT_REGISTER_KERNEL(all_finite_kernel, kCUDA, &all_finite_cuda);
 MT_REGISTER_KERNEL(var_kernel, kCUDA, &var_cuda);
-MT_REGISTER_KERNEL(norm_kernel, kCUDA, &norm_cuda);
+MT_REGISTER_KERNEL(vector_norm_kernel, kCUDA, &vector_norm_cuda);
 
 }  // namespace mantissa::cuda

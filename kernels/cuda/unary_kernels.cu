@@ -22,24 +22,9 @@ void unary_kernel(const Tensor& out, const Tensor& in) {
 
 }  // namespace
 
-MT_REGISTER_KERNEL(neg_kernel, kCUDA, &unary_kernel<functors::Neg>);
-MT_REGISTER_KERNEL(abs_kernel, kCUDA, &unary_kernel<functors::Abs>);
-MT_REGISTER_KERNEL(exp_kernel, kCUDA, &unary_kernel<functors::Exp>);
-MT_REGISTER_KERNEL(log_kernel, kCUDA, &unary_kernel<functors::Log>);
-MT_REGISTER_KERNEL(sqrt_kernel, kCUDA, &unary_kernel<functors::Sqrt>);
-MT_REGISTER_KERNEL(rsqrt_kernel, kCUDA, &unary_kernel<functors::Rsqrt>);
-MT_REGISTER_KERNEL(relu_kernel, kCUDA, &unary_kernel<functors::Relu>);
-MT_REGISTER_KERNEL(sigmoid_kernel, kCUDA, &unary_kernel<functors::Sigmoid>);
-MT_REGISTER_KERNEL(tanh_kernel, kCUDA, &unary_kernel<functors::Tanh>);
-MT_REGISTER_KERNEL(silu_kernel, kCUDA, &unary_kernel<functors::Silu>);
-MT_REGISTER_KERNEL(gelu_kernel, kCUDA, &unary_kernel<functors::Gelu>);
-MT_REGISTER_KERNEL(gelu_tanh_kernel, kCUDA, &unary_kernel<functors::GeluTanh>);
-MT_REGISTER_KERNEL(sign_kernel, kCUDA, &unary_kernel<functors::Sign>);
-MT_REGISTER_KERNEL(reciprocal_kernel, kCUDA, &unary_kernel<functors::Reciprocal>);
-MT_REGISTER_KERNEL(sin_kernel, kCUDA, &unary_kernel<functors::Sin>);
-MT_REGISTER_KERNEL(cos_kernel, kCUDA, &unary_kernel<functors::Cos>);
-MT_REGISTER_KERNEL(log1p_kernel, kCUDA, &unary_kernel<functors::Log1p>);
-MT_REGISTER_KERNEL(expm1_kernel, kCUDA, &unary_kernel<functors::Expm1>);
-MT_REGISTER_KERNEL(square_kernel, kCUDA, &unary_kernel<functors::Square>);
+#define MT_REGISTER_UNARY(name, functor) \
+  MT_REGISTER_KERNEL(name##_kernel, kCUDA, &unary_kernel<functors::functor>);
+MT_FORALL_UNARY_OPS(MT_REGISTER_UNARY)
+#undef MT_REGISTER_UNARY
 
 }  // namespace mantissa::cuda

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/golden/pointwise.txt: what PyTorch computes (or refuses) for the pointwise and
 masking ops: floor_divide, remainder, fmod, masked_fill(_), isnan/isinf/isfinite, leaky_relu, elu,
-softplus, lerp, addcmul, tril/triu. Forward values with their dtypes and, for float64 programs,
+softplus, mish, hardswish, lerp, addcmul, tril/triu. Forward values with their dtypes and, for float64 programs,
 gradients. tests/test_pointwise.cpp runs the same programs, case by case, and must match.
 
 Run with Debian's PyTorch:  /usr/bin/python3 scripts/golden/make_pointwise.py
@@ -225,6 +225,17 @@ activation_case("elu", lambda x: F.elu(x))
 activation_case("elu_alpha", lambda x: F.elu(x, 0.5))
 activation_case("softplus", lambda x: F.softplus(x))
 activation_case("softplus_beta_threshold", lambda x: F.softplus(x, 2.0, 3.0))
+
+
+activation_case("mish", lambda x: F.mish(x))
+# ACT holds -3, the edge where hardswish's gradient changes rule.
+activation_case("hardswish", lambda x: F.hardswish(x))
+
+
+@case
+def mish_hardswish_wide_float32():
+    x = t([-100.0, -30.0, -3.0, 3.0, 20.0, 30.0, 89.0, 100.0], torch.float32)
+    return {"mish": F.mish(x), "hardswish": F.hardswish(x)}
 
 
 @case

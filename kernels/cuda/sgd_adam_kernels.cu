@@ -1,5 +1,5 @@
 // CUDA fused optimizer steps (SGD, Adam/AdamW), per parameter and multi-tensor, with exactly the
-// per-element arithmetic of kernels/cpu/optimizer_kernels.cpp (PyTorch's single-tensor order;
+// per-element arithmetic of kernels/cpu/sgd_adam_kernels.cpp (PyTorch's single-tensor order;
 // see there). The element math lives once, in sgd_element/adam_element, for both forms.
 //
 // To agree with the CPU bit for bit, this file is compiled with --fmad=false (CMakeLists.txt):
