@@ -3,7 +3,8 @@
 // dtype; outputs may be strided (in-place ops pass `self`).
 //
 // To find an op's kernels, search for its table name (e.g. `add_kernel`) in kernels/cpu and
-// kernels/cuda; the elementwise math itself lives in kernels/functors.h, shared by both.
+// kernels/cuda; the tables of the elementwise lists below are registered from the lists, by the
+// functor each names, whose math lives in kernels/functors.h, shared by both devices.
 #pragma once
 
 #include <cstdint>
@@ -399,8 +400,8 @@ MT_KERNEL_TABLE(adaptive_avg_pool2d_forward, AdaptiveAvgPool2dForwardKernel)
 // grad_input [N,C,H,W] (overwritten) from grad_out [N,C,Ho,Wo]: each window's share, summed.
 using AdaptiveAvgPool2dBackwardKernel = void (*)(const Tensor& grad_input, const Tensor& grad_out);
 MT_KERNEL_TABLE(adaptive_avg_pool2d_backward, AdaptiveAvgPool2dBackwardKernel)
-// ---- pointwise ops (autograd/ops/pointwise.cpp; kernels/cpu/pointwise_kernels.cpp,
-// kernels/cuda/pointwise_kernels.cu) ----------------------------------------------------------
+// ---- pointwise ops and the activations with parameters (autograd/ops/pointwise.cpp and
+// activations.cpp; kernels/cpu/pointwise_kernels.cpp, kernels/cuda/pointwise_kernels.cu) -------
 // Binary ops producing the inputs' dtype (integer operands: no zero divisor, the op checks).
 MT_KERNEL_TABLE(floor_divide, BinaryKernel)
 MT_KERNEL_TABLE(remainder, BinaryKernel)

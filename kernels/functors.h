@@ -140,14 +140,16 @@ MT_BACKWARD_FUNCTOR(
       const T t = MT_MATH(tanh)(MT_MATH(log1p)(MT_MATH(exp)(s)));
       return t + s * sigmoid_of(s) * (T(1) - t * t);
     }())
-// PyTorch's: 0 below -3, x / 3 + 1/2 up to 3 (both ends included), 1 beyond.
+// Today's PyTorch (2.7 on): 0 up to -3, x / 3 + 1/2 strictly between -3 and 3, 1 from 3 on (NaN
+// passes g). PyTorch 1.13 gave x / 3 + 1/2 at both ends.
 MT_BACKWARD_FUNCTOR(HardswishBackward, "hardswish_backward",
-                    s < T(-3) ? T(0) : (s <= T(3) ? T(g * (s / T(3) + T(0.5))) : g))
+                    s <= T(-3) ? T(0) : (s < T(3) ? T(g * (s / T(3) + T(0.5))) : g))
 MT_BACKWARD_FUNCTOR(SigmoidBackward, "sigmoid_backward", g* s*(T(1) - s))
 MT_BACKWARD_FUNCTOR(TanhBackward, "tanh_backward", g*(T(1) - s * s))
 #undef MT_BACKWARD_FUNCTOR
 
-// ---- pointwise ops (autograd/ops/pointwise.cpp) ----------------------------------------------
+// ---- pointwise ops and the activations with parameters (autograd/ops/pointwise.cpp and
+// activations.cpp) ------------------------------------------------------------------------------
 // Integer division by zero never reaches these (the ops reject it first, as PyTorch's CPU raises
 // ZeroDivisionError); the guards keep a kernel from trapping on it or on INT_MIN / -1.
 template <typename T>

@@ -480,7 +480,8 @@ const std::vector<OpCase>& op_cases() {
     v.push_back({"max_pool2d_with_indices", kFloat, {{2, 3, 6, 5}}, [](const Inputs& x) {
                    return mt::max_pool2d_with_indices(x[0], 2, 1, 1).values;
                  }});
-    // Pointwise and masking ops (autograd/ops/pointwise.cpp). Divisors stay away from zero.
+    // Pointwise and masking ops (autograd/ops/pointwise.cpp) and the activations with parameters
+    // (activations.cpp). Divisors stay away from zero.
     auto divisor = [](const Tensor& t) { return mt::clamp(mt::abs(t), 0, 4) + 1; };
     v.push_back({"floor_divide",
                  kNumber,

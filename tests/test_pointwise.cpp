@@ -8,6 +8,7 @@
 #include <map>
 
 #include "amp/autocast.h"
+#include "autograd/backward.h"
 #include "golden_file.h"
 #include "nn/layers.h"
 #include "runner/model_builder.h"
@@ -37,6 +38,7 @@ const std::vector<double> IB = {2, 2, -2, -2, 3, -4, 4, 5};
 const std::vector<double> ACT = {-20.0, -3.0, -1.0, -0.5, 0.0, 0.25, 1.0, 4.0};
 const std::vector<double> SOFT = {-30.0, -1.0, 0.0, 1.0, 1.49, 1.5, 1.51, 10.0};
 const std::vector<double> SPECIAL = {1.0, kInf, -kInf, kNan, 0.0, -0.0, -2.5, 3e38};
+const std::vector<double> HSW = {-20.0, -3.5, -1.0, -0.5, 0.0, 0.25, 1.0, 4.0};
 const std::vector<double> MASK4 = {1, 0, 0, 1};
 
 Tensor t(const std::vector<double>& v, DType dtype = mt::kFloat64, Shape shape = {}) {
@@ -157,7 +159,8 @@ std::map<std::string, Program> programs() {
       {"mish", [](const Tensor& x) { return mt::mish(x); }},
       {"hardswish", [](const Tensor& x) { return mt::hardswish(x); }}};
   for (const auto& [name, fn] : activations) {
-    const std::vector<double>& in = name.rfind("softplus", 0) == 0 ? SOFT : ACT;
+    const std::vector<double>& in =
+        name.rfind("softplus", 0) == 0 ? SOFT : (name == "hardswish" ? HSW : ACT);
     p[name + "_grad"] = [fn, &in] {
       Tensor x = leaf(in), y = fn(x);
       (y * weights(8)).sum().backward();
@@ -343,6 +346,59 @@ TEST(Pointwise, IntegerActivationsAndLerpAreRefused) {
   EXPECT_THROW(mt::mish(t(IA, mt::kInt64)), mt::Error);
   EXPECT_THROW(mt::hardswish(t(IA, mt::kInt64)), mt::Error);
   EXPECT_THROW(mt::lerp(t(IA, mt::kInt64), t(IB, mt::kInt64), 0.5), mt::Error);
+}
+
+// hardswish's gradient at the edges as today's PyTorch gives it (PyTorch 2.7 on; 1.13, which
+// makes the golden file, gave x / 3 + 1/2 there): 0 at -3, 1 at 3, g for NaN; its second
+// derivative 1/3 strictly inside (-3, 3), 0 at the edges. The values are torch 2.15's for
+//   x = torch.tensor([-3, 3, -3.0001, 2.9999, nan], dtype=float64, requires_grad=True)
+//   F.hardswish(x).sum().backward()   and the double backward of [-3, 0.5, 3].
+TEST(Pointwise, HardswishGradientAtTheEdgesIsTodaysPyTorchs) {
+  const Tensor x = t({-3.0, 3.0, -3.0001, 2.9999, kNan}).requires_grad_();
+  mt::hardswish(x).sum().backward();
+  const std::vector<double> g = x.grad().to_vector<double>();
+  EXPECT_EQ(g[0], 0.0);
+  EXPECT_EQ(g[1], 1.0);
+  EXPECT_EQ(g[2], 0.0);
+  EXPECT_DOUBLE_EQ(g[3], 2.9999 / 3 + 0.5);
+  EXPECT_EQ(g[4], 1.0);
+  const Tensor x32 = t({-3.0, 3.0}, mt::kFloat32).requires_grad_();
+  mt::hardswish(x32).sum().backward();
+  EXPECT_EQ(x32.grad().to_vector<float>(), (std::vector<float>{0.0f, 1.0f}));
+  const Tensor y = t({-3.0, 0.5, 3.0}).requires_grad_();
+  const Tensor gy = mt::autograd::grad({mt::hardswish(y).sum()}, {y}, {}, true, false, true)[0];
+  EXPECT_EQ(gy.to_vector<double>(), (std::vector<double>{0.0, 0.5 / 3 + 0.5, 1.0}));
+  const std::vector<double> gg = mt::autograd::grad({gy.sum()}, {y}).at(0).to_vector<double>();
+  EXPECT_EQ(gg[0], 0.0);
+  EXPECT_DOUBLE_EQ(gg[1], 1.0 / 3);
+  EXPECT_EQ(gg[2], 0.0);
+}
+
+// mish's first gradient under create_graph is built from ops differentiable to any order, so a
+// third derivative exists (PyTorch's infinitely_differentiable_mish_backward); checked against
+// finite differences of the second.
+TEST(Pointwise, MishDifferentiatesThreeTimes) {
+  const Tensor x = t({-2.0, -0.5, 0.0, 0.7, 3.0}).requires_grad_();
+  const auto second = [](const Tensor& in) {
+    const Tensor g = mt::autograd::grad({mt::mish(in).sum()}, {in}, {}, true, false, true)[0];
+    return mt::autograd::grad({g.sum()}, {in}, {}, true, false, true)[0];
+  };
+  const Tensor d2 = second(x);
+  const std::vector<double> d3 = mt::autograd::grad({d2.sum()}, {x}).at(0).to_vector<double>();
+  const double eps = 1e-6;
+  const std::vector<double> x0 = x.detach().to_vector<double>();
+  for (size_t i = 0; i < x0.size(); ++i) {
+    std::vector<double> hi = x0, lo = x0;
+    hi[i] += eps;
+    lo[i] -= eps;
+    const double fd = (second(t(hi).requires_grad_()).to_vector<double>()[i] -
+                       second(t(lo).requires_grad_()).to_vector<double>()[i]) /
+                      (2 * eps);
+    EXPECT_NEAR(d3[i], fd, 1e-5) << "x = " << x0[i];
+  }
+  // Where exp overflows float32, the second derivative is still finite (0 on both sides).
+  const Tensor wide = t({-100.0, 100.0}, mt::kFloat32).requires_grad_();
+  for (float v : second(wide).to_vector<float>()) EXPECT_TRUE(std::isfinite(v)) << v;
 }
 
 // Half types compute in float and round once: the float32 result rounded to the type.

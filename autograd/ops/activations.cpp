@@ -1,6 +1,8 @@
 // The activations with their backward formulas: relu, gelu, silu, mish and hardswish (unary
-// kernels, every backward differentiable again) and the ones with parameters, leaky_relu, elu and
-// softplus. sigmoid and tanh are with the unary math in elementwise.cpp.
+// kernels; under create_graph every backward is built from differentiable ops) and the ones with
+// parameters, leaky_relu, elu and softplus (first-order backward kernels; their kernels are in
+// kernels/{cpu,cuda}/pointwise_kernels). sigmoid and tanh are with the unary math in
+// elementwise.cpp.
 #include "autograd/op_bodies.h"
 #include "autograd/ops/elementwise_common.h"
 
@@ -102,7 +104,13 @@ Tensor mish_op(const Tensor& x) {
   return unary_op("MishBackward0", mish_kernel, x, false, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) {
                     if (creating_graph()) {
-                      const Tensor t = tanh(softplus(in));
+                      // softplus from ops differentiable to any order, so that this gradient
+                      // can be differentiated again: x + log1p(exp(-x)) above 0, log1p(exp(x))
+                      // up to 0, each branch fed values its exp cannot overflow on (a NaN in the
+                      // unselected branch would reach the gradient through where's zeros).
+                      const Tensor pos = in > 0.0;
+                      const Tensor xp = where(pos, in, 0.0), xn = where(in <= 0.0, in, 0.0);
+                      const Tensor t = tanh(where(pos, xp + log1p(exp(-xp)), log1p(exp(xn))));
                       return g * (t + in * sigmoid(in) * (1.0 - t * t));
                     }
                     return run_binary_same(mish_backward_kernel, g, in);
@@ -111,8 +119,10 @@ Tensor mish_op(const Tensor& x) {
 Tensor hardswish_op(const Tensor& x) {
   return unary_op("HardswishBackward0", hardswish_kernel, x, false, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) {
-                    if (creating_graph())
-                      return g * where(in >= -3.0, where(in <= 3.0, in / 3.0 + 0.5, 1.0), 0.0);
+                    if (creating_graph()) {
+                      const Tensor slope = where(in < 3.0, in / 3.0 + 0.5, 1.0);
+                      return g * where(in <= -3.0, zeros_like(in), slope);
+                    }
                     return run_binary_same(hardswish_backward_kernel, g, in);
                   });
 }

@@ -1,5 +1,6 @@
 // Elementwise ops with their backward formulas: binary arithmetic with broadcasting and type
-// promotion, unary math and activations, clamp, where, comparisons, and the in-place forms.
+// promotion, unary math with sigmoid and tanh, clamp, where, comparisons, and the in-place forms
+// (the other activations are in activations.cpp).
 #include <cmath>
 
 #include "autograd/op_bodies.h"

@@ -1,7 +1,7 @@
 // CPU kernels for the pointwise ops of autograd/ops/pointwise.cpp: floor_divide, remainder,
-// fmod, the floating-point class tests, the activations with parameters and their backwards,
-// lerp and addcmul. The math is in kernels/functors.h, shared with CUDA; half types compute in
-// float and round once on store.
+// fmod, the floating-point class tests, lerp and addcmul; and the activations with parameters
+// of autograd/ops/activations.cpp with their backwards. The math is in kernels/functors.h,
+// shared with CUDA; half types compute in float and round once on store.
 #include "engine/kernel_tables.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/functors.h"

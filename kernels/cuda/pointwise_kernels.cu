@@ -1,5 +1,6 @@
-// CUDA kernels for the pointwise ops of autograd/ops/pointwise.cpp, the counterparts of
-// kernels/cpu/pointwise_kernels.cpp: the same functors (kernels/functors.h) evaluated in opmath,
+// CUDA kernels for the pointwise ops of autograd/ops/pointwise.cpp (and the activations with
+// parameters of activations.cpp), the counterparts of kernels/cpu/pointwise_kernels.cpp: the
+// same functors (kernels/functors.h) evaluated in opmath,
 // half types rounded once on store.
 #include "engine/kernel_tables.h"
 #include "kernels/cuda/loops.cuh"
