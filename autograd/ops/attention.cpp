@@ -116,8 +116,11 @@ Shape with_rows(Shape batch, int64_t rows, int64_t cols) {
   return batch;
 }
 
-Tensor sdpa_body(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
-                 double dropout_p, bool is_causal, std::optional<double> scale, Generator* gen) {
+}  // namespace
+
+Tensor scaled_dot_product_attention_op(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                       std::optional<double> scale, Generator* gen) {
   const Checked c = check_inputs(q, k, v, attn_mask, dropout_p, is_causal, scale);
   if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0)
     return sdpa_composed(q, k, v, attn_mask, dropout_p, is_causal, c, gen);
@@ -192,14 +195,6 @@ Tensor sdpa_body(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
         });
   }
   return out;
-}
-
-}  // namespace
-
-Tensor scaled_dot_product_attention_op(const Tensor& query, const Tensor& key, const Tensor& value,
-                                       const Tensor& attn_mask, double dropout_p, bool is_causal,
-                                       std::optional<double> scale, Generator* gen) {
-  return sdpa_body(query, key, value, attn_mask, dropout_p, is_causal, scale, gen);
 }
 
 }  // namespace mantissa

@@ -218,9 +218,11 @@ Tensor conv_transpose2d_batched(const Tensor& input, const Tensor& weight, const
   return out;
 }
 
-Tensor conv_transpose2d_body(const Tensor& input, const Tensor& weight, const Tensor& bias,
-                             Size2 stride, Size2 padding, Size2 output_padding, int64_t groups,
-                             Size2 dilation) {
+}  // namespace
+
+Tensor conv_transpose2d_op(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                           Size2 stride, Size2 padding, Size2 output_padding, int64_t groups,
+                           Size2 dilation) {
   const bool unbatched = is_unbatched("conv_transpose2d", input);
   const Conv2dParams p{
       {stride.h, stride.w}, {padding.h, padding.w}, {dilation.h, dilation.w}, groups};
@@ -230,27 +232,13 @@ Tensor conv_transpose2d_body(const Tensor& input, const Tensor& weight, const Te
   return conv_transpose2d_batched(input, weight, bias, p, output_padding);
 }
 
-Tensor conv2d_body(const Tensor& input, const Tensor& weight, const Tensor& bias, Size2 stride,
-                   Size2 padding, Size2 dilation, int64_t groups) {
+Tensor conv2d_op(const Tensor& input, const Tensor& weight, const Tensor& bias, Size2 stride,
+                 Size2 padding, Size2 dilation, int64_t groups) {
   const bool unbatched = is_unbatched("conv2d", input);
   const Conv2dParams p{
       {stride.h, stride.w}, {padding.h, padding.w}, {dilation.h, dilation.w}, groups};
   if (unbatched) return conv2d_batched(input.unsqueeze(0), weight, bias, p).squeeze(0);
   return conv2d_batched(input, weight, bias, p);
-}
-
-}  // namespace
-
-Tensor conv_transpose2d_op(const Tensor& input, const Tensor& weight, const Tensor& bias,
-                           Size2 stride, Size2 padding, Size2 output_padding, int64_t groups,
-                           Size2 dilation) {
-  return conv_transpose2d_body(input, weight, bias, stride, padding, output_padding, groups,
-                               dilation);
-}
-
-Tensor conv2d_op(const Tensor& input, const Tensor& weight, const Tensor& bias, Size2 stride,
-                 Size2 padding, Size2 dilation, int64_t groups) {
-  return conv2d_body(input, weight, bias, stride, padding, dilation, groups);
 }
 
 }  // namespace mantissa

@@ -198,9 +198,7 @@ Tensor div_op(const Tensor& a, const Tensor& b) {
       });
 }
 
-namespace {
-
-Tensor pow_body(const Tensor& a, const Tensor& e) {
+Tensor pow_op(const Tensor& a, const Tensor& e) {
   return binary_op(
       "pow", "PowBackward1", pow_kernel, a, e, result_type(a, e),
       [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y,
@@ -214,7 +212,7 @@ Tensor pow_body(const Tensor& a, const Tensor& e) {
       /*save_out=*/true);
 }
 
-Tensor pow_scalar_body(const Tensor& a, const Scalar& e) {
+Tensor pow_op(const Tensor& a, const Scalar& e) {
   const DType compute = result_type(a, e);
   MT_CHECK(is_floating(compute) || e.is_floating() || e.to_int64() >= 0,
            "pow: integers to negative integer powers are not allowed (exponent ", e, ")");
@@ -238,20 +236,6 @@ Tensor pow_scalar_body(const Tensor& a, const Scalar& e) {
   return out;
 }
 
-Tensor exp_body(const Tensor& x) {
-  return unary_op("ExpBackward0", exp_kernel, x, true, kSaveOut,
-                  [](const Tensor& g, const Tensor&, const Tensor& out) { return g * out; });
-}
-Tensor log_body(const Tensor& x) {
-  return unary_op("LogBackward0", log_kernel, x, true, kSaveIn,
-                  [](const Tensor& g, const Tensor& in, const Tensor&) { return g / in; });
-}
-
-}  // namespace
-
-Tensor pow_op(const Tensor& a, const Tensor& exponent) { return pow_body(a, exponent); }
-Tensor pow_op(const Tensor& a, const Scalar& exponent) { return pow_scalar_body(a, exponent); }
-
 namespace {
 // Gradient routing of maximum/minimum: the larger (smaller) input gets it, ties split it.
 std::pair<Tensor, Tensor> extremum_backward(BackwardContext& ctx, const Tensor& g, const Tensor& x,
@@ -271,6 +255,7 @@ Tensor maximum_op(const Tensor& a, const Tensor& b) {
                    [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y,
                       const Tensor&) { return extremum_backward(ctx, g, x, y, true); });
 }
+
 Tensor minimum_op(const Tensor& a, const Tensor& b) {
   return binary_op("minimum", "MinimumBackward0", minimum_kernel, a, b, result_type(a, b),
                    [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y,
@@ -289,46 +274,64 @@ Tensor neg_op(const Tensor& x) {
   return unary_op("NegBackward0", neg_kernel, x, false, kSaveNone,
                   [](const Tensor& g, const Tensor&, const Tensor&) { return -g; });
 }
+
 Tensor abs_op(const Tensor& x) {
   return unary_op("AbsBackward0", abs_kernel, x, false, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return g * sign(in); });
 }
-Tensor exp_op(const Tensor& x) { return exp_body(x); }
-Tensor log_op(const Tensor& x) { return log_body(x); }
+
+Tensor exp_op(const Tensor& x) {
+  return unary_op("ExpBackward0", exp_kernel, x, true, kSaveOut,
+                  [](const Tensor& g, const Tensor&, const Tensor& out) { return g * out; });
+}
+
+Tensor log_op(const Tensor& x) {
+  return unary_op("LogBackward0", log_kernel, x, true, kSaveIn,
+                  [](const Tensor& g, const Tensor& in, const Tensor&) { return g / in; });
+}
+
 Tensor sqrt_op(const Tensor& x) {
   return unary_op(
       "SqrtBackward0", sqrt_kernel, x, true, kSaveOut,
       [](const Tensor& g, const Tensor&, const Tensor& out) { return g / (out * 2.0); });
 }
+
 Tensor rsqrt_op(const Tensor& x) {
   return unary_op(
       "RsqrtBackward0", rsqrt_kernel, x, true, kSaveOut,
       [](const Tensor& g, const Tensor&, const Tensor& out) { return g * out * out * out * -0.5; });
 }
+
 Tensor square_op(const Tensor& x) {
   return unary_op("PowBackward0", square_kernel, x, false, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return g * in * 2.0; });
 }
+
 Tensor sign_op(const Tensor& x) {
   return unary_op("SignBackward0", sign_kernel, x, false, kSaveNone,
                   [](const Tensor& g, const Tensor&, const Tensor&) { return zeros_like(g); });
 }
+
 Tensor reciprocal_op(const Tensor& x) {
   return unary_op("ReciprocalBackward0", reciprocal_kernel, x, true, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) { return -g * out * out; });
 }
+
 Tensor sin_op(const Tensor& x) {
   return unary_op("SinBackward0", sin_kernel, x, true, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return g * cos(in); });
 }
+
 Tensor cos_op(const Tensor& x) {
   return unary_op("CosBackward0", cos_kernel, x, true, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return -g * sin(in); });
 }
+
 Tensor log1p_op(const Tensor& x) {
   return unary_op("Log1PBackward0", log1p_kernel, x, true, kSaveIn,
                   [](const Tensor& g, const Tensor& in, const Tensor&) { return g / (in + 1.0); });
 }
+
 Tensor expm1_op(const Tensor& x) {
   return unary_op(
       "Expm1Backward0", expm1_kernel, x, true, kSaveOut,
@@ -343,6 +346,7 @@ Tensor sigmoid_op(const Tensor& x) {
                     return run_binary_same(sigmoid_backward_kernel, g, out);
                   });
 }
+
 Tensor tanh_op(const Tensor& x) {
   return unary_op("TanhBackward0", tanh_kernel, x, true, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) {

@@ -14,8 +14,10 @@ using detail::dense;
 
 // ---- embedding ------------------------------------------------------------------------------
 
-Tensor embedding_body(const Tensor& indices, const Tensor& weight,
-                      std::optional<int64_t> padding_idx) {
+}  // namespace
+
+Tensor embedding_op(const Tensor& indices, const Tensor& weight,
+                    std::optional<int64_t> padding_idx) {
   MT_CHECK(weight.defined() && weight.dim() == 2, "embedding: expected a 2-D weight ",
            "[num_embeddings, embedding_dim], but got weight of size ",
            weight.defined() ? weight.shape() : Shape{});
@@ -49,13 +51,6 @@ Tensor embedding_body(const Tensor& indices, const Tensor& weight,
     });
   }
   return out;
-}
-
-}  // namespace
-
-Tensor embedding_op(const Tensor& indices, const Tensor& weight,
-                    std::optional<int64_t> padding_idx) {
-  return embedding_body(indices, weight, padding_idx);
 }
 
 }  // namespace mantissa

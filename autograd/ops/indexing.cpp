@@ -283,9 +283,7 @@ Tensor cat_body(const std::vector<Tensor>& tensors, int64_t dim) {
 
 Tensor cat_op(const std::vector<Tensor>& tensors, int64_t dim) { return cat_body(tensors, dim); }
 
-namespace {
-
-Tensor stack_body(const std::vector<Tensor>& tensors, int64_t dim) {
+Tensor stack_op(const std::vector<Tensor>& tensors, int64_t dim) {
   MT_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
   const int64_t d = wrap_dim(dim, tensors[0].dim() + 1, "stack");
   std::vector<Tensor> parts;
@@ -298,12 +296,6 @@ Tensor stack_body(const std::vector<Tensor>& tensors, int64_t dim) {
     parts.push_back(tensors[i].unsqueeze(d));
   }
   return cat_body(parts, d);
-}
-
-}  // namespace
-
-Tensor stack_op(const std::vector<Tensor>& tensors, int64_t dim) {
-  return stack_body(tensors, dim);
 }
 
 }  // namespace mantissa

@@ -55,9 +55,7 @@ Shape drop_last(const Shape& s, int64_t n) {
 
 }  // namespace
 
-namespace {
-
-Tensor mm_body(const Tensor& a, const Tensor& b) {
+Tensor mm_op(const Tensor& a, const Tensor& b) {
   check_operands("mm", a, b);
   MT_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D matrices, got ", a.dim(), "-D ",
            a.shape(), " and ", b.dim(), "-D ", b.shape());
@@ -80,7 +78,7 @@ Tensor mm_body(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor bmm_body(const Tensor& a, const Tensor& b) {
+Tensor bmm_op(const Tensor& a, const Tensor& b) {
   check_operands("bmm", a, b);
   MT_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors, got ", a.dim(), "-D ",
            a.shape(), " and ", b.dim(), "-D ", b.shape());
@@ -107,7 +105,7 @@ Tensor bmm_body(const Tensor& a, const Tensor& b) {
 
 // torch.matmul: a 1-D operand gains a dim (rows for a, columns for b) that the result drops
 // again; dims before the last two are batch dims and broadcast.
-Tensor matmul_body(const Tensor& a, const Tensor& b) {
+Tensor matmul_op(const Tensor& a, const Tensor& b) {
   check_operands("matmul", a, b);
   MT_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need to be at least 1D, but ",
            "they are ", a.dim(), "D and ", b.dim(), "D");
@@ -160,12 +158,6 @@ Tensor matmul_body(const Tensor& a, const Tensor& b) {
   if (b.dim() == 1) return out.squeeze(-1);
   return out;
 }
-
-}  // namespace
-
-Tensor mm_op(const Tensor& a, const Tensor& b) { return mm_body(a, b); }
-Tensor bmm_op(const Tensor& a, const Tensor& b) { return bmm_body(a, b); }
-Tensor matmul_op(const Tensor& a, const Tensor& b) { return matmul_body(a, b); }
 
 Tensor Tensor::matmul(const Tensor& other) const { return mantissa::matmul(*this, other); }
 Tensor Tensor::mm(const Tensor& other) const { return mantissa::mm(*this, other); }

@@ -150,8 +150,19 @@ Tensor linear_act_body(const Tensor& x, const Tensor& weight, const Tensor& bias
   return out;
 }
 
-Tensor linear_act_linear_body(const Tensor& x, const Tensor& w1, const Tensor& b1,
-                              LinearActivation act, const Tensor& w2, const Tensor& b2) {
+}  // namespace
+
+Tensor linear_act_op(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                     LinearActivation act) {
+  return linear_act_body(x, weight, bias, act);
+}
+
+Tensor linear_op(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_act_body(x, weight, bias, LinearActivation::None);
+}
+
+Tensor linear_act_linear_op(const Tensor& x, const Tensor& w1, const Tensor& b1,
+                            LinearActivation act, const Tensor& w2, const Tensor& b2) {
   const Layer l1 = check_layer("linear_act_linear", x, w1, b1);
   MT_CHECK(is_floating(x.dtype()), "linear_act_linear: expected a floating input, got ", x.dtype());
   Tensor h = ops::empty_as(Shape{l1.rows, l1.out}, x);
@@ -201,22 +212,6 @@ Tensor linear_act_linear_body(const Tensor& x, const Tensor& w1, const Tensor& b
         return {gx, gw1, gb1, gw2, gb2};
       });
   return out;
-}
-
-}  // namespace
-
-Tensor linear_act_op(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                     LinearActivation act) {
-  return linear_act_body(x, weight, bias, act);
-}
-
-Tensor linear_op(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return linear_act_body(x, weight, bias, LinearActivation::None);
-}
-
-Tensor linear_act_linear_op(const Tensor& x, const Tensor& w1, const Tensor& b1,
-                            LinearActivation act, const Tensor& w2, const Tensor& b2) {
-  return linear_act_linear_body(x, w1, b1, act, w2, b2);
 }
 
 }  // namespace mantissa

@@ -110,9 +110,11 @@ Tensor pick_backward(const Tensor& g, const Tensor& hit, const Tensor& weight) {
   return where(hit, (-(g * weight)).unsqueeze(1), 0.0);
 }
 
+}  // namespace
+
 // ---- class losses -------------------------------------------------------------------------------
-Tensor nll_loss_body(const Tensor& logp, const Tensor& target, Reduction reduction,
-                     int64_t ignore_index, const Tensor& weight) {
+Tensor nll_loss_op(const Tensor& logp, const Tensor& target, Reduction reduction,
+                   int64_t ignore_index, const Tensor& weight) {
   MT_CHECK(logp.dim() >= 1, "nll_loss: input must have at least 1 dimension");
   check_floating("nll_loss", logp);
   // Unbatched [C] input with a 0-d target, or class dim 1 of [N, C, d1, ...].
@@ -142,8 +144,8 @@ Tensor nll_loss_body(const Tensor& logp, const Tensor& target, Reduction reducti
   return out;
 }
 
-Tensor cross_entropy_body(const Tensor& x, const Tensor& target, Reduction reduction,
-                          double label_smoothing, int64_t ignore_index, const Tensor& weight) {
+Tensor cross_entropy_op(const Tensor& x, const Tensor& target, Reduction reduction,
+                        double label_smoothing, int64_t ignore_index, const Tensor& weight) {
   check_floating("cross_entropy", x);
   MT_CHECK(x.dim() >= 1, "cross_entropy: input must have at least 1 dimension");
   MT_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
@@ -258,17 +260,6 @@ Tensor cross_entropy_body(const Tensor& x, const Tensor& target, Reduction reduc
     });
   }
   return out;
-}
-
-}  // namespace
-
-Tensor nll_loss_op(const Tensor& input, const Tensor& target, Reduction reduction,
-                   int64_t ignore_index, const Tensor& weight) {
-  return nll_loss_body(input, target, reduction, ignore_index, weight);
-}
-Tensor cross_entropy_op(const Tensor& input, const Tensor& target, Reduction reduction,
-                        double label_smoothing, int64_t ignore_index, const Tensor& weight) {
-  return cross_entropy_body(input, target, reduction, label_smoothing, ignore_index, weight);
 }
 
 }  // namespace mantissa

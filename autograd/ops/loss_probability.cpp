@@ -23,8 +23,10 @@ void check_weight_shape(const char* op, const char* what, const Tensor& w, const
            " does not broadcast to the loss's shape ", shape);
 }
 
-Tensor binary_cross_entropy_body(const Tensor& input, const Tensor& target, Reduction reduction,
-                                 const Tensor& weight) {
+}  // namespace
+
+Tensor binary_cross_entropy_op(const Tensor& input, const Tensor& target, Reduction reduction,
+                               const Tensor& weight) {
   constexpr const char* op = "binary_cross_entropy";
   check_floating(op, input);
   MT_CHECK(target.shape() == input.shape(), op, ": target size (", target.shape(),
@@ -73,9 +75,9 @@ Tensor binary_cross_entropy_body(const Tensor& input, const Tensor& target, Redu
   return out;
 }
 
-Tensor binary_cross_entropy_with_logits_body(const Tensor& input, const Tensor& target,
-                                             Reduction reduction, const Tensor& pos_weight,
-                                             const Tensor& weight) {
+Tensor binary_cross_entropy_with_logits_op(const Tensor& input, const Tensor& target,
+                                           Reduction reduction, const Tensor& pos_weight,
+                                           const Tensor& weight) {
   constexpr const char* op = "binary_cross_entropy_with_logits";
   check_floating(op, input);
   MT_CHECK(target.shape() == input.shape(), op, ": target size (", target.shape(),
@@ -146,8 +148,8 @@ Tensor binary_cross_entropy_with_logits_body(const Tensor& input, const Tensor& 
 
 // PyTorch's kl_div, pointwise: exp(t) (t - x) for log-probability targets, else
 // xlogy(t, t) - t x (0 where t is 0).
-Tensor kl_div_body(const Tensor& input, const Tensor& target, KlDivReduction reduction,
-                   bool log_target) {
+Tensor kl_div_op(const Tensor& input, const Tensor& target, KlDivReduction reduction,
+                 bool log_target) {
   constexpr const char* op = "kl_div";
   check_floating(op, input);
   ops::check_same_device(op, input, target);
@@ -205,22 +207,6 @@ Tensor kl_div_body(const Tensor& input, const Tensor& target, KlDivReduction red
                });
   }
   return out;
-}
-
-}  // namespace
-
-Tensor binary_cross_entropy_op(const Tensor& input, const Tensor& target, Reduction reduction,
-                               const Tensor& weight) {
-  return binary_cross_entropy_body(input, target, reduction, weight);
-}
-Tensor binary_cross_entropy_with_logits_op(const Tensor& input, const Tensor& target,
-                                           Reduction reduction, const Tensor& pos_weight,
-                                           const Tensor& weight) {
-  return binary_cross_entropy_with_logits_body(input, target, reduction, pos_weight, weight);
-}
-Tensor kl_div_op(const Tensor& input, const Tensor& target, KlDivReduction reduction,
-                 bool log_target) {
-  return kl_div_body(input, target, reduction, log_target);
 }
 
 }  // namespace mantissa

@@ -14,45 +14,6 @@ Grads input_target_grads(BackwardContext& ctx, const Tensor& gd, const Shape& sx
   return {ctx.needs(0) ? sum_to(gd, sx) : Tensor(), ctx.needs(1) ? sum_to(-gd, st) : Tensor()};
 }
 
-Tensor mse_loss_body(const Tensor& input, const Tensor& target, Reduction reduction) {
-  const Pair p = prepare_pair("mse_loss", input, target);
-  const Tensor diff = add_k(p.input, p.target, -1.0);
-  const Tensor out = reduce_loss(ops::run_binary_same(mul_kernel, diff, diff), reduction);
-  if (Recorder rec{"MseLossBackward0", {&input, &target}}) {
-    rec.save(p.input).save(p.target);
-    rec.finish(
-        out,
-        [reduction, shape = p.shape, sx = input.shape(),
-         st = target.shape()](BackwardContext& ctx) -> Grads {
-          // (x - t)^2's gradient as mul's two contributions, (g d) + (g d).
-          const Tensor half =
-              elementwise_grad(ctx.grad(), reduction, shape) * (ctx.saved(0) - ctx.saved(1));
-          return input_target_grads(ctx, half + half, sx, st);
-        },
-        same_operands(p, input, target));
-  }
-  return out;
-}
-
-Tensor l1_loss_body(const Tensor& input, const Tensor& target, Reduction reduction) {
-  const Pair p = prepare_pair("l1_loss", input, target);
-  const Tensor out =
-      reduce_loss(ops::run_unary(abs_kernel, add_k(p.input, p.target, -1.0)), reduction);
-  if (Recorder rec{"L1LossBackward0", {&input, &target}}) {
-    rec.save(p.input).save(p.target);
-    rec.finish(
-        out,
-        [reduction, shape = p.shape, sx = input.shape(),
-         st = target.shape()](BackwardContext& ctx) -> Grads {
-          const Tensor gd =
-              elementwise_grad(ctx.grad(), reduction, shape) * sign(ctx.saved(0) - ctx.saved(1));
-          return input_target_grads(ctx, gd, sx, st);
-        },
-        same_operands(p, input, target));
-  }
-  return out;
-}
-
 // smooth_l1 and huber are one piecewise loss of z = |input - target| with knee k: quadratic
 // below it, linear above. smooth_l1 (knee beta) is 0.5 z^2 / beta | z - 0.5 beta; huber (knee
 // delta) is beta times that, 0.5 z^2 | delta (z - 0.5 delta), as PyTorch computes them.
@@ -89,33 +50,57 @@ Tensor piecewise_body(const char* op, const char* node, const Tensor& input, con
   return out;
 }
 
-Tensor smooth_l1_loss_body(const Tensor& input, const Tensor& target, Reduction reduction,
-                           double beta) {
+}  // namespace
+
+Tensor mse_loss_op(const Tensor& input, const Tensor& target, Reduction reduction) {
+  const Pair p = prepare_pair("mse_loss", input, target);
+  const Tensor diff = add_k(p.input, p.target, -1.0);
+  const Tensor out = reduce_loss(ops::run_binary_same(mul_kernel, diff, diff), reduction);
+  if (Recorder rec{"MseLossBackward0", {&input, &target}}) {
+    rec.save(p.input).save(p.target);
+    rec.finish(
+        out,
+        [reduction, shape = p.shape, sx = input.shape(),
+         st = target.shape()](BackwardContext& ctx) -> Grads {
+          // (x - t)^2's gradient as mul's two contributions, (g d) + (g d).
+          const Tensor half =
+              elementwise_grad(ctx.grad(), reduction, shape) * (ctx.saved(0) - ctx.saved(1));
+          return input_target_grads(ctx, half + half, sx, st);
+        },
+        same_operands(p, input, target));
+  }
+  return out;
+}
+
+Tensor l1_loss_op(const Tensor& input, const Tensor& target, Reduction reduction) {
+  const Pair p = prepare_pair("l1_loss", input, target);
+  const Tensor out =
+      reduce_loss(ops::run_unary(abs_kernel, add_k(p.input, p.target, -1.0)), reduction);
+  if (Recorder rec{"L1LossBackward0", {&input, &target}}) {
+    rec.save(p.input).save(p.target);
+    rec.finish(
+        out,
+        [reduction, shape = p.shape, sx = input.shape(),
+         st = target.shape()](BackwardContext& ctx) -> Grads {
+          const Tensor gd =
+              elementwise_grad(ctx.grad(), reduction, shape) * sign(ctx.saved(0) - ctx.saved(1));
+          return input_target_grads(ctx, gd, sx, st);
+        },
+        same_operands(p, input, target));
+  }
+  return out;
+}
+
+Tensor smooth_l1_loss_op(const Tensor& input, const Tensor& target, Reduction reduction,
+                         double beta) {
   MT_CHECK(beta >= 0.0, "smooth_l1_loss: beta must be non-negative, got ", beta);
   return piecewise_body("smooth_l1_loss", "SmoothL1LossBackward0", input, target, reduction, beta,
                         false);
 }
 
-Tensor huber_loss_body(const Tensor& input, const Tensor& target, Reduction reduction,
-                       double delta) {
+Tensor huber_loss_op(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
   MT_CHECK(delta > 0.0, "huber_loss: delta must be positive, got ", delta);
   return piecewise_body("huber_loss", "HuberLossBackward0", input, target, reduction, delta, true);
-}
-
-}  // namespace
-
-Tensor mse_loss_op(const Tensor& input, const Tensor& target, Reduction reduction) {
-  return mse_loss_body(input, target, reduction);
-}
-Tensor l1_loss_op(const Tensor& input, const Tensor& target, Reduction reduction) {
-  return l1_loss_body(input, target, reduction);
-}
-Tensor smooth_l1_loss_op(const Tensor& input, const Tensor& target, Reduction reduction,
-                         double beta) {
-  return smooth_l1_loss_body(input, target, reduction, beta);
-}
-Tensor huber_loss_op(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
-  return huber_loss_body(input, target, reduction, delta);
 }
 
 }  // namespace mantissa

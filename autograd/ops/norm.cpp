@@ -23,6 +23,7 @@ Tensor as_rows(const Tensor& t, int64_t M, int64_t N) {
   return t.defined() ? detail::make_view(t, Shape{M, N}, Shape{N, 1}, t.storage_offset())
                      : Tensor();
 }
+
 Tensor as_vec(const Tensor& t, int64_t N) {
   return t.defined() ? detail::make_view(t, Shape{N}, Shape{1}, t.storage_offset()) : Tensor();
 }
@@ -54,44 +55,6 @@ void check_layer_norm(const Tensor& x, const Shape& normalized_shape, const Tens
     MT_CHECK(p->dtype() == x.dtype(), "layer_norm: expected weight and bias of dtype ", x.dtype(),
              " like the input, got ", p->dtype());
   }
-}
-
-Tensor layer_norm_body(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
-                       const Tensor& bias, double eps) {
-  check_layer_norm(x, normalized_shape, weight, bias);
-  // mean/rstd are saved in opmath (float64 only for a float64 input).
-  const int64_t N = normalized_shape.numel();
-  const int64_t M = N == 0 ? 0 : x.numel() / N;
-  const DType stat_dtype = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
-  Tensor xc, wc, bc;
-  {
-    autograd::NoGradGuard no_grad;
-    xc = x.contiguous();
-    if (weight.defined()) wc = weight.contiguous();
-    if (bias.defined()) bc = bias.contiguous();
-  }
-  Tensor y = empty(x.shape(), TensorOptions(x.device()).dtype(x.dtype()));
-  Tensor mu = empty(Shape{M}, TensorOptions(x.device()).dtype(stat_dtype));
-  Tensor rstd = empty(Shape{M}, TensorOptions(x.device()).dtype(stat_dtype));
-  layer_norm_forward_kernel(x.device())(as_rows(y, M, N), mu, rstd, as_rows(xc, M, N),
-                                        as_vec(wc, N), as_vec(bc, N), eps);
-
-  if (autograd::Recorder rec{"NativeLayerNormBackward0", {&x, &weight, &bias}}) {
-    rec.save(xc).save(wc).save(mu).save(rstd);
-    rec.finish(y, [M, N, w_shape = normalized_shape](autograd::BackwardContext& ctx) {
-      const Tensor x = ctx.saved(0), w = ctx.saved(1);
-      const Tensor g = ctx.grad().contiguous();
-      const TensorOptions o = TensorOptions(x.device()).dtype(x.dtype());
-      Tensor gx = ctx.needs(0) ? empty(x.shape(), o) : Tensor();
-      Tensor gw = ctx.needs(1) ? empty(w_shape, o) : Tensor();
-      Tensor gb = ctx.needs(2) ? empty(w_shape, o) : Tensor();
-      layer_norm_backward_kernel(x.device())(as_rows(gx, M, N), as_vec(gw, N), as_vec(gb, N),
-                                             as_rows(g, M, N), as_rows(x, M, N), ctx.saved(2),
-                                             ctx.saved(3), as_vec(w, N));
-      return std::vector<Tensor>{gx, gw, gb};
-    });
-  }
-  return y;
 }
 
 // ---- batch_norm, group_norm, rms_norm -----------------------------------------------------------
@@ -146,9 +109,11 @@ Tensor apply_norm(const char* node, const Tensor& x_in, const Tensor& xc, const 
   return y;
 }
 
-Tensor batch_norm_body(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                       const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                       double eps) {
+}  // namespace
+
+Tensor batch_norm_op(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                     const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                     double eps) {
   MT_CHECK(x.dim() >= 2, "batch_norm: expected an input of shape [N, C, *], got ", x.shape());
   MT_CHECK(is_floating(x.dtype()), "batch_norm: expected a floating point input, got ", x.dtype());
   const int64_t N = x.size(0), C = x.size(1);
@@ -193,8 +158,8 @@ Tensor batch_norm_body(const Tensor& x, const Tensor& running_mean, const Tensor
   return apply_norm("NativeBatchNormBackward0", x, xc, mean, rstd, weight, bias, ns, training);
 }
 
-Tensor group_norm_body(const Tensor& x, int64_t num_groups, const Tensor& weight,
-                       const Tensor& bias, double eps) {
+Tensor group_norm_op(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
+                     double eps) {
   MT_CHECK(x.dim() >= 2, "group_norm: expected an input of shape [N, C, *], got ", x.shape());
   MT_CHECK(is_floating(x.dtype()), "group_norm: expected a floating point input, got ", x.dtype());
   const int64_t N = x.size(0), C = x.size(1);
@@ -214,8 +179,8 @@ Tensor group_norm_body(const Tensor& x, int64_t num_groups, const Tensor& weight
   return apply_norm("NativeGroupNormBackward0", x, xc, mean, rstd, weight, bias, ns, true);
 }
 
-Tensor rms_norm_body(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
-                     std::optional<double> eps) {
+Tensor rms_norm_op(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                   std::optional<double> eps) {
   const int64_t k = normalized_shape.size();
   MT_CHECK(k >= 1 && k <= x.dim(), "rms_norm: normalized_shape ", normalized_shape,
            " does not fit an input of shape ", x.shape());
@@ -252,27 +217,42 @@ Tensor rms_norm_body(const Tensor& x, const Shape& normalized_shape, const Tenso
   return apply_norm("RmsNormBackward0", x, xc, Tensor(), rstd, w, Tensor(), ns, true);
 }
 
-}  // namespace
-
-Tensor batch_norm_op(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                     const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                     double eps) {
-  return batch_norm_body(x, running_mean, running_var, weight, bias, training, momentum, eps);
-}
-
-Tensor group_norm_op(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
-                     double eps) {
-  return group_norm_body(x, num_groups, weight, bias, eps);
-}
-
-Tensor rms_norm_op(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
-                   std::optional<double> eps) {
-  return rms_norm_body(x, normalized_shape, weight, eps);
-}
-
 Tensor layer_norm_op(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                      const Tensor& bias, double eps) {
-  return layer_norm_body(x, normalized_shape, weight, bias, eps);
+  check_layer_norm(x, normalized_shape, weight, bias);
+  // mean/rstd are saved in opmath (float64 only for a float64 input).
+  const int64_t N = normalized_shape.numel();
+  const int64_t M = N == 0 ? 0 : x.numel() / N;
+  const DType stat_dtype = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  Tensor xc, wc, bc;
+  {
+    autograd::NoGradGuard no_grad;
+    xc = x.contiguous();
+    if (weight.defined()) wc = weight.contiguous();
+    if (bias.defined()) bc = bias.contiguous();
+  }
+  Tensor y = empty(x.shape(), TensorOptions(x.device()).dtype(x.dtype()));
+  Tensor mu = empty(Shape{M}, TensorOptions(x.device()).dtype(stat_dtype));
+  Tensor rstd = empty(Shape{M}, TensorOptions(x.device()).dtype(stat_dtype));
+  layer_norm_forward_kernel(x.device())(as_rows(y, M, N), mu, rstd, as_rows(xc, M, N),
+                                        as_vec(wc, N), as_vec(bc, N), eps);
+
+  if (autograd::Recorder rec{"NativeLayerNormBackward0", {&x, &weight, &bias}}) {
+    rec.save(xc).save(wc).save(mu).save(rstd);
+    rec.finish(y, [M, N, w_shape = normalized_shape](autograd::BackwardContext& ctx) {
+      const Tensor x = ctx.saved(0), w = ctx.saved(1);
+      const Tensor g = ctx.grad().contiguous();
+      const TensorOptions o = TensorOptions(x.device()).dtype(x.dtype());
+      Tensor gx = ctx.needs(0) ? empty(x.shape(), o) : Tensor();
+      Tensor gw = ctx.needs(1) ? empty(w_shape, o) : Tensor();
+      Tensor gb = ctx.needs(2) ? empty(w_shape, o) : Tensor();
+      layer_norm_backward_kernel(x.device())(as_rows(gx, M, N), as_vec(gw, N), as_vec(gb, N),
+                                             as_rows(g, M, N), as_rows(x, M, N), ctx.saved(2),
+                                             ctx.saved(3), as_vec(w, N));
+      return std::vector<Tensor>{gx, gw, gb};
+    });
+  }
+  return y;
 }
 
 }  // namespace mantissa

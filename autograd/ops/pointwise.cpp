@@ -51,30 +51,6 @@ Tensor division_op(const char* op, const char* node, const KernelTable<BinaryKer
   return out;
 }
 
-Tensor floor_divide_body(const Tensor& a, const Tensor& b) {
-  return division_op("floor_divide", "", floor_divide_kernel, a, b, false,
-                     [](BackwardContext&, const Tensor&, const Tensor&, const Tensor&) {
-                       return std::pair{Tensor(), Tensor()};
-                     });
-}
-
-Tensor remainder_body(const Tensor& a, const Tensor& b) {
-  return division_op("remainder", "RemainderBackward0", remainder_kernel, a, b, true,
-                     [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y) {
-                       return std::pair{ctx.needs(0) ? g : Tensor(),
-                                        ctx.needs(1) ? -g * floor_divide(x, y) : Tensor()};
-                     });
-}
-
-Tensor fmod_body(const Tensor& a, const Tensor& b) {
-  return division_op("fmod", "FmodBackward0", fmod_kernel, a, b, true,
-                     [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y) {
-                       // trunc(x / y), exactly: x - fmod(x, y) is a multiple of y.
-                       return std::pair{ctx.needs(0) ? g : Tensor(),
-                                        ctx.needs(1) ? -g * ((x - fmod(x, y)) / y) : Tensor()};
-                     });
-}
-
 // ---- masked_fill ------------------------------------------------------------------------------
 void check_mask(const char* op, const Tensor& self, const Tensor& mask, const Tensor& value) {
   MT_CHECK(mask.dtype() == kBool, op, ": expected a bool mask, got dtype ", mask.dtype());
@@ -88,24 +64,6 @@ void check_mask(const char* op, const Tensor& self, const Tensor& mask, const Te
 // requires grad gets its gradient back in its own dtype).
 Tensor fill_value(const Tensor& self, const Tensor& value) {
   return value.to(self.device()).to(self.dtype());
-}
-
-Tensor masked_fill_body(const Tensor& self, const Tensor& mask, const Tensor& value) {
-  check_mask("masked_fill", self, mask, value);
-  const Tensor v = fill_value(self, value);
-  const Shape shape = broadcast_shapes(self.shape(), mask.shape(), "masked_fill");
-  Tensor out = empty(shape, options(self, self.dtype()));
-  where_kernel(self.device())(out, broadcast_view(mask, shape), broadcast_view(v, shape),
-                              broadcast_view(self, shape));
-  if (Recorder rec{"MaskedFillBackward0", {&self, &v}}) {
-    rec.save(mask);
-    rec.finish(out, [ss = self.shape()](BackwardContext& ctx) -> Grads {
-      const Tensor g = ctx.grad(), m = ctx.saved(0), z = zeros_like(g);
-      return {ctx.needs(0) ? sum_to(where(m, z, g), ss) : Tensor(),
-              ctx.needs(1) ? sum(where(m, g, z)) : Tensor()};
-    });
-  }
-  return out;
 }
 
 Tensor& masked_fill_inplace(Tensor& self, const Tensor& mask, const Tensor& value) {
@@ -143,71 +101,6 @@ void check_lerp_operand(const Tensor& start, const Tensor& t, const char* what) 
   ops::check_same_device("lerp", start, t);
 }
 
-Tensor lerp_body(const Tensor& start, const Tensor& end, const Tensor& weight) {
-  check_lerp_operand(start, end, "end");
-  check_lerp_operand(start, weight, "weight");
-  const Shape shape = broadcast_shapes(broadcast_shapes(start.shape(), end.shape(), "lerp"),
-                                       weight.shape(), "lerp");
-  Tensor out = empty(shape, options(start, start.dtype()));
-  lerp_kernel(start.device())(out, broadcast_view(start, shape), broadcast_view(end, shape),
-                              broadcast_view(weight, shape), 0.0);
-  if (Recorder rec{"LerpBackward1", {&start, &end, &weight}}) {
-    rec.save(start).save(end).save(weight);
-    rec.finish(
-        out,
-        [ss = start.shape(), se = end.shape(), sw = weight.shape()](BackwardContext& ctx) -> Grads {
-          const Tensor g = ctx.grad(), s = ctx.saved(0), e = ctx.saved(1), w = ctx.saved(2);
-          return {ctx.needs(0) ? sum_to(g * (1.0 - w), ss) : Tensor(),
-                  ctx.needs(1) ? sum_to(g * w, se) : Tensor(),
-                  ctx.needs(2) ? sum_to(g * (e - s), sw) : Tensor()};
-        });
-  }
-  return out;
-}
-
-Tensor lerp_scalar_body(const Tensor& start, const Tensor& end, const Scalar& weight) {
-  check_lerp_operand(start, end, "end");
-  const Shape shape = broadcast_shapes(start.shape(), end.shape(), "lerp");
-  Tensor out = empty(shape, options(start, start.dtype()));
-  const double w = weight.to_double();
-  lerp_kernel(start.device())(out, broadcast_view(start, shape), broadcast_view(end, shape),
-                              Tensor(), w);
-  if (Recorder rec{"LerpBackward0", {&start, &end}}) {
-    rec.finish(out, [w, ss = start.shape(), se = end.shape()](BackwardContext& ctx) -> Grads {
-      const Tensor g = ctx.grad();
-      return {ctx.needs(0) ? sum_to(g * (1.0 - w), ss) : Tensor(),
-              ctx.needs(1) ? sum_to(g * w, se) : Tensor()};
-    });
-  }
-  return out;
-}
-
-Tensor addcmul_body(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
-  ops::check_same_device("addcmul", self, t1);
-  ops::check_same_device("addcmul", self, t2);
-  const DType dtype = ops::result_type_of({&self, &t1, &t2});
-  const Tensor s = self.to(dtype), x = t1.to(dtype), y = t2.to(dtype);
-  const Shape shape =
-      broadcast_shapes(broadcast_shapes(s.shape(), x.shape(), "addcmul"), y.shape(), "addcmul");
-  Tensor out = empty(shape, options(s, dtype));
-  addcmul_kernel(s.device())(out, broadcast_view(s, shape), broadcast_view(x, shape),
-                             broadcast_view(y, shape), value);
-  if (is_floating(dtype)) {
-    if (Recorder rec{"AddcmulBackward0", {&s, &x, &y}}) {
-      rec.save(x).save(y);
-      rec.finish(
-          out,
-          [value, ss = s.shape(), sx = x.shape(), sy = y.shape()](BackwardContext& ctx) -> Grads {
-            const Tensor g = ctx.grad();
-            return {ctx.needs(0) ? sum_to(g, ss) : Tensor(),
-                    ctx.needs(1) ? sum_to(g * ctx.saved(1) * value, sx) : Tensor(),
-                    ctx.needs(2) ? sum_to(g * ctx.saved(0) * value, sy) : Tensor()};
-          });
-    }
-  }
-  return out;
-}
-
 // ---- tril / triu ------------------------------------------------------------------------------
 // Keeps the elements of each matrix (the last two dims) on and below (tril) or on and above
 // (triu) the diagonal `diagonal`, through a [rows, cols] mask of col - row against it.
@@ -234,20 +127,58 @@ Tensor triangle(const char* op, const char* node, const Tensor& x, int64_t diago
 }  // namespace
 
 // ---- public entries ---------------------------------------------------------------------------
-Tensor floor_divide_op(const Tensor& a, const Tensor& b) { return floor_divide_body(a, b); }
+Tensor floor_divide_op(const Tensor& a, const Tensor& b) {
+  return division_op("floor_divide", "", floor_divide_kernel, a, b, false,
+                     [](BackwardContext&, const Tensor&, const Tensor&, const Tensor&) {
+                       return std::pair{Tensor(), Tensor()};
+                     });
+}
+
 Tensor floor_divide_op(const Tensor& a, const Scalar& b) {
   return floor_divide(a, ops::scalar_operand(a, b));
 }
-Tensor remainder_op(const Tensor& a, const Tensor& b) { return remainder_body(a, b); }
+
+Tensor remainder_op(const Tensor& a, const Tensor& b) {
+  return division_op("remainder", "RemainderBackward0", remainder_kernel, a, b, true,
+                     [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y) {
+                       return std::pair{ctx.needs(0) ? g : Tensor(),
+                                        ctx.needs(1) ? -g * floor_divide(x, y) : Tensor()};
+                     });
+}
+
 Tensor remainder_op(const Tensor& a, const Scalar& b) {
   return remainder(a, ops::scalar_operand(a, b));
 }
-Tensor fmod_op(const Tensor& a, const Tensor& b) { return fmod_body(a, b); }
+
+Tensor fmod_op(const Tensor& a, const Tensor& b) {
+  return division_op("fmod", "FmodBackward0", fmod_kernel, a, b, true,
+                     [](BackwardContext& ctx, const Tensor& g, const Tensor& x, const Tensor& y) {
+                       // trunc(x / y), exactly: x - fmod(x, y) is a multiple of y.
+                       return std::pair{ctx.needs(0) ? g : Tensor(),
+                                        ctx.needs(1) ? -g * ((x - fmod(x, y)) / y) : Tensor()};
+                     });
+}
+
 Tensor fmod_op(const Tensor& a, const Scalar& b) { return fmod(a, ops::scalar_operand(a, b)); }
 
 Tensor masked_fill_op(const Tensor& self, const Tensor& mask, const Tensor& value) {
-  return masked_fill_body(self, mask, value);
+  check_mask("masked_fill", self, mask, value);
+  const Tensor v = fill_value(self, value);
+  const Shape shape = broadcast_shapes(self.shape(), mask.shape(), "masked_fill");
+  Tensor out = empty(shape, options(self, self.dtype()));
+  where_kernel(self.device())(out, broadcast_view(mask, shape), broadcast_view(v, shape),
+                              broadcast_view(self, shape));
+  if (Recorder rec{"MaskedFillBackward0", {&self, &v}}) {
+    rec.save(mask);
+    rec.finish(out, [ss = self.shape()](BackwardContext& ctx) -> Grads {
+      const Tensor g = ctx.grad(), m = ctx.saved(0), z = zeros_like(g);
+      return {ctx.needs(0) ? sum_to(where(m, z, g), ss) : Tensor(),
+              ctx.needs(1) ? sum(where(m, g, z)) : Tensor()};
+    });
+  }
+  return out;
 }
+
 Tensor masked_fill_op(const Tensor& self, const Tensor& mask, const Scalar& value) {
   return masked_fill(self, mask, ops::wrap_scalar(value, self.dtype(), self.device()));
 }
@@ -257,18 +188,74 @@ Tensor isinf_op(const Tensor& x) { return class_test(isinf_kernel, x); }
 Tensor isfinite_op(const Tensor& x) { return class_test(isfinite_kernel, x); }
 
 Tensor lerp_op(const Tensor& start, const Tensor& end, const Tensor& weight) {
-  return lerp_body(start, end, weight);
+  check_lerp_operand(start, end, "end");
+  check_lerp_operand(start, weight, "weight");
+  const Shape shape = broadcast_shapes(broadcast_shapes(start.shape(), end.shape(), "lerp"),
+                                       weight.shape(), "lerp");
+  Tensor out = empty(shape, options(start, start.dtype()));
+  lerp_kernel(start.device())(out, broadcast_view(start, shape), broadcast_view(end, shape),
+                              broadcast_view(weight, shape), 0.0);
+  if (Recorder rec{"LerpBackward1", {&start, &end, &weight}}) {
+    rec.save(start).save(end).save(weight);
+    rec.finish(
+        out,
+        [ss = start.shape(), se = end.shape(), sw = weight.shape()](BackwardContext& ctx) -> Grads {
+          const Tensor g = ctx.grad(), s = ctx.saved(0), e = ctx.saved(1), w = ctx.saved(2);
+          return {ctx.needs(0) ? sum_to(g * (1.0 - w), ss) : Tensor(),
+                  ctx.needs(1) ? sum_to(g * w, se) : Tensor(),
+                  ctx.needs(2) ? sum_to(g * (e - s), sw) : Tensor()};
+        });
+  }
+  return out;
 }
+
 Tensor lerp_op(const Tensor& start, const Tensor& end, const Scalar& weight) {
-  return lerp_scalar_body(start, end, weight);
+  check_lerp_operand(start, end, "end");
+  const Shape shape = broadcast_shapes(start.shape(), end.shape(), "lerp");
+  Tensor out = empty(shape, options(start, start.dtype()));
+  const double w = weight.to_double();
+  lerp_kernel(start.device())(out, broadcast_view(start, shape), broadcast_view(end, shape),
+                              Tensor(), w);
+  if (Recorder rec{"LerpBackward0", {&start, &end}}) {
+    rec.finish(out, [w, ss = start.shape(), se = end.shape()](BackwardContext& ctx) -> Grads {
+      const Tensor g = ctx.grad();
+      return {ctx.needs(0) ? sum_to(g * (1.0 - w), ss) : Tensor(),
+              ctx.needs(1) ? sum_to(g * w, se) : Tensor()};
+    });
+  }
+  return out;
 }
+
 Tensor addcmul_op(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
-  return addcmul_body(self, t1, t2, value);
+  ops::check_same_device("addcmul", self, t1);
+  ops::check_same_device("addcmul", self, t2);
+  const DType dtype = ops::result_type_of({&self, &t1, &t2});
+  const Tensor s = self.to(dtype), x = t1.to(dtype), y = t2.to(dtype);
+  const Shape shape =
+      broadcast_shapes(broadcast_shapes(s.shape(), x.shape(), "addcmul"), y.shape(), "addcmul");
+  Tensor out = empty(shape, options(s, dtype));
+  addcmul_kernel(s.device())(out, broadcast_view(s, shape), broadcast_view(x, shape),
+                             broadcast_view(y, shape), value);
+  if (is_floating(dtype)) {
+    if (Recorder rec{"AddcmulBackward0", {&s, &x, &y}}) {
+      rec.save(x).save(y);
+      rec.finish(
+          out,
+          [value, ss = s.shape(), sx = x.shape(), sy = y.shape()](BackwardContext& ctx) -> Grads {
+            const Tensor g = ctx.grad();
+            return {ctx.needs(0) ? sum_to(g, ss) : Tensor(),
+                    ctx.needs(1) ? sum_to(g * ctx.saved(1) * value, sx) : Tensor(),
+                    ctx.needs(2) ? sum_to(g * ctx.saved(0) * value, sy) : Tensor()};
+          });
+    }
+  }
+  return out;
 }
 
 Tensor tril_op(const Tensor& x, int64_t diagonal) {
   return triangle("tril", "TrilBackward0", x, diagonal, false);
 }
+
 Tensor triu_op(const Tensor& x, int64_t diagonal) {
   return triangle("triu", "TriuBackward0", x, diagonal, true);
 }
@@ -283,6 +270,7 @@ Tensor Tensor::fmod(const Scalar& o) const { return mantissa::fmod(*this, o); }
 Tensor Tensor::masked_fill(const Tensor& mask, const Scalar& value) const {
   return mantissa::masked_fill(*this, mask, value);
 }
+
 Tensor Tensor::masked_fill(const Tensor& mask, const Tensor& value) const {
   return mantissa::masked_fill(*this, mask, value);
 }
@@ -292,18 +280,22 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& value) {
 Tensor& Tensor::masked_fill_(const Tensor& mask, const Tensor& value) {
   return masked_fill_inplace(*this, mask, value);
 }
+
 Tensor Tensor::isnan() const { return mantissa::isnan(*this); }
 Tensor Tensor::isinf() const { return mantissa::isinf(*this); }
 Tensor Tensor::isfinite() const { return mantissa::isfinite(*this); }
 Tensor Tensor::lerp(const Tensor& end, const Scalar& weight) const {
   return mantissa::lerp(*this, end, weight);
 }
+
 Tensor Tensor::lerp(const Tensor& end, const Tensor& weight) const {
   return mantissa::lerp(*this, end, weight);
 }
+
 Tensor Tensor::addcmul(const Tensor& t1, const Tensor& t2, const Scalar& value) const {
   return mantissa::addcmul(*this, t1, t2, value);
 }
+
 Tensor Tensor::tril(int64_t diagonal) const { return mantissa::tril(*this, diagonal); }
 Tensor Tensor::triu(int64_t diagonal) const { return mantissa::triu(*this, diagonal); }
 

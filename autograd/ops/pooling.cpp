@@ -136,17 +136,6 @@ Tensor adaptive_avg_pool2d_batched(const Tensor& input, Size2 output_size) {
   return out;
 }
 
-Tensor adaptive_avg_pool2d_body(const Tensor& input, Size2 output_size) {
-  MT_CHECK(input.defined(), "adaptive_avg_pool2d: expected a defined input");
-  MT_CHECK(input.dim() == 3 || input.dim() == 4, "adaptive_avg_pool2d: Expected 3D or 4D tensor, ",
-           "but got ", input.shape());
-  MT_CHECK(is_floating(input.dtype()), "adaptive_avg_pool2d: expected a floating-point input, ",
-           "but got ", input.dtype());
-  if (input.dim() == 3)
-    return adaptive_avg_pool2d_batched(input.unsqueeze(0), output_size).squeeze(0);
-  return adaptive_avg_pool2d_batched(input, output_size);
-}
-
 }  // namespace
 
 ValuesIndices max_pool2d_with_indices_op(const Tensor& input, Size2 kernel_size,
@@ -179,7 +168,14 @@ Tensor avg_pool2d_op(const Tensor& input, Size2 kernel_size, std::optional<Size2
 }
 
 Tensor adaptive_avg_pool2d_op(const Tensor& input, Size2 output_size) {
-  return adaptive_avg_pool2d_body(input, output_size);
+  MT_CHECK(input.defined(), "adaptive_avg_pool2d: expected a defined input");
+  MT_CHECK(input.dim() == 3 || input.dim() == 4, "adaptive_avg_pool2d: Expected 3D or 4D tensor, ",
+           "but got ", input.shape());
+  MT_CHECK(is_floating(input.dtype()), "adaptive_avg_pool2d: expected a floating-point input, ",
+           "but got ", input.dtype());
+  if (input.dim() == 3)
+    return adaptive_avg_pool2d_batched(input.unsqueeze(0), output_size).squeeze(0);
+  return adaptive_avg_pool2d_batched(input, output_size);
 }
 
 }  // namespace mantissa

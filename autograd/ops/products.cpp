@@ -172,7 +172,24 @@ Operand contract(const Operand& a, const Operand& b, const Labels& keep) {
   return {bmm(a3, b3).reshape(out_shape), out_labels};
 }
 
-Tensor einsum_body(std::string_view equation_view, const std::vector<Tensor>& operands) {
+// ---- addmm and baddbmm ----------------------------------------------------------------------
+// beta * input + alpha * product, with input broadcast to the product's shape (a recorded expand,
+// so its gradient sums back) and left out when beta is 0.
+Tensor scaled_sum(const char* op, const Tensor& input, const Tensor& product, const Scalar& beta,
+                  const Scalar& alpha) {
+  MT_CHECK(input.defined(), op, ": expected a defined input");
+  MT_CHECK(input.dtype() == product.dtype() && input.device() == product.device(), op,
+           ": expected input of ", product.dtype(), " on ", product.device(), ", got ",
+           input.dtype(), " on ", input.device());
+  const Tensor in = input.expand(product.shape());
+  const Tensor scaled = alpha.to_double() == 1.0 ? product : mul(product, alpha);
+  if (beta.to_double() == 0.0) return scaled;
+  return add(scaled, in, beta);
+}
+
+}  // namespace
+
+Tensor einsum_op(std::string_view equation_view, const std::vector<Tensor>& operands) {
   std::string equation;
   for (char c : equation_view)
     if (c != ' ') equation += c;
@@ -281,45 +298,14 @@ Tensor einsum_body(std::string_view equation_view, const std::vector<Tensor>& op
   return cur.t.permute(perm);
 }
 
-// ---- addmm and baddbmm ----------------------------------------------------------------------
-// beta * input + alpha * product, with input broadcast to the product's shape (a recorded expand,
-// so its gradient sums back) and left out when beta is 0.
-Tensor scaled_sum(const char* op, const Tensor& input, const Tensor& product, const Scalar& beta,
-                  const Scalar& alpha) {
-  MT_CHECK(input.defined(), op, ": expected a defined input");
-  MT_CHECK(input.dtype() == product.dtype() && input.device() == product.device(), op,
-           ": expected input of ", product.dtype(), " on ", product.device(), ", got ",
-           input.dtype(), " on ", input.device());
-  const Tensor in = input.expand(product.shape());
-  const Tensor scaled = alpha.to_double() == 1.0 ? product : mul(product, alpha);
-  if (beta.to_double() == 0.0) return scaled;
-  return add(scaled, in, beta);
-}
-
-Tensor addmm_body(const Tensor& input, const Tensor& mat1, const Tensor& mat2, const Scalar& beta,
-                  const Scalar& alpha) {
-  return scaled_sum("addmm", input, mm(mat1, mat2), beta, alpha);
-}
-
-Tensor baddbmm_body(const Tensor& input, const Tensor& batch1, const Tensor& batch2,
-                    const Scalar& beta, const Scalar& alpha) {
-  return scaled_sum("baddbmm", input, bmm(batch1, batch2), beta, alpha);
-}
-
-}  // namespace
-
-Tensor einsum_op(std::string_view equation, const std::vector<Tensor>& operands) {
-  return einsum_body(equation, operands);
-}
-
 Tensor addmm_op(const Tensor& input, const Tensor& mat1, const Tensor& mat2, const Scalar& beta,
                 const Scalar& alpha) {
-  return addmm_body(input, mat1, mat2, beta, alpha);
+  return scaled_sum("addmm", input, mm(mat1, mat2), beta, alpha);
 }
 
 Tensor baddbmm_op(const Tensor& input, const Tensor& batch1, const Tensor& batch2,
                   const Scalar& beta, const Scalar& alpha) {
-  return baddbmm_body(input, batch1, batch2, beta, alpha);
+  return scaled_sum("baddbmm", input, bmm(batch1, batch2), beta, alpha);
 }
 
 }  // namespace mantissa

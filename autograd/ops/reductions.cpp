@@ -78,6 +78,7 @@ Tensor result_view(const Tensor& keep_out, const Shape& result) {
   if (keep_out.shape() == result) return keep_out;
   return detail::make_view(keep_out, result, contiguous_strides(result), keep_out.storage_offset());
 }
+
 Tensor result_view(const Tensor& keep_out, const ReducedDims& r) {
   return result_view(keep_out, r.result);
 }
@@ -249,46 +250,6 @@ Tensor norm_backward(const Tensor& g, const Tensor& x, const Tensor& n, double p
   return scaled * where(n != 0.0, g / pow(n, Scalar(p - 1.0)), 0.0);
 }
 
-// ---- logsumexp ------------------------------------------------------------------------------
-Tensor logsumexp_body(const Tensor& input, const Shape& dims, bool keepdim) {
-  // Integer inputs reduce in the default floating dtype.
-  const Tensor x = is_floating(input.dtype()) ? input : input.to(kFloat32);
-  // Which dims are reduced (repeats are refused by amax and sum below).
-  bool reduced[kMaxDims] = {};
-  for (int64_t d = 0; d < x.dim(); ++d) reduced[d] = dims.empty();
-  for (int64_t d : dims) {
-    const int64_t w = wrap_dim(d, x.dim(), "logsumexp");
-    if (x.dim() > 0) reduced[w] = true;
-  }
-  Shape keep, result;
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    keep.push_back(reduced[d] ? 1 : x.size(d));
-    if (!reduced[d] || keepdim) result.push_back(reduced[d] ? 1 : x.size(d));
-  }
-  Tensor out_keep;
-  {
-    autograd::NoGradGuard no_grad;
-    if (x.numel() != 0) {
-      // An infinite max is not taken out: inf - inf would turn the sum into NaN.
-      Tensor m = amax(x, dims, true);
-      m = where(abs(m) != INFINITY, m, 0.0);
-      out_keep = log(sum(exp(x - m), dims, true)) + m;
-    } else {
-      out_keep = log(sum(exp(x), dims, true));
-    }
-    out_keep = out_keep.contiguous();
-  }
-  const Tensor out = result_view(out_keep, result);
-  if (Recorder rec{"LogsumexpBackward0", {&x}}) {
-    rec.save(x).save(out_keep);
-    rec.finish(out, [keep](BackwardContext& ctx) -> Grads {
-      const Tensor g = ctx.grad().reshape(keep);
-      return {g * exp(ctx.saved(0) - ctx.saved(1))};
-    });
-  }
-  return out;
-}
-
 // ---- prod -----------------------------------------------------------------------------------
 // g (keepdim form) times the product of the other elements of x's slice along d.
 Tensor prod_backward(const Tensor& g, const Tensor& x, int64_t d) {
@@ -336,9 +297,7 @@ Tensor logic_reduce(const Tensor& x, std::optional<int64_t> dim, bool keepdim, b
 
 }  // namespace
 
-namespace {
-
-Tensor sum_body(const Tensor& x, const Shape& dims, bool keepdim, std::optional<DType> dtype) {
+Tensor sum_op(const Tensor& x, const Shape& dims, bool keepdim, std::optional<DType> dtype) {
   const ReducedDims r = make_reduction(x, dims, keepdim, "sum");
   const bool integral_in = is_integral(x.dtype(), /*include_bool=*/true);
   const DType target = dtype.value_or(integral_in ? kInt64 : x.dtype());
@@ -357,12 +316,6 @@ Tensor sum_body(const Tensor& x, const Shape& dims, bool keepdim, std::optional<
         autograd::DoubleBackward::Supported);
   }
   return res;
-}
-
-}  // namespace
-
-Tensor sum_op(const Tensor& x, const Shape& dims, bool keepdim, std::optional<DType> dtype) {
-  return sum_body(x, dims, keepdim, dtype);
 }
 
 Tensor mean_op(const Tensor& x, const Shape& dims, bool keepdim) {
@@ -388,6 +341,7 @@ Tensor mean_op(const Tensor& x, const Shape& dims, bool keepdim) {
 Tensor amax_op(const Tensor& x, const Shape& dims, bool keepdim) {
   return extremum(x, dims, keepdim, true, "amax", "AmaxBackward0");
 }
+
 Tensor amin_op(const Tensor& x, const Shape& dims, bool keepdim) {
   return extremum(x, dims, keepdim, false, "amin", "AminBackward0");
 }
@@ -398,6 +352,7 @@ Tensor max_op(const Tensor& x) {
            "Specify the reduction dim with the 'dim' argument.");
   return extremum(x, {}, false, true, "max", "MaxBackward1");
 }
+
 Tensor min_op(const Tensor& x) {
   MT_CHECK(x.numel() > 0,
            "min(): Expected reduction dim to be specified for input.numel() == 0. "
@@ -408,6 +363,7 @@ Tensor min_op(const Tensor& x) {
 ValuesIndices max_op(const Tensor& x, int64_t dim, bool keepdim) {
   return arg_extremum(x, dim, keepdim, true);
 }
+
 ValuesIndices min_op(const Tensor& x, int64_t dim, bool keepdim) {
   return arg_extremum(x, dim, keepdim, false);
 }
@@ -415,6 +371,7 @@ ValuesIndices min_op(const Tensor& x, int64_t dim, bool keepdim) {
 Tensor argmax_op(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return arg_index(x, dim, keepdim, true);
 }
+
 Tensor argmin_op(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return arg_index(x, dim, keepdim, false);
 }
@@ -422,13 +379,12 @@ Tensor argmin_op(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
 Tensor var_op(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
   return var_or_std(x, dims, correction, keepdim, false);
 }
+
 Tensor std_op(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
   return var_or_std(x, dims, correction, keepdim, true);
 }
 
-namespace {
-
-Tensor norm_body(const Tensor& x, double p, const Shape& dims, bool keepdim) {
+Tensor norm_op(const Tensor& x, double p, const Shape& dims, bool keepdim) {
   MT_CHECK(is_floating(x.dtype()), "norm(): expected a floating point tensor as input, got ",
            x.dtype());
   const ReducedDims r = make_reduction(x, dims, keepdim, "norm");
@@ -450,25 +406,56 @@ Tensor norm_body(const Tensor& x, double p, const Shape& dims, bool keepdim) {
   return res;
 }
 
-}  // namespace
-
-Tensor norm_op(const Tensor& x, double p, const Shape& dims, bool keepdim) {
-  return norm_body(x, p, dims, keepdim);
-}
-
 Tensor all_finite_op(const Tensor& x) {
   Tensor out = alloc(Shape{}, kBool, x.device());
   all_finite_kernel(x.device())(out, x);
   return out;
 }
 
-Tensor logsumexp_op(const Tensor& x, const Shape& dims, bool keepdim) {
-  return logsumexp_body(x, dims, keepdim);
+// ---- logsumexp ------------------------------------------------------------------------------
+Tensor logsumexp_op(const Tensor& input, const Shape& dims, bool keepdim) {
+  // Integer inputs reduce in the default floating dtype.
+  const Tensor x = is_floating(input.dtype()) ? input : input.to(kFloat32);
+  // Which dims are reduced (repeats are refused by amax and sum below).
+  bool reduced[kMaxDims] = {};
+  for (int64_t d = 0; d < x.dim(); ++d) reduced[d] = dims.empty();
+  for (int64_t d : dims) {
+    const int64_t w = wrap_dim(d, x.dim(), "logsumexp");
+    if (x.dim() > 0) reduced[w] = true;
+  }
+  Shape keep, result;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    keep.push_back(reduced[d] ? 1 : x.size(d));
+    if (!reduced[d] || keepdim) result.push_back(reduced[d] ? 1 : x.size(d));
+  }
+  Tensor out_keep;
+  {
+    autograd::NoGradGuard no_grad;
+    if (x.numel() != 0) {
+      // An infinite max is not taken out: inf - inf would turn the sum into NaN.
+      Tensor m = amax(x, dims, true);
+      m = where(abs(m) != INFINITY, m, 0.0);
+      out_keep = log(sum(exp(x - m), dims, true)) + m;
+    } else {
+      out_keep = log(sum(exp(x), dims, true));
+    }
+    out_keep = out_keep.contiguous();
+  }
+  const Tensor out = result_view(out_keep, result);
+  if (Recorder rec{"LogsumexpBackward0", {&x}}) {
+    rec.save(x).save(out_keep);
+    rec.finish(out, [keep](BackwardContext& ctx) -> Grads {
+      const Tensor g = ctx.grad().reshape(keep);
+      return {g * exp(ctx.saved(0) - ctx.saved(1))};
+    });
+  }
+  return out;
 }
 
 Tensor prod_op(const Tensor& x, std::optional<DType> dtype) {
   return prod_body(x, std::optional<int64_t>(), false, dtype);
 }
+
 Tensor prod_op(const Tensor& x, int64_t dim, bool keepdim, std::optional<DType> dtype) {
   return prod_body(x, std::optional<int64_t>(dim), keepdim, dtype);
 }
@@ -477,6 +464,7 @@ Tensor any_op(const Tensor& x) { return logic_reduce(x, std::nullopt, false, fal
 Tensor any_op(const Tensor& x, int64_t dim, bool keepdim) {
   return logic_reduce(x, dim, keepdim, false);
 }
+
 Tensor all_op(const Tensor& x) { return logic_reduce(x, std::nullopt, false, true); }
 Tensor all_op(const Tensor& x, int64_t dim, bool keepdim) {
   return logic_reduce(x, dim, keepdim, true);
@@ -487,10 +475,12 @@ Tensor Tensor::sum() const { return mantissa::sum(*this); }
 Tensor Tensor::sum(const Shape& dims, bool keepdim) const {
   return mantissa::sum(*this, dims, keepdim);
 }
+
 Tensor Tensor::mean() const { return mantissa::mean(*this); }
 Tensor Tensor::mean(const Shape& dims, bool keepdim) const {
   return mantissa::mean(*this, dims, keepdim);
 }
+
 Tensor Tensor::max() const { return mantissa::max(*this); }
 Tensor Tensor::min() const { return mantissa::min(*this); }
 Tensor Tensor::argmax(std::optional<int64_t> dim, bool keepdim) const {
@@ -500,6 +490,7 @@ Tensor Tensor::argmax(std::optional<int64_t> dim, bool keepdim) const {
 Tensor Tensor::logsumexp(const Shape& dims, bool keepdim) const {
   return mantissa::logsumexp(*this, dims, keepdim);
 }
+
 Tensor Tensor::prod() const { return mantissa::prod(*this); }
 Tensor Tensor::prod(int64_t dim, bool keepdim) const { return mantissa::prod(*this, dim, keepdim); }
 Tensor Tensor::any() const { return mantissa::any(*this); }

@@ -43,30 +43,6 @@ Tensor scan_input(const Tensor& x, std::optional<DType> dtype) {
   return x.dtype() == target ? x : x.to(target);
 }
 
-Tensor cumsum_body(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
-  const int64_t d = wrap_dim(dim, x.dim(), "cumsum");
-  return sum_scan(scan_input(x, dtype), d, false);
-}
-
-Tensor cumprod_body(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
-  const int64_t d = wrap_dim(dim, x.dim(), "cumprod");
-  const Tensor in = scan_input(x, dtype);
-  Tensor out = alloc(in.shape(), in.dtype(), in.device());
-  cumprod_kernel(in.device())(out, in, d, /*reverse=*/false, /*exclusive=*/false);
-  if (is_floating(in.dtype())) {
-    if (Recorder rec{"CumprodBackward0", {&in}}) {
-      rec.save(in).save(out);
-      rec.finish(out, [d](BackwardContext& ctx) -> Grads {
-        const Tensor x = ctx.saved(0), y = ctx.saved(1);
-        Tensor grad_in = alloc(x.shape(), x.dtype(), x.device());
-        cumprod_backward_kernel(x.device())(grad_in, ctx.grad().to(x.dtype()), x, y, d);
-        return {grad_in};
-      });
-    }
-  }
-  return out;
-}
-
 // ---- sort and topk --------------------------------------------------------------------------
 // Records the gradient of values = x gathered at `indices` along d: a scatter back.
 void record_gather_back(const char* node, const Tensor& x, const Tensor& values,
@@ -115,15 +91,33 @@ ValuesIndices topk_body(const Tensor& x, int64_t k, int64_t dim, bool largest) {
 }  // namespace
 
 Tensor cumsum_op(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
-  return cumsum_body(x, dim, dtype);
+  const int64_t d = wrap_dim(dim, x.dim(), "cumsum");
+  return sum_scan(scan_input(x, dtype), d, false);
 }
+
 Tensor cumprod_op(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
-  return cumprod_body(x, dim, dtype);
+  const int64_t d = wrap_dim(dim, x.dim(), "cumprod");
+  const Tensor in = scan_input(x, dtype);
+  Tensor out = alloc(in.shape(), in.dtype(), in.device());
+  cumprod_kernel(in.device())(out, in, d, /*reverse=*/false, /*exclusive=*/false);
+  if (is_floating(in.dtype())) {
+    if (Recorder rec{"CumprodBackward0", {&in}}) {
+      rec.save(in).save(out);
+      rec.finish(out, [d](BackwardContext& ctx) -> Grads {
+        const Tensor x = ctx.saved(0), y = ctx.saved(1);
+        Tensor grad_in = alloc(x.shape(), x.dtype(), x.device());
+        cumprod_backward_kernel(x.device())(grad_in, ctx.grad().to(x.dtype()), x, y, d);
+        return {grad_in};
+      });
+    }
+  }
+  return out;
 }
 
 ValuesIndices topk_op(const Tensor& x, int64_t k, int64_t dim, bool largest, bool /*sorted*/) {
   return topk_body(x, k, dim, largest);
 }
+
 ValuesIndices sort_op(const Tensor& x, int64_t dim, bool descending, bool /*stable*/) {
   return sort_body(x, dim, descending);
 }
