@@ -34,7 +34,7 @@ GPU_PEAK_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 PCIe": 756.0, "H100":
                    "A100": 312.0, "L40S": 362.0, "A10G": 70.0, "RTX 4090": 165.0}
 
 
-# The CPU paths mantissa_bench reports in its JSON context (engine/cpu_matmul_stats.h).
+# The CPU paths mantissa_bench reports in its JSON context (engine/cpu_matmul_paths.h).
 CPU_PATHS = {}
 
 

@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/cpu_matmul_stats.h"
+#include "engine/cpu_matmul_paths.h"
 #include "workloads.h"
 
 namespace mt = mantissa;

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "cli/cli.h"
-#include "engine/cpu_matmul_stats.h"
+#include "engine/cpu_matmul_paths.h"
 #include "engine/cuda_memory.h"
 #include "engine/device.h"
 #include "engine/device_properties.h"
@@ -63,7 +63,7 @@ void print_cpu() {
     if (flags.count(f)) simd += std::string(simd.empty() ? "" : " ") + f;
   }
   std::cout << "  simd: " << (simd.empty() ? "(none reported)" : simd) << "\n";
-  // Which instructions each precision's matrix products run on (engine/cpu_matmul_stats.h).
+  // Which instructions each precision's matrix products run on (engine/cpu_matmul_paths.h).
   std::cout << "  float32 products: " << cpu::cpu_float32_gemm_description() << "\n";
   const cpu::Bf16MatmulIsa bf16 = cpu::cpu_bf16_matmul_isa();
   std::cout << "  bfloat16 products: " << cpu::bf16_matmul_isa_name(bf16)

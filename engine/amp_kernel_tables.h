@@ -3,7 +3,6 @@
 // needs no host synchronisation.
 #pragma once
 
-#include <atomic>
 #include <vector>
 
 #include "engine/dispatch.h"
@@ -30,17 +29,5 @@ using AmpUpdateScaleKernel = void (*)(const Tensor& scale, const Tensor& growth_
                                       const Tensor& overflow_streak, const Tensor& found_inf,
                                       const AmpUpdateParams& params);
 MT_KERNEL_TABLE(amp_update_scale, AmpUpdateScaleKernel)
-
-// A test hook that proves a step needs no host sync: the gate holds the device's current stream
-// (a host function queued on it) until `release` is set, so work queued behind it cannot run.
-// A host sync in that work would block the host until the gate gives up after timeout_ms and
-// sets timed_out; a sync-free step returns to the host with the gate still closed.
-struct StreamGate {
-  std::atomic<bool> release{false};
-  std::atomic<bool> timed_out{false};
-  int timeout_ms = 20000;
-};
-using AmpStreamGateKernel = void (*)(Device device, StreamGate* gate);
-MT_KERNEL_TABLE(amp_stream_gate, AmpStreamGateKernel)  // CUDA only
 
 }  // namespace mantissa

@@ -1,6 +1,6 @@
 // Environment variables that take one word from a fixed list: MANTISSA_STRICT_FAST_PATHS
-// (engine/cuda_linear_stats.h), MANTISSA_CPU_BF16 and MANTISSA_CPU_SGEMM
-// (engine/cpu_matmul_stats.h). Each is read once, by the setting it starts.
+// (engine/fast_path_stats.h), MANTISSA_CPU_BF16 and MANTISSA_CPU_SGEMM
+// (engine/cpu_matmul_paths.h). Each is read once, by the setting it starts.
 #pragma once
 
 #include <initializer_list>

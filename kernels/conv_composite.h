@@ -1,9 +1,9 @@
 // The 2-D convolution composed from other kernels of one device: im2col (conv2d_im2col), a
 // batched GEMM per group (bmm), col2im (conv2d_col2im), copies and a batch sum. It is the CUDA
 // path when cuDNN's heuristics offer no algorithm it will run for a call (counted in
-// engine/cuda_conv_stats.h; an error in strict mode), and it runs on the CPU too, where the tests
-// hold it to the CPU convolution. Operands as the conv2d kernel tables take them: contiguous
-// NCHW of one dtype, weight [O, C/groups, kh, kw], fresh outputs fully overwritten.
+// engine/fast_path_stats.h, path "cuda.conv"; an error in strict mode), and it runs on the CPU too,
+// where the tests hold it to the CPU convolution. Operands as the conv2d kernel tables take them:
+// contiguous NCHW of one dtype, weight [O, C/groups, kh, kw], fresh outputs fully overwritten.
 //
 // For group g (C/g input and O/g output channels, K = C/g*kh*kw column rows, L = Ho*Wo):
 //   forward:         out[n, g]  = W[g] [O/g, K] @ cols[n, g] [K, L]

@@ -4,16 +4,26 @@
 // sanitizer runs do that).
 #pragma once
 
+#include <atomic>
 #include <memory>
 
-#include "engine/amp_kernel_tables.h"
 #include "engine/cuda_memory.h"
 #include "engine/cuda_stream.h"
 #include "test_util.h"
 
 namespace mantissa::testing {
 
-// Holds `stream`: a host function queued on it (the StreamGate hook of the CUDA backend) waits
+// What a host function queued on a stream waits for: until `release` is set, work queued behind
+// it cannot run. It gives up after timeout_ms and sets timed_out.
+struct StreamGate {
+  std::atomic<bool> release{false};
+  std::atomic<bool> timed_out{false};
+  int timeout_ms = 20000;
+};
+// Queues the gate's host function on `stream` (cuda_stream_gate.cpp; throws without CUDA).
+void hold_stream(const cuda::Stream& stream, StreamGate* gate);
+
+// Holds `stream`: a host function queued on it (hold_stream) waits
 // until release() or the destructor, so nothing queued on the stream after the hold can run.
 // It gives up after `timeout_ms` and timed_out() then says so: a test that waits for the held
 // stream by mistake fails instead of hanging; so would anything that waits for the whole device
@@ -24,9 +34,7 @@ class HeldStream {
   explicit HeldStream(const cuda::Stream& stream, int timeout_ms = 20000)
       : stream_(stream), gate_(std::make_unique<StreamGate>()) {
     gate_->timeout_ms = timeout_ms;
-    const Device device = Device::cuda(stream.device());
-    cuda::StreamGuard guard(stream);
-    amp_stream_gate_kernel(device)(device, gate_.get());
+    hold_stream(stream, gate_.get());
   }
   ~HeldStream() {
     release();

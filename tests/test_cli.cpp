@@ -7,7 +7,7 @@
 #include <sys/sysmacros.h>
 
 #include "cli_test_util.h"
-#include "engine/cpu_matmul_stats.h"
+#include "engine/cpu_matmul_paths.h"
 #include "hostile_yaml.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// The CPU's GEMM paths against each other (engine/cpu_matmul_stats.h). bfloat16 products on the
+// The CPU's GEMM paths against each other (engine/cpu_matmul_paths.h). bfloat16 products on the
 // CPU's bf16 instructions (AMX-BF16 or AVX512-BF16 through oneDNN, kernels/cpu/gemm/bf16_gemm.h)
 // against the emulation they replace (operands widened to float32, SGEMM), op by op here and
 // over the GPT trajectory in tests/test_gpt.cpp; on a CPU without bf16 instructions those skip,
@@ -18,7 +18,7 @@
 #include <sstream>
 
 #include "autograd/functions.h"
-#include "engine/cpu_matmul_stats.h"
+#include "engine/cpu_matmul_paths.h"
 #include "kernels/cpu/gemm/bf16_gemm.h"
 #include "kernels/cpu/gemm/sgemm.h"
 #include "nn/functional.h"
@@ -93,7 +93,7 @@ Tensor rand_bf16(const Shape& shape, uint64_t seed) {
 // On a CPU with AMX, every product of these dense layouts runs on the tiles: oneDNN's AMX kernels
 // need dense operands and results, and a slab split that breaks that falls to its vdpbf16ps
 // kernels, still bf16 but several times slower.
-void expect_all_on_amx_tiles(const mt::cpu::CpuMatmulStats& s, const std::string& what) {
+void expect_all_on_amx_tiles(const mt::testing::CpuMatmulCounts& s, const std::string& what) {
   if (mt::cpu::cpu_bf16_matmul_isa() == Bf16MatmulIsa::AmxBf16) {
     EXPECT_EQ(s.bf16_amx, s.bf16_hardware) << what;
   } else {
@@ -152,16 +152,16 @@ TEST(CpuBf16Matmul, IsaFollowsTheCpuFlags) {
 TEST(CpuBf16Matmul, EmulationSwitchAndCounters) {
   Emulation on(true);
   EXPECT_EQ(mt::cpu::cpu_bf16_matmul_isa(), Bf16MatmulIsa::Emulated);
-  mt::cpu::reset_cpu_matmul_stats();
+  mt::reset_fast_path_stats();
   (void)mt::matmul(rand_bf16({64, 128}, 1), rand_bf16({128, 64}, 2));
-  auto s = mt::cpu::cpu_matmul_stats();
+  auto s = mt::testing::cpu_matmul_counts();
   EXPECT_EQ(s.bf16_hardware, 0);
   EXPECT_EQ(s.bf16_emulated, 1);
   if (!has_bf16_instructions()) return;
   mt::cpu::set_cpu_bf16_matmul_emulation(false);
   EXPECT_EQ(mt::cpu::cpu_bf16_matmul_isa(), mt::cpu::cpu_bf16_matmul_isa_available());
   (void)mt::matmul(rand_bf16({64, 128}, 1), rand_bf16({128, 64}, 2));
-  s = mt::cpu::cpu_matmul_stats();
+  s = mt::testing::cpu_matmul_counts();
   EXPECT_EQ(s.bf16_hardware, 1);
   EXPECT_EQ(s.bf16_emulated, 1);
   EXPECT_EQ(s.bf16_fallbacks, 0);
@@ -186,7 +186,7 @@ TEST(CpuBf16Matmul, BmmMatchesTheEmulationWithinTheSummationBound) {
     const Tensor shared = rand_bf16({c.k, c.n}, 60);  // broadcast over the batch by matmul
     const std::string name = std::to_string(c.b) + "x" + std::to_string(c.m) + "x" +
                              std::to_string(c.k) + "x" + std::to_string(c.n);
-    mt::cpu::reset_cpu_matmul_stats();
+    mt::reset_fast_path_stats();
     struct Pair {
       Tensor x, y;
       const char* layout;
@@ -198,7 +198,7 @@ TEST(CpuBf16Matmul, BmmMatchesTheEmulationWithinTheSummationBound) {
       const Tensor s = mt::matmul(abs64(p.x), abs64(p.y));
       expect_within_bound(hw, em, s, c.k, 1, 0.0, name + " " + p.layout);
     }
-    const auto stats = mt::cpu::cpu_matmul_stats();
+    const auto stats = mt::testing::cpu_matmul_counts();
     EXPECT_EQ(stats.bf16_hardware, 5) << name;
     EXPECT_EQ(stats.bf16_fallbacks, 0) << name;
     expect_all_on_amx_tiles(stats, name);
@@ -228,9 +228,9 @@ TEST(CpuBf16Matmul, LinearForwardAndBackwardMatchTheEmulation) {
       Result hw, em;
       {
         Emulation off(false);
-        mt::cpu::reset_cpu_matmul_stats();
+        mt::reset_fast_path_stats();
         hw = run();
-        const auto stats = mt::cpu::cpu_matmul_stats();
+        const auto stats = mt::testing::cpu_matmul_counts();
         EXPECT_EQ(stats.bf16_hardware, 3);  // forward, grad_x, grad_w
         // (With m = 5 the weight gradient sums over 5 rows: too short for a tile, which
         // oneDNN runs on vdpbf16ps instead.)
@@ -288,9 +288,9 @@ TEST(CpuBf16Matmul, Conv2dMatchesTheEmulationWithinTheSummationBound) {
   Result hw, em;
   {
     Emulation off(false);
-    mt::cpu::reset_cpu_matmul_stats();
+    mt::reset_fast_path_stats();
     hw = run();
-    const auto s = mt::cpu::cpu_matmul_stats();
+    const auto s = mt::testing::cpu_matmul_counts();
     EXPECT_EQ(s.bf16_hardware, 3 * groups * 2);  // per direction, group and image
     EXPECT_EQ(s.bf16_fallbacks, 0);
     expect_all_on_amx_tiles(s, "conv2d");
@@ -319,10 +319,10 @@ TEST(CpuBf16Matmul, SmallProductsStayOnTheInHouseLoop) {
   ASSERT_TRUE(mt::cpu::sgemm_is_small(8, 4, 16));
   ASSERT_FALSE(mt::cpu::sgemm_is_small(64, 64, 128));
   const Tensor a = rand_bf16({8, 16}, 1), b = rand_bf16({16, 4}, 2);
-  mt::cpu::reset_cpu_matmul_stats();
+  mt::reset_fast_path_stats();
   const auto [hw, em] = both_paths([&] { return mt::matmul(a, b); });
   EXPECT_TRUE(mt::equal(hw, em));
-  const auto s = mt::cpu::cpu_matmul_stats();
+  const auto s = mt::testing::cpu_matmul_counts();
   EXPECT_EQ(s.bf16_hardware, 0);
   EXPECT_EQ(s.bf16_emulated, 2);
 }
@@ -347,12 +347,12 @@ TEST(CpuBf16Matmul, Bf16StoredProductIsTheFloat32ProductRounded) {
     const Shape shape{c.batch, c.m, c.n};
     Tensor wide = mt::empty(shape),
            stored = mt::empty(shape, mt::TensorOptions().dtype(mt::kBFloat16));
-    mt::cpu::reset_cpu_matmul_stats();
+    mt::reset_fast_path_stats();
     ASSERT_TRUE(
         mt::cpu::bf16_gemm(c.batch, c.m, c.n, c.k, ma, mb, wide.data<float>(), c.n, c.m * c.n));
     ASSERT_TRUE(mt::cpu::bf16_gemm(c.batch, c.m, c.n, c.k, ma, mb, stored.data<mt::BFloat16>(), c.n,
                                    c.m * c.n));
-    EXPECT_EQ(mt::cpu::cpu_matmul_stats().bf16_hardware, 2);
+    EXPECT_EQ(mt::testing::cpu_matmul_counts().bf16_hardware, 2);
     const std::string name = std::to_string(c.batch) + "x" + std::to_string(c.m) + "x" +
                              std::to_string(c.n) + "x" + std::to_string(c.k);
     if (c.k <= 128) {
@@ -446,12 +446,12 @@ TEST(CpuFloat32Gemm, OneDnnMatchesOpenBlasWithinTheSummationBound) {
     Float32Library f(mt::cpu::Float32GemmLibrary::OpenBlas);
     blas = run();
   }
-  mt::cpu::reset_cpu_matmul_stats();
+  mt::reset_fast_path_stats();
   {
     Float32Library f(mt::cpu::Float32GemmLibrary::OneDnn);
     dnnl = run();
   }
-  const auto stats = mt::cpu::cpu_matmul_stats();
+  const auto stats = mt::testing::cpu_matmul_counts();
   EXPECT_GE(stats.float32_onednn, 3);
   EXPECT_EQ(stats.float32_fallbacks, 0);
   expect_float32_close(dnnl.mm, blas.mm, mt::matmul(abs64(a), abs64(b)), 200, "matmul");

@@ -4,7 +4,7 @@
 // scale update must follow the CPU's sequence exactly. A small mixed-precision training loop on
 // CUDA must track the same loop on the CPU. The fused multi-tensor SGD/Adam/AdamW steps must follow
 // the CPU (SGD bit for bit), skip on the device when found_inf is set, and an AMP step (unscale,
-// step, update; and with forward/backward) must not wait for the GPU, shown with a StreamGate that
+// step, update; and with forward/backward) must not wait for the GPU, shown with a HeldStream that
 // holds the stream while the host queues the step, and by capturing the step into a CUDA graph.
 // Every test skips without a GPU.
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "engine/amp_kernel_tables.h"
 #include "engine/cuda_stream.h"
 #include "test_models.h"
@@ -441,15 +442,14 @@ void expect_step_without_host_sync(bool include_forward) {
   }
   EXPECT_GT(scaler.steps_taken(), 0);  // a sync, before the gate
   if (!include_forward) forward_backward();
-  mt::StreamGate gate;
-  mt::amp_stream_gate_kernel(kGpu)(kGpu, &gate);
+  mt::testing::HeldStream gate(mt::cuda::current_stream(0));
   if (include_forward) forward_backward();
   const mt::amp::StepResult stepped = scaler.step(opt);
   scaler.update();
-  gate.release = true;
+  gate.release();
   EXPECT_TRUE(stepped.stepped());  // the optional sync, after the gate opened
-  EXPECT_FALSE(gate.timed_out.load()) << "the host waited for the GPU inside the step"
-                                      << (include_forward ? " (with forward)" : "");
+  EXPECT_FALSE(gate.timed_out()) << "the host waited for the GPU inside the step"
+                                 << (include_forward ? " (with forward)" : "");
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 // scaled_dot_product_attention and embedding on CUDA against the CPU, forward and backward, in
 // float32, float16 and bfloat16, with and without the causal mask, odd sequence lengths and head
-// dims 64 and 128; and which attention path ran (engine/cuda_attention_stats.h), strict mode
-// included. Skipped without a GPU.
+// dims 64 and 128; and which attention path ran (engine/fast_path_stats.h, path "cuda.attention"),
+// strict mode included. Skipped without a GPU.
 #include <string>
 
-#include "engine/cuda_attention_stats.h"
+#include "engine/fast_path_stats.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -79,17 +79,17 @@ TEST(CudaAttention, MatchesTheCpu) {
           const std::string what = std::string(mt::dtype_name(dt)) + " D=" + std::to_string(D) +
                                    (causal ? " causal" : "") + " L=" + std::to_string(L) +
                                    " S=" + std::to_string(S);
-          mt::cuda::reset_attention_stats();
+          mt::reset_fast_path_stats();
           const Grads gpu = attend(host, Tensor(), causal, dt, kGpu);
           const Grads cpu = attend(host, Tensor(), causal, dt, mt::kCPU);
           expect_match(gpu, cpu, tolerance(dt, false), what);
-          const mt::cuda::AttentionStats st = mt::cuda::attention_stats();
+          const mt::FastPathStats st = mt::fast_path_stats();
           if (dt == mt::kFloat32) {
-            EXPECT_EQ(st.fell_back(mt::cuda::AttentionFallback::Dtype), 1) << what;
-            EXPECT_EQ(st.fused_float16 + st.fused_bfloat16, 0) << what;
+            EXPECT_EQ(st.fell_back("cuda.attention", "Dtype"), 1) << what;
+            EXPECT_EQ(st.ran("cuda.attention", "fused"), 0) << what;
           } else {
-            EXPECT_EQ(dt == mt::kFloat16 ? st.fused_float16 : st.fused_bfloat16, 1) << what;
-            EXPECT_EQ(st.composed_backward, 1) << what;
+            EXPECT_EQ(st.ran("cuda.attention", "fused", dt), 1) << what;
+            EXPECT_EQ(st.ran("cuda.attention", "composed_backward"), 1) << what;
           }
         }
       }
@@ -136,16 +136,16 @@ TEST(CudaAttention, StrictModeRefusesAFallback) {
     for (const Tensor& h : host) t.push_back(h.to(dt).to(kGpu));
     return t;
   };
-  mt::cuda::set_strict_fused_attention(true);
+  mt::set_strict_fast_path("cuda.attention", true);
   const auto half = on(mt::kFloat16);
   EXPECT_NO_THROW(mt::scaled_dot_product_attention(half[0], half[1], half[2], Tensor(), 0.0, true));
   mt::testing::expect_error(
       [&] { mt::scaled_dot_product_attention(half[0], half[1], half[2], Tensor(), 0.1); },
-      {"Dropout", "strict fused attention"});
+      {"Dropout", "set_strict_fast_path"});
   const auto f32 = on(mt::kFloat32);
   mt::testing::expect_error([&] { mt::scaled_dot_product_attention(f32[0], f32[1], f32[2]); },
                             {"Dtype"});
-  mt::cuda::set_strict_fused_attention(false);
+  mt::set_strict_fast_path("cuda.attention", false);
   EXPECT_NO_THROW(mt::scaled_dot_product_attention(f32[0], f32[1], f32[2]));
 }
 

@@ -22,12 +22,12 @@
 #include "test_util.h"
 
 namespace mt = mantissa;
-using mt::testing::all_dtypes;
-using mt::testing::kGpu;
 using mt::Device;
 using mt::DType;
 using mt::Size2;
 using mt::Tensor;
+using mt::testing::all_dtypes;
+using mt::testing::kGpu;
 
 namespace {
 
@@ -261,9 +261,9 @@ TEST(CudaConv, HalfGroupedDilatedRunsOrNamesTheCall) {
   MT_REQUIRE_GPU();
   // Strict: a call cuDNN cannot run is an error naming it, not the composed fallback.
   struct StrictGuard {
-    bool saved = mt::cuda::strict_fast_paths();
-    StrictGuard() { mt::cuda::set_strict_fast_paths(true); }
-    ~StrictGuard() { mt::cuda::set_strict_fast_paths(saved); }
+    bool saved = mt::strict_fast_paths();
+    StrictGuard() { mt::set_strict_fast_paths(true); }
+    ~StrictGuard() { mt::set_strict_fast_paths(saved); }
   } strict;
   mt::manual_seed(13);
   const ConvCase k{2, 4, 10, 9, 6, 3, 2, {2, 1}, {1, 2}, {1, 2}, 2, false};
@@ -337,14 +337,13 @@ TEST(CudaConvLibraryBehaviour, CudnnRunsTheCommonFloat32AndFloat64Shapes) {
   PrecisionGuard guard;
   mt::set_float32_matmul_precision(mt::MatmulPrecision::Highest);
   mt::manual_seed(23);
-  mt::cuda::reset_conv_stats();
+  mt::reset_fast_path_stats();
   for (DType dt : {mt::kFloat32, mt::kFloat64})
     for (const ConvCase& k : conv_cases()) check_conv(k, dt, conv_tol(dt), conv_label(k, dt));
-  const mt::cuda::ConvStats s = mt::cuda::conv_stats();
-  for (auto d : {mt::cuda::ConvDirection::Forward, mt::cuda::ConvDirection::BackwardInput,
-                 mt::cuda::ConvDirection::BackwardWeight}) {
-    EXPECT_GT(s.ran_cudnn(d), 0) << static_cast<int>(d);
-    EXPECT_EQ(s.fell_back(d), 0) << static_cast<int>(d);
+  const mt::FastPathStats s = mt::fast_path_stats();
+  for (const char* d : {"forward", "backward_input", "backward_weight"}) {
+    EXPECT_GT(s.ran("cuda.conv", d), 0) << d;
+    EXPECT_EQ(s.fell_back("cuda.conv", d), 0) << d;
   }
 }
 

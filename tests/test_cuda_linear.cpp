@@ -4,7 +4,7 @@
 // (float64, strided operands, a broadcast bias, an aux leading dimension that is not a multiple
 // of 8), forward and backward, with TF32 honoured for float32; NaN and infinities through every
 // path; the float32 GELU epilogue against tanh-GELU in float64. Every test runs in strict mode
-// (a cuBLASLt refusal throws) and checks through the stats (engine/cuda_linear_stats.h) that the
+// (a cuBLASLt refusal throws) and checks through the stats (engine/fast_path_stats.h) that the
 // epilogues it is about ran. Every test skips without a GPU.
 #include <algorithm>
 #include <cctype>
@@ -49,8 +49,7 @@ struct PrecisionGuard {
   ~PrecisionGuard() { mt::set_float32_matmul_precision(saved); }
 };
 
-using mt::cuda::LinearEpilogue;
-using mt::cuda::LinearFallback;
+constexpr const char* kPath = "cuda.linear";
 const DType kLtDtypes[] = {mt::kFloat32, mt::kFloat16, mt::kBFloat16};
 
 // Strict fast paths and fresh stats for every test: a cuBLASLt refusal is an error, so a test
@@ -58,19 +57,22 @@ const DType kLtDtypes[] = {mt::kFloat32, mt::kFloat16, mt::kBFloat16};
 class CudaLinear : public ::testing::Test {
  protected:
   void SetUp() override {
-    saved_strict_ = mt::cuda::strict_fast_paths();
-    mt::cuda::set_strict_fast_paths(true);
-    mt::cuda::reset_linear_stats();
+    saved_strict_ = mt::strict_fast_paths();
+    mt::set_strict_fast_paths(true);
+    mt::reset_fast_path_stats();
   }
-  void TearDown() override { mt::cuda::set_strict_fast_paths(saved_strict_); }
+  void TearDown() override { mt::set_strict_fast_paths(saved_strict_); }
 
  private:
   bool saved_strict_ = false;
 };
 
-void expect_ran(const mt::cuda::LinearStats& s, LinearEpilogue e, DType dt) {
-  EXPECT_GT(s.ran(e, dt), 0) << mt::cuda::linear_epilogue_name(e) << " never ran in "
-                             << mt::dtype_name(dt);
+// `epilogue`: cuBLASLt's name without the prefix ("GELU_AUX_BIAS"), or "relu_forward" /
+// "relu_backward" for the ReLU route (the GEMM, then the relu kernels).
+void expect_ran(const mt::FastPathStats& s, const char* epilogue, DType dt) {
+  EXPECT_GT(s.ran(kPath, epilogue, dt), 0)
+      << epilogue << " never ran in " << mt::dtype_name(dt) << "\n"
+      << s.to_string();
 }
 
 // What the GELU epilogue may add to a float32 output y = gelu_tanh(z) beyond the GEMM's error:
@@ -206,24 +208,24 @@ TEST_P(CudaLinearCase, ForwardAndBackwardMatchCpu) {
   expect_close(bg.grad(), bc.grad(), tol.rtol * 4, tol.atol * 8, what + " grad b");
 
   // The route this case is about, and no refusal (strict mode would have thrown).
-  const mt::cuda::LinearStats s = mt::cuda::linear_stats();
-  EXPECT_EQ(s.fell_back(LinearFallback::NoAlgorithm), 0) << what;
+  const mt::FastPathStats s = mt::fast_path_stats();
+  EXPECT_EQ(s.fell_back(kPath, "NoAlgorithm"), 0) << what;
   if (dt == mt::kFloat64) {
-    EXPECT_GT(s.fell_back(LinearFallback::UnsupportedDtype), 0) << what;
+    EXPECT_GT(s.fell_back(kPath, "UnsupportedDtype"), 0) << what;
   } else if (l.strided) {
-    EXPECT_GT(s.fell_back(LinearFallback::NonUnitStride), 0) << what;
+    EXPECT_GT(s.fell_back(kPath, "NonUnitStride"), 0) << what;
   } else if (l.broadcast_bias) {
-    EXPECT_GT(s.fell_back(LinearFallback::NonPackedBias), 0) << what;
+    EXPECT_GT(s.fell_back(kPath, "NonPackedBias"), 0) << what;
   } else if (act == Act::GeluTanh && l.out % 8 != 0) {
-    EXPECT_GT(s.fell_back(LinearFallback::AuxLayout), 0) << what;
+    EXPECT_GT(s.fell_back(kPath, "AuxLayout"), 0) << what;
   } else if (act == Act::GeluTanh) {
-    expect_ran(s, LinearEpilogue::GeluAuxBias, dt);  // GELU with a backward to feed
+    expect_ran(s, "GELU_AUX_BIAS", dt);  // GELU with a backward to feed
   } else {
-    expect_ran(s, LinearEpilogue::Bias, dt);  // act None, and ReLU's GEMM
+    expect_ran(s, "BIAS", dt);  // act None, and ReLU's GEMM
     if (act == Act::Relu) {
-      EXPECT_GT(s.ran_relu_forward(dt), 0) << what;
+      EXPECT_GT(s.ran(kPath, "relu_forward", dt), 0) << what;
     }
-    if (act == Act::None && l.out % 8 == 0) expect_ran(s, LinearEpilogue::BGradB, dt);
+    if (act == Act::None && l.out % 8 == 0) expect_ran(s, "BGRADB", dt);
   }
 }
 
@@ -266,16 +268,16 @@ TEST_F(CudaLinear, TwoLayerBlockMatchesCpu) {
       }
     }
   }
-  const mt::cuda::LinearStats s = mt::cuda::linear_stats();
+  const mt::FastPathStats s = mt::fast_path_stats();
   for (DType dt : kLtDtypes) {
-    expect_ran(s, LinearEpilogue::GeluAuxBias, dt);
-    expect_ran(s, LinearEpilogue::DGeluBGrad, dt);  // act' and b1's gradient in the dx GEMM
-    expect_ran(s, LinearEpilogue::Default, dt);     // ReLU's backward GEMM
-    EXPECT_GT(s.ran_relu_forward(dt), 0) << mt::dtype_name(dt);
-    EXPECT_GT(s.ran_relu_backward(dt), 0) << mt::dtype_name(dt);
+    expect_ran(s, "GELU_AUX_BIAS", dt);
+    expect_ran(s, "DGELU_BGRAD", dt);  // act' and b1's gradient in the dx GEMM
+    expect_ran(s, "DEFAULT", dt);      // ReLU's backward GEMM
+    EXPECT_GT(s.ran(kPath, "relu_forward", dt), 0) << mt::dtype_name(dt);
+    EXPECT_GT(s.ran(kPath, "relu_backward", dt), 0) << mt::dtype_name(dt);
   }
-  EXPECT_GT(s.fell_back(LinearFallback::AuxLayout), 0);  // hidden 20
-  EXPECT_EQ(s.fell_back(LinearFallback::NoAlgorithm), 0);
+  EXPECT_GT(s.fell_back(kPath, "AuxLayout"), 0);  // hidden 20
+  EXPECT_EQ(s.fell_back(kPath, "NoAlgorithm"), 0);
 }
 
 TEST_F(CudaLinear, ReluIsTheBiasGemmThenTheReluKernels) {
@@ -305,12 +307,12 @@ TEST_F(CudaLinear, ReluIsTheBiasGemmThenTheReluKernels) {
                                             Act::Relu);
   expect_close(gz_g, gz_c, 1e-5, 1e-5, "relu backward");
   expect_close(db_g, db_c, 1e-5, 1e-4, "relu backward bias");
-  const mt::cuda::LinearStats s = mt::cuda::linear_stats();
-  EXPECT_EQ(s.ran(LinearEpilogue::Bias, mt::kFloat32), 1);
-  EXPECT_EQ(s.ran(LinearEpilogue::Default, mt::kFloat32), 1);
-  EXPECT_EQ(s.ran_relu_forward(mt::kFloat32), 1);
-  EXPECT_EQ(s.ran_relu_backward(mt::kFloat32), 1);
-  for (int64_t n : s.fallbacks) EXPECT_EQ(n, 0);
+  const mt::FastPathStats s = mt::fast_path_stats();
+  EXPECT_EQ(s.ran(kPath, "BIAS", mt::kFloat32), 1);
+  EXPECT_EQ(s.ran(kPath, "DEFAULT", mt::kFloat32), 1);
+  EXPECT_EQ(s.ran(kPath, "relu_forward", mt::kFloat32), 1);
+  EXPECT_EQ(s.ran(kPath, "relu_backward", mt::kFloat32), 1);
+  EXPECT_EQ(s.fell_back(kPath), 0) << s.to_string();
 }
 
 TEST_F(CudaLinear, Float32HonoursTheMatmulPrecision) {
@@ -387,15 +389,13 @@ TEST_P(CudaLinearSpecialValues, MatchCpuOnTheFusedPath) {
   const std::string what = special_case_name({k, 0});
   expect_special_match(c, k.dt, k.act, k.with_bias, what);
   // The shapes are chosen so that nothing falls back: every value went through cuBLASLt.
-  const mt::cuda::LinearStats s = mt::cuda::linear_stats();
-  for (int r = 0; r < mt::cuda::kNumLinearFallbacks; ++r)
-    EXPECT_EQ(s.fallbacks[r], 0) << what << ": "
-                                 << mt::cuda::linear_fallback_name(static_cast<LinearFallback>(r));
+  const mt::FastPathStats s = mt::fast_path_stats();
+  EXPECT_EQ(s.fell_back(kPath), 0) << what << ":\n" << s.to_string();
   if (k.act == Act::Relu) {
-    EXPECT_GT(s.ran_relu_forward(k.dt), 0) << what;
-    EXPECT_GT(s.ran_relu_backward(k.dt), 0) << what;
+    EXPECT_GT(s.ran(kPath, "relu_forward", k.dt), 0) << what;
+    EXPECT_GT(s.ran(kPath, "relu_backward", k.dt), 0) << what;
   } else if (k.act == Act::GeluTanh) {
-    expect_ran(s, k.with_bias ? LinearEpilogue::GeluAuxBias : LinearEpilogue::GeluAux, k.dt);
+    expect_ran(s, k.with_bias ? "GELU_AUX_BIAS" : "GELU_AUX", k.dt);
   }
 }
 
@@ -421,7 +421,7 @@ TEST_F(CudaLinearLibraryBehaviour, GeluEpiloguesAtInfinityMatchPyTorch) {
           c, dt, Act::GeluTanh, with_bias,
           std::string(mt::dtype_name(dt)) + " gelu" + (with_bias ? " bias" : "") + " nan+inf");
     }
-    expect_ran(mt::cuda::linear_stats(), LinearEpilogue::DGeluBGrad, dt);
+    expect_ran(mt::fast_path_stats(), "DGELU_BGRAD", dt);
   }
 }
 
@@ -479,7 +479,7 @@ TEST_F(CudaLinear, Float32GeluEpilogueIsTanhGeluWithinItsErrorBound) {
     }
     RecordProperty(what + " max error/bound", std::to_string(worst));
   }
-  const mt::cuda::LinearStats s = mt::cuda::linear_stats();
-  EXPECT_EQ(s.ran(LinearEpilogue::GeluBias, mt::kFloat32), 1);
-  EXPECT_EQ(s.ran(LinearEpilogue::GeluAuxBias, mt::kFloat32), 1);
+  const mt::FastPathStats s = mt::fast_path_stats();
+  EXPECT_EQ(s.ran(kPath, "GELU_BIAS", mt::kFloat32), 1);
+  EXPECT_EQ(s.ran(kPath, "GELU_AUX_BIAS", mt::kFloat32), 1);
 }

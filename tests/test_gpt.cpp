@@ -5,7 +5,7 @@
 #include <map>
 
 #include "amp/autocast.h"
-#include "engine/cpu_matmul_stats.h"
+#include "engine/cpu_matmul_paths.h"
 #include "golden_file.h"
 #include "nn/optim/adam.h"
 #include "nn/transformer.h"
@@ -407,9 +407,9 @@ TEST(GPTGolden, BFloat16InstructionsFollowTheEmulation) {
   mt::cpu::set_cpu_bf16_matmul_emulation(true);
   const std::vector<double> emulated = train(t, mt::kBFloat16);
   mt::cpu::set_cpu_bf16_matmul_emulation(false);
-  mt::cpu::reset_cpu_matmul_stats();
+  mt::reset_fast_path_stats();
   const std::vector<double> hardware = train(t, mt::kBFloat16);
-  const auto stats = mt::cpu::cpu_matmul_stats();
+  const auto stats = mt::testing::cpu_matmul_counts();
   mt::cpu::set_cpu_bf16_matmul_emulation(saved);
   EXPECT_GT(stats.bf16_hardware, 40 * 10);  // the step's products ran on the instructions
   EXPECT_EQ(stats.bf16_fallbacks, 0);

@@ -4,8 +4,7 @@
 // semantics: relu(NaN) = NaN, ReLU's backward reads the output and passes the gradient where it
 // is NaN (threshold_backward: out <= 0 ? 0 : g), tanh-GELU and its derivative by PyTorch's
 // formulas (NaN at -inf, and for the derivative at +inf). test_cuda_linear.cpp holds CUDA to the
-// same results. Also the CUDA-less behaviour of the fused-linear stats
-// (engine/cuda_linear_stats.h), and the vectorised ReLU rules of the CPU's row passes and GEMM
+// same results. Also the vectorised ReLU rules of the CPU's row passes and GEMM
 // epilogue against kernels/activation_math.h, lane by lane.
 #include <cmath>
 #include <cstring>
@@ -213,76 +212,6 @@ TEST(LinearNan, EveryFusedPathPropagatesNanAndInfinityLikePyTorch) {
       }
     }
   }
-}
-
-// ---- the fused-linear stats without CUDA ---------------------------------------------------
-namespace {
-struct StrictGuard {
-  bool saved = mt::cuda::strict_fast_paths();
-  ~StrictGuard() { mt::cuda::set_strict_fast_paths(saved); }
-};
-}  // namespace
-
-TEST(CudaLinearStats, CpuKernelsCountNothingAndResetClears) {
-  mt::cuda::reset_linear_stats();
-  const Tensor x = mt::randn({4, 8}), w = mt::randn({16, 8}), b = mt::randn({16});
-  for (Act act : {Act::None, Act::Relu, Act::GeluTanh}) {
-    const Tensor xg = x.detach().requires_grad_();
-    mt::sum(F::linear_act_linear(xg, w, b, act, mt::randn({3, 16}), Tensor())).backward();
-  }
-  const mt::cuda::LinearStats s = mt::cuda::linear_stats();
-  for (const auto& per_dtype : s.epilogues)
-    for (int64_t n : per_dtype) EXPECT_EQ(n, 0);
-  for (int d = 0; d < mt::cuda::LinearStats::kNumDtypes; ++d) {
-    EXPECT_EQ(s.relu_forward[d], 0);
-    EXPECT_EQ(s.relu_backward[d], 0);
-  }
-  for (int64_t n : s.fallbacks) EXPECT_EQ(n, 0);
-
-  mt::cuda::detail::count_linear_epilogue(mt::cuda::LinearEpilogue::GeluAuxBias, mt::kBFloat16);
-  mt::cuda::detail::count_linear_epilogue(mt::cuda::LinearEpilogue::GeluAuxBias, mt::kFloat64);
-  mt::cuda::detail::count_linear_relu(/*backward=*/true, mt::kFloat16);
-  const mt::cuda::LinearStats t = mt::cuda::linear_stats();
-  EXPECT_EQ(t.ran(mt::cuda::LinearEpilogue::GeluAuxBias, mt::kBFloat16), 1);
-  EXPECT_EQ(t.ran(mt::cuda::LinearEpilogue::GeluAuxBias, mt::kFloat32), 0);
-  EXPECT_EQ(t.ran(mt::cuda::LinearEpilogue::GeluAuxBias, mt::kFloat64), 0);  // never counted
-  EXPECT_EQ(t.ran_relu_backward(mt::kFloat16), 1);
-  EXPECT_EQ(t.ran_relu_forward(mt::kFloat16), 0);
-  mt::cuda::reset_linear_stats();
-  EXPECT_EQ(mt::cuda::linear_stats().ran(mt::cuda::LinearEpilogue::GeluAuxBias, mt::kBFloat16), 0);
-}
-
-TEST(CudaLinearStats, StrictModeThrowsOnlyForRefusals) {
-  using mt::cuda::LinearFallback;
-  StrictGuard restore;
-  mt::cuda::reset_linear_stats();
-  const LinearFallback all[] = {LinearFallback::UnsupportedDtype,
-                                LinearFallback::NonUnitStride,
-                                LinearFallback::NonPackedBias,
-                                LinearFallback::AuxLayout,
-                                LinearFallback::Empty,
-                                LinearFallback::NoAlgorithm};
-  static_assert(sizeof(all) / sizeof(all[0]) == mt::cuda::kNumLinearFallbacks);
-  for (bool strict : {false, true}) {
-    mt::cuda::set_strict_fast_paths(strict);
-    EXPECT_EQ(mt::cuda::strict_fast_paths(), strict);
-    for (LinearFallback r : all) {
-      // Only a refusal (cuBLASLt asked, no algorithm) is an error in strict mode; the routes
-      // chosen by design (float64, layouts, empty shapes) are counted and never throw.
-      EXPECT_EQ(mt::cuda::detail::count_linear_fallback(r),
-                strict && r == LinearFallback::NoAlgorithm)
-          << mt::cuda::linear_fallback_name(r);
-      EXPECT_EQ(mt::cuda::is_refusal(r), r == LinearFallback::NoAlgorithm);
-    }
-  }
-  const mt::cuda::LinearStats s = mt::cuda::linear_stats();
-  for (LinearFallback r : all) EXPECT_EQ(s.fell_back(r), 2) << mt::cuda::linear_fallback_name(r);
-  EXPECT_STREQ(mt::cuda::linear_fallback_name(LinearFallback::NoAlgorithm), "NoAlgorithm");
-  EXPECT_STREQ(mt::cuda::linear_epilogue_name(mt::cuda::LinearEpilogue::GeluAuxBias),
-               "GELU_AUX_BIAS");
-  EXPECT_STREQ(mt::cuda::linear_epilogue_name(mt::cuda::LinearEpilogue::DGeluBGrad), "DGELU_BGRAD");
-  EXPECT_STREQ(mt::cuda::linear_epilogue_name(mt::cuda::LinearEpilogue::BGradB), "BGRADB");
-  mt::cuda::reset_linear_stats();
 }
 
 // ---- the AVX-512 ReLU rules against the scalar math ------------------------------------------

@@ -22,11 +22,16 @@ struct Tolerance {
 };
 inline Tolerance tolerance_for(DType t) {
   switch (t) {
-    case kFloat64: return {1e-12, 1e-12};
-    case kFloat32: return {1.3e-6, 1e-5};
-    case kFloat16: return {1e-3, 1e-3};
-    case kBFloat16: return {1.6e-2, 1e-2};
-    default: return {0, 0};
+    case kFloat64:
+      return {1e-12, 1e-12};
+    case kFloat32:
+      return {1.3e-6, 1e-5};
+    case kFloat16:
+      return {1e-3, 1e-3};
+    case kBFloat16:
+      return {1.6e-2, 1e-2};
+    default:
+      return {0, 0};
   }
 }
 
@@ -67,7 +72,8 @@ inline void expect_close(const Tensor& actual, const Tensor& expected, double rt
   }
 }
 
-inline void expect_close(const Tensor& actual, const Tensor& expected, const std::string& what = "") {
+inline void expect_close(const Tensor& actual, const Tensor& expected,
+                         const std::string& what = "") {
   const Tolerance tol = tolerance_for(actual.dtype());
   expect_close(actual, expected, tol.rtol, tol.atol, what);
 }
@@ -77,7 +83,8 @@ template <typename Fn>
 void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
   try {
     fn();
-    ADD_FAILURE() << "expected mantissa::Error containing '" << (parts.empty() ? "" : parts[0]) << "'";
+    ADD_FAILURE() << "expected mantissa::Error containing '" << (parts.empty() ? "" : parts[0])
+                  << "'";
   } catch (const Error& e) {
     const std::string msg = e.what();
     for (const auto& p : parts)
@@ -128,6 +135,27 @@ inline const std::vector<DType>& all_dtypes() {
 inline const std::vector<DType>& floating_dtypes() {
   static const std::vector<DType> v{kFloat32, kFloat64, kFloat16, kBFloat16};
   return v;
+}
+
+// The CPU matrix products' paths (engine/cpu_matmul_paths.h), read from the fast-path counters.
+struct CpuMatmulCounts {
+  int64_t bf16_hardware = 0;      // ran on the bf16 instructions
+  int64_t bf16_amx = 0;           // ... all on AMX tiles
+  int64_t bf16_emulated = 0;      // emulated by design (no bf16 ISA, forced, or small)
+  int64_t bf16_fallbacks = 0;     // refused by oneDNN
+  int64_t float32_onednn = 0;     // float32 GEMMs oneDNN ran
+  int64_t float32_fallbacks = 0;  // ... refused
+};
+inline CpuMatmulCounts cpu_matmul_counts() {
+  const FastPathStats s = fast_path_stats();
+  CpuMatmulCounts c;
+  c.bf16_amx = s.ran("cpu.bf16_matmul", "amx");
+  c.bf16_hardware = c.bf16_amx + s.ran("cpu.bf16_matmul", "avx512_bf16");
+  c.bf16_emulated = s.fell_back("cpu.bf16_matmul", "emulated");
+  c.bf16_fallbacks = s.refused("cpu.bf16_matmul");
+  c.float32_onednn = s.ran("cpu.float32_gemm", "onednn");
+  c.float32_fallbacks = s.refused("cpu.float32_gemm");
+  return c;
 }
 
 }  // namespace mantissa::testing

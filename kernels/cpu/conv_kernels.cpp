@@ -19,7 +19,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "engine/cpu_matmul_stats.h"
+#include "engine/cpu_matmul_paths.h"
 #include "engine/kernel_tables.h"
 #include "kernels/conv_columns.h"
 #include "kernels/conv_composite.h"

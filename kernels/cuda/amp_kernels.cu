@@ -10,9 +10,7 @@
 //
 // The scale update is a single-thread kernel doing the CPU's arithmetic (products in double,
 // rounded to float once), so a CUDA scaler follows exactly the CPU's scale sequence.
-#include <chrono>
 #include <cstdint>
-#include <thread>
 #include <vector>
 
 #include "cuda/stream.h"
@@ -153,28 +151,8 @@ void amp_update_scale_cuda(const Tensor& scale, const Tensor& growth_tracker,
   MT_CUDA_CHECK_LAUNCH();
 }
 
-// Runs on the CUDA driver's callback thread and must not call CUDA.
-void CUDART_CB hold_stream(void* arg) {
-  auto* gate = static_cast<StreamGate*>(arg);
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(gate->timeout_ms);
-  while (!gate->release.load()) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      gate->timed_out = true;
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-}
-
-void amp_stream_gate_cuda(Device device, StreamGate* gate) {
-  DeviceGuard guard(device.index());
-  MT_CUDA_CHECK(cudaLaunchHostFunc(detail::current_stream(), &hold_stream, gate));
-}
-
 }  // namespace
 
-MT_REGISTER_KERNEL(amp_stream_gate_kernel, kCUDA, &amp_stream_gate_cuda);
 MT_REGISTER_KERNEL(amp_unscale_kernel, kCUDA, &amp_unscale_cuda);
 MT_REGISTER_KERNEL(amp_update_scale_kernel, kCUDA, &amp_update_scale_cuda);
 

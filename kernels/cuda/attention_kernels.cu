@@ -9,17 +9,18 @@
 // once on store; lse = m + log(l) is kept (float32) for the backward.
 //
 // What it does not take (float32/float64, other head dims, an explicit mask, dropout) declines
-// with a reason counted in engine/cuda_attention_stats.h, and the op runs its composed path
-// (bmm -> additive mask -> softmax -> dropout -> bmm with the CUDA kernels of those ops), which is
-// also the reference the fused kernel is tested against. The backward of a fused forward is not
-// fused: it declines too, and the op recomputes the weights from lse with composed ops in float32.
+// with a reason counted in engine/fast_path_stats.h (path "cuda.attention"), and the op runs its
+// composed path (bmm -> additive mask -> softmax -> dropout -> bmm with the CUDA kernels of those
+// ops), which is also the reference the fused kernel is tested against. The backward of a fused
+// forward is not fused: it declines too, and the op recomputes the weights from lse with composed
+// ops in float32.
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <cmath>
 #include <cstdint>
 
-#include "engine/cuda_attention_stats.h"
+#include "engine/fast_path_stats.h"
 #include "engine/kernel_tables.h"
 #include "kernels/cuda/loops.cuh"
 
@@ -96,18 +97,18 @@ void launch_fused(const AttentionForwardArgs& a) {
 }
 
 // The first reason the fused kernel cannot take the call, if any.
-bool fallback_reason(const AttentionForwardArgs& a, AttentionFallback& reason) {
+bool fallback_reason(const AttentionForwardArgs& a, const char*& reason) {
   const int64_t E = a.q.size(2), Ev = a.v.size(2);
   if (a.q.dtype() != kFloat16 && a.q.dtype() != kBFloat16) {
-    reason = AttentionFallback::Dtype;
+    reason = "Dtype";
   } else if (E != Ev || (E != 64 && E != 128)) {
-    reason = AttentionFallback::HeadDim;
+    reason = "HeadDim";
   } else if (a.mask.defined()) {
-    reason = AttentionFallback::Mask;
+    reason = "Mask";
   } else if (a.dropout_p > 0) {
-    reason = AttentionFallback::Dropout;
+    reason = "Dropout";
   } else if (a.q.size(0) > 65535 || a.q.size(1) > int64_t{INT_MAX}) {
-    reason = AttentionFallback::Size;
+    reason = "Size";
   } else {
     return false;
   }
@@ -115,18 +116,17 @@ bool fallback_reason(const AttentionForwardArgs& a, AttentionFallback& reason) {
 }
 
 bool attention_forward_cuda(const AttentionForwardArgs& a) {
-  AttentionFallback reason{};
+  const char* reason = nullptr;
   if (fallback_reason(a, reason)) {
-    MT_CHECK(!::mantissa::cuda::detail::count_attention_fallback(reason),
+    MT_CHECK(!::mantissa::detail::count_fallback("cuda.attention", reason, /*refusal=*/false),
              "scaled_dot_product_attention: the fused CUDA kernel does not take this call (",
-             attention_fallback_name(reason), ": q ", a.q.shape(), " ", a.q.dtype(), ", k ",
-             a.k.shape(), ", v ", a.v.shape(), a.mask.defined() ? ", attn_mask" : "",
-             a.dropout_p > 0 ? ", dropout" : "",
-             ") and strict fused attention is on (cuda::set_strict_fused_attention)");
+             reason, ": q ", a.q.shape(), " ", a.q.dtype(), ", k ", a.k.shape(), ", v ",
+             a.v.shape(), a.mask.defined() ? ", attn_mask" : "", a.dropout_p > 0 ? ", dropout" : "",
+             ") and the path is strict (set_strict_fast_path(\"cuda.attention\", true))");
     return false;
   }
   DeviceGuard guard(a.q.device().index());
-  ::mantissa::cuda::detail::count_attention_fused(a.q.dtype());
+  ::mantissa::detail::count_fast_path("cuda.attention", "fused", a.q.dtype());
   const bool d64 = a.q.size(2) == 64;
   if (a.q.dtype() == kFloat16) {
     d64 ? launch_fused<Half, 64>(a) : launch_fused<Half, 128>(a);
@@ -139,7 +139,7 @@ bool attention_forward_cuda(const AttentionForwardArgs& a) {
 // Only fused forwards reach here (a composed forward is differentiated by its own ops): their
 // backward is recomputed by the op with composed ops from lse.
 bool attention_backward_cuda(const AttentionBackwardArgs&) {
-  ::mantissa::cuda::detail::count_attention_composed_backward();
+  ::mantissa::detail::count_fast_path("cuda.attention", "composed_backward");
   return false;
 }
 

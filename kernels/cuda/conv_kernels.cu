@@ -14,8 +14,9 @@
 // heuristic candidate whose reported math type keeps that contract, and that cuDNN then accepts
 // for the call, runs. When none does, the composed convolution (kernels/conv_composite.h: im2col,
 // bmm, col2im, with the same precision contract through bmm) runs instead and is counted
-// (engine/cuda_conv_stats.h); in strict mode that is an error naming the call (shapes, dtype,
-// geometry) and why each candidate was passed over, rather than a bare cuDNN status.
+// (engine/fast_path_stats.h, path "cuda.conv"); in strict mode that is an error naming the call
+// (shapes, dtype, geometry) and why each candidate was passed over, rather than a bare cuDNN
+// status.
 //
 // The handle of each device is created once, kept for the life of the process (like the cuBLAS
 // handles) and used under a mutex, so concurrent threads never share descriptor-free state.
@@ -28,7 +29,7 @@
 #include <vector>
 
 #include "engine/allocator.h"
-#include "engine/cuda_conv_stats.h"
+#include "engine/fast_path_stats.h"
 #include "engine/kernel_tables.h"
 #include "engine/precision.h"
 #include "kernels/conv_columns.h"
@@ -268,13 +269,13 @@ bool run_first_usable(const ConvCall& call, const Perf* perf, int count, const C
 // After cuDNN ran the call (`ran`), or offered nothing for it: then the composed convolution
 // (kernels/conv_composite.h) runs instead, counted; with strict fast paths that is an error.
 template <typename Composed>
-void counted(bool ran, ConvDirection direction, const ConvCall& call, const std::string& why,
+void counted(bool ran, const char* direction, const ConvCall& call, const std::string& why,
              const Composed& composed) {
   if (ran) {
-    detail::count_conv_cudnn(direction);
+    ::mantissa::detail::count_fast_path("cuda.conv", direction, call.dt);
     return;
   }
-  if (detail::count_conv_composed(direction)) {
+  if (::mantissa::detail::count_fallback("cuda.conv", direction, /*refusal=*/true, call.dt)) {
     MT_THROW(call.describe(), ": ", why, "; strict fast paths forbid the composed convolution");
   }
   composed();
@@ -380,8 +381,7 @@ void conv2d_forward_cuda(const Tensor& out, const Tensor& input, const Tensor& w
         },
         &why);
     lease.release();
-    counted(ran, ConvDirection::Forward, call, why,
-            [&] { conv_composite::forward(out, input, weight, p); });
+    counted(ran, "forward", call, why, [&] { conv_composite::forward(out, input, weight, p); });
   }
   if (bias.defined()) add_bias(out, bias);
 }
@@ -420,7 +420,7 @@ void conv2d_backward_input_cuda(const Tensor& grad_input, const Tensor& grad_out
       },
       &why);
   lease.release();
-  counted(ran, ConvDirection::BackwardInput, call, why,
+  counted(ran, "backward_input", call, why,
           [&] { conv_composite::backward_input(grad_input, grad_out, weight, p); });
 }
 
@@ -459,7 +459,7 @@ void conv2d_backward_weight_cuda(const Tensor& grad_weight, const Tensor& grad_o
       },
       &why);
   lease.release();
-  counted(ran, ConvDirection::BackwardWeight, call, why,
+  counted(ran, "backward_weight", call, why,
           [&] { conv_composite::backward_weight(grad_weight, grad_out, input, p); });
 }
 

@@ -22,7 +22,7 @@
 //
 // Where cuBLASLt does not run, the kernels compute the CPU's composition of bmm, add, sum and
 // activation kernels (kernels/linear_composite.h) on this device, and count why in
-// engine/cuda_linear_stats.h. By design, decided before cuBLASLt is asked:
+// engine/fast_path_stats.h (path "cuda.linear"). By design, decided before cuBLASLt is asked:
 //  - float64 and integer dtypes: we keep them on the plain cuBLAS/bmm path (the epilogues are
 //    meant for tensor-core types, and cuBLASLt's heuristics need not offer them for 64F);
 //  - an operand without unit column stride (cuBLASLt takes a leading dimension, not two strides);
@@ -30,7 +30,7 @@
 //  - GELU's aux leading dimension not a multiple of 8 elements (cuBLASLt's requirement);
 //  - an empty reduction dimension (the GEMM is a fill, which bmm handles).
 // A refusal: the heuristic returns no algorithm for this shape and alignment. Strict mode
-// (MANTISSA_STRICT_FAST_PATHS=1, cuda::set_strict_fast_paths) makes a refusal an error naming
+// (MANTISSA_STRICT_FAST_PATHS=1, set_strict_fast_paths) makes a refusal an error naming
 // the call; otherwise the composition computes the same values (one more rounding for half
 // types, exactly as the CPU does).
 #include <cublasLt.h>
@@ -45,9 +45,9 @@
 #include "cuda/cuda_check.h"
 #include "cuda/device_guard.h"
 #include "cuda/stream.h"
-#include "engine/cuda_linear_stats.h"
 #include "engine/error.h"
 #include "engine/factory.h"
+#include "engine/fast_path_stats.h"
 #include "engine/kernel_tables.h"
 #include "engine/precision.h"
 #include "kernels/linear_composite.h"
@@ -96,29 +96,29 @@ uint32_t alignment_of(const void* p) {
   return a;
 }
 
-// What the stats call each epilogue we use (the RELU ones are never used, see the top).
-LinearEpilogue stats_epilogue(cublasLtEpilogue_t e) {
+// The fast-path counters' name of each epilogue we use (the RELU ones are never used, see the top).
+const char* epilogue_name(cublasLtEpilogue_t e) {
   switch (e) {
     case CUBLASLT_EPILOGUE_BIAS:
-      return LinearEpilogue::Bias;
+      return "BIAS";
     case CUBLASLT_EPILOGUE_GELU:
-      return LinearEpilogue::Gelu;
+      return "GELU";
     case CUBLASLT_EPILOGUE_GELU_BIAS:
-      return LinearEpilogue::GeluBias;
+      return "GELU_BIAS";
     case CUBLASLT_EPILOGUE_GELU_AUX:
-      return LinearEpilogue::GeluAux;
+      return "GELU_AUX";
     case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
-      return LinearEpilogue::GeluAuxBias;
+      return "GELU_AUX_BIAS";
     case CUBLASLT_EPILOGUE_BGRADB:
-      return LinearEpilogue::BGradB;
+      return "BGRADB";
     case CUBLASLT_EPILOGUE_DGELU:
-      return LinearEpilogue::DGelu;
+      return "DGELU";
     case CUBLASLT_EPILOGUE_DGELU_BGRAD:
-      return LinearEpilogue::DGeluBGrad;
+      return "DGELU_BGRAD";
     default:
       MT_ASSERT(e == CUBLASLT_EPILOGUE_DEFAULT, "cublaslt_linear: unexpected epilogue ",
                 static_cast<int>(e));
-      return LinearEpilogue::Default;
+      return "DEFAULT";
   }
 }
 
@@ -141,7 +141,9 @@ struct LtGemm {
   int64_t aux_ld = 0;
 };
 
-bool lt_dtype(DType dtype) { return LinearStats::dtype_index(dtype) >= 0; }
+bool lt_dtype(DType dtype) {
+  return dtype == DType::Float32 || dtype == DType::Float16 || dtype == DType::BFloat16;
+}
 
 // The storage type and compute type for one of the lt_dtype()s.
 void lt_types(DType dtype, cudaDataType_t& type, cublasComputeType_t& compute) {
@@ -164,10 +166,8 @@ void lt_types(DType dtype, cudaDataType_t& type, cublasComputeType_t& compute) {
 }
 
 // A fallback decided before cuBLASLt is asked: counted, never an error.
-void fall_back_by_design(LinearFallback reason) {
-  MT_ASSERT(!is_refusal(reason), "cublaslt_linear: ", linear_fallback_name(reason),
-            " is a refusal");
-  (void)detail::count_linear_fallback(reason);
+void fall_back_by_design(const char* reason) {
+  (void)::mantissa::detail::count_fallback("cuda.linear", reason, /*refusal=*/false);
 }
 
 // Enqueues g on the current stream and counts its epilogue; false (nothing enqueued, the refusal
@@ -218,18 +218,17 @@ bool lt_matmul(const LtGemm& g, DType dtype, int device) {
   // composition computes the same values, so only strict mode makes it an error.
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
       handle, desc.desc, la.layout, lb.layout, ld.layout, ld.layout, pref.pref, 1, &result, &found);
-  const LinearEpilogue epilogue = stats_epilogue(g.epilogue);
+  const char* epilogue = epilogue_name(g.epilogue);
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
-    if (detail::count_linear_fallback(LinearFallback::NoAlgorithm)) {
+    if (::mantissa::detail::count_fallback("cuda.linear", "NoAlgorithm", /*refusal=*/true, dtype)) {
       MT_THROW(g.op, ": cuBLASLt offered no algorithm (heuristic status ", static_cast<int>(status),
-               ", ", found, " found) for epilogue ", linear_epilogue_name(epilogue), " in ", dtype,
-               " (M ", g.op_m, ", N ", g.op_n, ", K ", g.op_k, "; column-major GEMM m ", g.m, " n ",
-               g.n, " k ", g.k, ", ld ", g.lda, "/", g.ldb, "/", g.ldd,
-               g.aux != nullptr ? ", aux ld " : "",
+               ", ", found, " found) for epilogue ", epilogue, " in ", dtype, " (M ", g.op_m,
+               ", N ", g.op_n, ", K ", g.op_k, "; column-major GEMM m ", g.m, " n ", g.n, " k ",
+               g.k, ", ld ", g.lda, "/", g.ldb, "/", g.ldd, g.aux != nullptr ? ", aux ld " : "",
                g.aux != nullptr ? std::to_string(g.aux_ld) : std::string(), ", alignments A/B/D ",
                align_a, "/", align_b, "/", align_d,
                " bytes), and strict fast paths are on (MANTISSA_STRICT_FAST_PATHS or "
-               "cuda::set_strict_fast_paths); without them the composed path would run");
+               "set_strict_fast_paths); without them the composed path would run");
     }
     return false;
   }
@@ -244,7 +243,7 @@ bool lt_matmul(const LtGemm& g, DType dtype, int device) {
                                  g.d, ld.layout, g.d, ld.layout, &result.algo,
                                  workspace.defined() ? workspace.data_ptr() : nullptr,
                                  result.workspaceSize, detail::current_stream()));
-  detail::count_linear_epilogue(epilogue, dtype);
+  ::mantissa::detail::count_fast_path("cuda.linear", epilogue, dtype);
   return true;
 }
 
@@ -267,22 +266,22 @@ Tensor linear_forward_cuda(const Tensor& out, const Tensor& x, const Tensor& w, 
   const int64_t ldx = row_major_ld(x), ldw = row_major_ld(w);
   const bool has_bias = bias.defined();
   const bool gelu_aux = want_aux && act == LinearActivation::GeluTanh;
-  std::optional<LinearFallback> by_design;
+  const char* by_design = nullptr;
   if (!lt_dtype(out.dtype())) {
-    by_design = LinearFallback::UnsupportedDtype;
+    by_design = "UnsupportedDtype";
   } else if (K == 0) {
-    by_design = LinearFallback::Empty;
+    by_design = "Empty";
   } else if (ldx == 0 || ldw == 0) {
-    by_design = LinearFallback::NonUnitStride;
+    by_design = "NonUnitStride";
   } else if (has_bias && !packed_vector(bias)) {
-    by_design = LinearFallback::NonPackedBias;
+    by_design = "NonPackedBias";
   } else if (gelu_aux && N % 8 != 0) {
     // GELU's aux is the [M, N] pre-activation with leading dimension N, which cuBLASLt wants to
     // be a multiple of 8 elements.
-    by_design = LinearFallback::AuxLayout;
+    by_design = "AuxLayout";
   }
   if (by_design) {
-    fall_back_by_design(*by_design);
+    fall_back_by_design(by_design);
     return linear_composite::forward(out, x, w, bias, act, want_aux);
   }
 
@@ -325,7 +324,7 @@ Tensor linear_forward_cuda(const Tensor& out, const Tensor& x, const Tensor& w, 
   if (act == LinearActivation::Relu) {
     // NaN-propagating, and no aux: the backward reads ReLU's derivative from out.
     linear_composite::activate(out, out, act);
-    detail::count_linear_relu(/*backward=*/false, out.dtype());
+    ::mantissa::detail::count_fast_path("cuda.linear", "relu_forward", out.dtype());
   }
   return aux;
 }
@@ -336,16 +335,16 @@ void linear_backward_weight_cuda(const Tensor& grad_w, const Tensor& grad_bias,
   if (grad_w.numel() == 0 && (!grad_bias.defined() || grad_bias.numel() == 0)) return;
   DeviceGuard guard(grad_w.device().index());
   const int64_t ldx = row_major_ld(x), ldg = row_major_ld(grad_out);
-  std::optional<LinearFallback> by_design;
+  const char* by_design = nullptr;
   if (!lt_dtype(grad_w.dtype())) {
-    by_design = LinearFallback::UnsupportedDtype;
+    by_design = "UnsupportedDtype";
   } else if (M == 0 || K == 0 || N == 0) {
-    by_design = LinearFallback::Empty;
+    by_design = "Empty";
   } else if (ldx == 0 || ldg == 0) {
-    by_design = LinearFallback::NonUnitStride;
+    by_design = "NonUnitStride";
   }
   if (by_design) {
-    fall_back_by_design(*by_design);
+    fall_back_by_design(by_design);
     linear_composite::backward_weight(grad_w, grad_bias, grad_out, x);
     return;
   }
@@ -379,28 +378,28 @@ void linear_backward_act_cuda(const Tensor& grad_pre, const Tensor& grad_bias,
   const int64_t M = grad_out.size(0), N = grad_out.size(1), K = w.size(1);
   if (grad_pre.numel() == 0) {
     if (grad_bias.defined() && grad_bias.numel() > 0) {
-      fall_back_by_design(LinearFallback::Empty);
+      fall_back_by_design("Empty");
       linear_composite::column_sums(grad_bias, grad_pre);
     }
     return;
   }
   DeviceGuard guard(grad_pre.device().index());
   const int64_t ldg = row_major_ld(grad_out), ldw = row_major_ld(w);
-  std::optional<LinearFallback> by_design;
+  const char* by_design = nullptr;
   if (!lt_dtype(grad_pre.dtype())) {
-    by_design = LinearFallback::UnsupportedDtype;
+    by_design = "UnsupportedDtype";
   } else if (N == 0) {
-    by_design = LinearFallback::Empty;
+    by_design = "Empty";
   } else if (ldg == 0 || ldw == 0) {
-    by_design = LinearFallback::NonUnitStride;
+    by_design = "NonUnitStride";
   } else if (act == LinearActivation::GeluTanh &&
              !(aux.defined() && aux.is_contiguous() && K % 8 == 0)) {
     // DGELU reads the forward's pre-activation with leading dimension K (a multiple of 8); a
     // forward that fell back for its aux layout left one with K % 8 != 0.
-    by_design = LinearFallback::AuxLayout;
+    by_design = "AuxLayout";
   }
   if (by_design) {
-    fall_back_by_design(*by_design);
+    fall_back_by_design(by_design);
     linear_composite::backward_act(grad_pre, grad_bias, grad_out, w, h, aux, act);
     return;
   }
@@ -434,7 +433,7 @@ void linear_backward_act_cuda(const Tensor& grad_pre, const Tensor& grad_bias,
   if (act != LinearActivation::GeluTanh) {
     linear_composite::finish_backward_act(grad_pre, grad_bias, h, aux, act);
     if (act == LinearActivation::Relu)
-      detail::count_linear_relu(/*backward=*/true, grad_pre.dtype());
+      ::mantissa::detail::count_fast_path("cuda.linear", "relu_backward", grad_pre.dtype());
   }
 }
 

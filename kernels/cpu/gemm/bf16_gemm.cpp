@@ -4,8 +4,9 @@
 #include <atomic>
 #include <climits>
 
-#include "engine/cpu_matmul_stats.h"
+#include "engine/cpu_matmul_paths.h"
 #include "engine/error.h"
+#include "engine/fast_path_stats.h"
 #include "kernels/cpu/gemm/onednn_matmul.h"
 #include "kernels/cpu/gemm/sgemm.h"
 #include "kernels/cpu/scratch.h"
@@ -78,7 +79,7 @@ bool product(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix& a
   const bool small = batch == 1 && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX &&
                      sgemm_is_small(int(M), int(N), int(K));
   if (small || cpu_bf16_matmul_isa() == Bf16MatmulIsa::Emulated) {
-    detail::count_bf16_emulated();
+    (void)::mantissa::detail::count_fallback("cpu.bf16_matmul", "emulated", /*refusal=*/false);
     return false;
   }
   if (batch <= 0 || M <= 0 || N <= 0) return true;
@@ -124,10 +125,11 @@ bool product(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix& a
     }
   }
   if (!refused.load(std::memory_order_relaxed)) {
-    detail::count_bf16_hardware(!vector.load(std::memory_order_relaxed));
+    ::mantissa::detail::count_fast_path(
+        "cpu.bf16_matmul", vector.load(std::memory_order_relaxed) ? "avx512_bf16" : "amx");
     return true;
   }
-  if (detail::count_bf16_fallback()) {
+  if (::mantissa::detail::count_fallback("cpu.bf16_matmul", "NoKernel", /*refusal=*/true)) {
     MT_THROW("bf16 matmul: oneDNN offers no bf16 kernel for [", batch, ", ", M, ", ", K, "] x [",
              batch, ", ", K, ", ", N, "] (A ", a.trans ? "transposed" : "row-major", ", ld ", a.ld,
              "; B ", b.trans ? "transposed" : "row-major", ", ld ", b.ld,

@@ -38,7 +38,7 @@ struct Bf16Matrix {
 // caller to emulate, when the emulation is in use (no bf16 instructions, or forced), or for a
 // single product small enough for sgemm's in-house loops (sgemm_is_small: both counted as
 // emulated), or oneDNN offers only its reference code for the layout (counted as a fallback; strict
-// fast paths throw instead). engine/cpu_matmul_stats.h has the counters and the switch. With beta
+// fast paths throw instead). engine/cpu_matmul_paths.h has the counters and the switch. With beta
 // != 0, C = op(A) op(B) + beta C (C read): a sum over several products, as the convolution's weight
 // gradient accumulates over the batch. K <= 0 returns false, uncounted.
 bool bf16_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix& a,

@@ -7,8 +7,9 @@
 #include <omp.h>
 #endif
 
-#include "engine/cpu_matmul_stats.h"
+#include "engine/cpu_matmul_paths.h"
 #include "engine/error.h"
+#include "engine/fast_path_stats.h"
 #include "kernels/cpu/gemm/onednn_matmul.h"
 #include "kernels/cpu/worker_pool.h"
 
@@ -37,7 +38,7 @@ void keep_openblas_single_threaded() {
   });
 }
 
-// oneDNN instead of OpenBLAS when OpenBLAS's kernels predate the CPU (engine/cpu_matmul_stats.h).
+// oneDNN instead of OpenBLAS when OpenBLAS's kernels predate the CPU (engine/cpu_matmul_paths.h).
 // False when oneDNN refused the layout (counted; strict fast paths throw).
 bool call_onednn(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K,
                  float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
@@ -54,10 +55,10 @@ bool call_onednn(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t N, i
   p.alpha = alpha;
   p.beta = beta;
   if (onednn_matmul(p) != OneDnnRun::Refused) {
-    detail::count_float32_onednn();
+    ::mantissa::detail::count_fast_path("cpu.float32_gemm", "onednn");
     return true;
   }
-  if (detail::count_float32_fallback()) {
+  if (::mantissa::detail::count_fallback("cpu.float32_gemm", "NoKernel", /*refusal=*/true)) {
     MT_THROW("float32 GEMM: oneDNN refused [", M, ", ", K, "] x [", K, ", ", N, "] (A ",
              ta == CblasTrans ? "transposed" : "row-major", ", ld ", lda, "; B ",
              tb == CblasTrans ? "transposed" : "row-major", ", ld ", ldb,

@@ -11,7 +11,7 @@
 // float32 slabs run on oneDNN's matmul instead (kernels/cpu/gemm/onednn_matmul.h, also single-
 // threaded) when the kernels OpenBLAS picked predate the CPU's vector ISA: an OpenBLAS that does
 // not know the CPU model runs generic SSE3 kernels at a fifth of the speed
-// (engine/cpu_matmul_stats.h: cpu_float32_gemm_library, MANTISSA_CPU_SGEMM).
+// (engine/cpu_matmul_paths.h: cpu_float32_gemm_library, MANTISSA_CPU_SGEMM).
 //
 // Contract: C = alpha op(A) op(B) + beta C, row-major, as cblas_?gemm with CblasRowMajor. Each
 // element of C comes from one single-threaded call over all of K, so results depend on the

@@ -13,10 +13,11 @@
 //
 // The path is chosen once per process from the CPU's features, and can be forced to the
 // emulation (set_cpu_bf16_matmul_emulation, or MANTISSA_CPU_BF16=emulate in the environment) to
-// compare the two. A product the hardware path was asked for but oneDNN refused runs emulated
-// and is counted; under strict fast paths (MANTISSA_STRICT_FAST_PATHS=1,
-// cuda::set_strict_fast_paths: one switch for every fast path) it throws instead. The counters
-// are process-wide relaxed atomics.
+// compare the two. Which path each product took is counted in engine/fast_path_stats.h (paths
+// "cpu.bf16_matmul": ran "amx" (all on tiles) or "avx512_bf16", fell back "emulated" by design,
+// refused "NoKernel"; and "cpu.float32_gemm": ran "onednn", refused "NoKernel"). A refused product
+// runs emulated (or on OpenBLAS); under strict fast paths (MANTISSA_STRICT_FAST_PATHS=1,
+// set_strict_fast_paths: one switch for every fast path) it throws instead.
 #pragma once
 
 #include <cstdint>
@@ -48,25 +49,5 @@ std::string cpu_float32_gemm_description();
 // Forces a library (tests, comparisons), or (nullopt-like: `automatic` true) restores the choice
 // made from the CPU. Starts as MANTISSA_CPU_SGEMM says ("openblas", "onednn"; default auto).
 void set_cpu_float32_gemm_library(Float32GemmLibrary library, bool automatic = false);
-
-struct CpuMatmulStats {
-  int64_t bf16_hardware = 0;      // products that ran on the bf16 instructions
-  int64_t bf16_amx = 0;           // ... of them, all on AMX tiles (the rest: vdpbf16ps kernels)
-  int64_t bf16_emulated = 0;      // products emulated by choice (no bf16 ISA, or forced)
-  int64_t bf16_fallbacks = 0;     // products the hardware path was asked for but refused
-  int64_t float32_onednn = 0;     // float32 GEMM calls oneDNN ran
-  int64_t float32_fallbacks = 0;  // float32 GEMM calls oneDNN refused (OpenBLAS ran them)
-};
-CpuMatmulStats cpu_matmul_stats();
-void reset_cpu_matmul_stats();
-
-namespace detail {
-void count_bf16_hardware(bool amx);
-void count_bf16_emulated();
-// Counts a refusal; true when the caller must throw instead (strict fast paths).
-[[nodiscard]] bool count_bf16_fallback();
-void count_float32_onednn();
-[[nodiscard]] bool count_float32_fallback();
-}  // namespace detail
 
 }  // namespace mantissa::cpu

@@ -1,4 +1,4 @@
-#include "engine/cpu_matmul_stats.h"
+#include "engine/cpu_matmul_paths.h"
 
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -7,21 +7,10 @@
 #include <cctype>
 #include <set>
 
-#include "engine/cuda_linear_stats.h"
 #include "engine/environment.h"
 
 namespace mantissa::cpu {
 namespace {
-
-struct Counters {
-  std::atomic<int64_t> hardware{0}, amx{0}, emulated{0}, fallbacks{0}, f32_onednn{0},
-      f32_fallbacks{0};
-};
-Counters& counters() {
-  static Counters c;
-  return c;
-}
-void bump(std::atomic<int64_t>& counter) { counter.fetch_add(1, std::memory_order_relaxed); }
 
 std::atomic<bool>& emulation_flag() {
   static std::atomic<bool> flag{
@@ -131,44 +120,5 @@ void set_cpu_bf16_matmul_emulation(bool emulate) {
   emulation_flag().store(emulate, std::memory_order_relaxed);
 }
 bool cpu_bf16_matmul_emulation() { return emulation_flag().load(std::memory_order_relaxed); }
-
-CpuMatmulStats cpu_matmul_stats() {
-  const Counters& c = counters();
-  CpuMatmulStats s;
-  s.bf16_hardware = c.hardware.load(std::memory_order_relaxed);
-  s.bf16_amx = c.amx.load(std::memory_order_relaxed);
-  s.bf16_emulated = c.emulated.load(std::memory_order_relaxed);
-  s.bf16_fallbacks = c.fallbacks.load(std::memory_order_relaxed);
-  s.float32_onednn = c.f32_onednn.load(std::memory_order_relaxed);
-  s.float32_fallbacks = c.f32_fallbacks.load(std::memory_order_relaxed);
-  return s;
-}
-
-void reset_cpu_matmul_stats() {
-  Counters& c = counters();
-  c.hardware.store(0, std::memory_order_relaxed);
-  c.amx.store(0, std::memory_order_relaxed);
-  c.emulated.store(0, std::memory_order_relaxed);
-  c.fallbacks.store(0, std::memory_order_relaxed);
-  c.f32_onednn.store(0, std::memory_order_relaxed);
-  c.f32_fallbacks.store(0, std::memory_order_relaxed);
-}
-
-namespace detail {
-void count_bf16_hardware(bool amx) {
-  bump(counters().hardware);
-  if (amx) bump(counters().amx);
-}
-void count_bf16_emulated() { bump(counters().emulated); }
-bool count_bf16_fallback() {
-  bump(counters().fallbacks);
-  return cuda::strict_fast_paths();
-}
-void count_float32_onednn() { bump(counters().f32_onednn); }
-bool count_float32_fallback() {
-  bump(counters().f32_fallbacks);
-  return cuda::strict_fast_paths();
-}
-}  // namespace detail
 
 }  // namespace mantissa::cpu
