@@ -6,10 +6,15 @@
 #include <limits>
 #include <memory>
 #include <numbers>
+#include <sstream>
 
 #include "nn/clip_grad.h"
+#include "nn/optim/adagrad.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/lr_scheduler.h"
+#include "nn/optim/nadam.h"
+#include "nn/optim/radam.h"
+#include "nn/optim/rmsprop.h"
 #include "nn/optim/sgd.h"
 #include "test_util.h"
 
@@ -686,4 +691,32 @@ TEST(ClipGrad, Value) {
     EXPECT_EQ(w.grad().to_vector<double>(), expected) << mt::dtype_name(dtype);
     EXPECT_FALSE(u.grad().defined());
   }
+}
+
+// The options each optimizer's groups hold, by name, with their defaults: the state_dict form
+// that checkpoints store and PyTorch's names (betas as beta1/beta2, bools as 0/1).
+TEST(Optim, GroupOptionNamesAndDefaultsArePinned) {
+  const auto text = [](const optim::Optimizer& o) {
+    std::ostringstream os;
+    const optim::OptimizerState state = o.state_dict();
+    for (const auto& [k, v] : state.param_groups.at(0).options) os << k << '=' << v << ' ';
+    return os.str();
+  };
+  const auto p = [] { return std::vector<Tensor>{mt::zeros({2}).requires_grad_()}; };
+  EXPECT_EQ(text(optim::SGD(p(), 0.1)),
+            "dampening=0 lr=0.1 maximize=0 momentum=0 nesterov=0 weight_decay=0 ");
+  EXPECT_EQ(text(optim::Adam(p())),
+            "amsgrad=0 beta1=0.9 beta2=0.999 decoupled_weight_decay=0 "
+            "eps=1e-08 lr=0.001 maximize=0 weight_decay=0 ");
+  EXPECT_EQ(text(optim::AdamW(p())),
+            "amsgrad=0 beta1=0.9 beta2=0.999 decoupled_weight_decay=1 "
+            "eps=1e-08 lr=0.001 maximize=0 weight_decay=0.01 ");
+  EXPECT_EQ(text(optim::RMSprop(p())),
+            "alpha=0.99 centered=0 eps=1e-08 lr=0.01 maximize=0 momentum=0 weight_decay=0 ");
+  EXPECT_EQ(text(optim::Adagrad(p())),
+            "eps=1e-10 initial_accumulator_value=0 lr=0.01 lr_decay=0 "
+            "maximize=0 weight_decay=0 ");
+  EXPECT_EQ(text(optim::NAdam(p())),
+            "beta1=0.9 beta2=0.999 eps=1e-08 lr=0.002 momentum_decay=0.004 weight_decay=0 ");
+  EXPECT_EQ(text(optim::RAdam(p())), "beta1=0.9 beta2=0.999 eps=1e-08 lr=0.001 weight_decay=0 ");
 }

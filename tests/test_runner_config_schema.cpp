@@ -300,6 +300,84 @@ TEST(RunnerConfigSchema, ConfigHashesOfExistingConfigsAreUnchanged) {
   EXPECT_EQ(seen, pinned.size());
 }
 
+// Each optimizer's section of resolved.yaml — which keys, in which order, with which defaults —
+// is part of the config hash of every run that uses it: pinned for every type.
+TEST(RunnerConfigSchema, EachOptimizerSectionIsPinned) {
+  const std::map<std::string, std::string> pinned = {
+      {"sgd",
+       "optimizer:\n"
+       "  type: sgd\n"
+       "  lr: 0.01\n"
+       "  weight_decay: 0.0\n"
+       "  maximize: false\n"
+       "  momentum: 0.0\n"
+       "  dampening: 0.0\n"
+       "  nesterov: false\n"},
+      {"adam",
+       "optimizer:\n"
+       "  type: adam\n"
+       "  lr: 0.001\n"
+       "  weight_decay: 0.0\n"
+       "  maximize: false\n"
+       "  betas: [0.9, 0.999]\n"
+       "  eps: 1e-08\n"
+       "  amsgrad: false\n"},
+      {"adamw",
+       "optimizer:\n"
+       "  type: adamw\n"
+       "  lr: 0.001\n"
+       "  weight_decay: 0.01\n"
+       "  maximize: false\n"
+       "  betas: [0.9, 0.999]\n"
+       "  eps: 1e-08\n"
+       "  amsgrad: false\n"},
+      {"rmsprop",
+       "optimizer:\n"
+       "  type: rmsprop\n"
+       "  lr: 0.01\n"
+       "  weight_decay: 0.0\n"
+       "  maximize: false\n"
+       "  momentum: 0.0\n"
+       "  eps: 1e-08\n"
+       "  alpha: 0.99\n"
+       "  centered: false\n"},
+      {"adagrad",
+       "optimizer:\n"
+       "  type: adagrad\n"
+       "  lr: 0.01\n"
+       "  weight_decay: 0.0\n"
+       "  maximize: false\n"
+       "  eps: 1e-10\n"
+       "  lr_decay: 0.0\n"
+       "  initial_accumulator_value: 0.0\n"},
+      {"nadam",
+       "optimizer:\n"
+       "  type: nadam\n"
+       "  lr: 0.002\n"
+       "  weight_decay: 0.0\n"
+       "  betas: [0.9, 0.999]\n"
+       "  eps: 1e-08\n"
+       "  momentum_decay: 0.004\n"},
+      {"radam",
+       "optimizer:\n"
+       "  type: radam\n"
+       "  lr: 0.001\n"
+       "  weight_decay: 0.0\n"
+       "  betas: [0.9, 0.999]\n"
+       "  eps: 1e-08\n"},
+  };
+  for (const auto& [type, want] : pinned) {
+    const std::string text =
+        rn::to_yaml(rn::parse_config("optimizer:\n  type: " + type + "\n", "<pin>"));
+    const size_t begin = text.find("\noptimizer:\n");
+    ASSERT_NE(begin, std::string::npos) << text;
+    size_t end = begin + 1;
+    while ((end = text.find('\n', end) + 1) < text.size() && text[end] == ' ') {
+    }
+    EXPECT_EQ(text.substr(begin + 1, end - begin - 1), want) << type;
+  }
+}
+
 // docs/configs.md holds config_reference_markdown() between two markers, so that every declared
 // key is documented with its declared default, checks and types. MANTISSA_UPDATE_DOCS=1 rewrites
 // the block.
