@@ -25,6 +25,16 @@ struct AdagradOptions {
   double initial_accumulator_value = 0.0;
   double eps = 1e-10;
   bool maximize = false;
+
+  template <typename Self, typename V>
+  static void each(Self& o, V&& v) {
+    v("lr", o.lr);
+    v("lr_decay", o.lr_decay);
+    v("weight_decay", o.weight_decay);
+    v("initial_accumulator_value", o.initial_accumulator_value);
+    v("eps", o.eps);
+    v("maximize", o.maximize);
+  }
 };
 
 class Adagrad : public Optimizer {

@@ -2,67 +2,46 @@
 
 #include "engine/error.h"
 #include "engine/kernel_tables.h"
+#include "nn/optim/options.h"
 
 namespace mantissa::optim {
 namespace {
 
-std::map<std::string, double> adam_defaults(const AdamOptions& o) {
-  return {{"lr", o.lr},
-          {"beta1", o.betas.first},
-          {"beta2", o.betas.second},
-          {"eps", o.eps},
-          {"weight_decay", o.weight_decay},
-          {"amsgrad", o.amsgrad ? 1.0 : 0.0},
-          {"maximize", o.maximize ? 1.0 : 0.0},
-          {"decoupled_weight_decay", o.decoupled_weight_decay ? 1.0 : 0.0}};
-}
-
-AdamOptions as_adam(const AdamWOptions& o) {
-  return AdamOptions{o.lr,
-                     o.betas,
-                     o.eps,
-                     o.weight_decay,
-                     o.amsgrad,
-                     o.maximize,
-                     /*decoupled_weight_decay=*/true};
+std::map<std::string, double> adamw_defaults(AdamWOptions options) {
+  options.decoupled_weight_decay = true;
+  return option_map(options);
 }
 
 }  // namespace
 
-Adam::Adam(const AdamOptions& options) : Optimizer(adam_defaults(options)) {}
+Adam::Adam(WithDefaults, std::map<std::string, double> defaults) : Optimizer(std::move(defaults)) {}
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions options)
     : Adam(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, options) {}
 
-Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options) : Adam(options) {
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
+    : Adam(WithDefaults{}, option_map(options)) {
   init_groups(std::move(groups));
 }
 
 void Adam::validate(const ParamGroup& g) const {
   // Negated comparisons so that NaN is rejected too.
-  const double lr = g.get("lr"), eps = g.get("eps"), wd = g.get("weight_decay");
-  const double beta1 = g.get("beta1"), beta2 = g.get("beta2");
-  MT_CHECK(lr >= 0.0, name(), ": Invalid learning rate: ", lr);
-  MT_CHECK(eps >= 0.0, name(), ": Invalid epsilon value: ", eps);
+  const auto o = group_options<AdamOptions>(g);
+  const auto [beta1, beta2] = o.betas;
+  MT_CHECK(o.lr >= 0.0, name(), ": Invalid learning rate: ", o.lr);
+  MT_CHECK(o.eps >= 0.0, name(), ": Invalid epsilon value: ", o.eps);
   MT_CHECK(beta1 >= 0.0 && beta1 < 1.0, name(), ": Invalid beta parameter at index 0: ", beta1);
   MT_CHECK(beta2 >= 0.0 && beta2 < 1.0, name(), ": Invalid beta parameter at index 1: ", beta2);
-  MT_CHECK(wd >= 0.0, name(), ": Invalid weight_decay value: ", wd);
+  MT_CHECK(o.weight_decay >= 0.0, name(), ": Invalid weight_decay value: ", o.weight_decay);
 }
 
 namespace {
 
 AdamStepParams adam_params(const ParamGroup& g, int64_t step) {
-  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, wd = 0, decoupled = 0, amsgrad = 0, maximize = 0;
-  g.get_many({{"lr", &lr},
-              {"beta1", &beta1},
-              {"beta2", &beta2},
-              {"eps", &eps},
-              {"weight_decay", &wd},
-              {"decoupled_weight_decay", &decoupled},
-              {"amsgrad", &amsgrad},
-              {"maximize", &maximize}});
-  return AdamStepParams{lr,           beta1,         beta2, eps, wd, decoupled != 0,
-                        amsgrad != 0, maximize != 0, step};
+  const auto o = group_options<AdamOptions>(g);
+  return AdamStepParams{o.lr,      o.betas.first,  o.betas.second,
+                        o.eps,     o.weight_decay, o.decoupled_weight_decay,
+                        o.amsgrad, o.maximize,     step};
 }
 
 }  // namespace
@@ -101,7 +80,8 @@ void Adam::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
     : AdamW(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, options) {}
 
-AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Adam(as_adam(options)) {
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
+    : Adam(WithDefaults{}, adamw_defaults(options)) {
   init_groups(std::move(groups));
 }
 

@@ -21,25 +21,30 @@
 
 namespace mantissa::optim {
 
-struct AdamOptions {
+// Adam's options (Decoupled false) and AdamW's (true: weight decay 1e-2, always decoupled).
+template <bool Decoupled>
+struct AdamFamilyOptions {
   double lr = 1e-3;
   std::pair<double, double> betas{0.9, 0.999};
   double eps = 1e-8;
-  double weight_decay = 0.0;
+  double weight_decay = Decoupled ? 1e-2 : 0.0;
   bool amsgrad = false;
   bool maximize = false;
-  bool decoupled_weight_decay = false;
-};
+  bool decoupled_weight_decay = Decoupled;  // AdamW ignores false
 
-// AdamW's options: Adam's with weight decay 1e-2, always decoupled.
-struct AdamWOptions {
-  double lr = 1e-3;
-  std::pair<double, double> betas{0.9, 0.999};
-  double eps = 1e-8;
-  double weight_decay = 1e-2;
-  bool amsgrad = false;
-  bool maximize = false;
+  template <typename Self, typename V>
+  static void each(Self& o, V&& v) {
+    v("lr", o.lr);
+    v("betas", o.betas);
+    v("eps", o.eps);
+    v("weight_decay", o.weight_decay);
+    v("amsgrad", o.amsgrad);
+    v("maximize", o.maximize);
+    v("decoupled_weight_decay", o.decoupled_weight_decay);
+  }
 };
+using AdamOptions = AdamFamilyOptions<false>;
+using AdamWOptions = AdamFamilyOptions<true>;
 
 class Adam : public Optimizer {
  public:
@@ -51,7 +56,8 @@ class Adam : public Optimizer {
 
  protected:
   // For subclasses: sets the defaults only; the subclass adds the groups (so that errors name it).
-  explicit Adam(const AdamOptions& options);
+  struct WithDefaults {};
+  Adam(WithDefaults, std::map<std::string, double> defaults);
 
   void validate(const ParamGroup& group) const override;
   void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,

@@ -27,6 +27,15 @@ struct NAdamOptions {
   double eps = 1e-8;
   double weight_decay = 0.0;
   double momentum_decay = 4e-3;
+
+  template <typename Self, typename V>
+  static void each(Self& o, V&& v) {
+    v("lr", o.lr);
+    v("betas", o.betas);
+    v("eps", o.eps);
+    v("weight_decay", o.weight_decay);
+    v("momentum_decay", o.momentum_decay);
+  }
 };
 
 class NAdam : public Optimizer {

@@ -1,6 +1,7 @@
 #include "nn/optim/optimizer.h"
 
 #include <algorithm>
+#include <span>
 #include <sstream>
 
 #include "autograd/node.h"
@@ -35,10 +36,10 @@ double ParamGroup::get(const std::string& key) const {
   return it->second;
 }
 
-void ParamGroup::get_many(std::initializer_list<OptionRef> wanted) const {
+void ParamGroup::get_many(const OptionRef* wanted, size_t count) const {
   size_t found = 0;
   for (const auto& [key, value] : options) {
-    for (const OptionRef& w : wanted) {
+    for (const OptionRef& w : std::span(wanted, count)) {
       // The first character decides most pairs without a call to memcmp (read every step).
       if (w.key.size() == key.size() && (key.empty() || w.key.front() == key.front()) &&
           w.key == key) {
@@ -48,8 +49,9 @@ void ParamGroup::get_many(std::initializer_list<OptionRef> wanted) const {
       }
     }
   }
-  if (found == wanted.size()) return;
-  for (const OptionRef& w : wanted) (void)get(std::string(w.key));  // throws for the missing key
+  if (found == count) return;
+  for (const OptionRef& w : std::span(wanted, count))
+    (void)get(std::string(w.key));  // throws for the missing key
 }
 
 Optimizer::Optimizer(std::map<std::string, double> defaults) : defaults_(std::move(defaults)) {}

@@ -48,7 +48,10 @@ struct ParamGroup {
     std::string_view key;
     double* value;
   };
-  void get_many(std::initializer_list<OptionRef> wanted) const;
+  void get_many(std::initializer_list<OptionRef> wanted) const {
+    get_many(wanted.begin(), wanted.size());
+  }
+  void get_many(const OptionRef* wanted, size_t count) const;
   bool has(const std::string& key) const { return options.count(key) != 0; }
 };
 
@@ -166,7 +169,6 @@ class Optimizer {
   void update_as_list(const ParamGroup& group, const Tensor& param, const Tensor& grad,
                       ParamState& state);
 
-  static bool flag(const ParamGroup& group, const char* key) { return group.get(key) != 0.0; }
   // state.buffers[key], created as zeros shaped like `param` (same dtype and device) on first
   // use; `created` tells whether it was.
   static Tensor lazy_buffer(ParamState& state, const std::string& key, const Tensor& param,

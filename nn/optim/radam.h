@@ -26,6 +26,14 @@ struct RAdamOptions {
   std::pair<double, double> betas{0.9, 0.999};
   double eps = 1e-8;
   double weight_decay = 0.0;
+
+  template <typename Self, typename V>
+  static void each(Self& o, V&& v) {
+    v("lr", o.lr);
+    v("betas", o.betas);
+    v("eps", o.eps);
+    v("weight_decay", o.weight_decay);
+  }
 };
 
 class RAdam : public Optimizer {

@@ -28,6 +28,17 @@ struct RMSpropOptions {
   double momentum = 0.0;
   bool centered = false;
   bool maximize = false;
+
+  template <typename Self, typename V>
+  static void each(Self& o, V&& v) {
+    v("lr", o.lr);
+    v("alpha", o.alpha);
+    v("eps", o.eps);
+    v("weight_decay", o.weight_decay);
+    v("momentum", o.momentum);
+    v("centered", o.centered);
+    v("maximize", o.maximize);
+  }
 };
 
 class RMSprop : public Optimizer {

@@ -4,17 +4,14 @@
 
 #include "engine/error.h"
 #include "engine/kernel_tables.h"
+#include "nn/optim/options.h"
 
 namespace mantissa::optim {
 namespace {
 
-std::map<std::string, double> sgd_defaults(double lr, const SGDOptions& o) {
-  return {{"lr", lr},
-          {"momentum", o.momentum},
-          {"dampening", o.dampening},
-          {"weight_decay", o.weight_decay},
-          {"nesterov", o.nesterov ? 1.0 : 0.0},
-          {"maximize", o.maximize ? 1.0 : 0.0}};
+std::map<std::string, double> sgd_defaults(double lr, SGDOptions options) {
+  options.lr = lr;
+  return option_map(options);
 }
 
 }  // namespace
@@ -29,32 +26,21 @@ SGD::SGD(std::vector<ParamGroup> groups, double lr, SGDOptions options)
 
 void SGD::validate(const ParamGroup& g) const {
   // Negated comparisons so that NaN is rejected too.
-  const double lr = g.get("lr"), momentum = g.get("momentum"), wd = g.get("weight_decay");
-  MT_CHECK(lr >= 0.0, "SGD: Invalid learning rate: ", lr);
-  MT_CHECK(momentum >= 0.0, "SGD: Invalid momentum value: ", momentum);
-  MT_CHECK(wd >= 0.0, "SGD: Invalid weight_decay value: ", wd);
-  MT_CHECK(!flag(g, "nesterov") || (momentum > 0.0 && g.get("dampening") == 0.0),
-           "SGD: Nesterov momentum requires a momentum and zero dampening (momentum ", momentum,
-           ", dampening ", g.get("dampening"), ")");
+  const auto o = group_options<SGDOptions>(g);
+  MT_CHECK(o.lr >= 0.0, "SGD: Invalid learning rate: ", o.lr);
+  MT_CHECK(o.momentum >= 0.0, "SGD: Invalid momentum value: ", o.momentum);
+  MT_CHECK(o.weight_decay >= 0.0, "SGD: Invalid weight_decay value: ", o.weight_decay);
+  MT_CHECK(!o.nesterov || (o.momentum > 0.0 && o.dampening == 0.0),
+           "SGD: Nesterov momentum requires a momentum and zero dampening (momentum ", o.momentum,
+           ", dampening ", o.dampening, ")");
 }
 
 namespace {
 
 SgdStepParams sgd_params(const ParamGroup& g) {
-  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0, nesterov = 0, maximize = 0;
-  g.get_many({{"lr", &lr},
-              {"momentum", &momentum},
-              {"dampening", &dampening},
-              {"weight_decay", &weight_decay},
-              {"nesterov", &nesterov},
-              {"maximize", &maximize}});
-  return SgdStepParams{lr,
-                       momentum,
-                       dampening,
-                       weight_decay,
-                       nesterov != 0,
-                       maximize != 0,
-                       /*first_step=*/false};
+  const auto o = group_options<SGDOptions>(g);
+  return SgdStepParams{o.lr,       o.momentum, o.dampening,         o.weight_decay,
+                       o.nesterov, o.maximize, /*first_step=*/false};
 }
 
 }  // namespace

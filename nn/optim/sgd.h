@@ -25,6 +25,17 @@ struct SGDOptions {
   double weight_decay = 0.0;
   bool nesterov = false;  // requires momentum > 0 and dampening == 0
   bool maximize = false;
+  double lr = 0.01;  // the constructors' `lr` replaces it
+
+  template <typename Self, typename V>
+  static void each(Self& o, V&& v) {
+    v("lr", o.lr);
+    v("momentum", o.momentum);
+    v("dampening", o.dampening);
+    v("weight_decay", o.weight_decay);
+    v("nesterov", o.nesterov);
+    v("maximize", o.maximize);
+  }
 };
 
 class SGD : public Optimizer {

@@ -1,0 +1,98 @@
+// An optimizer's options named once. Each options struct lists its fields in a static `each`
+// (name and member, in declaration order), and that list alone gives
+//   - the group options map that param_groups() and state_dict() hold, in PyTorch's names and
+//     form (a pair `betas` is beta1/beta2, a bool is 0/1): option_map(options);
+//   - the typed options of a group, for validation and the step: group_options<O>(group);
+//   - the runner's config keys (runner/config_schema.h walks the same list).
+//
+//   struct RAdamOptions {
+//     double lr = 1e-3;
+//     std::pair<double, double> betas{0.9, 0.999};
+//     template <typename Self, typename V>
+//     static void each(Self& o, V&& v) { v("lr", o.lr); v("betas", o.betas); }
+//   };
+//
+// A field is double, bool or std::pair<double, double> (named with a plural "s", as betas).
+#pragma once
+
+#include <array>
+#include <map>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "engine/error.h"
+#include "nn/optim/optimizer.h"
+
+namespace mantissa::optim {
+
+namespace detail {
+
+// beta1 / beta2 for `betas`.
+inline std::string pair_key(std::string_view name, int index) {
+  std::string key(name.substr(0, name.size() - (name.ends_with('s') ? 1 : 0)));
+  return key + (index == 0 ? "1" : "2");
+}
+
+}  // namespace detail
+
+template <typename O>
+std::map<std::string, double> option_map(const O& options) {
+  std::map<std::string, double> m;
+  O::each(options, [&m](const char* name, const auto& value) {
+    using T = std::decay_t<decltype(value)>;
+    if constexpr (std::is_same_v<T, std::pair<double, double>>) {
+      m[detail::pair_key(name, 0)] = value.first;
+      m[detail::pair_key(name, 1)] = value.second;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      m[name] = value ? 1.0 : 0.0;
+    } else {
+      static_assert(std::is_same_v<T, double>, "an option is double, bool or a pair of doubles");
+      m[name] = value;
+    }
+  });
+  return m;
+}
+
+// The group's options as O, read in one pass over the group (the optimizers read them every
+// step); throws like ParamGroup::get if one is missing.
+template <typename O>
+O group_options(const ParamGroup& group) {
+  O o;
+  std::array<std::string, 16> keys;
+  std::array<double, 16> values{};
+  std::array<ParamGroup::OptionRef, 16> refs;
+  size_t n = 0;
+  auto add = [&](std::string key) {
+    MT_ASSERT(n < keys.size(), "group_options: more than 16 options");
+    keys[n] = std::move(key);
+    refs[n] = ParamGroup::OptionRef{keys[n], &values[n]};
+    return n++;
+  };
+  O::each(o, [&](const char* name, const auto& value) {
+    using T = std::decay_t<decltype(value)>;
+    if constexpr (std::is_same_v<T, std::pair<double, double>>) {
+      add(detail::pair_key(name, 0));
+      add(detail::pair_key(name, 1));
+    } else {
+      add(name);
+    }
+  });
+  group.get_many(refs.data(), n);
+  size_t i = 0;
+  O::each(o, [&](const char*, auto& value) {
+    using T = std::decay_t<decltype(value)>;
+    if constexpr (std::is_same_v<T, std::pair<double, double>>) {
+      value = {values[i], values[i + 1]};
+      i += 2;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      value = values[i++] != 0.0;
+    } else {
+      value = values[i++];
+    }
+  });
+  return o;
+}
+
+}  // namespace mantissa::optim
