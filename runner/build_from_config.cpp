@@ -4,6 +4,8 @@
 #include <cmath>
 #include <filesystem>
 #include <sstream>
+#include <tuple>
+#include <variant>
 
 #include "amp/autocast.h"
 #include "autograd/functions.h"
@@ -224,55 +226,23 @@ LossFn make_loss(const LossConfig& l, Device device) {
   };
 }
 
+// The optimizer of each alternative of OptimizerOptions, in the same order.
+using OptimizerClasses = std::tuple<optim::SGD, optim::Adam, optim::AdamW, optim::RMSprop,
+                                    optim::Adagrad, optim::NAdam, optim::RAdam>;
+static_assert(std::tuple_size_v<OptimizerClasses> == std::variant_size_v<OptimizerOptions>);
+
 // P: the parameters (one group with the optimizer's options) or parameter groups.
-template <typename P>
+template <size_t I = 0, typename P>
 std::shared_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& o, P params) {
-  if (o.type == "sgd") {
-    optim::SGDOptions s;
-    s.momentum = o.momentum;
-    s.dampening = o.dampening;
-    s.weight_decay = o.weight_decay;
-    s.nesterov = o.nesterov;
-    s.maximize = o.maximize;
-    return std::make_shared<optim::SGD>(std::move(params), o.lr, s);
+  if constexpr (I == std::variant_size_v<OptimizerOptions>) {
+    MT_THROW("optimizer: no optimizer for options index ", o.options.index());
+  } else {
+    if (o.options.index() != I) return make_optimizer<I + 1>(o, std::move(params));
+    MT_CHECK(kOptimizerTypes[I] == o.type, "optimizer.type is '", o.type, "' but its options are ",
+             kOptimizerTypes[I], "'s (OptimizerConfig::select() makes them agree)");
+    using Optimizer = std::tuple_element_t<I, OptimizerClasses>;
+    return std::make_shared<Optimizer>(std::move(params), std::get<I>(o.options));
   }
-  if (o.type == "adam") {
-    optim::AdamOptions a;
-    a.lr = o.lr;
-    a.betas = o.betas;
-    a.eps = o.eps;
-    a.weight_decay = o.weight_decay;
-    a.amsgrad = o.amsgrad;
-    a.maximize = o.maximize;
-    return std::make_shared<optim::Adam>(std::move(params), a);
-  }
-  if (o.type == "rmsprop") {
-    return std::make_shared<optim::RMSprop>(
-        std::move(params), optim::RMSpropOptions{o.lr, o.alpha, o.eps, o.weight_decay, o.momentum,
-                                                 o.centered, o.maximize});
-  }
-  if (o.type == "adagrad") {
-    return std::make_shared<optim::Adagrad>(
-        std::move(params), optim::AdagradOptions{o.lr, o.lr_decay, o.weight_decay,
-                                                 o.initial_accumulator_value, o.eps, o.maximize});
-  }
-  if (o.type == "nadam") {
-    return std::make_shared<optim::NAdam>(
-        std::move(params),
-        optim::NAdamOptions{o.lr, o.betas, o.eps, o.weight_decay, o.momentum_decay});
-  }
-  if (o.type == "radam") {
-    return std::make_shared<optim::RAdam>(
-        std::move(params), optim::RAdamOptions{o.lr, o.betas, o.eps, o.weight_decay});
-  }
-  optim::AdamWOptions a;
-  a.lr = o.lr;
-  a.betas = o.betas;
-  a.eps = o.eps;
-  a.weight_decay = o.weight_decay;
-  a.amsgrad = o.amsgrad;
-  a.maximize = o.maximize;
-  return std::make_shared<optim::AdamW>(std::move(params), a);
 }
 
 // A backend this build or this device cannot use is refused before anything runs.
@@ -487,7 +457,7 @@ RunObjects build_run(const Config& c, std::string config_text, const RunPlacemen
   if (c.optimizer.decay_min_ndim > 0) {
     try {
       r.optimizer = make_optimizer(
-          c.optimizer, optim::decay_groups(r.model->named_parameters(), c.optimizer.weight_decay,
+          c.optimizer, optim::decay_groups(r.model->named_parameters(), c.optimizer.weight_decay(),
                                            c.optimizer.decay_min_ndim));
     } catch (const ConfigError&) {
       throw;
@@ -541,7 +511,7 @@ RunObjects build_run(const Config& c, std::string config_text, const RunPlacemen
                                          " steps (onecycle cannot step past its end)");
     }
     optim::OneCycleOptions o;
-    o.max_lr = {sc.max_lr > 0 ? sc.max_lr : c.optimizer.lr};
+    o.max_lr = {sc.max_lr > 0 ? sc.max_lr : c.optimizer.lr()};
     o.total_steps = sc.total_steps > 0 ? sc.total_steps : total_steps;
     o.pct_start = sc.pct_start;
     o.anneal_strategy = sc.anneal_strategy;

@@ -23,6 +23,21 @@
 
 namespace mantissa::runner {
 
+void OptimizerConfig::select() {
+  const auto it = std::find(kOptimizerTypes.begin(), kOptimizerTypes.end(), type);
+  MT_CHECK(it != kOptimizerTypes.end(), "optimizer.type '", type, "' is not an optimizer");
+  const size_t i = static_cast<size_t>(it - kOptimizerTypes.begin());
+  if (options.index() != i) options = schema::optimizer_defaults()[i];
+}
+
+double OptimizerConfig::lr() const {
+  return std::visit([](const auto& o) { return o.lr; }, options);
+}
+
+double OptimizerConfig::weight_decay() const {
+  return std::visit([](const auto& o) { return o.weight_decay; }, options);
+}
+
 std::string Config::describe(const std::string& path) const {
   std::string out = path;
   if (auto v = value_text.find(path); v != value_text.end()) out += " = " + v->second;

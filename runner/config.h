@@ -17,9 +17,16 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "engine/error.h"
+#include "nn/optim/adagrad.h"
+#include "nn/optim/adam.h"
+#include "nn/optim/nadam.h"
+#include "nn/optim/radam.h"
+#include "nn/optim/rmsprop.h"
+#include "nn/optim/sgd.h"
 #include "runner/data.h"
 
 namespace mantissa::runner {
@@ -115,24 +122,29 @@ struct LossConfig {
   bool log_target = false;  // kl_div
 };
 
+// The optimizer: `type` names it, and `options` holds that optimizer's own options struct
+// (nn/optim/*.h: the same fields, names and defaults as the C++ API), so a hyperparameter is
+// declared once, there, and described once in config_schema.h.
+inline const std::vector<std::string> kOptimizerTypes = {"sgd",     "adam",  "adamw", "rmsprop",
+                                                         "adagrad", "nadam", "radam"};
+// In kOptimizerTypes' order.
+using OptimizerOptions =
+    std::variant<optim::SGDOptions, optim::AdamOptions, optim::AdamWOptions, optim::RMSpropOptions,
+                 optim::AdagradOptions, optim::NAdamOptions, optim::RAdamOptions>;
+
 struct OptimizerConfig {
-  std::string type = "sgd";                // sgd adam adamw rmsprop adagrad nadam radam
-  double lr = 0.01;                        // adam, adamw: 0.001
-  double momentum = 0.0, dampening = 0.0;  // sgd
-  bool nesterov = false;                   // sgd
-  double weight_decay = 0.0;               // adamw: 0.01
-  bool maximize = false;
-  std::pair<double, double> betas{0.9, 0.999};  // adam, adamw
-  double eps = 1e-8;                            // adam, adamw
-  bool amsgrad = false;                         // adam, adamw
-  double alpha = 0.99;                          // rmsprop
-  bool centered = false;                        // rmsprop
-  double lr_decay = 0.0;                        // adagrad
-  double initial_accumulator_value = 0.0;       // adagrad
-  double momentum_decay = 4e-3;                 // nadam
+  std::string type = "sgd";
+  OptimizerOptions options;  // the alternative `type` names
   // > 0: weight decay only on parameters of at least this many dimensions (optim::decay_groups);
   // 0: on every parameter.
   int64_t decay_min_ndim = 0;
+
+  // Makes `options` the alternative `type` names (default options when it was another); throws
+  // for a type that is not one of kOptimizerTypes.
+  void select();
+  // Every optimizer has these two.
+  double lr() const;
+  double weight_decay() const;
 };
 
 struct ScheduleConfig {

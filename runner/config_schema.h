@@ -21,7 +21,10 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "runner/config.h"
@@ -461,62 +464,129 @@ void describe(V& v, LossConfig& l) {
               .doc("the targets are log-probabilities"));
 }
 
+// The optimizer's keys, in resolved.yaml's order, with their checks and documentation. Which
+// optimizers take a key, its type and its default for each come from the options structs
+// (nn/optim/*.h, their `each`), so a hyperparameter is a member there and a line here. A field
+// without a line (Adam's decoupled_weight_decay, which is AdamW) is not a config key.
+struct OptimizerKey {
+  const char* name;
+  Range range;
+  const char* help;
+};
+inline const std::vector<OptimizerKey>& optimizer_keys() {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  static const std::vector<OptimizerKey> keys = {
+      {"lr", Range{0, inf, true, false}, "learning rate"},
+      {"weight_decay", Range{0, inf}, "L2 penalty (adamw: decoupled)"},
+      {"maximize", Range{}, "ascend the objective"},
+      {"momentum", Range{0, inf}, "momentum"},
+      {"dampening", Range{0, 1}, "dampening"},
+      {"nesterov", Range{}, "Nesterov momentum"},
+      {"betas", Range{0, 1, false, true},
+       "running-average coefficients of the gradient and its square"},
+      {"eps", Range{0, inf, true, false}, "added to the denominator"},
+      {"amsgrad", Range{}, "the AMSGrad variant"},
+      {"alpha", Range{0, 1}, "smoothing constant of the squared-gradient average"},
+      {"centered", Range{},
+       "divide by the gradient's estimated variance rather than its second moment"},
+      {"lr_decay", Range{0, inf}, "lr / (1 + (step - 1) * lr_decay)"},
+      {"initial_accumulator_value", Range{0, inf}, "starting value of the squared-gradient sum"},
+      {"momentum_decay", Range{0, inf}, "NAdam's momentum decay psi"},
+  };
+  return keys;
+}
+
+// Each optimizer's default options, in kOptimizerTypes' order.
+inline const std::vector<OptimizerOptions>& optimizer_defaults() {
+  static const std::vector<OptimizerOptions> all = [] {
+    std::vector<OptimizerOptions> v;
+    [&v]<size_t... I>(std::index_sequence<I...>) { (v.emplace_back(std::in_place_index<I>), ...); }
+    (std::make_index_sequence<std::variant_size_v<OptimizerOptions>>());
+    return v;
+  }();
+  return all;
+}
+
+// The member named `name` of the options held, if it has one of type T.
+template <typename T, typename Options>
+auto* option_member(Options& options, const char* name) {
+  using Ptr = std::conditional_t<std::is_const_v<Options>, const T*, T*>;
+  Ptr found = nullptr;
+  std::visit(
+      [&](auto& opts) {
+        std::decay_t<decltype(opts)>::each(opts, [&](const char* n, auto& member) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(member)>, T>) {
+            if (std::string_view(n) == name) found = &member;
+          }
+        });
+      },
+      options);
+  return found;
+}
+
+// One optimizer key of type T: bound to the held options' member, or (for the types that lack
+// it) to a stand-in with the first type's default; applies to the types whose options have it,
+// with their defaults where they differ from the first's.
+template <typename T, typename V>
+void optimizer_key(V& v, OptimizerConfig& o, const OptimizerKey& row) {
+  std::vector<std::string> types;
+  std::vector<T> defaults;
+  for (size_t i = 0; i < optimizer_defaults().size(); ++i) {
+    if (const T* d = option_member<T>(optimizer_defaults()[i], row.name)) {
+      types.push_back(kOptimizerTypes[i]);
+      defaults.push_back(*d);
+    }
+  }
+  T stand_in = defaults.front();
+  T* held = option_member<T>(o.options, row.name);
+  Key<T> k(row.name, held != nullptr ? *held : stand_in);
+  k.doc(row.help);
+  k.in(row.range);
+  if (types.size() < kOptimizerTypes.size()) k.applies_to(types);
+  std::vector<bool> grouped(types.size(), false);
+  for (size_t i = 1; i < types.size(); ++i) {
+    if (grouped[i] || defaults[i] == defaults.front()) continue;
+    std::vector<std::string> same{types[i]};
+    for (size_t j = i + 1; j < types.size(); ++j) {
+      if (!grouped[j] && defaults[j] == defaults[i]) {
+        same.push_back(types[j]);
+        grouped[j] = true;
+      }
+    }
+    k.default_for(same, defaults[i]);
+  }
+  v.field(k);
+}
+
 template <typename V>
 void describe(V& v, OptimizerConfig& o) {
-  v.field(key("type", o.type)
-              .selector()
-              .one_of({"sgd", "adam", "adamw", "rmsprop", "adagrad", "nadam", "radam"})
-              .doc("the optimizer"));
-  v.field(key("lr", o.lr)
-              .positive()
-              .default_for({"adam", "adamw", "radam"}, 1e-3)
-              .default_for({"nadam"}, 2e-3)
-              .doc("learning rate"));
-  v.field(key("weight_decay", o.weight_decay)
-              .non_negative()
-              .default_for({"adamw"}, 0.01)
-              .doc("L2 penalty (adamw: decoupled)"));
-  v.field(key("maximize", o.maximize)
-              .applies_to({"sgd", "adam", "adamw", "rmsprop", "adagrad"})
-              .doc("ascend the objective"));
-  v.field(
-      key("momentum", o.momentum).applies_to({"sgd", "rmsprop"}).non_negative().doc("momentum"));
-  v.field(key("dampening", o.dampening).applies_to({"sgd"}).in(Range{0, 1}).doc("dampening"));
-  v.field(key("nesterov", o.nesterov).applies_to({"sgd"}).doc("Nesterov momentum"));
-  v.rule({"nesterov",
-          {"sgd"},
-          [&o] { return !o.nesterov || (o.momentum > 0 && o.dampening == 0); },
-          "needs optimizer.momentum > 0 and dampening 0"});
-  v.field(key("betas", o.betas)
-              .applies_to({"adam", "adamw", "nadam", "radam"})
-              .in(Range{0, 1, false, true})
-              .doc("running-average coefficients of the gradient and its square"));
-  v.field(key("eps", o.eps)
-              .applies_to({"adam", "adamw", "rmsprop", "adagrad", "nadam", "radam"})
-              .positive()
-              .default_for({"adagrad"}, 1e-10)
-              .doc("added to the "
-                   "denominator"));
-  v.field(key("amsgrad", o.amsgrad).applies_to({"adam", "adamw"}).doc("the AMSGrad variant"));
-  v.field(key("alpha", o.alpha)
-              .applies_to({"rmsprop"})
-              .in(Range{0, 1})
-              .doc("smoothing constant of the squared-gradient average"));
-  v.field(key("centered", o.centered)
-              .applies_to({"rmsprop"})
-              .doc("divide by the gradient's estimated variance rather than its second moment"));
-  v.field(key("lr_decay", o.lr_decay)
-              .applies_to({"adagrad"})
-              .non_negative()
-              .doc("lr / (1 + (step - 1) * lr_decay)"));
-  v.field(key("initial_accumulator_value", o.initial_accumulator_value)
-              .applies_to({"adagrad"})
-              .non_negative()
-              .doc("starting value of the squared-gradient sum"));
-  v.field(key("momentum_decay", o.momentum_decay)
-              .applies_to({"nadam"})
-              .non_negative()
-              .doc("NAdam's momentum decay psi"));
+  v.field(key("type", o.type).selector().one_of(kOptimizerTypes).doc("the optimizer"));
+  o.select();
+  for (const OptimizerKey& row : optimizer_keys()) {
+    // The key's type is its member's in the first options struct that has it.
+    bool done = false;
+    for (const OptimizerOptions& d : optimizer_defaults()) {
+      std::visit(
+          [&](const auto& opts) {
+            std::decay_t<decltype(opts)>::each(opts, [&](const char* n, const auto& member) {
+              if (done || std::string_view(n) != row.name) return;
+              done = true;
+              optimizer_key<std::decay_t<decltype(member)>>(v, o, row);
+            });
+          },
+          d);
+      if (done) break;
+    }
+    if (std::string_view(row.name) == "nesterov") {
+      v.rule({"nesterov",
+              {"sgd"},
+              [&o] {
+                const auto* s = std::get_if<optim::SGDOptions>(&o.options);
+                return s == nullptr || !s->nesterov || (s->momentum > 0 && s->dampening == 0);
+              },
+              "needs optimizer.momentum > 0 and dampening 0"});
+    }
+  }
   v.field(key("decay_min_ndim", o.decay_min_ndim)
               .at_least(0)
               .optional_output()

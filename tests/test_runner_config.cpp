@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "engine/generator.h"
+#include "hostile_yaml.h"
 #include "nn/functional.h"
 #include "nn/optim/sgd.h"
 #include "runner/build_from_config.h"
@@ -18,7 +19,6 @@
 #include "runner/determinism.h"
 #include "runner/model_builder.h"
 #include "runner/safetensors.h"
-#include "hostile_yaml.h"
 #include "test_util.h"
 
 namespace rn = mantissa::runner;
@@ -75,7 +75,7 @@ TEST(RunnerConfig, DefaultsForAnEmptyConfig) {
   EXPECT_EQ(c.data.type, "teacher");
   EXPECT_EQ(c.loss.type, "mse");
   EXPECT_EQ(c.optimizer.type, "sgd");
-  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.01);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr(), 0.01);
   EXPECT_EQ(c.steps, 100);
   EXPECT_EQ(c.epochs, 0);
   EXPECT_EQ(c.precision, "float32");
@@ -87,7 +87,7 @@ TEST(RunnerConfig, ParsesTheBundledToyConfigWithLines) {
   const rn::Config c = rn::parse_config_file(source_dir() + "/configs/toy.yaml");
   EXPECT_EQ(c.name, "toy");
   EXPECT_EQ(c.optimizer.type, "sgd");
-  EXPECT_DOUBLE_EQ(c.optimizer.momentum, 0.9);
+  EXPECT_DOUBLE_EQ(std::get<mantissa::optim::SGDOptions>(c.optimizer.options).momentum, 0.9);
   EXPECT_EQ(c.data.val_split, 0.125);
   EXPECT_EQ(c.steps, 300);
   EXPECT_EQ(c.origin.at("optimizer.type").rfind("line ", 0), 0u);
@@ -127,9 +127,9 @@ scaler: {enabled: true, init_scale: 128}
 )";
   const rn::Config c = rn::parse_config(yaml, "t.yaml");
   const rn::Config back = rn::parse_config(rn::to_yaml(c), "resolved.yaml");
-  EXPECT_EQ(back.optimizer.lr, 0.1);
-  EXPECT_EQ(back.optimizer.betas.second, 0.95);
-  EXPECT_EQ(back.optimizer.eps, 1e-7);
+  EXPECT_EQ(back.optimizer.lr(), 0.1);
+  EXPECT_EQ(std::get<mantissa::optim::AdamWOptions>(back.optimizer.options).betas.second, 0.95);
+  EXPECT_EQ(std::get<mantissa::optim::AdamWOptions>(back.optimizer.options).eps, 1e-7);
   EXPECT_EQ(back.schedule.min_lr, 1e-5);
   ASSERT_EQ(back.model.layers.size(), 7u);
   EXPECT_EQ(back.model.layers[6].name, "head");
@@ -228,7 +228,7 @@ TEST(RunnerConfig, SetOverridesAreValidatedAndReportedAsSet) {
       "optimizer:\n  lr: 0.1\nmodel:\n  layers:\n    - {type: linear, in: 10, out: 4}\n", "t.yaml",
       {"optimizer.lr=0.5", "data.shuffle=false", "optimizer.type=adam", "model.layers.0.out=5",
        "schedule.type=step"});
-  EXPECT_EQ(c.optimizer.lr, 0.5);
+  EXPECT_EQ(c.optimizer.lr(), 0.5);
   EXPECT_EQ(c.optimizer.type, "adam");
   EXPECT_FALSE(c.data.shuffle);
   EXPECT_EQ(c.model.layers[0].out, 5);
@@ -258,7 +258,7 @@ TEST(RunnerConfig, QuotedNumbersUnterminatedQuotesAndEmptySetValuesAreRefused) {
       "name: \"a\\\"b\"\ndevice: 'cpu'\noptimizer: {type: \"adam\", lr: 0.5}\n", "ok.yaml");
   EXPECT_EQ(ok.name, "a\"b");
   EXPECT_EQ(ok.device, "cpu");
-  EXPECT_EQ(ok.optimizer.lr, 0.5);
+  EXPECT_EQ(ok.optimizer.lr(), 0.5);
 }
 
 TEST(RunnerConfig, BinaryBytesInAConfigAreEscapedInTheMessage) {

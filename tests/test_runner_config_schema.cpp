@@ -4,6 +4,7 @@
 // writer it replaced.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -197,7 +198,9 @@ void round_trip_every_key(const std::string& path, Get get, std::vector<std::str
       schema::describe(p, s);
       if (target >= p.index) break;
       // A cross-key rule: Nesterov momentum needs momentum.
-      if (c.optimizer.nesterov) c.optimizer.momentum = 0.5;
+      if (auto* sgd = std::get_if<mantissa::optim::SGDOptions>(&c.optimizer.options);
+          sgd != nullptr && sgd->nesterov)
+        sgd->momentum = 0.5;
       // And the gpt preset's heads must divide its width.
       if (c.model.gpt.n_embd % c.model.gpt.n_head != 0)
         c.model.gpt.n_embd = 32 * c.model.gpt.n_head;
@@ -375,6 +378,59 @@ TEST(RunnerConfigSchema, EachOptimizerSectionIsPinned) {
     while ((end = text.find('\n', end) + 1) < text.size() && text[end] == ' ') {
     }
     EXPECT_EQ(text.substr(begin + 1, end - begin - 1), want) << type;
+  }
+}
+
+namespace {
+
+// Each key of a section and the types it applies to (every type when the key says none).
+struct KeyTypes {
+  std::map<std::string, std::vector<std::string>>* out;
+  template <typename T>
+  void field(const schema::Key<T>& k) {
+    if (!k.is_selector) (*out)[k.name] = k.only.empty() ? rn::kOptimizerTypes : k.only;
+  }
+  template <typename A, typename B>
+  void either(const schema::Key<A>&, const schema::Key<B>&) {}
+  void rule(const schema::Rule&) {}
+  template <typename S>
+  void section(const char*, S&, const char*) {}
+};
+
+}  // namespace
+
+// Every field of every optimizer's options struct (nn/optim/*.h) is a config key of the types that
+// have it — a hyperparameter added there and described in schema::optimizer_keys() needs nothing
+// else — except AdamW's decoupled_weight_decay, which is the choice between adam and adamw.
+TEST(RunnerConfigSchema, EveryOptimizerOptionIsAKeyOfItsTypes) {
+  std::map<std::string, std::vector<std::string>> declared;  // key -> types, from the schema
+  KeyTypes collect{&declared};
+  rn::OptimizerConfig o;
+  schema::describe(collect, o);
+  std::map<std::string, std::vector<std::string>> fields;  // field -> types, from the structs
+  for (size_t i = 0; i < rn::kOptimizerTypes.size(); ++i) {
+    std::visit(
+        [&](const auto& opts) {
+          std::decay_t<decltype(opts)>::each(opts, [&](const char* name, const auto&) {
+            if (std::string(name) != "decoupled_weight_decay")
+              fields[name].push_back(rn::kOptimizerTypes[i]);
+          });
+        },
+        schema::optimizer_defaults()[i]);
+  }
+  declared.erase("decay_min_ndim");  // the runner's own: how the parameters are grouped
+  EXPECT_EQ(declared, fields);
+  // Each type's defaults are its options struct's.
+  for (const std::string& type : rn::kOptimizerTypes) {
+    const rn::Config c = rn::parse_config("optimizer: {type: " + type + "}\n", "<defaults>");
+    EXPECT_EQ(c.optimizer.options.index(),
+              static_cast<size_t>(
+                  std::find(rn::kOptimizerTypes.begin(), rn::kOptimizerTypes.end(), type) -
+                  rn::kOptimizerTypes.begin()));
+    EXPECT_DOUBLE_EQ(c.optimizer.lr(),
+                     std::visit([](const auto& d) { return d.lr; },
+                                schema::optimizer_defaults()[c.optimizer.options.index()]))
+        << type;
   }
 }
 

@@ -24,6 +24,12 @@ SGD::SGD(std::vector<ParamGroup> groups, double lr, SGDOptions options)
   init_groups(std::move(groups));
 }
 
+SGD::SGD(std::vector<Tensor> params, SGDOptions options)
+    : SGD(std::move(params), options.lr, options) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
+    : SGD(std::move(groups), options.lr, options) {}
+
 void SGD::validate(const ParamGroup& g) const {
   // Negated comparisons so that NaN is rejected too.
   const auto o = group_options<SGDOptions>(g);

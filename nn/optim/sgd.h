@@ -43,6 +43,9 @@ class SGD : public Optimizer {
   SGD(std::vector<Tensor> params, double lr, SGDOptions options = {});
   // Per-group options; keys a group lacks take `lr` and `options`.
   SGD(std::vector<ParamGroup> groups, double lr, SGDOptions options = {});
+  // With the learning rate in the options (SGDOptions::lr).
+  SGD(std::vector<Tensor> params, SGDOptions options);
+  SGD(std::vector<ParamGroup> groups, SGDOptions options);
 
   const char* name() const override { return "SGD"; }
 
