@@ -243,12 +243,14 @@ using AdagradMultiStepKernel = void (*)(const OptimizerTensorLists& lists, const
 MT_KERNEL_TABLE(adagrad_multi_step, AdagradMultiStepKernel)
 struct NadamStepParams {
   double lr, beta1, beta2, eps, weight_decay, momentum_decay;
+  bool decoupled_weight_decay;
 };
 using NadamMultiStepKernel = void (*)(const OptimizerTensorLists& lists, const Tensor& found_inf,
                                       const NadamStepParams& p);
 MT_KERNEL_TABLE(nadam_multi_step, NadamMultiStepKernel)
 struct RadamStepParams {
   double lr, beta1, beta2, eps, weight_decay;
+  bool decoupled_weight_decay;
 };
 using RadamMultiStepKernel = void (*)(const OptimizerTensorLists& lists, const Tensor& found_inf,
                                       const RadamStepParams& p);

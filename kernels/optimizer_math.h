@@ -121,8 +121,8 @@ MT_HOST_DEVICE inline void adagrad_element(const AdagradConsts<opmath_t<T>>& c, 
 
 template <typename M>
 struct NadamConsts {
-  M beta1, one_minus_beta1, beta2, one_minus_beta2, eps, wd, bc2, c_grad, c_avg;
-  bool use_wd;
+  M beta1, one_minus_beta1, beta2, one_minus_beta2, eps, wd, decay, bc2, c_grad, c_avg;
+  bool use_wd, decoupled;
   double lr, beta1_d, beta2_d, momentum_decay;
 };
 
@@ -136,6 +136,8 @@ NadamConsts<M> nadam_consts(const NadamStepParams& hp) {
   c.eps = static_cast<M>(hp.eps);
   c.wd = static_cast<M>(hp.weight_decay);
   c.use_wd = hp.weight_decay != 0.0;
+  c.decoupled = hp.decoupled_weight_decay;
+  c.decay = static_cast<M>(1.0 - hp.lr * hp.weight_decay);  // a Python float in PyTorch
   c.lr = hp.lr;
   c.beta1_d = hp.beta1;
   c.beta2_d = hp.beta2;
@@ -156,15 +158,16 @@ MT_HOST_DEVICE inline void nadam_advance_mu_product(const NadamConsts<M>& c, dou
   *mu_product = *mu_product * static_cast<float>(nadam_mu(c, step));  // mu_product *= mu
 }
 
-// The step's factors, from the already advanced mu_product.
+// The step's factors, from the already advanced mu_product. As today's PyTorch:
+// mu_product_next = mu_product.item() * mu_next, in double (PyTorch 1.13 multiplied by mu a second
+// time, in float32).
 template <typename M>
 MT_HOST_DEVICE inline void nadam_set_step(NadamConsts<M>& c, double step, float mu_product) {
   const double mu = nadam_mu(c, step), mu_next = nadam_mu(c, step + 1.0);
-  // mu_product * mu * mu_next, float32 tensor ops
-  const float next = mu_product * static_cast<float>(mu) * static_cast<float>(mu_next);
+  const double next = static_cast<double>(mu_product) * mu_next;
   c.bc2 = static_cast<M>(1.0 - MT_MATH(pow)(c.beta2_d, step));
   c.c_grad = static_cast<M>(-c.lr * (1.0 - mu) / (1.0 - static_cast<double>(mu_product)));
-  c.c_avg = static_cast<M>(-c.lr * mu_next / (1.0 - static_cast<double>(next)));
+  c.c_avg = static_cast<M>(-c.lr * mu_next / (1.0 - next));
 }
 
 template <typename T>
@@ -173,7 +176,11 @@ MT_HOST_DEVICE inline void nadam_element(const NadamConsts<opmath_t<T>>& c, T* p
   using M = opmath_t<T>;
   M pv = static_cast<M>(p[i]);
   M gv = static_cast<M>(g[i]);
-  if (c.use_wd) gv = rnd<T>(gv + c.wd * pv);
+  if (c.use_wd && c.decoupled) {
+    pv = rnd<T>(pv * c.decay);  // param.mul_(1 - lr * weight_decay)
+  } else if (c.use_wd) {
+    gv = rnd<T>(gv + c.wd * pv);
+  }
   // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1); exp_avg_sq.mul_(beta2).addcmul_(...)
   const M a = rnd<T>(rnd<T>(static_cast<M>(m1[i]) * c.beta1) + c.one_minus_beta1 * gv);
   m1[i] = static_cast<T>(a);
@@ -189,8 +196,8 @@ MT_HOST_DEVICE inline void nadam_element(const NadamConsts<opmath_t<T>>& c, T* p
 
 template <typename M>
 struct RadamConsts {
-  M beta1, one_minus_beta1, beta2, one_minus_beta2, eps, wd, lr, bc1, sqrt_bc2, rect;
-  bool use_wd, rectified;
+  M beta1, one_minus_beta1, beta2, one_minus_beta2, eps, wd, decay, lr, bc1, sqrt_bc2, rect;
+  bool use_wd, decoupled, rectified;
   double lr_d, beta1_d, beta2_d;
 };
 
@@ -205,6 +212,8 @@ RadamConsts<M> radam_consts(const RadamStepParams& hp) {
   c.wd = static_cast<M>(hp.weight_decay);
   c.lr = static_cast<M>(hp.lr);
   c.use_wd = hp.weight_decay != 0.0;
+  c.decoupled = hp.decoupled_weight_decay;
+  c.decay = static_cast<M>(1.0 - hp.lr * hp.weight_decay);  // a Python float in PyTorch
   c.lr_d = hp.lr;
   c.beta1_d = hp.beta1;
   c.beta2_d = hp.beta2;
@@ -230,9 +239,13 @@ template <typename T>
 MT_HOST_DEVICE inline void radam_element(const RadamConsts<opmath_t<T>>& c, T* p, const T* g, T* m1,
                                          T* m2, int64_t i) {
   using M = opmath_t<T>;
-  const M pv = static_cast<M>(p[i]);
+  M pv = static_cast<M>(p[i]);
   M gv = static_cast<M>(g[i]);
-  if (c.use_wd) gv = rnd<T>(gv + c.wd * pv);
+  if (c.use_wd && c.decoupled) {
+    pv = rnd<T>(pv * c.decay);  // param.mul_(1 - lr * weight_decay)
+  } else if (c.use_wd) {
+    gv = rnd<T>(gv + c.wd * pv);
+  }
   const M a = rnd<T>(rnd<T>(static_cast<M>(m1[i]) * c.beta1) + c.one_minus_beta1 * gv);
   m1[i] = static_cast<T>(a);
   const M v = rnd<T>(rnd<T>(static_cast<M>(m2[i]) * c.beta2) + c.one_minus_beta2 * gv * gv);

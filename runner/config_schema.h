@@ -16,6 +16,7 @@
 //   v.section(name, S&, help)                a nested map, walked with describe(v, S&)
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -466,12 +467,15 @@ void describe(V& v, LossConfig& l) {
 
 // The optimizer's keys, in resolved.yaml's order, with their checks and documentation. Which
 // optimizers take a key, its type and its default for each come from the options structs
-// (nn/optim/*.h, their `each`), so a hyperparameter is a member there and a line here. A field
-// without a line (Adam's decoupled_weight_decay, which is AdamW) is not a config key.
+// (nn/optim/*.h, their `each`), so a hyperparameter is a member there and a line here. A key
+// added later is left out of resolved.yaml while it has its default (`optional`), so the config
+// hash of every existing run stays as it was.
 struct OptimizerKey {
   const char* name;
   Range range;
   const char* help;
+  std::vector<std::string> not_for = {};  // types whose options have the field, but not the key
+  bool optional = false;
 };
 inline const std::vector<OptimizerKey>& optimizer_keys() {
   constexpr double inf = std::numeric_limits<double>::infinity();
@@ -492,6 +496,12 @@ inline const std::vector<OptimizerKey>& optimizer_keys() {
       {"lr_decay", Range{0, inf}, "lr / (1 + (step - 1) * lr_decay)"},
       {"initial_accumulator_value", Range{0, inf}, "starting value of the squared-gradient sum"},
       {"momentum_decay", Range{0, inf}, "NAdam's momentum decay psi"},
+      {"decoupled_weight_decay",
+       Range{},
+       "decay the parameter (`param *= 1 - lr * weight_decay`, as AdamW) instead of adding "
+       "`weight_decay * param` to the gradient (PyTorch 2's option; adamw always does)",
+       {"adamw"},
+       true},
   };
   return keys;
 }
@@ -532,7 +542,9 @@ void optimizer_key(V& v, OptimizerConfig& o, const OptimizerKey& row) {
   std::vector<std::string> types;
   std::vector<T> defaults;
   for (size_t i = 0; i < optimizer_defaults().size(); ++i) {
-    if (const T* d = option_member<T>(optimizer_defaults()[i], row.name)) {
+    const T* d = option_member<T>(optimizer_defaults()[i], row.name);
+    if (d != nullptr && std::find(row.not_for.begin(), row.not_for.end(), kOptimizerTypes[i]) ==
+                            row.not_for.end()) {
       types.push_back(kOptimizerTypes[i]);
       defaults.push_back(*d);
     }
@@ -542,6 +554,7 @@ void optimizer_key(V& v, OptimizerConfig& o, const OptimizerKey& row) {
   Key<T> k(row.name, held != nullptr ? *held : stand_in);
   k.doc(row.help);
   k.in(row.range);
+  if (row.optional) k.optional_output();
   if (types.size() < kOptimizerTypes.size()) k.applies_to(types);
   std::vector<bool> grouped(types.size(), false);
   for (size_t i = 1; i < types.size(); ++i) {

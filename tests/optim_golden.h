@@ -1,5 +1,6 @@
-// tests/golden/optim.txt (scripts/golden/make_optim.py): per case, named lines of float64
-// values (init/grad/param lines repeat once per step, in order), read once.
+// tests/golden/optim.txt (scripts/golden/make_optim.py, PyTorch 1.13) and optim_torch2.txt
+// (make_optim_torch2.py: the options PyTorch 2 added): per case, named lines of float64 values
+// (init/grad/param lines repeat once per step, in order), read once.
 #pragma once
 
 #include <map>
@@ -16,7 +17,9 @@ inline const std::map<std::string, GoldenCase>& optim_golden() {
     GoldenFormat format;
     format.tensor_kinds = {};
     format.other_kinds_are_values = true;  // the keys are the tests' own: init, grad, lr1...
-    return read_golden_file("optim.txt", format);
+    std::map<std::string, GoldenCase> all = read_golden_file("optim.txt", format);
+    all.merge(read_golden_file("optim_torch2.txt", format));
+    return all;
   }();
   return cases;
 }

@@ -716,7 +716,25 @@ TEST(Optim, GroupOptionNamesAndDefaultsArePinned) {
   EXPECT_EQ(text(optim::Adagrad(p())),
             "eps=1e-10 initial_accumulator_value=0 lr=0.01 lr_decay=0 "
             "maximize=0 weight_decay=0 ");
+  // decoupled_weight_decay: PyTorch 2's option, added after the first checkpoints were written
+  // (a group saved without it loads with the default: OlderStateDictsLoadWithTheNewOptions).
   EXPECT_EQ(text(optim::NAdam(p())),
-            "beta1=0.9 beta2=0.999 eps=1e-08 lr=0.002 momentum_decay=0.004 weight_decay=0 ");
-  EXPECT_EQ(text(optim::RAdam(p())), "beta1=0.9 beta2=0.999 eps=1e-08 lr=0.001 weight_decay=0 ");
+            "beta1=0.9 beta2=0.999 decoupled_weight_decay=0 eps=1e-08 "
+            "lr=0.002 momentum_decay=0.004 weight_decay=0 ");
+  EXPECT_EQ(text(optim::RAdam(p())),
+            "beta1=0.9 beta2=0.999 decoupled_weight_decay=0 eps=1e-08 "
+            "lr=0.001 weight_decay=0 ");
+}
+
+// A state dict written before an option existed (NAdam's and RAdam's decoupled_weight_decay)
+// loads, and the option takes the optimizer's default.
+TEST(Optim, OlderStateDictsLoadWithTheNewOptions) {
+  Tensor w = mt::zeros({3}).requires_grad_();
+  optim::NAdam opt({w}, {.weight_decay = 0.1});
+  optim::OptimizerState old = opt.state_dict();
+  old.param_groups.at(0).options.erase("decoupled_weight_decay");
+  opt.param_groups()[0]["decoupled_weight_decay"] = 1.0;
+  opt.load_state_dict(old);
+  EXPECT_EQ(opt.param_groups()[0].get("decoupled_weight_decay"), 0.0);
+  EXPECT_EQ(opt.param_groups()[0].get("weight_decay"), 0.1);
 }

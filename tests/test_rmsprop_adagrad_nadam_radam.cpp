@@ -1,11 +1,13 @@
 // RMSprop, Adagrad, NAdam and RAdam against PyTorch 1.13's float64 trajectories
-// (tests/golden/optim.txt, scripts/golden/make_optim.py), their option checks and state dicts,
+// (tests/golden/optim.txt, scripts/golden/make_optim.py) and PyTorch 2's decoupled weight decay
+// (optim_torch2.txt, make_optim_torch2.py; Adam's too), their option checks and state dicts,
 // and the fused float32 step against the formulas evaluated element by element here.
 #include <cmath>
 #include <functional>
 #include <memory>
 
 #include "nn/optim/adagrad.h"
+#include "nn/optim/adam.h"
 #include "nn/optim/nadam.h"
 #include "nn/optim/radam.h"
 #include "nn/optim/rmsprop.h"
@@ -55,6 +57,24 @@ const std::map<std::string, Factory>& factories() {
       {"radam_plain", make<optim::RAdam>(optim::RAdamOptions{.lr = 0.01})},
       {"radam_options", make<optim::RAdam>(optim::RAdamOptions{
                             .lr = 0.05, .betas = {0.8, 0.9}, .eps = 1e-6, .weight_decay = 0.1})},
+      // make_optim_torch2.py: PyTorch 2's decoupled_weight_decay.
+      {
+          "adam_decoupled", make<optim::Adam>(optim::AdamOptions{.lr = 0.05,
+                                                                 .betas = {0.8, 0.9},
+                                                                 .eps = 1e-6,
+                                                                 .weight_decay = 0.1,
+                                                                 .decoupled_weight_decay = true})},
+      {"nadam_decoupled", make<optim::NAdam>(optim::NAdamOptions{.lr = 0.05,
+                                                                 .betas = {0.8, 0.95},
+                                                                 .eps = 1e-6,
+                                                                 .weight_decay = 0.1,
+                                                                 .momentum_decay = 0.01,
+                                                                 .decoupled_weight_decay = true})},
+      {"radam_decoupled", make<optim::RAdam>(optim::RAdamOptions{.lr = 0.05,
+                                                                 .betas = {0.8, 0.9},
+                                                                 .eps = 1e-6,
+                                                                 .weight_decay = 0.1,
+                                                                 .decoupled_weight_decay = true})},
   };
   return f;
 }
@@ -183,7 +203,7 @@ struct NadamRef {
     const double mu = b1 * (1 - 0.5 * std::pow(0.96, t * md));
     const double mu_next = b1 * (1 - 0.5 * std::pow(0.96, (t + 1) * md));
     mu_product *= static_cast<float>(mu);
-    const double next = static_cast<double>(mu_product) * mu * mu_next;
+    const double next = static_cast<double>(mu_product) * mu_next;
     m = m * 0.8f + 0.2f * g;
     v = v * 0.95f + 0.05f * g * g;
     const float denom = std::sqrt(v / static_cast<float>(1 - std::pow(b2, t))) + 1e-6f;

@@ -67,6 +67,24 @@ TEST(RunnerOptimConfig, EachNewOptimizerBuildsWithItsKeys) {
   EXPECT_DOUBLE_EQ(r.optimizer->lr(), 1e-3);
 }
 
+// PyTorch 2's decoupled weight decay: a key of adam, nadam and radam, left out of resolved.yaml
+// while false (existing runs keep their config hash); adamw always decouples and has no such key.
+TEST(RunnerOptimConfig, DecoupledWeightDecayReachesTheOptimizer) {
+  for (const char* type : {"adam", "nadam", "radam"}) {
+    const std::string yaml = std::string("optimizer: {type: ") + type +
+                             ", weight_decay: 0.1, decoupled_weight_decay: true}\n";
+    const auto r = build(yaml);
+    EXPECT_DOUBLE_EQ(r.optimizer->param_groups()[0].get("decoupled_weight_decay"), 1.0) << type;
+    const rn::Config c = rn::parse_config(with_data(yaml), "test.yaml");
+    EXPECT_NE(rn::to_yaml(c).find("decoupled_weight_decay: true"), std::string::npos) << type;
+    const rn::Config plain =
+        rn::parse_config(with_data(std::string("optimizer: {type: ") + type + "}\n"), "t.yaml");
+    EXPECT_EQ(rn::to_yaml(plain).find("decoupled_weight_decay"), std::string::npos) << type;
+  }
+  expect_config_error("optimizer: {type: adamw, decoupled_weight_decay: false}\n",
+                      {"optimizer.decoupled_weight_decay", "does not apply to optimizer.type"});
+}
+
 TEST(RunnerOptimConfig, EachNewScheduleBuilds) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"schedule: {type: multistep, milestones: [10, 20], gamma: 0.5}\n", "MultiStepLR"},

@@ -6,10 +6,9 @@
 //   sum = sum + g * g
 //   param = param - clr * g / (sqrt(sum) + eps)
 //
-// Group options: "lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps",
-// "maximize" (0/1). State per parameter: step, "sum" (starts at initial_accumulator_value; created
-// at the first step rather than in the constructor as PyTorch does, so state_dict() before any
-// step is empty).
+// Group options: AdagradOptions' fields (nn/optim/options.h). State per parameter: step, "sum"
+// (starts at initial_accumulator_value; created at the first step rather than in the constructor
+// as PyTorch does, so state_dict() before any step is empty).
 #pragma once
 
 #include <vector>

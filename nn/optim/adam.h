@@ -9,9 +9,9 @@
 //   v          = amsgrad ? (max_exp_avg_sq = max(max_exp_avg_sq, exp_avg_sq)) : exp_avg_sq
 //   param      = param - step_size * exp_avg / (sqrt(v) / sqrt(1 - beta2^step) + eps)
 //
-// Group options: "lr", "beta1", "beta2", "eps", "weight_decay", "amsgrad" (0/1), "maximize"
-// (0/1), "decoupled_weight_decay" (0/1; 1 is AdamW, as torch.optim.Adam's argument of that
-// name). State per parameter: step, "exp_avg", "exp_avg_sq", "max_exp_avg_sq" (amsgrad only).
+// Group options: AdamOptions' fields (nn/optim/options.h: betas as beta1/beta2, bools 0/1;
+// decoupled_weight_decay 1 is AdamW, as torch.optim.Adam's argument of that name). State per
+// parameter: step, "exp_avg", "exp_avg_sq", "max_exp_avg_sq" (amsgrad only).
 #pragma once
 
 #include <utility>

@@ -42,8 +42,8 @@ void NAdam::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
   }
   nadam_multi_step_kernel(lists.param.front().device())(
       lists, found_inf,
-      NadamStepParams{o.lr, o.betas.first, o.betas.second, o.eps, o.weight_decay,
-                      o.momentum_decay});
+      NadamStepParams{o.lr, o.betas.first, o.betas.second, o.eps, o.weight_decay, o.momentum_decay,
+                      o.decoupled_weight_decay});
   for (const auto& list : lists.state) {
     for (const Tensor& t : list) t.bump_version();
   }

@@ -1,6 +1,7 @@
 // NAdam, following torch.optim.NAdam (single-tensor form):
 //
-//   if weight_decay != 0: g = grad + weight_decay * param
+//   if weight_decay != 0: decoupled_weight_decay ? param = param * (1 - lr * weight_decay)
+//                                                : g = grad + weight_decay * param
 //   mu      = beta1 * (1 - 0.5 * 0.96^(step * momentum_decay))
 //   mu_next = beta1 * (1 - 0.5 * 0.96^((step + 1) * momentum_decay))
 //   mu_product = mu_product * mu                     (float32, as PyTorch's state tensor)
@@ -10,7 +11,10 @@
 //   param = param - lr * (1 - mu) / (1 - mu_product) * g / denom
 //   param = param - lr * mu_next / (1 - mu_product * mu_next) * exp_avg / denom
 //
-// Group options: "lr", "beta1", "beta2", "eps", "weight_decay", "momentum_decay". State per
+// mu_product * mu_next is taken in double from the float32 mu_product, as PyTorch 2 does
+// (PyTorch 1.13 multiplied by mu a second time).
+//
+// Group options: NAdamOptions' fields (nn/optim/options.h: betas as beta1/beta2). State per
 // parameter: step, "exp_avg", "exp_avg_sq", "mu_product" (a float32 scalar, starting at 1).
 #pragma once
 
@@ -27,6 +31,7 @@ struct NAdamOptions {
   double eps = 1e-8;
   double weight_decay = 0.0;
   double momentum_decay = 4e-3;
+  bool decoupled_weight_decay = false;  // PyTorch 2's: decay the parameter, not the gradient
 
   template <typename Self, typename V>
   static void each(Self& o, V&& v) {
@@ -35,6 +40,7 @@ struct NAdamOptions {
     v("eps", o.eps);
     v("weight_decay", o.weight_decay);
     v("momentum_decay", o.momentum_decay);
+    v("decoupled_weight_decay", o.decoupled_weight_decay);
   }
 };
 

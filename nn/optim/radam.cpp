@@ -33,7 +33,8 @@ void RAdam::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
   }
   radam_multi_step_kernel(lists.param.front().device())(
       lists, found_inf,
-      RadamStepParams{o.lr, o.betas.first, o.betas.second, o.eps, o.weight_decay});
+      RadamStepParams{o.lr, o.betas.first, o.betas.second, o.eps, o.weight_decay,
+                      o.decoupled_weight_decay});
   for (int k = 0; k < 2; ++k) {
     for (const Tensor& t : lists.state[k]) t.bump_version();
   }

@@ -1,6 +1,7 @@
 // RAdam, following torch.optim.RAdam (single-tensor form):
 //
-//   if weight_decay != 0: g = grad + weight_decay * param
+//   if weight_decay != 0: decoupled_weight_decay ? param = param * (1 - lr * weight_decay)
+//                                                : g = grad + weight_decay * param
 //   exp_avg    = beta1 * exp_avg + (1 - beta1) * g
 //   exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
 //   rho_inf = 2 / (1 - beta2) - 1
@@ -10,8 +11,8 @@
 //                 u = u * sqrt(1 - beta2^step) / (sqrt(exp_avg_sq) + eps) * rect
 //   param = param - u
 //
-// Group options: "lr", "beta1", "beta2", "eps", "weight_decay". State per parameter: step,
-// "exp_avg", "exp_avg_sq".
+// Group options: RAdamOptions' fields (nn/optim/options.h: betas as beta1/beta2). State per
+// parameter: step, "exp_avg", "exp_avg_sq".
 #pragma once
 
 #include <utility>
@@ -26,6 +27,7 @@ struct RAdamOptions {
   std::pair<double, double> betas{0.9, 0.999};
   double eps = 1e-8;
   double weight_decay = 0.0;
+  bool decoupled_weight_decay = false;  // PyTorch 2's: decay the parameter, not the gradient
 
   template <typename Self, typename V>
   static void each(Self& o, V&& v) {
@@ -33,6 +35,7 @@ struct RAdamOptions {
     v("betas", o.betas);
     v("eps", o.eps);
     v("weight_decay", o.weight_decay);
+    v("decoupled_weight_decay", o.decoupled_weight_decay);
   }
 };
 

@@ -9,9 +9,9 @@
 //   if momentum > 0: buf = momentum * buf + g / avg;  param = param - lr * buf
 //   else:            param = param - lr * g / avg
 //
-// Group options: "lr", "alpha", "eps", "weight_decay", "momentum", "centered" (0/1), "maximize"
-// (0/1). State per parameter: step, "square_avg", "momentum_buffer" (momentum > 0 only),
-// "grad_avg" (centered only); buffers start at zero.
+// Group options: RMSpropOptions' fields (nn/optim/options.h: bools 0/1). State per parameter:
+// step, "square_avg", "momentum_buffer" (momentum > 0 only), "grad_avg" (centered only); buffers
+// start at zero.
 #pragma once
 
 #include <vector>

@@ -8,9 +8,9 @@
 //     d = nesterov ? d + momentum * buf : buf
 //   param = param - lr * d
 //
-// Group options: "lr", "momentum", "dampening", "weight_decay", "nesterov" (0/1),
-// "maximize" (0/1). State per parameter: "momentum_buffer" (only when momentum != 0) and the
-// step count, which counts momentum updates (0: the next one sets buf = d).
+// Group options: SGDOptions' fields (nn/optim/options.h: bools 0/1). State per parameter:
+// "momentum_buffer" (only when momentum != 0) and the step count, which counts momentum updates
+// (0: the next one sets buf = d).
 #pragma once
 
 #include <vector>

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tests/golden/optim.txt: parameter trajectories of RMSprop, Adagrad, NAdam and RAdam
+"""Writes tests/golden/optim.txt: parameter trajectories of RMSprop, Adagrad and RAdam
 (float64, single-tensor form) and the learning-rate sequences of the schedulers, as PyTorch
 computes them. tests/test_rmsprop_adagrad_nadam_radam.cpp and tests/test_lr_scheduler.cpp build the same cases by
 name and must match.
@@ -47,9 +47,8 @@ OPTIMIZERS = {
     "adagrad_options": lambda p: torch.optim.Adagrad(
         [p], lr=0.1, lr_decay=0.05, weight_decay=0.2, initial_accumulator_value=0.3, eps=1e-6,
         maximize=True),
-    "nadam_plain": lambda p: torch.optim.NAdam([p], lr=0.01),
-    "nadam_options": lambda p: torch.optim.NAdam(
-        [p], lr=0.05, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1, momentum_decay=0.01),
+    # NAdam's cases are make_optim_torch2.py's: PyTorch 1.13 multiplied mu_product_next by mu
+    # twice, which PyTorch 2 fixed.
     "radam_plain": lambda p: torch.optim.RAdam([p], lr=0.01),
     "radam_options": lambda p: torch.optim.RAdam(
         [p], lr=0.05, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.1),
