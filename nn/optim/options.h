@@ -21,6 +21,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "engine/error.h"
 #include "nn/optim/optimizer.h"
@@ -55,31 +56,37 @@ std::map<std::string, double> option_map(const O& options) {
   return m;
 }
 
+// The group options' names of O, in `each` order (a pair gives two), made once per type.
+template <typename O>
+const std::vector<std::string>& option_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> k;
+    const O defaults{};
+    O::each(defaults, [&k](const char* name, const auto& value) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::pair<double, double>>) {
+        k.push_back(detail::pair_key(name, 0));
+        k.push_back(detail::pair_key(name, 1));
+      } else {
+        k.emplace_back(name);
+      }
+    });
+    return k;
+  }();
+  return keys;
+}
+
 // The group's options as O, read in one pass over the group (the optimizers read them every
 // step); throws like ParamGroup::get if one is missing.
 template <typename O>
 O group_options(const ParamGroup& group) {
+  const std::vector<std::string>& keys = option_keys<O>();
+  constexpr size_t kMax = 16;
+  MT_ASSERT(keys.size() <= kMax, "group_options: more than ", kMax, " options");
+  std::array<double, kMax> values{};
+  std::array<ParamGroup::OptionRef, kMax> refs;
+  for (size_t n = 0; n < keys.size(); ++n) refs[n] = ParamGroup::OptionRef{keys[n], &values[n]};
+  group.get_many(refs.data(), keys.size());
   O o;
-  std::array<std::string, 16> keys;
-  std::array<double, 16> values{};
-  std::array<ParamGroup::OptionRef, 16> refs;
-  size_t n = 0;
-  auto add = [&](std::string key) {
-    MT_ASSERT(n < keys.size(), "group_options: more than 16 options");
-    keys[n] = std::move(key);
-    refs[n] = ParamGroup::OptionRef{keys[n], &values[n]};
-    return n++;
-  };
-  O::each(o, [&](const char* name, const auto& value) {
-    using T = std::decay_t<decltype(value)>;
-    if constexpr (std::is_same_v<T, std::pair<double, double>>) {
-      add(detail::pair_key(name, 0));
-      add(detail::pair_key(name, 1));
-    } else {
-      add(name);
-    }
-  });
-  group.get_many(refs.data(), n);
   size_t i = 0;
   O::each(o, [&](const char*, auto& value) {
     using T = std::decay_t<decltype(value)>;
