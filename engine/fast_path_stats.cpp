@@ -76,33 +76,37 @@ const char* outcome_name(PathOutcome o) {
 
 }  // namespace
 
-int64_t FastPathStats::ran(std::string_view path, std::string_view what,
-                           std::optional<DType> dtype) const {
+namespace {
+
+// The counts of the rows of `path` that `take` accepts.
+template <typename Take>
+int64_t sum_rows(const std::vector<FastPathRow>& rows, std::string_view path, Take take) {
   int64_t n = 0;
-  for (const auto& r : rows_) {
-    if (r.outcome == PathOutcome::Ran && r.path == path && r.what == what &&
-        (!dtype || r.dtype == dtype))
-      n += r.count;
+  for (const auto& r : rows) {
+    if (r.path == path && take(r)) n += r.count;
   }
   return n;
+}
+
+}  // namespace
+
+int64_t FastPathStats::ran(std::string_view path, std::string_view what,
+                           std::optional<DType> dtype) const {
+  return sum_rows(rows_, path, [&](const FastPathRow& r) {
+    return r.outcome == PathOutcome::Ran && r.what == what && (!dtype || r.dtype == dtype);
+  });
 }
 
 int64_t FastPathStats::fell_back(std::string_view path, std::string_view reason) const {
-  int64_t n = 0;
-  for (const auto& r : rows_) {
-    if (r.outcome != PathOutcome::Ran && r.path == path && (reason.empty() || r.what == reason))
-      n += r.count;
-  }
-  return n;
+  return sum_rows(rows_, path, [&](const FastPathRow& r) {
+    return r.outcome != PathOutcome::Ran && (reason.empty() || r.what == reason);
+  });
 }
 
 int64_t FastPathStats::refused(std::string_view path, std::string_view reason) const {
-  int64_t n = 0;
-  for (const auto& r : rows_) {
-    if (r.outcome == PathOutcome::Refused && r.path == path && (reason.empty() || r.what == reason))
-      n += r.count;
-  }
-  return n;
+  return sum_rows(rows_, path, [&](const FastPathRow& r) {
+    return r.outcome == PathOutcome::Refused && (reason.empty() || r.what == reason);
+  });
 }
 
 std::string FastPathStats::to_string() const {

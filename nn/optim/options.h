@@ -38,24 +38,6 @@ inline std::string pair_key(std::string_view name, int index) {
 
 }  // namespace detail
 
-template <typename O>
-std::map<std::string, double> option_map(const O& options) {
-  std::map<std::string, double> m;
-  O::each(options, [&m](const char* name, const auto& value) {
-    using T = std::decay_t<decltype(value)>;
-    if constexpr (std::is_same_v<T, std::pair<double, double>>) {
-      m[detail::pair_key(name, 0)] = value.first;
-      m[detail::pair_key(name, 1)] = value.second;
-    } else if constexpr (std::is_same_v<T, bool>) {
-      m[name] = value ? 1.0 : 0.0;
-    } else {
-      static_assert(std::is_same_v<T, double>, "an option is double, bool or a pair of doubles");
-      m[name] = value;
-    }
-  });
-  return m;
-}
-
 // The group options' names of O, in `each` order (a pair gives two), made once per type.
 template <typename O>
 const std::vector<std::string>& option_keys() {
@@ -73,6 +55,27 @@ const std::vector<std::string>& option_keys() {
     return k;
   }();
   return keys;
+}
+
+// The group form of `options`: one entry per option_keys<O>() name, bools as 0/1.
+template <typename O>
+std::map<std::string, double> option_map(const O& options) {
+  const std::vector<std::string>& keys = option_keys<O>();
+  std::map<std::string, double> m;
+  size_t i = 0;
+  O::each(options, [&](const char*, const auto& value) {
+    using T = std::decay_t<decltype(value)>;
+    if constexpr (std::is_same_v<T, std::pair<double, double>>) {
+      m[keys[i++]] = value.first;
+      m[keys[i++]] = value.second;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      m[keys[i++]] = value ? 1.0 : 0.0;
+    } else {
+      static_assert(std::is_same_v<T, double>, "an option is double, bool or a pair of doubles");
+      m[keys[i++]] = value;
+    }
+  });
+  return m;
 }
 
 // The group's options as O, read in one pass over the group (the optimizers read them every
