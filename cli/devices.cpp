@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "cli/cli.h"
+#include "cuda/memory.h"
 #include "engine/cpu_matmul_paths.h"
-#include "engine/cuda_memory.h"
 #include "engine/device.h"
 #include "engine/device_properties.h"
 #include "engine/error.h"

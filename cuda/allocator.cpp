@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "cuda/cuda_check.h"
+#include "cuda/current_stream.h"
 #include "cuda/device_guard.h"
-#include "cuda/stream.h"
 #include "engine/device.h"
 #include "engine/error.h"
 #include "engine/logging.h"

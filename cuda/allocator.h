@@ -1,11 +1,11 @@
 // The CUDA caching allocator, one per device (internal to cuda/ and kernels/cuda; users reach its
-// statistics through engine/cuda_memory.h via the backend hooks, and its stream and graph-pool
-// features through engine/cuda_stream.h).
+// statistics through cuda/memory.h via the backend hooks, and its stream and graph-pool
+// features through cuda/stream.h).
 #pragma once
 
 #include "cuda/block_allocator.h"
+#include "cuda/memory.h"
 #include "engine/allocator.h"
-#include "engine/cuda_memory.h"
 
 namespace mantissa::cuda {
 

@@ -30,7 +30,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/cuda_memory.h"
+#include "cuda/memory.h"
 
 namespace mantissa::detail {
 

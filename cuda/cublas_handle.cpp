@@ -6,8 +6,8 @@
 
 #include "cuda/allocator.h"
 #include "cuda/cuda_check.h"
+#include "cuda/current_stream.h"
 #include "cuda/device_guard.h"
-#include "cuda/stream.h"
 #include "engine/device.h"
 #include "engine/error.h"
 

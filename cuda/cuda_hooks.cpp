@@ -14,11 +14,11 @@
 
 #include "cuda/allocator.h"
 #include "cuda/cuda_check.h"
+#include "cuda/current_stream.h"
 #include "cuda/device_guard.h"
 #include "cuda/pinned_allocator.h"
 #include "cuda/stream.h"
 #include "engine/backend_hooks.h"
-#include "engine/cuda_stream.h"
 #include "engine/error.h"
 #include "engine/logging.h"
 
@@ -120,12 +120,7 @@ class CudaHooksImpl final : public CudaHooks {
     }
   }
 
-  void synchronize(int device) const override {
-    check_device_exists(Device::cuda(device));
-    detail::check_not_capturing(detail::current_stream(device), "synchronize");
-    DeviceGuard guard(device);
-    MT_CUDA_CHECK(cudaDeviceSynchronize());
-  }
+  void synchronize(int device) const override { cuda::synchronize(device); }
 
   std::string device_name(int device) const override {
     check_device_exists(Device::cuda(device));

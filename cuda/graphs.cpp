@@ -1,4 +1,4 @@
-// CUDA graphs (engine/cuda_stream.h). A capture records everything queued on the graph's side
+// CUDA graphs (cuda/stream.h). A capture records everything queued on the graph's side
 // stream between capture_begin() and capture_end(); replay() launches the whole recording with
 // one call. The allocator serves the capture from a private pool owned by the graph, so the
 // addresses baked into the recording stay reserved for it until reset() or destruction.
@@ -8,9 +8,9 @@
 
 #include "cuda/allocator.h"
 #include "cuda/cuda_check.h"
+#include "cuda/current_stream.h"
 #include "cuda/device_guard.h"
 #include "cuda/stream.h"
-#include "engine/cuda_stream.h"
 #include "engine/device.h"
 #include "engine/error.h"
 

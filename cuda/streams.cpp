@@ -1,5 +1,5 @@
 // Streams and events: the per-thread current stream behind cuda/stream.h, and the public
-// Stream / Event / StreamGuard of engine/cuda_stream.h for builds with CUDA.
+// Stream / Event / StreamGuard of cuda/stream.h for builds with CUDA.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -7,9 +7,9 @@
 
 #include "cuda/allocator.h"
 #include "cuda/cuda_check.h"
+#include "cuda/current_stream.h"
 #include "cuda/device_guard.h"
 #include "cuda/stream.h"
-#include "engine/cuda_stream.h"
 #include "engine/device.h"
 #include "engine/error.h"
 
@@ -80,6 +80,13 @@ Stream current_stream(int device) {
   if (device < 0) device = current_device();
   check_device_exists(Device::cuda(device));
   return Stream(device, detail::current_stream(device), nullptr);
+}
+
+void synchronize(int device) {
+  check_device_exists(Device::cuda(device));
+  detail::check_not_capturing(detail::current_stream(device), "synchronize");
+  DeviceGuard guard(device);
+  MT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 bool is_current_stream_capturing() {

@@ -15,8 +15,8 @@
 #include <mutex>
 #include <thread>
 
+#include "cuda/stream.h"
 #include "distributed/backends.h"
-#include "engine/cuda_stream.h"
 #include "engine/error.h"
 #include "engine/factory.h"
 

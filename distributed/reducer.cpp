@@ -8,7 +8,7 @@
 
 #include "autograd/backward.h"
 #include "autograd/node.h"
-#include "engine/cuda_stream.h"
+#include "cuda/stream.h"
 #include "engine/error.h"
 #include "engine/factory.h"
 

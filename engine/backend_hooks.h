@@ -6,7 +6,6 @@
 #include <string>
 
 #include "engine/allocator.h"
-#include "engine/cuda_memory.h"
 #include "engine/device.h"
 #include "engine/device_properties.h"
 
@@ -28,7 +27,7 @@ class CudaHooks {
   virtual cuda::DeviceProperties device_properties(int device) const = 0;
   // Versions of the CUDA stack and, with no usable device, the runtime's reason.
   virtual cuda::RuntimeInfo runtime_info() const = 0;
-  // The caching allocator's statistics and control (engine/cuda_memory.h).
+  // The caching allocator's statistics and control (cuda/memory.h).
   virtual cuda::MemoryStats memory_stats(int device) const = 0;
   virtual void reset_peak_memory_stats(int device) const = 0;
   virtual void empty_cache() const = 0;

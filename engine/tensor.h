@@ -131,7 +131,7 @@ class Tensor {
   Tensor clone() const;
   Tensor detach() const;
   // A copy in pinned (page-locked) host memory, for fast and non_blocking host<->GPU copies
-  // (this tensor if already pinned). CPU tensors only; needs CUDA (engine/cuda_memory.cpp).
+  // (this tensor if already pinned). CPU tensors only; needs CUDA (engine/pinned_memory.cpp).
   Tensor pin_memory() const;
   bool is_pinned() const;
 

@@ -13,7 +13,7 @@
 
 #include "autograd/functions.h"
 #include "autograd/node.h"
-#include "engine/cuda_memory.h"
+#include "cuda/memory.h"
 #include "engine/error.h"
 #include "engine/factory.h"
 #include "engine/generator.h"

@@ -7,8 +7,8 @@
 #include <atomic>
 #include <memory>
 
-#include "engine/cuda_memory.h"
-#include "engine/cuda_stream.h"
+#include "cuda/memory.h"
+#include "cuda/stream.h"
 #include "test_util.h"
 
 namespace mantissa::testing {

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "cuda/stream.h"
 #include "cuda_test_util.h"
 #include "engine/amp_kernel_tables.h"
-#include "engine/cuda_stream.h"
 #include "test_models.h"
 #include "test_util.h"
 

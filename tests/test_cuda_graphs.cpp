@@ -1,4 +1,4 @@
-// CUDA graphs (engine/cuda_stream.h): capture and replay of plain ops with static inputs, a whole
+// CUDA graphs (cuda/stream.h): capture and replay of plain ops with static inputs, a whole
 // ToyModel training step (forward, MSE loss, backward, optional GradScaler, SGD) as a GraphedStep
 // that must match eager training step for step, the allocator's private graph pool, the clear
 // error for a host sync inside a capture, a capture while freed blocks still wait for another
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda/stream.h"
 #include "cuda_test_util.h"
-#include "engine/cuda_stream.h"
 #include "test_models.h"
 #include "test_util.h"
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda/stream.h"
 #include "cuda_test_util.h"
-#include "engine/cuda_stream.h"
 #include "test_util.h"
 
 namespace mt = mantissa;

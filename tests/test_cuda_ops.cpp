@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/cuda_stream.h"
+#include "cuda/stream.h"
 #include "engine/kernel_tables.h"
 #include "test_models.h"
 #include "test_util.h"

@@ -1,10 +1,10 @@
-// Streams and events (engine/cuda_stream.h): the current stream and StreamGuard, ordering work
+// Streams and events (cuda/stream.h): the current stream and StreamGuard, ordering work
 // between streams with events, per-stream reuse in the caching allocator, record_stream, and what
 // a machine without CUDA sees (CudaStreamsBuild.*).
 #include <vector>
 
+#include "cuda/stream.h"
 #include "cuda_test_util.h"
-#include "engine/cuda_stream.h"
 #include "test_util.h"
 
 namespace mt = mantissa;

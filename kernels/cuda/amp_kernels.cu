@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/stream.h"
+#include "cuda/current_stream.h"
 #include "engine/amp_kernel_tables.h"
 #include "kernels/cuda/loops.cuh"
 

@@ -43,8 +43,8 @@
 
 #include "cuda/cublas_handle.h"
 #include "cuda/cuda_check.h"
+#include "cuda/current_stream.h"
 #include "cuda/device_guard.h"
-#include "cuda/stream.h"
 #include "engine/error.h"
 #include "engine/factory.h"
 #include "engine/fast_path_stats.h"

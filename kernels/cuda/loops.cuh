@@ -26,8 +26,8 @@
 #include <utility>
 
 #include "cuda/cuda_check.h"
+#include "cuda/current_stream.h"
 #include "cuda/device_guard.h"
-#include "cuda/stream.h"
 #include "engine/dispatch.h"
 #include "engine/error.h"
 #include "engine/tensor.h"

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "cuda/stream.h"
+#include "cuda/current_stream.h"
 #include "engine/dispatch.h"
 #include "engine/kernel_tables.h"
 #include "kernels/cuda/loops.cuh"

@@ -15,8 +15,8 @@
 #include <type_traits>
 
 #include "cuda/cuda_check.h"
+#include "cuda/current_stream.h"
 #include "cuda/device_guard.h"
-#include "cuda/stream.h"
 #include "engine/factory.h"
 #include "engine/kernel_tables.h"
 #include "kernels/cuda/loops.cuh"

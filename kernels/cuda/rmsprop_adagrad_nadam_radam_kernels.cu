@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "cuda/stream.h"
+#include "cuda/current_stream.h"
 #include "engine/kernel_tables.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/multi_tensor_apply.cuh"

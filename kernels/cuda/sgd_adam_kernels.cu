@@ -19,7 +19,7 @@
 #include <cmath>
 #include <vector>
 
-#include "cuda/stream.h"
+#include "cuda/current_stream.h"
 #include "engine/kernel_tables.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/loops.cuh"

@@ -13,7 +13,9 @@ set(include_dir ${WORK_DIR}/prefix/include)
 set(internals engine/amp_kernel_tables.h engine/backend_hooks.h engine/cpu_allocator.h
               engine/dispatch.h engine/kernel_tables.h
               engine/philox.h autograd/autocast_wrapper.h autograd/view_history.h autograd/ops
-              cuda kernels runner/run_lock.h runner/text.h)
+              cuda/allocator.h cuda/block_allocator.h cuda/cublas_handle.h cuda/cuda_check.h
+              cuda/current_stream.h cuda/device_guard.h cuda/pinned_allocator.h
+              kernels runner/run_lock.h runner/text.h)
 foreach(internal ${internals})
   if(EXISTS ${include_dir}/mantissa/${internal})
     message(FATAL_ERROR "cmake --install installed the internal ${internal}")

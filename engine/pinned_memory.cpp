@@ -1,5 +1,5 @@
-#include "engine/cuda_memory.h"
-
+// Tensor::is_pinned and pin_memory: pinned host memory comes from the CUDA backend, reached
+// through its hooks (a build without CUDA has none and says so).
 #include <memory>
 
 #include "engine/backend_hooks.h"
@@ -8,25 +8,7 @@
 #include "engine/tensor.h"
 
 namespace mantissa {
-namespace cuda {
 
-MemoryStats memory_stats(int device) {
-  check_device_exists(Device::cuda(device));
-  return cuda_hooks()->memory_stats(device);
-}
-
-void reset_peak_memory_stats(int device) {
-  check_device_exists(Device::cuda(device));
-  cuda_hooks()->reset_peak_memory_stats(device);
-}
-
-void empty_cache() {
-  if (const CudaHooks* hooks = cuda_hooks()) hooks->empty_cache();
-}
-
-}  // namespace cuda
-
-// ---- pinned host memory (Tensor methods that need the backend) -----------------------------
 bool Tensor::is_pinned() const {
   if (!defined() || !device().is_cpu() || storage()->data == nullptr) return false;
   const CudaHooks* hooks = cuda_hooks();
