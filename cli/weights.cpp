@@ -122,9 +122,7 @@ int export_weights(const std::string& source, const std::string& out, bool force
     const runner::CheckpointInfo info = runner::read_checkpoint(checkpoint);
     std::map<std::string, std::string> meta{{"format", "pt"},
                                             {"mantissa.config_hash", info.config_hash}};
-    if (const runner::Json* step = info.trainer_state.find("step")) {
-      meta["mantissa.step"] = step->dump();
-    }
+    if (info.trainer_state) meta["mantissa.step"] = std::to_string(info.trainer_state->step);
     runner::save_safetensors(out, info.weights, meta);
     std::cout << "wrote " << info.weights.size() << " tensors from " << checkpoint << " to " << out
               << "\n";

@@ -15,6 +15,7 @@
 #include "nn/optim/lr_scheduler.h"
 #include "nn/optim/optimizer.h"
 #include "runner/atomic_file.h"
+#include "runner/checkpoint_json.h"
 #include "runner/config.h"
 #include "runner/hash.h"
 #include "runner/text.h"
@@ -263,10 +264,11 @@ void save_checkpoint(const std::string& path, const CheckpointParts& parts) {
   MT_CHECK(parts.model != nullptr, "save_checkpoint('", path, "'): no model given");
   if (const std::optional<int64_t> named = checkpoint_filename_step(path)) {
     // What read_checkpoint will require of the file (validate_checkpoint_info).
-    const Json* step = parts.trainer_state.is_object() ? parts.trainer_state.find("step") : nullptr;
-    MT_CHECK(step != nullptr && step->is_int() && step->as_int() == *named, "save_checkpoint('",
-             path, "'): the name says step ", *named, " but trainer_state.step is ",
-             step ? step->dump() : std::string("missing"));
+    const std::optional<TrainerState>& state = parts.trainer_state;
+    MT_CHECK(state && state->step == *named, "save_checkpoint('", path, "'): the name says step ",
+             *named, " but ",
+             state ? "trainer_state.step is " + std::to_string(state->step)
+                   : std::string("there is no trainer_state"));
   }
   NamedTensors tensors;
   Json meta;
@@ -339,7 +341,7 @@ void save_checkpoint(const std::string& path, const CheckpointParts& parts) {
   } else {
     meta["rng"] = nullptr;
   }
-  meta["trainer_state"] = parts.trainer_state;
+  meta["trainer_state"] = trainer_state_json(parts.trainer_state);
   meta["config_text"] = parts.config_text;
 
   std::map<std::string, std::string> md;
@@ -357,16 +359,18 @@ void save_checkpoint(const std::string& path, const CheckpointParts& parts) {
 }
 
 namespace {
-// read_checkpoint, keeping the parsed file for load_checkpoint's optimizer tensors.
-CheckpointInfo read_info(const std::string& path, SafetensorsFile* keep) {
+// read_checkpoint, keeping the parsed file and its metadata for load_checkpoint.
+CheckpointInfo read_info(const std::string& path, Loaded* keep) {
   Loaded l = read_verified(path);
   const std::string what = "checkpoint '" + path + "'";
   CheckpointInfo info;
+  const Json* state = l.meta.find("trainer_state");
+  MT_CHECK(state != nullptr, what, ": malformed checkpoint metadata: no trainer_state");
+  info.trainer_state = trainer_state_from_json(what, *state);
   try {
     info.path = path;
     info.format_version = l.meta.at("format_version").as_int();
     info.created = l.meta.at("created").as_string();
-    info.trainer_state = l.meta.at("trainer_state");
     info.config_hash = l.meta.at("config_hash").as_string();
     info.config_text = l.meta.at("config_text").as_string();
     for (const Json& t : l.meta.at("model").at("tensors").as_array()) {
@@ -377,8 +381,7 @@ CheckpointInfo read_info(const std::string& path, SafetensorsFile* keep) {
     MT_THROW(what, ": malformed checkpoint metadata: ", e.what());
   }
   validate_checkpoint_info(info);
-  info.meta = std::move(l.meta);
-  if (keep) *keep = std::move(l.file);
+  if (keep) *keep = std::move(l);
   return info;
 }
 }  // namespace
@@ -388,9 +391,10 @@ CheckpointInfo read_checkpoint(const std::string& path) { return read_info(path,
 void load_checkpoint(const std::string& path, CheckpointParts& parts) {
   MT_CHECK(parts.model != nullptr, "load_checkpoint('", path, "'): no model given");
   const std::string what = "checkpoint '" + path + "'";
-  SafetensorsFile file;
-  CheckpointInfo info = read_info(path, &file);
-  const Json& meta = info.meta;
+  Loaded loaded;
+  CheckpointInfo info = read_info(path, &loaded);
+  const Json& meta = loaded.meta;
+  const SafetensorsFile& file = loaded.file;
 
   // Everything is checked and decoded before anything is restored: a refused checkpoint leaves
   // the model, optimizer and the rest as they were.

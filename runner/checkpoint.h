@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "runner/json.h"
 #include "runner/safetensors.h"
+#include "runner/trainer_state.h"
 
 namespace mantissa::nn {
 class Module;
@@ -47,16 +47,16 @@ struct CheckpointParts {
   optim::Optimizer* optimizer = nullptr;
   amp::GradScaler* scaler = nullptr;
   optim::LRScheduler* scheduler = nullptr;
-  // Saved as is and filled in by load_checkpoint; the keys a Trainer writes (step, epoch, loader,
-  // ...) are range-checked on reading (validate_checkpoint_info).
-  Json trainer_state;
+  // Saved, and filled in by load_checkpoint (nullopt: none, as for weights saved outside a
+  // Trainer); range-checked on reading (validate_checkpoint_info).
+  std::optional<TrainerState> trainer_state;
   std::string config_hash;  // empty: config_hash(config_text) is stored (see runner/config.h)
   std::string config_text;
   bool rng = true;  // save / restore the generator state of every device
 };
 
 // Writes a checkpoint of `parts` (and, with parts.rng, every device's generator) atomically.
-// A path named step-<N>.ckpt needs parts.trainer_state.step == N.
+// A path named step-<N>.ckpt needs a parts.trainer_state with step == N.
 void save_checkpoint(const std::string& path, const CheckpointParts& parts);
 
 // Validates the file completely (structure, checksum, format, version, model signature and
@@ -70,10 +70,9 @@ struct CheckpointInfo {
   std::string path;
   int64_t format_version = 0;
   std::string created;  // UTC, ISO 8601
-  Json trainer_state;
+  std::optional<TrainerState> trainer_state;
   std::string config_hash;
   std::string config_text;
-  Json meta;             // the whole "mantissa.checkpoint" JSON (model signature, optimizer, ...)
   NamedTensors weights;  // the model's state_dict, names without the "model." prefix
 };
 // Validates structure, checksum, format, version and validate_checkpoint_info; throws as
@@ -81,10 +80,11 @@ struct CheckpointInfo {
 CheckpointInfo read_checkpoint(const std::string& path);
 
 // Throws, naming the file, the field and its value, unless: config_hash is non-empty; the trainer
-// state is null or an object whose (optional) integer fields are in range — step >= 0, epoch,
-// loader.epoch and loader.index in [0, step + 1], loader.epoch == epoch, steps_skipped and
-// pending_loss_count in [0, step], pending_samples >= 0, wall_time_s >= 0; and, for a file named
-// step-<N>.ckpt, its trainer state holds step N. read_checkpoint and load_checkpoint call it.
+// state is absent or in range — step >= 0, epoch, loader.epoch and loader.index in [0, step + 1],
+// loader.epoch == epoch, steps_skipped and pending_loss_count in [0, step], pending_samples >= 0,
+// wall_time_s >= 0; and, for a file named step-<N>.ckpt, its trainer state holds step N.
+// read_checkpoint and load_checkpoint call it (after refusing a trainer state whose JSON has
+// values of the wrong kind).
 void validate_checkpoint_info(const CheckpointInfo& info);
 
 // "step-000000123.ckpt": names sort by step; the file must hold that step (above).

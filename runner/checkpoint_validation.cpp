@@ -1,30 +1,70 @@
-// What read_checkpoint checks beyond the file's integrity: the checksum proves the bytes are the
-// ones written, not that the values make sense — a file can be rewritten with a recomputed
-// checksum, or a good file copied under another step's name. So a checkpoint must record a config
-// hash, a trainer state's counters must be in range, and a file named step-<N>.ckpt must hold
-// step N. The rules are listed in docs/checkpoints.md ("Validation").
+// A checkpoint's trainer state in the file, and what read_checkpoint checks beyond the file's
+// integrity: the checksum proves the bytes are the ones written, not that the values make sense —
+// a file can be rewritten with a recomputed checksum, or a good file copied under another step's
+// name. So a checkpoint must record a config hash, a trainer state's values must be of their kind
+// and its counters in range, and a file named step-<N>.ckpt must hold step N. The rules are listed
+// in docs/checkpoints.md ("Validation").
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <string_view>
 
 #include "runner/checkpoint.h"
+#include "runner/checkpoint_json.h"
 
 namespace mantissa::runner {
 namespace {
 
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 
-// obj[field], when present, as an integer in [lo, hi]; `range` is the bound as the message
-// states it ("an integer >= 0", "an integer in [0, step + 1 = 6]").
-std::optional<int64_t> int_field(const std::string& what, const Json& obj, const std::string& name,
-                                 const char* field, int64_t lo, int64_t hi,
-                                 const std::string& range) {
-  const Json* v = obj.find(field);
-  if (v == nullptr) return std::nullopt;
-  MT_CHECK(v->is_int() && v->as_int() >= lo && v->as_int() <= hi, what, ": ", name, ".", field,
-           " is ", v->dump(), "; expected ", range);
-  return v->as_int();
+Json number_or_null(double v) { return std::isfinite(v) ? Json(v) : Json(); }
+
+// A field of a trainer state's JSON object, read as its member's kind; a value of another kind is
+// refused with the field's path and the value as written.
+struct StateReader {
+  const std::string& what;  // "checkpoint '<path>'"
+  const Json& obj;
+  std::string name;  // "trainer_state", "trainer_state.loader"
+
+  const Json* find(const char* field, const char* kind, bool (Json::*is)() const) const {
+    const Json* v = obj.find(field);
+    if (v == nullptr) return nullptr;
+    MT_CHECK((v->*is)(), what, ": ", name, ".", field, " is ", v->dump(), "; expected ", kind);
+    return v;
+  }
+  void read(const char* field, int64_t& out) const {
+    if (const Json* v = find(field, "an integer", &Json::is_int)) out = v->as_int();
+  }
+  // Seeds are written as int64 (two's complement above INT64_MAX); any integer that fits either
+  // way reads back.
+  void read(const char* field, uint64_t& out) const {
+    if (const Json* v = find(field, "an integer", &Json::is_int))
+      out = v->as_double() < 0 ? static_cast<uint64_t>(v->as_int()) : v->as_uint();
+  }
+  // null (how NaN is written) reads as NaN.
+  void read(const char* field, double& out) const {
+    const Json* v = obj.find(field);
+    if (v != nullptr && v->is_null()) {
+      out = std::numeric_limits<double>::quiet_NaN();
+      return;
+    }
+    if ((v = find(field, "a number", &Json::is_number))) out = v->as_double();
+  }
+  void read(const char* field, std::string& out) const {
+    if (const Json* v = find(field, "a string", &Json::is_string)) out = v->as_string();
+  }
+  const Json& required(const char* field) const {
+    const Json* v = obj.find(field);
+    MT_CHECK(v != nullptr, what, ": ", name, " has no ", field,
+             " (expected the state a Trainer writes)");
+    return *v;
+  }
+};
+
+void check_range(const std::string& what, const std::string& field, int64_t value, int64_t lo,
+                 int64_t hi, const std::string& range) {
+  MT_CHECK(value >= lo && value <= hi, what, ": ", field, " is ", value, "; expected ", range);
 }
 
 std::string up_to(const char* bound, int64_t value) {
@@ -32,6 +72,61 @@ std::string up_to(const char* bound, int64_t value) {
 }
 
 }  // namespace
+
+Json trainer_state_json(const std::optional<TrainerState>& state) {
+  if (!state) return Json();
+  const TrainerState& t = *state;
+  Json loader = Json::object();
+  loader.set("epoch", t.loader.epoch);
+  loader.set("index", t.loader.index);
+  // A seed above INT64_MAX is stored as its two's-complement int64 and read back the same way.
+  loader.set("seed", static_cast<int64_t>(t.loader.seed));
+  if (t.loader.num_replicas > 1) loader.set("num_replicas", t.loader.num_replicas);
+  Json s = Json::object();
+  s.set("step", t.step);
+  s.set("epoch", t.epoch);
+  s.set("loader", std::move(loader));
+  s.set("steps_skipped", t.steps_skipped);
+  s.set("best_loss", number_or_null(t.best_loss));
+  s.set("last_loss", number_or_null(t.last_loss));
+  s.set("pending_loss_sum", t.pending_loss_sum);
+  s.set("pending_loss_count", t.pending_loss_count);
+  s.set("pending_samples", t.pending_samples);
+  s.set("wall_time_s", t.wall_time_s);
+  s.set("precision", t.precision);
+  s.set("seed", static_cast<int64_t>(t.seed));
+  s.set("data_fingerprint", t.data_fingerprint);
+  return s;
+}
+
+std::optional<TrainerState> trainer_state_from_json(const std::string& what, const Json& j) {
+  if (j.is_null()) return std::nullopt;
+  MT_CHECK(j.is_object(), what, ": trainer_state is ", j.dump(), "; expected a JSON object");
+  TrainerState t;
+  const StateReader r{what, j, "trainer_state"};
+  r.required("step");
+  r.read("step", t.step);
+  r.read("epoch", t.epoch);
+  const Json& loader = r.required("loader");
+  MT_CHECK(loader.is_object(), what, ": trainer_state.loader is ", loader.dump(),
+           "; expected a JSON object");
+  const StateReader l{what, loader, "trainer_state.loader"};
+  l.read("epoch", t.loader.epoch);
+  l.read("index", t.loader.index);
+  l.read("seed", t.loader.seed);
+  l.read("num_replicas", t.loader.num_replicas);
+  r.read("steps_skipped", t.steps_skipped);
+  r.read("best_loss", t.best_loss);
+  r.read("last_loss", t.last_loss);
+  r.read("pending_loss_sum", t.pending_loss_sum);
+  r.read("pending_loss_count", t.pending_loss_count);
+  r.read("pending_samples", t.pending_samples);
+  r.read("wall_time_s", t.wall_time_s);
+  r.read("precision", t.precision);
+  r.read("seed", t.seed);
+  r.read("data_fingerprint", t.data_fingerprint);
+  return t;
+}
 
 std::optional<int64_t> checkpoint_filename_step(const std::string& path) {
   // "step-<digits>.ckpt"
@@ -52,46 +147,36 @@ void validate_checkpoint_info(const CheckpointInfo& info) {
   const std::string what = "checkpoint '" + info.path + "'";
   MT_CHECK(!info.config_hash.empty(), what,
            ": config_hash is empty (every checkpoint records the hash of its config)");
-  const Json& s = info.trainer_state;
-  MT_CHECK(s.is_null() || s.is_object(), what, ": trainer_state is ", s.dump(),
-           "; expected a JSON object");
-  const Json none = Json::object();
-  const Json& state = s.is_object() ? s : none;
-
-  // step + 1 bounds the epoch and the loader's position: every epoch after the first begins with
-  // a step, and every batch taken is a step.
-  const std::optional<int64_t> step =
-      int_field(what, state, "trainer_state", "step", 0, kMaxInt - 1, "an integer >= 0");
-  const int64_t limit = step ? *step + 1 : kMaxInt;
-  const std::string to_limit = step ? up_to("step + 1", limit) : "an integer >= 0";
-  const std::string to_step = step ? up_to("step", *step) : "an integer >= 0";
-  const std::optional<int64_t> epoch =
-      int_field(what, state, "trainer_state", "epoch", 0, limit, to_limit);
-  int_field(what, state, "trainer_state", "steps_skipped", 0, step.value_or(kMaxInt), to_step);
-  int_field(what, state, "trainer_state", "pending_loss_count", 0, step.value_or(kMaxInt), to_step);
-  int_field(what, state, "trainer_state", "pending_samples", 0, kMaxInt, "an integer >= 0");
-  if (const Json* t = state.find("wall_time_s")) {
-    MT_CHECK(t->is_number() && t->as_double() >= 0.0, what, ": trainer_state.wall_time_s is ",
-             t->dump(), "; expected a number >= 0");
-  }
-  if (const Json* loader = state.find("loader")) {
-    MT_CHECK(loader->is_object(), what, ": trainer_state.loader is ", loader->dump(),
-             "; expected a JSON object");
-    const std::optional<int64_t> loader_epoch =
-        int_field(what, *loader, "trainer_state.loader", "epoch", 0, limit, to_limit);
-    int_field(what, *loader, "trainer_state.loader", "index", 0, limit, to_limit);
-    MT_CHECK(!loader_epoch || !epoch || *loader_epoch == *epoch, what,
-             ": trainer_state.loader.epoch is ", loader_epoch.value_or(0),
-             " but trainer_state.epoch is ", epoch.value_or(0), "; expected them equal");
+  if (const std::optional<TrainerState>& s = info.trainer_state) {
+    // step + 1 bounds the epoch and the loader's position: every epoch after the first begins
+    // with a step, and every batch taken is a step.
+    check_range(what, "trainer_state.step", s->step, 0, kMaxInt - 1, "an integer >= 0");
+    const int64_t limit = s->step + 1;
+    const std::string to_limit = up_to("step + 1", limit), to_step = up_to("step", s->step);
+    check_range(what, "trainer_state.epoch", s->epoch, 0, limit, to_limit);
+    check_range(what, "trainer_state.steps_skipped", s->steps_skipped, 0, s->step, to_step);
+    check_range(what, "trainer_state.pending_loss_count", s->pending_loss_count, 0, s->step,
+                to_step);
+    check_range(what, "trainer_state.pending_samples", s->pending_samples, 0, kMaxInt,
+                "an integer >= 0");
+    MT_CHECK(s->wall_time_s >= 0.0, what, ": trainer_state.wall_time_s is ", s->wall_time_s,
+             "; expected a number >= 0");
+    check_range(what, "trainer_state.loader.epoch", s->loader.epoch, 0, limit, to_limit);
+    check_range(what, "trainer_state.loader.index", s->loader.index, 0, limit, to_limit);
+    check_range(what, "trainer_state.loader.num_replicas", s->loader.num_replicas, 1, kMaxInt,
+                "an integer >= 1");
+    MT_CHECK(s->loader.epoch == s->epoch, what, ": trainer_state.loader.epoch is ", s->loader.epoch,
+             " but trainer_state.epoch is ", s->epoch, "; expected them equal");
   }
 
   // The name is what list_checkpoints sorts by and prune_checkpoints goes by: a file named for
   // step N must hold step N, so a renamed copy cannot stand in for another step.
   if (const std::optional<int64_t> named = checkpoint_filename_step(info.path)) {
-    MT_CHECK(step.has_value(), what, ": its name says step ", *named,
-             " but its trainer state has no step");
-    MT_CHECK(*step == *named, what, ": its name says step ", *named,
-             " but its trainer state holds step ", *step, " (a renamed or misnamed file)");
+    MT_CHECK(info.trainer_state.has_value(), what, ": its name says step ", *named,
+             " but it has no trainer state");
+    const int64_t step = info.trainer_state->step;
+    MT_CHECK(step == *named, what, ": its name says step ", *named,
+             " but its trainer state holds step ", step, " (a renamed or misnamed file)");
   }
 }
 

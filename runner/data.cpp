@@ -245,24 +245,16 @@ std::optional<Batch> DataLoader::next() {
   return batch;
 }
 
-Json DataLoader::state() const {
-  Json s = Json::object();
-  s.set("epoch", epoch_);
-  s.set("index", index_);
-  // A seed above INT64_MAX is stored as its two's-complement int64 and read back the same way.
-  s.set("seed", static_cast<int64_t>(options_.seed));
-  if (options_.sampler.enabled()) s.set("num_replicas", options_.sampler.num_replicas);
-  return s;
+LoaderPosition DataLoader::state() const {
+  return {epoch_, index_, options_.seed, options_.sampler.num_replicas};
 }
 
-void DataLoader::load_state(const Json& state) {
-  const int64_t epoch = state.at("epoch").as_int();
-  const int64_t index = state.at("index").as_int();
-  const auto seed = static_cast<uint64_t>(state.at("seed").as_int());
+void DataLoader::load_state(const LoaderPosition& state) {
+  const int64_t epoch = state.epoch, index = state.index;
+  const uint64_t seed = state.seed;
   MT_CHECK(seed == options_.seed, "DataLoader.load_state: the state was saved with shuffle seed ",
            seed, " but this loader's seed is ", options_.seed);
-  const int64_t replicas =
-      state.contains("num_replicas") ? state.at("num_replicas").as_int() : int64_t{1};
+  const int64_t replicas = state.num_replicas;
   MT_CHECK(replicas == options_.sampler.num_replicas, "DataLoader.load_state: the state was saved ",
            "by a loader sharded over ", replicas, " replica(s) but this loader has ",
            options_.sampler.num_replicas, " (a different number of ranks sees different data)");

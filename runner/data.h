@@ -23,7 +23,6 @@
 #include "engine/dtype.h"
 #include "engine/shape.h"
 #include "engine/tensor.h"
-#include "runner/json.h"
 
 namespace mantissa::runner {
 
@@ -223,6 +222,15 @@ struct DataLoaderOptions {
   DistributedSampler sampler{};
 };
 
+// A DataLoader's place in its data: what a checkpoint stores to resume it exactly.
+struct LoaderPosition {
+  int64_t epoch = 0;
+  int64_t index = 0;         // batches already delivered in the epoch
+  uint64_t seed = 0;         // the shuffle seed the order came from
+  int64_t num_replicas = 1;  // ranks the data is sharded over (1: none)
+  bool operator==(const LoaderPosition&) const = default;
+};
+
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options);
@@ -242,12 +250,11 @@ class DataLoader {
   // Jumps to the start of `epoch`.
   void set_epoch(int64_t epoch);
 
-  // {"epoch": e, "index": i, "seed": s}, plus "num_replicas" when sharded. load_state checks the
-  // seed and the number of replicas match this loader's (either would silently change the data
-  // order) and that index is within the epoch. The rank is not stored: every rank resumes from
-  // the same state.
-  Json state() const;
-  void load_state(const Json& state);
+  // Where the loader is (LoaderPosition). load_state checks the seed and the number of replicas
+  // match this loader's (either would silently change the data order) and that index is within
+  // the epoch. The rank is not stored: every rank resumes from the same state.
+  LoaderPosition state() const;
+  void load_state(const LoaderPosition& state);
 
   // Range over the rest of the current epoch (advancing the loader).
   class Iterator {

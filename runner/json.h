@@ -3,8 +3,9 @@
 // way they were written. Integers are kept apart from doubles and stay exact: any int64, and
 // unsigned values up to UINT64_MAX (a safetensors offset, a step count, a seed).
 //
-// Reading and writing text go through nlohmann-json (runner/json.cpp); the value type here is our
-// own so that this installed header needs nothing beyond the standard library.
+// Internal to the files that read and write those (not installed): the API hands out typed
+// values (TrainerState, LoaderPosition, the metrics structs). Text goes through nlohmann-json
+// (runner/json.cpp).
 #pragma once
 
 #include <cstdint>
@@ -79,10 +80,10 @@ class Json {
   const Json& operator[](size_t index) const;
 
   // Compact one-line text (metrics.jsonl: `{"step": 1, "loss": 0.5}`, a space after each ',' and
-  // ':') or indented text (indent > 0). Integers are written exactly; doubles with the fewest digits
-  // that read back to the same value, always with a '.' or an exponent ("3.0") so they read back as
-  // doubles; NaN and infinities, which JSON lacks, as null. A string that is not valid UTF-8 is
-  // written with U+FFFD in place of each bad byte sequence, so the text always parses.
+  // ':') or indented text (indent > 0). Integers are written exactly; doubles with the fewest
+  // digits that read back to the same value, always with a '.' or an exponent ("3.0") so they read
+  // back as doubles; NaN and infinities, which JSON lacks, as null. A string that is not valid
+  // UTF-8 is written with U+FFFD in place of each bad byte sequence, so the text always parses.
   std::string dump(int indent = 0) const;
   // Parses a whole document (RFC 8259; no comments). Throws mantissa::Error naming `what` (a file
   // name, "safetensors header"), the problem and its line and column: a syntax error, a string

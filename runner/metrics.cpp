@@ -12,9 +12,59 @@
 
 #include "engine/error.h"
 #include "runner/atomic_file.h"
+#include "runner/metrics_json.h"
 #include "runner/text.h"
 
 namespace mantissa::runner {
+
+namespace {
+Json number_or_null(double v) { return std::isfinite(v) ? Json(v) : Json(); }
+}  // namespace
+
+Json step_metrics_json(const StepMetrics& m) {
+  Json j = Json::object();
+  j.set("step", m.step);
+  j.set("epoch", m.epoch);
+  j.set("loss", number_or_null(m.loss));
+  j.set("lr", m.lr);
+  j.set("loss_scale", m.loss_scale);
+  j.set("skipped", m.skipped);
+  j.set("skipped_total", m.skipped_total);
+  j.set("grad_norm", number_or_null(m.grad_norm));
+  j.set("samples_per_s", m.samples_per_s);
+  j.set("step_time_ms", m.step_time_ms);
+  if (m.tokens_per_s > 0) j.set("tokens_per_s", m.tokens_per_s);
+  if (m.mfu) j.set("mfu", *m.mfu);
+  return j;
+}
+
+Json eval_metrics_json(const EvalMetrics& m) {
+  Json j = Json::object();
+  j.set("step", m.step);
+  j.set("epoch", m.epoch);
+  j.set("loss", number_or_null(m.loss));
+  if (m.accuracy) j.set("accuracy", *m.accuracy);
+  j.set("samples", m.samples);
+  return j;
+}
+
+Json summary_json(const TrainSummary& s) {
+  Json j = Json::object();
+  j.set("final_loss", number_or_null(s.final_loss));
+  j.set("best_loss", number_or_null(s.best_loss));
+  if (s.final_eval) j.set("final_eval", eval_metrics_json(*s.final_eval));
+  j.set("steps", s.steps);
+  j.set("total_steps", s.total_steps);
+  j.set("completed", s.completed());
+  j.set("steps_skipped", s.steps_skipped);
+  j.set("epochs", s.epochs);
+  j.set("resumed_from_step", s.resumed_from_step);
+  j.set("wall_time_s", s.wall_time_s);
+  Json mem = Json::object();
+  for (const auto& [device, bytes] : s.peak_memory_bytes) mem.set(device, bytes);
+  j.set("peak_memory_bytes", mem);
+  return j;
+}
 
 namespace {
 
@@ -95,18 +145,20 @@ void MetricsJsonlWriter::on_train_begin(Trainer& trainer) {
   MT_CHECK(out_.good(), "metrics: cannot open '", path_, "' for writing");
 }
 
-void MetricsJsonlWriter::write_line(const Json& record) {
-  out_ << record.dump() << '\n';
+void MetricsJsonlWriter::write_line(const std::string& record) {
+  out_ << record << '\n';
   out_.flush();
   MT_CHECK(out_.good(), "metrics: error writing '", path_, "'");
 }
 
-void MetricsJsonlWriter::on_step_end(Trainer&, const StepMetrics& m) { write_line(m.to_json()); }
+void MetricsJsonlWriter::on_step_end(Trainer&, const StepMetrics& m) {
+  write_line(step_metrics_json(m).dump());
+}
 
 void MetricsJsonlWriter::on_eval(Trainer&, const EvalMetrics& m) {
   Json record = Json::object();
-  record.set("eval", m.to_json());
-  write_line(record);
+  record.set("eval", eval_metrics_json(m));
+  write_line(record.dump());
 }
 
 HumanLog::HumanLog(std::string path, bool echo_stdout)

@@ -22,7 +22,7 @@ class MetricsJsonlWriter : public Callback {
   const std::string& path() const { return path_; }
 
  private:
-  void write_line(const Json& record);
+  void write_line(const std::string& record);  // one JSON object's compact text
   std::string path_;
   std::ofstream out_;
 };

@@ -22,6 +22,7 @@
 #include "runner/checkpoint.h"
 #include "runner/determinism.h"
 #include "runner/metrics.h"
+#include "runner/metrics_json.h"
 #include "runner/peak_flops.h"
 #include "runner/progress.h"
 #include "runner/run_lock.h"
@@ -37,8 +38,6 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-Json number_or_null(double v) { return std::isfinite(v) ? Json(v) : Json(); }
-
 amp::GradScalerOptions default_scaler(const TrainerOptions& o) {
   if (o.scaler) return *o.scaler;
   amp::GradScalerOptions s;
@@ -47,51 +46,6 @@ amp::GradScalerOptions default_scaler(const TrainerOptions& o) {
 }
 
 }  // namespace
-
-Json StepMetrics::to_json() const {
-  Json j = Json::object();
-  j.set("step", step);
-  j.set("epoch", epoch);
-  j.set("loss", number_or_null(loss));
-  j.set("lr", lr);
-  j.set("loss_scale", loss_scale);
-  j.set("skipped", skipped);
-  j.set("skipped_total", skipped_total);
-  j.set("grad_norm", number_or_null(grad_norm));
-  j.set("samples_per_s", samples_per_s);
-  j.set("step_time_ms", step_time_ms);
-  if (tokens_per_s > 0) j.set("tokens_per_s", tokens_per_s);
-  if (mfu) j.set("mfu", *mfu);
-  return j;
-}
-
-Json EvalMetrics::to_json() const {
-  Json j = Json::object();
-  j.set("step", step);
-  j.set("epoch", epoch);
-  j.set("loss", number_or_null(loss));
-  if (accuracy) j.set("accuracy", *accuracy);
-  j.set("samples", samples);
-  return j;
-}
-
-Json TrainSummary::to_json() const {
-  Json j = Json::object();
-  j.set("final_loss", number_or_null(final_loss));
-  j.set("best_loss", number_or_null(best_loss));
-  if (final_eval) j.set("final_eval", final_eval->to_json());
-  j.set("steps", steps);
-  j.set("total_steps", total_steps);
-  j.set("completed", completed());
-  j.set("steps_skipped", steps_skipped);
-  j.set("epochs", epochs);
-  j.set("resumed_from_step", resumed_from_step);
-  j.set("wall_time_s", wall_time_s);
-  Json mem = Json::object();
-  for (const auto& [device, bytes] : peak_memory_bytes) mem.set(device, bytes);
-  j.set("peak_memory_bytes", mem);
-  return j;
-}
 
 // What the loop carries between steps besides the counters in Trainer.
 struct Trainer::Impl {
@@ -190,26 +144,25 @@ int64_t Trainer::total_steps() const {
   return (micro + options_.grad_accum_steps - 1) / options_.grad_accum_steps;
 }
 
-Json Trainer::trainer_state() const {
-  Json s = Json::object();
-  s.set("step", step_);
-  s.set("epoch", epoch());
-  s.set("loader", train_loader_->state());
-  s.set("steps_skipped", steps_skipped());
-  s.set("best_loss", number_or_null(best_loss_));
-  s.set("last_loss", number_or_null(last_loss_));
+TrainerState Trainer::trainer_state() const {
+  TrainerState s;
+  s.step = step_;
+  s.epoch = epoch();
+  s.loader = train_loader_->state();
+  s.steps_skipped = steps_skipped();
+  s.best_loss = best_loss_;
+  s.last_loss = last_loss_;
   // The loss accumulated since the last log, so the first record after a resume
   // is the same.
-  const double pending =
+  s.pending_loss_sum =
       impl_->pending_loss_sum +
       (impl_->loss_count > 0 && impl_->loss_sum.defined() ? impl_->loss_sum.item<double>() : 0.0);
-  s.set("pending_loss_sum", pending);
-  s.set("pending_loss_count", impl_->loss_count);
-  s.set("pending_samples", impl_->samples_since_log);
-  s.set("wall_time_s", impl_->prior_wall_time_s + seconds_since(impl_->session_start));
-  s.set("precision", std::string(options_.precision.name()));
-  s.set("seed", static_cast<int64_t>(options_.seed));
-  s.set("data_fingerprint", train_loader_->dataset().fingerprint());
+  s.pending_loss_count = impl_->loss_count;
+  s.pending_samples = impl_->samples_since_log;
+  s.wall_time_s = impl_->prior_wall_time_s + seconds_since(impl_->session_start);
+  s.precision = std::string(options_.precision.name());
+  s.seed = options_.seed;
+  s.data_fingerprint = train_loader_->dataset().fingerprint();
   return s;
 }
 
@@ -293,7 +246,7 @@ void Trainer::emit_log(bool skipped, double lr) {
 EvalMetrics evaluate_model(nn::Module& model, const ForwardFn& forward, const LossFn& loss_fn,
                            DataLoader& loader, const EvalOptions& options) {
   loader.set_device(options.device);
-  const Json position = loader.state();
+  const LoaderPosition position = loader.state();
   const bool was_training = model.is_training();
   model.eval();
   autograd::NoGradGuard no_grad;
@@ -402,13 +355,13 @@ void Trainer::resume_from(const std::string& checkpoint_path) {
              "' was written with config hash ", info.config_hash, " but this run's config hash is ",
              options_.config_hash);
   }
-  if (const Json* saved =
-          info.trainer_state.is_object() ? info.trainer_state.find("data_fingerprint") : nullptr) {
+  if (info.trainer_state) {
+    const std::string& saved = info.trainer_state->data_fingerprint;
     const std::string now = train_loader_->dataset().fingerprint();
-    MT_CHECK(saved->as_string().empty() || now.empty() || saved->as_string() == now,
+    MT_CHECK(saved.empty() || now.empty() || saved == now,
              "Trainer.resume_from: the training data (", train_loader_->dataset().describe(),
              ") is not the data of the run that wrote '", checkpoint_path, "' (fingerprint ", now,
-             ", the checkpoint's ", saved->as_string(),
+             ", the checkpoint's ", saved,
              "): a data file changed since; restore it, or start a new run");
   }
   CheckpointParts parts;
@@ -417,25 +370,20 @@ void Trainer::resume_from(const std::string& checkpoint_path) {
   parts.scaler = &scaler_;
   parts.scheduler = scheduler_.get();
   load_checkpoint(checkpoint_path, parts);
-  const Json& s = parts.trainer_state;
-  MT_CHECK(s.is_object() && s.contains("step") && s.contains("loader"), "Trainer.resume_from: '",
-           checkpoint_path, "' has no trainer state (not written by a Trainer)");
+  MT_CHECK(parts.trainer_state.has_value(), "Trainer.resume_from: '", checkpoint_path,
+           "' has no trainer state (not written by a Trainer)");
+  const TrainerState& s = *parts.trainer_state;
   // Its counters were range-checked on reading (validate_checkpoint_info); the loader checks its
   // position against its own batches per epoch.
-  train_loader_->load_state(s.at("loader"));
-  step_ = s.at("step").as_int();
-  auto as_number = [&](const char* key) {
-    const Json* v = s.find(key);
-    return v != nullptr && v->is_number() ? v->as_double()
-                                          : std::numeric_limits<double>::quiet_NaN();
-  };
-  best_loss_ = as_number("best_loss");
-  last_loss_ = as_number("last_loss");
-  impl_->pending_loss_sum = s.contains("pending_loss_sum") ? as_number("pending_loss_sum") : 0.0;
-  impl_->loss_count = s.contains("pending_loss_count") ? s.at("pending_loss_count").as_int() : 0;
-  impl_->samples_since_log = s.contains("pending_samples") ? s.at("pending_samples").as_int() : 0;
+  train_loader_->load_state(s.loader);
+  step_ = s.step;
+  best_loss_ = s.best_loss;
+  last_loss_ = s.last_loss;
+  impl_->pending_loss_sum = s.pending_loss_sum;
+  impl_->loss_count = s.pending_loss_count;
+  impl_->samples_since_log = s.pending_samples;
   impl_->loss_sum = zeros({}, TensorOptions(options_.device).dtype(DType::Float64));
-  impl_->prior_wall_time_s = s.contains("wall_time_s") ? as_number("wall_time_s") : 0.0;
+  impl_->prior_wall_time_s = s.wall_time_s;
   impl_->last_checkpoint_step = step_;
   resumed_from_step_ = step_;
   resumed_ = true;
@@ -443,7 +391,7 @@ void Trainer::resume_from(const std::string& checkpoint_path) {
 
 void Trainer::write_summary(const TrainSummary& summary) {
   const fs::path path = fs::path(options_.run_dir) / "summary.json";
-  write_file_atomically(path.string(), summary.to_json().dump(2) + "\n");
+  write_file_atomically(path.string(), summary_json(summary).dump(2) + "\n");
 }
 
 TrainSummary Trainer::fit() {

@@ -32,7 +32,7 @@
 #include "nn/optim/lr_scheduler.h"
 #include "nn/optim/optimizer.h"
 #include "runner/data.h"
-#include "runner/json.h"
+#include "runner/trainer_state.h"
 
 namespace mantissa::runner {
 
@@ -91,7 +91,6 @@ struct StepMetrics {
   // model FLOPs utilisation when the model's FLOPs per token and the device's peak are known.
   double tokens_per_s = 0.0;
   std::optional<double> mfu{};
-  Json to_json() const;
 };
 
 struct EvalMetrics {
@@ -100,7 +99,6 @@ struct EvalMetrics {
   double loss = 0.0;
   std::optional<double> accuracy{};  // classification (int64 targets)
   int64_t samples = 0;
-  Json to_json() const;
 };
 
 struct TrainSummary {
@@ -115,7 +113,6 @@ struct TrainSummary {
   double wall_time_s = 0.0;
   std::vector<std::pair<std::string, int64_t>> peak_memory_bytes;  // per device
   bool completed() const { return steps >= total_steps; }
-  Json to_json() const;
 };
 
 class Trainer;
@@ -208,7 +205,7 @@ class Trainer {
   optim::LRScheduler* scheduler() { return scheduler_.get(); }
   DataLoader& train_loader() { return *train_loader_; }
   // The state written under CheckpointParts::trainer_state.
-  Json trainer_state() const;
+  TrainerState trainer_state() const;
   // Requests a stop after the current step; fit() then evaluates, checkpoints (with a run_dir)
   // and summarises as at a normal end. Async-signal-safe (a lock-free atomic store).
   void request_stop() { stop_requested_.store(true, std::memory_order_relaxed); }

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <thread>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -26,6 +27,7 @@
 #include "runner/atomic_file.h"
 #include "runner/checkpoint.h"
 #include "runner/config.h"
+#include "runner/json.h"
 #include "test_models.h"
 #include "test_util.h"
 
@@ -35,6 +37,7 @@ namespace optim = mantissa::optim;
 using mt::Tensor;
 using mt::runner::CheckpointParts;
 using mt::runner::Json;
+using mt::runner::TrainerState;
 using mt::testing::expect_error;
 
 namespace {
@@ -114,7 +117,7 @@ struct Training {
     if (seed != 42) (void)mt::randn({17}, s.device);
   }
 
-  CheckpointParts parts(Json trainer_state = {}) {
+  CheckpointParts parts(std::optional<TrainerState> trainer_state = std::nullopt) {
     CheckpointParts p;
     p.model = model.get();
     p.optimizer = opt.get();
@@ -194,15 +197,16 @@ void check_exact_resume(const RunSetup& setup, int k, int n) {
   {
     Training first(setup, 42);
     for (int i = 0; i < k; ++i) first.step(i);
-    Json ts;
-    ts["step"] = k;
-    ts["epoch"] = 0;
+    TrainerState ts;
+    ts.step = k;
+    ts.loader.index = k;
     mt::runner::save_checkpoint(path, first.parts(ts));
   }
   Training resumed(setup, 999);  // other weights, other random state
   CheckpointParts parts = resumed.parts();
   mt::runner::load_checkpoint(path, parts);
-  EXPECT_EQ(parts.trainer_state.at("step").as_int(), k);
+  ASSERT_TRUE(parts.trainer_state.has_value());
+  EXPECT_EQ(parts.trainer_state->step, k);
   EXPECT_EQ(parts.config_hash, "hash-1");
   EXPECT_EQ(parts.config_text, "model: toy\n");
   for (int i = k; i < n; ++i) resumed.step(i);
@@ -226,20 +230,12 @@ void truncate_file(const std::string& path, size_t keep) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, keep);
 }
 
-// A trainer state with every key a Trainer writes, as at `step` of the first epoch.
-Json trainer_state(int64_t step) {
-  Json loader = Json::object();
-  loader.set("epoch", 0);
-  loader.set("index", step);
-  loader.set("seed", 0);
-  Json ts = Json::object();
-  ts.set("step", step);
-  ts.set("epoch", 0);
-  ts.set("loader", std::move(loader));
-  ts.set("steps_skipped", 0);
-  ts.set("pending_loss_count", 0);
-  ts.set("pending_samples", 0);
-  ts.set("wall_time_s", 1.5);
+// A trainer state as at `step` of the first epoch.
+TrainerState trainer_state(int64_t step) {
+  TrainerState ts;
+  ts.step = step;
+  ts.loader.index = step;
+  ts.wall_time_s = 1.5;
   return ts;
 }
 
@@ -320,23 +316,24 @@ TEST(RunnerCheckpoint, ReadCheckpointWithoutAModel) {
   TempDir dir;
   Training run(make_setup("sgd"), 42);
   run.step(0);
-  Json ts;
-  ts["step"] = 1;
   const std::string path = dir.file("step-000000001.ckpt");
-  mt::runner::save_checkpoint(path, run.parts(ts));
+  mt::runner::save_checkpoint(path, run.parts(trainer_state(1)));
   const auto info = mt::runner::read_checkpoint(path);
   EXPECT_EQ(info.format_version, mt::runner::kCheckpointFormatVersion);
-  EXPECT_EQ(info.trainer_state.at("step").as_int(), 1);
+  ASSERT_TRUE(info.trainer_state.has_value());
+  EXPECT_EQ(info.trainer_state->step, 1);
   EXPECT_EQ(info.config_text, "model: toy\n");
   ASSERT_EQ(info.weights.size(), 4u);
   EXPECT_EQ(info.weights[0].first, "net1.weight");
   EXPECT_TRUE(raw_bytes(info.weights[0].second) == raw_bytes(run.model->net1->weight));
-  EXPECT_EQ(info.meta.at("optimizer").at("name").as_string(), "SGD");
   // It is a safetensors file other tools can open.
   const auto st = mt::runner::load_safetensors(path);
   EXPECT_EQ(st.metadata.at("format"), "mantissa-checkpoint");
   EXPECT_NE(st.find("model.net2.bias"), nullptr);
   EXPECT_NE(st.find("optim.0.momentum_buffer"), nullptr);
+  EXPECT_EQ(
+      Json::parse(st.metadata.at("mantissa.checkpoint")).at("optimizer").at("name").as_string(),
+      "SGD");
   // Eval-style load: model only.
   ToyModel other;
   CheckpointParts only_model;
@@ -434,9 +431,8 @@ TEST(RunnerCheckpoint, LatestValidCheckpointFallsBackWithReasons) {
   Training run(make_setup("sgd"), 42);
   for (int step : {2, 4, 6, 10}) {
     run.step(step);
-    Json ts;
-    ts["step"] = step;
-    mt::runner::save_checkpoint(dir.file(mt::runner::checkpoint_filename(step)), run.parts(ts));
+    mt::runner::save_checkpoint(dir.file(mt::runner::checkpoint_filename(step)),
+                                run.parts(trainer_state(step)));
   }
   EXPECT_EQ(mt::runner::checkpoint_filename(10), "step-000000010.ckpt");
   // Noise the listing must ignore: a temporary of a killed writer, other files.
@@ -460,7 +456,7 @@ TEST(RunnerCheckpoint, LatestValidCheckpointFallsBackWithReasons) {
   EXPECT_NE(choice->refused[1].find(listed[1]), std::string::npos);
   EXPECT_NE(choice->refused[1].find("truncated"), std::string::npos);
   EXPECT_EQ(refused, choice->refused);
-  EXPECT_EQ(mt::runner::read_checkpoint(choice->path).trainer_state.at("step").as_int(), 4);
+  EXPECT_EQ(mt::runner::read_checkpoint(choice->path).trainer_state->step, 4);
 
   // Every one refused: nullopt, with every reason.
   truncate_file(listed[2], 10);
@@ -473,10 +469,8 @@ TEST(RunnerCheckpoint, PruneKeepsTheNewestAndRemovesStaleTemporaries) {
   TempDir dir;
   Training run(make_setup("sgd"), 42);
   for (int step = 1; step <= 5; ++step) {
-    Json ts;
-    ts["step"] = step * 10;
     mt::runner::save_checkpoint(dir.file(mt::runner::checkpoint_filename(step * 10)),
-                                run.parts(ts));
+                                run.parts(trainer_state(step * 10)));
   }
   std::ofstream(dir.file(".step-000000060.ckpt.tmp-999999999")) << "partial";  // dead writer
   const std::string live = ".step-000000070.ckpt.tmp-" + std::to_string(::getpid());
@@ -527,7 +521,7 @@ TEST(RunnerCheckpoint, RenamedCheckpointIsRefusedAndTheGenuineOneChosen) {
   expect_error([&] { mt::runner::save_checkpoint(s7, run.parts(trainer_state(5))); },
                {s7, "the name says step 7 but trainer_state.step is 5"});
   expect_error([&] { mt::runner::save_checkpoint(s7, run.parts()); },
-               {"the name says step 7 but trainer_state.step is missing"});
+               {"the name says step 7 but there is no trainer_state"});
   EXPECT_FALSE(fs::exists(s7));
   mt::runner::save_checkpoint(dir.file("any-name.ckpt"), run.parts());  // other names: no step
 }
@@ -625,7 +619,7 @@ TEST(RunnerCheckpoint, ForgedValuesAreRefusedNamingTheField) {
   // The forging itself passes every check: an unchanged rewrite is accepted.
   const std::string same = dir.file("same.ckpt");
   forge(base, same, [](Json&) {});
-  EXPECT_EQ(mt::runner::read_checkpoint(same).trainer_state.at("step").as_int(), 5);
+  EXPECT_EQ(mt::runner::read_checkpoint(same).trainer_state->step, 5);
 
   auto refused = [&](const std::string& name, const std::function<void(Json&)>& edit,
                      std::vector<std::string> parts) {
@@ -661,6 +655,16 @@ TEST(RunnerCheckpoint, ForgedValuesAreRefusedNamingTheField) {
           {"trainer_state.wall_time_s is -1"});
   refused("state.ckpt", [](Json& m) { m.set("trainer_state", 3); },
           {"trainer_state is 3; expected a JSON object"});
+  refused("no-loader.ckpt", [&](Json& m) { state(m) = Json::parse(R"({"step": 5, "epoch": 0})"); },
+          {"trainer_state has no loader"});
+  refused("no-step.ckpt", [&](Json& m) { state(m) = Json::parse(R"({"loader": {}})"); },
+          {"trainer_state has no step"});
+  refused("seed-string.ckpt", [&](Json& m) { state(m)["loader"].set("seed", "7"); },
+          {"trainer_state.loader.seed is \"7\"; expected an integer"});
+  refused("precision.ckpt", [&](Json& m) { state(m).set("precision", 16); },
+          {"trainer_state.precision is 16; expected a string"});
+  refused("replicas.ckpt", [&](Json& m) { state(m)["loader"].set("num_replicas", 0); },
+          {"trainer_state.loader.num_replicas is 0; expected an integer >= 1"});
 
   // A writer without a config hash records the hash of its config text, so none is empty.
   CheckpointParts unhashed = run.parts(trainer_state(5));
@@ -669,6 +673,48 @@ TEST(RunnerCheckpoint, ForgedValuesAreRefusedNamingTheField) {
   mt::runner::save_checkpoint(path, unhashed);
   EXPECT_EQ(mt::runner::read_checkpoint(path).config_hash,
             mt::runner::config_hash(unhashed.config_text));
+}
+
+// Every field of a trainer state comes back as saved: a seed above INT64_MAX, a sharded loader's
+// replicas, losses that are NaN (written as JSON null) and the strings.
+TEST(RunnerCheckpoint, TrainerStateRoundTripsEveryField) {
+  TempDir dir;
+  Training run(make_setup("sgd"), 42);
+  TrainerState ts;
+  ts.step = 12;
+  ts.epoch = 2;
+  ts.loader = {2, 3, std::numeric_limits<uint64_t>::max() - 5, 4};
+  ts.steps_skipped = 3;
+  ts.best_loss = 0.25;
+  ts.last_loss = std::numeric_limits<double>::quiet_NaN();
+  ts.pending_loss_sum = 1.0 / 3.0;
+  ts.pending_loss_count = 2;
+  ts.pending_samples = 64;
+  ts.wall_time_s = 7.125;
+  ts.precision = "bfloat16";
+  ts.seed = std::numeric_limits<uint64_t>::max();
+  ts.data_fingerprint = "0123456789abcdef";
+  const std::string path = dir.file(mt::runner::checkpoint_filename(12));
+  mt::runner::save_checkpoint(path, run.parts(ts));
+  const std::optional<TrainerState> got = mt::runner::read_checkpoint(path).trainer_state;
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->step, 12);
+  EXPECT_EQ(got->epoch, 2);
+  EXPECT_EQ(got->loader, ts.loader);
+  EXPECT_EQ(got->steps_skipped, 3);
+  EXPECT_EQ(got->best_loss, 0.25);
+  EXPECT_TRUE(std::isnan(got->last_loss));
+  EXPECT_EQ(got->pending_loss_sum, 1.0 / 3.0);
+  EXPECT_EQ(got->pending_loss_count, 2);
+  EXPECT_EQ(got->pending_samples, 64);
+  EXPECT_EQ(got->wall_time_s, 7.125);
+  EXPECT_EQ(got->precision, "bfloat16");
+  EXPECT_EQ(got->seed, std::numeric_limits<uint64_t>::max());
+  EXPECT_EQ(got->data_fingerprint, "0123456789abcdef");
+  // Saved without one, a checkpoint has none.
+  const std::string plain = dir.file("weights.ckpt");
+  mt::runner::save_checkpoint(plain, run.parts());
+  EXPECT_FALSE(mt::runner::read_checkpoint(plain).trainer_state.has_value());
 }
 
 TEST(RunnerCheckpoint, RngStatesRoundTrip) {
@@ -698,9 +744,10 @@ TEST(RunnerCheckpoint, DISABLED_WriterChild) {
   parts.model = model.get();
   parts.optimizer = &opt;
   for (int64_t i = 0;; ++i) {
-    Json ts;
-    ts["step"] = 1;  // the step its name says
-    ts["write"] = i;
+    TrainerState ts;
+    ts.step = 1;  // the step its name says
+    ts.loader.index = 1;
+    ts.pending_samples = i;  // which write this is
     parts.trainer_state = ts;
     mt::runner::save_checkpoint(path, parts);
   }
@@ -741,7 +788,8 @@ TEST(RunnerCheckpoint, KilledWriterNeverLeavesAPartialCheckpoint) {
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "writer exited on its own";
   ASSERT_TRUE(fs::exists(path));
   const auto info = mt::runner::read_checkpoint(path);  // complete: checksum verified
-  EXPECT_GE(info.trainer_state.at("write").as_int(), 0);
+  ASSERT_TRUE(info.trainer_state.has_value());
+  EXPECT_GE(info.trainer_state->pending_samples, 0);
   const auto choice = mt::runner::latest_valid_checkpoint(dir.path.string());
   ASSERT_TRUE(choice.has_value());
   EXPECT_TRUE(choice->refused.empty());

@@ -381,6 +381,43 @@ TEST(RunnerConfigSchema, EachOptimizerSectionIsPinned) {
   }
 }
 
+// The same for the lr schedule: every type's keys, order and defaults in resolved.yaml (and so in
+// the config hash).
+TEST(RunnerConfigSchema, EachScheduleSectionIsPinned) {
+  const std::map<std::string, std::string> pinned = {
+      {"none", "schedule:\n  type: none\n"},
+      {"step", "schedule:\n  type: step\n  step_size: 100\n  gamma: 0.1\n"},
+      {"cosine", "schedule:\n  type: cosine\n  warmup_steps: 0\n  total_steps: 0\n  min_lr: 0.0\n"},
+      {"multistep", "schedule:\n  type: multistep\n  gamma: 0.1\n  milestones: [10, 20]\n"},
+      {"exponential", "schedule:\n  type: exponential\n  gamma: 0.1\n"},
+      {"cosine_annealing",
+       "schedule:\n  type: cosine_annealing\n  total_steps: 0\n  min_lr: 0.0\n"},
+      {"linear",
+       "schedule:\n  type: linear\n  start_factor: 0.3333333333333333\n  end_factor: 1.0\n"
+       "  total_iters: 5\n"},
+      {"onecycle",
+       "schedule:\n  type: onecycle\n  total_steps: 0\n  max_lr: 0.0\n  pct_start: 0.3\n"
+       "  anneal_strategy: cos\n  three_phase: false\n  div_factor: 25.0\n"
+       "  final_div_factor: 10000.0\n  cycle_momentum: true\n  base_momentum: 0.85\n"
+       "  max_momentum: 0.95\n"},
+      {"plateau",
+       "schedule:\n  type: plateau\n  min_lr: 0.0\n  mode: min\n  factor: 0.1\n"
+       "  patience: 10\n  threshold: 1e-04\n  threshold_mode: rel\n  cooldown: 0\n"
+       "  eps: 1e-08\n"},
+  };
+  for (const auto& [type, want] : pinned) {
+    const std::string milestones = type == "multistep" ? "  milestones: [10, 20]\n" : "";
+    const std::string text =
+        rn::to_yaml(rn::parse_config("schedule:\n  type: " + type + "\n" + milestones, "<pin>"));
+    const size_t begin = text.find("\nschedule:\n");
+    ASSERT_NE(begin, std::string::npos) << text;
+    size_t end = begin + 1;
+    while ((end = text.find('\n', end) + 1) < text.size() && text[end] == ' ') {
+    }
+    EXPECT_EQ(text.substr(begin + 1, end - begin - 1), want) << type;
+  }
+}
+
 namespace {
 
 // Each key of a section and the types it applies to (every type when the key says none).

@@ -128,10 +128,11 @@ TEST(RunnerData, ResumesMidEpochExactly) {
     if (!b) b = first.next();
     got.push_back(ids(*b));
   }
-  const mt::runner::Json state = mt::runner::Json::parse(first.state().dump());
-  EXPECT_EQ(state.at("epoch").as_int(), 1);
-  EXPECT_EQ(state.at("index").as_int(), 2);
-  EXPECT_EQ(state.at("seed").as_int(), 42);
+  const mt::runner::LoaderPosition state = first.state();
+  EXPECT_EQ(state.epoch, 1);
+  EXPECT_EQ(state.index, 2);
+  EXPECT_EQ(state.seed, 42u);
+  EXPECT_EQ(state.num_replicas, 1);
   DataLoader resumed(ds, opts);
   resumed.load_state(state);
   while (got.size() < expected.size()) {
@@ -143,8 +144,8 @@ TEST(RunnerData, ResumesMidEpochExactly) {
 
   DataLoader other_seed(ds, {.batch_size = 3, .shuffle = true, .seed = 43});
   expect_error([&] { other_seed.load_state(state); }, {"seed 42", "43"});
-  mt::runner::Json bad = state;
-  bad.set("index", 99);
+  mt::runner::LoaderPosition bad = state;
+  bad.index = 99;
   expect_error([&] { resumed.load_state(bad); }, {"index 99", "6 batches"});
 }
 
@@ -445,8 +446,8 @@ TEST(RunnerData, DistributedLoaderResumesAndRefusesAnotherWorldSize) {
     DataLoader first(ds, opts);
     std::vector<std::vector<int64_t>> got;
     for (int i = 0; i < 3; ++i) got.push_back(ids(*first.next()));
-    const auto state = mt::runner::Json::parse(first.state().dump());
-    EXPECT_EQ(state.at("num_replicas").as_int(), 2);
+    const mt::runner::LoaderPosition state = first.state();
+    EXPECT_EQ(state.num_replicas, 2);
     DataLoader resumed(ds, opts);
     resumed.load_state(state);
     while (got.size() < expected.size()) {
@@ -461,10 +462,10 @@ TEST(RunnerData, DistributedLoaderResumesAndRefusesAnotherWorldSize) {
     DataLoader single(ds, {.batch_size = 2, .seed = 9});
     expect_error([&] { single.load_state(state); }, {"2 replica", "has 1"});
   }
-  // An unsharded state (no num_replicas key, as every checkpoint before the sampler) is one
-  // replica.
+  // An unsharded loader is one replica (a checkpoint writes no num_replicas for it, as every
+  // checkpoint before the sampler).
   DataLoader plain(ds, {.batch_size = 2, .seed = 9});
-  EXPECT_FALSE(plain.state().contains("num_replicas"));
+  EXPECT_EQ(plain.state().num_replicas, 1);
   DataLoader sharded(ds, {.batch_size = 2, .seed = 9, .sampler = {.num_replicas = 2, .rank = 0}});
   expect_error([&] { sharded.load_state(plain.state()); }, {"1 replica", "has 2"});
 }

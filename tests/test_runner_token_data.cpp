@@ -154,7 +154,7 @@ TEST(RunnerData, TokenLoaderResumesTheSameRandomBlocks) {
     expected.push_back(b->input.to_vector<int64_t>());
   }
   DataLoader first(ds, lo);
-  mt::runner::Json state;
+  mt::runner::LoaderPosition state;
   for (int s = 0; s < 23; ++s) {
     auto b = first.next();
     if (!b) b = first.next();
