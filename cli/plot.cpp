@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -198,8 +199,8 @@ class Svg {
   std::ostringstream os_;
 };
 
-double number(const runner::Json& j, const char* key) {
-  const runner::Json* v = j.find(key);
+double number(runner::JsonView j, const char* key) {
+  const std::optional<runner::JsonView> v = j.find(key);
   return v && v->is_number() ? v->as_double() : NAN;
 }
 
@@ -223,14 +224,15 @@ int plot(const std::string& run_dir, const std::string& out_arg, bool force) {
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    runner::Json j;
+    runner::Json parsed;
     try {
-      j = runner::Json::parse(line, path + " line " + std::to_string(n));
+      parsed = runner::json::parse(line, path + " line " + std::to_string(n));
     } catch (const std::exception&) {
       continue;  // a line cut short by a killed run
     }
+    const runner::JsonView j(parsed);
     if (!j.is_object()) continue;
-    if (const runner::Json* e = j.find("eval")) {
+    if (const std::optional<runner::JsonView> e = j.find("eval")) {
       if (e->is_object())
         eval.x.push_back(number(*e, "step")), eval.y.push_back(number(*e, "loss"));
       continue;

@@ -95,12 +95,12 @@ int eval(const EvalArgs& args) {
     const std::string what = args.data.empty() ? (use_val ? "val" : "train") : args.data;
     if (args.json) {
       runner::Json j = runner::Json::object();
-      j.set("checkpoint", checkpoint);
-      j.set("data", what);
-      j.set("samples", m.samples);
-      j.set("loss", m.loss);
-      if (m.accuracy) j.set("accuracy", *m.accuracy);
-      std::cout << j.dump() << "\n";
+      j["checkpoint"] = checkpoint;
+      j["data"] = what;
+      j["samples"] = m.samples;
+      j["loss"] = m.loss;
+      if (m.accuracy) j["accuracy"] = *m.accuracy;
+      std::cout << runner::json::dump(j) << "\n";
     } else {
       std::cout << "checkpoint " << checkpoint << "\ndata " << what << " ("
                 << loader.dataset().describe() << ")\nloss " << m.loss;

@@ -59,7 +59,7 @@ Json shape_json(const Shape& s) {
 
 // uint64 values (seeds, Philox offsets) as decimal strings: JSON integers here are int64.
 std::string u64_str(uint64_t v) { return std::to_string(v); }
-uint64_t parse_u64(const Json& v, const std::string& what) {
+uint64_t parse_u64(JsonView v, const std::string& what) {
   const std::string& s = v.as_string();
   uint64_t out = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
@@ -136,25 +136,25 @@ Loaded read_verified(const std::string& path) {
            ", computed ", computed, "): the file is corrupted");
   auto meta = md.find(kMetaKey);
   MT_CHECK(meta != md.end(), what, ": no '", kMetaKey, "' entry in the metadata");
-  out.meta = Json::parse(meta->second, what + " metadata");
+  out.meta = json::parse(meta->second, what + " metadata");
   MT_CHECK(out.meta.is_object(), what, ": metadata '", kMetaKey, "' is not a JSON object");
   return out;
 }
 
 // Throws unless the model's state_dict has exactly the saved names, shapes and dtypes.
-void check_model(const std::string& what, const Json& saved, const nn::Module& model) {
+void check_model(const std::string& what, JsonView saved, const nn::Module& model) {
   const NamedTensors own = module_tensors(model);
-  std::map<std::string, const Json*> by_name;
-  for (const Json& t : saved.as_array()) by_name.emplace(t.at("name").as_string(), &t);
+  std::map<std::string, JsonView> by_name;
+  for (const JsonView t : saved.elements()) by_name.emplace(t.at("name").as_string(), t);
   const std::string prefix = what + " does not match the model (" + model.type_name() + "): ";
   for (const auto& [name, t] : own) {
     auto it = by_name.find(name);
     MT_CHECK(it != by_name.end(), prefix, "'", name, "' is in the model but not in the checkpoint");
     std::vector<int64_t> dims;
-    for (const Json& d : it->second->at("shape").as_array()) dims.push_back(d.as_int());
+    for (const JsonView d : it->second.at("shape").elements()) dims.push_back(d.as_int());
     MT_CHECK(Shape(dims) == t.shape(), prefix, "'", name, "' has shape ", shape_str(Shape(dims)),
              " in the checkpoint but ", shape_str(t.shape()), " in the model");
-    const std::string dtype = it->second->at("dtype").as_string();
+    const std::string dtype = it->second.at("dtype").as_string();
     MT_CHECK(dtype == dtype_name(t.dtype()), prefix, "'", name, "' has dtype ", dtype,
              " in the checkpoint but ", t.dtype(), " in the model");
     by_name.erase(it);
@@ -163,19 +163,20 @@ void check_model(const std::string& what, const Json& saved, const nn::Module& m
            "' is in the checkpoint but not in the model");
 }
 
-optim::OptimizerState optimizer_state(const std::string& what, const Json& j,
+optim::OptimizerState optimizer_state(const std::string& what, JsonView j,
                                       const SafetensorsFile& file, const optim::Optimizer& opt) {
   MT_CHECK(j.at("name").as_string() == opt.name(), what, " holds ", j.at("name").as_string(),
            " optimizer state but the optimizer is ", opt.name());
   optim::OptimizerState st;
   std::vector<const Tensor*> params;
-  const auto& groups = j.at("param_groups").as_array();
+  const JsonView groups = j.at("param_groups");
+  MT_CHECK(groups.is_array(), what, ": param_groups is not an array");
   MT_CHECK(groups.size() == opt.param_groups().size(), what, " has ", groups.size(),
            " optimizer parameter group(s) but the optimizer has ", opt.param_groups().size());
   for (size_t g = 0; g < groups.size(); ++g) {
     optim::OptimizerState::Group group;
-    for (const auto& [k, v] : groups[g].at("options").as_object()) group.options[k] = v.as_double();
-    for (const Json& id : groups[g].at("params").as_array()) group.params.push_back(id.as_int());
+    for (const auto& [k, v] : groups[g].at("options").members()) group.options[k] = v.as_double();
+    for (const JsonView id : groups[g].at("params").elements()) group.params.push_back(id.as_int());
     MT_CHECK(group.params.size() == opt.param_groups()[g].params.size(), what,
              ": optimizer parameter group ", g, " has ", group.params.size(),
              " parameters in the checkpoint but ", opt.param_groups()[g].params.size(),
@@ -183,14 +184,14 @@ optim::OptimizerState optimizer_state(const std::string& what, const Json& j,
     for (const Tensor& p : opt.param_groups()[g].params) params.push_back(&p);
     st.param_groups.push_back(std::move(group));
   }
-  for (const Json& sj : j.at("state").as_array()) {
+  for (const JsonView sj : j.at("state").elements()) {
     const int64_t id = sj.at("id").as_int();
     MT_CHECK(id >= 0 && id < static_cast<int64_t>(params.size()), what,
              ": optimizer state for parameter id ", id, ", but the optimizer has ", params.size(),
              " parameters");
     optim::ParamState ps;
     ps.step = sj.at("step").as_int();
-    for (const Json& b : sj.at("buffers").as_array()) {
+    for (const JsonView b : sj.at("buffers").elements()) {
       const std::string name = optim_tensor_name(id, b.as_string());
       const Tensor* t = file.find(name);
       MT_CHECK(t != nullptr, what, ": optimizer tensor '", name, "' is missing");
@@ -204,7 +205,7 @@ optim::OptimizerState optimizer_state(const std::string& what, const Json& j,
   return st;
 }
 
-amp::GradScalerState scaler_state(const Json& j) {
+amp::GradScalerState scaler_state(JsonView j) {
   amp::GradScalerState s;
   s.scale = j.at("scale").as_double();
   s.growth_factor = j.at("growth_factor").as_double();
@@ -219,9 +220,9 @@ amp::GradScalerState scaler_state(const Json& j) {
   return s;
 }
 
-std::vector<double> doubles(const Json& j) {
+std::vector<double> doubles(JsonView j) {
   std::vector<double> out;
-  for (const Json& v : j.as_array()) out.push_back(v.as_double());
+  for (const JsonView v : j.elements()) out.push_back(v.as_double());
   return out;
 }
 
@@ -246,14 +247,14 @@ Json scheduler_json(const optim::SchedulerState& s) {
   return j;
 }
 
-optim::SchedulerState scheduler_state(const Json& j) {
+optim::SchedulerState scheduler_state(JsonView j) {
   optim::SchedulerState s{j.at("last_epoch").as_int(), doubles(j.at("base_lrs")),
                           doubles(j.at("last_lr"))};
-  if (const Json* extra = j.find("extra")) {
-    for (const auto& [key, v] : extra->as_object()) s.extra[key] = v.as_double();
+  if (const std::optional<JsonView> extra = j.find("extra")) {
+    for (const auto& [key, v] : extra->members()) s.extra[key] = v.as_double();
   }
-  if (const Json* children = j.find("children")) {
-    for (const Json& c : children->as_array()) s.children.push_back(scheduler_state(c));
+  if (const std::optional<JsonView> children = j.find("children")) {
+    for (const JsonView c : children->elements()) s.children.push_back(scheduler_state(c));
   }
   return s;
 }
@@ -347,7 +348,7 @@ void save_checkpoint(const std::string& path, const CheckpointParts& parts) {
   std::map<std::string, std::string> md;
   md["format"] = kCheckpointFormat;
   md["format_version"] = std::to_string(kCheckpointFormatVersion);
-  md[kMetaKey] = meta.dump();
+  md[kMetaKey] = json::dump(meta);
   md[kChecksumKey] = std::string(kChecksumDigits, '0');
   std::string bytes = serialize_safetensors(tensors, md);
   uint64_t n = 0;
@@ -364,16 +365,17 @@ CheckpointInfo read_info(const std::string& path, Loaded* keep) {
   Loaded l = read_verified(path);
   const std::string what = "checkpoint '" + path + "'";
   CheckpointInfo info;
-  const Json* state = l.meta.find("trainer_state");
-  MT_CHECK(state != nullptr, what, ": malformed checkpoint metadata: no trainer_state");
+  const JsonView meta(l.meta);
+  const std::optional<JsonView> state = meta.find("trainer_state");
+  MT_CHECK(state.has_value(), what, ": malformed checkpoint metadata: no trainer_state");
   info.trainer_state = trainer_state_from_json(what, *state);
   try {
     info.path = path;
-    info.format_version = l.meta.at("format_version").as_int();
-    info.created = l.meta.at("created").as_string();
-    info.config_hash = l.meta.at("config_hash").as_string();
-    info.config_text = l.meta.at("config_text").as_string();
-    for (const Json& t : l.meta.at("model").at("tensors").as_array()) {
+    info.format_version = meta.at("format_version").as_int();
+    info.created = meta.at("created").as_string();
+    info.config_hash = meta.at("config_hash").as_string();
+    info.config_text = meta.at("config_text").as_string();
+    for (const JsonView t : meta.at("model").at("tensors").elements()) {
       const std::string name = t.at("name").as_string();
       info.weights.emplace_back(name, l.file.at("model." + name));
     }
@@ -393,7 +395,7 @@ void load_checkpoint(const std::string& path, CheckpointParts& parts) {
   const std::string what = "checkpoint '" + path + "'";
   Loaded loaded;
   CheckpointInfo info = read_info(path, &loaded);
-  const Json& meta = loaded.meta;
+  const JsonView meta(loaded.meta);
   const SafetensorsFile& file = loaded.file;
 
   // Everything is checked and decoded before anything is restored: a refused checkpoint leaves
@@ -406,13 +408,13 @@ void load_checkpoint(const std::string& path, CheckpointParts& parts) {
   try {
     check_model(what, meta.at("model").at("tensors"), *parts.model);
     if (parts.optimizer) {
-      const Json& j = meta.at("optimizer");
+      const JsonView j = meta.at("optimizer");
       MT_CHECK(!j.is_null(), what, " has no optimizer state, but an optimizer was given");
       opt_state = optimizer_state(what, j, file, *parts.optimizer);
       master_weights = j.at("master_weights").as_bool();
     }
     if (parts.scaler) {
-      const Json& j = meta.at("scaler");
+      const JsonView j = meta.at("scaler");
       MT_CHECK(!j.is_null(), what, " has no GradScaler state, but a GradScaler was given");
       MT_CHECK(j.at("enabled").as_bool() == parts.scaler->is_enabled(), what,
                ": the GradScaler was ", j.at("enabled").as_bool() ? "enabled" : "disabled",
@@ -420,7 +422,7 @@ void load_checkpoint(const std::string& path, CheckpointParts& parts) {
       if (parts.scaler->is_enabled()) scaler = scaler_state(j);
     }
     if (parts.scheduler) {
-      const Json& j = meta.at("scheduler");
+      const JsonView j = meta.at("scheduler");
       MT_CHECK(!j.is_null(), what, " has no LR scheduler state, but a scheduler was given");
       sched = scheduler_state(j);
       MT_CHECK(sched->base_lrs.size() == parts.scheduler->base_lrs().size(), what,
@@ -429,7 +431,7 @@ void load_checkpoint(const std::string& path, CheckpointParts& parts) {
                " now");
     }
     if (parts.rng && !meta.at("rng").is_null()) {
-      for (const Json& g : meta.at("rng").as_array())
+      for (const JsonView g : meta.at("rng").elements())
         rng.push_back({Device(g.at("device").as_string()),
                        parse_u64(g.at("seed"), what + " rng seed"),
                        parse_u64(g.at("offset"), what + " rng offset")});

@@ -18,45 +18,45 @@ namespace {
 
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 
-Json number_or_null(double v) { return std::isfinite(v) ? Json(v) : Json(); }
-
 // A field of a trainer state's JSON object, read as its member's kind; a value of another kind is
 // refused with the field's path and the value as written.
 struct StateReader {
   const std::string& what;  // "checkpoint '<path>'"
-  const Json& obj;
+  JsonView obj;
   std::string name;  // "trainer_state", "trainer_state.loader"
 
-  const Json* find(const char* field, const char* kind, bool (Json::*is)() const) const {
-    const Json* v = obj.find(field);
-    if (v == nullptr) return nullptr;
-    MT_CHECK((v->*is)(), what, ": ", name, ".", field, " is ", v->dump(), "; expected ", kind);
+  std::optional<JsonView> find(const char* field, const char* kind,
+                               bool (JsonView::*is)() const) const {
+    const std::optional<JsonView> v = obj.find(field);
+    if (v) {
+      MT_CHECK(((*v).*is)(), what, ": ", name, ".", field, " is ", v->dump(), "; expected ", kind);
+    }
     return v;
   }
   void read(const char* field, int64_t& out) const {
-    if (const Json* v = find(field, "an integer", &Json::is_int)) out = v->as_int();
+    if (const auto v = find(field, "an integer", &JsonView::is_int)) out = v->as_int();
   }
   // Seeds are written as int64 (two's complement above INT64_MAX); any integer that fits either
   // way reads back.
   void read(const char* field, uint64_t& out) const {
-    if (const Json* v = find(field, "an integer", &Json::is_int))
+    if (const auto v = find(field, "an integer", &JsonView::is_int))
       out = v->as_double() < 0 ? static_cast<uint64_t>(v->as_int()) : v->as_uint();
   }
   // null (how NaN is written) reads as NaN.
   void read(const char* field, double& out) const {
-    const Json* v = obj.find(field);
-    if (v != nullptr && v->is_null()) {
+    const std::optional<JsonView> v = obj.find(field);
+    if (v && v->is_null()) {
       out = std::numeric_limits<double>::quiet_NaN();
       return;
     }
-    if ((v = find(field, "a number", &Json::is_number))) out = v->as_double();
+    if (find(field, "a number", &JsonView::is_number)) out = v->as_double();
   }
   void read(const char* field, std::string& out) const {
-    if (const Json* v = find(field, "a string", &Json::is_string)) out = v->as_string();
+    if (const auto v = find(field, "a string", &JsonView::is_string)) out = v->as_string();
   }
-  const Json& required(const char* field) const {
-    const Json* v = obj.find(field);
-    MT_CHECK(v != nullptr, what, ": ", name, " has no ", field,
+  JsonView required(const char* field) const {
+    const std::optional<JsonView> v = obj.find(field);
+    MT_CHECK(v.has_value(), what, ": ", name, " has no ", field,
              " (expected the state a Trainer writes)");
     return *v;
   }
@@ -77,29 +77,29 @@ Json trainer_state_json(const std::optional<TrainerState>& state) {
   if (!state) return Json();
   const TrainerState& t = *state;
   Json loader = Json::object();
-  loader.set("epoch", t.loader.epoch);
-  loader.set("index", t.loader.index);
+  loader["epoch"] = t.loader.epoch;
+  loader["index"] = t.loader.index;
   // A seed above INT64_MAX is stored as its two's-complement int64 and read back the same way.
-  loader.set("seed", static_cast<int64_t>(t.loader.seed));
-  if (t.loader.num_replicas > 1) loader.set("num_replicas", t.loader.num_replicas);
+  loader["seed"] = static_cast<int64_t>(t.loader.seed);
+  if (t.loader.num_replicas > 1) loader["num_replicas"] = t.loader.num_replicas;
   Json s = Json::object();
-  s.set("step", t.step);
-  s.set("epoch", t.epoch);
-  s.set("loader", std::move(loader));
-  s.set("steps_skipped", t.steps_skipped);
-  s.set("best_loss", number_or_null(t.best_loss));
-  s.set("last_loss", number_or_null(t.last_loss));
-  s.set("pending_loss_sum", t.pending_loss_sum);
-  s.set("pending_loss_count", t.pending_loss_count);
-  s.set("pending_samples", t.pending_samples);
-  s.set("wall_time_s", t.wall_time_s);
-  s.set("precision", t.precision);
-  s.set("seed", static_cast<int64_t>(t.seed));
-  s.set("data_fingerprint", t.data_fingerprint);
+  s["step"] = t.step;
+  s["epoch"] = t.epoch;
+  s["loader"] = std::move(loader);
+  s["steps_skipped"] = t.steps_skipped;
+  s["best_loss"] = json::number_or_null(t.best_loss);
+  s["last_loss"] = json::number_or_null(t.last_loss);
+  s["pending_loss_sum"] = t.pending_loss_sum;
+  s["pending_loss_count"] = t.pending_loss_count;
+  s["pending_samples"] = t.pending_samples;
+  s["wall_time_s"] = t.wall_time_s;
+  s["precision"] = t.precision;
+  s["seed"] = static_cast<int64_t>(t.seed);
+  s["data_fingerprint"] = t.data_fingerprint;
   return s;
 }
 
-std::optional<TrainerState> trainer_state_from_json(const std::string& what, const Json& j) {
+std::optional<TrainerState> trainer_state_from_json(const std::string& what, JsonView j) {
   if (j.is_null()) return std::nullopt;
   MT_CHECK(j.is_object(), what, ": trainer_state is ", j.dump(), "; expected a JSON object");
   TrainerState t;
@@ -107,7 +107,7 @@ std::optional<TrainerState> trainer_state_from_json(const std::string& what, con
   r.required("step");
   r.read("step", t.step);
   r.read("epoch", t.epoch);
-  const Json& loader = r.required("loader");
+  const JsonView loader = r.required("loader");
   MT_CHECK(loader.is_object(), what, ": trainer_state.loader is ", loader.dump(),
            "; expected a JSON object");
   const StateReader l{what, loader, "trainer_state.loader"};

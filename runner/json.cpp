@@ -1,190 +1,21 @@
-// Json's text side goes through nlohmann-json: parse() drives nlohmann's SAX parser (iterative, so
-// deep input cannot overflow the stack) with a handler that builds our tree directly, and dump()
-// converts the tree to nlohmann::ordered_json and lets it write the text. nlohmann keeps int64 and
-// uint64 exact and writes doubles that read back bit for bit; it stays out of json.h so the
-// installed headers need nothing beyond the standard library.
+// json::parse drives nlohmann's SAX parser (iterative, so deep input cannot overflow the stack)
+// with a handler that builds the tree and refuses duplicate keys and deep nesting; json::dump is
+// nlohmann's writer with our separators; JsonView's checked reads.
 #include "runner/json.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstddef>
-#include <cstdio>
 #include <iterator>
-#include <nlohmann/json.hpp>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "engine/error.h"
 #include "runner/text.h"
 
 namespace mantissa::runner {
 
-const char* Json::kind() const {
-  switch (value_.index()) {
-    case 0:
-      return "null";
-    case 1:
-      return "a boolean";
-    case 2:
-    case 3:
-      return "an integer";
-    case 4:
-      return "a number";
-    case 5:
-      return "a string";
-    case 6:
-      return "an array";
-    default:
-      return "an object";
-  }
-}
-
-bool Json::as_bool() const {
-  MT_CHECK(is_bool(), "JSON: expected a boolean, got ", kind());
-  return std::get<bool>(value_);
-}
-
-int64_t Json::as_int() const {
-  if (const int64_t* i = std::get_if<int64_t>(&value_)) return *i;
-  if (const uint64_t* u = std::get_if<uint64_t>(&value_))
-    MT_THROW("JSON: expected an integer in int64 range, got ", *u);
-  if (const double* d = std::get_if<double>(&value_)) {
-    MT_CHECK(std::trunc(*d) == *d && std::fabs(*d) < 9.2e18, "JSON: expected an integer, got ",
-             dump());
-    return static_cast<int64_t>(*d);
-  }
-  MT_THROW("JSON: expected an integer, got ", kind());
-}
-
-uint64_t Json::as_uint() const {
-  if (const uint64_t* u = std::get_if<uint64_t>(&value_)) return *u;
-  if (const int64_t* i = std::get_if<int64_t>(&value_)) {
-    MT_CHECK(*i >= 0, "JSON: expected a non-negative integer, got ", *i);
-    return static_cast<uint64_t>(*i);
-  }
-  if (const double* d = std::get_if<double>(&value_)) {
-    MT_CHECK(std::trunc(*d) == *d && *d >= 0.0 && *d < 1.8e19,
-             "JSON: expected a non-negative integer, got ", dump());
-    return static_cast<uint64_t>(*d);
-  }
-  MT_THROW("JSON: expected a non-negative integer, got ", kind());
-}
-
-double Json::as_double() const {
-  if (const int64_t* i = std::get_if<int64_t>(&value_)) return static_cast<double>(*i);
-  if (const uint64_t* u = std::get_if<uint64_t>(&value_)) return static_cast<double>(*u);
-  // null stands for NaN/inf, which JSON cannot spell (see dump()).
-  if (is_null()) return std::nan("");
-  MT_CHECK(std::holds_alternative<double>(value_), "JSON: expected a number, got ", kind());
-  return std::get<double>(value_);
-}
-
-const std::string& Json::as_string() const {
-  MT_CHECK(is_string(), "JSON: expected a string, got ", kind());
-  return std::get<std::string>(value_);
-}
-const Json::Array& Json::as_array() const {
-  MT_CHECK(is_array(), "JSON: expected an array, got ", kind());
-  return std::get<Array>(value_);
-}
-Json::Array& Json::as_array() {
-  MT_CHECK(is_array(), "JSON: expected an array, got ", kind());
-  return std::get<Array>(value_);
-}
-const Json::Object& Json::as_object() const {
-  MT_CHECK(is_object(), "JSON: expected an object, got ", kind());
-  return std::get<Object>(value_);
-}
-Json::Object& Json::as_object() {
-  MT_CHECK(is_object(), "JSON: expected an object, got ", kind());
-  return std::get<Object>(value_);
-}
-
-const Json* Json::find(std::string_view key) const {
-  if (!is_object()) return nullptr;
-  for (const auto& [k, v] : std::get<Object>(value_))
-    if (k == key) return &v;
-  return nullptr;
-}
-bool Json::contains(std::string_view key) const { return find(key) != nullptr; }
-
-const Json& Json::at(std::string_view key) const {
-  const Json* v = find(key);
-  MT_CHECK(is_object(), "JSON: expected an object with key '", key, "', got ", kind());
-  MT_CHECK(v != nullptr, "JSON: missing key '", key, "'");
-  return *v;
-}
-
-Json& Json::operator[](std::string_view key) {
-  if (is_null()) value_ = Object{};
-  Object& obj = as_object();
-  for (auto& [k, v] : obj)
-    if (k == key) return v;
-  obj.emplace_back(std::string(key), Json());
-  return obj.back().second;
-}
-
-Json& Json::set(std::string_view key, Json value) {
-  Json& slot = (*this)[key];
-  slot = std::move(value);
-  return *this;
-}
-
-void Json::push_back(Json value) {
-  if (is_null()) value_ = Array{};
-  as_array().push_back(std::move(value));
-}
-
-size_t Json::size() const {
-  if (is_array()) return std::get<Array>(value_).size();
-  if (is_object()) return std::get<Object>(value_).size();
-  MT_THROW("JSON: size() of ", kind());
-}
-
-const Json& Json::operator[](size_t index) const {
-  const Array& arr = as_array();
-  MT_CHECK(index < arr.size(), "JSON: index ", index, " out of range for an array of ", arr.size());
-  return arr[index];
-}
-
 // ---- writing ------------------------------------------------------------------------------------
-
-using Nl = nlohmann::ordered_json;
-
-struct JsonCodec {
-  static Nl to_nlohmann(const Json& j) {
-    switch (j.value_.index()) {
-      case 0:
-        return nullptr;
-      case 1:
-        return std::get<bool>(j.value_);
-      case 2:
-        return std::get<int64_t>(j.value_);
-      case 3:
-        return std::get<uint64_t>(j.value_);
-      case 4:
-        return std::get<double>(j.value_);  // non-finite values are written as null
-      case 5:
-        return std::get<std::string>(j.value_);
-      case 6: {
-        Nl out = Nl::array();
-        auto& arr = out.get_ref<Nl::array_t&>();
-        arr.reserve(j.size());
-        for (const Json& v : std::get<Json::Array>(j.value_)) arr.push_back(to_nlohmann(v));
-        return out;
-      }
-      default: {
-        Nl out = Nl::object();
-        // Appended to the underlying vector: ordered_map's own insert searches for the key each
-        // time (quadratic in the number of keys); ours are already unique.
-        auto& members = out.get_ref<Nl::object_t&>();
-        members.reserve(j.size());
-        for (const auto& [k, v] : std::get<Json::Object>(j.value_))
-          members.emplace_back(k, to_nlohmann(v));
-        return out;
-      }
-    }
-  }
-};
 
 namespace {
 
@@ -214,11 +45,12 @@ std::string space_separators(const std::string& compact) {
 
 }  // namespace
 
-std::string Json::dump(int indent) const {
-  const Nl j = JsonCodec::to_nlohmann(*this);
-  if (indent > 0) return j.dump(indent, ' ', false, Nl::error_handler_t::replace);
-  return space_separators(j.dump(-1, ' ', false, Nl::error_handler_t::replace));
+std::string json::dump(const Json& j, int indent) {
+  if (indent > 0) return j.dump(indent, ' ', false, Json::error_handler_t::replace);
+  return space_separators(j.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
+
+Json json::number_or_null(double v) { return std::isfinite(v) ? Json(v) : Json(); }
 
 // ---- parsing ------------------------------------------------------------------------------------
 
@@ -273,13 +105,11 @@ class Builder {
 
   bool null() { return add(Json()); }
   bool boolean(bool v) { return add(Json(v)); }
-  bool number_integer(Nl::number_integer_t v) { return add(Json(static_cast<long long>(v))); }
-  bool number_unsigned(Nl::number_unsigned_t v) {
-    return add(Json(static_cast<unsigned long long>(v)));
-  }
-  bool number_float(Nl::number_float_t v, const std::string&) { return add(Json(v)); }
+  bool number_integer(Json::number_integer_t v) { return add(Json(v)); }
+  bool number_unsigned(Json::number_unsigned_t v) { return add(Json(v)); }
+  bool number_float(Json::number_float_t v, const std::string&) { return add(Json(v)); }
   bool string(std::string& v) { return add(Json(std::move(v))); }
-  bool binary(Nl::binary_t&) { return false; }  // JSON text has no binary values
+  bool binary(Json::binary_t&) { return false; }  // JSON text has no binary values
 
   bool start_object(size_t) {
     open(Json::object());
@@ -303,7 +133,7 @@ class Builder {
   }
   bool end_array() { return close(); }
 
-  bool parse_error(size_t position, const std::string&, const Nl::exception& e) {
+  bool parse_error(size_t position, const std::string&, const Json::exception& e) {
     // `position` counts the bytes read, the offending one included.
     fail(position > 0 ? position - 1 : 0, reason(e.what()));
   }
@@ -323,8 +153,8 @@ class Builder {
   }
 
   void open(Json container) {
-    if (stack_.size() >= static_cast<size_t>(Json::kMaxDepth))
-      fail(read() - 1, "nesting deeper than " + std::to_string(Json::kMaxDepth) + " levels");
+    if (stack_.size() >= static_cast<size_t>(json::kMaxDepth))
+      fail(read() - 1, "nesting deeper than " + std::to_string(json::kMaxDepth) + " levels");
     stack_.push_back(std::move(container));
   }
   bool close() {
@@ -336,9 +166,12 @@ class Builder {
     if (stack_.empty()) {
       root_ = std::move(v);
     } else if (stack_.back().is_array()) {
-      stack_.back().as_array().push_back(std::move(v));
+      stack_.back().get_ref<Json::array_t&>().push_back(std::move(v));
     } else {
-      stack_.back().as_object().emplace_back(std::move(keys_.back()), std::move(v));
+      // Appended to the underlying vector: ordered_map's own insert searches for the key each
+      // time (quadratic in the number of keys); the handler has already refused duplicates.
+      auto& members = stack_.back().get_ref<Json::object_t&>();
+      members.Container::emplace_back(std::move(keys_.back()), std::move(v));
       keys_.pop_back();
     }
     return true;
@@ -355,13 +188,123 @@ class Builder {
 
 }  // namespace
 
-Json Json::parse(std::string_view text, std::string_view what) {
+Json json::parse(std::string_view text, std::string_view what) {
   Builder builder(text, what);
   // Errors throw from the handler, so a false return here cannot happen; checked all the same.
-  const bool ok = Nl::sax_parse(builder.begin(), builder.end(), &builder, Nl::input_format_t::json,
-                                /*strict=*/true, /*ignore_comments=*/false);
+  const bool ok = Json::sax_parse(builder.begin(), builder.end(), &builder,
+                                  Json::input_format_t::json, /*strict=*/true,
+                                  /*ignore_comments=*/false);
   MT_CHECK(ok, what, ": not valid JSON");
   return builder.take();
+}
+
+// ---- reading ------------------------------------------------------------------------------------
+
+const char* JsonView::kind() const {
+  switch (j_->type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+      return "an integer";
+    case Json::value_t::number_float:
+      return "a number";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::object:
+      return "an object";
+    default:
+      return "binary data";
+  }
+}
+
+bool JsonView::as_bool() const {
+  MT_CHECK(is_bool(), "JSON: expected a boolean, got ", kind());
+  return j_->get<bool>();
+}
+
+int64_t JsonView::as_int() const {
+  if (j_->is_number_unsigned()) {
+    const uint64_t u = j_->get<uint64_t>();
+    MT_CHECK(u <= static_cast<uint64_t>(INT64_MAX),
+             "JSON: expected an integer in int64 range, got ", u);
+    return static_cast<int64_t>(u);
+  }
+  if (j_->is_number_integer()) return j_->get<int64_t>();
+  if (j_->is_number_float()) {
+    const double d = j_->get<double>();
+    MT_CHECK(std::trunc(d) == d && std::fabs(d) < 9.2e18, "JSON: expected an integer, got ",
+             dump());
+    return static_cast<int64_t>(d);
+  }
+  MT_THROW("JSON: expected an integer, got ", kind());
+}
+
+uint64_t JsonView::as_uint() const {
+  if (j_->is_number_unsigned()) return j_->get<uint64_t>();
+  if (j_->is_number_integer()) {
+    const int64_t i = j_->get<int64_t>();
+    MT_CHECK(i >= 0, "JSON: expected a non-negative integer, got ", i);
+    return static_cast<uint64_t>(i);
+  }
+  if (j_->is_number_float()) {
+    const double d = j_->get<double>();
+    MT_CHECK(std::trunc(d) == d && d >= 0.0 && d < 1.8e19,
+             "JSON: expected a non-negative integer, got ", dump());
+    return static_cast<uint64_t>(d);
+  }
+  MT_THROW("JSON: expected a non-negative integer, got ", kind());
+}
+
+double JsonView::as_double() const {
+  // null stands for NaN/inf, which JSON cannot spell (see json::dump).
+  if (is_null()) return std::nan("");
+  MT_CHECK(is_number(), "JSON: expected a number, got ", kind());
+  return j_->get<double>();
+}
+
+const std::string& JsonView::as_string() const {
+  MT_CHECK(is_string(), "JSON: expected a string, got ", kind());
+  return j_->get_ref<const std::string&>();
+}
+
+std::optional<JsonView> JsonView::find(std::string_view key) const {
+  if (!is_object()) return std::nullopt;
+  for (const auto& [k, v] : j_->get_ref<const Json::object_t&>())
+    if (k == key) return JsonView(v);
+  return std::nullopt;
+}
+
+JsonView JsonView::at(std::string_view key) const {
+  MT_CHECK(is_object(), "JSON: expected an object with key '", key, "', got ", kind());
+  const std::optional<JsonView> v = find(key);
+  MT_CHECK(v.has_value(), "JSON: missing key '", key, "'");
+  return *v;
+}
+
+size_t JsonView::size() const {
+  MT_CHECK(is_array() || is_object(), "JSON: size() of ", kind());
+  return j_->size();
+}
+
+JsonView JsonView::operator[](size_t index) const {
+  MT_CHECK(is_array(), "JSON: expected an array, got ", kind());
+  MT_CHECK(index < j_->size(), "JSON: index ", index, " out of range for an array of ", j_->size());
+  return JsonView((*j_)[index]);
+}
+
+JsonView::Elements JsonView::elements() const {
+  MT_CHECK(is_array(), "JSON: expected an array, got ", kind());
+  return Elements(j_->get_ref<const Json::array_t&>());
+}
+
+JsonView::Members JsonView::members() const {
+  MT_CHECK(is_object(), "JSON: expected an object, got ", kind());
+  return Members(j_->get_ref<const Json::object_t&>());
 }
 
 }  // namespace mantissa::runner

@@ -17,52 +17,50 @@
 
 namespace mantissa::runner {
 
-namespace {
-Json number_or_null(double v) { return std::isfinite(v) ? Json(v) : Json(); }
-}  // namespace
+using json::number_or_null;
 
 Json step_metrics_json(const StepMetrics& m) {
   Json j = Json::object();
-  j.set("step", m.step);
-  j.set("epoch", m.epoch);
-  j.set("loss", number_or_null(m.loss));
-  j.set("lr", m.lr);
-  j.set("loss_scale", m.loss_scale);
-  j.set("skipped", m.skipped);
-  j.set("skipped_total", m.skipped_total);
-  j.set("grad_norm", number_or_null(m.grad_norm));
-  j.set("samples_per_s", m.samples_per_s);
-  j.set("step_time_ms", m.step_time_ms);
-  if (m.tokens_per_s > 0) j.set("tokens_per_s", m.tokens_per_s);
-  if (m.mfu) j.set("mfu", *m.mfu);
+  j["step"] = m.step;
+  j["epoch"] = m.epoch;
+  j["loss"] = number_or_null(m.loss);
+  j["lr"] = m.lr;
+  j["loss_scale"] = m.loss_scale;
+  j["skipped"] = m.skipped;
+  j["skipped_total"] = m.skipped_total;
+  j["grad_norm"] = number_or_null(m.grad_norm);
+  j["samples_per_s"] = m.samples_per_s;
+  j["step_time_ms"] = m.step_time_ms;
+  if (m.tokens_per_s > 0) j["tokens_per_s"] = m.tokens_per_s;
+  if (m.mfu) j["mfu"] = *m.mfu;
   return j;
 }
 
 Json eval_metrics_json(const EvalMetrics& m) {
   Json j = Json::object();
-  j.set("step", m.step);
-  j.set("epoch", m.epoch);
-  j.set("loss", number_or_null(m.loss));
-  if (m.accuracy) j.set("accuracy", *m.accuracy);
-  j.set("samples", m.samples);
+  j["step"] = m.step;
+  j["epoch"] = m.epoch;
+  j["loss"] = number_or_null(m.loss);
+  if (m.accuracy) j["accuracy"] = *m.accuracy;
+  j["samples"] = m.samples;
   return j;
 }
 
 Json summary_json(const TrainSummary& s) {
   Json j = Json::object();
-  j.set("final_loss", number_or_null(s.final_loss));
-  j.set("best_loss", number_or_null(s.best_loss));
-  if (s.final_eval) j.set("final_eval", eval_metrics_json(*s.final_eval));
-  j.set("steps", s.steps);
-  j.set("total_steps", s.total_steps);
-  j.set("completed", s.completed());
-  j.set("steps_skipped", s.steps_skipped);
-  j.set("epochs", s.epochs);
-  j.set("resumed_from_step", s.resumed_from_step);
-  j.set("wall_time_s", s.wall_time_s);
+  j["final_loss"] = number_or_null(s.final_loss);
+  j["best_loss"] = number_or_null(s.best_loss);
+  if (s.final_eval) j["final_eval"] = eval_metrics_json(*s.final_eval);
+  j["steps"] = s.steps;
+  j["total_steps"] = s.total_steps;
+  j["completed"] = s.completed();
+  j["steps_skipped"] = s.steps_skipped;
+  j["epochs"] = s.epochs;
+  j["resumed_from_step"] = s.resumed_from_step;
+  j["wall_time_s"] = s.wall_time_s;
   Json mem = Json::object();
-  for (const auto& [device, bytes] : s.peak_memory_bytes) mem.set(device, bytes);
-  j.set("peak_memory_bytes", mem);
+  for (const auto& [device, bytes] : s.peak_memory_bytes) mem[device] = bytes;
+  j["peak_memory_bytes"] = mem;
   return j;
 }
 
@@ -79,10 +77,11 @@ std::string number(double v, int precision = 6) {
 // -1.
 int64_t record_step(const std::string& line) {
   try {
-    const Json j = Json::parse(line);
-    if (const Json* s = j.find("step")) return s->as_int();
-    if (const Json* e = j.find("eval"))
-      if (const Json* s = e->find("step")) return s->as_int();
+    const Json parsed = json::parse(line);
+    const JsonView j(parsed);
+    if (const auto s = j.find("step")) return s->as_int();
+    if (const auto e = j.find("eval"))
+      if (const auto s = e->find("step")) return s->as_int();
   } catch (const Error&) {
     // A torn last line from a killed run: dropped.
   }
@@ -152,13 +151,13 @@ void MetricsJsonlWriter::write_line(const std::string& record) {
 }
 
 void MetricsJsonlWriter::on_step_end(Trainer&, const StepMetrics& m) {
-  write_line(step_metrics_json(m).dump());
+  write_line(json::dump(step_metrics_json(m)));
 }
 
 void MetricsJsonlWriter::on_eval(Trainer&, const EvalMetrics& m) {
   Json record = Json::object();
-  record.set("eval", eval_metrics_json(m));
-  write_line(record.dump());
+  record["eval"] = eval_metrics_json(m);
+  write_line(json::dump(record));
 }
 
 HumanLog::HumanLog(std::string path, bool echo_stdout)

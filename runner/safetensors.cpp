@@ -52,7 +52,7 @@ struct Entry {
 };
 
 // A non-negative integer field of the header, as uint64.
-uint64_t header_uint(const Json& v, std::string_view what, const std::string& field,
+uint64_t header_uint(JsonView v, std::string_view what, const std::string& field,
                      const std::string& name) {
   MT_CHECK(v.is_int(), what, ": tensor '", name, "': ", field,
            " must be a non-negative integer, got ", v.dump());
@@ -61,16 +61,16 @@ uint64_t header_uint(const Json& v, std::string_view what, const std::string& fi
   return static_cast<uint64_t>(x);
 }
 
-Entry parse_entry(const std::string& name, const Json& info, std::string_view what) {
+Entry parse_entry(const std::string& name, JsonView info, std::string_view what) {
   MT_CHECK(!name.empty(), what, ": a tensor has an empty name");
   MT_CHECK(info.is_object(), what, ": tensor '", name,
            "': expected an object with dtype, shape and data_offsets, got ", info.dump());
-  for (const auto& [key, _] : info.as_object())
+  for (const auto& [key, _] : info.members())
     MT_CHECK(key == "dtype" || key == "shape" || key == "data_offsets", what, ": tensor '", name,
              "': unknown field '", key, "' (expected dtype, shape, data_offsets)");
-  const Json* dtype = info.find("dtype");
-  const Json* shape = info.find("shape");
-  const Json* offsets = info.find("data_offsets");
+  const std::optional<JsonView> dtype = info.find("dtype");
+  const std::optional<JsonView> shape = info.find("shape");
+  const std::optional<JsonView> offsets = info.find("data_offsets");
   MT_CHECK(dtype && shape && offsets, what, ": tensor '", name, "': missing ",
            !dtype   ? "dtype"
            : !shape ? "shape"
@@ -167,7 +167,7 @@ std::string serialize_safetensors(const NamedTensors& tensors,
     MT_CHECK(seen.insert(name).second, "safetensors: duplicate tensor name '", name, "'");
     dense.push_back(contiguous_cpu(t));
   }
-  // Built by hand (not Json::dump) to get the reference writer's compact form: no spaces.
+  // Built by hand (not json::dump) to get the reference writer's compact form: no spaces.
   std::string header = "{";
   if (!metadata.empty()) {
     header += "\"__metadata__\":{";
@@ -175,9 +175,9 @@ std::string serialize_safetensors(const NamedTensors& tensors,
     for (const auto& [k, v] : metadata) {
       if (!first) header += ",";
       first = false;
-      header += Json(k).dump();
+      header += json::dump(Json(k));
       header += ':';
-      header += Json(v).dump();
+      header += json::dump(Json(v));
     }
     header += "}";
   }
@@ -185,7 +185,7 @@ std::string serialize_safetensors(const NamedTensors& tensors,
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = dense[i];
     if (header.size() > 1) header += ",";
-    header += Json(tensors[i].first).dump();
+    header += json::dump(Json(tensors[i].first));
     header += ":{\"dtype\":\"";
     header += safetensors_dtype_code(t.dtype());
     header += "\",\"shape\":[";
@@ -233,19 +233,20 @@ SafetensorsFile parse_safetensors(std::string_view bytes, std::string_view what)
   MT_CHECK(n >= 2 && bytes[8] == '{', what,
            ": header does not start with '{' (not a safetensors file, or corrupted)");
   const std::string_view header_text = bytes.substr(8, n);
-  const Json header = Json::parse(header_text, std::string(what) + ": safetensors header");
+  const Json parsed = json::parse(header_text, std::string(what) + ": safetensors header");
+  const JsonView header(parsed);
   MT_CHECK(header.is_object(), what, ": header is not a JSON object");
 
   SafetensorsFile out;
   std::vector<Entry> entries;
   std::set<std::string> names;
   bool seen_metadata = false;
-  for (const auto& [name, info] : header.as_object()) {
+  for (const auto& [name, info] : header.members()) {
     if (name == "__metadata__") {
       MT_CHECK(!seen_metadata, what, ": duplicate __metadata__");
       seen_metadata = true;
       MT_CHECK(info.is_object(), what, ": __metadata__ must be an object of strings");
-      for (const auto& [k, v] : info.as_object()) {
+      for (const auto& [k, v] : info.members()) {
         MT_CHECK(v.is_string(), what, ": __metadata__ value for '", k, "' must be a string, got ",
                  v.dump());
         MT_CHECK(out.metadata.emplace(k, v.as_string()).second, what,

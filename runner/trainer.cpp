@@ -391,7 +391,7 @@ void Trainer::resume_from(const std::string& checkpoint_path) {
 
 void Trainer::write_summary(const TrainSummary& summary) {
   const fs::path path = fs::path(options_.run_dir) / "summary.json";
-  write_file_atomically(path.string(), summary_json(summary).dump(2) + "\n");
+  write_file_atomically(path.string(), json::dump(summary_json(summary), 2) + "\n");
 }
 
 TrainSummary Trainer::fit() {

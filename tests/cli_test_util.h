@@ -19,10 +19,9 @@
 #include <thread>
 #include <vector>
 
-#include "runner/json.h"
+#include "json_doc.h"
 
 namespace fs = std::filesystem;
-using mantissa::runner::Json;
 
 #ifndef MANTISSA_CLI_PATH
 #error "tests/CMakeLists.txt defines MANTISSA_CLI_PATH for the CLI tests"

@@ -221,8 +221,8 @@ TEST_F(MpiRendezvous, MpirunTrainsOneRunOfTwoRanks) {
   std::string line;
   int64_t expected = 1;
   while (std::getline(in, line)) {
-    const Json j = Json::parse(line);
-    if (const Json* s = j.find("step")) {
+    const JsonDoc j(line);
+    if (const auto s = j.find("step")) {
       EXPECT_EQ(s->as_int(), expected++) << line;
     }
   }

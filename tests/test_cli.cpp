@@ -65,7 +65,7 @@ TEST_F(CliTest, TrainWithoutArgumentsTrainsTheToyModel) {
   for (const char* f : {"resolved.yaml", "metrics.jsonl", "train.log", "summary.json"}) {
     EXPECT_TRUE(fs::exists(runs[0] / f)) << f;
   }
-  const Json summary = Json::parse(read_file(runs[0] / "summary.json"));
+  const JsonDoc summary(read_file(runs[0] / "summary.json"));
   EXPECT_EQ(summary.at("steps").as_int(), 300);
   EXPECT_LT(summary.at("final_loss").as_double(), 0.1);
   EXPECT_FALSE(fs::is_empty(runs[0] / "checkpoints"));
@@ -118,7 +118,7 @@ TEST_F(CliTest, EveryBundledConfigRuns) {
       ADD_FAILURE() << name << ": no summary.json";
       continue;
     }
-    const Json summary = Json::parse(read_file(dir_ / name / "summary.json"));
+    const JsonDoc summary(read_file(dir_ / name / "summary.json"));
     EXPECT_EQ(summary.at("steps").as_int(), 3) << name;
     ++n;
   }
@@ -219,11 +219,11 @@ TEST_F(CliTest, PlotEvalExportImport) {
 
   const Result e = run({"eval", "r", "--json"});
   ASSERT_EQ(e.code, 0) << e.output;
-  const Json ej = Json::parse(e.output);
+  const JsonDoc ej(e.output);
   EXPECT_EQ(ej.at("data").as_string(), "val");
   EXPECT_EQ(ej.at("samples").as_int(), 128);
   EXPECT_GT(ej.at("loss").as_double(), 0.0);
-  const Json summary = Json::parse(read_file(dir_ / "r" / "summary.json"));
+  const JsonDoc summary(read_file(dir_ / "r" / "summary.json"));
   EXPECT_NEAR(ej.at("loss").as_double(), summary.at("final_eval").at("loss").as_double(), 1e-6);
 
   const Result x = run({"export", "r", "w.safetensors"});
@@ -318,8 +318,8 @@ TEST_P(CliResumeTest, KilledAndResumedRunEqualsUninterruptedRun) {
   ASSERT_EQ(run({"export", "full", "full.safetensors"}).code, 0);
   ASSERT_EQ(run({"export", "killed", "killed.safetensors"}).code, 0);
   EXPECT_EQ(read_file(dir_ / "full.safetensors"), read_file(dir_ / "killed.safetensors"));
-  const Json a = Json::parse(read_file(dir_ / "full" / "summary.json"));
-  const Json b = Json::parse(read_file(dir_ / "killed" / "summary.json"));
+  const JsonDoc a(read_file(dir_ / "full" / "summary.json"));
+  const JsonDoc b(read_file(dir_ / "killed" / "summary.json"));
   EXPECT_EQ(a.at("final_loss").as_double(), b.at("final_loss").as_double());
   EXPECT_EQ(a.at("steps_skipped").as_int(), b.at("steps_skipped").as_int());
   EXPECT_EQ(a.at("final_eval").at("loss").as_double(), b.at("final_eval").at("loss").as_double());
@@ -380,7 +380,7 @@ TEST_F(CliTest, CtrlCStopsCleanlyAndTheRunResumesExactly) {
   EXPECT_EQ(wait_exit(pid), 128 + SIGINT) << read_file(dir_ / "stopped.txt");
   EXPECT_NE(read_file(dir_ / "stopped.txt").find("interrupted at step"), std::string::npos);
   // It stopped early, with a final checkpoint and summary at the step where it stopped.
-  const Json partial = Json::parse(read_file(dir_ / "stopped" / "summary.json"));
+  const JsonDoc partial(read_file(dir_ / "stopped" / "summary.json"));
   const int64_t stopped_at = partial.at("steps").as_int();
   EXPECT_GE(stopped_at, 7);
   EXPECT_LT(stopped_at, 40);

@@ -28,8 +28,8 @@ void expect_clean_metrics(const fs::path& file, int64_t last_step) {
   std::string line;
   int64_t expected = 1;
   while (std::getline(in, line)) {
-    const Json j = Json::parse(line);  // throws on a torn or interleaved line
-    if (const Json* s = j.find("step")) {
+    const JsonDoc j(line);  // throws on a torn or interleaved line
+    if (const auto s = j.find("step")) {
       EXPECT_EQ(s->as_int(), expected++) << line;
     }
   }
@@ -84,7 +84,7 @@ TEST_F(CliRunTest, SigtermAndSighupStopLikeCtrlCAndExitNonZero) {
     EXPECT_NE(out.find("interrupted at step "), std::string::npos) << out;
     EXPECT_EQ(out.find("done:"), std::string::npos) << out;
     // Nothing since the start is lost: a checkpoint at the step where it stopped.
-    const Json summary = Json::parse(read_file(dir_ / name / "summary.json"));
+    const JsonDoc summary(read_file(dir_ / name / "summary.json"));
     EXPECT_FALSE(summary.at("completed").as_bool());
     const int64_t stopped_at = summary.at("steps").as_int();
     EXPECT_GT(stopped_at, 0);
@@ -217,10 +217,10 @@ TEST_F(CliRunTest, EvalReportsWhatTheTrainerReported) {
              "data: {type: spirals, samples: 200, val_split: 0.2, batch_size: 16}\n"
              "loss: {type: cross_entropy}\nprecision: bfloat16\nsteps: 30\n");
   ASSERT_EQ(run({"train", "cfg.yaml", "--run-dir", "r", "-q"}).code, 0);
-  const Json summary = Json::parse(read_file(dir_ / "r" / "summary.json"));
+  const JsonDoc summary(read_file(dir_ / "r" / "summary.json"));
   const Result e = run({"eval", "r", "--json"});
   ASSERT_EQ(e.code, 0) << e.output;
-  const Json j = Json::parse(e.output.substr(e.output.find('{')));
+  const JsonDoc j(e.output.substr(e.output.find('{')));
   EXPECT_EQ(j.at("loss").as_double(), summary.at("final_eval").at("loss").as_double());
   EXPECT_EQ(j.at("accuracy").as_double(), summary.at("final_eval").at("accuracy").as_double());
   EXPECT_EQ(j.at("samples").as_int(), summary.at("final_eval").at("samples").as_int());
@@ -277,7 +277,7 @@ TEST_F(CliRunTest, ThirtyKillsInBfloat16LoseNothing) {
     std::vector<double> out;
     std::istringstream in(read_file(dir_ / run_dir / "metrics.jsonl"));
     for (std::string line; std::getline(in, line);) {
-      const Json j = Json::parse(line);
+      const JsonDoc j(line);
       out.push_back(j.find("eval") ? j.at("eval").at("loss").as_double()
                                    : j.at("loss").as_double());
     }
@@ -287,8 +287,8 @@ TEST_F(CliRunTest, ThirtyKillsInBfloat16LoseNothing) {
   ASSERT_EQ(run({"export", "whole", "whole.safetensors"}).code, 0);
   ASSERT_EQ(run({"export", "soak", "soak.safetensors"}).code, 0);
   EXPECT_EQ(read_file(dir_ / "whole.safetensors"), read_file(dir_ / "soak.safetensors"));
-  const Json a = Json::parse(read_file(dir_ / "whole" / "summary.json"));
-  const Json b = Json::parse(read_file(dir_ / "soak" / "summary.json"));
+  const JsonDoc a(read_file(dir_ / "whole" / "summary.json"));
+  const JsonDoc b(read_file(dir_ / "soak" / "summary.json"));
   EXPECT_EQ(a.at("final_loss").as_double(), b.at("final_loss").as_double());
   EXPECT_EQ(a.at("final_eval").at("loss").as_double(), b.at("final_eval").at("loss").as_double());
 }
@@ -342,14 +342,14 @@ TEST_F(CliRunTest, GptTinyLearnsBeyondByteFrequenciesAndGeneratesDeterministical
            "schedule.warmup_steps=10", "--set", "sample_tokens=40", "--run-dir", "gpt", "-q"});
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("sample (40 bytes, seed 1337):\nROMEO:"), std::string::npos) << r.output;
-  const Json summary = Json::parse(read_file(dir_ / "gpt" / "summary.json"));
+  const JsonDoc summary(read_file(dir_ / "gpt" / "summary.json"));
   const double val = summary.at("final_eval").at("loss").as_double();
   std::cout << "validation loss after 60 steps: " << val << " nats\n";
   EXPECT_LT(val, entropy - 0.4) << "the model uses the context";
   std::istringstream metrics(read_file(dir_ / "gpt" / "metrics.jsonl"));
   std::string line;
   std::getline(metrics, line);
-  EXPECT_GT(Json::parse(line).at("tokens_per_s").as_double(), 0.0) << line;
+  EXPECT_GT(JsonDoc(line).at("tokens_per_s").as_double(), 0.0) << line;
 
   const std::vector<std::string> gen = {"generate", "gpt",     "--prompt", "KING:",  "--tokens",
                                         "60",       "--top-k", "10",       "--seed", "3"};

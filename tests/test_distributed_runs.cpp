@@ -38,8 +38,8 @@ void expect_one_writer(const fs::path& file, int64_t last_step) {
   std::string line;
   int64_t expected = 1;
   while (std::getline(in, line)) {
-    const Json j = Json::parse(line);
-    if (const Json* s = j.find("step")) {
+    const JsonDoc j(line);
+    if (const auto s = j.find("step")) {
       EXPECT_EQ(s->as_int(), expected++) << line;
     }
   }

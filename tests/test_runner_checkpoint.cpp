@@ -24,6 +24,7 @@
 #include <limits>
 #include <memory>
 
+#include "json_doc.h"
 #include "runner/atomic_file.h"
 #include "runner/checkpoint.h"
 #include "runner/config.h"
@@ -244,9 +245,9 @@ TrainerState trainer_state(int64_t step) {
 // checksum's 16 hex digits read as '0'): every integrity check passes, only the values are forged.
 void forge(const std::string& src, const std::string& dst, const std::function<void(Json&)>& edit) {
   auto file = mt::runner::parse_safetensors(mt::runner::read_file_bytes(src), src);
-  Json meta = Json::parse(file.metadata.at("mantissa.checkpoint"));
+  Json meta = mt::runner::json::parse(file.metadata.at("mantissa.checkpoint"));
   edit(meta);
-  file.metadata["mantissa.checkpoint"] = meta.dump();
+  file.metadata["mantissa.checkpoint"] = mt::runner::json::dump(meta);
   file.metadata["mantissa.checksum"] = std::string(16, '0');
   std::string bytes = mt::runner::serialize_safetensors(file.tensors, file.metadata);
   const std::string key = "\"mantissa.checksum\":\"";
@@ -331,9 +332,8 @@ TEST(RunnerCheckpoint, ReadCheckpointWithoutAModel) {
   EXPECT_EQ(st.metadata.at("format"), "mantissa-checkpoint");
   EXPECT_NE(st.find("model.net2.bias"), nullptr);
   EXPECT_NE(st.find("optim.0.momentum_buffer"), nullptr);
-  EXPECT_EQ(
-      Json::parse(st.metadata.at("mantissa.checkpoint")).at("optimizer").at("name").as_string(),
-      "SGD");
+  EXPECT_EQ(JsonDoc(st.metadata.at("mantissa.checkpoint")).at("optimizer").at("name").as_string(),
+            "SGD");
   // Eval-style load: model only.
   ToyModel other;
   CheckpointParts only_model;
@@ -636,34 +636,35 @@ TEST(RunnerCheckpoint, ForgedValuesAreRefusedNamingTheField) {
         << "a refused load changed the model";
   };
   auto state = [](Json& meta) -> Json& { return meta["trainer_state"]; };
-  refused("step.ckpt", [&](Json& m) { state(m).set("step", -5); },
+  refused("step.ckpt", [&](Json& m) { state(m)["step"] = -5; },
           {"trainer_state.step is -5; expected an integer >= 0"});
-  refused("epoch.ckpt", [&](Json& m) { state(m).set("epoch", int64_t{1} << 62); },
+  refused("epoch.ckpt", [&](Json& m) { state(m)["epoch"] = int64_t{1} << 62; },
           {"trainer_state.epoch is 4611686018427387904; expected an integer in [0, step + 1 = 6]"});
-  refused("hash.ckpt", [](Json& m) { m.set("config_hash", ""); }, {"config_hash is empty"});
-  refused("step-string.ckpt", [&](Json& m) { state(m).set("step", "5"); },
+  refused("hash.ckpt", [](Json& m) { m["config_hash"] = ""; }, {"config_hash is empty"});
+  refused("step-string.ckpt", [&](Json& m) { state(m)["step"] = "5"; },
           {"trainer_state.step is \"5\""});
-  refused("index.ckpt", [&](Json& m) { state(m)["loader"].set("index", -1); },
+  refused("index.ckpt", [&](Json& m) { state(m)["loader"]["index"] = -1; },
           {"trainer_state.loader.index is -1"});
-  refused("loader-epoch.ckpt", [&](Json& m) { state(m)["loader"].set("epoch", 1); },
+  refused("loader-epoch.ckpt", [&](Json& m) { state(m)["loader"]["epoch"] = 1; },
           {"trainer_state.loader.epoch is 1 but trainer_state.epoch is 0"});
-  refused("skipped.ckpt", [&](Json& m) { state(m).set("steps_skipped", 6); },
+  refused("skipped.ckpt", [&](Json& m) { state(m)["steps_skipped"] = 6; },
           {"trainer_state.steps_skipped is 6; expected an integer in [0, step = 5]"});
-  refused("count.ckpt", [&](Json& m) { state(m).set("pending_loss_count", -1); },
+  refused("count.ckpt", [&](Json& m) { state(m)["pending_loss_count"] = -1; },
           {"trainer_state.pending_loss_count is -1"});
-  refused("wall.ckpt", [&](Json& m) { state(m).set("wall_time_s", -1.0); },
+  refused("wall.ckpt", [&](Json& m) { state(m)["wall_time_s"] = -1.0; },
           {"trainer_state.wall_time_s is -1"});
-  refused("state.ckpt", [](Json& m) { m.set("trainer_state", 3); },
+  refused("state.ckpt", [](Json& m) { m["trainer_state"] = 3; },
           {"trainer_state is 3; expected a JSON object"});
-  refused("no-loader.ckpt", [&](Json& m) { state(m) = Json::parse(R"({"step": 5, "epoch": 0})"); },
+  refused("no-loader.ckpt",
+          [&](Json& m) { state(m) = mt::runner::json::parse(R"({"step": 5, "epoch": 0})"); },
           {"trainer_state has no loader"});
-  refused("no-step.ckpt", [&](Json& m) { state(m) = Json::parse(R"({"loader": {}})"); },
+  refused("no-step.ckpt", [&](Json& m) { state(m) = mt::runner::json::parse(R"({"loader": {}})"); },
           {"trainer_state has no step"});
-  refused("seed-string.ckpt", [&](Json& m) { state(m)["loader"].set("seed", "7"); },
+  refused("seed-string.ckpt", [&](Json& m) { state(m)["loader"]["seed"] = "7"; },
           {"trainer_state.loader.seed is \"7\"; expected an integer"});
-  refused("precision.ckpt", [&](Json& m) { state(m).set("precision", 16); },
+  refused("precision.ckpt", [&](Json& m) { state(m)["precision"] = 16; },
           {"trainer_state.precision is 16; expected a string"});
-  refused("replicas.ckpt", [&](Json& m) { state(m)["loader"].set("num_replicas", 0); },
+  refused("replicas.ckpt", [&](Json& m) { state(m)["loader"]["num_replicas"] = 0; },
           {"trainer_state.loader.num_replicas is 0; expected an integer >= 1"});
 
   // A writer without a config hash records the hash of its config text, so none is empty.

@@ -18,8 +18,8 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "json_doc.h"
 #include "runner/atomic_file.h"
-#include "runner/json.h"
 #include "runner/output_target.h"
 #include "runner/safetensors.h"
 #include "test_models.h"
@@ -28,7 +28,7 @@
 namespace mt = mantissa;
 namespace nn = mantissa::nn;
 using mt::Tensor;
-using mt::runner::Json;
+using mt::runner::JsonView;
 using mt::runner::NamedTensors;
 using mt::testing::expect_close;
 using mt::testing::expect_error;
@@ -173,9 +173,9 @@ TEST(RunnerSafetensors, LoadsPyTorchWrittenFileWithExpectedValues) {
   const auto file = mt::runner::load_safetensors(source_path("tests/data/torch_toy.safetensors"));
   const std::string json_text =
       mt::runner::read_file_bytes(source_path("tests/data/torch_toy_expected.json"));
-  const Json expected = Json::parse(json_text, "torch_toy_expected.json");
+  const JsonDoc expected(json_text, "torch_toy_expected.json");
   EXPECT_EQ(file.metadata.at("framework"), "pytorch");
-  const auto& tensors = expected.at("tensors").as_object();
+  const auto tensors = expected.at("tensors").members();
   EXPECT_EQ(file.tensors.size(), tensors.size());
   for (const auto& [name, e] : tensors) {
     SCOPED_TRACE(name);
@@ -183,9 +183,9 @@ TEST(RunnerSafetensors, LoadsPyTorchWrittenFileWithExpectedValues) {
     ASSERT_NE(t, nullptr);
     EXPECT_EQ(std::string(mt::dtype_name(t->dtype())), e.at("dtype").as_string());
     std::vector<int64_t> dims;
-    for (const Json& d : e.at("shape").as_array()) dims.push_back(d.as_int());
+    for (const JsonView d : e.at("shape").elements()) dims.push_back(d.as_int());
     EXPECT_EQ(t->shape(), mt::Shape(dims));
-    const auto& values = e.at("values").as_array();
+    const JsonView values = e.at("values");
     ASSERT_EQ(static_cast<int64_t>(values.size()), t->numel());
     if (t->is_floating_point()) {
       const auto got = t->to_vector<double>();
@@ -202,10 +202,10 @@ TEST(RunnerSafetensors, LoadsPyTorchWrittenFileWithExpectedValues) {
   EXPECT_TRUE(report.missing_keys.empty());
   EXPECT_EQ(report.unexpected_keys.size(), 10u);  // the dtypes.*, scalar and empty tensors
   std::vector<float> x;
-  for (const Json& v : expected.at("toy_input").as_array())
+  for (const JsonView v : expected.at("toy_input").elements())
     x.push_back(static_cast<float>(v.as_double()));
   std::vector<float> y;
-  for (const Json& v : expected.at("toy_output").as_array())
+  for (const JsonView v : expected.at("toy_output").elements())
     y.push_back(static_cast<float>(v.as_double()));
   mt::autograd::NoGradGuard no_grad;
   const Tensor out = model.forward(mt::from_vector(x, mt::Shape{2, 10}));

@@ -14,6 +14,7 @@
 
 #include "engine/factory.h"
 #include "engine/generator.h"
+#include "json_doc.h"
 #include "nn/layers.h"
 #include "nn/loss.h"
 #include "nn/optim/adam.h"
@@ -21,7 +22,6 @@
 #include "nn/optim/sgd.h"
 #include "runner/checkpoint.h"
 #include "runner/data.h"
-#include "runner/json.h"
 #include "runner/metrics.h"
 #include "runner/metrics_json.h"
 #include "runner/peak_flops.h"
@@ -34,7 +34,6 @@
 namespace mt = mantissa;
 namespace fs = std::filesystem;
 using mt::Tensor;
-using mt::runner::Json;
 using mt::runner::Trainer;
 using mt::runner::TrainerOptions;
 
@@ -71,11 +70,11 @@ struct Recorder : mt::runner::Callback {
   }
 };
 
-std::vector<Json> read_jsonl(const fs::path& path) {
+std::vector<JsonDoc> read_jsonl(const fs::path& path) {
   std::ifstream in(path);
-  std::vector<Json> out;
+  std::vector<JsonDoc> out;
   std::string line;
-  while (std::getline(in, line)) out.push_back(Json::parse(line, path.string()));
+  while (std::getline(in, line)) out.emplace_back(line, path.string());
   return out;
 }
 
@@ -173,8 +172,8 @@ TEST(RunnerTrainer, RunDirectoryRecords) {
 
   const auto records = read_jsonl(dir.path / "metrics.jsonl");
   std::vector<int64_t> step_records, eval_records;
-  for (const Json& r : records) {
-    if (const Json* e = r.find("eval")) {
+  for (const JsonDoc& r : records) {
+    if (const auto e = r.find("eval")) {
       eval_records.push_back(e->at("step").as_int());
       EXPECT_TRUE(e->at("loss").is_number());
       continue;
@@ -195,7 +194,7 @@ TEST(RunnerTrainer, RunDirectoryRecords) {
                                                : records.back().at("lr").as_double(),
                    0.0125);
 
-  const Json summary = Json::parse(std::string(
+  const JsonDoc summary(std::string(
       std::istreambuf_iterator<char>(std::ifstream(dir.path / "summary.json").rdbuf()), {}));
   for (const char* key :
        {"final_loss", "best_loss", "steps", "steps_skipped", "wall_time_s", "peak_memory_bytes"})
@@ -326,7 +325,7 @@ void expect_resume_exact(const ResumeCase& c) {
   }
   const RunResult resumed = run(c, killed_dir.path.string(), -1, true);
   std::vector<int64_t> logged;
-  for (const Json& r : read_jsonl(killed_dir.path / "metrics.jsonl"))
+  for (const JsonDoc& r : read_jsonl(killed_dir.path / "metrics.jsonl"))
     logged.push_back(r.at("step").as_int());
   std::vector<int64_t> expected_steps(c.total);
   for (int64_t i = 0; i < c.total; ++i) expected_steps[i] = i + 1;
