@@ -245,6 +245,86 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& o, P par
   }
 }
 
+// The scheduler of the schedule's options; `run_steps` is the run's optimizer steps (what a
+// total_steps of 0 means). nullptr for `none`.
+std::shared_ptr<optim::LRScheduler> make_scheduler(const Config& c, optim::Optimizer& opt,
+                                                   int64_t run_steps) {
+  using Ptr = std::shared_ptr<optim::LRScheduler>;
+  auto steps_or_run = [run_steps](int64_t total) { return total > 0 ? total : run_steps; };
+  struct Make {
+    const Config& c;
+    optim::Optimizer& opt;
+    int64_t run_steps;
+    decltype(steps_or_run) steps;
+
+    Ptr operator()(const NoSchedule&) const { return nullptr; }
+    Ptr operator()(const StepSchedule& s) const {
+      return std::make_shared<optim::StepLR>(opt, s.step_size, s.gamma);
+    }
+    Ptr operator()(const CosineSchedule& s) const {
+      const int64_t total = steps(s.total_steps);
+      if (s.warmup_steps > total) {
+        c.fail("schedule.warmup_steps", "must be <= the run's " + std::to_string(total) + " steps");
+      }
+      return std::make_shared<optim::CosineWarmupLR>(opt, s.warmup_steps, total, s.min_lr);
+    }
+    Ptr operator()(const MultiStepSchedule& s) const {
+      if (s.milestones.empty()) c.fail("schedule.milestones", "multistep needs at least one step");
+      return std::make_shared<optim::MultiStepLR>(opt, s.milestones, s.gamma);
+    }
+    Ptr operator()(const ExponentialSchedule& s) const {
+      return std::make_shared<optim::ExponentialLR>(opt, s.gamma);
+    }
+    Ptr operator()(const CosineAnnealingSchedule& s) const {
+      return std::make_shared<optim::CosineAnnealingLR>(opt, steps(s.total_steps), s.min_lr);
+    }
+    Ptr operator()(const LinearSchedule& s) const {
+      return std::make_shared<optim::LinearLR>(opt, s.start_factor, s.end_factor, s.total_iters);
+    }
+    Ptr operator()(const OneCycleSchedule& s) const {
+      if (s.cycle_momentum && c.optimizer.type == "adagrad") {
+        c.fail("schedule.cycle_momentum",
+               "optimizer.type adagrad has no momentum to cycle; set it to false");
+      }
+      if (s.total_steps > 0 && s.total_steps < run_steps) {
+        c.fail("schedule.total_steps", "must be >= the run's " + std::to_string(run_steps) +
+                                           " steps (onecycle cannot step past its end)");
+      }
+      optim::OneCycleOptions o;
+      o.max_lr = {s.max_lr > 0 ? s.max_lr : c.optimizer.lr()};
+      o.total_steps = steps(s.total_steps);
+      o.pct_start = s.pct_start;
+      o.anneal_strategy = s.anneal_strategy;
+      o.cycle_momentum = s.cycle_momentum;
+      o.base_momentum = s.base_momentum;
+      o.max_momentum = s.max_momentum;
+      o.div_factor = s.div_factor;
+      o.final_div_factor = s.final_div_factor;
+      o.three_phase = s.three_phase;
+      return std::make_shared<optim::OneCycleLR>(opt, std::move(o));
+    }
+    Ptr operator()(const PlateauSchedule& s) const {
+      optim::PlateauOptions o;
+      o.mode = s.mode;
+      o.factor = s.factor;
+      o.patience = s.patience;
+      o.threshold = s.threshold;
+      o.threshold_mode = s.threshold_mode;
+      o.cooldown = s.cooldown;
+      o.min_lr = {s.min_lr};
+      o.eps = s.eps;
+      return std::make_shared<optim::ReduceLROnPlateau>(opt, std::move(o));
+    }
+  };
+  MT_CHECK(c.schedule.options.index() ==
+               static_cast<size_t>(
+                   std::find(kScheduleTypes.begin(), kScheduleTypes.end(), c.schedule.type) -
+                   kScheduleTypes.begin()),
+           "schedule.type is '", c.schedule.type,
+           "' but its options are another schedule's (ScheduleConfig::select() makes them agree)");
+  return std::visit(Make{c, opt, run_steps, steps_or_run}, c.schedule.options);
+}
+
 // A backend this build or this device cannot use is refused before anything runs.
 void check_distributed(const Config& c, Device device, const RunPlacement& placement) {
   if (placement.world_size == 1) return;
@@ -478,62 +558,7 @@ RunObjects build_run(const Config& c, std::string config_text, const RunPlacemen
     }
     total_steps = total_steps / accum + (total_steps % accum != 0 ? 1 : 0);  // as the Trainer's
   }
-  if (c.schedule.type == "step") {
-    r.scheduler =
-        std::make_shared<optim::StepLR>(*r.optimizer, c.schedule.step_size, c.schedule.gamma);
-  } else if (c.schedule.type == "cosine") {
-    const int64_t total = c.schedule.total_steps > 0 ? c.schedule.total_steps : total_steps;
-    if (c.schedule.warmup_steps > total) {
-      c.fail("schedule.warmup_steps", "must be <= the run's " + std::to_string(total) + " steps");
-    }
-    r.scheduler = std::make_shared<optim::CosineWarmupLR>(*r.optimizer, c.schedule.warmup_steps,
-                                                          total, c.schedule.min_lr);
-  }
-  const ScheduleConfig& sc = c.schedule;
-  if (sc.type == "multistep") {
-    if (sc.milestones.empty()) c.fail("schedule.milestones", "multistep needs at least one step");
-    r.scheduler = std::make_shared<optim::MultiStepLR>(*r.optimizer, sc.milestones, sc.gamma);
-  } else if (sc.type == "exponential") {
-    r.scheduler = std::make_shared<optim::ExponentialLR>(*r.optimizer, sc.gamma);
-  } else if (sc.type == "cosine_annealing") {
-    const int64_t t_max = sc.total_steps > 0 ? sc.total_steps : total_steps;
-    r.scheduler = std::make_shared<optim::CosineAnnealingLR>(*r.optimizer, t_max, sc.min_lr);
-  } else if (sc.type == "linear") {
-    r.scheduler = std::make_shared<optim::LinearLR>(*r.optimizer, sc.start_factor, sc.end_factor,
-                                                    sc.total_iters);
-  } else if (sc.type == "onecycle") {
-    if (sc.cycle_momentum && c.optimizer.type == "adagrad") {
-      c.fail("schedule.cycle_momentum",
-             "optimizer.type adagrad has no momentum to cycle; set it to false");
-    }
-    if (sc.total_steps > 0 && sc.total_steps < total_steps) {
-      c.fail("schedule.total_steps", "must be >= the run's " + std::to_string(total_steps) +
-                                         " steps (onecycle cannot step past its end)");
-    }
-    optim::OneCycleOptions o;
-    o.max_lr = {sc.max_lr > 0 ? sc.max_lr : c.optimizer.lr()};
-    o.total_steps = sc.total_steps > 0 ? sc.total_steps : total_steps;
-    o.pct_start = sc.pct_start;
-    o.anneal_strategy = sc.anneal_strategy;
-    o.cycle_momentum = sc.cycle_momentum;
-    o.base_momentum = sc.base_momentum;
-    o.max_momentum = sc.max_momentum;
-    o.div_factor = sc.div_factor;
-    o.final_div_factor = sc.final_div_factor;
-    o.three_phase = sc.three_phase;
-    r.scheduler = std::make_shared<optim::OneCycleLR>(*r.optimizer, std::move(o));
-  } else if (sc.type == "plateau") {
-    optim::PlateauOptions o;
-    o.mode = sc.mode;
-    o.factor = sc.factor;
-    o.patience = sc.patience;
-    o.threshold = sc.threshold;
-    o.threshold_mode = sc.threshold_mode;
-    o.cooldown = sc.cooldown;
-    o.min_lr = {sc.min_lr};
-    o.eps = sc.eps;
-    r.scheduler = std::make_shared<optim::ReduceLROnPlateau>(*r.optimizer, std::move(o));
-  }
+  r.scheduler = make_scheduler(c, *r.optimizer, total_steps);
 
   TrainerOptions& t = r.trainer_options;
   t.max_steps = c.steps;

@@ -30,6 +30,13 @@ void OptimizerConfig::select() {
   if (options.index() != i) options = schema::optimizer_defaults()[i];
 }
 
+void ScheduleConfig::select() {
+  const auto it = std::find(kScheduleTypes.begin(), kScheduleTypes.end(), type);
+  MT_CHECK(it != kScheduleTypes.end(), "schedule.type '", type, "' is not a schedule");
+  const size_t i = static_cast<size_t>(it - kScheduleTypes.begin());
+  if (options.index() != i) options = schema::variant_defaults<ScheduleOptions>()[i];
+}
+
 double OptimizerConfig::lr() const {
   return std::visit([](const auto& o) { return o.lr; }, options);
 }

@@ -147,34 +147,115 @@ struct OptimizerConfig {
   double weight_decay() const;
 };
 
+// The lr schedule: `type` names it, and `options` holds that schedule's keys. Each struct lists
+// its keys once in `each` (as the optimizers' options structs do), and config_schema.h describes
+// each key once; which schedules take a key comes from the structs.
+struct NoSchedule {
+  template <typename Self, typename F>
+  static void each(Self&, F&&) {}
+};
+struct StepSchedule {  // StepLR
+  int64_t step_size = 100;
+  double gamma = 0.1;
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("step_size", s.step_size), f("gamma", s.gamma);
+  }
+};
+struct CosineSchedule {  // linear warmup, then cosine decay (optim::CosineWarmupLR)
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;  // 0: the run's total steps
+  double min_lr = 0.0;
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("warmup_steps", s.warmup_steps), f("total_steps", s.total_steps), f("min_lr", s.min_lr);
+  }
+};
+struct MultiStepSchedule {  // MultiStepLR
+  double gamma = 0.1;
+  std::vector<int64_t> milestones;
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("gamma", s.gamma), f("milestones", s.milestones);
+  }
+};
+struct ExponentialSchedule {  // ExponentialLR
+  double gamma = 0.1;
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("gamma", s.gamma);
+  }
+};
+struct CosineAnnealingSchedule {  // CosineAnnealingLR: T_max, eta_min
+  int64_t total_steps = 0;        // 0: the run's total steps
+  double min_lr = 0.0;
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("total_steps", s.total_steps), f("min_lr", s.min_lr);
+  }
+};
+struct LinearSchedule {  // LinearLR
+  double start_factor = 1.0 / 3.0;
+  double end_factor = 1.0;
+  int64_t total_iters = 5;
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("start_factor", s.start_factor), f("end_factor", s.end_factor),
+        f("total_iters", s.total_iters);
+  }
+};
+struct OneCycleSchedule {   // OneCycleLR
+  int64_t total_steps = 0;  // 0: the run's total steps
+  double max_lr = 0.0;      // 0: optimizer.lr
+  double pct_start = 0.3;
+  std::string anneal_strategy = "cos";
+  bool three_phase = false;
+  double div_factor = 25.0;
+  double final_div_factor = 1e4;
+  bool cycle_momentum = true;
+  double base_momentum = 0.85;
+  double max_momentum = 0.95;
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("total_steps", s.total_steps), f("max_lr", s.max_lr), f("pct_start", s.pct_start),
+        f("anneal_strategy", s.anneal_strategy), f("three_phase", s.three_phase),
+        f("div_factor", s.div_factor), f("final_div_factor", s.final_div_factor),
+        f("cycle_momentum", s.cycle_momentum), f("base_momentum", s.base_momentum),
+        f("max_momentum", s.max_momentum);
+  }
+};
+struct PlateauSchedule {  // ReduceLROnPlateau
+  double min_lr = 0.0;
+  std::string mode = "min";
+  double factor = 0.1;
+  int64_t patience = 10;
+  double threshold = 1e-4;
+  std::string threshold_mode = "rel";
+  int64_t cooldown = 0;
+  double eps = 1e-8;
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("min_lr", s.min_lr), f("mode", s.mode), f("factor", s.factor), f("patience", s.patience),
+        f("threshold", s.threshold), f("threshold_mode", s.threshold_mode),
+        f("cooldown", s.cooldown), f("eps", s.eps);
+  }
+};
+
+inline const std::vector<std::string> kScheduleTypes = {
+    "none",   "step",     "cosine", "multistep", "exponential", "cosine_annealing",
+    "linear", "onecycle", "plateau"};
+// In kScheduleTypes' order.
+using ScheduleOptions =
+    std::variant<NoSchedule, StepSchedule, CosineSchedule, MultiStepSchedule, ExponentialSchedule,
+                 CosineAnnealingSchedule, LinearSchedule, OneCycleSchedule, PlateauSchedule>;
+
 struct ScheduleConfig {
-  std::string type = "none";  // none step cosine multistep exponential cosine_annealing linear
-                              // onecycle plateau
-  int64_t step_size = 100;    // step
-  double gamma = 0.1;         // step
-  int64_t warmup_steps = 0;   // cosine
-  int64_t total_steps = 0;    // cosine; 0: the run's total steps
-  double min_lr = 0.0;        // cosine, cosine_annealing (eta_min), plateau
-  std::vector<int64_t> milestones;      // multistep
-  double start_factor = 1.0 / 3.0;      // linear
-  double end_factor = 1.0;              // linear
-  int64_t total_iters = 5;              // linear
-  double max_lr = 0.0;                  // onecycle; 0: optimizer.lr
-  double pct_start = 0.3;               // onecycle
-  std::string anneal_strategy = "cos";  // onecycle
-  bool three_phase = false;             // onecycle
-  double div_factor = 25.0;             // onecycle
-  double final_div_factor = 1e4;        // onecycle
-  bool cycle_momentum = true;           // onecycle
-  double base_momentum = 0.85;          // onecycle
-  double max_momentum = 0.95;           // onecycle
-  std::string mode = "min";             // plateau
-  double factor = 0.1;                  // plateau
-  int64_t patience = 10;                // plateau
-  double threshold = 1e-4;              // plateau
-  std::string threshold_mode = "rel";   // plateau
-  int64_t cooldown = 0;                 // plateau
-  double eps = 1e-8;                    // plateau
+  std::string type = "none";
+  ScheduleOptions options;  // the alternative `type` names
+
+  // Makes `options` the alternative `type` names (default options when it was another); throws
+  // for a type that is not one of kScheduleTypes.
+  void select();
 };
 
 struct ScalerConfig {

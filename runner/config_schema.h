@@ -16,105 +16,17 @@
 //   v.section(name, S&, help)                a nested map, walked with describe(v, S&)
 #pragma once
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <string>
 #include <string_view>
-#include <type_traits>
-#include <utility>
 #include <variant>
 #include <vector>
 
 #include "runner/config.h"
+#include "runner/config_keys.h"
 
 namespace mantissa::runner::schema {
-
-// A closed or open interval for numbers; the message names it ("must be in [0, 1)").
-struct Range {
-  double lo = -std::numeric_limits<double>::infinity();
-  double hi = std::numeric_limits<double>::infinity();
-  bool lo_open = false, hi_open = false;
-  bool contains(double v) const {
-    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-  }
-  bool bounded() const { return std::isfinite(lo) || std::isfinite(hi); }
-};
-
-// One key. T is int64_t, uint64_t, double, bool, std::optional<bool> (true/false/auto),
-// std::string (free text, or a choice with one_of), DType (a choice), char (one character),
-// std::vector<std::string>, std::vector<int64_t> (sizes), std::vector<double> (a number or a
-// list), std::pair<double, double> or std::vector<LayerSpec>.
-template <typename T>
-struct Key {
-  Key(const char* name, T& member) : name(name), member(&member) {}
-
-  const char* name;
-  T* member;
-  std::string help;
-  std::vector<std::string> only;  // values of the section's selector it applies to; empty: all
-  bool is_selector = false;       // the section's `type`: later keys' `only` refers to its value
-  bool is_required = false;
-  bool omit_empty = false;  // left out of resolved.yaml while empty
-  Range range{};            // numbers, and each number of a list
-  int64_t min_int = std::numeric_limits<int64_t>::min();
-  int64_t max_int = std::numeric_limits<int64_t>::max();
-  std::vector<std::string> choices;                 // std::string and DType
-  std::vector<std::pair<std::string, T>> per_type;  // defaults that depend on the selector
-  std::function<T()> computed_default;              // a default taken from another key
-  std::string default_help;                         // the docs' default column, when not *member
-  std::function<std::string(const T&)> check;       // "" or the problem with the value
-  std::string check_help;                           // the docs' range column for `check`
-
-  Key& doc(std::string text) { return help = std::move(text), *this; }
-  Key& applies_to(std::vector<std::string> types) { return only = std::move(types), *this; }
-  Key& selector() { return is_selector = true, *this; }
-  Key& required() { return is_required = true, *this; }
-  Key& optional_output() { return omit_empty = true, *this; }
-  Key& in(Range r) { return range = r, *this; }
-  Key& positive() { return in(Range{0, std::numeric_limits<double>::infinity(), true, false}); }
-  Key& non_negative() { return in(Range{0, std::numeric_limits<double>::infinity()}); }
-  Key& at_least(int64_t lo) { return min_int = lo, *this; }
-  Key& between(int64_t lo, int64_t hi) { return min_int = lo, max_int = hi, *this; }
-  Key& one_of(std::vector<std::string> c) { return choices = std::move(c), *this; }
-  Key& default_for(std::vector<std::string> types, T value) {
-    for (auto& t : types) per_type.emplace_back(std::move(t), value);
-    return *this;
-  }
-  Key& default_from(std::function<T()> f, std::string text) {
-    computed_default = std::move(f), default_help = std::move(text);
-    return *this;
-  }
-  Key& default_text(std::string text) { return default_help = std::move(text), *this; }
-  Key& checked(std::function<std::string(const T&)> f, std::string text) {
-    check = std::move(f), check_help = std::move(text);
-    return *this;
-  }
-
-  bool applies(const std::string& type) const {
-    if (only.empty()) return true;
-    for (const auto& o : only) {
-      if (o == type) return true;
-    }
-    return false;
-  }
-};
-
-template <typename T>
-Key<T> key(const char* name, T& member) {
-  return Key<T>(name, member);
-}
-
-// A check across keys, run once the keys before it are read: `ok()` false reports `problem` on
-// `key` (the key's value and line in the message).
-struct Rule {
-  const char* key;
-  std::vector<std::string> only;
-  std::function<bool()> ok;
-  std::string problem;
-};
 
 // ---- the declarations ---------------------------------------------------------------------------
 
@@ -465,21 +377,10 @@ void describe(V& v, LossConfig& l) {
               .doc("the targets are log-probabilities"));
 }
 
-// The optimizer's keys, in resolved.yaml's order, with their checks and documentation. Which
-// optimizers take a key, its type and its default for each come from the options structs
-// (nn/optim/*.h, their `each`), so a hyperparameter is a member there and a line here. A key
-// added later is left out of resolved.yaml while it has its default (`optional`), so the config
-// hash of every existing run stays as it was.
-struct OptimizerKey {
-  const char* name;
-  Range range;
-  const char* help;
-  std::vector<std::string> not_for = {};  // types whose options have the field, but not the key
-  bool optional = false;
-};
-inline const std::vector<OptimizerKey>& optimizer_keys() {
+// The optimizer's keys (nn/optim/*.h: the options structs).
+inline const std::vector<VariantKey>& optimizer_keys() {
   constexpr double inf = std::numeric_limits<double>::infinity();
-  static const std::vector<OptimizerKey> keys = {
+  static const std::vector<VariantKey> keys = {
       {"lr", Range{0, inf, true, false}, "learning rate"},
       {"weight_decay", Range{0, inf}, "L2 penalty (adamw: decoupled)"},
       {"maximize", Range{}, "ascend the objective"},
@@ -508,89 +409,15 @@ inline const std::vector<OptimizerKey>& optimizer_keys() {
 
 // Each optimizer's default options, in kOptimizerTypes' order.
 inline const std::vector<OptimizerOptions>& optimizer_defaults() {
-  static const std::vector<OptimizerOptions> all = [] {
-    std::vector<OptimizerOptions> v;
-    [&v]<size_t... I>(std::index_sequence<I...>) { (v.emplace_back(std::in_place_index<I>), ...); }
-    (std::make_index_sequence<std::variant_size_v<OptimizerOptions>>());
-    return v;
-  }();
-  return all;
-}
-
-// The member named `name` of the options held, if it has one of type T.
-template <typename T, typename Options>
-auto* option_member(Options& options, const char* name) {
-  using Ptr = std::conditional_t<std::is_const_v<Options>, const T*, T*>;
-  Ptr found = nullptr;
-  std::visit(
-      [&](auto& opts) {
-        std::decay_t<decltype(opts)>::each(opts, [&](const char* n, auto& member) {
-          if constexpr (std::is_same_v<std::decay_t<decltype(member)>, T>) {
-            if (std::string_view(n) == name) found = &member;
-          }
-        });
-      },
-      options);
-  return found;
-}
-
-// One optimizer key of type T: bound to the held options' member, or (for the types that lack
-// it) to a stand-in with the first type's default; applies to the types whose options have it,
-// with their defaults where they differ from the first's.
-template <typename T, typename V>
-void optimizer_key(V& v, OptimizerConfig& o, const OptimizerKey& row) {
-  std::vector<std::string> types;
-  std::vector<T> defaults;
-  for (size_t i = 0; i < optimizer_defaults().size(); ++i) {
-    const T* d = option_member<T>(optimizer_defaults()[i], row.name);
-    if (d != nullptr && std::find(row.not_for.begin(), row.not_for.end(), kOptimizerTypes[i]) ==
-                            row.not_for.end()) {
-      types.push_back(kOptimizerTypes[i]);
-      defaults.push_back(*d);
-    }
-  }
-  T stand_in = defaults.front();
-  T* held = option_member<T>(o.options, row.name);
-  Key<T> k(row.name, held != nullptr ? *held : stand_in);
-  k.doc(row.help);
-  k.in(row.range);
-  if (row.optional) k.optional_output();
-  if (types.size() < kOptimizerTypes.size()) k.applies_to(types);
-  std::vector<bool> grouped(types.size(), false);
-  for (size_t i = 1; i < types.size(); ++i) {
-    if (grouped[i] || defaults[i] == defaults.front()) continue;
-    std::vector<std::string> same{types[i]};
-    for (size_t j = i + 1; j < types.size(); ++j) {
-      if (!grouped[j] && defaults[j] == defaults[i]) {
-        same.push_back(types[j]);
-        grouped[j] = true;
-      }
-    }
-    k.default_for(same, defaults[i]);
-  }
-  v.field(k);
+  return variant_defaults<OptimizerOptions>();
 }
 
 template <typename V>
 void describe(V& v, OptimizerConfig& o) {
   v.field(key("type", o.type).selector().one_of(kOptimizerTypes).doc("the optimizer"));
   o.select();
-  for (const OptimizerKey& row : optimizer_keys()) {
-    // The key's type is its member's in the first options struct that has it.
-    bool done = false;
-    for (const OptimizerOptions& d : optimizer_defaults()) {
-      std::visit(
-          [&](const auto& opts) {
-            std::decay_t<decltype(opts)>::each(opts, [&](const char* n, const auto& member) {
-              if (done || std::string_view(n) != row.name) return;
-              done = true;
-              optimizer_key<std::decay_t<decltype(member)>>(v, o, row);
-            });
-          },
-          d);
-      if (done) break;
-    }
-    if (std::string_view(row.name) == "nesterov") {
+  variant_keys(v, o.options, kOptimizerTypes, optimizer_keys(), [&](std::string_view name) {
+    if (name == "nesterov") {
       v.rule({"nesterov",
               {"sgd"},
               [&o] {
@@ -599,7 +426,7 @@ void describe(V& v, OptimizerConfig& o) {
               },
               "needs optimizer.momentum > 0 and dampening 0"});
     }
-  }
+  });
   v.field(key("decay_min_ndim", o.decay_min_ndim)
               .at_least(0)
               .optional_output()
@@ -608,120 +435,89 @@ void describe(V& v, OptimizerConfig& o) {
                    "all"));
 }
 
+// The lr schedule's keys (config.h: the schedule structs).
+inline const std::vector<VariantKey>& schedule_keys() {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  static const std::vector<VariantKey> keys = {
+      {.name = "step_size",
+       .help = "multiply the lr by `gamma` every `step_size` steps",
+       .min_int = 1},
+      {.name = "gamma",
+       .range = Range{0, inf, true, false},
+       .help = "the factor (`exponential`: every step)"},
+      {.name = "milestones",
+       .help = "steps at which the lr is multiplied by `gamma`",
+       .optional = true,
+       .default_text = "none (required for multistep)"},
+      {.name = "warmup_steps", .help = "linear warmup from lr/W to lr", .min_int = 0},
+      {.name = "total_steps", .help = "end of the decay (0: the run's total steps)", .min_int = 0},
+      {.name = "min_lr",
+       .range = Range{0, inf},
+       .help = "`cosine`: the lr at and after `total_steps`; `cosine_annealing`: eta_min; "
+               "`plateau`: the lr is never reduced below it"},
+      {.name = "start_factor",
+       .range = Range{0, 1, true, false},
+       .help = "lr factor of the first step"},
+      {.name = "end_factor", .range = Range{0, 1}, .help = "lr factor from `total_iters` on"},
+      {.name = "total_iters", .help = "steps from `start_factor` to `end_factor`", .min_int = 0},
+      {.name = "max_lr", .range = Range{0, inf}, .help = "peak lr (0: optimizer.lr)"},
+      {.name = "pct_start",
+       .range = Range{0, 1},
+       .help = "fraction of the steps spent raising the lr"},
+      {.name = "anneal_strategy", .help = "shape of each phase", .choices = {"cos", "linear"}},
+      {.name = "three_phase", .help = "back down to the start lr before the final decay"},
+      {.name = "div_factor",
+       .range = Range{0, inf, true, false},
+       .help = "start lr = max_lr / div_factor"},
+      {.name = "final_div_factor",
+       .range = Range{0, inf, true, false},
+       .help = "final lr = start lr / final_div_factor"},
+      {.name = "cycle_momentum",
+       .help = "move the momentum (sgd, rmsprop) or beta1 (adam, adamw, nadam, radam) against "
+               "the lr"},
+      {.name = "base_momentum", .range = Range{0, 1}, .help = "momentum at the lr's peak"},
+      {.name = "max_momentum", .range = Range{0, 1}, .help = "momentum at the lr's lowest"},
+      {.name = "mode",
+       .help = "whether the watched loss should fall or rise",
+       .choices = {"min", "max"}},
+      {.name = "factor", .range = Range{0, 1, false, true}, .help = "lr multiplier on a plateau"},
+      {.name = "patience",
+       .help = "steps without improvement before the lr is reduced",
+       .min_int = 0},
+      {.name = "threshold",
+       .range = Range{0, inf},
+       .help = "smallest change that counts as an improvement"},
+      {.name = "threshold_mode",
+       .help = "`threshold` relative to the best value or absolute",
+       .choices = {"rel", "abs"}},
+      {.name = "cooldown",
+       .help = "steps to wait after a reduction before counting again",
+       .min_int = 0},
+      {.name = "eps", .range = Range{0, inf}, .help = "lr changes smaller than this are not made"},
+  };
+  return keys;
+}
+
 template <typename V>
 void describe(V& v, ScheduleConfig& s) {
   v.field(key("type", s.type)
               .selector()
-              .one_of({"none", "step", "cosine", "multistep", "exponential", "cosine_annealing",
-                       "linear", "onecycle", "plateau"})
+              .one_of(kScheduleTypes)
               .doc("lr schedule (PyTorch's StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, "
                    "LinearLR, OneCycleLR, ReduceLROnPlateau; `cosine`: linear warmup then cosine "
                    "decay)"));
-  v.field(key("step_size", s.step_size)
-              .applies_to({"step"})
-              .at_least(1)
-              .doc("multiply the lr by `gamma` every `step_size` steps"));
-  v.field(key("gamma", s.gamma)
-              .applies_to({"step", "multistep", "exponential"})
-              .positive()
-              .doc("the factor (`exponential`: every step)"));
-  v.field(key("milestones", s.milestones)
-              .applies_to({"multistep"})
-              .optional_output()
-              .default_text("none (required for multistep)")
-              .doc("steps at which the lr is multiplied by `gamma`"));
-  v.field(key("warmup_steps", s.warmup_steps)
-              .applies_to({"cosine"})
-              .at_least(0)
-              .doc("linear warmup from lr/W to lr"));
-  v.field(key("total_steps", s.total_steps)
-              .applies_to({"cosine", "cosine_annealing", "onecycle"})
-              .at_least(0)
-              .doc("end of the decay (0: the run's total steps)"));
-  v.rule({"warmup_steps",
-          {"cosine"},
-          [&s] { return s.total_steps == 0 || s.warmup_steps <= s.total_steps; },
-          "must be <= schedule.total_steps"});
-  v.field(key("min_lr", s.min_lr)
-              .applies_to({"cosine", "cosine_annealing", "plateau"})
-              .non_negative()
-              .doc("`cosine`: the lr at and after `total_steps`; `cosine_annealing`: eta_min; "
-                   "`plateau`: the lr is never reduced below it"));
-  v.field(key("start_factor", s.start_factor)
-              .applies_to({"linear"})
-              .in(Range{0, 1, true, false})
-              .doc("lr factor of the first step"));
-  v.field(key("end_factor", s.end_factor)
-              .applies_to({"linear"})
-              .in(Range{0, 1})
-              .doc("lr factor from `total_iters` on"));
-  v.field(key("total_iters", s.total_iters)
-              .applies_to({"linear"})
-              .at_least(0)
-              .doc("steps from `start_factor` to `end_factor`"));
-  v.field(key("max_lr", s.max_lr)
-              .applies_to({"onecycle"})
-              .non_negative()
-              .doc("peak lr (0: optimizer.lr)"));
-  v.field(key("pct_start", s.pct_start)
-              .applies_to({"onecycle"})
-              .in(Range{0, 1})
-              .doc("fraction of the steps spent raising the lr"));
-  v.field(key("anneal_strategy", s.anneal_strategy)
-              .applies_to({"onecycle"})
-              .one_of({"cos", "linear"})
-              .doc("shape of each phase"));
-  v.field(key("three_phase", s.three_phase)
-              .applies_to({"onecycle"})
-              .doc("back down to the start lr before the final decay"));
-  v.field(key("div_factor", s.div_factor)
-              .applies_to({"onecycle"})
-              .positive()
-              .doc("start lr = max_lr / div_factor"));
-  v.field(key("final_div_factor", s.final_div_factor)
-              .applies_to({"onecycle"})
-              .positive()
-              .doc("final lr = start lr / final_div_factor"));
-  v.field(key("cycle_momentum", s.cycle_momentum)
-              .applies_to({"onecycle"})
-              .doc("move the momentum (sgd, rmsprop) or beta1 (adam, adamw, nadam, radam) "
-                   "against the lr"));
-  v.field(key("base_momentum", s.base_momentum)
-              .applies_to({"onecycle"})
-              .in(Range{0, 1})
-              .doc("momentum at the lr's peak"));
-  v.field(key("max_momentum", s.max_momentum)
-              .applies_to({"onecycle"})
-              .in(Range{0, 1})
-              .doc("momentum at the lr's lowest"));
-  v.field(key("mode", s.mode)
-              .applies_to({"plateau"})
-              .one_of({"min", "max"})
-              .doc("whether the watched loss should fall or rise"));
-  v.field(key("factor", s.factor)
-              .applies_to({"plateau"})
-              .in(Range{0, 1, false, true})
-              .doc("lr multiplier on a plateau"));
-  v.field(key("patience", s.patience)
-              .applies_to({"plateau"})
-              .at_least(0)
-              .doc("steps without improvement before the lr is reduced"));
-  v.field(key("threshold", s.threshold)
-              .applies_to({"plateau"})
-              .non_negative()
-              .doc("smallest change that counts as an improvement"));
-  v.field(key("threshold_mode", s.threshold_mode)
-              .applies_to({"plateau"})
-              .one_of({"rel", "abs"})
-              .doc("`threshold` relative to the best value or absolute"));
-  v.field(key("cooldown", s.cooldown)
-              .applies_to({"plateau"})
-              .at_least(0)
-              .doc("steps to wait after a reduction before counting again"));
-  v.field(key("eps", s.eps)
-              .applies_to({"plateau"})
-              .non_negative()
-              .doc("lr changes smaller than this are not made"));
+  s.select();
+  variant_keys(v, s.options, kScheduleTypes, schedule_keys(), [&](std::string_view name) {
+    if (name == "total_steps") {
+      v.rule({"warmup_steps",
+              {"cosine"},
+              [&s] {
+                const auto* c = std::get_if<CosineSchedule>(&s.options);
+                return c == nullptr || c->total_steps == 0 || c->warmup_steps <= c->total_steps;
+              },
+              "must be <= schedule.total_steps"});
+    }
+  });
 }
 
 template <typename V>

@@ -130,7 +130,7 @@ scaler: {enabled: true, init_scale: 128}
   EXPECT_EQ(back.optimizer.lr(), 0.1);
   EXPECT_EQ(std::get<mantissa::optim::AdamWOptions>(back.optimizer.options).betas.second, 0.95);
   EXPECT_EQ(std::get<mantissa::optim::AdamWOptions>(back.optimizer.options).eps, 1e-7);
-  EXPECT_EQ(back.schedule.min_lr, 1e-5);
+  EXPECT_EQ(std::get<rn::CosineSchedule>(back.schedule.options).min_lr, 1e-5);
   ASSERT_EQ(back.model.layers.size(), 7u);
   EXPECT_EQ(back.model.layers[6].name, "head");
   EXPECT_FALSE(back.model.layers[6].bias);

@@ -472,6 +472,32 @@ TEST(RunnerConfigSchema, EveryOptimizerOptionIsAKeyOfItsTypes) {
   }
 }
 
+// The same for the lr schedule: each key applies to the schedules whose struct has it.
+TEST(RunnerConfigSchema, EveryScheduleOptionIsAKeyOfItsTypes) {
+  std::map<std::string, std::vector<std::string>> declared;
+  KeyTypes collect{&declared};
+  rn::ScheduleConfig s;
+  schema::describe(collect, s);
+  std::map<std::string, std::vector<std::string>> fields;
+  for (size_t i = 0; i < rn::kScheduleTypes.size(); ++i) {
+    std::visit(
+        [&](const auto& opts) {
+          std::decay_t<decltype(opts)>::each(opts, [&](const char* name, const auto&) {
+            fields[name].push_back(rn::kScheduleTypes[i]);
+          });
+        },
+        schema::variant_defaults<rn::ScheduleOptions>()[i]);
+  }
+  EXPECT_EQ(declared, fields);
+  // A config's type selects its struct.
+  for (size_t i = 0; i < rn::kScheduleTypes.size(); ++i) {
+    const std::string milestones = rn::kScheduleTypes[i] == "multistep" ? ", milestones: [3]" : "";
+    const rn::Config c = rn::parse_config(
+        "schedule: {type: " + rn::kScheduleTypes[i] + milestones + "}\n", "<defaults>");
+    EXPECT_EQ(c.schedule.options.index(), i) << rn::kScheduleTypes[i];
+  }
+}
+
 // docs/configs.md holds config_reference_markdown() between two markers, so that every declared
 // key is documented with its declared default, checks and types. MANTISSA_UPDATE_DOCS=1 rewrites
 // the block.

@@ -1,0 +1,217 @@
+// The pieces a run-config schema is written with (runner/config_schema.h): a key (Key: its member,
+// checks, the types it applies to, its documentation), a check across keys (Rule), and the rows
+// of a section whose options are a variant of per-type structs (VariantKey, variant_keys).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace mantissa::runner::schema {
+
+// A closed or open interval for numbers; the message names it ("must be in [0, 1)").
+struct Range {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false, hi_open = false;
+  bool contains(double v) const {
+    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  }
+  bool bounded() const { return std::isfinite(lo) || std::isfinite(hi); }
+};
+
+// One key. T is int64_t, uint64_t, double, bool, std::optional<bool> (true/false/auto),
+// std::string (free text, or a choice with one_of), DType (a choice), char (one character),
+// std::vector<std::string>, std::vector<int64_t> (sizes), std::vector<double> (a number or a
+// list), std::pair<double, double> or std::vector<LayerSpec>.
+template <typename T>
+struct Key {
+  Key(const char* name, T& member) : name(name), member(&member) {}
+
+  const char* name;
+  T* member;
+  std::string help;
+  std::vector<std::string> only;  // values of the section's selector it applies to; empty: all
+  bool is_selector = false;       // the section's `type`: later keys' `only` refers to its value
+  bool is_required = false;
+  bool omit_empty = false;  // left out of resolved.yaml while empty
+  Range range{};            // numbers, and each number of a list
+  int64_t min_int = std::numeric_limits<int64_t>::min();
+  int64_t max_int = std::numeric_limits<int64_t>::max();
+  std::vector<std::string> choices;                 // std::string and DType
+  std::vector<std::pair<std::string, T>> per_type;  // defaults that depend on the selector
+  std::function<T()> computed_default;              // a default taken from another key
+  std::string default_help;                         // the docs' default column, when not *member
+  std::function<std::string(const T&)> check;       // "" or the problem with the value
+  std::string check_help;                           // the docs' range column for `check`
+
+  Key& doc(std::string text) { return help = std::move(text), *this; }
+  Key& applies_to(std::vector<std::string> types) { return only = std::move(types), *this; }
+  Key& selector() { return is_selector = true, *this; }
+  Key& required() { return is_required = true, *this; }
+  Key& optional_output() { return omit_empty = true, *this; }
+  Key& in(Range r) { return range = r, *this; }
+  Key& positive() { return in(Range{0, std::numeric_limits<double>::infinity(), true, false}); }
+  Key& non_negative() { return in(Range{0, std::numeric_limits<double>::infinity()}); }
+  Key& at_least(int64_t lo) { return min_int = lo, *this; }
+  Key& between(int64_t lo, int64_t hi) { return min_int = lo, max_int = hi, *this; }
+  Key& one_of(std::vector<std::string> c) { return choices = std::move(c), *this; }
+  Key& default_for(std::vector<std::string> types, T value) {
+    for (auto& t : types) per_type.emplace_back(std::move(t), value);
+    return *this;
+  }
+  Key& default_from(std::function<T()> f, std::string text) {
+    computed_default = std::move(f), default_help = std::move(text);
+    return *this;
+  }
+  Key& default_text(std::string text) { return default_help = std::move(text), *this; }
+  Key& checked(std::function<std::string(const T&)> f, std::string text) {
+    check = std::move(f), check_help = std::move(text);
+    return *this;
+  }
+
+  bool applies(const std::string& type) const {
+    if (only.empty()) return true;
+    for (const auto& o : only) {
+      if (o == type) return true;
+    }
+    return false;
+  }
+};
+
+template <typename T>
+Key<T> key(const char* name, T& member) {
+  return Key<T>(name, member);
+}
+
+// A check across keys, run once the keys before it are read: `ok()` false reports `problem` on
+// `key` (the key's value and line in the message).
+struct Rule {
+  const char* key;
+  std::vector<std::string> only;
+  std::function<bool()> ok;
+  std::string problem;
+};
+
+// ---- sections whose options are a variant of per-type structs (optimizer, schedule) ----------
+//
+// The section holds `type` and `options`, a std::variant with one options struct per type, each
+// listing its fields once in a static `each`. Its keys are rows, in resolved.yaml's order, with
+// their checks and documentation; which types take a key, its C++ type and its default for each
+// type come from the structs, so a new option is a member there and a row here. A key added later
+// is left out of resolved.yaml while it has its default (`optional`), so the config hash of every
+// existing run stays as it was.
+struct VariantKey {
+  const char* name = nullptr;
+  Range range = {};  // numbers
+  const char* help = "";
+  std::vector<std::string> not_for = {};  // types whose options have the field, but not the key
+  bool optional = false;
+  int64_t min_int = std::numeric_limits<int64_t>::min();  // integers
+  std::vector<std::string> choices = {};                  // strings
+  const char* default_text = nullptr;                     // the docs' default, when not the value
+};
+
+// Each type's default options, in the variant's order.
+template <typename Variant>
+const std::vector<Variant>& variant_defaults() {
+  static const std::vector<Variant> all = [] {
+    std::vector<Variant> v;
+    [&v]<size_t... I>(std::index_sequence<I...>) { (v.emplace_back(std::in_place_index<I>), ...); }
+    (std::make_index_sequence<std::variant_size_v<Variant>>());
+    return v;
+  }();
+  return all;
+}
+
+// The member named `name` of the options held, if it has one of type T.
+template <typename T, typename Options>
+auto* option_member(Options& options, const char* name) {
+  using Ptr = std::conditional_t<std::is_const_v<Options>, const T*, T*>;
+  Ptr found = nullptr;
+  std::visit(
+      [&](auto& opts) {
+        std::decay_t<decltype(opts)>::each(opts, [&](const char* n, auto& member) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(member)>, T>) {
+            if (std::string_view(n) == name) found = &member;
+          }
+        });
+      },
+      options);
+  return found;
+}
+
+// One key of type T: bound to the held options' member, or (for the types that lack it) to a
+// stand-in with the first type's default; applies to the types whose options have it, with their
+// defaults where they differ from the first's.
+template <typename T, typename V, typename Variant>
+void variant_key(V& v, Variant& held, const std::vector<std::string>& types,
+                 const VariantKey& row) {
+  std::vector<std::string> takers;
+  std::vector<T> defaults;
+  for (size_t i = 0; i < types.size(); ++i) {
+    const T* d = option_member<T>(variant_defaults<Variant>()[i], row.name);
+    if (d != nullptr &&
+        std::find(row.not_for.begin(), row.not_for.end(), types[i]) == row.not_for.end()) {
+      takers.push_back(types[i]);
+      defaults.push_back(*d);
+    }
+  }
+  T stand_in = defaults.front();
+  T* member = option_member<T>(held, row.name);
+  Key<T> k(row.name, member != nullptr ? *member : stand_in);
+  k.doc(row.help);
+  k.in(row.range);
+  if (row.min_int != std::numeric_limits<int64_t>::min()) k.at_least(row.min_int);
+  if (!row.choices.empty()) k.one_of(row.choices);
+  if (row.optional) k.optional_output();
+  if (row.default_text != nullptr) k.default_text(row.default_text);
+  if (takers.size() < types.size()) k.applies_to(takers);
+  std::vector<bool> grouped(takers.size(), false);
+  for (size_t i = 1; i < takers.size(); ++i) {
+    if (grouped[i] || defaults[i] == defaults.front()) continue;
+    std::vector<std::string> same{takers[i]};
+    for (size_t j = i + 1; j < takers.size(); ++j) {
+      if (!grouped[j] && defaults[j] == defaults[i]) {
+        same.push_back(takers[j]);
+        grouped[j] = true;
+      }
+    }
+    k.default_for(same, defaults[i]);
+  }
+  v.field(k);
+}
+
+// Every row of `rows`, each bound as variant_key does; `after(name)` runs after each row (for the
+// rules that check it against the keys before it).
+template <typename V, typename Variant, typename After>
+void variant_keys(V& v, Variant& held, const std::vector<std::string>& types,
+                  const std::vector<VariantKey>& rows, After&& after) {
+  for (const VariantKey& row : rows) {
+    // The key's type is its member's in the first options struct that has it.
+    bool done = false;
+    for (const Variant& d : variant_defaults<Variant>()) {
+      std::visit(
+          [&](const auto& opts) {
+            std::decay_t<decltype(opts)>::each(opts, [&](const char* n, const auto& member) {
+              if (done || std::string_view(n) != row.name) return;
+              done = true;
+              variant_key<std::decay_t<decltype(member)>>(v, held, types, row);
+            });
+          },
+          d);
+      if (done) break;
+    }
+    after(std::string_view(row.name));
+  }
+}
+
+}  // namespace mantissa::runner::schema
