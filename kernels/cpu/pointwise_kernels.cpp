@@ -1,6 +1,5 @@
 // CPU kernels for the pointwise ops of autograd/ops/pointwise.cpp: floor_divide, remainder,
-// fmod, the floating-point class tests, lerp and addcmul; and the activations with parameters
-// of autograd/ops/activations.cpp with their backwards. The math is in kernels/functors.h,
+// fmod, the floating-point class tests, lerp and addcmul. The math is in kernels/functors.h,
 // shared with CUDA; half types compute in float and round once on store.
 #include "engine/kernel_tables.h"
 #include "kernels/cpu/loops.h"
@@ -26,29 +25,6 @@ void predicate_kernel(const Tensor& out, const Tensor& in) {
     using M = opmath_t<T>;
     elementwise<bool, T>(
         out, [](T x) { return Op{}(M(x)); }, in);
-  });
-}
-
-template <typename Op>
-void activation_kernel(const Tensor& out, const Tensor& in, double p0, double p1) {
-  dispatch_dtype<kFloatingTypes>(out.dtype(), Op::name, out.device(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using M = opmath_t<T>;
-    const M a = static_cast<M>(p0), b = static_cast<M>(p1);
-    elementwise<T, T>(
-        out, [a, b](T x) { return T(Op{}(M(x), a, b)); }, in);
-  });
-}
-
-template <typename Op>
-void activation_backward_kernel(const Tensor& grad_in, const Tensor& grad_out, const Tensor& input,
-                                double p0, double p1) {
-  dispatch_dtype<kFloatingTypes>(grad_in.dtype(), Op::name, grad_in.device(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using M = opmath_t<T>;
-    const M a = static_cast<M>(p0), b = static_cast<M>(p1);
-    elementwise<T, T, T>(
-        grad_in, [a, b](T g, T x) { return T(Op{}(M(g), M(x), a, b)); }, grad_out, input);
   });
 }
 
@@ -88,14 +64,6 @@ MT_REGISTER_KERNEL(fmod_kernel, kCPU, &binary_kernel<functors::Fmod>);
 MT_REGISTER_KERNEL(isnan_kernel, kCPU, &predicate_kernel<functors::IsNan>);
 MT_REGISTER_KERNEL(isinf_kernel, kCPU, &predicate_kernel<functors::IsInf>);
 MT_REGISTER_KERNEL(isfinite_kernel, kCPU, &predicate_kernel<functors::IsFinite>);
-MT_REGISTER_KERNEL(leaky_relu_kernel, kCPU, &activation_kernel<functors::LeakyRelu>);
-MT_REGISTER_KERNEL(elu_kernel, kCPU, &activation_kernel<functors::Elu>);
-MT_REGISTER_KERNEL(softplus_kernel, kCPU, &activation_kernel<functors::Softplus>);
-MT_REGISTER_KERNEL(leaky_relu_backward_kernel, kCPU,
-                   &activation_backward_kernel<functors::LeakyReluBackward>);
-MT_REGISTER_KERNEL(elu_backward_kernel, kCPU, &activation_backward_kernel<functors::EluBackward>);
-MT_REGISTER_KERNEL(softplus_backward_kernel, kCPU,
-                   &activation_backward_kernel<functors::SoftplusBackward>);
 MT_REGISTER_KERNEL(lerp_kernel, kCPU, &lerp_kernel_cpu);
 MT_REGISTER_KERNEL(addcmul_kernel, kCPU, &addcmul_kernel_cpu);
 
