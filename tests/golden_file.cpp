@@ -1,5 +1,7 @@
 #include "golden_file.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -136,6 +138,55 @@ std::map<std::string, GoldenCase> read_golden_file(const std::string& file,
     }
   }
   return cases;
+}
+
+void expect_golden_tensor(const std::string& what, const Tensor& got, const GoldenTensor& want) {
+  ASSERT_TRUE(got.defined()) << what;
+  EXPECT_EQ(std::string(mantissa::dtype_name(got.dtype())), want.dtype) << what;
+  ASSERT_EQ(got.shape(), want.shape) << what;
+  const auto g = got.to_vector<double>();
+  const std::vector<double>& w = want.values;
+  const double rtol = got.dtype() == mantissa::kFloat64    ? 1e-14
+                      : mantissa::is_floating(got.dtype()) ? 1e-6
+                                                           : 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(w[i]) || std::isinf(w[i]) || rtol == 0) {
+      EXPECT_TRUE(std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i])
+          << what << "[" << i << "]: got " << g[i] << ", PyTorch " << w[i];
+    } else {
+      EXPECT_NEAR(g[i], w[i], rtol * std::fabs(w[i]) + 1e-300)
+          << what << "[" << i << "]: PyTorch " << w[i];
+    }
+  }
+}
+
+void expect_programs_match(const std::map<std::string, GoldenCase>& cases,
+                           const std::map<std::string, GoldenProgram>& programs) {
+  for (const auto& [name, golden] : cases) {
+    auto it = programs.find(name);
+    if (it == programs.end()) {
+      ADD_FAILURE() << "golden case " << name << " has no program here";
+      continue;
+    }
+    if (golden.raises) {
+      EXPECT_THROW(it->second(), mantissa::Error) << name << ": PyTorch refuses it";
+      continue;
+    }
+    GoldenOutputs outs;
+    try {
+      outs = it->second();
+    } catch (const mantissa::Error& e) {
+      ADD_FAILURE() << name << " threw: " << e.what();
+      continue;
+    }
+    ASSERT_EQ(outs.size(), golden.tensors.size()) << name;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      EXPECT_EQ(outs[i].first, golden.tensors[i].name) << name;
+      expect_golden_tensor(name + " " + outs[i].first, outs[i].second, golden.tensors[i]);
+    }
+  }
+  for (const auto& [name, fn] : programs)
+    EXPECT_TRUE(cases.count(name)) << "program " << name << " has no golden case";
 }
 
 }  // namespace mantissa::testing

@@ -9,8 +9,10 @@
 // change in a script cannot be read silently as something else.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "test_util.h"
@@ -60,5 +62,20 @@ struct GoldenCase {
 // a test failure.
 std::map<std::string, GoldenCase> read_golden_file(const std::string& file,
                                                    const GoldenFormat& format = {});
+
+// A test's version of a golden script's program: its outputs by name, in the script's order.
+using GoldenOutputs = std::vector<std::pair<std::string, Tensor>>;
+using GoldenProgram = std::function<GoldenOutputs()>;
+
+// `got` against `want` (a record with a dtype column): the same dtype and shape; NaN where PyTorch
+// has NaN, infinities, signed zeros and integers exactly; finite floating values within a few
+// units in the last place (transcendental functions may round differently from PyTorch's
+// vectorised ones).
+void expect_golden_tensor(const std::string& what, const Tensor& got, const GoldenTensor& want);
+
+// Runs the program of each case (one that PyTorch refused must throw mantissa::Error) and compares
+// its outputs; every case needs a program and every program a case.
+void expect_programs_match(const std::map<std::string, GoldenCase>& cases,
+                           const std::map<std::string, GoldenProgram>& programs);
 
 }  // namespace mantissa::testing

@@ -1,7 +1,7 @@
-// The pointwise and masking ops against PyTorch: every program here is also in
-// scripts/golden/make_pointwise.py, whose results (values with their dtypes, gradients, or a
-// refusal) are committed in tests/golden/pointwise.txt. Then what the golden file cannot hold:
-// our own refusals, and autocast.
+// The pointwise and masking ops against PyTorch (the activations are test_activations.cpp's):
+// every program here is also in scripts/golden/make_pointwise.py, whose results (values with their
+// dtypes, gradients, or a refusal) are committed in tests/golden/pointwise.txt. Then what the
+// golden file cannot hold: our own refusals, and autocast.
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -10,8 +10,6 @@
 #include "amp/autocast.h"
 #include "autograd/backward.h"
 #include "golden_file.h"
-#include "nn/layers.h"
-#include "runner/model_builder.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -36,9 +34,7 @@ const std::vector<double> FB = {2.0, 2.0, -2.0, -2.0, 3.0, -1.5, 1.5, 0.75};
 const std::vector<double> IA = {7, -7, 7, -7, 0, 9, -9, 1};
 const std::vector<double> IB = {2, 2, -2, -2, 3, -4, 4, 5};
 const std::vector<double> ACT = {-20.0, -3.0, -1.0, -0.5, 0.0, 0.25, 1.0, 4.0};
-const std::vector<double> SOFT = {-30.0, -1.0, 0.0, 1.0, 1.49, 1.5, 1.51, 10.0};
 const std::vector<double> SPECIAL = {1.0, kInf, -kInf, kNan, 0.0, -0.0, -2.5, 3e38};
-const std::vector<double> HSW = {-20.0, -3.5, -1.0, -0.5, 0.0, 0.25, 1.0, 4.0};
 const std::vector<double> MASK4 = {1, 0, 0, 1};
 
 Tensor t(const std::vector<double>& v, DType dtype = mt::kFloat64, Shape shape = {}) {
@@ -57,13 +53,12 @@ Tensor weights(int64_t n, Shape shape = {}) {
   return t(v, mt::kFloat64, std::move(shape));
 }
 
-using Outputs = std::vector<std::pair<std::string, Tensor>>;
-using Program = std::function<Outputs()>;
+using Outputs = mt::testing::GoldenOutputs;
+using Program = mt::testing::GoldenProgram;
 Outputs out(const Tensor& x) { return {{"out", x}}; }
 
 using BinaryOp = Tensor (*)(const Tensor&, const Tensor&);
 using BinaryScalarOp = Tensor (*)(const Tensor&, const mt::Scalar&);
-using Activation = std::function<Tensor(const Tensor&)>;
 
 // The programs of make_pointwise.py, by case name.
 std::map<std::string, Program> programs() {
@@ -148,34 +143,6 @@ std::map<std::string, Program> programs() {
     p[op + "_bool"] = [f] { return out(f(mask4())); };
   }
 
-  // activations
-  const std::vector<std::pair<std::string, Activation>> activations = {
-      {"leaky_relu", [](const Tensor& x) { return mt::leaky_relu(x); }},
-      {"leaky_relu_slope", [](const Tensor& x) { return mt::leaky_relu(x, 0.2); }},
-      {"elu", [](const Tensor& x) { return mt::elu(x); }},
-      {"elu_alpha", [](const Tensor& x) { return mt::elu(x, 0.5); }},
-      {"softplus", [](const Tensor& x) { return mt::softplus(x); }},
-      {"softplus_beta_threshold", [](const Tensor& x) { return mt::softplus(x, 2.0, 3.0); }},
-      {"mish", [](const Tensor& x) { return mt::mish(x); }},
-      {"hardswish", [](const Tensor& x) { return mt::hardswish(x); }}};
-  for (const auto& [name, fn] : activations) {
-    const std::vector<double>& in =
-        name.rfind("softplus", 0) == 0 ? SOFT : (name == "hardswish" ? HSW : ACT);
-    p[name + "_grad"] = [fn, &in] {
-      Tensor x = leaf(in), y = fn(x);
-      (y * weights(8)).sum().backward();
-      return Outputs{{"y", y}, {"x.grad", x.grad()}};
-    };
-    p[name + "_float32"] = [fn, &in] { return out(fn(t(in, mt::kFloat32))); };
-  }
-  p["mish_hardswish_wide_float32"] = [] {
-    const Tensor x = t({-100.0, -30.0, -3.0, 3.0, 20.0, 30.0, 89.0, 100.0}, mt::kFloat32);
-    return Outputs{{"mish", mt::mish(x)}, {"hardswish", mt::hardswish(x)}};
-  };
-  p["softplus_large_float32"] = [] {
-    return out(mt::softplus(t({15.0, 19.9, 20.0, 20.1, 50.0, 100.0}, mt::kFloat32)));
-  };
-
   // lerp
   for (const auto& [w, tag] : std::vector<std::pair<double, std::string>>{
            {0.25, "0p25"}, {0.75, "0p75"}, {1.0, "1p0"}, {-0.5, "m0p5"}, {1.5, "1p5"}}) {
@@ -245,58 +212,13 @@ std::map<std::string, Program> programs() {
   return p;
 }
 
-// Values equal, NaN where PyTorch has NaN, infinities and signed zeros' values exactly; finite
-// floating values within a few units in the last place (transcendental functions may round
-// differently from PyTorch's vectorised ones).
-void expect_matches(const std::string& what, const Tensor& got, const GoldenTensor& want) {
-  ASSERT_TRUE(got.defined()) << what;
-  EXPECT_EQ(std::string(mt::dtype_name(got.dtype())), want.dtype) << what;
-  ASSERT_EQ(got.shape(), want.shape) << what;
-  const auto g = got.to_vector<double>();
-  const std::vector<double>& w = want.values;
-  const double rtol = got.dtype() == mt::kFloat64 ? 1e-14 : mt::is_floating(got.dtype()) ? 1e-6 : 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (std::isnan(w[i]) || std::isinf(w[i]) || rtol == 0) {
-      EXPECT_TRUE(std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i])
-          << what << "[" << i << "]: got " << g[i] << ", PyTorch " << w[i];
-    } else {
-      EXPECT_NEAR(g[i], w[i], rtol * std::fabs(w[i]) + 1e-300)
-          << what << "[" << i << "]: PyTorch " << w[i];
-    }
-  }
-}
-
 }  // namespace
 
 TEST(PointwiseGolden, EveryProgramMatchesPyTorch) {
   const auto cases = load_cases();
   const auto progs = programs();
-  ASSERT_GT(cases.size(), 90u);
-  for (const auto& [name, golden] : cases) {
-    auto it = progs.find(name);
-    if (it == progs.end()) {
-      ADD_FAILURE() << "golden case " << name << " has no program here";
-      continue;
-    }
-    if (golden.raises) {
-      EXPECT_THROW(it->second(), mt::Error) << name << ": PyTorch refuses it";
-      continue;
-    }
-    Outputs outs;
-    try {
-      outs = it->second();
-    } catch (const mt::Error& e) {
-      ADD_FAILURE() << name << " threw: " << e.what();
-      continue;
-    }
-    ASSERT_EQ(outs.size(), golden.tensors.size()) << name;
-    for (size_t i = 0; i < outs.size(); ++i) {
-      EXPECT_EQ(outs[i].first, golden.tensors[i].name) << name;
-      expect_matches(name + " " + outs[i].first, outs[i].second, golden.tensors[i]);
-    }
-  }
-  for (const auto& [name, fn] : progs)
-    EXPECT_TRUE(cases.count(name)) << "program " << name << " has no golden case";
+  ASSERT_GT(cases.size(), 80u);
+  mt::testing::expect_programs_match(cases, progs);
 }
 
 // ---- what the golden file does not hold
@@ -339,66 +261,8 @@ TEST(Pointwise, MaskedFillInPlaceRefusesALeafThatRequiresGrad) {
   EXPECT_EQ(y.version(), version + 1);
 }
 
-TEST(Pointwise, IntegerActivationsAndLerpAreRefused) {
-  EXPECT_THROW(mt::leaky_relu(t(IA, mt::kInt64)), mt::Error);
-  EXPECT_THROW(mt::elu(t(IA, mt::kInt64)), mt::Error);
-  EXPECT_THROW(mt::softplus(t(IA, mt::kInt64)), mt::Error);
-  EXPECT_THROW(mt::mish(t(IA, mt::kInt64)), mt::Error);
-  EXPECT_THROW(mt::hardswish(t(IA, mt::kInt64)), mt::Error);
+TEST(Pointwise, IntegerLerpIsRefused) {
   EXPECT_THROW(mt::lerp(t(IA, mt::kInt64), t(IB, mt::kInt64), 0.5), mt::Error);
-}
-
-// hardswish's gradient at the edges as today's PyTorch gives it (PyTorch 2.7 on; 1.13, which
-// makes the golden file, gave x / 3 + 1/2 there): 0 at -3, 1 at 3, g for NaN; its second
-// derivative 1/3 strictly inside (-3, 3), 0 at the edges. The values are torch 2.15's for
-//   x = torch.tensor([-3, 3, -3.0001, 2.9999, nan], dtype=float64, requires_grad=True)
-//   F.hardswish(x).sum().backward()   and the double backward of [-3, 0.5, 3].
-TEST(Pointwise, HardswishGradientAtTheEdgesIsTodaysPyTorchs) {
-  const Tensor x = t({-3.0, 3.0, -3.0001, 2.9999, kNan}).requires_grad_();
-  mt::hardswish(x).sum().backward();
-  const std::vector<double> g = x.grad().to_vector<double>();
-  EXPECT_EQ(g[0], 0.0);
-  EXPECT_EQ(g[1], 1.0);
-  EXPECT_EQ(g[2], 0.0);
-  EXPECT_DOUBLE_EQ(g[3], 2.9999 / 3 + 0.5);
-  EXPECT_EQ(g[4], 1.0);
-  const Tensor x32 = t({-3.0, 3.0}, mt::kFloat32).requires_grad_();
-  mt::hardswish(x32).sum().backward();
-  EXPECT_EQ(x32.grad().to_vector<float>(), (std::vector<float>{0.0f, 1.0f}));
-  const Tensor y = t({-3.0, 0.5, 3.0}).requires_grad_();
-  const Tensor gy = mt::autograd::grad({mt::hardswish(y).sum()}, {y}, {}, true, false, true)[0];
-  EXPECT_EQ(gy.to_vector<double>(), (std::vector<double>{0.0, 0.5 / 3 + 0.5, 1.0}));
-  const std::vector<double> gg = mt::autograd::grad({gy.sum()}, {y}).at(0).to_vector<double>();
-  EXPECT_EQ(gg[0], 0.0);
-  EXPECT_DOUBLE_EQ(gg[1], 1.0 / 3);
-  EXPECT_EQ(gg[2], 0.0);
-}
-
-// mish's first gradient under create_graph is built from ops differentiable to any order, so a
-// third derivative exists (PyTorch's infinitely_differentiable_mish_backward); checked against
-// finite differences of the second.
-TEST(Pointwise, MishDifferentiatesThreeTimes) {
-  const Tensor x = t({-2.0, -0.5, 0.0, 0.7, 3.0}).requires_grad_();
-  const auto second = [](const Tensor& in) {
-    const Tensor g = mt::autograd::grad({mt::mish(in).sum()}, {in}, {}, true, false, true)[0];
-    return mt::autograd::grad({g.sum()}, {in}, {}, true, false, true)[0];
-  };
-  const Tensor d2 = second(x);
-  const std::vector<double> d3 = mt::autograd::grad({d2.sum()}, {x}).at(0).to_vector<double>();
-  const double eps = 1e-6;
-  const std::vector<double> x0 = x.detach().to_vector<double>();
-  for (size_t i = 0; i < x0.size(); ++i) {
-    std::vector<double> hi = x0, lo = x0;
-    hi[i] += eps;
-    lo[i] -= eps;
-    const double fd = (second(t(hi).requires_grad_()).to_vector<double>()[i] -
-                       second(t(lo).requires_grad_()).to_vector<double>()[i]) /
-                      (2 * eps);
-    EXPECT_NEAR(d3[i], fd, 1e-5) << "x = " << x0[i];
-  }
-  // Where exp overflows float32, the second derivative is still finite (0 on both sides).
-  const Tensor wide = t({-100.0, 100.0}, mt::kFloat32).requires_grad_();
-  for (float v : second(wide).to_vector<float>()) EXPECT_TRUE(std::isfinite(v)) << v;
 }
 
 // Half types compute in float and round once: the float32 result rounded to the type.
@@ -407,16 +271,6 @@ TEST(Pointwise, HalfTypesRoundTheFloat32Result) {
     const Tensor x = t(ACT, dt), y = t(FB, dt);
     const Tensor x32 = x.to(mt::kFloat32), y32 = y.to(mt::kFloat32);
     const std::string name(mt::dtype_name(dt));
-    EXPECT_TRUE(mt::equal(mt::elu(x).to(mt::kFloat32), mt::elu(x32).to(dt).to(mt::kFloat32)))
-        << name;
-    EXPECT_TRUE(
-        mt::equal(mt::softplus(x).to(mt::kFloat32), mt::softplus(x32).to(dt).to(mt::kFloat32)))
-        << name;
-    EXPECT_TRUE(mt::equal(mt::mish(x).to(mt::kFloat32), mt::mish(x32).to(dt).to(mt::kFloat32)))
-        << name;
-    EXPECT_TRUE(
-        mt::equal(mt::hardswish(x).to(mt::kFloat32), mt::hardswish(x32).to(dt).to(mt::kFloat32)))
-        << name;
     EXPECT_TRUE(mt::equal(mt::remainder(x, y).to(mt::kFloat32),
                           mt::remainder(x32, y32).to(dt).to(mt::kFloat32)))
         << name;
@@ -426,56 +280,11 @@ TEST(Pointwise, HalfTypesRoundTheFloat32Result) {
   }
 }
 
-// PyTorch's autocast lists: softplus runs in float32, addcmul promotes, the others (mish and
-// hardswish among them) keep their inputs' dtype.
+// PyTorch's autocast lists: addcmul promotes, lerp keeps its inputs' dtype.
 TEST(Pointwise, AutocastPolicies) {
   const Tensor h = t(ACT, mt::kBFloat16), f = t(ACT, mt::kFloat32);
   mt::amp::autocast guard(mt::kCPU, mt::amp::Precision::BFloat16);
-  EXPECT_EQ(mt::softplus(h).dtype(), mt::kFloat32);
   EXPECT_EQ(mt::addcmul(f, h, h).dtype(), mt::kFloat32);
   EXPECT_EQ(mt::addcmul(h, h, h).dtype(), mt::kBFloat16);
-  EXPECT_EQ(mt::leaky_relu(h).dtype(), mt::kBFloat16);
-  EXPECT_EQ(mt::elu(f).dtype(), mt::kFloat32);
   EXPECT_EQ(mt::lerp(h, h, 0.5).dtype(), mt::kBFloat16);
-  EXPECT_EQ(mt::mish(h).dtype(), mt::kBFloat16);
-  EXPECT_EQ(mt::hardswish(f).dtype(), mt::kFloat32);
-}
-
-// ---- modules and the config's layer types
-// --------------------------------------------------------
-TEST(PointwiseModules, ComputeTheFunctionalOpsAndPrintAsPyTorch) {
-  const Tensor x = t(ACT);
-  EXPECT_TRUE(mt::equal(mt::nn::LeakyReLU(0.2)(x), mt::leaky_relu(x, 0.2)));
-  EXPECT_TRUE(mt::equal(mt::nn::ELU(0.5)(x), mt::elu(x, 0.5)));
-  EXPECT_TRUE(mt::equal(mt::nn::Softplus(2.0, 3.0)(x), mt::softplus(x, 2.0, 3.0)));
-  EXPECT_TRUE(mt::equal(mt::nn::Softplus()(x), mt::nn::functional::softplus(x)));
-  EXPECT_TRUE(mt::equal(mt::nn::Mish()(x), mt::nn::functional::mish(x)));
-  EXPECT_TRUE(mt::equal(mt::nn::Hardswish()(x), mt::hardswish(x)));
-  EXPECT_EQ(mt::nn::Mish()->type_name(), "Mish");
-  EXPECT_EQ(mt::nn::Hardswish()->type_name(), "Hardswish");
-  EXPECT_EQ(mt::nn::LeakyReLU()->extra_repr(), "negative_slope=0.01");
-  EXPECT_EQ(mt::nn::ELU()->extra_repr(), "alpha=1.0");
-  EXPECT_EQ(mt::nn::Softplus()->extra_repr(), "beta=1, threshold=20");
-  EXPECT_EQ(mt::nn::Softplus(0.5, 3.0)->extra_repr(), "beta=0.5, threshold=3");
-}
-
-TEST(PointwiseModules, ConfigLayerTypesBuildThem) {
-  mt::runner::ModelConfig model;
-  mt::runner::LayerSpec leaky, elu, softplus;
-  leaky.type = "leaky_relu";
-  leaky.negative_slope = 0.2;
-  elu.type = "elu";
-  elu.alpha = 0.5;
-  softplus.type = "softplus";
-  softplus.beta = 2.0;
-  softplus.threshold = 3.0;
-  model.layers = {leaky, elu, softplus};
-  auto seq = mt::runner::build_model(model);
-  const Tensor x = t(ACT);
-  EXPECT_TRUE(mt::equal(seq->forward(x), mt::softplus(mt::elu(mt::leaky_relu(x, 0.2), 0.5), 2, 3)));
-  mt::runner::LayerSpec mish, hardswish;
-  mish.type = "mish";
-  hardswish.type = "hardswish";
-  model.layers = {mish, hardswish};
-  EXPECT_TRUE(mt::equal(mt::runner::build_model(model)->forward(x), mt::hardswish(mt::mish(x))));
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes tests/golden/pointwise.txt: what PyTorch computes (or refuses) for the pointwise and
-masking ops: floor_divide, remainder, fmod, masked_fill(_), isnan/isinf/isfinite, leaky_relu, elu,
-softplus, mish, hardswish, lerp, addcmul, tril/triu. Forward values with their dtypes and, for float64 programs,
-gradients. tests/test_pointwise.cpp runs the same programs, case by case, and must match.
+masking ops: floor_divide, remainder, fmod, masked_fill(_), isnan/isinf/isfinite, lerp, addcmul,
+tril/triu. Forward values with their dtypes and, for float64 programs, gradients.
+tests/test_pointwise.cpp runs the same programs, case by case, and must match. The activations
+are scripts/golden/make_activations.py's.
 
 Run with Debian's PyTorch:  /usr/bin/python3 scripts/golden/make_pointwise.py
 
@@ -29,12 +30,7 @@ FB = [2.0, 2.0, -2.0, -2.0, 3.0, -1.5, 1.5, 0.75]
 IA = [7, -7, 7, -7, 0, 9, -9, 1]
 IB = [2, 2, -2, -2, 3, -4, 4, 5]
 ACT = [-20.0, -3.0, -1.0, -0.5, 0.0, 0.25, 1.0, 4.0]
-# softplus(beta=2, threshold=3) switches to the identity above x = 1.5.
-SOFT = [-30.0, -1.0, 0.0, 1.0, 1.49, 1.5, 1.51, 10.0]
 SPECIAL = [1.0, INF, -INF, NAN, 0.0, -0.0, -2.5, 3e38]
-# hardswish's gradient at exactly -3 and 3 changed in PyTorch 2.7 (tests/test_pointwise.cpp checks
-# today's), so its golden inputs stay off them.
-HSW = [-20.0, -3.5, -1.0, -0.5, 0.0, 0.25, 1.0, 4.0]
 
 
 def t(values, dtype=D, shape=None):
@@ -203,46 +199,6 @@ for op in ("isnan", "isinf", "isfinite"):
             CASES[op + "_" + g.__name__.rstrip("_")] = g
 
     make()
-
-
-# ---- activations ---------------------------------------------------------------------------------
-def activation_case(name, fn):
-    inputs = SOFT if name.startswith("softplus") else HSW if name == "hardswish" else ACT
-
-    def grad():
-        x = leaf(inputs)
-        y = fn(x)
-        (y * weights(8)).sum().backward()
-        return {"y": y, "x.grad": x.grad}
-
-    def float32():
-        return {"out": fn(t(inputs, torch.float32))}
-
-    CASES[name + "_grad"] = grad
-    CASES[name + "_float32"] = float32
-
-
-activation_case("leaky_relu", lambda x: F.leaky_relu(x))
-activation_case("leaky_relu_slope", lambda x: F.leaky_relu(x, 0.2))
-activation_case("elu", lambda x: F.elu(x))
-activation_case("elu_alpha", lambda x: F.elu(x, 0.5))
-activation_case("softplus", lambda x: F.softplus(x))
-activation_case("softplus_beta_threshold", lambda x: F.softplus(x, 2.0, 3.0))
-
-
-activation_case("mish", lambda x: F.mish(x))
-activation_case("hardswish", lambda x: F.hardswish(x))
-
-
-@case
-def mish_hardswish_wide_float32():
-    x = t([-100.0, -30.0, -3.0, 3.0, 20.0, 30.0, 89.0, 100.0], torch.float32)
-    return {"mish": F.mish(x), "hardswish": F.hardswish(x)}
-
-
-@case
-def softplus_large_float32():
-    return {"out": F.softplus(t([15.0, 19.9, 20.0, 20.1, 50.0, 100.0], torch.float32))}
 
 
 # ---- lerp ---------------------------------------------------------------------------------------
