@@ -1,6 +1,6 @@
 // Autocast: inside a scope, ops on one device type run in a chosen precision — matmuls in
 // float16/bfloat16 (or TF32), numerically sensitive ops in float32 — following PyTorch's
-// torch.autocast lists (each op's policy is in the op list, autograd/ops.def; the casts happen at
+// torch.autocast lists (each op's policy is in the op list, engine/ops.def; the casts happen at
 // the op boundary, autograd/autocast_wrapper.h). Scopes are thread-local and nestable, and
 // restore the previous state on exit, including exit by exception.
 #pragma once
@@ -60,7 +60,7 @@ void clear_autocast_cache();
 // Number of cached weight casts (for tests and diagnostics).
 size_t autocast_cache_size();
 
-// How each op treats its inputs under autocast: its policy in the op list (autograd/ops.def).
+// How each op treats its inputs under autocast: its policy in the op list (engine/ops.def).
 using ::mantissa::cast_policy;
 using ::mantissa::CastPolicy;
 

@@ -1,6 +1,6 @@
 // Autocast at the op boundary, as PyTorch's autocast_mode.h does it: an op's public entry
 // (autograd/op_entries.cpp) passes its body and arguments to with_autocast<OpId::x>, and inside an
-// autocast scope the op's policy (autograd/ops.def) casts the floating tensor arguments before
+// autocast scope the op's policy (engine/ops.def) casts the floating tensor arguments before
 // the body runs. The body and
 // its backward see ordinary tensors and never mention autocast.
 //

@@ -1,5 +1,5 @@
 // The functional op API, mt::op(...) (most also as Tensor methods): one declaration per entry of
-// the op list, autograd/ops.def, which documents each op and states its defaults. The bodies,
+// the op list, engine/ops.def, which documents each op and states its defaults. The bodies,
 // with their backward formulas, are in the autograd/ops/ file of the op's section.
 #pragma once
 
@@ -38,7 +38,7 @@ enum class KlDivReduction { None, BatchMean, Sum, Mean };
 // ---- the ops ---------------------------------------------------------------------------------
 #define MT_DEFAULT(...) = __VA_ARGS__
 #define MT_SIG(name, ret, params, args) ret name params;
-#include "autograd/ops.def"
+#include "engine/ops.def"
 
 // ---- helpers that are not ops (autograd/ops/elementwise.cpp, operators.cpp) -----------------
 // logical_and/or/not of bool tensors.

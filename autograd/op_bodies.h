@@ -1,4 +1,4 @@
-// The ops' bodies, name_op(...): one declaration per entry of the op list (autograd/ops.def),
+// The ops' bodies, name_op(...): one declaration per entry of the op list (engine/ops.def),
 // with the public function's parameters. Each is defined in the autograd/ops/ file of its
 // section; autograd/op_entries.cpp calls it from the public entry after autocast. Internal to
 // autograd.
@@ -9,6 +9,6 @@
 namespace mantissa {
 
 #define MT_SIG(name, ret, params, args) ret name##_op params;
-#include "autograd/ops.def"
+#include "engine/ops.def"
 
 }  // namespace mantissa

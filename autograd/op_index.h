@@ -1,6 +1,6 @@
-// The op index: every op of the op list (autograd/ops.def) with its autocast policy, whether it
+// The op index: every op of the op list (engine/ops.def) with its autocast policy, whether it
 // is differentiable (and twice), and the kernel tables it runs on. autograd/autocast_wrapper.h
-// reads the policy at each op's public entry; the tests walk the index (autograd/ops.def says
+// reads the policy at each op's public entry; the tests walk the index (engine/ops.def says
 // what they check). Adding an op: "How to add an op" in docs/architecture.md.
 #pragma once
 
@@ -14,7 +14,7 @@ enum class Derivatives : uint8_t { No, Once, Twice };
 
 enum class OpId : uint16_t {
 #define MT_OP(name, policy, derivatives, tables) name,
-#include "autograd/ops.def"
+#include "engine/ops.def"
   kCount
 };
 inline constexpr int kNumOps = static_cast<int>(OpId::kCount);
@@ -33,7 +33,7 @@ struct OpInfo {
 inline constexpr OpInfo kOpIndex[] = {
 #define MT_OP(name, policy, derivatives, tables) \
   {#name, CastPolicy::policy, Derivatives::derivatives, tables},
-#include "autograd/ops.def"
+#include "engine/ops.def"
 };
 static_assert(sizeof(kOpIndex) / sizeof(kOpIndex[0]) == static_cast<std::size_t>(kNumOps));
 

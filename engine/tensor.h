@@ -120,15 +120,12 @@ class Tensor {
   std::string str() const;           // PyTorch-like repr
 
   // ---- conversions (differentiable where PyTorch's are) ----------------------------------
-  // non_blocking: with a pinned CPU side, the copy is queued on the current CUDA stream and the
-  // host does not wait for it (PyTorch semantics; with pageable memory the host always waits).
-  Tensor to(Device device, bool non_blocking = false) const;
-  Tensor to(DType dtype) const;
+  // to(device, non_blocking) and to(dtype) are ops (below): with a pinned CPU side, a
+  // non_blocking copy is queued on the current CUDA stream and the host does not wait for it
+  // (PyTorch semantics; with pageable memory the host always waits).
   Tensor to(Device device, DType dtype) const;
   Tensor cpu() const { return to(Device::cpu()); }
   Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
-  Tensor contiguous() const;
-  Tensor clone() const;
   Tensor detach() const;
   // A copy in pinned (page-locked) host memory, for fast and non_blocking host<->GPU copies
   // (this tensor if already pinned). CPU tensors only; needs CUDA (engine/pinned_memory.cpp).
@@ -136,82 +133,21 @@ class Tensor {
   bool is_pinned() const;
 
   // ---- views -----------------------------------------------------------------------------
-  Tensor view(const Shape& shape) const;
-  Tensor reshape(const Shape& shape) const;
-  Tensor transpose(int64_t dim0, int64_t dim1) const;
   Tensor t() const;
-  Tensor permute(const Shape& dims) const;
-  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   Tensor slice(int64_t dim, std::optional<int64_t> start = std::nullopt,
                std::optional<int64_t> end = std::nullopt, int64_t step = 1) const;
-  Tensor select(int64_t dim, int64_t index) const;
   Tensor operator[](int64_t index) const { return select(0, index); }
-  Tensor squeeze() const;
-  Tensor squeeze(int64_t dim) const;
-  Tensor unsqueeze(int64_t dim) const;
-  Tensor expand(const Shape& shape) const;
   Tensor expand_as(const Tensor& other) const { return expand(other.shape()); }
-  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
 
-  // ---- math (see autograd/functions.h for the full functional API) ----------------------
-  Tensor add(const Tensor& other, const Scalar& alpha = 1) const;
-  Tensor sub(const Tensor& other, const Scalar& alpha = 1) const;
-  Tensor mul(const Tensor& other) const;
-  Tensor div(const Tensor& other) const;
-  Tensor neg() const;
-  Tensor abs() const;
-  Tensor exp() const;
-  Tensor log() const;
-  Tensor sqrt() const;
-  Tensor rsqrt() const;
-  Tensor pow(const Scalar& exponent) const;
-  Tensor pow(const Tensor& exponent) const;
-  Tensor relu() const;
-  Tensor sigmoid() const;
-  Tensor tanh() const;
-  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max) const;
-  Tensor sum() const;
-  Tensor sum(const Shape& dims, bool keepdim = false) const;
-  Tensor mean() const;
-  Tensor mean(const Shape& dims, bool keepdim = false) const;
-  Tensor max() const;
-  Tensor min() const;
-  Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
-  Tensor matmul(const Tensor& other) const;
-  Tensor mm(const Tensor& other) const;
-  Tensor softmax(int64_t dim) const;
-  Tensor log_softmax(int64_t dim) const;
-  // more reductions, scans and shape ops (autograd/ops/reductions.cpp, scan_sort.cpp, shape.cpp)
-  Tensor logsumexp(const Shape& dims, bool keepdim = false) const;
-  Tensor prod() const;
-  Tensor prod(int64_t dim, bool keepdim = false) const;
-  Tensor cumsum(int64_t dim) const;
-  Tensor cumprod(int64_t dim) const;
-  Tensor any() const;
-  Tensor any(int64_t dim, bool keepdim = false) const;
-  Tensor all() const;
-  Tensor all(int64_t dim, bool keepdim = false) const;
-  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
-  std::vector<Tensor> split(const std::vector<int64_t>& split_sizes, int64_t dim = 0) const;
-  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
-  Tensor repeat(const Shape& repeats) const;
-  // pointwise and masking ops (autograd/ops/pointwise.cpp)
-  Tensor floor_divide(const Tensor& other) const;
-  Tensor floor_divide(const Scalar& other) const;
-  Tensor remainder(const Tensor& other) const;
-  Tensor remainder(const Scalar& other) const;
-  Tensor fmod(const Tensor& other) const;
-  Tensor fmod(const Scalar& other) const;
-  Tensor masked_fill(const Tensor& mask, const Scalar& value) const;
-  Tensor masked_fill(const Tensor& mask, const Tensor& value) const;
-  Tensor isnan() const;
-  Tensor isinf() const;
-  Tensor isfinite() const;
-  Tensor lerp(const Tensor& end, const Scalar& weight) const;
-  Tensor lerp(const Tensor& end, const Tensor& weight) const;
-  Tensor addcmul(const Tensor& t1, const Tensor& t2, const Scalar& value = 1) const;
-  Tensor tril(int64_t diagonal = 0) const;
-  Tensor triu(int64_t diagonal = 0) const;
+  // ---- ops: every overload the op list (engine/ops.def) marks MT_SIG_METHOD, with its first
+  // parameter as the tensor called on: x.sum({1}, true) is mt::sum(x, {1}, true). Defined beside
+  // the ops' entries (autograd/op_entries.cpp); autograd/functions.h has the whole functional API.
+#define MT_METHOD_PARAMS(self, ...) __VA_ARGS__
+#define MT_DEFAULT(...) = __VA_ARGS__
+#define MT_SIG(name, ret, params, args)
+#define MT_SIG_METHOD(name, ret, params, args) ret name(MT_METHOD_PARAMS params) const;
+#include "engine/ops.def"
+#undef MT_METHOD_PARAMS
 
   // ---- in place (bump the version counter) -----------------------------------------------
   Tensor& copy_(const Tensor& src);

@@ -16,11 +16,11 @@ KlDivReduction parse_kl_div_reduction(std::string_view name);
 
 namespace functional {
 
-// Every op of the op list (autograd/ops.def) under its name, with the defaults stated there:
+// Every op of the op list (engine/ops.def) under its name, with the defaults stated there:
 // torch.nn.functional's activations, losses, norms, dropout, softmax, linear, conv and pooling
 // among them.
 #define MT_OP(name, policy, derivatives, tables) using ::mantissa::name;
-#include "autograd/ops.def"
+#include "engine/ops.def"
 
 // The activation a linear layer fuses into its GEMM (cuBLASLt epilogues on CUDA; docs/kernels.md).
 using Activation = LinearActivation;

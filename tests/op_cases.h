@@ -1,4 +1,4 @@
-// The op cases: one or more calls of every op in the op list (autograd/ops.def) on random
+// The op cases: one or more calls of every op in the op list (engine/ops.def) on random
 // inputs, with the dtypes each supports. tests/test_op_index.cpp checks every index op has a
 // case, gradchecks the differentiable ones and checks their autocast policy; test_cuda_op_table
 // compares CUDA with the CPU on them.

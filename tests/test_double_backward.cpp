@@ -1,4 +1,4 @@
-// Double backward (create_graph): every op the op list (autograd/ops.def) marks Twice
+// Double backward (create_graph): every op the op list (engine/ops.def) marks Twice
 // passes a second-order gradcheck in float64 on its op cases (tests/op_cases.cpp), and every
 // other differentiable op refuses create_graph with an error naming its node. Programs from
 // scripts/golden/make_double_backward.py (a gradient penalty, a Hessian-vector product, a leaf's

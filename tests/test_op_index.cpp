@@ -1,4 +1,4 @@
-// The op index (autograd/op_index.h, from the op list autograd/ops.def) against the code: every
+// The op index (autograd/op_index.h, from the op list engine/ops.def) against the code: every
 // op names kernel tables that exist and have a CPU kernel (and a CUDA one in a CUDA build), has an
 // op case (tests/op_cases.cpp) that runs for every dtype it claims, passes gradcheck in float64
 // when it is differentiable (and records nothing when it is not), and behaves under autocast as its

@@ -159,7 +159,5 @@ Tensor matmul_op(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor Tensor::matmul(const Tensor& other) const { return mantissa::matmul(*this, other); }
-Tensor Tensor::mm(const Tensor& other) const { return mantissa::mm(*this, other); }
 
 }  // namespace mantissa

@@ -89,28 +89,6 @@ Tensor& muldiv_inplace(Tensor& self, const Tensor& other, bool divide) {
 }  // namespace
 
 // ---- methods --------------------------------------------------------------------------------
-Tensor Tensor::add(const Tensor& o, const Scalar& alpha) const {
-  return mantissa::add(*this, o, alpha);
-}
-Tensor Tensor::sub(const Tensor& o, const Scalar& alpha) const {
-  return mantissa::sub(*this, o, alpha);
-}
-Tensor Tensor::mul(const Tensor& o) const { return mantissa::mul(*this, o); }
-Tensor Tensor::div(const Tensor& o) const { return mantissa::div(*this, o); }
-Tensor Tensor::neg() const { return mantissa::neg(*this); }
-Tensor Tensor::abs() const { return mantissa::abs(*this); }
-Tensor Tensor::exp() const { return mantissa::exp(*this); }
-Tensor Tensor::log() const { return mantissa::log(*this); }
-Tensor Tensor::sqrt() const { return mantissa::sqrt(*this); }
-Tensor Tensor::rsqrt() const { return mantissa::rsqrt(*this); }
-Tensor Tensor::pow(const Scalar& e) const { return mantissa::pow(*this, e); }
-Tensor Tensor::pow(const Tensor& e) const { return mantissa::pow(*this, e); }
-Tensor Tensor::relu() const { return mantissa::relu(*this); }
-Tensor Tensor::sigmoid() const { return mantissa::sigmoid(*this); }
-Tensor Tensor::tanh() const { return mantissa::tanh(*this); }
-Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const {
-  return mantissa::clamp(*this, lo, hi);
-}
 
 // ---- in place -------------------------------------------------------------------------------
 Tensor& Tensor::copy_(const Tensor& src) {

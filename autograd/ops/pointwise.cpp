@@ -261,19 +261,7 @@ Tensor triu_op(const Tensor& x, int64_t diagonal) {
 }
 
 // ---- methods ----------------------------------------------------------------------------------
-Tensor Tensor::floor_divide(const Tensor& o) const { return mantissa::floor_divide(*this, o); }
-Tensor Tensor::floor_divide(const Scalar& o) const { return mantissa::floor_divide(*this, o); }
-Tensor Tensor::remainder(const Tensor& o) const { return mantissa::remainder(*this, o); }
-Tensor Tensor::remainder(const Scalar& o) const { return mantissa::remainder(*this, o); }
-Tensor Tensor::fmod(const Tensor& o) const { return mantissa::fmod(*this, o); }
-Tensor Tensor::fmod(const Scalar& o) const { return mantissa::fmod(*this, o); }
-Tensor Tensor::masked_fill(const Tensor& mask, const Scalar& value) const {
-  return mantissa::masked_fill(*this, mask, value);
-}
 
-Tensor Tensor::masked_fill(const Tensor& mask, const Tensor& value) const {
-  return mantissa::masked_fill(*this, mask, value);
-}
 Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& value) {
   return masked_fill_inplace(*this, mask, ops::wrap_scalar(value, dtype(), device()));
 }
@@ -281,22 +269,8 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, const Tensor& value) {
   return masked_fill_inplace(*this, mask, value);
 }
 
-Tensor Tensor::isnan() const { return mantissa::isnan(*this); }
-Tensor Tensor::isinf() const { return mantissa::isinf(*this); }
-Tensor Tensor::isfinite() const { return mantissa::isfinite(*this); }
-Tensor Tensor::lerp(const Tensor& end, const Scalar& weight) const {
-  return mantissa::lerp(*this, end, weight);
-}
 
-Tensor Tensor::lerp(const Tensor& end, const Tensor& weight) const {
-  return mantissa::lerp(*this, end, weight);
-}
 
-Tensor Tensor::addcmul(const Tensor& t1, const Tensor& t2, const Scalar& value) const {
-  return mantissa::addcmul(*this, t1, t2, value);
-}
 
-Tensor Tensor::tril(int64_t diagonal) const { return mantissa::tril(*this, diagonal); }
-Tensor Tensor::triu(int64_t diagonal) const { return mantissa::triu(*this, diagonal); }
 
 }  // namespace mantissa

@@ -471,31 +471,9 @@ Tensor all_op(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 // ---- Tensor methods -------------------------------------------------------------------------
-Tensor Tensor::sum() const { return mantissa::sum(*this); }
-Tensor Tensor::sum(const Shape& dims, bool keepdim) const {
-  return mantissa::sum(*this, dims, keepdim);
-}
 
-Tensor Tensor::mean() const { return mantissa::mean(*this); }
-Tensor Tensor::mean(const Shape& dims, bool keepdim) const {
-  return mantissa::mean(*this, dims, keepdim);
-}
 
-Tensor Tensor::max() const { return mantissa::max(*this); }
-Tensor Tensor::min() const { return mantissa::min(*this); }
-Tensor Tensor::argmax(std::optional<int64_t> dim, bool keepdim) const {
-  return mantissa::argmax(*this, dim, keepdim);
-}
 
-Tensor Tensor::logsumexp(const Shape& dims, bool keepdim) const {
-  return mantissa::logsumexp(*this, dims, keepdim);
-}
 
-Tensor Tensor::prod() const { return mantissa::prod(*this); }
-Tensor Tensor::prod(int64_t dim, bool keepdim) const { return mantissa::prod(*this, dim, keepdim); }
-Tensor Tensor::any() const { return mantissa::any(*this); }
-Tensor Tensor::any(int64_t dim, bool keepdim) const { return mantissa::any(*this, dim, keepdim); }
-Tensor Tensor::all() const { return mantissa::all(*this); }
-Tensor Tensor::all(int64_t dim, bool keepdim) const { return mantissa::all(*this, dim, keepdim); }
 
 }  // namespace mantissa

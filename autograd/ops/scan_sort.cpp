@@ -123,6 +123,4 @@ ValuesIndices sort_op(const Tensor& x, int64_t dim, bool descending, bool /*stab
 }
 
 // ---- Tensor methods -------------------------------------------------------------------------
-Tensor Tensor::cumsum(int64_t dim) const { return mantissa::cumsum(*this, dim); }
-Tensor Tensor::cumprod(int64_t dim) const { return mantissa::cumprod(*this, dim); }
 }  // namespace mantissa

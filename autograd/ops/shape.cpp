@@ -128,15 +128,5 @@ Tensor repeat_op(const Tensor& x, const Shape& repeats) {
   return y.storage() == x.storage() ? y.clone() : y;
 }
 
-Tensor Tensor::repeat(const Shape& repeats) const { return mantissa::repeat(*this, repeats); }
-std::vector<Tensor> Tensor::split(int64_t split_size, int64_t dim) const {
-  return mantissa::split(*this, split_size, dim);
-}
-std::vector<Tensor> Tensor::split(const std::vector<int64_t>& split_sizes, int64_t dim) const {
-  return mantissa::split(*this, split_sizes, dim);
-}
-std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t dim) const {
-  return mantissa::chunk(*this, chunks, dim);
-}
 
 }  // namespace mantissa

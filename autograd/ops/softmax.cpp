@@ -46,7 +46,5 @@ Tensor softmax_along(const Tensor& x, int64_t dim, bool log) {
 Tensor softmax_op(const Tensor& x, int64_t dim) { return softmax_along(x, dim, false); }
 Tensor log_softmax_op(const Tensor& x, int64_t dim) { return softmax_along(x, dim, true); }
 
-Tensor Tensor::softmax(int64_t dim) const { return mantissa::softmax(*this, dim); }
-Tensor Tensor::log_softmax(int64_t dim) const { return mantissa::log_softmax(*this, dim); }
 
 }  // namespace mantissa

@@ -161,13 +161,7 @@ Tensor clone_op(const Tensor& x) {
 
 Tensor contiguous_op(const Tensor& x) { return x.is_contiguous() ? x : clone(x); }
 
-Tensor Tensor::to(Device d, bool non_blocking) const {
-  return mantissa::to(*this, d, non_blocking);
-}
-Tensor Tensor::to(DType t) const { return mantissa::to(*this, t); }
 Tensor Tensor::to(Device d, DType t) const { return mantissa::to(mantissa::to(*this, d), t); }
-Tensor Tensor::contiguous() const { return mantissa::contiguous(*this); }
-Tensor Tensor::clone() const { return mantissa::clone(*this); }
 
 // ---- views ----------------------------------------------------------------------------------
 Tensor view_op(const Tensor& x, const Shape& requested) {
@@ -373,22 +367,9 @@ std::vector<Tensor> broadcast_tensors_op(const std::vector<Tensor>& tensors) {
   return out;
 }
 
-Tensor Tensor::view(const Shape& s) const { return mantissa::view(*this, s); }
-Tensor Tensor::reshape(const Shape& s) const { return mantissa::reshape(*this, s); }
-Tensor Tensor::transpose(int64_t a, int64_t b) const { return mantissa::transpose(*this, a, b); }
 Tensor Tensor::t() const {
   MT_CHECK(dim() <= 2, "t: expects a tensor with <= 2 dimensions, but self is ", dim(), "D");
   return dim() < 2 ? *this : transpose(0, 1);
 }
-Tensor Tensor::permute(const Shape& dims) const { return mantissa::permute(*this, dims); }
-Tensor Tensor::narrow(int64_t d, int64_t s, int64_t l) const {
-  return mantissa::narrow(*this, d, s, l);
-}
-Tensor Tensor::select(int64_t d, int64_t i) const { return mantissa::select(*this, d, i); }
-Tensor Tensor::squeeze() const { return mantissa::squeeze(*this); }
-Tensor Tensor::squeeze(int64_t d) const { return mantissa::squeeze(*this, d); }
-Tensor Tensor::unsqueeze(int64_t d) const { return mantissa::unsqueeze(*this, d); }
-Tensor Tensor::expand(const Shape& s) const { return mantissa::expand(*this, s); }
-Tensor Tensor::flatten(int64_t s, int64_t e) const { return mantissa::flatten(*this, s, e); }
 
 }  // namespace mantissa
