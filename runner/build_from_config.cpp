@@ -250,12 +250,12 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& o, P par
 std::shared_ptr<optim::LRScheduler> make_scheduler(const Config& c, optim::Optimizer& opt,
                                                    int64_t run_steps) {
   using Ptr = std::shared_ptr<optim::LRScheduler>;
-  auto steps_or_run = [run_steps](int64_t total) { return total > 0 ? total : run_steps; };
   struct Make {
     const Config& c;
     optim::Optimizer& opt;
     int64_t run_steps;
-    decltype(steps_or_run) steps;
+
+    int64_t steps(int64_t total) const { return total > 0 ? total : run_steps; }
 
     Ptr operator()(const NoSchedule&) const { return nullptr; }
     Ptr operator()(const StepSchedule& s) const {
@@ -316,13 +316,10 @@ std::shared_ptr<optim::LRScheduler> make_scheduler(const Config& c, optim::Optim
       return std::make_shared<optim::ReduceLROnPlateau>(opt, std::move(o));
     }
   };
-  MT_CHECK(c.schedule.options.index() ==
-               static_cast<size_t>(
-                   std::find(kScheduleTypes.begin(), kScheduleTypes.end(), c.schedule.type) -
-                   kScheduleTypes.begin()),
-           "schedule.type is '", c.schedule.type,
-           "' but its options are another schedule's (ScheduleConfig::select() makes them agree)");
-  return std::visit(Make{c, opt, run_steps, steps_or_run}, c.schedule.options);
+  const std::string& held = kScheduleTypes[c.schedule.options.index()];
+  MT_CHECK(held == c.schedule.type, "schedule.type is '", c.schedule.type, "' but its options are ",
+           held, "'s (ScheduleConfig::select() makes them agree)");
+  return std::visit(Make{c, opt, run_steps}, c.schedule.options);
 }
 
 // A backend this build or this device cannot use is refused before anything runs.

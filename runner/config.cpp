@@ -24,17 +24,11 @@
 namespace mantissa::runner {
 
 void OptimizerConfig::select() {
-  const auto it = std::find(kOptimizerTypes.begin(), kOptimizerTypes.end(), type);
-  MT_CHECK(it != kOptimizerTypes.end(), "optimizer.type '", type, "' is not an optimizer");
-  const size_t i = static_cast<size_t>(it - kOptimizerTypes.begin());
-  if (options.index() != i) options = schema::optimizer_defaults()[i];
+  schema::select_variant(options, type, kOptimizerTypes, "optimizer", "an optimizer");
 }
 
 void ScheduleConfig::select() {
-  const auto it = std::find(kScheduleTypes.begin(), kScheduleTypes.end(), type);
-  MT_CHECK(it != kScheduleTypes.end(), "schedule.type '", type, "' is not a schedule");
-  const size_t i = static_cast<size_t>(it - kScheduleTypes.begin());
-  if (options.index() != i) options = schema::variant_defaults<ScheduleOptions>()[i];
+  schema::select_variant(options, type, kScheduleTypes, "schedule", "a schedule");
 }
 
 double OptimizerConfig::lr() const {

@@ -15,6 +15,8 @@
 #include <variant>
 #include <vector>
 
+#include "engine/error.h"
+
 namespace mantissa::runner::schema {
 
 // A closed or open interval for numbers; the message names it ("must be in [0, 1)").
@@ -130,6 +132,17 @@ const std::vector<Variant>& variant_defaults() {
     return v;
   }();
   return all;
+}
+
+// Makes `held` the alternative `type` names in `types` (that type's default options when it
+// held another); throws "<section>.type '<type>' is not <noun>" for a type not in `types`.
+template <typename Variant>
+void select_variant(Variant& held, const std::string& type, const std::vector<std::string>& types,
+                    const char* section, const char* noun) {
+  const auto it = std::find(types.begin(), types.end(), type);
+  if (it == types.end()) MT_THROW(section, ".type '", type, "' is not ", noun);
+  const size_t i = static_cast<size_t>(it - types.begin());
+  if (held.index() != i) held = variant_defaults<Variant>()[i];
 }
 
 // The member named `name` of the options held, if it has one of type T.

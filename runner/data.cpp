@@ -250,19 +250,18 @@ LoaderPosition DataLoader::state() const {
 }
 
 void DataLoader::load_state(const LoaderPosition& state) {
-  const int64_t epoch = state.epoch, index = state.index;
-  const uint64_t seed = state.seed;
-  MT_CHECK(seed == options_.seed, "DataLoader.load_state: the state was saved with shuffle seed ",
-           seed, " but this loader's seed is ", options_.seed);
-  const int64_t replicas = state.num_replicas;
-  MT_CHECK(replicas == options_.sampler.num_replicas, "DataLoader.load_state: the state was saved ",
-           "by a loader sharded over ", replicas, " replica(s) but this loader has ",
-           options_.sampler.num_replicas, " (a different number of ranks sees different data)");
-  MT_CHECK(epoch >= 0 && index >= 0 && index <= batches_per_epoch(),
-           "DataLoader.load_state: position epoch ", epoch, ", index ", index,
+  MT_CHECK(state.seed == options_.seed,
+           "DataLoader.load_state: the state was saved with shuffle seed ", state.seed,
+           " but this loader's seed is ", options_.seed);
+  MT_CHECK(state.num_replicas == options_.sampler.num_replicas,
+           "DataLoader.load_state: the state was saved by a loader sharded over ",
+           state.num_replicas, " replica(s) but this loader has ", options_.sampler.num_replicas,
+           " (a different number of ranks sees different data)");
+  MT_CHECK(state.epoch >= 0 && state.index >= 0 && state.index <= batches_per_epoch(),
+           "DataLoader.load_state: position epoch ", state.epoch, ", index ", state.index,
            " is invalid for a loader of ", batches_per_epoch(), " batches per epoch");
-  epoch_ = epoch;
-  index_ = index;
+  epoch_ = state.epoch;
+  index_ = state.index;
 }
 
 }  // namespace mantissa::runner
