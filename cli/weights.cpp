@@ -29,7 +29,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 // Points the config's data at `data` (train / val / a file).
 void select_data(runner::Config& c, const std::string& data, bool* use_val) {
-  const bool has_val = c.data.val_split > 0 || !c.data.token_val_path.empty();
+  const bool has_val = c.data.val_split > 0 || !c.data.val_path().empty();
   *use_val = has_val;
   if (data.empty()) return;
   if (data == "train" || data == "val") {
@@ -44,17 +44,23 @@ void select_data(runner::Config& c, const std::string& data, bool* use_val) {
   d.batch_size = c.data.batch_size;
   d.shuffle = false;
   if (ends_with(data, ".csv")) {
-    d.type = "csv";
-    if (c.data.type == "csv") {
-      d.csv.target_columns = c.data.csv.target_columns;
-      d.csv.input_columns = c.data.csv.input_columns;
+    runner::CsvOptions csv;
+    if (const auto* given = std::get_if<runner::CsvOptions>(&c.data.options)) {
+      csv.target_columns = given->target_columns;
+      csv.input_columns = given->input_columns;
     }
-    d.csv.path = data;
-    d.csv.target_dtype = c.loss.type == "cross_entropy" ? DType::Int64 : DType::Float32;
+    csv.path = data;
+    csv.target_dtype = c.loss.type == "cross_entropy" ? DType::Int64 : DType::Float32;
+    d.type = "csv";
+    d.options = csv;
   } else if (ends_with(data, ".safetensors")) {
+    runner::SafetensorsDataOptions st;
+    if (const auto* given = std::get_if<runner::SafetensorsDataOptions>(&c.data.options)) {
+      st = *given;
+    }
+    st.path = data;
     d.type = "safetensors";
-    if (c.data.type == "safetensors") d.safetensors = c.data.safetensors;
-    d.safetensors.path = data;
+    d.options = st;
   } else {
     throw runner::ConfigError("--data " + data +
                               ": expected train, val, or a .csv or .safetensors file");

@@ -100,8 +100,8 @@ void check_output(const Config& c, const Dataset& data) {
                             "): use bce_with_logits on the logits, which is safe, or precision "
                             "float32");
   }
-  if (c.loss.type == "cross_entropy") {
-    if (const size_t n = c.loss.weight.size();
+  if (const auto* ce = std::get_if<CrossEntropyLossOptions>(&c.loss.options)) {
+    if (const size_t n = ce->weight.size();
         n > 0 && out.size() == 1 && static_cast<int64_t>(n) != out[0]) {
       c.fail("loss.weight", "has " + std::to_string(n) + " weights, but the model outputs " +
                                 std::to_string(out[0]) + " class scores (give one per class)");
@@ -127,11 +127,11 @@ void check_output(const Config& c, const Dataset& data) {
       // Labels equal to loss.ignore_index mark examples the loss skips, as in PyTorch; the others
       // must name one of the model's classes, and at least one example must count.
       const Tensor labels = td->targets();
-      const Tensor counted = labels != c.loss.ignore_index;
+      const Tensor counted = labels != ce->ignore_index;
       const int64_t n_counted = counted.sum().item<int64_t>();
       if (n_counted == 0) {
         c.fail("loss.ignore_index", "every label of the data equals loss.ignore_index (" +
-                                        std::to_string(c.loss.ignore_index) +
+                                        std::to_string(ce->ignore_index) +
                                         "), so no example counts in the loss");
       }
       const Tensor real = where(counted, labels, zeros({}, TensorOptions().dtype(DType::Int64)));
@@ -145,8 +145,8 @@ void check_output(const Config& c, const Dataset& data) {
         c.fail(key, "the model outputs " + std::to_string(out.back()) +
                         " class scores, but the data's labels go from " +
                         std::to_string(min_label) + " to " + std::to_string(max_label) +
-                        " (labels equal to loss.ignore_index, " +
-                        std::to_string(c.loss.ignore_index) + ", are skipped)");
+                        " (labels equal to loss.ignore_index, " + std::to_string(ce->ignore_index) +
+                        ", are skipped)");
       }
     }
     return;
@@ -155,10 +155,15 @@ void check_output(const Config& c, const Dataset& data) {
     c.fail("loss.type", c.loss.type + " needs floating-point targets, but " + t +
                             " (class labels go with loss.type: cross_entropy)");
   }
-  for (const auto& [name, weights] :
-       {std::pair{"loss.pos_weight", &c.loss.pos_weight}, {"loss.weight", &c.loss.weight}}) {
+  std::vector<std::pair<const char*, const std::vector<double>*>> weights;
+  if (const auto* b = std::get_if<BceWithLogitsLossOptions>(&c.loss.options)) {
+    weights = {{"loss.pos_weight", &b->pos_weight}, {"loss.weight", &b->weight}};
+  } else if (const auto* b = std::get_if<BceLossOptions>(&c.loss.options)) {
+    weights = {{"loss.weight", &b->weight}};
+  }
+  for (const auto& [name, w] : weights) {
     // Broadcast against the output's last dim, as PyTorch does.
-    const size_t n = weights->size();
+    const size_t n = w->size();
     const int64_t classes = out.size() > 0 ? out[out.size() - 1] : 1;
     if (n > 1 && static_cast<int64_t>(n) != classes) {
       c.fail(name, "has " + std::to_string(n) + " weights, but the model outputs " +
@@ -180,50 +185,59 @@ Tensor weight_tensor(const std::vector<double>& weights, Device device) {
 }
 
 LossFn make_loss(const LossConfig& l, Device device) {
+  namespace F = nn::functional;
   const nn::Reduction r = l.reduction == "sum" ? nn::Reduction::Sum : nn::Reduction::Mean;
-  const Tensor weight = weight_tensor(l.weight, device);
-  if (l.type == "mse") {
-    return [r](const Tensor& o, const Tensor& t) { return nn::functional::mse_loss(o, t, r); };
-  }
-  if (l.type == "l1") {
-    return [r](const Tensor& o, const Tensor& t) { return nn::functional::l1_loss(o, t, r); };
-  }
-  if (l.type == "smooth_l1") {
-    return [r, beta = l.beta](const Tensor& o, const Tensor& t) {
-      return nn::functional::smooth_l1_loss(o, t, r, beta);
-    };
-  }
-  if (l.type == "huber") {
-    return [r, delta = l.delta](const Tensor& o, const Tensor& t) {
-      return nn::functional::huber_loss(o, t, r, delta);
-    };
-  }
-  if (l.type == "bce") {
-    return [r, weight](const Tensor& o, const Tensor& t) {
-      return nn::functional::binary_cross_entropy(o, t, r, weight);
-    };
-  }
-  if (l.type == "kl_div") {
-    const nn::KlDivReduction kr = nn::parse_kl_div_reduction(l.reduction);
-    return [kr, log_target = l.log_target](const Tensor& o, const Tensor& t) {
-      return nn::functional::kl_div(o, t, kr, log_target);
-    };
-  }
-  if (l.type == "cross_entropy") {
-    // [B, T, V] logits against [B, T] labels are B * T examples, as nanoGPT flattens them.
-    return
-        [r, ls = l.label_smoothing, ii = l.ignore_index, weight](const Tensor& o, const Tensor& t) {
-          if (o.dim() == 3 && t.dim() == 2) {
-            return nn::functional::cross_entropy(o.reshape({-1, o.size(2)}), t.reshape({-1}), r, ls,
-                                                 ii, weight);
-          }
-          return nn::functional::cross_entropy(o, t, r, ls, ii, weight);
-        };
-  }
-  const Tensor pos_weight = weight_tensor(l.pos_weight, device);
-  return [r, pos_weight, weight](const Tensor& o, const Tensor& t) {
-    return nn::functional::binary_cross_entropy_with_logits(o, t, r, pos_weight, weight);
+  struct Make {
+    nn::Reduction r;
+    const std::string& reduction;
+    Device device;
+
+    LossFn operator()(const MseLossOptions&) const {
+      return [r = r](const Tensor& o, const Tensor& t) { return F::mse_loss(o, t, r); };
+    }
+    LossFn operator()(const L1LossOptions&) const {
+      return [r = r](const Tensor& o, const Tensor& t) { return F::l1_loss(o, t, r); };
+    }
+    LossFn operator()(const SmoothL1LossOptions& s) const {
+      return [r = r, beta = s.beta](const Tensor& o, const Tensor& t) {
+        return F::smooth_l1_loss(o, t, r, beta);
+      };
+    }
+    LossFn operator()(const HuberLossOptions& s) const {
+      return [r = r, delta = s.delta](const Tensor& o, const Tensor& t) {
+        return F::huber_loss(o, t, r, delta);
+      };
+    }
+    LossFn operator()(const BceLossOptions& s) const {
+      return [r = r, weight = weight_tensor(s.weight, device)](const Tensor& o, const Tensor& t) {
+        return F::binary_cross_entropy(o, t, r, weight);
+      };
+    }
+    LossFn operator()(const KlDivLossOptions& s) const {
+      return [kr = nn::parse_kl_div_reduction(reduction), log_target = s.log_target](
+                 const Tensor& o, const Tensor& t) { return F::kl_div(o, t, kr, log_target); };
+    }
+    LossFn operator()(const CrossEntropyLossOptions& s) const {
+      // [B, T, V] logits against [B, T] labels are B * T examples, as nanoGPT flattens them.
+      return [r = r, ls = s.label_smoothing, ii = s.ignore_index,
+              weight = weight_tensor(s.weight, device)](const Tensor& o, const Tensor& t) {
+        if (o.dim() == 3 && t.dim() == 2) {
+          return F::cross_entropy(o.reshape({-1, o.size(2)}), t.reshape({-1}), r, ls, ii, weight);
+        }
+        return F::cross_entropy(o, t, r, ls, ii, weight);
+      };
+    }
+    LossFn operator()(const BceWithLogitsLossOptions& s) const {
+      return [r = r, pos_weight = weight_tensor(s.pos_weight, device),
+              weight = weight_tensor(s.weight, device)](const Tensor& o, const Tensor& t) {
+        return F::binary_cross_entropy_with_logits(o, t, r, pos_weight, weight);
+      };
+    }
   };
+  const std::string& held = kLossTypes[l.options.index()];
+  MT_CHECK(held == l.type, "loss.type is '", l.type, "' but its options are ", held,
+           "'s (LossConfig::select() makes them agree)");
+  return std::visit(Make{r, l.reduction, device}, l.options);
 }
 
 // The optimizer of each alternative of OptimizerOptions, in the same order.
@@ -356,25 +370,31 @@ RunObjects build_common(const Config& c, const RunPlacement& placement = {}) {
     // Token data splits by position: the tail (or val_path) is the validation part.
     try {
       const TokenBlockOptions to = blocks->options();
-      if (!c.data.token_val_path.empty()) {
+      const std::string val_path = c.data.val_path();
+      const int64_t val_blocks = std::visit(
+          [](const auto& o) -> int64_t {
+            if constexpr (requires { o.val_blocks; }) return o.val_blocks;
+            return 0;
+          },
+          c.data.options);
+      if (!val_path.empty()) {
         TokenBlockOptions vo = to;
         vo.random_offsets = false;
-        vo.max_blocks = c.data.val_blocks;
-        require_file(c, "data.val_path", c.data.token_val_path);
-        auto val = map_token_file(c.data.token_val_path, blocks->file().format());
+        vo.max_blocks = val_blocks;
+        require_file(c, "data.val_path", val_path);
+        auto val = map_token_file(val_path, blocks->file().format());
         const int64_t nv = val->tokens();
         r.val_data = std::make_shared<TokenBlockDataset>(std::move(val), 0, nv, vo);
       } else {
         const TokenSplit split =
-            split_token_blocks(blocks->file_ptr(), to, c.data.val_split, c.data.val_blocks);
+            split_token_blocks(blocks->file_ptr(), to, c.data.val_split, val_blocks);
         r.train_data = split.train;
         r.val_data = split.val;
       }
     } catch (const ConfigError&) {
       throw;
     } catch (const Error& e) {
-      c.fail(c.data.token_val_path.empty() ? "data.val_split" : "data.val_path",
-             first_line(e.what()));
+      c.fail(c.data.val_path().empty() ? "data.val_split" : "data.val_path", first_line(e.what()));
     }
   } else if (c.data.val_split > 0) {
     Split split;
@@ -443,77 +463,75 @@ Device resolve_device(const Config& c, int local_rank) {
   return d;
 }
 
-std::shared_ptr<Dataset> build_synthetic_dataset(const Config& c);
-std::shared_ptr<Dataset> build_file_dataset(const Config& c);
+namespace {
+
+// One overload per dataset. A read error blames the key that names the file it read.
+struct DatasetMaker {
+  const Config& c;
+  std::string key = "data.path";
+
+  template <typename O, typename F>
+  std::shared_ptr<Dataset> synthetic(O o, F make) {
+    o.seed = c.data.seed;
+    key = "data.samples";  // out of memory for data.samples, most often
+    return make(o);
+  }
+  std::shared_ptr<Dataset> operator()(const TeacherOptions& o) {
+    return synthetic(o, make_teacher_dataset);
+  }
+  std::shared_ptr<Dataset> operator()(const SineOptions& o) {
+    return synthetic(o, make_sine_dataset);
+  }
+  std::shared_ptr<Dataset> operator()(const SpiralsOptions& o) {
+    return synthetic(o, make_spirals_dataset);
+  }
+  std::shared_ptr<Dataset> operator()(const CsvOptions& o) {
+    require_file(c, key, o.path);
+    return load_csv_dataset(o);
+  }
+  std::shared_ptr<Dataset> operator()(const SafetensorsDataOptions& o) {
+    require_file(c, key, o.path);
+    return load_safetensors_dataset(o);
+  }
+  std::shared_ptr<Dataset> operator()(const MnistOptions& o) {
+    key = "data.images";
+    require_file(c, key, o.images);
+    key = "data.labels";
+    require_file(c, key, o.labels);
+    key = "data.images";
+    return load_mnist_idx(o);
+  }
+  std::shared_ptr<Dataset> operator()(const TextDataOptions& o) {
+    return tokens(o.path, o.block_size, TokenFormat::Bytes);
+  }
+  std::shared_ptr<Dataset> operator()(const TokensBinDataOptions& o) {
+    return tokens(o.path, o.block_size, TokenFormat::Uint16);
+  }
+  std::shared_ptr<Dataset> tokens(const std::string& path, int64_t block_size, TokenFormat format) {
+    require_file(c, key, path);
+    auto file = map_token_file(path, format);
+    TokenBlockOptions o;
+    o.block_size = block_size;
+    o.seed = c.data.seed;
+    if (is_gpt(c.model)) o.vocab_size = c.model.gpt.vocab_size;
+    const int64_t n = file->tokens();
+    return std::make_shared<TokenBlockDataset>(std::move(file), 0, n, o);
+  }
+};
+
+}  // namespace
 
 std::shared_ptr<Dataset> build_dataset(const Config& c) {
-  const DataConfig& d = c.data;
-  if (d.type == "teacher" || d.type == "sine" || d.type == "spirals") {
-    try {
-      return build_synthetic_dataset(c);
-    } catch (const ConfigError&) {
-      throw;
-    } catch (const Error& e) {  // out of memory for data.samples, most often
-      c.fail("data.samples", first_line(e.what()));
-    }
-  }
-  return build_file_dataset(c);
-}
-
-std::shared_ptr<Dataset> build_synthetic_dataset(const Config& c) {
-  const DataConfig& d = c.data;
-  if (d.type == "teacher") {
-    TeacherOptions o = d.teacher;
-    o.seed = d.seed;
-    return make_teacher_dataset(o);
-  }
-  if (d.type == "sine") {
-    SineOptions o = d.sine;
-    o.seed = d.seed;
-    return make_sine_dataset(o);
-  }
-  if (d.type == "spirals") {
-    SpiralsOptions o = d.spirals;
-    o.seed = d.seed;
-    return make_spirals_dataset(o);
-  }
-  MT_THROW("data.type ", d.type, " is not a synthetic dataset");
-}
-
-std::shared_ptr<Dataset> build_file_dataset(const Config& c) {
-  const DataConfig& d = c.data;
-  // Files: the key to blame for a read error is the file's.
-  std::string key = "data.path";
+  const std::string& held = kDataTypes[c.data.options.index()];
+  MT_CHECK(held == c.data.type, "data.type is '", c.data.type, "' but its options are ", held,
+           "'s (DataConfig::select() makes them agree)");
+  DatasetMaker make{c};
   try {
-    if (d.type == "csv") {
-      require_file(c, key, d.csv.path);
-      return load_csv_dataset(d.csv);
-    }
-    if (d.type == "safetensors") {
-      require_file(c, key, d.safetensors.path);
-      return load_safetensors_dataset(d.safetensors);
-    }
-    if (d.type == "text" || d.type == "tokens_bin") {
-      require_file(c, key, d.token_path);
-      auto file =
-          map_token_file(d.token_path, d.type == "text" ? TokenFormat::Bytes : TokenFormat::Uint16);
-      TokenBlockOptions o;
-      o.block_size = d.block_size;
-      o.seed = d.seed;
-      if (is_gpt(c.model)) o.vocab_size = c.model.gpt.vocab_size;
-      const int64_t n = file->tokens();
-      return std::make_shared<TokenBlockDataset>(std::move(file), 0, n, o);
-    }
-    key = "data.images";
-    require_file(c, key, d.mnist.images);
-    key = "data.labels";
-    require_file(c, key, d.mnist.labels);
-    key = "data.images";
-    return load_mnist_idx(d.mnist);
+    return std::visit(make, c.data.options);
   } catch (const ConfigError&) {
     throw;
   } catch (const Error& e) {
-    c.fail(key, first_line(e.what()));
+    c.fail(make.key, first_line(e.what()));
   }
 }
 

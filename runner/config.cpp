@@ -27,6 +27,17 @@ void OptimizerConfig::select() {
   schema::select_variant(options, type, kOptimizerTypes, "optimizer", "an optimizer");
 }
 
+void DataConfig::select() {
+  schema::select_variant(options, type, kDataTypes, "data", "a dataset");
+}
+
+std::string DataConfig::val_path() const {
+  const auto* t = std::get_if<TokensBinDataOptions>(&options);
+  return t != nullptr ? t->val_path : std::string();
+}
+
+void LossConfig::select() { schema::select_variant(options, type, kLossTypes, "loss", "a loss"); }
+
 void ScheduleConfig::select() {
   schema::select_variant(options, type, kScheduleTypes, "schedule", "a schedule");
 }

@@ -82,44 +82,128 @@ struct ModelConfig {
   GptModelOptions gpt;
 };
 
-// The dataset's keys are the options of its loader (runner/data.h); the synthetic datasets take
-// data.seed as their seed.
+// A byte-level text file (runner/token_data.h): blocks of block_size + 1 tokens; the validation
+// part is the file's tail data.val_split.
+struct TextDataOptions {
+  std::string path{};
+  int64_t block_size = 128;
+  int64_t val_blocks = 0;  // 0: every consecutive block of the validation part
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("path", s.path), f("block_size", s.block_size), f("val_blocks", s.val_blocks);
+  }
+};
+// nanoGPT's uint16 token files: as text, with the validation part val_path's file when given.
+struct TokensBinDataOptions {
+  std::string path{};
+  std::string val_path{};  // empty: the tail data.val_split of `path`
+  int64_t block_size = 128;
+  int64_t val_blocks = 0;
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("path", s.path), f("val_path", s.val_path), f("block_size", s.block_size),
+        f("val_blocks", s.val_blocks);
+  }
+};
+
+inline const std::vector<std::string> kDataTypes = {
+    "teacher", "sine", "spirals", "csv", "safetensors", "mnist", "text", "tokens_bin"};
+// In kDataTypes' order: the options of each dataset's loader (runner/data.h); the synthetic
+// datasets take data.seed as their seed.
+using DataOptions =
+    std::variant<TeacherOptions, SineOptions, SpiralsOptions, CsvOptions, SafetensorsDataOptions,
+                 MnistOptions, TextDataOptions, TokensBinDataOptions>;
+
 struct DataConfig {
-  std::string type = "teacher";  // teacher sine spirals csv safetensors mnist text tokens_bin
-  TeacherOptions teacher;
-  SineOptions sine;
-  SpiralsOptions spirals;
-  CsvOptions csv;
-  SafetensorsDataOptions safetensors;
-  MnistOptions mnist;
+  std::string type = "teacher";
+  DataOptions options;  // the alternative `type` names
   // loading
   int64_t batch_size = 32;
   bool shuffle = true;
   uint64_t seed = 0;
   double val_split = 0.0;
   bool drop_last = false;
-  // text, tokens_bin (runner/token_data.h): blocks of block_size + 1 tokens of one file; the
-  // validation part is the file's tail val_split (or val_path's file, tokens_bin).
-  std::string token_path;
-  std::string token_val_path;  // tokens_bin; empty: none
-  int64_t block_size = 128;
-  int64_t val_blocks = 0;  // 0: every consecutive block of the validation part
+
+  // Makes `options` the alternative `type` names (default options when it was another); throws
+  // for a type that is not one of kDataTypes.
+  void select();
+  // tokens_bin's val_path; empty for every other dataset.
+  std::string val_path() const;
 };
 
+// The loss: `type` names it, and `options` holds that loss's keys (PyTorch's arguments of the
+// same names). Each struct lists its keys once in `each`; config_schema.h describes each key once.
+struct MseLossOptions {
+  template <typename Self, typename F>
+  static void each(Self&, F&&) {}
+};
+struct L1LossOptions {
+  template <typename Self, typename F>
+  static void each(Self&, F&&) {}
+};
+struct CrossEntropyLossOptions {
+  double label_smoothing = 0.0;
+  int64_t ignore_index = -100;
+  std::vector<double> weight{};  // one per class; empty: none (PyTorch's weight=None)
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("label_smoothing", s.label_smoothing), f("ignore_index", s.ignore_index),
+        f("weight", s.weight);
+  }
+};
+struct BceWithLogitsLossOptions {
+  // One value or one per output (last dim); empty: none (PyTorch's pos_weight=None, weight=None).
+  std::vector<double> pos_weight{};
+  std::vector<double> weight{};
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("pos_weight", s.pos_weight), f("weight", s.weight);
+  }
+};
+struct SmoothL1LossOptions {
+  double beta = 1.0;
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("beta", s.beta);
+  }
+};
+struct HuberLossOptions {
+  double delta = 1.0;
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("delta", s.delta);
+  }
+};
+struct BceLossOptions {
+  std::vector<double> weight{};  // one value or one per output; empty: none
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("weight", s.weight);
+  }
+};
+struct KlDivLossOptions {
+  bool log_target = false;
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("log_target", s.log_target);
+  }
+};
+
+inline const std::vector<std::string> kLossTypes = {
+    "mse", "l1", "cross_entropy", "bce_with_logits", "smooth_l1", "huber", "bce", "kl_div"};
+// In kLossTypes' order.
+using LossOptions =
+    std::variant<MseLossOptions, L1LossOptions, CrossEntropyLossOptions, BceWithLogitsLossOptions,
+                 SmoothL1LossOptions, HuberLossOptions, BceLossOptions, KlDivLossOptions>;
+
 struct LossConfig {
-  std::string type = "mse";  // mse l1 cross_entropy bce_with_logits smooth_l1 huber bce kl_div
+  std::string type = "mse";
   std::string reduction = "mean";  // batchmean: kl_div only
-  double label_smoothing = 0.0;    // cross_entropy
-  int64_t ignore_index = -100;     // cross_entropy
-  // bce_with_logits: weight of the positive term, one value or one per output (last dim); empty:
-  // none (PyTorch's pos_weight=None).
-  std::vector<double> pos_weight;
-  // cross_entropy: one weight per class; bce, bce_with_logits: one value or one per output; empty:
-  // none (PyTorch's weight=None).
-  std::vector<double> weight;
-  double beta = 1.0;        // smooth_l1
-  double delta = 1.0;       // huber
-  bool log_target = false;  // kl_div
+  LossOptions options;             // the alternative `type` names
+
+  // Makes `options` the alternative `type` names (default options when it was another); throws
+  // for a type that is not one of kLossTypes.
+  void select();
 };
 
 // The optimizer: `type` names it, and `options` holds that optimizer's own options struct

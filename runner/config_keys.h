@@ -103,7 +103,7 @@ struct Rule {
   std::string problem;
 };
 
-// ---- sections whose options are a variant of per-type structs (optimizer, schedule) ----------
+// ---- sections whose options are a variant of per-type structs (data, loss, optimizer, schedule)
 //
 // The section holds `type` and `options`, a std::variant with one options struct per type, each
 // listing its fields once in a static `each`. Its keys are rows, in resolved.yaml's order, with
@@ -120,7 +120,19 @@ struct VariantKey {
   int64_t min_int = std::numeric_limits<int64_t>::min();  // integers
   std::vector<std::string> choices = {};                  // strings
   const char* default_text = nullptr;                     // the docs' default, when not the value
+  // Types the row applies to, of those whose options have the field; empty: all of them. A key
+  // whose meaning or checks differ by type is one row per type (its own documentation line).
+  std::vector<std::string> only = {};
+  bool required = false;  // no default: the config must give it
 };
+
+// Whether `row` binds the field of `type`'s options (given that they have one of its name).
+inline bool row_takes(const VariantKey& row, const std::string& type) {
+  const auto has = [&type](const std::vector<std::string>& v) {
+    return std::find(v.begin(), v.end(), type) != v.end();
+  };
+  return !has(row.not_for) && (row.only.empty() || has(row.only));
+}
 
 // Each type's default options, in the variant's order.
 template <typename Variant>
@@ -172,14 +184,15 @@ void variant_key(V& v, Variant& held, const std::vector<std::string>& types,
   std::vector<T> defaults;
   for (size_t i = 0; i < types.size(); ++i) {
     const T* d = option_member<T>(variant_defaults<Variant>()[i], row.name);
-    if (d != nullptr &&
-        std::find(row.not_for.begin(), row.not_for.end(), types[i]) == row.not_for.end()) {
+    if (d != nullptr && row_takes(row, types[i])) {
       takers.push_back(types[i]);
       defaults.push_back(*d);
     }
   }
   T stand_in = defaults.front();
-  T* member = option_member<T>(held, row.name);
+  // The held options' field, when the row takes it from their type (a row for another type that
+  // shares the field's name binds the stand-in).
+  T* member = row_takes(row, types[held.index()]) ? option_member<T>(held, row.name) : nullptr;
   Key<T> k(row.name, member != nullptr ? *member : stand_in);
   k.doc(row.help);
   k.in(row.range);
@@ -187,6 +200,7 @@ void variant_key(V& v, Variant& held, const std::vector<std::string>& types,
   if (!row.choices.empty()) k.one_of(row.choices);
   if (row.optional) k.optional_output();
   if (row.default_text != nullptr) k.default_text(row.default_text);
+  if (row.required) k.required();
   if (takers.size() < types.size()) k.applies_to(takers);
   std::vector<bool> grouped(takers.size(), false);
   for (size_t i = 1; i < takers.size(); ++i) {
@@ -209,9 +223,10 @@ template <typename V, typename Variant, typename After>
 void variant_keys(V& v, Variant& held, const std::vector<std::string>& types,
                   const std::vector<VariantKey>& rows, After&& after) {
   for (const VariantKey& row : rows) {
-    // The key's type is its member's in the first options struct that has it.
+    // The key's type is its member's in the first options struct the row takes it from.
     bool done = false;
-    for (const Variant& d : variant_defaults<Variant>()) {
+    for (size_t i = 0; i < types.size() && !done; ++i) {
+      if (!row_takes(row, types[i])) continue;
       std::visit(
           [&](const auto& opts) {
             std::decay_t<decltype(opts)>::each(opts, [&](const char* n, const auto& member) {
@@ -220,9 +235,9 @@ void variant_keys(V& v, Variant& held, const std::vector<std::string>& types,
               variant_key<std::decay_t<decltype(member)>>(v, held, types, row);
             });
           },
-          d);
-      if (done) break;
+          variant_defaults<Variant>()[i]);
     }
+    MT_CHECK(done, "config schema: no options struct takes the key '", row.name, "'");
     after(std::string_view(row.name));
   }
 }

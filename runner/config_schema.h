@@ -209,87 +209,98 @@ void describe(V& v, ModelConfig& m) {
           "must divide n_embd"});
 }
 
+// The dataset's keys (runner/data.h and config.h: the options structs), in resolved.yaml's order:
+// the file and synthetic datasets' keys, then the loader's (DataConfig's own members), then the
+// token datasets'. A key whose documentation differs by dataset is one row per dataset.
+inline const std::vector<VariantKey>& data_keys_before_loader() {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  const auto samples = [](const char* type) {
+    return VariantKey{.name = "samples", .help = "examples", .min_int = 1, .only = {type}};
+  };
+  const auto noise = [](const char* type, const char* help) {
+    return VariantKey{.name = "noise", .range = Range{0, inf}, .help = help, .only = {type}};
+  };
+  static const std::vector<VariantKey> keys = {
+      samples("teacher"),
+      samples("sine"),
+      samples("spirals"),
+      noise("teacher", "std of Gaussian noise on the targets"),
+      noise("sine", "std of Gaussian noise on the targets"),
+      noise("spirals", "std of Gaussian noise on each coordinate"),
+      {.name = "in_features",
+       .help = "inputs `[in_features]` of the fixed random teacher MLP",
+       .min_int = 1},
+      {.name = "hidden", .help = "teacher's width", .min_int = 1},
+      {.name = "out_features", .help = "targets `[out_features]`", .min_int = 1},
+      {.name = "x_min", .help = "y = sin(x), x uniform in [x_min, x_max]; inputs `[1]`"},
+      {.name = "x_max", .help = "see `x_min`"},
+      {.name = "turns",
+       .range = Range{0, inf, true, false},
+       .help = "turns of each of the two spirals; inputs `[2]`, int64 labels in {0, 1}"},
+      {.name = "path", .help = "the CSV file", .only = {"csv"}, .required = true},
+      {.name = "header",
+       .help = "the first row is a header; `auto`: detected (a non-numeric field)"},
+      {.name = "target_columns",
+       .help = "header names or 0-based indices",
+       .default_text = "the last column"},
+      {.name = "input_columns",
+       .help = "header names or 0-based indices",
+       .default_text = "the other columns"},
+      {.name = "target_dtype",
+       .help = "`int64`: class labels, then exactly one target column",
+       .choices = {"float32", "int64"}},
+      {.name = "delimiter", .help = "field separator"},
+      {.name = "path", .help = "the file", .only = {"safetensors"}, .required = true},
+      {.name = "inputs", .help = "tensor name of the inputs (first dim: examples)"},
+      {.name = "targets", .help = "tensor name of the targets"},
+      {.name = "images", .help = "IDX images file (`train-images-idx3-ubyte`)", .required = true},
+      {.name = "labels", .help = "IDX labels file", .required = true},
+      {.name = "flatten", .help = "images as `[784]` instead of `[1, 28, 28]`"},
+      {.name = "limit", .help = "keep the first N examples (0: all)", .min_int = 0},
+  };
+  return keys;
+}
+
+inline const std::vector<VariantKey>& data_keys_after_loader() {
+  static const std::vector<VariantKey> keys = {
+      {.name = "path",
+       .help = "a text file, one token per byte (the byte tokenizer); memory-mapped",
+       .only = {"text"},
+       .required = true},
+      {.name = "path",
+       .help = "nanoGPT's `train.bin`: little-endian uint16 token ids; memory-mapped",
+       .only = {"tokens_bin"},
+       .required = true},
+      {.name = "val_path",
+       .help = "nanoGPT's `val.bin`, evaluated in consecutive blocks (instead of `val_split`)",
+       .optional = true,
+       .default_text = "none"},
+      {.name = "block_size",
+       .help = "T: examples are input `[T]` and target `[T]` (the next tokens), int64; "
+               "training blocks start at random offsets drawn from `seed`, epoch and index",
+       .min_int = 1},
+      {.name = "val_blocks",
+       .help = "evaluate on the first N consecutive blocks of the validation part (0: all)",
+       .min_int = 0},
+  };
+  return keys;
+}
+
 template <typename V>
 void describe(V& v, DataConfig& d) {
-  v.field(key("type", d.type)
-              .selector()
-              .one_of({"teacher", "sine", "spirals", "csv", "safetensors", "mnist", "text",
-                       "tokens_bin"})
-              .doc("the dataset"));
-  v.field(key("samples", d.teacher.samples).applies_to({"teacher"}).at_least(1).doc("examples"));
-  v.field(key("samples", d.sine.samples).applies_to({"sine"}).at_least(1).doc("examples"));
-  v.field(key("samples", d.spirals.samples).applies_to({"spirals"}).at_least(1).doc("examples"));
-  v.field(key("noise", d.teacher.noise)
-              .applies_to({"teacher"})
-              .non_negative()
-              .doc("std of Gaussian noise on the targets"));
-  v.field(key("noise", d.sine.noise)
-              .applies_to({"sine"})
-              .non_negative()
-              .doc("std of Gaussian noise on the targets"));
-  v.field(key("noise", d.spirals.noise)
-              .applies_to({"spirals"})
-              .non_negative()
-              .doc("std of Gaussian noise on each coordinate"));
-  v.field(key("in_features", d.teacher.in_features)
-              .applies_to({"teacher"})
-              .at_least(1)
-              .doc("inputs `[in_features]` of the fixed random teacher MLP"));
-  v.field(
-      key("hidden", d.teacher.hidden).applies_to({"teacher"}).at_least(1).doc("teacher's width"));
-  v.field(key("out_features", d.teacher.out_features)
-              .applies_to({"teacher"})
-              .at_least(1)
-              .doc("targets `[out_features]`"));
-  v.field(key("x_min", d.sine.x_min)
-              .applies_to({"sine"})
-              .doc("y = sin(x), x uniform in "
-                   "[x_min, x_max]; inputs `[1]`"));
-  v.field(key("x_max", d.sine.x_max).applies_to({"sine"}).doc("see `x_min`"));
-  v.rule({"x_max",
-          {"sine"},
-          [&d] { return d.sine.x_max > d.sine.x_min; },
-          "must be greater than data.x_min"});
-  v.field(key("turns", d.spirals.turns)
-              .applies_to({"spirals"})
-              .positive()
-              .doc("turns of each of the two spirals; inputs `[2]`, int64 labels in {0, 1}"));
-  v.field(key("path", d.csv.path).applies_to({"csv"}).required().doc("the CSV file"));
-  v.field(key("header", d.csv.header)
-              .applies_to({"csv"})
-              .doc("the first row is a header; `auto`: detected (a non-numeric field)"));
-  v.field(key("target_columns", d.csv.target_columns)
-              .applies_to({"csv"})
-              .default_text("the last column")
-              .doc("header names or 0-based indices"));
-  v.field(key("input_columns", d.csv.input_columns)
-              .applies_to({"csv"})
-              .default_text("the other columns")
-              .doc("header names or 0-based indices"));
-  v.field(key("target_dtype", d.csv.target_dtype)
-              .applies_to({"csv"})
-              .one_of({"float32", "int64"})
-              .doc("`int64`: class labels, then exactly one target column"));
-  v.field(key("delimiter", d.csv.delimiter).applies_to({"csv"}).doc("field separator"));
-  v.field(key("path", d.safetensors.path).applies_to({"safetensors"}).required().doc("the file"));
-  v.field(key("inputs", d.safetensors.inputs)
-              .applies_to({"safetensors"})
-              .doc("tensor name of the inputs (first dim: examples)"));
-  v.field(key("targets", d.safetensors.targets)
-              .applies_to({"safetensors"})
-              .doc("tensor name of the targets"));
-  v.field(key("images", d.mnist.images)
-              .applies_to({"mnist"})
-              .required()
-              .doc("IDX images file (`train-images-idx3-ubyte`)"));
-  v.field(key("labels", d.mnist.labels).applies_to({"mnist"}).required().doc("IDX labels file"));
-  v.field(key("flatten", d.mnist.flatten)
-              .applies_to({"mnist"})
-              .doc("images as `[784]` instead of `[1, 28, 28]`"));
-  v.field(key("limit", d.mnist.limit)
-              .applies_to({"mnist"})
-              .at_least(0)
-              .doc("keep the first N examples (0: all)"));
+  v.field(key("type", d.type).selector().one_of(kDataTypes).doc("the dataset"));
+  d.select();
+  variant_keys(v, d.options, kDataTypes, data_keys_before_loader(), [&](std::string_view name) {
+    if (name == "x_max") {
+      v.rule({"x_max",
+              {"sine"},
+              [&d] {
+                const auto* s = std::get_if<SineOptions>(&d.options);
+                return s == nullptr || s->x_max > s->x_min;
+              },
+              "must be greater than data.x_min"});
+    }
+  });
   v.field(key("batch_size", d.batch_size).at_least(1).doc("examples per step"));
   v.field(key("shuffle", d.shuffle)
               .doc("reshuffle every epoch (a pure function of seed and epoch: resumable)"));
@@ -299,82 +310,62 @@ void describe(V& v, DataConfig& d) {
               .in(Range{0, 1, false, true})
               .doc("fraction held out for evaluation (`eval_every`, `mantissa eval`)"));
   v.field(key("drop_last", d.drop_last).doc("drop a final partial batch"));
-  v.field(key("path", d.token_path)
-              .applies_to({"text"})
-              .required()
-              .doc("a text file, one token per byte (the byte tokenizer); memory-mapped"));
-  v.field(key("path", d.token_path)
-              .applies_to({"tokens_bin"})
-              .required()
-              .doc("nanoGPT's `train.bin`: little-endian uint16 token ids; memory-mapped"));
-  v.field(
-      key("val_path", d.token_val_path)
-          .applies_to({"tokens_bin"})
-          .optional_output()
-          .default_text("none")
-          .doc("nanoGPT's `val.bin`, evaluated in consecutive blocks (instead of `val_split`)"));
-  v.rule({"val_path",
-          {"tokens_bin"},
-          [&d] { return d.token_val_path.empty() || d.val_split == 0; },
-          "needs data.val_split: 0 (one validation source)"});
-  v.field(key("block_size", d.block_size)
-              .applies_to({"text", "tokens_bin"})
-              .at_least(1)
-              .doc("T: examples are input `[T]` and target `[T]` (the next tokens), int64; "
-                   "training blocks start at random offsets drawn from `seed`, epoch and index"));
-  v.field(key("val_blocks", d.val_blocks)
-              .applies_to({"text", "tokens_bin"})
-              .at_least(0)
-              .doc("evaluate on the first N consecutive blocks of the validation part (0: all)"));
+  variant_keys(v, d.options, kDataTypes, data_keys_after_loader(), [&](std::string_view name) {
+    if (name == "val_path") {
+      v.rule({"val_path",
+              {"tokens_bin"},
+              [&d] { return d.val_path().empty() || d.val_split == 0; },
+              "needs data.val_split: 0 (one validation source)"});
+    }
+  });
+}
+
+// The loss's keys (config.h: the loss structs).
+inline const std::vector<VariantKey>& loss_keys() {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  static const std::vector<VariantKey> keys = {
+      {.name = "label_smoothing", .range = Range{0, 1}, .help = "as PyTorch's"},
+      {.name = "ignore_index",
+       .help = "examples with this label are skipped by the loss (as in PyTorch); every other "
+               "label must be a class of the model, and at least one example must have one"},
+      {.name = "pos_weight",
+       .range = Range{0, inf},
+       .help = "weight of the positive term, one value or one per output (the model's last "
+               "output dim), as PyTorch's `BCEWithLogitsLoss(pos_weight=...)`",
+       .optional = true,
+       .default_text = "none"},
+      {.name = "weight",
+       .range = Range{0, inf},
+       .help = "cross_entropy: one weight per class (the mean divides by the weights of the "
+               "labels that count); bce, bce_with_logits: one value or one per output, "
+               "scaling each element's loss; as PyTorch's `weight=`",
+       .optional = true,
+       .default_text = "none"},
+      {.name = "beta",
+       .range = Range{0, inf},
+       .help = "where the loss turns from quadratic to linear (0: l1)"},
+      {.name = "delta",
+       .range = Range{0, inf, true, false},
+       .help = "where the loss turns from quadratic to linear"},
+      {.name = "log_target", .help = "the targets are log-probabilities"},
+  };
+  return keys;
 }
 
 template <typename V>
 void describe(V& v, LossConfig& l) {
   v.field(key("type", l.type)
               .selector()
-              .one_of({"mse", "l1", "cross_entropy", "bce_with_logits", "smooth_l1", "huber", "bce",
-                       "kl_div"})
+              .one_of(kLossTypes)
               .doc("`cross_entropy`: int64 labels, output `[classes]`; the others: float targets "
                    "shaped like the output (`bce`: the output is a probability, `kl_div`: a "
                    "log-probability)"));
+  l.select();
   v.field(key("reduction", l.reduction)
               .one_of({"mean", "sum", "batchmean"})
               .doc("over the batch; `batchmean` (kl_div only) divides the sum by the batch size, "
                    "where `mean` divides by the number of elements"));
-  v.field(key("label_smoothing", l.label_smoothing)
-              .applies_to({"cross_entropy"})
-              .in(Range{0, 1})
-              .doc("as PyTorch's"));
-  v.field(key("ignore_index", l.ignore_index)
-              .applies_to({"cross_entropy"})
-              .doc("examples with this label are skipped by the loss (as in PyTorch); every other "
-                   "label must be a class of the model, and at least one example must have one"));
-  v.field(key("pos_weight", l.pos_weight)
-              .applies_to({"bce_with_logits"})
-              .non_negative()
-              .optional_output()
-              .default_text("none")
-              .doc("weight of the positive term, one value or one per output (the model's last "
-                   "output dim), as PyTorch's `BCEWithLogitsLoss(pos_weight=...)`"));
-  v.field(key("weight", l.weight)
-              .applies_to({"cross_entropy", "bce_with_logits", "bce"})
-              .non_negative()
-              .optional_output()
-              .default_text("none")
-              .doc("cross_entropy: one weight per class (the mean divides by the weights of the "
-                   "labels that count); bce, bce_with_logits: one value or one per output, "
-                   "scaling each element's loss; as PyTorch's `weight=`"));
-  v.field(key("beta", l.beta)
-              .applies_to({"smooth_l1"})
-              .non_negative()
-              .doc("where the loss turns from quadratic to linear (0: l1)"));
-  v.field(key("delta", l.delta)
-              .applies_to({"huber"})
-              .positive()
-              .doc("where the loss turns from quadratic to linear"));
-  v.field(key("log_target", l.log_target)
-              .applies_to({"kl_div"})
-              .doc("the targets are log-probabilities"));
+  variant_keys(v, l.options, kLossTypes, loss_keys(), [](std::string_view) {});
 }
 
 // The optimizer's keys (nn/optim/*.h: the options structs).

@@ -130,6 +130,12 @@ struct TeacherOptions {
   int64_t out_features = 5;
   double noise = 0.0;
   uint64_t seed = 0;
+  // The run config's keys (runner/config_schema.h; the seed is data.seed).
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("samples", s.samples), f("noise", s.noise), f("in_features", s.in_features),
+        f("hidden", s.hidden), f("out_features", s.out_features);
+  }
 };
 std::shared_ptr<TensorDataset> make_teacher_dataset(const TeacherOptions& options = {});
 
@@ -140,6 +146,10 @@ struct SineOptions {
   double x_max = 3.141592653589793;
   double noise = 0.0;
   uint64_t seed = 0;
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("samples", s.samples), f("noise", s.noise), f("x_min", s.x_min), f("x_max", s.x_max);
+  }
 };
 std::shared_ptr<TensorDataset> make_sine_dataset(const SineOptions& options = {});
 
@@ -150,6 +160,10 @@ struct SpiralsOptions {
   double noise = 0.1;
   double turns = 1.5;
   uint64_t seed = 0;
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("samples", s.samples), f("noise", s.noise), f("turns", s.turns);
+  }
 };
 std::shared_ptr<TensorDataset> make_spirals_dataset(const SpiralsOptions& options = {});
 
@@ -169,6 +183,12 @@ struct CsvOptions {
   std::vector<std::string> input_columns{};
   DType target_dtype = DType::Float32;
   char delimiter = ',';
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("path", s.path), f("header", s.header), f("target_columns", s.target_columns),
+        f("input_columns", s.input_columns), f("target_dtype", s.target_dtype),
+        f("delimiter", s.delimiter);
+  }
 };
 std::shared_ptr<TensorDataset> load_csv_dataset(const CsvOptions& options);
 
@@ -177,6 +197,10 @@ struct SafetensorsDataOptions {
   std::string path{};
   std::string inputs = "inputs";
   std::string targets = "targets";
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("path", s.path), f("inputs", s.inputs), f("targets", s.targets);
+  }
 };
 std::shared_ptr<TensorDataset> load_safetensors_dataset(const SafetensorsDataOptions& options);
 
@@ -188,6 +212,10 @@ struct MnistOptions {
   std::string labels{};
   bool flatten = false;
   int64_t limit = 0;
+  template <typename Self, typename F>
+  static void each(Self& s, F&& f) {
+    f("images", s.images), f("labels", s.labels), f("flatten", s.flatten), f("limit", s.limit);
+  }
 };
 std::shared_ptr<TensorDataset> load_mnist_idx(const MnistOptions& options);
 

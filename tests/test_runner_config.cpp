@@ -136,8 +136,9 @@ scaler: {enabled: true, init_scale: 128}
   EXPECT_FALSE(back.model.layers[6].bias);
   EXPECT_EQ(back.model.layers[3].shape, std::vector<int64_t>{64});
   EXPECT_EQ(back.model.layers[1].stride, 2);  // maxpool stride defaults to kernel
-  EXPECT_EQ(back.data.csv.target_columns, std::vector<std::string>{"y"});
-  EXPECT_EQ(back.data.csv.header, std::optional<bool>(true));
+  EXPECT_EQ(std::get<rn::CsvOptions>(back.data.options).target_columns,
+            std::vector<std::string>{"y"});
+  EXPECT_EQ(std::get<rn::CsvOptions>(back.data.options).header, std::optional<bool>(true));
   EXPECT_EQ(back.scaler.enabled, std::optional<bool>(true));
   EXPECT_EQ(rn::to_yaml(back), rn::to_yaml(c));
 }
@@ -455,16 +456,19 @@ TEST(RunnerBuild, InitFromLoadsSafetensorsWeights) {
 TEST(RunnerConfig, BceWithLogitsPosWeight) {
   const rn::Config c =
       rn::parse_config("loss:\n  type: bce_with_logits\n  pos_weight: [1, 2, 3, 4, 5]\n", "t.yaml");
-  EXPECT_EQ(c.loss.pos_weight, (std::vector<double>{1, 2, 3, 4, 5}));
+  const auto pos_weight = [](const rn::Config& cfg) {
+    return std::get<rn::BceWithLogitsLossOptions>(cfg.loss.options).pos_weight;
+  };
+  EXPECT_EQ(pos_weight(c), (std::vector<double>{1, 2, 3, 4, 5}));
   EXPECT_EQ(c.describe("loss.pos_weight"), "loss.pos_weight = [1, 2, 3, 4, 5] (line 3)");
   const rn::Config one =
       rn::parse_config("loss: {type: bce_with_logits, pos_weight: 2.5}\n", "t.yaml");
-  EXPECT_EQ(one.loss.pos_weight, (std::vector<double>{2.5}));
+  EXPECT_EQ(pos_weight(one), (std::vector<double>{2.5}));
   // The resolved YAML keeps it (and parses back to the same weights).
   const std::string yaml = rn::to_yaml(c);
   EXPECT_NE(yaml.find("pos_weight: [1.0, 2.0, 3.0, 4.0, 5.0]"), std::string::npos) << yaml;
-  EXPECT_EQ(rn::parse_config(yaml, "resolved").loss.pos_weight, c.loss.pos_weight);
-  EXPECT_EQ(rn::parse_config("loss: {type: bce_with_logits}\n", "t").loss.pos_weight.size(), 0u);
+  EXPECT_EQ(pos_weight(rn::parse_config(yaml, "resolved")), pos_weight(c));
+  EXPECT_EQ(pos_weight(rn::parse_config("loss: {type: bce_with_logits}\n", "t")).size(), 0u);
 
   expect_config_error("loss:\n  type: bce_with_logits\n  pos_weight: -1\n",
                       {"loss.pos_weight = -1 (line 3)", ">= 0"});
@@ -550,7 +554,7 @@ TEST(RunnerConfig, LossTypesWithTheirOptions) {
     return rn::build_run(rn::parse_config(yaml, "t.yaml")).loss;
   };
   const rn::Config smooth = rn::parse_config("loss: {type: smooth_l1, beta: 0.5}\n", "t.yaml");
-  EXPECT_EQ(smooth.loss.beta, 0.5);
+  EXPECT_EQ(std::get<rn::SmoothL1LossOptions>(smooth.loss.options).beta, 0.5);
   EXPECT_TRUE(mantissa::equal(built("loss: {type: smooth_l1, beta: 0.5}\n")(out, target),
                               F::smooth_l1_loss(out, target, Reduction::Mean, 0.5)));
   EXPECT_TRUE(

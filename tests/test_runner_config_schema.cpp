@@ -420,12 +420,19 @@ TEST(RunnerConfigSchema, EachScheduleSectionIsPinned) {
 
 namespace {
 
-// Each key of a section and the types it applies to (every type when the key says none).
+// Each key of a section and the types it applies to (every type when the key says none; a key
+// declared once per type collects them all).
 struct KeyTypes {
   std::map<std::string, std::vector<std::string>>* out;
+  std::vector<std::string> all = rn::kOptimizerTypes;
   template <typename T>
   void field(const schema::Key<T>& k) {
-    if (!k.is_selector) (*out)[k.name] = k.only.empty() ? rn::kOptimizerTypes : k.only;
+    if (k.is_selector) return;
+    auto& types = (*out)[k.name];
+    for (const auto& t : k.only.empty() ? all : k.only) {
+      if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
+    }
+    std::sort(types.begin(), types.end());
   }
   template <typename A, typename B>
   void either(const schema::Key<A>&, const schema::Key<B>&) {}
@@ -434,28 +441,43 @@ struct KeyTypes {
   void section(const char*, S&, const char*) {}
 };
 
+// Every field of each type's options struct, and the types that have it (sorted).
+template <typename Variant>
+std::map<std::string, std::vector<std::string>> fields_of(const std::vector<std::string>& types) {
+  std::map<std::string, std::vector<std::string>> fields;
+  for (size_t i = 0; i < types.size(); ++i) {
+    std::visit(
+        [&](const auto& opts) {
+          std::decay_t<decltype(opts)>::each(
+              opts, [&](const char* name, const auto&) { fields[name].push_back(types[i]); });
+        },
+        schema::variant_defaults<Variant>()[i]);
+  }
+  for (auto& [name, t] : fields) std::sort(t.begin(), t.end());
+  return fields;
+}
+
+// The keys a section's schema declares, and the types each applies to (sorted).
+template <typename Section>
+std::map<std::string, std::vector<std::string>> keys_of(const std::vector<std::string>& types) {
+  std::map<std::string, std::vector<std::string>> declared;
+  KeyTypes collect{&declared, types};
+  Section s;
+  schema::describe(collect, s);
+  return declared;
+}
+
 }  // namespace
 
 // Every field of every optimizer's options struct (nn/optim/*.h) is a config key of the types that
 // have it — a hyperparameter added there and described in schema::optimizer_keys() needs nothing
 // else — except AdamW's decoupled_weight_decay, which adamw always is.
 TEST(RunnerConfigSchema, EveryOptimizerOptionIsAKeyOfItsTypes) {
-  std::map<std::string, std::vector<std::string>> declared;  // key -> types, from the schema
-  KeyTypes collect{&declared};
-  rn::OptimizerConfig o;
-  schema::describe(collect, o);
-  std::map<std::string, std::vector<std::string>> fields;  // field -> types, from the structs
-  for (size_t i = 0; i < rn::kOptimizerTypes.size(); ++i) {
-    std::visit(
-        [&](const auto& opts) {
-          std::decay_t<decltype(opts)>::each(opts, [&](const char* name, const auto&) {
-            // AdamW always decouples: the one field that is not a key of its type.
-            if (std::string(name) != "decoupled_weight_decay" || rn::kOptimizerTypes[i] != "adamw")
-              fields[name].push_back(rn::kOptimizerTypes[i]);
-          });
-        },
-        schema::optimizer_defaults()[i]);
-  }
+  auto declared = keys_of<rn::OptimizerConfig>(rn::kOptimizerTypes);   // key -> types
+  auto fields = fields_of<rn::OptimizerOptions>(rn::kOptimizerTypes);  // field -> types
+  // AdamW always decouples: the one field that is not a key of its type.
+  auto& decoupled = fields["decoupled_weight_decay"];
+  decoupled.erase(std::find(decoupled.begin(), decoupled.end(), "adamw"));
   declared.erase("decay_min_ndim");  // the runner's own: how the parameters are grouped
   EXPECT_EQ(declared, fields);
   // Each type's defaults are its options struct's.
@@ -472,30 +494,76 @@ TEST(RunnerConfigSchema, EveryOptimizerOptionIsAKeyOfItsTypes) {
   }
 }
 
-// The same for the lr schedule: each key applies to the schedules whose struct has it.
+// The same for the lr schedule, the loss and the dataset: each key applies to the types whose
+// struct has it, and a config's type selects its struct.
 TEST(RunnerConfigSchema, EveryScheduleOptionIsAKeyOfItsTypes) {
-  std::map<std::string, std::vector<std::string>> declared;
-  KeyTypes collect{&declared};
-  rn::ScheduleConfig s;
-  schema::describe(collect, s);
-  std::map<std::string, std::vector<std::string>> fields;
-  for (size_t i = 0; i < rn::kScheduleTypes.size(); ++i) {
-    std::visit(
-        [&](const auto& opts) {
-          std::decay_t<decltype(opts)>::each(opts, [&](const char* name, const auto&) {
-            fields[name].push_back(rn::kScheduleTypes[i]);
-          });
-        },
-        schema::variant_defaults<rn::ScheduleOptions>()[i]);
-  }
-  EXPECT_EQ(declared, fields);
-  // A config's type selects its struct.
+  EXPECT_EQ(keys_of<rn::ScheduleConfig>(rn::kScheduleTypes),
+            fields_of<rn::ScheduleOptions>(rn::kScheduleTypes));
   for (size_t i = 0; i < rn::kScheduleTypes.size(); ++i) {
     const std::string milestones = rn::kScheduleTypes[i] == "multistep" ? ", milestones: [3]" : "";
     const rn::Config c = rn::parse_config(
         "schedule: {type: " + rn::kScheduleTypes[i] + milestones + "}\n", "<defaults>");
     EXPECT_EQ(c.schedule.options.index(), i) << rn::kScheduleTypes[i];
   }
+}
+
+TEST(RunnerConfigSchema, EveryLossOptionIsAKeyOfItsTypes) {
+  auto declared = keys_of<rn::LossConfig>(rn::kLossTypes);
+  declared.erase("reduction");  // every loss's
+  EXPECT_EQ(declared, fields_of<rn::LossOptions>(rn::kLossTypes));
+  for (size_t i = 0; i < rn::kLossTypes.size(); ++i) {
+    const rn::Config c =
+        rn::parse_config("loss: {type: " + rn::kLossTypes[i] + "}\n", "<defaults>");
+    EXPECT_EQ(c.loss.options.index(), i) << rn::kLossTypes[i];
+  }
+  // A key of one loss is refused for another, and read into the struct of its own.
+  const rn::Config ce = rn::parse_config(
+      "loss: {type: cross_entropy, ignore_index: 3, label_smoothing: 0.25, weight: [1, 2]}\n", "t");
+  const auto& o = std::get<rn::CrossEntropyLossOptions>(ce.loss.options);
+  EXPECT_EQ(o.ignore_index, 3);
+  EXPECT_EQ(o.label_smoothing, 0.25);
+  EXPECT_EQ(o.weight, (std::vector<double>{1, 2}));
+  const rn::Config bce = rn::parse_config("loss: {type: bce, weight: 0.5}\n", "t");
+  EXPECT_EQ(std::get<rn::BceLossOptions>(bce.loss.options).weight, std::vector<double>{0.5});
+  EXPECT_THROW(rn::parse_config("loss: {type: huber, log_target: true}\n", "t"), rn::ConfigError);
+}
+
+TEST(RunnerConfigSchema, EveryDatasetOptionIsAKeyOfItsTypes) {
+  auto declared = keys_of<rn::DataConfig>(rn::kDataTypes);
+  for (const char* loader : {"batch_size", "shuffle", "seed", "val_split", "drop_last"}) {
+    EXPECT_EQ(declared[loader], [] {
+      auto all = rn::kDataTypes;
+      std::sort(all.begin(), all.end());
+      return all;
+    }()) << loader;
+    declared.erase(loader);  // the loader's, for every dataset
+  }
+  EXPECT_EQ(declared, fields_of<rn::DataOptions>(rn::kDataTypes));
+  const std::map<std::string, std::string> required = {{"csv", ", path: a.csv"},
+                                                       {"safetensors", ", path: a.safetensors"},
+                                                       {"mnist", ", images: i, labels: l"},
+                                                       {"text", ", path: a.txt"},
+                                                       {"tokens_bin", ", path: a.bin"}};
+  for (size_t i = 0; i < rn::kDataTypes.size(); ++i) {
+    const auto it = required.find(rn::kDataTypes[i]);
+    const rn::Config c = rn::parse_config(
+        "data: {type: " + rn::kDataTypes[i] + (it != required.end() ? it->second : "") + "}\n",
+        "<defaults>");
+    EXPECT_EQ(c.data.options.index(), i) << rn::kDataTypes[i];
+  }
+  // A key shared by name is read into the struct of the type given, and only there.
+  const rn::Config bin = rn::parse_config(
+      "data: {type: tokens_bin, path: t.bin, val_path: v.bin, block_size: 7}\n", "t");
+  const auto& t = std::get<rn::TokensBinDataOptions>(bin.data.options);
+  EXPECT_EQ(t.path, "t.bin");
+  EXPECT_EQ(t.block_size, 7);
+  EXPECT_EQ(bin.data.val_path(), "v.bin");
+  const rn::Config spirals = rn::parse_config("data: {type: spirals, samples: 5}\n", "t");
+  EXPECT_EQ(std::get<rn::SpiralsOptions>(spirals.data.options).samples, 5);
+  EXPECT_EQ(std::get<rn::SpiralsOptions>(spirals.data.options).noise, 0.1);  // its own default
+  EXPECT_EQ(spirals.data.val_path(), "");
+  EXPECT_THROW(rn::parse_config("data: {type: text}\n", "t"), rn::ConfigError);  // path required
+  EXPECT_THROW(rn::parse_config("data: {type: text, path: a, turns: 2}\n", "t"), rn::ConfigError);
 }
 
 // docs/configs.md holds config_reference_markdown() between two markers, so that every declared
