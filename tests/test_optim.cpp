@@ -355,6 +355,56 @@ TEST(Optimizer, PerGroupOptionsAndDefaults) {
   expect_error([&] { opt.lr(3); }, {"SGD: parameter group 3 out of range"});
 }
 
+// Groups typed as in libtorch: made from an optimizer's options struct, read back as one and
+// changed as one, while the same options stay readable by name (schedulers, state_dict).
+TEST(Optimizer, TypedParamGroups) {
+  Tensor w = random_tensor({3, 2}, mt::kFloat64, false).requires_grad_();
+  Tensor b = random_tensor({2}, mt::kFloat64, false).requires_grad_();
+  optim::Adam opt({optim::ParamGroup{
+                       {w}, optim::AdamOptions{.lr = 0.05, .betas = {0.8, 0.99}, .amsgrad = true}},
+                   optim::ParamGroup{{b}}});
+  const auto g0 = opt.param_groups()[0].options_as<optim::AdamOptions>();
+  EXPECT_EQ(g0.lr, 0.05);
+  EXPECT_EQ(g0.betas, (std::pair<double, double>{0.8, 0.99}));
+  EXPECT_TRUE(g0.amsgrad);
+  EXPECT_EQ(g0.eps, 1e-8);
+  EXPECT_EQ(opt.param_groups()[0].get("beta1"), 0.8);
+  EXPECT_EQ(opt.param_groups()[0].get("amsgrad"), 1.0);
+  auto g1 = opt.param_groups()[1].options_as<optim::AdamOptions>();
+  EXPECT_EQ(g1.lr, 1e-3);  // the optimizer's defaults
+  EXPECT_FALSE(g1.maximize);
+  g1.weight_decay = 0.1;
+  g1.maximize = true;
+  opt.param_groups()[1].set_options(g1);  // the next step uses it
+  EXPECT_EQ(opt.param_groups()[1].get("maximize"), 1.0);
+  EXPECT_EQ(opt.param_groups()[1].options_as<optim::AdamOptions>().weight_decay, 0.1);
+
+  AdamRef rw{.lr = 0.05, .beta1 = 0.8, .beta2 = 0.99, .amsgrad = true};
+  AdamRef rb{.weight_decay = 0.1, .maximize = true};
+  Vec pw = w.to_vector<double>(), pb = b.to_vector<double>();
+  for (int k = 0; k < 3; ++k) {
+    Tensor gw = random_tensor({3, 2}, mt::kFloat64, false),
+           gb = random_tensor({2}, mt::kFloat64, false);
+    w.set_grad(gw);
+    b.set_grad(gb);
+    opt.step();
+    rw.step(pw, gw.to_vector<double>());
+    rb.step(pb, gb.to_vector<double>());
+  }
+  expect_close(w, as_tensor(pw, w.shape()));
+  expect_close(b, as_tensor(pb, b.shape()));
+
+  // Another optimizer's struct is refused by its first option the optimizer does not know, and
+  // a group read as a struct whose options it lacks names the missing one.
+  expect_error(
+      [&] {
+        optim::SGD({optim::ParamGroup{{w}, optim::AdamOptions{}}}, 0.1);
+      },
+      {"SGD: unknown option 'amsgrad'"});
+  expect_error([&] { (void)opt.param_groups()[0].options_as<optim::SGDOptions>(); },
+               {"no option 'momentum'"});
+}
+
 TEST(Optimizer, ZeroGrad) {
   Tensor w = random_tensor({3}, mt::kFloat32, false).requires_grad_();
   Tensor u = random_tensor({2}, mt::kFloat32, false).requires_grad_();

@@ -14,7 +14,7 @@ Adagrad::Adagrad(std::vector<ParamGroup> groups, AdagradOptions o) : Optimizer(o
 }
 
 void Adagrad::validate(const ParamGroup& g) const {
-  const auto o = group_options<AdagradOptions>(g);
+  const auto o = g.options_as<AdagradOptions>();
   MT_CHECK(o.lr >= 0.0, "Adagrad: Invalid learning rate: ", o.lr);
   MT_CHECK(o.lr_decay >= 0.0, "Adagrad: Invalid lr_decay value: ", o.lr_decay);
   MT_CHECK(o.weight_decay >= 0.0, "Adagrad: Invalid weight_decay value: ", o.weight_decay);
@@ -25,7 +25,7 @@ void Adagrad::validate(const ParamGroup& g) const {
 
 void Adagrad::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
                           const std::vector<ParamState*>& states, const Tensor& found_inf) {
-  const auto o = group_options<AdagradOptions>(g);
+  const auto o = g.options_as<AdagradOptions>();
   for (size_t i = 0; i < states.size(); ++i) {
     bool created = false;
     Tensor sum = lazy_buffer(*states[i], "sum", lists.param[i], &created);

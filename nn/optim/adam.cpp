@@ -26,7 +26,7 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
 
 void Adam::validate(const ParamGroup& g) const {
   // Negated comparisons so that NaN is rejected too.
-  const auto o = group_options<AdamOptions>(g);
+  const auto o = g.options_as<AdamOptions>();
   const auto [beta1, beta2] = o.betas;
   MT_CHECK(o.lr >= 0.0, name(), ": Invalid learning rate: ", o.lr);
   MT_CHECK(o.eps >= 0.0, name(), ": Invalid epsilon value: ", o.eps);
@@ -38,7 +38,7 @@ void Adam::validate(const ParamGroup& g) const {
 namespace {
 
 AdamStepParams adam_params(const ParamGroup& g, int64_t step) {
-  const auto o = group_options<AdamOptions>(g);
+  const auto o = g.options_as<AdamOptions>();
   return AdamStepParams{o.lr,      o.betas.first,  o.betas.second,
                         o.eps,     o.weight_decay, o.decoupled_weight_decay,
                         o.amsgrad, o.maximize,     step};

@@ -15,7 +15,7 @@ NAdam::NAdam(std::vector<ParamGroup> groups, NAdamOptions o) : Optimizer(option_
 }
 
 void NAdam::validate(const ParamGroup& g) const {
-  const auto o = group_options<NAdamOptions>(g);
+  const auto o = g.options_as<NAdamOptions>();
   const auto [beta1, beta2] = o.betas;
   MT_CHECK(o.lr >= 0.0, "NAdam: Invalid learning rate: ", o.lr);
   MT_CHECK(o.eps >= 0.0, "NAdam: Invalid epsilon value: ", o.eps);
@@ -27,7 +27,7 @@ void NAdam::validate(const ParamGroup& g) const {
 
 void NAdam::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
                         const std::vector<ParamState*>& states, const Tensor& found_inf) {
-  const auto o = group_options<NAdamOptions>(g);
+  const auto o = g.options_as<NAdamOptions>();
   for (size_t i = 0; i < states.size(); ++i) {
     const Tensor& p = lists.param[i];
     lists.state[0].push_back(lazy_buffer(*states[i], "exp_avg", p));

@@ -16,6 +16,7 @@
 // step_if_finite(found_inf) can skip a step on the device with no host synchronisation.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "engine/tensor.h"
+#include "nn/optim/options.h"
 
 namespace mantissa {
 struct OptimizerTensorLists;  // engine/kernel_tables.h
@@ -33,17 +35,40 @@ struct OptimizerTensorLists;  // engine/kernel_tables.h
 
 namespace mantissa::optim {
 
+// A group of parameters and its options, by name as in PyTorch (`g["lr"] = 0.1`, read by the
+// schedulers and saved by state_dict) and typed as in libtorch: a group can be made from an
+// optimizer's options struct and read back as one (nn/optim/options.h: betas is beta1/beta2,
+// bools are 0/1 by name).
 struct ParamGroup {
   std::vector<Tensor> params;
+  // Options the group sets; add_param_group fills in the optimizer's defaults for the rest.
   std::map<std::string, double> options;
+
+  ParamGroup() = default;
+  explicit ParamGroup(std::vector<Tensor> params) : params(std::move(params)) {}
+  ParamGroup(std::vector<Tensor> params, std::map<std::string, double> options)
+      : params(std::move(params)), options(std::move(options)) {}
+  // Every option of the struct (libtorch's OptimizerParamGroup(params, AdamOptions(...))).
+  template <OptionsStruct O>
+  ParamGroup(std::vector<Tensor> params, const O& typed)
+      : params(std::move(params)), options(option_map(typed)) {}
 
   // Reads or sets an option; a missing key is inserted (as std::map), so `g["lr"] = 0.1` works
   // on a group being built.
   double& operator[](const std::string& key) { return options[key]; }
   // Throws if the group has no option `key`.
   double get(const std::string& key) const;
-  // Reads several options in one pass over the group (the optimizers' per-step read: a lookup
-  // per key costs several string comparisons each); throws like get() if one is missing.
+  // The group's options as the optimizer's struct, read in one pass over the group (the
+  // optimizers read them every step); throws like get() if the group lacks one of O's options
+  // (another optimizer's group, or a group not yet added).
+  template <OptionsStruct O>
+  O options_as() const;
+  // Sets every option of the struct.
+  template <OptionsStruct O>
+  void set_options(const O& typed) {
+    for (auto& [key, value] : option_map(typed)) options[key] = value;
+  }
+  // Reads several options in one pass over the group; throws like get() if one is missing.
   struct OptionRef {
     std::string_view key;
     double* value;
@@ -54,6 +79,18 @@ struct ParamGroup {
   void get_many(const OptionRef* wanted, size_t count) const;
   bool has(const std::string& key) const { return options.count(key) != 0; }
 };
+
+template <OptionsStruct O>
+O ParamGroup::options_as() const {
+  const std::vector<std::string>& keys = option_keys<O>();
+  constexpr size_t kMax = 16;
+  MT_ASSERT(keys.size() <= kMax, "ParamGroup::options_as: more than ", kMax, " options");
+  std::array<double, kMax> values{};
+  std::array<OptionRef, kMax> refs;
+  for (size_t n = 0; n < keys.size(); ++n) refs[n] = OptionRef{keys[n], &values[n]};
+  get_many(refs.data(), keys.size());
+  return option_values<O>(values.data());
+}
 
 // One parameter's state: the update count and named buffers. The count is Adam's step (bias
 // correction) and SGD's number of momentum updates (0: the next one initialises the buffer).

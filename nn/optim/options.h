@@ -2,7 +2,9 @@
 // (name and member, in declaration order), and that list alone gives
 //   - the group options map that param_groups() and state_dict() hold, in PyTorch's names and
 //     form (a pair `betas` is beta1/beta2, a bool is 0/1): option_map(options);
-//   - the typed options of a group, for validation and the step: group_options<O>(group);
+//   - the typed options of a group (nn/optim/optimizer.h), for validation, the step and users:
+//     ParamGroup(params, options), group.options_as<O>(), group.set_options(options), all
+//     through option_values<O>();
 //   - the runner's config keys (runner/config_schema.h walks the same list).
 //
 //   struct RAdamOptions {
@@ -15,7 +17,6 @@
 // A field is double, bool or std::pair<double, double> (named with a plural "s", as betas).
 #pragma once
 
-#include <array>
 #include <map>
 #include <string>
 #include <string_view>
@@ -24,7 +25,6 @@
 #include <vector>
 
 #include "engine/error.h"
-#include "nn/optim/optimizer.h"
 
 namespace mantissa::optim {
 
@@ -78,17 +78,15 @@ std::map<std::string, double> option_map(const O& options) {
   return m;
 }
 
-// The group's options as O, read in one pass over the group (the optimizers read them every
-// step); throws like ParamGroup::get if one is missing.
+// Whether O is an options struct (lists its fields in `each`).
 template <typename O>
-O group_options(const ParamGroup& group) {
-  const std::vector<std::string>& keys = option_keys<O>();
-  constexpr size_t kMax = 16;
-  MT_ASSERT(keys.size() <= kMax, "group_options: more than ", kMax, " options");
-  std::array<double, kMax> values{};
-  std::array<ParamGroup::OptionRef, kMax> refs;
-  for (size_t n = 0; n < keys.size(); ++n) refs[n] = ParamGroup::OptionRef{keys[n], &values[n]};
-  group.get_many(refs.data(), keys.size());
+concept OptionsStruct = requires(const O& o) {
+  O::each(o, [](const char*, const auto&) {});
+};
+
+// O from its group form's values, in option_keys<O>() order.
+template <typename O>
+O option_values(const double* values) {
   O o;
   size_t i = 0;
   O::each(o, [&](const char*, auto& value) {

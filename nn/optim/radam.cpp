@@ -14,7 +14,7 @@ RAdam::RAdam(std::vector<ParamGroup> groups, RAdamOptions o) : Optimizer(option_
 }
 
 void RAdam::validate(const ParamGroup& g) const {
-  const auto o = group_options<RAdamOptions>(g);
+  const auto o = g.options_as<RAdamOptions>();
   const auto [beta1, beta2] = o.betas;
   MT_CHECK(o.lr >= 0.0, "RAdam: Invalid learning rate: ", o.lr);
   MT_CHECK(o.eps >= 0.0, "RAdam: Invalid epsilon value: ", o.eps);
@@ -25,7 +25,7 @@ void RAdam::validate(const ParamGroup& g) const {
 
 void RAdam::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
                         const std::vector<ParamState*>& states, const Tensor& found_inf) {
-  const auto o = group_options<RAdamOptions>(g);
+  const auto o = g.options_as<RAdamOptions>();
   for (size_t i = 0; i < states.size(); ++i) {
     const Tensor& p = lists.param[i];
     lists.state[0].push_back(lazy_buffer(*states[i], "exp_avg", p));

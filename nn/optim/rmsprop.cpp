@@ -15,7 +15,7 @@ RMSprop::RMSprop(std::vector<ParamGroup> groups, RMSpropOptions o) : Optimizer(o
 
 void RMSprop::validate(const ParamGroup& g) const {
   // Negated comparisons so that NaN is rejected too.
-  const auto o = group_options<RMSpropOptions>(g);
+  const auto o = g.options_as<RMSpropOptions>();
   MT_CHECK(o.lr >= 0.0, "RMSprop: Invalid learning rate: ", o.lr);
   MT_CHECK(o.eps >= 0.0, "RMSprop: Invalid epsilon value: ", o.eps);
   MT_CHECK(o.momentum >= 0.0, "RMSprop: Invalid momentum value: ", o.momentum);
@@ -25,7 +25,7 @@ void RMSprop::validate(const ParamGroup& g) const {
 
 void RMSprop::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
                           const std::vector<ParamState*>& states, const Tensor& found_inf) {
-  const auto o = group_options<RMSpropOptions>(g);
+  const auto o = g.options_as<RMSpropOptions>();
   const RmspropStepParams hp{o.lr,       o.alpha,    o.eps,     o.weight_decay,
                              o.momentum, o.centered, o.maximize};
   for (size_t i = 0; i < states.size(); ++i) {

@@ -32,7 +32,7 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
 
 void SGD::validate(const ParamGroup& g) const {
   // Negated comparisons so that NaN is rejected too.
-  const auto o = group_options<SGDOptions>(g);
+  const auto o = g.options_as<SGDOptions>();
   MT_CHECK(o.lr >= 0.0, "SGD: Invalid learning rate: ", o.lr);
   MT_CHECK(o.momentum >= 0.0, "SGD: Invalid momentum value: ", o.momentum);
   MT_CHECK(o.weight_decay >= 0.0, "SGD: Invalid weight_decay value: ", o.weight_decay);
@@ -44,7 +44,7 @@ void SGD::validate(const ParamGroup& g) const {
 namespace {
 
 SgdStepParams sgd_params(const ParamGroup& g) {
-  const auto o = group_options<SGDOptions>(g);
+  const auto o = g.options_as<SGDOptions>();
   return SgdStepParams{o.lr,       o.momentum, o.dampening,         o.weight_decay,
                        o.nesterov, o.maximize, /*first_step=*/false};
 }
