@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "autograd/backward.h"
+#include "autograd/saved_tensor_hooks.h"
 #include "autograd/view_history.h"
 #include "engine/factory.h"
 #include "engine/small_pool.h"
@@ -27,6 +28,7 @@ Tensor SavedTensor::unpack(const char* node_name) const {
            "graph are freed when you call backward() or autograd::grad(). Pass retain_graph=true "
            "if you need to backward through the graph a second time (node: ",
            node_name, ")");
+  if (packed_ != nullptr) return packed_->unpack();
   if (data_.defined()) {
     MT_CHECK(data_.version() == version_,
              "one of the tensors needed for gradient computation has been modified by an "
@@ -35,6 +37,13 @@ Tensor SavedTensor::unpack(const char* node_name) const {
              " is at version ", data_.version(), "; expected version ", version_, " instead");
   }
   return data_;
+}
+
+void SavedTensor::release() {
+  data_ = Tensor();
+  if (packed_ != nullptr) packed_->release();
+  packed_.reset();
+  released_ = true;
 }
 
 AccumulateGrad::AccumulateGrad(const Tensor& v) : variable_(v.impl_ptr()), dtype_(v.dtype()) {

@@ -20,6 +20,7 @@
 namespace mantissa::autograd {
 
 class Node;
+class PackedSaved;  // autograd/saved_tensor_hooks.h
 
 struct Edge {
   std::shared_ptr<Node> fn;  // null: this input needs no gradient
@@ -54,6 +55,9 @@ class SavedTensor {
   static constexpr int16_t kViewOfOutput = -2;
   SavedTensor() = default;
   explicit SavedTensor(const Tensor& t) : data_(t), version_(t.defined() ? t.version() : 0) {}
+  // A tensor a saved-tensor hook packed (autograd/saved_tensor_hooks.h): its handle gives it
+  // back, unchecked for in-place changes (as PyTorch's hooks' tensors are).
+  explicit SavedTensor(std::shared_ptr<PackedSaved> packed) : packed_(std::move(packed)) {}
   void detach_if_output(const Tensor& output, uint32_t output_nr) {
     if (!data_.defined() || output_nr_ != kNotOutput) return;
     const bool same = data_.is_same(output);
@@ -65,14 +69,12 @@ class SavedTensor {
   int16_t output_nr() const { return output_nr_; }
   // Throws if the graph was freed (second backward) or the tensor was modified in place.
   Tensor unpack(const char* node_name) const;
-  void release() {
-    data_ = Tensor();
-    released_ = true;
-  }
-  bool defined() const { return data_.defined() || released_; }
+  void release();
+  bool defined() const { return data_.defined() || packed_ != nullptr || released_; }
 
  private:
   Tensor data_;
+  std::shared_ptr<PackedSaved> packed_;
   uint32_t version_ = 0;
   int16_t output_nr_ = kNotOutput;  // int16: keeps the size of a saved slot unchanged
   bool released_ = false;

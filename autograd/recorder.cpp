@@ -1,5 +1,6 @@
 #include "autograd/recorder.h"
 
+#include "autograd/saved_tensor_hooks.h"
 #include "autograd/view_history.h"
 
 #include "engine/factory.h"
@@ -105,7 +106,13 @@ void Recorder::init(const char* name, const Range& inputs) {
 }
 
 Recorder& Recorder::save(const Tensor& t) {
-  node_->saved.emplace_back(t);
+  const PackHook* hook = current_pack_hook();
+  std::shared_ptr<PackedSaved> packed = hook != nullptr && t.defined() ? (*hook)(t) : nullptr;
+  if (packed != nullptr) {
+    node_->saved.emplace_back(std::move(packed));
+  } else {
+    node_->saved.emplace_back(t);
+  }
   return *this;
 }
 

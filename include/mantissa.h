@@ -26,6 +26,7 @@
 #include "engine/scalar.h"
 #include "engine/shape.h"
 #include "engine/tensor.h"
+#include "nn/checkpoint.h"
 #include "nn/clip_grad.h"
 #include "nn/conv.h"
 #include "nn/functional.h"

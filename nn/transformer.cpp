@@ -1,8 +1,10 @@
 #include "nn/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
+#include "nn/checkpoint.h"
 #include "nn/init.h"
 #include "nn/optim/param_groups.h"
 
@@ -162,9 +164,26 @@ Tensor GPTImpl::forward_impl(const Tensor& idx, std::vector<KVCacheEntry>* cache
   const Tensor pos = arange(past, past + T, 1, TensorOptions().dtype(kInt64).device(idx.device()));
   Tensor x = drop(add(wte(idx), wpe(pos)));
   for (size_t i = 0; i < h->size(); ++i) {
-    x = h->at<TransformerBlockImpl>(i)->forward(x, cache ? &(*cache)[i] : nullptr);
+    const auto block = h->at<TransformerBlockImpl>(i);
+    const bool checkpointed =
+        cache == nullptr && std::find(checkpointed_.begin(), checkpointed_.end(),
+                                      static_cast<int64_t>(i)) != checkpointed_.end();
+    if (checkpointed) {
+      x = checkpoint([block](const Tensor& in) { return block->forward(in, nullptr); }, x);
+    } else {
+      x = block->forward(x, cache ? &(*cache)[i] : nullptr);
+    }
   }
   return lm_head(ln_f(x));
+}
+
+void GPTImpl::set_activation_checkpointing(const std::vector<int64_t>& blocks) {
+  for (const int64_t b : blocks) {
+    MT_CHECK(b >= 0 && b < static_cast<int64_t>(h->size()),
+             "GPT: activation checkpointing of block ", b, ", but the model has blocks 0 to ",
+             h->size() - 1);
+  }
+  checkpointed_ = blocks;
 }
 
 int64_t GPTImpl::num_parameters(bool non_embedding) const {

@@ -126,6 +126,12 @@ class GPTImpl : public UnaryModule {
   // Re-draws every weight as at construction, from `gen` (or the default generator).
   void reset_parameters(Generator* gen = nullptr);
 
+  // Activation checkpointing (nn/checkpoint.h) of these blocks (indices into h) while the
+  // forward records for backward: each one's activations are recomputed in backward instead of
+  // kept, for the same gradients. Empty: none (the default). Throws for an index out of range.
+  void set_activation_checkpointing(const std::vector<int64_t>& blocks);
+  const std::vector<int64_t>& activation_checkpointing() const { return checkpointed_; }
+
   const GPTConfig& config() const { return config_; }
   ModuleDict transformer{nullptr};
   Embedding wte{nullptr}, wpe{nullptr};
@@ -137,6 +143,7 @@ class GPTImpl : public UnaryModule {
  private:
   Tensor forward_impl(const Tensor& idx, std::vector<KVCacheEntry>* cache);
   GPTConfig config_;
+  std::vector<int64_t> checkpointed_;
 };
 MANTISSA_MODULE(GPT);
 

@@ -27,6 +27,14 @@ void OptimizerConfig::select() {
   schema::select_variant(options, type, kOptimizerTypes, "optimizer", "an optimizer");
 }
 
+std::vector<int64_t> BlockSelection::indices(int64_t n) const {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < n; ++i) {
+    if (all || std::find(blocks.begin(), blocks.end(), i) != blocks.end()) out.push_back(i);
+  }
+  return out;
+}
+
 void DataConfig::select() {
   schema::select_variant(options, type, kDataTypes, "data", "a dataset");
 }
@@ -490,6 +498,24 @@ class Parser {
     }
     return out;
   }
+  // true, false, or a list of block indices (one index counts as a list of one).
+  BlockSelection value(const schema::Key<BlockSelection>& k, const YAML::Node& v) {
+    BlockSelection out;
+    if (v.IsScalar() && (v.Scalar() == "true" || v.Scalar() == "false")) {
+      out.all = v.Scalar() == "true";
+      return out;
+    }
+    if (!v.IsScalar() && !v.IsSequence())
+      s_.bad(k.name, v, "expected true, false or a list of block indices");
+    for (const auto& e : items(v)) {
+      const int64_t i = s_.scalar<int64_t>(k.name, e, "true, false or a list of block indices");
+      if (i < 0) s_.bad(k.name, v, "block indices must be >= 0");
+      if (std::find(out.blocks.begin(), out.blocks.end(), i) != out.blocks.end())
+        s_.bad(k.name, v, "lists block " + std::to_string(i) + " twice");
+      out.blocks.push_back(i);
+    }
+    return out;
+  }
   // A number or a non-empty list of them.
   std::vector<double> value(const schema::Key<std::vector<double>>& k, const YAML::Node& v) {
     const std::vector<YAML::Node> list = items(v);
@@ -618,6 +644,9 @@ class Parser {
   static std::string text_of(const std::pair<double, double>& p) {
     return list_text({yaml_double(p.first), yaml_double(p.second)});
   }
+  static std::string text_of(const BlockSelection& b) {
+    return b.all ? "true" : b.blocks.empty() ? "false" : text_of(b.blocks);
+  }
   static std::string text_of(const std::vector<LayerSpec>& v) {
     return std::to_string(v.size()) + " layers";
   }
@@ -627,7 +656,7 @@ class Parser {
                   std::is_same_v<T, std::vector<int64_t>> ||
                   std::is_same_v<T, std::vector<double>> ||
                   std::is_same_v<T, std::pair<double, double>> ||
-                  std::is_same_v<T, std::vector<LayerSpec>>) {
+                  std::is_same_v<T, std::vector<LayerSpec>> || std::is_same_v<T, BlockSelection>) {
       return text_of(value);
     } else {
       return v.Scalar();  // as written

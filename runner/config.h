@@ -65,6 +65,16 @@ struct LayerSpec {
 };
 
 // model.preset gpt: nn::GPTConfig's fields (nanoGPT's GPTConfig).
+// Blocks of a model a config chooses: `true` (every block), `false` (none) or a list of indices.
+struct BlockSelection {
+  bool all = false;
+  std::vector<int64_t> blocks;
+  bool empty() const { return !all && blocks.empty(); }
+  bool operator==(const BlockSelection&) const = default;
+  // The chosen indices of a model with n blocks, ascending.
+  std::vector<int64_t> indices(int64_t n) const;
+};
+
 struct GptModelOptions {
   int64_t n_layer = 4;
   int64_t n_head = 4;
@@ -73,6 +83,7 @@ struct GptModelOptions {
   int64_t vocab_size = 256;
   double dropout = 0.0;
   bool bias = true;
+  BlockSelection activation_checkpointing;  // nn::GPTImpl::set_activation_checkpointing
 };
 
 struct ModelConfig {

@@ -33,7 +33,8 @@ struct Range {
 // One key. T is int64_t, uint64_t, double, bool, std::optional<bool> (true/false/auto),
 // std::string (free text, or a choice with one_of), DType (a choice), char (one character),
 // std::vector<std::string>, std::vector<int64_t> (sizes), std::vector<double> (a number or a
-// list), std::pair<double, double> or std::vector<LayerSpec>.
+// list), std::pair<double, double>, BlockSelection (true, false or indices) or
+// std::vector<LayerSpec>.
 template <typename T>
 struct Key {
   Key(const char* name, T& member) : name(name), member(&member) {}

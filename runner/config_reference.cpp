@@ -36,6 +36,9 @@ std::string text(const std::vector<T>& v) {
   out += ']';
   return out;
 }
+std::string text(const BlockSelection& b) {
+  return b.all ? "true" : b.blocks.empty() ? "false" : text(b.blocks);
+}
 std::string text(const std::pair<double, double>& p) {
   return text(std::vector<double>{p.first, p.second});
 }
@@ -53,6 +56,7 @@ const char* type_name() {
   if constexpr (std::is_same_v<T, std::vector<double>>) return "float or list";
   if constexpr (std::is_same_v<T, std::pair<double, double>>) return "[float, float]";
   if constexpr (std::is_same_v<T, std::vector<LayerSpec>>) return "list of layers";
+  if constexpr (std::is_same_v<T, BlockSelection>) return "bool or list";
   return "?";
 }
 

@@ -207,6 +207,22 @@ void describe(V& v, ModelConfig& m) {
           {"gpt"},
           [&m] { return m.gpt.n_head > 0 && m.gpt.n_embd % m.gpt.n_head == 0; },
           "must divide n_embd"});
+  v.field(key("activation_checkpointing", m.gpt.activation_checkpointing)
+              .applies_to({"gpt"})
+              .optional_output()
+              .default_text("false")
+              .doc("recompute these blocks' activations in backward instead of keeping them "
+                   "(`torch.utils.checkpoint`, non-reentrant: the same gradients, less memory, "
+                   "more compute): `true` for every block, or a list of block indices"));
+  v.rule({"activation_checkpointing",
+          {"gpt"},
+          [&m] {
+            for (const int64_t b : m.gpt.activation_checkpointing.blocks) {
+              if (b >= m.gpt.n_layer) return false;
+            }
+            return true;
+          },
+          "block indices must be < model.n_layer"});
 }
 
 // The dataset's keys (runner/data.h and config.h: the options structs), in resolved.yaml's order:

@@ -67,6 +67,7 @@ std::string value(const std::vector<double>& v) {
   for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + num(v[i]);
   return out + "]";
 }
+std::string value(const BlockSelection& b) { return b.all ? "true" : int_list(b.blocks); }
 std::string value(const std::pair<double, double>& p) {
   return value(std::vector<double>{p.first, p.second});
 }

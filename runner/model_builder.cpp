@@ -77,7 +77,9 @@ std::shared_ptr<nn::UnaryModule> build_run_model(const ModelConfig& model) {
     c.dropout = model.gpt.dropout;
     c.bias = model.gpt.bias;
     try {
-      return nn::GPT(c).ptr();
+      nn::GPT gpt(c);
+      gpt->set_activation_checkpointing(model.gpt.activation_checkpointing.indices(c.n_layer));
+      return gpt.ptr();
     } catch (const Error& e) {
       throw ConfigError("config error: model: cannot build the gpt model (n_layer " +
                         std::to_string(c.n_layer) + ", n_embd " + std::to_string(c.n_embd) +

@@ -14,6 +14,7 @@
 #include "hostile_yaml.h"
 #include "nn/functional.h"
 #include "nn/optim/sgd.h"
+#include "nn/transformer.h"
 #include "runner/build_from_config.h"
 #include "runner/config.h"
 #include "runner/determinism.h"
@@ -608,4 +609,38 @@ TEST(RunnerBuild, CrossEntropyClassWeights) {
   expect_build_error(base + "loss: {type: cross_entropy, weight: [1, 2]}\n",
                      {"loss.weight", "has 2 weights", "3 class scores"});
   fs::remove_all(dir);
+}
+
+// model.activation_checkpointing: true (every block), a list of blocks, or false; the model is
+// built with those blocks checkpointed, and a block past the last or listed twice is refused.
+TEST(RunnerConfig, GptActivationCheckpointing) {
+  const auto blocks = [](const std::string& value) {
+    const rn::Config c = rn::parse_config(
+        "model: {preset: gpt, n_layer: 3, n_head: 2, n_embd: 8, block_size: 8, "
+        "activation_checkpointing: " +
+            value + "}\n",
+        "t.yaml");
+    const auto model = rn::build_run_model(c.model);
+    const auto* gpt = dynamic_cast<const mantissa::nn::GPTImpl*>(model.get());
+    EXPECT_NE(gpt, nullptr);
+    return gpt != nullptr ? gpt->activation_checkpointing() : std::vector<int64_t>{-1};
+  };
+  EXPECT_EQ(blocks("true"), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(blocks("[2, 0]"), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(blocks("1"), (std::vector<int64_t>{1}));
+  EXPECT_EQ(blocks("false"), (std::vector<int64_t>{}));
+  // Kept in resolved.yaml as given (left out while false, so existing configs keep their hash).
+  const rn::Config c = rn::parse_config(
+      "model: {preset: gpt, n_layer: 3, activation_checkpointing: [0, 2]}\n", "t.yaml");
+  EXPECT_NE(rn::to_yaml(c).find("activation_checkpointing: [0, 2]"), std::string::npos);
+  EXPECT_EQ(rn::to_yaml(rn::parse_config("model: {preset: gpt}\n", "t")).find("checkpointing"),
+            std::string::npos);
+  const std::string gpt = "model: {preset: gpt, n_layer: 3, activation_checkpointing: ";
+  expect_config_error(gpt + "[3]}\n",
+                      {"model.activation_checkpointing", "must be < model.n_layer"});
+  expect_config_error(gpt + "[1, 1]}\n", {"model.activation_checkpointing", "block 1 twice"});
+  expect_config_error(gpt + "[-1]}\n", {"model.activation_checkpointing", ">= 0"});
+  expect_config_error(gpt + "yes}\n", {"model.activation_checkpointing", "true, false or a list"});
+  expect_config_error("model: {preset: toy, activation_checkpointing: true}\n",
+                      {"model.activation_checkpointing", "does not apply"});
 }

@@ -72,6 +72,8 @@ std::optional<T> other_value(const schema::Key<T>& k) {
     return std::vector<double>{0.5, 2};
   } else if constexpr (std::is_same_v<T, std::pair<double, double>>) {
     return std::pair<double, double>{v.first / 2, v.second / 2};
+  } else if constexpr (std::is_same_v<T, rn::BlockSelection>) {
+    return rn::BlockSelection{.all = false, .blocks = {0, 2}};
   } else {
     rn::LayerSpec relu;
     relu.type = "relu";
@@ -131,6 +133,9 @@ struct Values {
       os << v.first << "," << v.second;
     } else if constexpr (std::is_same_v<T, std::vector<rn::LayerSpec>>) {
       for (const auto& l : v) os << l.type << ";";
+    } else if constexpr (std::is_same_v<T, rn::BlockSelection>) {
+      os << v.all << ":";
+      for (const auto& x : v.blocks) os << x << ";";
     } else if constexpr (requires { v.begin(); } && !std::is_same_v<T, std::string>) {
       for (const auto& x : v) os << x << ";";
     } else {
