@@ -61,6 +61,13 @@ Json summary_json(const TrainSummary& s) {
   Json mem = Json::object();
   for (const auto& [device, bytes] : s.peak_memory_bytes) mem[device] = bytes;
   j["peak_memory_bytes"] = mem;
+  Json state = Json::object();
+  state["parameters"] = s.memory.parameters;
+  state["weight_bytes"] = s.memory.weight_bytes;
+  state["gradient_bytes"] = s.memory.gradient_bytes;
+  state["optimizer_state_bytes"] = s.memory.optimizer_state_bytes;
+  state["bytes_per_parameter"] = number_or_null(s.memory.bytes_per_parameter());
+  j["training_memory"] = state;
   return j;
 }
 

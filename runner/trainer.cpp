@@ -457,10 +457,37 @@ TrainSummary Trainer::fit() {
   if (options_.device.is_cuda())
     summary.peak_memory_bytes.emplace_back(
         options_.device.str(), cuda::memory_stats(options_.device.index()).peak_allocated_bytes);
+  summary.memory = training_memory(*model_, *optimizer_);
   if (!options_.run_dir.empty()) write_summary(summary);
   for (auto& cb : impl_->builtins) cb->on_train_end(*this, summary);
   for (auto& cb : callbacks_) cb->on_train_end(*this, summary);
   return summary;
+}
+
+double TrainingMemory::bytes_per_parameter() const {
+  if (parameters == 0) return 0.0;
+  return static_cast<double>(weight_bytes + gradient_bytes + optimizer_state_bytes) /
+         static_cast<double>(parameters);
+}
+
+TrainingMemory training_memory(const nn::Module& model, const optim::Optimizer& optimizer) {
+  TrainingMemory m;
+  for (const Tensor& p : model.parameters()) {
+    m.parameters += p.numel();
+    m.weight_bytes += p.nbytes();
+    if (p.grad().defined()) m.gradient_bytes += p.grad().nbytes();
+  }
+  size_t index = 0;  // the optimizer's parameter ids: positions across its groups
+  for (const optim::ParamGroup& g : optimizer.param_groups()) {
+    for (size_t i = 0; i < g.params.size(); ++i, ++index) {
+      const optim::ParamState* state = optimizer.state(index);
+      if (state == nullptr) continue;
+      for (const auto& [name, buffer] : state->buffers) {
+        if (buffer.defined()) m.optimizer_state_bytes += buffer.nbytes();
+      }
+    }
+  }
+  return m;
 }
 
 }  // namespace mantissa::runner

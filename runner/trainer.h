@@ -101,6 +101,19 @@ struct EvalMetrics {
   int64_t samples = 0;
 };
 
+// What the training state holds, counted at the end of a run: the model's parameters, their
+// gradients and the optimizer's per-parameter state (moments, momentum buffers, float32 master
+// copies; the 8-byte step counts aside). bytes_per_parameter() is the figure the ZeRO paper and
+// llm.c quote (16 for float32 weights with AdamW).
+struct TrainingMemory {
+  int64_t parameters = 0;  // elements of the model's parameters
+  int64_t weight_bytes = 0;
+  int64_t gradient_bytes = 0;  // the parameters' defined gradients
+  int64_t optimizer_state_bytes = 0;
+  double bytes_per_parameter() const;
+};
+TrainingMemory training_memory(const nn::Module& model, const optim::Optimizer& optimizer);
+
 struct TrainSummary {
   double final_loss = std::numeric_limits<double>::quiet_NaN();
   double best_loss = std::numeric_limits<double>::quiet_NaN();
@@ -112,6 +125,7 @@ struct TrainSummary {
   int64_t resumed_from_step = 0;
   double wall_time_s = 0.0;
   std::vector<std::pair<std::string, int64_t>> peak_memory_bytes;  // per device
+  TrainingMemory memory{};
   bool completed() const { return steps >= total_steps; }
 };
 

@@ -142,6 +142,10 @@ TEST(RunnerTrainer, ClassificationAccuracyOnSpirals) {
   EXPECT_EQ(after.samples, 256);
   EXPECT_LT(after.loss, before.loss);
   EXPECT_GT(*after.accuracy, 0.9);
+  // float32 weights, gradients and Adam's two moments: 16 bytes per parameter.
+  const auto memory = mt::runner::training_memory(*model, *opt);
+  EXPECT_EQ(memory.optimizer_state_bytes, 2 * memory.weight_bytes);
+  EXPECT_DOUBLE_EQ(memory.bytes_per_parameter(), 16.0);
 }
 
 TEST(RunnerTrainer, RunDirectoryRecords) {
@@ -202,6 +206,12 @@ TEST(RunnerTrainer, RunDirectoryRecords) {
   EXPECT_EQ(summary.at("steps").as_int(), 25);
   EXPECT_EQ(summary.at("steps_skipped").as_int(), 0);
   EXPECT_GT(summary.at("peak_memory_bytes").at("cpu").as_int(), 0);
+  // float32 weights and gradients, and plain SGD keeps no state: 8 bytes per parameter.
+  const auto& memory = summary.at("training_memory");
+  EXPECT_EQ(memory.at("parameters").as_int(), 10 * 10 + 10 + 10 * 5 + 5);
+  EXPECT_EQ(memory.at("weight_bytes").as_int(), 4 * memory.at("parameters").as_int());
+  EXPECT_EQ(memory.at("optimizer_state_bytes").as_int(), 0);
+  EXPECT_DOUBLE_EQ(memory.at("bytes_per_parameter").as_double(), 8.0);
   EXPECT_DOUBLE_EQ(summary.at("final_loss").as_double(), rec->steps.back().loss);
   EXPECT_TRUE(summary.at("final_eval").contains("loss"));
 
