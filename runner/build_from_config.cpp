@@ -22,6 +22,7 @@
 #include "nn/optim/sgd.h"
 #include "nn/transformer.h"
 #include "runner/atomic_file.h"
+#include "runner/config_keys.h"
 #include "runner/determinism.h"
 #include "runner/distributed_run.h"
 #include "runner/model_builder.h"
@@ -234,9 +235,7 @@ LossFn make_loss(const LossConfig& l, Device device) {
       };
     }
   };
-  const std::string& held = kLossTypes[l.options.index()];
-  MT_CHECK(held == l.type, "loss.type is '", l.type, "' but its options are ", held,
-           "'s (LossConfig::select() makes them agree)");
+  schema::check_selected(l.options, l.type, kLossTypes, "loss");
   return std::visit(Make{r, l.reduction, device}, l.options);
 }
 
@@ -252,8 +251,7 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& o, P par
     MT_THROW("optimizer: no optimizer for options index ", o.options.index());
   } else {
     if (o.options.index() != I) return make_optimizer<I + 1>(o, std::move(params));
-    MT_CHECK(kOptimizerTypes[I] == o.type, "optimizer.type is '", o.type, "' but its options are ",
-             kOptimizerTypes[I], "'s (OptimizerConfig::select() makes them agree)");
+    schema::check_selected(o.options, o.type, kOptimizerTypes, "optimizer");
     using Optimizer = std::tuple_element_t<I, OptimizerClasses>;
     return std::make_shared<Optimizer>(std::move(params), std::get<I>(o.options));
   }
@@ -330,9 +328,7 @@ std::shared_ptr<optim::LRScheduler> make_scheduler(const Config& c, optim::Optim
       return std::make_shared<optim::ReduceLROnPlateau>(opt, std::move(o));
     }
   };
-  const std::string& held = kScheduleTypes[c.schedule.options.index()];
-  MT_CHECK(held == c.schedule.type, "schedule.type is '", c.schedule.type, "' but its options are ",
-           held, "'s (ScheduleConfig::select() makes them agree)");
+  schema::check_selected(c.schedule.options, c.schedule.type, kScheduleTypes, "schedule");
   return std::visit(Make{c, opt, run_steps}, c.schedule.options);
 }
 
@@ -371,12 +367,7 @@ RunObjects build_common(const Config& c, const RunPlacement& placement = {}) {
     try {
       const TokenBlockOptions to = blocks->options();
       const std::string val_path = c.data.val_path();
-      const int64_t val_blocks = std::visit(
-          [](const auto& o) -> int64_t {
-            if constexpr (requires { o.val_blocks; }) return o.val_blocks;
-            return 0;
-          },
-          c.data.options);
+      const int64_t val_blocks = c.data.val_blocks();
       if (!val_path.empty()) {
         TokenBlockOptions vo = to;
         vo.random_offsets = false;
@@ -522,9 +513,7 @@ struct DatasetMaker {
 }  // namespace
 
 std::shared_ptr<Dataset> build_dataset(const Config& c) {
-  const std::string& held = kDataTypes[c.data.options.index()];
-  MT_CHECK(held == c.data.type, "data.type is '", c.data.type, "' but its options are ", held,
-           "'s (DataConfig::select() makes them agree)");
+  schema::check_selected(c.data.options, c.data.type, kDataTypes, "data");
   DatasetMaker make{c};
   try {
     return std::visit(make, c.data.options);

@@ -44,6 +44,18 @@ std::string DataConfig::val_path() const {
   return t != nullptr ? t->val_path : std::string();
 }
 
+int64_t DataConfig::val_blocks() const {
+  return std::visit(
+      [](const auto& o) -> int64_t {
+        if constexpr (requires { o.val_blocks; }) {
+          return o.val_blocks;
+        } else {
+          return 0;
+        }
+      },
+      options);
+}
+
 void LossConfig::select() { schema::select_variant(options, type, kLossTypes, "loss", "a loss"); }
 
 void ScheduleConfig::select() {

@@ -140,6 +140,8 @@ struct DataConfig {
   void select();
   // tokens_bin's val_path; empty for every other dataset.
   std::string val_path() const;
+  // text's and tokens_bin's val_blocks; 0 for every other dataset.
+  int64_t val_blocks() const;
 };
 
 // The loss: `type` names it, and `options` holds that loss's keys (PyTorch's arguments of the

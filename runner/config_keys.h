@@ -158,6 +158,16 @@ void select_variant(Variant& held, const std::string& type, const std::vector<st
   if (held.index() != i) held = variant_defaults<Variant>()[i];
 }
 
+// Throws unless `held` is the alternative `type` names in `types`: a section's options must be
+// selected (its select()) after its type is set, before anything is built from them.
+template <typename Variant>
+void check_selected(const Variant& held, const std::string& type,
+                    const std::vector<std::string>& types, const char* section) {
+  const std::string& selected = types[held.index()];
+  MT_CHECK(selected == type, section, ".type is '", type, "' but its options are ", selected,
+           "'s (the section's select() makes them agree)");
+}
+
 // The member named `name` of the options held, if it has one of type T.
 template <typename T, typename Options>
 auto* option_member(Options& options, const char* name) {
