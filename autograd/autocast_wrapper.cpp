@@ -97,7 +97,8 @@ namespace autocast_detail {
 Tensor cast_for(CastPolicy policy, const Tensor& t, DType promote_to) {
   if (!eligible(t)) return t;
   switch (policy) {
-    case CastPolicy::LowerPrecision: {
+    case CastPolicy::LowerPrecision:
+    case CastPolicy::LowerPrecisionLoss: {
       const DType target = state_of(t).dtype;
       return t.dtype() == target ? t : cast_cached(t, target);
     }

@@ -9,7 +9,14 @@
 
 namespace mantissa {
 
-enum class CastPolicy : uint8_t { LowerPrecision, Float32, Promote, None, Banned };
+enum class CastPolicy : uint8_t {
+  LowerPrecision,
+  LowerPrecisionLoss,
+  Float32,
+  Promote,
+  None,
+  Banned
+};
 enum class Derivatives : uint8_t { No, Once, Twice };
 
 enum class OpId : uint16_t {

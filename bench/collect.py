@@ -86,8 +86,10 @@ def run_mantissa(args, name):
         return {"error": "not run"}
     scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
     us = min(b["real_time"] * scale[b["time_unit"]] for b in runs)
-    return {"us": us, "peak": max(b["peak_rss_mib"] for b in runs),
-            "base": runs[0]["base_rss_mib"]}
+    out = {"us": us, "peak": max(b["peak_rss_mib"] for b in runs), "base": runs[0]["base_rss_mib"]}
+    if "bytes_per_param" in runs[0]:
+        out["bytes_per_param"] = runs[0]["bytes_per_param"]
+    return out
 
 
 def run_peer(cmd, timeout=None):
@@ -110,8 +112,11 @@ def median_result(results):
     ok = [r for r in results if "us" in r]
     if not ok:
         return results[0] if results else {"error": "not run"}
-    return {"us": statistics.median(r["us"] for r in ok), "peak": max(r["peak"] for r in ok),
-            "base": min(r["base"] for r in ok), "all": [r["us"] for r in ok]}
+    out = {"us": statistics.median(r["us"] for r in ok), "peak": max(r["peak"] for r in ok),
+           "base": min(r["base"] for r in ok), "all": [r["us"] for r in ok]}
+    if "bytes_per_param" in ok[0]:
+        out["bytes_per_param"] = ok[0]["bytes_per_param"]
+    return out
 
 
 def fmt_us(r):
@@ -292,7 +297,7 @@ def gpt_table(configs, med, peer_names):
             "MFU", "vs own fp32"]
     for n in peer_names:
         head += [f"{n} tokens/s", f"{n}/mantissa"]
-    head += ["peak MiB (" + " / ".join(["mantissa"] + peer_names) + ")"]
+    head += ["peak MiB (" + " / ".join(["mantissa"] + peer_names) + ")", "mantissa bytes/param"]
     lines = ["GPT training step (forward, cross_entropy, backward, AdamW); MFU = model FLOP/s / "
              "the device's dense bf16 peak" + (f" ({gpu_name}: {peak:g} TFLOP/s)" if peak else "") +
              "; on the CPU the peak is not known, so no MFU", "",
@@ -315,6 +320,8 @@ def gpt_table(configs, med, peer_names):
             pr = m.get(n, {"error": "not run"})
             row += [f"{tokens * 1e6 / pr['us']:,.0f}" if "us" in pr else "n/a", ratio(pr, ours)]
         row.append(" / ".join(fmt_mem(m.get(n, {})) for n in ["mantissa"] + peer_names))
+        # Weights + gradients + optimizer state per parameter (summary.json's training_memory).
+        row.append(f"{ours['bytes_per_param']:g}" if "bytes_per_param" in ours else "-")
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     return lines

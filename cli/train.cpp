@@ -1,6 +1,7 @@
 // `mantissa train` and `mantissa resume`.
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -26,6 +27,11 @@ namespace mantissa::cli {
 namespace {
 
 namespace fs = std::filesystem;
+
+// bytes / parameters, for the start-up line.
+double per(int64_t bytes, int64_t parameters) {
+  return parameters > 0 ? static_cast<double>(bytes) / static_cast<double>(parameters) : 0.0;
+}
 
 // The signal that asked the run to stop (0: none).
 volatile std::sig_atomic_t g_stop_signal = 0;
@@ -184,10 +190,10 @@ int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& 
   opts.run_dir = ranks.leader() ? run_dir : "";
   opts.progress = !quiet && ranks.leader();
   std::unique_ptr<nn::DistributedDataParallel> ddp;
-  runner::ForwardFn forward = [m = run.model.get()](const Tensor& x) { return m->forward(x); };
+  runner::ForwardFn forward = run.forward;
   if (ranks.group) {
     ddp = std::make_unique<nn::DistributedDataParallel>(
-        run.model, ranks.group, runner::ddp_options(run.config.distributed));
+        run.model, ranks.group, runner::ddp_options(run.config.distributed), run.forward);
     forward = ddp->forward_fn();
   }
   runner::Trainer trainer(run.model, forward, run.loss, run.optimizer, run.train_loader, opts);
@@ -316,8 +322,20 @@ int train(const TrainArgs& args) {
     ranks.out() << "training " << run.config.name << " on " << run.device << " ("
                 << run.config.precision << ")";
     if (ranks.group) ranks.out() << " on " << ranks.group->size() << " ranks";
-    ranks.out() << ", run directory " << run_dir << "\n"
-                << std::flush;  // before the progress lines on (unbuffered) stderr
+    ranks.out() << ", run directory " << run_dir;
+    {
+      const runner::TrainingMemory mem =
+          runner::planned_training_memory(*run.model, *run.optimizer);
+      char line[160];
+      std::snprintf(line, sizeof line,
+                    "; %lld parameters at %.3g bytes each (weights %.3g + gradients %.3g + "
+                    "optimizer state %.3g)",
+                    static_cast<long long>(mem.parameters), mem.bytes_per_parameter(),
+                    per(mem.weight_bytes, mem.parameters), per(mem.gradient_bytes, mem.parameters),
+                    per(mem.optimizer_state_bytes, mem.parameters));
+      ranks.out() << line;
+    }
+    ranks.out() << "\n" << std::flush;  // before the progress lines on (unbuffered) stderr
     return fit(run, run_dir, "", args.quiet, ranks);
   } catch (const runner::RunDirInUse& e) {
     ranks.error(e.what());
@@ -347,7 +365,8 @@ void refuse_lost_checkpoints(const std::string& run_dir, const runner::Config& c
   if (!finished && !checkpointed) return;
   throw runner::ConfigError(
       "cannot resume " + run_dir + ": its checkpoints are gone (" +
-      (fs::exists(dir, ec) ? "checkpoints/ is empty" : "no checkpoints/ folder") + "), but the run " +
+      (fs::exists(dir, ec) ? "checkpoints/ is empty" : "no checkpoints/ folder") +
+      "), but the run " +
       (finished ? std::string("finished") : "reached step " + std::to_string(reached)) +
       " and wrote checkpoints there; put them back, or start a new run with `mantissa train`");
 }

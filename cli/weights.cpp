@@ -94,10 +94,10 @@ int eval(const EvalArgs& args) {
     runner::DataLoader& loader = use_val ? *run.val_loader : *run.train_loader;
     loader.set_epoch(0);
     // The evaluation the trainer runs, so that both report the same numbers.
-    const runner::EvalMetrics m = runner::evaluate_model(
-        *run.model, [&](const Tensor& x) { return run.model->forward(x); }, run.loss, loader,
-        {run.device, amp::Precision::parse(run.config.precision),
-         run.config.loss.reduction == "sum"});
+    const runner::EvalMetrics m =
+        runner::evaluate_model(*run.model, run.forward, run.loss, loader,
+                               {run.device, amp::Precision::parse(run.config.precision),
+                                run.config.loss.reduction == "sum"});
     const std::string what = args.data.empty() ? (use_val ? "val" : "train") : args.data;
     if (args.json) {
       runner::Json j = runner::Json::object();

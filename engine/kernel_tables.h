@@ -140,11 +140,40 @@ using SoftmaxBackwardKernel = void (*)(const Tensor& grad_in, const Tensor& grad
 MT_KERNEL_TABLE(softmax_backward, SoftmaxBackwardKernel)
 MT_KERNEL_TABLE(log_softmax_backward, SoftmaxBackwardKernel)
 
+// Cross-entropy of rows of logits against class indices, and optionally its gradient, in one pass
+// per row (kernels/cross_entropy_math.h has the math both devices share). logits [n, V] is
+// contiguous of a floating dtype T; target int64 [n]; loss [n] contiguous in opmath (float32 for
+// the half types and float32, float64 for float64) receives, per row,
+//   (1 - s) (lse - z[t]) + s (lse - mean(z)),  lse = log(sum(exp(z))), s = label_smoothing,
+// 0 for a row whose target is ignore_index and NaN for a target outside [0, V) (the op checks
+// host-resident targets before; a device cannot throw). With `grad`, logits is overwritten with
+//   scale[i] (softmax(z) - s / V - (1 - s) onehot(t)),
+// rounded once to T (0 for an ignored row, NaN for an out-of-range target); scale is opmath [n]
+// with any stride (0: one value for every row), or undefined for 1. Rows are independent.
+struct CrossEntropyRowsParams {
+  double label_smoothing = 0.0;
+  int64_t ignore_index = -100;
+  bool grad = false;
+};
+using CrossEntropyRowsKernel = void (*)(const Tensor& logits, const Tensor& loss,
+                                        const Tensor& target, const Tensor& scale,
+                                        const CrossEntropyRowsParams& p);
+MT_KERNEL_TABLE(cross_entropy_rows, CrossEntropyRowsKernel)
+
 // Batched matrix multiply: out[b] = a[b] @ b[b] for 3-D operands [B,M,K] x [B,K,N] -> [B,M,N]
 // (any strides, out contiguous). 2-D mm passes B = 1 views. Half types accumulate in float32
 // and round once.
 using BmmKernel = void (*)(const Tensor& out, const Tensor& a, const Tensor& b);
 MT_KERNEL_TABLE(bmm, BmmKernel)
+// c [M,N] = a [M,K] @ b [K,N], or c += a @ b with accumulate, in opmath: a and b share a floating
+// dtype (any strides whose rows or columns are dense, else they are packed), c is contiguous
+// float32 (float64 for float64 operands) and is the accumulator, so a sum of products over chunks
+// of K rounds once, where its caller rounds it. Products of half types are exact in float32, so
+// this is bmm's result before its rounding on store, up to the order of the sums. TF32 applies to
+// float32 operands as in bmm. The chunked lm_head + cross-entropy sums its weight gradient so.
+using GemmOpmathKernel = void (*)(const Tensor& c, const Tensor& a, const Tensor& b,
+                                  bool accumulate);
+MT_KERNEL_TABLE(gemm_opmath, GemmOpmathKernel)
 
 // Indexing along `dim` with an int64 index tensor.
 using GatherKernel = void (*)(const Tensor& out, const Tensor& in, int64_t dim,
@@ -187,8 +216,14 @@ struct AdamStepParams {
   double lr, beta1, beta2, eps, weight_decay;
   bool decoupled_weight_decay, amsgrad, maximize;  // decoupled_weight_decay: AdamW
   int64_t step;                                    // 1 on the first update
+  // Stores into bfloat16 (the state, or a bfloat16 parameter) round stochastically, with bits
+  // drawn from (sr_seed, the parameter's index, step, element): kernels/optimizer_math.h.
+  bool stochastic_rounding = false;
+  uint64_t sr_seed = 0;
+  int64_t param_index = 0;  // the per-parameter kernel's; lists carry `index`
 };
-// max_exp_avg_sq is undefined unless amsgrad.
+// max_exp_avg_sq is undefined unless amsgrad. The state tensors have the param's dtype, or
+// bfloat16 (Adam's state_dtype), all three alike.
 using AdamStepKernel = void (*)(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                                 const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq,
                                 const AdamStepParams& p);
@@ -201,14 +236,18 @@ MT_KERNEL_TABLE(adam_step, AdamStepKernel)
 //   model  empty, or per entry the float16/bfloat16 parameter that receives the rounded param in
 //          the same pass (master weights; undefined entries: none)
 //   state  SGD: [0] momentum_buffer (undefined when momentum == 0); Adam: [0] exp_avg,
-//          [1] exp_avg_sq, [2] max_exp_avg_sq (undefined unless amsgrad); param's dtype
+//          [1] exp_avg_sq, [2] max_exp_avg_sq (undefined unless amsgrad); param's dtype (Adam:
+//          or bfloat16)
 //   step   int64 0-d per parameter on the device: Adam's update count (step + 1 is used and
 //          stored), SGD's count of momentum updates (0 means buf = d, the first step)
+//   index  the parameter's index in its optimizer (Optimizer::params order), for the random
+//          bits of stochastic rounding; empty: the list position
 // found_inf: undefined (always step) or float32, 1 element, on the device: when it is non-zero
 // the kernels return without writing anything, so skipping a step needs no host sync.
 struct OptimizerTensorLists {
   std::vector<Tensor> param, grad, model, step;
   std::vector<Tensor> state[3];
+  std::vector<int64_t> index;
 };
 // p.first_step is ignored (read per parameter from step).
 using SgdMultiStepKernel = void (*)(const OptimizerTensorLists& lists, const Tensor& found_inf,

@@ -1,4 +1,6 @@
-// Per-element math of the RMSprop, Adagrad, NAdam and RAdam steps, shared by the CPU kernels
+// Per-element math of the RMSprop, Adagrad, NAdam and RAdam steps, and the stochastic rounding of
+// Adam's bfloat16 stores (kernels/cpu/sgd_adam_kernels.cpp, kernels/cuda/sgd_adam_kernels.cu),
+// shared by the CPU kernels
 // (kernels/cpu/rmsprop_adagrad_nadam_radam_kernels.cpp) and the CUDA ones (kernels/cuda/
 // rmsprop_adagrad_nadam_radam_kernels.cu), so both round identically.
 //
@@ -12,7 +14,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "engine/half.h"
 #include "engine/kernel_tables.h"
 #include "engine/macros.h"
 #include "engine/opmath.h"
@@ -24,6 +28,44 @@ namespace mantissa::optim_math {
 template <typename T>
 MT_HOST_DEVICE inline opmath_t<T> rnd(opmath_t<T> x) {
   return static_cast<opmath_t<T>>(static_cast<T>(x));
+}
+
+// ---- Stochastic rounding (Adam/AdamW's stochastic_rounding) ---------------------------------
+// A float rounded to bfloat16 up or down at random, up with probability equal to the fraction of
+// the gap between its two neighbours that it lies above the lower one, so that the rounding is
+// unbiased: E[round(x)] = x. An update smaller than half a bfloat16 ulp (every AdamW weight decay
+// of a weight above ~0.01 at lr 1e-3) then survives on average, where round-to-nearest drops it.
+// Adding 16 random bits below the kept 16 and truncating does exactly that, in magnitude, for
+// either sign. inf and NaN round as to nearest.
+MT_HOST_DEVICE inline BFloat16 round_bf16_stochastic(float x, uint32_t random_bits) {
+  const uint32_t u = mantissa::detail::float_bits(x);
+  if ((u & 0x7f800000u) == 0x7f800000u) return BFloat16(x);
+  return BFloat16(static_cast<uint16_t>((u + (random_bits & 0xffffu)) >> 16), FromBits{});
+}
+
+// The Philox key of one parameter's update: the run's seed, the parameter's index in the
+// optimizer and the step (1 on the first update), mixed (splitmix64's finaliser) so that nearby
+// indices and steps give unrelated streams. Element i then draws philox4x32(key, i): word 0 for
+// the parameter, 1 for exp_avg, 2 for exp_avg_sq, 3 for max_exp_avg_sq. The bits depend only on
+// (seed, index, step, i): the same on every device and thread split, and again after a resume.
+MT_HOST_DEVICE inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+MT_HOST_DEVICE inline uint64_t stochastic_rounding_key(uint64_t seed, int64_t param_index,
+                                                       int64_t step) {
+  return mix64(seed ^ mix64(static_cast<uint64_t>(param_index) * 0x9e3779b97f4a7c15ull +
+                            static_cast<uint64_t>(step)));
+}
+
+// x stored as S: to nearest, or stochastically when `stochastic` and S is bfloat16.
+template <typename S, typename M>
+MT_HOST_DEVICE inline S store_as(M x, bool stochastic, uint32_t random_bits) {
+  if constexpr (std::is_same_v<S, BFloat16>) {
+    if (stochastic) return round_bf16_stochastic(static_cast<float>(x), random_bits);
+  }
+  return static_cast<S>(x);
 }
 
 // ---- RMSprop --------------------------------------------------------------------------------

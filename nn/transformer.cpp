@@ -143,16 +143,24 @@ void GPTImpl::reset_parameters(Generator* gen) {
   norm_init(ln_f);
 }
 
-Tensor GPTImpl::forward(const Tensor& idx) { return forward_impl(idx, nullptr); }
+Tensor GPTImpl::forward(const Tensor& idx) { return lm_head(hidden_impl(idx, nullptr)); }
+
+Tensor GPTImpl::hidden_states(const Tensor& idx) { return hidden_impl(idx, nullptr); }
+
+Tensor GPTImpl::head_loss(const Tensor& hidden, const Tensor& targets, Reduction reduction,
+                          double label_smoothing, int64_t ignore_index) const {
+  return linear_cross_entropy(hidden, lm_head->weight, targets, Tensor(), reduction,
+                              label_smoothing, ignore_index);
+}
 
 Tensor GPTImpl::forward(const Tensor& idx, std::vector<KVCacheEntry>& cache) {
   if (cache.empty()) cache.resize(static_cast<size_t>(config_.n_layer));
   MT_CHECK(static_cast<int64_t>(cache.size()) == config_.n_layer, "GPT: the cache has ",
            cache.size(), " entries for a model of n_layer=", config_.n_layer);
-  return forward_impl(idx, &cache);
+  return lm_head(hidden_impl(idx, &cache));
 }
 
-Tensor GPTImpl::forward_impl(const Tensor& idx, std::vector<KVCacheEntry>* cache) {
+Tensor GPTImpl::hidden_impl(const Tensor& idx, std::vector<KVCacheEntry>* cache) {
   MT_CHECK(idx.dim() == 2 && (idx.dtype() == kInt64 || idx.dtype() == kInt32),
            "GPT: expected int64 token ids [B, T], got ", idx.dtype(), " ", idx.shape());
   const int64_t T = idx.size(1);
@@ -174,7 +182,7 @@ Tensor GPTImpl::forward_impl(const Tensor& idx, std::vector<KVCacheEntry>* cache
       x = block->forward(x, cache ? &(*cache)[i] : nullptr);
     }
   }
-  return lm_head(ln_f(x));
+  return ln_f(x);
 }
 
 void GPTImpl::set_activation_checkpointing(const std::vector<int64_t>& blocks) {

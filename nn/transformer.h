@@ -98,6 +98,14 @@ class GPTImpl : public UnaryModule {
   Tensor forward(const Tensor& idx) override;
   // idx's positions follow those in `cache` (one entry per layer, filled as it runs).
   Tensor forward(const Tensor& idx, std::vector<KVCacheEntry>& cache);
+  // The final hidden states ln_f(...) [B, T, n_embd] that lm_head turns into logits.
+  Tensor hidden_states(const Tensor& idx);
+  // cross_entropy(lm_head(hidden), targets) over the B * T positions, computed by
+  // linear_cross_entropy without ever holding the [B * T, vocab_size] logits (the fused head:
+  // model.fused_head_loss in a run's config). targets [B, T] as hidden's leading dims.
+  Tensor head_loss(const Tensor& hidden, const Tensor& targets,
+                   Reduction reduction = Reduction::Mean, double label_smoothing = 0.0,
+                   int64_t ignore_index = -100) const;
 
   // Appends max_new_tokens tokens to idx [B, T] (int64), sampled one at a time from
   // softmax(logits / temperature) of the last position, restricted to the top_k most likely
@@ -141,7 +149,7 @@ class GPTImpl : public UnaryModule {
   TiedLinear lm_head{nullptr};
 
  private:
-  Tensor forward_impl(const Tensor& idx, std::vector<KVCacheEntry>* cache);
+  Tensor hidden_impl(const Tensor& idx, std::vector<KVCacheEntry>* cache);
   GPTConfig config_;
   std::vector<int64_t> checkpointed_;
 };

@@ -436,7 +436,25 @@ RunObjects build_common(const Config& c, const RunPlacement& placement = {}) {
   if (c.master_weights && (c.precision == "float16" || c.precision == "bfloat16")) {
     r.model->to(c.precision == "float16" ? DType::Float16 : DType::BFloat16);
   }
+  // param_dtype: bfloat16 stores the model in bfloat16 with no float32 copy anywhere.
+  if (c.param_dtype == "bfloat16") r.model->to(DType::BFloat16);
   r.loss = make_loss(c.loss, r.device);
+  r.forward = [m = r.model.get()](const Tensor& x) { return m->forward(x); };
+  if (auto* gpt = dynamic_cast<nn::GPTImpl*>(r.model.get()); gpt && c.model.gpt.fused_head_loss) {
+    // The model's forward stops at the hidden states; the loss applies the output layer in chunks.
+    const auto* ce = std::get_if<CrossEntropyLossOptions>(&c.loss.options);
+    if (ce == nullptr || !ce->weight.empty()) {
+      c.fail("model.fused_head_loss",
+             ce == nullptr ? "needs loss.type cross_entropy, got " + c.loss.type
+                           : std::string("does not take class weights (loss.weight)"));
+    }
+    r.forward = [gpt](const Tensor& x) { return gpt->hidden_states(x); };
+    r.loss = [gpt, reduction = c.loss.reduction == "sum" ? Reduction::Sum : Reduction::Mean,
+              ls = ce->label_smoothing,
+              ii = ce->ignore_index](const Tensor& hidden, const Tensor& target) {
+      return gpt->head_loss(hidden, target, reduction, ls, ii);
+    };
+  }
   return r;
 }
 
@@ -551,6 +569,11 @@ RunObjects build_run(const Config& c, std::string config_text, const RunPlacemen
   } else {
     r.optimizer = make_optimizer(c.optimizer, r.model->parameters());
   }
+  r.optimizer->set_master_weights(c.master_weights);  // as the Trainer will; for planned memory
+  if (!c.optimizer.state_dtype.empty())
+    r.optimizer->set_state_dtype(parse_dtype(c.optimizer.state_dtype));
+  // The run's seed: the same config draws the same rounding bits, also when resumed.
+  if (c.optimizer.stochastic_rounding) r.optimizer->set_stochastic_rounding(true, c.seed);
 
   int64_t total_steps = c.steps;
   const int64_t accum = std::max<int64_t>(1, c.grad_accum_steps);

@@ -33,6 +33,9 @@ struct RunObjects {
   std::shared_ptr<DataLoader> train_loader;
   std::shared_ptr<DataLoader> val_loader;  // null without val_split
   std::shared_ptr<nn::UnaryModule> model;
+  // The model's forward as the trainer calls it, and the loss of its output: model->forward and
+  // the configured loss, or, with model.fused_head_loss, the GPT's hidden states and its head_loss.
+  ForwardFn forward;
   LossFn loss;
   std::shared_ptr<optim::Optimizer> optimizer;
   std::shared_ptr<optim::LRScheduler> scheduler;  // null for schedule.type none

@@ -72,6 +72,11 @@ Json optimizer_json(const optim::Optimizer& opt, const optim::OptimizerState& st
   Json j;
   j["name"] = opt.name();
   j["master_weights"] = opt.master_weights();
+  if (opt.state_dtype()) j["state_dtype"] = std::string(dtype_name(*opt.state_dtype()));
+  if (opt.stochastic_rounding()) {
+    j["stochastic_rounding"] = true;
+    j["stochastic_rounding_seed"] = std::to_string(opt.stochastic_rounding_seed());
+  }
   Json groups = Json::array();
   for (const auto& g : st.param_groups) {
     Json gj;
@@ -405,6 +410,9 @@ void load_checkpoint(const std::string& path, CheckpointParts& parts) {
   std::optional<optim::SchedulerState> sched;
   std::vector<GeneratorState> rng;
   bool master_weights = false;
+  std::optional<DType> state_dtype;
+  bool stochastic_rounding = false;
+  uint64_t sr_seed = 0;
   try {
     check_model(what, meta.at("model").at("tensors"), *parts.model);
     if (parts.optimizer) {
@@ -412,6 +420,12 @@ void load_checkpoint(const std::string& path, CheckpointParts& parts) {
       MT_CHECK(!j.is_null(), what, " has no optimizer state, but an optimizer was given");
       opt_state = optimizer_state(what, j, file, *parts.optimizer);
       master_weights = j.at("master_weights").as_bool();
+      // Absent from checkpoints of runs without them.
+      if (const auto d = j.find("state_dtype")) state_dtype = parse_dtype(d->as_string());
+      if (const auto sr = j.find("stochastic_rounding")) {
+        stochastic_rounding = sr->as_bool();
+        sr_seed = parse_u64(j.at("stochastic_rounding_seed"), what + " stochastic rounding seed");
+      }
     }
     if (parts.scaler) {
       const JsonView j = meta.at("scaler");
@@ -449,6 +463,8 @@ void load_checkpoint(const std::string& path, CheckpointParts& parts) {
   }
   if (opt_state) {
     parts.optimizer->set_master_weights(master_weights);
+    parts.optimizer->set_state_dtype(state_dtype);
+    parts.optimizer->set_stochastic_rounding(stochastic_rounding, sr_seed);
     parts.optimizer->load_state_dict(*opt_state);
   }
   if (scaler) parts.scaler->load_state_dict(*scaler);

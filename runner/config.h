@@ -84,6 +84,7 @@ struct GptModelOptions {
   double dropout = 0.0;
   bool bias = true;
   BlockSelection activation_checkpointing;  // nn::GPTImpl::set_activation_checkpointing
+  bool fused_head_loss = false;             // the loss through nn::GPTImpl::head_loss
 };
 
 struct ModelConfig {
@@ -235,6 +236,10 @@ struct OptimizerConfig {
   // > 0: weight decay only on parameters of at least this many dimensions (optim::decay_groups);
   // 0: on every parameter.
   int64_t decay_min_ndim = 0;
+  // Adam/AdamW: the moments' dtype ("" follows the parameters; "bfloat16") and stochastic
+  // rounding of the bfloat16 stores (optim::Optimizer::set_state_dtype, set_stochastic_rounding).
+  std::string state_dtype;
+  bool stochastic_rounding = false;
 
   // Makes `options` the alternative `type` names (default options when it was another); throws
   // for a type that is not one of kOptimizerTypes.
@@ -390,8 +395,9 @@ struct Config {
   std::string device = "auto";  // auto cpu cuda cuda:N
   std::string precision = "float32";
   bool master_weights = false;
-  int64_t steps = 100;  // > 0: stop after this many steps ...
-  int64_t epochs = 0;   // ... else after this many epochs (one of the two is set)
+  std::string param_dtype;  // the parameters' storage: "" (float32) or bfloat16 (no float32 copy)
+  int64_t steps = 100;      // > 0: stop after this many steps ...
+  int64_t epochs = 0;       // ... else after this many epochs (one of the two is set)
   int64_t log_every = 10;
   int64_t eval_every = 0;
   int64_t checkpoint_every = 0;

@@ -223,6 +223,13 @@ void describe(V& v, ModelConfig& m) {
             return true;
           },
           "block indices must be < model.n_layer"});
+  v.field(
+      key("fused_head_loss", m.gpt.fused_head_loss)
+          .applies_to({"gpt"})
+          .optional_output()
+          .doc("compute the cross-entropy loss with the output layer in chunks of positions "
+               "(`linear_cross_entropy`), never holding the [batch x block_size, vocab_size] "
+               "logits or their gradient; needs loss.type cross_entropy without class weights"));
 }
 
 // The dataset's keys (runner/data.h and config.h: the options structs), in resolved.yaml's order:
@@ -440,6 +447,19 @@ void describe(V& v, OptimizerConfig& o) {
               .doc("apply `weight_decay` only to parameters of at least this many dimensions "
                    "(2: matrices and embeddings, not biases or norm gains, as nanoGPT); 0: to "
                    "all"));
+  v.field(key("state_dtype", o.state_dtype)
+              .applies_to({"adam", "adamw"})
+              .one_of({"bfloat16"})
+              .optional_output()
+              .default_text("the parameters'")
+              .doc("the dtype of the moments `exp_avg` and `exp_avg_sq`: `bfloat16` halves their "
+                   "memory (2 bytes each per parameter instead of 4)"));
+  v.field(key("stochastic_rounding", o.stochastic_rounding)
+              .applies_to({"adam", "adamw"})
+              .optional_output()
+              .doc("round every bfloat16 store of the step (moments, and parameters with "
+                   "`param_dtype: bfloat16`) up or down at random in proportion, unbiased, with "
+                   "bits from `seed`, the parameter and the step (reproducible, resumable)"));
 }
 
 // The lr schedule's keys (config.h: the schedule structs).
@@ -621,6 +641,20 @@ void describe(V& v, Config& c) {
               .doc("autocast precision of the forward pass (parameters stay float32)"));
   v.field(key("master_weights", c.master_weights)
               .doc("optimizer keeps float32 master copies of float16/bfloat16 parameters"));
+  v.field(key("param_dtype", c.param_dtype)
+              .one_of({"float32", "bfloat16"})
+              .optional_output()
+              .default_text("float32")
+              .doc("the dtype the parameters (and their gradients) are stored in; `bfloat16` "
+                   "without master copies is pure bfloat16 training (with `precision: bfloat16`; "
+                   "pair it with `optimizer.stochastic_rounding`). `master_weights: true` stores "
+                   "them in `precision`'s dtype instead"));
+  v.rule({"param_dtype",
+          {},
+          [&c] {
+            return c.param_dtype != "bfloat16" || (c.precision == "bfloat16" && !c.master_weights);
+          },
+          "bfloat16 needs precision: bfloat16 and master_weights: false"});
   v.either(key("steps", c.steps)
                .at_least(1)
                .doc("stop after this many optimizer steps (taken or skipped)"),

@@ -33,6 +33,7 @@ Json step_metrics_json(const StepMetrics& m) {
   j["step_time_ms"] = m.step_time_ms;
   if (m.tokens_per_s > 0) j["tokens_per_s"] = m.tokens_per_s;
   if (m.mfu) j["mfu"] = *m.mfu;
+  if (m.bytes_per_parameter > 0) j["bytes_per_parameter"] = m.bytes_per_parameter;
   return j;
 }
 

@@ -232,6 +232,7 @@ void Trainer::emit_log(bool skipped, double lr) {
   m.tokens_per_s = elapsed > 0 ? static_cast<double>(impl_->tokens_since_log) / elapsed : 0.0;
   if (m.tokens_per_s > 0 && options_.flops_per_token > 0 && impl_->peak_flops > 0)
     m.mfu = options_.flops_per_token * m.tokens_per_s / impl_->peak_flops;
+  m.bytes_per_parameter = training_memory(*model_, *optimizer_).bytes_per_parameter();
   last_loss_ = m.loss;
   if (std::isfinite(m.loss) && !(m.loss >= best_loss_)) best_loss_ = m.loss;
   impl_->loss_count = 0;
@@ -486,6 +487,23 @@ TrainingMemory training_memory(const nn::Module& model, const optim::Optimizer& 
         if (buffer.defined()) m.optimizer_state_bytes += buffer.nbytes();
       }
     }
+  }
+  return m;
+}
+
+}  // namespace mantissa::runner
+
+namespace mantissa::runner {
+
+TrainingMemory planned_training_memory(const nn::Module& model, const optim::Optimizer& optimizer) {
+  TrainingMemory m;
+  for (const Tensor& p : model.parameters()) {
+    m.parameters += p.numel();
+    m.weight_bytes += p.nbytes();
+    m.gradient_bytes += p.nbytes();
+  }
+  for (const optim::ParamGroup& g : optimizer.param_groups()) {
+    for (const Tensor& p : g.params) m.optimizer_state_bytes += optimizer.planned_state_bytes(g, p);
   }
   return m;
 }

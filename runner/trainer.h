@@ -91,6 +91,8 @@ struct StepMetrics {
   // model FLOPs utilisation when the model's FLOPs per token and the device's peak are known.
   double tokens_per_s = 0.0;
   std::optional<double> mfu{};
+  // Weights, gradients and optimizer state over the parameters (TrainingMemory), as held now.
+  double bytes_per_parameter = 0.0;
 };
 
 struct EvalMetrics {
@@ -113,6 +115,9 @@ struct TrainingMemory {
   double bytes_per_parameter() const;
 };
 TrainingMemory training_memory(const nn::Module& model, const optim::Optimizer& optimizer);
+// The same before the first step: the gradients as the parameters' dtype and the optimizer state
+// as its first step will create it (optim::Optimizer::planned_state_bytes).
+TrainingMemory planned_training_memory(const nn::Module& model, const optim::Optimizer& optimizer);
 
 struct TrainSummary {
   double final_loss = std::numeric_limits<double>::quiet_NaN();

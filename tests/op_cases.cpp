@@ -281,6 +281,32 @@ const std::vector<OpCase>& op_cases() {
                  -2,
                  2,
                  8});
+    // Two chunks of rows (3 + 1), with bias, smoothing and an ignored class; None reruns the
+    // chunks in backward.
+    v.push_back({"linear_cross_entropy",
+                 kFloat,
+                 {{4, 3}, {5, 3}, {5}},
+                 [](const Inputs& x) {
+                   return mt::linear_cross_entropy(x[0], x[1], on(class_target(), x[0]), x[2],
+                                                   mt::Reduction::Mean, 0.1, 2, 3);
+                 },
+                 -2,
+                 2,
+                 8});
+    v.push_back({"linear_cross_entropy_none",
+                 kFloat,
+                 {{2, 2, 3}, {5, 3}},
+                 [](const Inputs& x) {
+                   return mt::linear_cross_entropy(x[0], x[1],
+                                                   on(class_target(), x[0]).reshape({2, 2}),
+                                                   Tensor(), mt::Reduction::None, 0.0, -100, 3);
+                 },
+                 -2,
+                 2,
+                 8,
+                 true,
+                 false,
+                 "linear_cross_entropy"});
     v.push_back({"mse_loss",
                  kFloat,
                  {{4, 5}, {4, 5}},

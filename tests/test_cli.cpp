@@ -274,7 +274,10 @@ std::string resume_config(const std::string& precision, const std::string& extra
 class CliResumeTest : public CliTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(CliResumeTest, KilledAndResumedRunEqualsUninterruptedRun) {
-  const std::string precision = GetParam();
+  // bfloat16_sr: pure bfloat16 training (bfloat16 parameters and Adam state, no float32 copy)
+  // with stochastic rounding, whose random bits must come back the same after the resume.
+  const bool pure_bf16 = GetParam() == "bfloat16_sr";
+  const std::string precision = pure_bf16 ? "bfloat16" : GetParam();
   // float16: a scale far too large that grows back fast after each backoff makes the float16
   // gradients overflow every few steps, so skipped steps are sprinkled through the run, around
   // the checkpoints too.
@@ -282,9 +285,16 @@ TEST_P(CliResumeTest, KilledAndResumedRunEqualsUninterruptedRun) {
       precision == "float16"
           ? "scaler: {init_scale: 1.0e+12, backoff_factor: 0.001, growth_factor: 1000, "
             "growth_interval: 3}\n"
+      : pure_bf16               ? "param_dtype: bfloat16\n"
       : precision == "bfloat16" ? "master_weights: true\n"  // bfloat16 model, float32 masters
                                 : "";
-  write_file(dir_ / "cfg.yaml", resume_config(precision, extra));
+  std::string config = resume_config(precision, extra);
+  if (pure_bf16) {
+    const std::string adam = "optimizer: {type: adam, lr: 0.01}";
+    config.replace(config.find(adam), adam.size(),
+                   "optimizer: {type: adam, lr: 0.01, stochastic_rounding: true}");
+  }
+  write_file(dir_ / "cfg.yaml", config);
   const std::vector<std::string> common = {"--device", "cpu", "-q"};
 
   std::vector<std::string> args = {"train", "cfg.yaml", "--run-dir", "full"};
@@ -330,7 +340,53 @@ TEST_P(CliResumeTest, KilledAndResumedRunEqualsUninterruptedRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, CliResumeTest,
-                         ::testing::Values("float32", "float16", "bfloat16"));
+                         ::testing::Values("float32", "float16", "bfloat16", "bfloat16_sr"));
+
+// Bytes per parameter (weights + gradients + optimizer state) in the start-up line, every metrics
+// record and summary.json, for Adam's memory modes: float32 (4 + 4 + 8), bfloat16 moments
+// (4 + 4 + 4), bfloat16 model with float32 masters (2 + 2 + 4 + 8) and pure bfloat16 (2 + 2 + 4).
+TEST_F(CliTest, BytesPerParameterForEachOptimizerStateLayout) {
+  const std::string base = resume_config("float32");
+  struct Mode {
+    const char* name;
+    std::vector<std::string> sets;
+    double bytes;
+  };
+  const std::vector<Mode> modes = {
+      {"float32", {}, 16},
+      {"bf16_state", {"optimizer.state_dtype=bfloat16", "optimizer.stochastic_rounding=true"}, 12},
+      {"master", {"precision=bfloat16", "master_weights=true"}, 16},
+      {"pure_bf16",
+       {"precision=bfloat16", "param_dtype=bfloat16", "optimizer.stochastic_rounding=true"},
+       8},
+  };
+  write_file(dir_ / "cfg.yaml", base);
+  for (const Mode& m : modes) {
+    std::vector<std::string> args = {"train", "cfg.yaml", "--run-dir", m.name, "--set", "steps=6"};
+    for (const std::string& s : m.sets) args.insert(args.end(), {"--set", s});
+    const Result r = run(args);
+    ASSERT_EQ(r.code, 0) << m.name << ": " << r.output;
+    char want[64];
+    std::snprintf(want, sizeof want, "parameters at %.3g bytes each", m.bytes);
+    EXPECT_NE(r.output.find(want), std::string::npos) << m.name << ": " << r.output;
+    const JsonDoc summary(read_file(dir_ / m.name / "summary.json"));
+    EXPECT_DOUBLE_EQ(summary.at("training_memory").at("bytes_per_parameter").as_double(), m.bytes)
+        << m.name;
+    std::istringstream metrics(read_file(dir_ / m.name / "metrics.jsonl"));
+    std::string line;
+    std::getline(metrics, line);
+    EXPECT_DOUBLE_EQ(JsonDoc(line).at("bytes_per_parameter").as_double(), m.bytes)
+        << m.name << ": " << line;
+  }
+  // Pure bfloat16 needs the bfloat16 precision and no masters; state_dtype is Adam's.
+  const Result bad = run({"train", "cfg.yaml", "--set", "param_dtype=bfloat16"});
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("param_dtype"), std::string::npos) << bad.output;
+  const Result sgd = run({"train", "cfg.yaml", "--set", "optimizer.type=sgd", "--set",
+                          "optimizer.state_dtype=bfloat16"});
+  EXPECT_EQ(sgd.code, 2) << sgd.output;
+  EXPECT_NE(sgd.output.find("optimizer.state_dtype"), std::string::npos) << sgd.output;
+}
 
 TEST_F(CliTest, ResumeFallsBackFromACorruptedCheckpointAndSaysSo) {
   write_file(dir_ / "cfg.yaml", resume_config("float32", "keep_last: 0\n"));

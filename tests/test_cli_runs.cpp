@@ -328,6 +328,34 @@ double unigram_entropy(const std::string& bytes) {
 
 }  // namespace
 
+// model.fused_head_loss trains configs/gpt_tiny.yaml (shortened) as the unfused head does: the
+// same logged losses and final evaluation within float32 rounding of the chunked sums.
+TEST_F(CliRunTest, GptFusedHeadLossTrainsAsTheUnfusedHead) {
+  const std::string text = source_dir() + "/data/shakespeare/input.txt";
+  const auto train = [&](const std::string& dir, bool fused) {
+    const Result r =
+        run({"train",     config("gpt_tiny.yaml"),
+             "--set",     "data.path=" + text,
+             "--set",     "steps=20",
+             "--set",     "log_every=10",
+             "--set",     "eval_every=20",
+             "--set",     "checkpoint_every=0",
+             "--set",     "data.val_blocks=8",
+             "--set",     "schedule.warmup_steps=5",
+             "--set",     "sample_tokens=0",
+             "--set",     std::string("model.fused_head_loss=") + (fused ? "true" : "false"),
+             "--run-dir", dir,
+             "-q"});
+    EXPECT_EQ(r.code, 0) << r.output;
+    return JsonDoc(read_file(dir_ / dir / "summary.json")).at("final_eval").at("loss").as_double();
+  };
+  const double unfused = train("unfused", false), fused = train("fused", true);
+  std::cout << "validation loss after 20 steps: unfused " << unfused << ", fused " << fused << "\n";
+  EXPECT_NEAR(fused, unfused, 1e-4);
+  EXPECT_NE(read_file(dir_ / "fused" / "resolved.yaml").find("fused_head_loss: true"),
+            std::string::npos);
+}
+
 // configs/gpt_tiny.yaml, shortened: the byte-level GPT learns more than byte frequencies within
 // a few dozen steps, reports tokens/s, prints its sample, and `mantissa generate` then prints the
 // same text for the same seed.

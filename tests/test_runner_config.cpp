@@ -644,3 +644,31 @@ TEST(RunnerConfig, GptActivationCheckpointing) {
   expect_config_error("model: {preset: toy, activation_checkpointing: true}\n",
                       {"model.activation_checkpointing", "does not apply"});
 }
+
+// model.fused_head_loss: the run's forward stops at the GPT's hidden states and its loss applies
+// the tied output layer through linear_cross_entropy: the loss of the unfused head on the same
+// batch. Only with a cross_entropy loss without class weights; kept in resolved.yaml when set.
+TEST(RunnerConfig, GptFusedHeadLoss) {
+  const std::string base =
+      "model: {preset: gpt, n_layer: 2, n_head: 2, n_embd: 16, block_size: 8, "
+      "fused_head_loss: true}\n"
+      "data: {type: text, path: " +
+      source_dir() + "/data/shakespeare/input.txt, block_size: 8, batch_size: 4}\n";
+  rn::RunObjects r = rn::build_run(
+      rn::parse_config(base + "loss: {type: cross_entropy, label_smoothing: 0.1}\n", "t.yaml"));
+  const auto batch = r.train_loader->next();
+  ASSERT_TRUE(batch.has_value());
+  const mantissa::Tensor hidden = r.forward(batch->input);
+  EXPECT_EQ(hidden.shape(), (Shape{4, 8, 16}));
+  const mantissa::Tensor logits = r.model->forward(batch->input);
+  const mantissa::Tensor unfused = mantissa::nn::functional::cross_entropy(
+      logits.reshape({-1, 256}), batch->target.reshape({-1}), mantissa::nn::Reduction::Mean, 0.1);
+  mantissa::testing::expect_close(r.loss(hidden, batch->target), unfused, 1e-6, 1e-6, "loss");
+  EXPECT_NE(rn::to_yaml(r.config).find("fused_head_loss: true"), std::string::npos);
+  EXPECT_EQ(rn::to_yaml(rn::parse_config("model: {preset: gpt}\n", "t")).find("fused_head"),
+            std::string::npos);
+  expect_build_error(base + "loss: {type: cross_entropy, weight: [1, 2]}\n",
+                     {"model.fused_head_loss", "class weights"});
+  expect_config_error("model: {preset: toy, fused_head_loss: true}\n",
+                      {"model.fused_head_loss", "does not apply"});
+}

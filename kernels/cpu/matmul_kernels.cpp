@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <utility>
 #include <vector>
 
+#include "engine/factory.h"
 #include "engine/kernel_tables.h"
 #include "engine/precision.h"
 #include "kernels/cpu/convert_dense.h"
@@ -151,6 +153,25 @@ bool bmm_bf16_hardware(const Tensor& out, const Tensor& a, const Tensor& b) {
   return bf16_gemm(B, M, N, K, ma, mb, out.data<BFloat16>(), N, M * N);
 }
 
+// Both operands of a floating GEMM as GEMM reads them (packed into the buffers where needed),
+// rounded to TF32 first when float32 matmuls may use it.
+template <typename Acc, typename T>
+std::pair<GemmOperand<Acc>, GemmOperand<Acc>> gemm_operands(const Tensor& a, const Tensor& b,
+                                                            Scratch<Acc>& a_buf,
+                                                            Scratch<Acc>& b_buf) {
+  bool round_operands = false;
+  if constexpr (std::is_same_v<T, float>) round_operands = float32_operands_need_rounding();
+  const GemmOperand<Acc> ga = prepare<Acc, T>(a, a_buf, round_operands);
+  const GemmOperand<Acc> gb = prepare<Acc, T>(b, b_buf, round_operands);
+  if constexpr (std::is_same_v<Acc, float>) {
+    if (round_operands) {
+      round_float32_operands(a_buf.data(), static_cast<int64_t>(a_buf.size()));
+      round_float32_operands(b_buf.data(), static_cast<int64_t>(b_buf.size()));
+    }
+  }
+  return {ga, gb};
+}
+
 // Floating types: T is the storage type, Acc (float or double) the GEMM type.
 template <typename T>
 void bmm_floating(const Tensor& out, const Tensor& a, const Tensor& b) {
@@ -160,18 +181,8 @@ void bmm_floating(const Tensor& out, const Tensor& a, const Tensor& b) {
   }
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
   constexpr bool kReduced = !std::is_same_v<T, Acc>;
-  bool round_operands = false;
-  if constexpr (std::is_same_v<T, float>) round_operands = float32_operands_need_rounding();
-
   thread_local Scratch<Acc> a_buf, b_buf, out_buf;
-  const GemmOperand<Acc> ga = prepare<Acc, T>(a, a_buf, round_operands);
-  const GemmOperand<Acc> gb = prepare<Acc, T>(b, b_buf, round_operands);
-  if constexpr (std::is_same_v<Acc, float>) {
-    if (round_operands) {
-      round_float32_operands(a_buf.data(), static_cast<int64_t>(a_buf.size()));
-      round_float32_operands(b_buf.data(), static_cast<int64_t>(b_buf.size()));
-    }
-  }
+  const auto [ga, gb] = gemm_operands<Acc, T>(a, b, a_buf, b_buf);
   MT_CHECK(fits_blas_int({M, N, K, ga.ld, gb.ld}), "bmm: matrix dimensions exceed the BLAS ",
            "integer range, got [", B, ", ", M, ", ", K, "] x [", B, ", ", K, ", ", N, "]");
 
@@ -232,8 +243,56 @@ void bmm_kernel_cpu(const Tensor& out, const Tensor& a, const Tensor& b) {
   });
 }
 
+// gemm_opmath: c (float32, or float64) = a @ b, or += with accumulate. bfloat16 on the bf16
+// instructions where they run it (float32 C read back with beta 1), else the operands widened
+// exactly to float32 for blas_gemm; float32 and float64 in place where GEMM can read them.
+template <typename T>
+void gemm_opmath_typed(const Tensor& c, const Tensor& a2, const Tensor& b2, bool accumulate) {
+  using Acc = opmath_t<T>;
+  const int64_t M = c.size(0), N = c.size(1), K = a2.size(1);
+  auto batch1 = [](const Tensor& m) {
+    return detail::make_view(m, Shape{1, m.size(0), m.size(1)}, Shape{0, m.stride(0), m.stride(1)},
+                             m.storage_offset());
+  };
+  const Tensor a = batch1(a2), b = batch1(b2);
+  Acc* out = static_cast<Acc*>(c.data_ptr());
+  const Acc beta = accumulate ? Acc(1) : Acc(0);
+  if (K == 0) {
+    if (!accumulate) std::memset(out, 0, static_cast<size_t>(c.nbytes()));
+    return;
+  }
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    thread_local Scratch<BFloat16> a_buf, b_buf;
+    auto matrix = [](const Tensor& x, Scratch<BFloat16>& buf) {
+      const GemmOperand<BFloat16> op = prepare<BFloat16, BFloat16>(x, buf, false);
+      return Bf16Matrix{op.base, 0, op.trans == CblasTrans, op.ld};
+    };
+    if (bf16_gemm(1, M, N, K, matrix(a, a_buf), matrix(b, b_buf), out, N, 0, beta)) return;
+  }
+  thread_local Scratch<Acc> a_buf, b_buf;
+  const auto [ga, gb] = gemm_operands<Acc, T>(a, b, a_buf, b_buf);
+  blas_gemm(ga.trans, gb.trans, M, N, K, Acc(1), ga.base, ga.ld, gb.base, gb.ld, beta, out,
+            std::max<int64_t>(1, N));
+}
+
+void gemm_opmath_cpu(const Tensor& c, const Tensor& a, const Tensor& b, bool accumulate) {
+  MT_ASSERT(c.dim() == 2 && a.dim() == 2 && b.dim() == 2 && c.is_contiguous() &&
+                a.size(0) == c.size(0) && b.size(1) == c.size(1) && a.size(1) == b.size(0) &&
+                a.dtype() == b.dtype(),
+            "gemm_opmath: expected c [M,N] (contiguous) = a [M,K] @ b [K,N] of one dtype, got ",
+            c.shape(), " = ", a.shape(), " ", a.dtype(), " @ ", b.shape(), " ", b.dtype());
+  if (c.numel() == 0) return;
+  dispatch_dtype<kFloatingTypes>(a.dtype(), "gemm_opmath", a.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    MT_ASSERT(c.dtype() == dtype_of_v<opmath_t<T>>, "gemm_opmath: c must be ",
+              dtype_of_v<opmath_t<T>>, " for ", a.dtype(), " operands, got ", c.dtype());
+    gemm_opmath_typed<T>(c, a, b, accumulate);
+  });
+}
+
 }  // namespace
 
 MT_REGISTER_KERNEL(bmm_kernel, kCPU, &bmm_kernel_cpu);
+MT_REGISTER_KERNEL(gemm_opmath_kernel, kCPU, &gemm_opmath_cpu);
 
 }  // namespace mantissa::cpu

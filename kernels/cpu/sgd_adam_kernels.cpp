@@ -14,12 +14,19 @@
 // so they equal the per-parameter kernels bit for bit. On the CPU found_inf and the step counts
 // are host memory, so reading them costs nothing; under master weights the rounded parameter is
 // written in the same pass, with the rounding of a float32 -> half copy.
+//
+// Adam's state may be bfloat16 for a float32 parameter (Optimizer::set_state_dtype), and stores
+// into bfloat16 (state, or a bfloat16 parameter without master weights) may round stochastically
+// (set_stochastic_rounding; kernels/optimizer_math.h). Either way the element's values stay in
+// opmath between stores instead of taking PyTorch's intermediate roundings.
 #include <cmath>
 #include <type_traits>
 
 #include "engine/kernel_tables.h"
+#include "engine/philox.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/worker_pool.h"
+#include "kernels/optimizer_math.h"
 
 namespace mantissa::cpu {
 namespace {
@@ -102,9 +109,9 @@ void sgd_range(T* p, const T* g, T* buf, Md* model, int64_t n, const SgdStepPara
   });
 }
 
-template <typename T, typename Md>
-void adam_range(T* p, const T* g, T* m1, T* m2, T* mx, Md* model, int64_t n,
-                const AdamStepParams& hp) {
+template <typename T, typename S, typename Md>
+void adam_range(T* p, const T* g, S* m1, S* m2, S* mx, Md* model, int64_t n,
+                const AdamStepParams& hp, int64_t param_index) {
   using M = opmath_t<T>;
   const bool maximize = hp.maximize, amsgrad = hp.amsgrad;
   const bool coupled_wd = hp.weight_decay != 0.0 && !hp.decoupled_weight_decay;
@@ -122,32 +129,63 @@ void adam_range(T* p, const T* g, T* m1, T* m2, T* mx, Md* model, int64_t n,
   const M neg_step_size = static_cast<M>(-(hp.lr / bias_correction1));
   const M bc2_sqrt = static_cast<M>(std::sqrt(bias_correction2));
   const M eps = static_cast<M>(hp.eps);
-  // As in sgd_range: only the max_exp_avg_sq store depends on an option at compile time.
+  const uint64_t key = hp.stochastic_rounding
+                           ? optim_math::stochastic_rounding_key(hp.sr_seed, param_index, hp.step)
+                           : 0;
+  // As in sgd_range: only the max_exp_avg_sq store depends on an option at compile time, and
+  // stochastic rounding, which draws random bits per element.
   with_static_bool(amsgrad, [&](auto use_amsgrad) {
-    parallel_range(n, [=](int64_t i) {
-      M pv = static_cast<M>(p[i]);
-      M gv = static_cast<M>(g[i]);
-      if (maximize) gv = -gv;
-      if (coupled_wd) gv = gv + wd * pv;  // grad.add(param, alpha=wd)
-      if (decoupled_wd) pv = static_cast<M>(static_cast<T>(pv * decay));  // param.mul_(1 - lr*wd)
-      const M a = static_cast<M>(m1[i]);
-      m1[i] = static_cast<T>(lerp_small ? a + w1 * (gv - a) : gv - (gv - a) * one_minus_w1);
-      // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-      const M v = static_cast<M>(static_cast<T>(static_cast<M>(m2[i]) * beta2));
-      m2[i] = static_cast<T>(v + w2 * gv * gv);
-      M second = static_cast<M>(m2[i]);
-      if constexpr (decltype(use_amsgrad)::value) {
-        const M old = static_cast<M>(mx[i]);
-        // torch.maximum propagates NaN from either side
-        const M best = (std::isnan(old) || old > second) && !std::isnan(second) ? old : second;
-        mx[i] = static_cast<T>(best);
-        second = static_cast<M>(mx[i]);
-      }
-      const M denom = std::sqrt(second) / bc2_sqrt + eps;
-      p[i] = static_cast<T>(pv + neg_step_size * static_cast<M>(m1[i]) / denom);  // addcdiv_
-      store_model(model, i, p[i]);
+    with_static_bool(hp.stochastic_rounding, [&](auto stochastic) {
+      constexpr bool kSr = decltype(stochastic)::value;
+      // PyTorch's intermediate roundings (to the parameter's dtype, where its separate tensor ops
+      // round) hold when the state has that dtype and stores round to nearest; otherwise every
+      // value stays in opmath and rounds once, on its store.
+      constexpr bool kExact = std::is_same_v<S, T> && !kSr;
+      parallel_range(n, [=](int64_t i) {
+        Philox4 r{};
+        if constexpr (kSr) r = philox4x32(key, static_cast<uint64_t>(i));
+        M pv = static_cast<M>(p[i]);
+        M gv = static_cast<M>(g[i]);
+        if (maximize) gv = -gv;
+        if (coupled_wd) gv = gv + wd * pv;  // grad.add(param, alpha=wd)
+        if (decoupled_wd) {
+          pv = kExact ? static_cast<M>(static_cast<T>(pv * decay)) : pv * decay;  // mul_(1-lr*wd)
+        }
+        const M a = static_cast<M>(m1[i]);
+        m1[i] = optim_math::store_as<S>(
+            lerp_small ? a + w1 * (gv - a) : gv - (gv - a) * one_minus_w1, kSr, r.v[1]);
+        // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        const M old_v = static_cast<M>(m2[i]) * beta2;
+        const M v = kExact ? static_cast<M>(static_cast<T>(old_v)) : old_v;
+        m2[i] = optim_math::store_as<S>(v + w2 * gv * gv, kSr, r.v[2]);
+        M second = static_cast<M>(m2[i]);
+        if constexpr (decltype(use_amsgrad)::value) {
+          const M old = static_cast<M>(mx[i]);
+          // torch.maximum propagates NaN from either side
+          const M best = (std::isnan(old) || old > second) && !std::isnan(second) ? old : second;
+          mx[i] = optim_math::store_as<S>(best, kSr, r.v[3]);
+          second = static_cast<M>(mx[i]);
+        }
+        const M denom = std::sqrt(second) / bc2_sqrt + eps;
+        p[i] = optim_math::store_as<T>(pv + neg_step_size * static_cast<M>(m1[i]) / denom, kSr,
+                                       r.v[0]);  // addcdiv_
+        store_model(model, i, p[i]);
+      });
     });
   });
+}
+
+// Calls f(S*{}) with S the state's element type: the parameter's T, or bfloat16.
+template <typename T, typename F>
+void with_state_type(const Tensor& state, const char* op, const F& f) {
+  if (state.dtype() == dtype_of_v<T>) {
+    f(static_cast<T*>(nullptr));
+  } else if (state.dtype() == DType::BFloat16) {
+    f(static_cast<BFloat16*>(nullptr));
+  } else {
+    MT_THROW(op, ": optimizer state of dtype ", state.dtype(), " for a parameter of dtype ",
+             dtype_of_v<T>, " (the state is the parameter's dtype or bfloat16)");
+  }
 }
 
 void sgd_step_cpu(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
@@ -164,8 +202,12 @@ void adam_step_cpu(const Tensor& param, const Tensor& grad, const Tensor& exp_av
                    const AdamStepParams& hp) {
   dispatch_dtype<kFloatingTypes>(param.dtype(), "adam_step", param.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    adam_range(param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(),
-               maybe_data<T>(max_exp_avg_sq), static_cast<NoModel*>(nullptr), param.numel(), hp);
+    with_state_type<T>(exp_avg, "adam_step", [&](auto* state_tag) {
+      using S = std::remove_pointer_t<decltype(state_tag)>;
+      adam_range(param.data<T>(), grad.data<T>(), exp_avg.data<S>(), exp_avg_sq.data<S>(),
+                 maybe_data<S>(max_exp_avg_sq), static_cast<NoModel*>(nullptr), param.numel(), hp,
+                 hp.param_index);
+    });
   });
 }
 
@@ -206,8 +248,12 @@ void adam_multi_step_cpu(const OptimizerTensorLists& l, const Tensor& found_inf,
     dispatch_dtype<kFloatingTypes>(param.dtype(), "adam_multi_step", param.device(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       with_model(model_at(l, i), [&](auto* model) {
-        adam_range(param.data<T>(), l.grad[i].data<T>(), l.state[0][i].data<T>(),
-                   l.state[1][i].data<T>(), maybe_data<T>(l.state[2][i]), model, param.numel(), p);
+        with_state_type<T>(l.state[0][i], "adam_multi_step", [&](auto* state_tag) {
+          using S = std::remove_pointer_t<decltype(state_tag)>;
+          adam_range(param.data<T>(), l.grad[i].data<T>(), l.state[0][i].data<S>(),
+                     l.state[1][i].data<S>(), maybe_data<S>(l.state[2][i]), model, param.numel(), p,
+                     l.index.empty() ? static_cast<int64_t>(i) : l.index[i]);
+        });
       });
     });
     count = p.step;

@@ -11,6 +11,9 @@
 // use TF32 (set_float32_matmul_precision("high") or a tf32 autocast scope: engine/precision.h);
 // float16/bfloat16 multiply on tensor cores with float32 accumulation and round once on store;
 // float64 uses CUBLAS_COMPUTE_64F. Integers accumulate in int64, as on the CPU.
+//
+// gemm_opmath is the same GEMM on cublasGemmEx (2-D, [1,rows,cols] views for prepare()) with a
+// float32 (float64) output that is also the accumulator: c = a b, or c += a b with beta 1.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -82,6 +85,35 @@ bool fits_int(std::initializer_list<int64_t> values) {
   return true;
 }
 
+// The cuBLAS element type of T and the compute type its products are summed in.
+struct CublasTypes {
+  cudaDataType_t data = CUDA_R_32F;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+};
+
+template <typename T>
+CublasTypes cublas_types() {
+  CublasTypes t;
+  if constexpr (std::is_same_v<T, double>) {
+    t.data = CUDA_R_64F;
+    t.compute = CUBLAS_COMPUTE_64F;
+  } else if constexpr (std::is_same_v<T, float>) {
+    t.data = CUDA_R_32F;
+    if (effective_matmul_precision(DeviceType::CUDA) == MatmulPrecision::High)
+      t.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  } else if constexpr (std::is_same_v<T, Half>) {
+    t.data = CUDA_R_16F;
+  } else {
+    static_assert(std::is_same_v<T, BFloat16>);
+    t.data = CUDA_R_16BF;
+  }
+  return t;
+}
+
+// alpha/beta have the compute type's precision: double for 64F, float otherwise.
+template <typename T>
+using CublasScale = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
 template <typename T>
 void bmm_cublas(const Tensor& out, const Tensor& a, const Tensor& b) {
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
@@ -89,32 +121,16 @@ void bmm_cublas(const Tensor& out, const Tensor& a, const Tensor& b) {
   MT_CHECK(fits_int({B, M, N, K, ga.ld, gb.ld}), "bmm: matrix dimensions exceed cuBLAS's ",
            "integer range, got [", B, ", ", M, ", ", K, "] x [", B, ", ", K, ", ", N, "]");
 
-  cudaDataType_t type = CUDA_R_32F;
-  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-  if constexpr (std::is_same_v<T, double>) {
-    type = CUDA_R_64F;
-    compute = CUBLAS_COMPUTE_64F;
-  } else if constexpr (std::is_same_v<T, float>) {
-    type = CUDA_R_32F;
-    if (effective_matmul_precision(DeviceType::CUDA) == MatmulPrecision::High)
-      compute = CUBLAS_COMPUTE_32F_FAST_TF32;
-  } else if constexpr (std::is_same_v<T, Half>) {
-    type = CUDA_R_16F;
-  } else {
-    static_assert(std::is_same_v<T, BFloat16>);
-    type = CUDA_R_16BF;
-  }
-  // alpha/beta have the compute type's precision: double for 64F, float otherwise.
-  using Scale = std::conditional_t<std::is_same_v<T, double>, double, float>;
-  const Scale alpha = 1, beta = 0;
+  const CublasTypes types = cublas_types<T>();
+  const CublasScale<T> alpha = 1, beta = 0;
 
   const CublasLease lease(out.device().index());
   // out^T [N x M] = op(b) [N x K] * op(a) [K x M], column-major, ldc = N.
   MT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       lease.handle(), gb.op, ga.op, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K),
-      &alpha, gb.ptr, type, static_cast<int>(gb.ld), gb.batch_stride, ga.ptr, type,
-      static_cast<int>(ga.ld), ga.batch_stride, &beta, out.data_ptr(), type, static_cast<int>(N),
-      M * N, static_cast<int>(B), compute, CUBLAS_GEMM_DEFAULT));
+      &alpha, gb.ptr, types.data, static_cast<int>(gb.ld), gb.batch_stride, ga.ptr, types.data,
+      static_cast<int>(ga.ld), ga.batch_stride, &beta, out.data_ptr(), types.data,
+      static_cast<int>(N), M * N, static_cast<int>(B), types.compute, CUBLAS_GEMM_DEFAULT));
 }
 
 struct BmmShape {
@@ -174,8 +190,63 @@ void bmm_kernel_cuda(const Tensor& out, const Tensor& a, const Tensor& b) {
   });
 }
 
+// A 2-D matrix as the single matrix of a [1, rows, cols] batch, for prepare().
+Tensor batch1(const Tensor& m) {
+  return mantissa::detail::make_view(m, Shape{1, m.size(0), m.size(1)},
+                                     Shape{0, m.stride(0), m.stride(1)}, m.storage_offset());
+}
+
+template <typename T>
+void gemm_opmath_cublas(const Tensor& c, const Tensor& a, const Tensor& b, bool accumulate) {
+  const int64_t M = c.size(0), N = c.size(1), K = a.size(1);
+  const GemmOperand ga = prepare(batch1(a)), gb = prepare(batch1(b));
+  MT_CHECK(fits_int({M, N, K, ga.ld, gb.ld}), "gemm_opmath: matrix dimensions exceed cuBLAS's ",
+           "integer range, got ", a.shape(), " (strides ", a.strides(), ") x ", b.shape(),
+           " (strides ", b.strides(), ")");
+
+  const CublasTypes types = cublas_types<T>();
+  // c is the opmath accumulator: float64 for double operands, float32 for the rest.
+  const cudaDataType_t c_type = std::is_same_v<T, double> ? CUDA_R_64F : CUDA_R_32F;
+  const CublasScale<T> alpha = 1, beta = accumulate ? 1 : 0;
+
+  const CublasLease lease(c.device().index());
+  // c^T [N x M] (+)= op(b) [N x K] * op(a) [K x M], column-major, ldc = N.
+  MT_CUBLAS_CHECK(cublasGemmEx(lease.handle(), gb.op, ga.op, static_cast<int>(N),
+                               static_cast<int>(M), static_cast<int>(K), &alpha, gb.ptr, types.data,
+                               static_cast<int>(gb.ld), ga.ptr, types.data, static_cast<int>(ga.ld),
+                               &beta, c.data_ptr(), c_type, static_cast<int>(N), types.compute,
+                               CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm_opmath_kernel_cuda(const Tensor& c, const Tensor& a, const Tensor& b, bool accumulate) {
+  MT_ASSERT(c.is_contiguous() && c.dim() == 2 && a.dim() == 2 && b.dim() == 2 &&
+                a.size(0) == c.size(0) && b.size(1) == c.size(1) && a.size(1) == b.size(0),
+            "gemm_opmath: expected [M,K] x [K,N] -> contiguous [M,N], got ", a.shape(), " x ",
+            b.shape(), " -> ", c.shape());
+  MT_ASSERT(a.dtype() == b.dtype(), "gemm_opmath: operands of dtypes ", a.dtype(), " and ",
+            b.dtype());
+  MT_ASSERT(a.device() == c.device() && b.device() == c.device(), "gemm_opmath: operands on ",
+            a.device(), " and ", b.device(), ", output on ", c.device());
+  if (c.numel() == 0) return;
+  DeviceGuard guard(c.device().index());
+  dispatch_dtype<kFloatingTypes>(a.dtype(), "gemm_opmath", a.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr DType kOpmath = dtype_of_v<opmath_t<T>>;
+    MT_CHECK(c.dtype() == kOpmath, "gemm_opmath: expected a ", kOpmath, " output for ", a.dtype(),
+             " operands, got ", c.dtype());
+    if (a.size(1) == 0) {  // an empty sum: c = 0, or c unchanged when accumulating
+      if (!accumulate)
+        MT_CUDA_CHECK(cudaMemsetAsync(c.data_ptr(), 0, static_cast<size_t>(c.nbytes()),
+                                      detail::current_stream()));
+      return;
+    }
+    gemm_opmath_cublas<T>(c, a, b, accumulate);
+  });
+}
+
 }  // namespace
 
 MT_REGISTER_KERNEL(bmm_kernel, kCUDA, &bmm_kernel_cuda);
+MT_REGISTER_KERNEL(gemm_opmath_kernel, kCUDA, &gemm_opmath_kernel_cuda);
 
 }  // namespace mantissa::cuda

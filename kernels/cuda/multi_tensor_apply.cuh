@@ -2,7 +2,9 @@
 // packs up to kListTensors parameters of one dtype combination and up to kListBlocks (tensor,
 // chunk) pairs into a kernel argument (no device-side metadata, so no copy and no sync); each
 // block updates one kChunk-element chunk. Shared by kernels/cuda/sgd_adam_kernels.cu and
-// rmsprop_adagrad_nadam_radam_kernels.cu.
+// rmsprop_adagrad_nadam_radam_kernels.cu. The state's element type S is the parameter's T except
+// for Adam, whose state may be bfloat16 (for_each_dtype_state_group); each list also carries the
+// parameters' indices in their optimizer, for the random bits of stochastic rounding.
 #pragma once
 
 #include <algorithm>
@@ -20,15 +22,16 @@ inline constexpr int kListBlocks = 320;
 inline constexpr int64_t kChunk = 16 * kBlockSize;
 inline constexpr int kStepList = 256;
 
-// One launch's worth of parameters (about 3 KiB, within the 4 KiB kernel-argument limit).
-template <typename T, typename Md>
+// One launch's worth of parameters (about 3.3 KiB, within the 4 KiB kernel-argument limit).
+template <typename T, typename Md, typename S = T>
 struct ParamList {
   T* p[kListTensors];
   const T* g[kListTensors];
-  T* s[3][kListTensors];
+  S* s[3][kListTensors];
   Md* model[kListTensors];
   const int64_t* step[kListTensors];
   int64_t numel[kListTensors];
+  int64_t index[kListTensors];  // lists.index, or the position in the lists when it is empty
   unsigned char block_tensor[kListBlocks];
   int32_t block_chunk[kListBlocks];
 
@@ -39,6 +42,7 @@ struct ParamList {
     model[to] = model[from];
     step[to] = step[from];
     numel[to] = numel[from];
+    index[to] = index[from];
   }
 };
 
@@ -72,12 +76,12 @@ __device__ __forceinline__ void chunk_of(const L& l, int& t, int64_t& begin, int
   end = begin + kChunk < l.numel[t] ? begin + kChunk : l.numel[t];
 }
 
-// Packs the entries (indices into `lists`, all of param type T and model type Md) into
-// ParamLists and calls launch(list, blocks) for each full one and the rest.
-template <typename T, typename Md, typename Launch>
+// Packs the entries (indices into `lists`, all of param type T, model type Md and state type S)
+// into ParamLists and calls launch(list, blocks) for each full one and the rest.
+template <typename T, typename Md, typename S = T, typename Launch>
 void for_each_list(const OptimizerTensorLists& lists, const std::vector<size_t>& entries,
                    const Launch& launch) {
-  ParamList<T, Md> l{};
+  ParamList<T, Md, S> l{};
   int nt = 0, nb = 0;
   for (size_t e : entries) {
     const int64_t n = lists.param[e].numel();
@@ -87,7 +91,7 @@ void for_each_list(const OptimizerTensorLists& lists, const std::vector<size_t>&
     for (int k = 0; k < 3; ++k) {  // SGD fills only state[0]
       l.s[k][nt] = lists.state[k].empty() ? nullptr
                                           : (lists.state[k][e].defined()
-                                                 ? static_cast<T*>(lists.state[k][e].data_ptr())
+                                                 ? static_cast<S*>(lists.state[k][e].data_ptr())
                                                  : nullptr);
     }
     l.model[nt] =
@@ -96,6 +100,7 @@ void for_each_list(const OptimizerTensorLists& lists, const std::vector<size_t>&
             : (lists.model[e].defined() ? static_cast<Md*>(lists.model[e].data_ptr()) : nullptr);
     l.step[nt] = static_cast<const int64_t*>(lists.step[e].data_ptr());
     l.numel[nt] = n;
+    l.index[nt] = lists.index.empty() ? static_cast<int64_t>(e) : lists.index[e];
     const int64_t chunks = (n + kChunk - 1) / kChunk;
     for (int64_t c = 0; c < chunks; ++c) {
       l.block_tensor[nb] = static_cast<unsigned char>(nt);
@@ -118,33 +123,72 @@ void for_each_list(const OptimizerTensorLists& lists, const std::vector<size_t>&
   if (nb > 0) launch(l, nb);
 }
 
-// Calls f(TypeTag<T>, TypeTag<Md>, entries) for each (param dtype, model dtype) combination of
-// the lists; Md = T when there is no model parameter.
+// The slot of a state dtype beside parameter dtype `param`: 0 for the parameter's own dtype, 1 for
+// bfloat16 (Adam's state_dtype); any other is refused, as the CPU kernels do.
+inline int state_slot(DType param, DType state, const char* op) {
+  if (state == param) return 0;
+  if (state == DType::BFloat16) return 1;
+  MT_THROW(op, ": optimizer state of dtype ", state, " for a parameter of dtype ", param,
+           " (the state is the parameter's dtype or bfloat16)");
+}
+
+// Calls f(TypeTag<T>, TypeTag<Md>, TypeTag<S>, entries) for each (param dtype, model dtype, state
+// dtype) combination of the lists; Md = T when there is no model parameter. With by_state, S is
+// state[0]'s dtype (T or bfloat16, state_slot), else always T.
 template <typename F>
-void for_each_dtype_group(const OptimizerTensorLists& lists, const char* op, const F& f) {
-  std::vector<size_t> groups[kNumDTypes][kNumDTypes + 1];
+void for_each_dtype_group_impl(const OptimizerTensorLists& lists, const char* op, bool by_state,
+                               const F& f) {
+  std::vector<size_t> groups[kNumDTypes][kNumDTypes + 1][2];
   for (size_t e = 0; e < lists.param.size(); ++e) {
+    const DType param = lists.param[e].dtype();
     const bool has_model = !lists.model.empty() && lists.model[e].defined();
     const int md = has_model ? static_cast<int>(lists.model[e].dtype()) : kNumDTypes;
-    groups[static_cast<int>(lists.param[e].dtype())][md].push_back(e);
+    const bool has_state = by_state && !lists.state[0].empty() && lists.state[0][e].defined();
+    const int sd = has_state ? state_slot(param, lists.state[0][e].dtype(), op) : 0;
+    groups[static_cast<int>(param)][md][sd].push_back(e);
   }
   const Device device = lists.param.front().device();
   for (int pd = 0; pd < kNumDTypes; ++pd) {
     for (int md = 0; md <= kNumDTypes; ++md) {
-      const std::vector<size_t>& entries = groups[pd][md];
-      if (entries.empty()) continue;
-      dispatch_dtype<kFloatingTypes>(static_cast<DType>(pd), op, device, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        if (md == kNumDTypes) {
-          f(tag, TypeTag<T>{}, entries);
-          return;
-        }
-        constexpr uint32_t kModelTypes = dtype_bit(DType::Float16) | dtype_bit(DType::BFloat16);
-        dispatch_dtype<kModelTypes>(static_cast<DType>(md), op, device,
-                                    [&](auto model_tag) { f(tag, model_tag, entries); });
-      });
+      for (int sd = 0; sd < 2; ++sd) {
+        const std::vector<size_t>& entries = groups[pd][md][sd];
+        if (entries.empty()) continue;
+        dispatch_dtype<kFloatingTypes>(static_cast<DType>(pd), op, device, [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          const auto with_state = [&](auto model_tag) {
+            if (sd == 0) {
+              f(tag, model_tag, TypeTag<T>{}, entries);
+            } else {
+              f(tag, model_tag, TypeTag<BFloat16>{}, entries);
+            }
+          };
+          if (md == kNumDTypes) {
+            with_state(TypeTag<T>{});
+            return;
+          }
+          constexpr uint32_t kModelTypes = dtype_bit(DType::Float16) | dtype_bit(DType::BFloat16);
+          dispatch_dtype<kModelTypes>(static_cast<DType>(md), op, device, with_state);
+        });
+      }
     }
   }
+}
+
+// Calls f(TypeTag<T>, TypeTag<Md>, entries) for each (param dtype, model dtype) combination of
+// the lists; Md = T when there is no model parameter. The state has the parameter's dtype.
+template <typename F>
+void for_each_dtype_group(const OptimizerTensorLists& lists, const char* op, const F& f) {
+  for_each_dtype_group_impl(lists, op, false,
+                            [&](auto tag, auto model_tag, auto /*state_tag*/, const auto& entries) {
+                              f(tag, model_tag, entries);
+                            });
+}
+
+// As for_each_dtype_group, and also split by the state's dtype: calls f(TypeTag<T>, TypeTag<Md>,
+// TypeTag<S>, entries) with S the dtype of state[0] (all state tensors alike): T or bfloat16.
+template <typename F>
+void for_each_dtype_state_group(const OptimizerTensorLists& lists, const char* op, const F& f) {
+  for_each_dtype_group_impl(lists, op, true, f);
 }
 
 inline const float* found_inf_ptr(const Tensor& found_inf) {

@@ -16,14 +16,22 @@
 // chunk. found_inf and the step counts are read on the device: a skipped step is a kernel that
 // returns at once. The step counts are advanced by a small kernel before the update launches, so
 // every chunk of a parameter reads the same count.
+//
+// Adam's state may be bfloat16 (type S, all three state tensors alike; lists are split by it too),
+// and bfloat16 stores may round stochastically with philox4x32 bits keyed by (seed, parameter
+// index, step) and the element index (kernels/optimizer_math.h): the same bits, and the same
+// opmath values between stores, as the CPU's adam_range, so these agree bit for bit as well.
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/current_stream.h"
 #include "engine/kernel_tables.h"
+#include "engine/philox.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/multi_tensor_apply.cuh"
+#include "kernels/optimizer_math.h"
 
 namespace mantissa::cuda {
 namespace {
@@ -31,6 +39,7 @@ namespace {
 using mta::advance_steps;
 using mta::chunk_of;
 using mta::for_each_dtype_group;
+using mta::for_each_dtype_state_group;
 using mta::for_each_list;
 using mta::found_inf_ptr;
 using mta::kChunk;
@@ -97,6 +106,7 @@ template <typename M>
 struct AdamConsts {
   M wd, decay, w1, one_minus_w1, beta2, w2, neg_step_size, bc2_sqrt, eps;
   double lr, beta1_d, beta2_d;
+  uint64_t sr_seed;
   bool maximize, amsgrad, coupled_wd, decoupled_wd, lerp_small;
 };
 
@@ -126,37 +136,64 @@ AdamConsts<M> adam_consts(const AdamStepParams& hp) {
   c.lr = hp.lr;
   c.beta1_d = hp.beta1;
   c.beta2_d = hp.beta2;
+  c.sr_seed = hp.sr_seed;
   c.neg_step_size = M(0);
   c.bc2_sqrt = M(1);
   return c;
 }
 
-template <typename T, typename Md>
-__device__ __forceinline__ void adam_element(const AdamConsts<opmath_t<T>>& c, T* p, const T* g,
-                                             T* m1, T* m2, T* mx, Md* model, int64_t i) {
+// S: the state's element type (T or bfloat16). kSr: stores into bfloat16 round stochastically,
+// with the bits of philox4x32(key, i) (key: optim_math::stochastic_rounding_key of the parameter's
+// update): word 0 for the parameter, 1 exp_avg, 2 exp_avg_sq, 3 max_exp_avg_sq.
+template <typename T, typename S, bool kSr, typename Md>
+__device__ __forceinline__ void adam_element(const AdamConsts<opmath_t<T>>& c, uint64_t key, T* p,
+                                             const T* g, S* m1, S* m2, S* mx, Md* model,
+                                             int64_t i) {
   using M = opmath_t<T>;
+  // PyTorch's intermediate roundings (to the parameter's dtype, where its separate tensor ops
+  // round) hold when the state has that dtype and stores round to nearest; otherwise every value
+  // stays in opmath and rounds once, on its store.
+  constexpr bool kExact = std::is_same_v<S, T> && !kSr;
+  Philox4 r{};
+  if constexpr (kSr) r = philox4x32(key, static_cast<uint64_t>(i));
   M pv = static_cast<M>(p[i]);
   M gv = static_cast<M>(g[i]);
   if (c.maximize) gv = -gv;
   if (c.coupled_wd) gv = gv + c.wd * pv;  // grad.add(param, alpha=wd)
-  if (c.decoupled_wd) pv = static_cast<M>(static_cast<T>(pv * c.decay));  // param.mul_(1 - lr*wd)
-  const M m = static_cast<M>(m1[i]);
+  if (c.decoupled_wd) {
+    pv = kExact ? static_cast<M>(static_cast<T>(pv * c.decay)) : pv * c.decay;  // mul_(1-lr*wd)
+  }
+  const M a = static_cast<M>(m1[i]);
   // exp_avg.lerp_(grad, 1 - beta1), with lerp's two-sided formula for accuracy near 1.
-  m1[i] = static_cast<T>(c.lerp_small ? m + c.w1 * (gv - m) : gv - (gv - m) * c.one_minus_w1);
+  m1[i] = optim_math::store_as<S>(
+      c.lerp_small ? a + c.w1 * (gv - a) : gv - (gv - a) * c.one_minus_w1, kSr, r.v[1]);
   // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-  const M v = static_cast<M>(static_cast<T>(static_cast<M>(m2[i]) * c.beta2));
-  m2[i] = static_cast<T>(v + c.w2 * gv * gv);
+  const M old_v = static_cast<M>(m2[i]) * c.beta2;
+  const M v = kExact ? static_cast<M>(static_cast<T>(old_v)) : old_v;
+  m2[i] = optim_math::store_as<S>(v + c.w2 * gv * gv, kSr, r.v[2]);
   M second = static_cast<M>(m2[i]);
   if (c.amsgrad) {
     const M old = static_cast<M>(mx[i]);
     // torch.maximum propagates NaN from either side
     const M best = (nan_of(old) || old > second) && !nan_of(second) ? old : second;
-    mx[i] = static_cast<T>(best);
+    mx[i] = optim_math::store_as<S>(best, kSr, r.v[3]);
     second = static_cast<M>(mx[i]);
   }
   const M denom = dmath::sqrt(second) / c.bc2_sqrt + c.eps;
-  p[i] = static_cast<T>(pv + c.neg_step_size * static_cast<M>(m1[i]) / denom);  // addcdiv_
+  p[i] = optim_math::store_as<T>(pv + c.neg_step_size * static_cast<M>(m1[i]) / denom, kSr,
+                                 r.v[0]);  // addcdiv_
   if (model != nullptr) model[i] = static_cast<Md>(p[i]);
+}
+
+// Calls f(std::true_type{}) or f(std::false_type{}): stochastic rounding becomes a compile-time
+// constant, so the kernels without it draw no random bits.
+template <typename F>
+void with_static_bool(bool value, const F& f) {
+  if (value) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
 }
 
 // ---- per-parameter kernels ------------------------------------------------------------------
@@ -189,14 +226,14 @@ void sgd_step_cuda(const Tensor& param, const Tensor& grad, const Tensor& moment
   });
 }
 
-template <typename T>
+template <typename T, typename S, bool kSr>
 __global__ void __launch_bounds__(kBlockSize)
-    adam_step_kernel_cuda(AdamConsts<opmath_t<T>> c, T* p, const T* g, T* m1, T* m2, T* mx,
-                          int64_t n) {
+    adam_step_kernel_cuda(AdamConsts<opmath_t<T>> c, uint64_t key, T* p, const T* g, S* m1, S* m2,
+                          S* mx, int64_t n) {
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    adam_element(c, p, g, m1, m2, mx, static_cast<T*>(nullptr), i);
+    adam_element<T, S, kSr>(c, key, p, g, m1, m2, mx, static_cast<T*>(nullptr), i);
   }
 }
 
@@ -209,13 +246,28 @@ void adam_step_cuda(const Tensor& param, const Tensor& grad, const Tensor& exp_a
     using T = typename decltype(tag)::type;
     auto c = adam_consts<opmath_t<T>>(hp);
     adam_set_step(c, static_cast<double>(hp.step));  // on the host, as the CPU kernel
-    T* mx = maybe_data<T>(max_exp_avg_sq);
-    MT_ASSERT(!c.amsgrad || mx != nullptr, "adam_step: amsgrad without max_exp_avg_sq");
-    DeviceGuard guard(param.device().index());
-    adam_step_kernel_cuda<T><<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
-        c, static_cast<T*>(param.data_ptr()), static_cast<const T*>(grad.data_ptr()),
-        static_cast<T*>(exp_avg.data_ptr()), static_cast<T*>(exp_avg_sq.data_ptr()), mx, n);
-    MT_CUDA_CHECK_LAUNCH();
+    const uint64_t key = hp.stochastic_rounding ? optim_math::stochastic_rounding_key(
+                                                      hp.sr_seed, hp.param_index, hp.step)
+                                                : 0;
+    const auto launch = [&](auto state_tag) {
+      using S = typename decltype(state_tag)::type;
+      S* mx = maybe_data<S>(max_exp_avg_sq);
+      MT_ASSERT(!c.amsgrad || mx != nullptr, "adam_step: amsgrad without max_exp_avg_sq");
+      DeviceGuard guard(param.device().index());
+      with_static_bool(hp.stochastic_rounding, [&](auto stochastic) {
+        adam_step_kernel_cuda<T, S, decltype(stochastic)::value>
+            <<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
+                c, key, static_cast<T*>(param.data_ptr()), static_cast<const T*>(grad.data_ptr()),
+                static_cast<S*>(exp_avg.data_ptr()), static_cast<S*>(exp_avg_sq.data_ptr()), mx, n);
+        MT_CUDA_CHECK_LAUNCH();
+      });
+    };
+    // The state's element type: the parameter's T, or bfloat16 (others are refused).
+    if (mta::state_slot(param.dtype(), exp_avg.dtype(), "adam_step") == 0) {
+      launch(TypeTag<T>{});
+    } else {
+      launch(TypeTag<BFloat16>{});
+    }
   });
 }
 
@@ -237,18 +289,26 @@ __global__ void __launch_bounds__(kBlockSize)
   }
 }
 
-template <typename T, typename Md>
+template <typename T, typename Md, typename S, bool kSr>
 __global__ void __launch_bounds__(kBlockSize)
-    adam_list_kernel(ParamList<T, Md> l, AdamConsts<opmath_t<T>> c, const float* found_inf) {
+    adam_list_kernel(ParamList<T, Md, S> l, AdamConsts<opmath_t<T>> c, const float* found_inf) {
   if (skip(found_inf)) return;
   int t;
   int64_t begin, end;
   chunk_of(l, t, begin, end);
-  adam_set_step(c, static_cast<double>(*l.step[t]));  // advanced before this launch
+  const int64_t step = *l.step[t];  // advanced before this launch: 1 on the first update
+  adam_set_step(c, static_cast<double>(step));
+  const uint64_t key = kSr ? optim_math::stochastic_rounding_key(c.sr_seed, l.index[t], step) : 0;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    adam_element(c, l.p[t], l.g[t], l.s[0][t], l.s[1][t], l.s[2][t], l.model[t], i);
+    adam_element<T, S, kSr>(c, key, l.p[t], l.g[t], l.s[0][t], l.s[1][t], l.s[2][t], l.model[t], i);
   }
 }
+
+// The list travels as a kernel argument, with the factors: within the 4 KiB limit.
+static_assert(sizeof(ParamList<double, double, double>) + sizeof(AdamConsts<double>) +
+                      sizeof(const float*) <=
+                  4096,
+              "adam_list_kernel's arguments exceed 4 KiB");
 
 void sgd_multi_step_cuda(const OptimizerTensorLists& lists, const Tensor& found_inf,
                          const SgdStepParams& hp) {
@@ -271,16 +331,25 @@ void adam_multi_step_cuda(const OptimizerTensorLists& lists, const Tensor& found
                           const AdamStepParams& hp) {
   if (lists.param.empty()) return;
   DeviceGuard guard(lists.param.front().device().index());
+  // A state dtype other than the parameter's or bfloat16 is refused before any count moves.
+  for (size_t e = 0; e < lists.param.size(); ++e) {
+    mta::state_slot(lists.param[e].dtype(), lists.state[0][e].dtype(), "adam_multi_step");
+  }
   const float* found = found_inf_ptr(found_inf);
   advance_steps(lists.step, found);
-  for_each_dtype_group(
-      lists, "adam_multi_step", [&](auto tag, auto model_tag, const auto& entries) {
+  for_each_dtype_state_group(
+      lists, "adam_multi_step", [&](auto tag, auto model_tag, auto state_tag, const auto& entries) {
         using T = typename decltype(tag)::type;
         using Md = typename decltype(model_tag)::type;
+        using S = typename decltype(state_tag)::type;
         const auto c = adam_consts<opmath_t<T>>(hp);
-        for_each_list<T, Md>(lists, entries, [&](const ParamList<T, Md>& l, int blocks) {
-          adam_list_kernel<T, Md><<<blocks, kBlockSize, 0, detail::current_stream()>>>(l, c, found);
-          MT_CUDA_CHECK_LAUNCH();
+        with_static_bool(hp.stochastic_rounding, [&](auto stochastic) {
+          constexpr bool kSr = decltype(stochastic)::value;
+          for_each_list<T, Md, S>(lists, entries, [&](const ParamList<T, Md, S>& l, int blocks) {
+            adam_list_kernel<T, Md, S, kSr>
+                <<<blocks, kBlockSize, 0, detail::current_stream()>>>(l, c, found);
+            MT_CUDA_CHECK_LAUNCH();
+          });
         });
       });
 }

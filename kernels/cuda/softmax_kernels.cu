@@ -17,6 +17,7 @@
 
 #include "engine/factory.h"
 #include "engine/kernel_tables.h"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/loops.cuh"
 
@@ -46,40 +47,6 @@ Rows rows_of(const Tensor& t, int64_t dim) {
 }
 
 bool block_per_row(const Rows& r) { return r.inner == 1 || r.count < kFewRows; }
-
-// max skipping NaN, like std::max(m, v) on the CPU (exp(NaN - m) poisons the sum later anyway).
-template <typename M>
-__device__ __forceinline__ M max_skip_nan(M m, M v) {
-  return m < v ? v : m;
-}
-
-// Combines every thread's v with f and returns the result to all threads of the block.
-template <typename M, typename F>
-__device__ M block_allreduce(M v, M* smem, const F& f) {
-  const int tid = threadIdx.x;
-  smem[tid] = v;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (tid < s) smem[tid] = f(smem[tid], smem[tid + s]);
-    __syncthreads();
-  }
-  const M r = smem[0];
-  __syncthreads();  // everyone has read smem[0] before the next call overwrites it
-  return r;
-}
-
-struct MaxOf {
-  template <typename M>
-  __device__ M operator()(M a, M b) const {
-    return max_skip_nan(a, b);
-  }
-};
-struct SumOf {
-  template <typename M>
-  __device__ M operator()(M a, M b) const {
-    return a + b;
-  }
-};
 
 template <typename T, bool Log>
 __device__ __forceinline__ T softmax_value(opmath_t<T> x, opmath_t<T> mx, opmath_t<T> scale) {

@@ -37,21 +37,27 @@ void Adam::validate(const ParamGroup& g) const {
 
 namespace {
 
-AdamStepParams adam_params(const ParamGroup& g, int64_t step) {
+AdamStepParams adam_params(const ParamGroup& g, int64_t step, const Optimizer& opt) {
   const auto o = g.options_as<AdamOptions>();
-  return AdamStepParams{o.lr,      o.betas.first,  o.betas.second,
-                        o.eps,     o.weight_decay, o.decoupled_weight_decay,
-                        o.amsgrad, o.maximize,     step};
+  AdamStepParams p{o.lr,      o.betas.first,  o.betas.second,
+                   o.eps,     o.weight_decay, o.decoupled_weight_decay,
+                   o.amsgrad, o.maximize,     step};
+  p.stochastic_rounding = opt.stochastic_rounding();
+  p.sr_seed = opt.stochastic_rounding_seed();
+  return p;
 }
 
 }  // namespace
 
 void Adam::update(const ParamGroup& g, const Tensor& param, const Tensor& grad, ParamState& state) {
-  const AdamStepParams hp = adam_params(g, state.step + 1);
-  const Tensor exp_avg = lazy_buffer(state, "exp_avg", param);
-  const Tensor exp_avg_sq = lazy_buffer(state, "exp_avg_sq", param);
+  AdamStepParams hp = adam_params(g, state.step + 1, *this);
+  hp.param_index = updating_index();
+  const DType dtype = state_dtype_for(param.dtype());
+  const Tensor exp_avg = lazy_buffer(state, "exp_avg", param, dtype);
+  const Tensor exp_avg_sq = lazy_buffer(state, "exp_avg_sq", param, dtype);
   // Zeros when amsgrad is switched on mid-run: max(0, exp_avg_sq) starts the running max.
-  const Tensor max_exp_avg_sq = hp.amsgrad ? lazy_buffer(state, "max_exp_avg_sq", param) : Tensor();
+  const Tensor max_exp_avg_sq =
+      hp.amsgrad ? lazy_buffer(state, "max_exp_avg_sq", param, dtype) : Tensor();
   adam_step_kernel(param.device())(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, hp);
   state.step = hp.step;
   exp_avg.bump_version();
@@ -62,12 +68,14 @@ void Adam::update(const ParamGroup& g, const Tensor& param, const Tensor& grad, 
 void Adam::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
                        const std::vector<ParamState*>& states, const Tensor& found_inf) {
   // The step is read per parameter from lists.step on the device.
-  const AdamStepParams hp = adam_params(g, /*step=*/0);
+  const AdamStepParams hp = adam_params(g, /*step=*/0, *this);
   for (size_t i = 0; i < states.size(); ++i) {
     const Tensor& p = lists.param[i];
-    lists.state[0].push_back(lazy_buffer(*states[i], "exp_avg", p));
-    lists.state[1].push_back(lazy_buffer(*states[i], "exp_avg_sq", p));
-    lists.state[2].push_back(hp.amsgrad ? lazy_buffer(*states[i], "max_exp_avg_sq", p) : Tensor());
+    const DType dtype = state_dtype_for(p.dtype());
+    lists.state[0].push_back(lazy_buffer(*states[i], "exp_avg", p, dtype));
+    lists.state[1].push_back(lazy_buffer(*states[i], "exp_avg_sq", p, dtype));
+    lists.state[2].push_back(hp.amsgrad ? lazy_buffer(*states[i], "max_exp_avg_sq", p, dtype)
+                                        : Tensor());
   }
   adam_multi_step_kernel(lists.param.front().device())(lists, found_inf, hp);
   for (const auto& list : lists.state) {

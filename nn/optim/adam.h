@@ -11,7 +11,9 @@
 //
 // Group options: AdamOptions' fields (nn/optim/options.h: betas as beta1/beta2, bools 0/1;
 // decoupled_weight_decay 1 is AdamW, as torch.optim.Adam's argument of that name). State per
-// parameter: step, "exp_avg", "exp_avg_sq", "max_exp_avg_sq" (amsgrad only).
+// parameter: step, "exp_avg", "exp_avg_sq", "max_exp_avg_sq" (amsgrad only), in the parameter's
+// dtype or Optimizer::set_state_dtype's (bfloat16); Optimizer::set_stochastic_rounding rounds
+// the bfloat16 stores stochastically (llm.c's and torchao's low-memory AdamW).
 #pragma once
 
 #include <utility>
@@ -66,6 +68,11 @@ class Adam : public Optimizer {
                    const std::vector<ParamState*>& states, const Tensor& found_inf) override;
   std::vector<std::string> state_keys() const override {
     return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  }
+  bool supports_state_dtype() const override { return true; }
+  std::vector<std::string> planned_state_keys(const ParamGroup& g) const override {
+    if (g.options.at("amsgrad") != 0.0) return state_keys();
+    return {"exp_avg", "exp_avg_sq"};
   }
 };
 

@@ -148,6 +148,7 @@ struct Optimizer::StepScratch {
         list->clear();
       }
       states.clear();
+      lists.index.clear();
     }
   };
   std::vector<Batch> batches;  // the first `used` are this group's
@@ -227,6 +228,7 @@ void Optimizer::run_step(const Tensor& found_inf) {
         if (*skip_on_host) continue;
         Tensor count = step_count(index, param.device());
         st.step = count.item<int64_t>();
+        updating_index_ = index;
         update(group, target, grad, st);
         count.fill_(st.step);
         if (model.defined()) model.copy_(target);
@@ -237,6 +239,7 @@ void Optimizer::run_step(const Tensor& found_inf) {
       b.lists.grad.push_back(std::move(grad));
       b.lists.model.push_back(std::move(model));
       b.lists.step.push_back(step_count(index, param.device()));
+      b.lists.index.push_back(index);
       b.states.push_back(&st);
     }
     for (size_t i = 0; i < scratch.used; ++i) {
@@ -315,17 +318,52 @@ void Optimizer::update_as_list(const ParamGroup& group, const Tensor& param, con
   lists.param.push_back(param);
   lists.grad.push_back(grad);
   lists.step.push_back(full({}, state.step, TensorOptions(param.device()).dtype(kInt64)));
+  lists.index.push_back(updating_index_);
   std::vector<ParamState*> states{&state};
   update_many(group, lists, states, Tensor());
   state.step = lists.step.front().item<int64_t>();
 }
 
+void Optimizer::set_state_dtype(std::optional<DType> dtype) {
+  MT_CHECK(!dtype || supports_state_dtype(), name(),
+           ": state_dtype is supported by Adam and AdamW only");
+  MT_CHECK(!dtype || *dtype == kBFloat16 || *dtype == kFloat32, name(),
+           ": state_dtype must be float32 or bfloat16, got ", *dtype);
+  state_dtype_ = dtype;
+}
+
+void Optimizer::set_stochastic_rounding(bool enabled, uint64_t seed) {
+  MT_CHECK(!enabled || supports_state_dtype(), name(),
+           ": stochastic rounding is supported by Adam and AdamW only");
+  stochastic_rounding_ = enabled;
+  stochastic_rounding_seed_ = seed;
+}
+
+int64_t Optimizer::planned_state_bytes(const ParamGroup& group, const Tensor& param) const {
+  const bool master = uses_master(param);
+  const DType dtype = state_dtype_for(master ? kFloat32 : param.dtype());
+  int64_t bytes = master ? param.numel() * itemsize(kFloat32) : 0;
+  for (const std::string& key : planned_state_keys(group))
+    bytes += scalar_state(key) ? itemsize(kFloat32) : param.numel() * itemsize(dtype);
+  return bytes;
+}
+
+DType Optimizer::state_dtype_for(DType target) const {
+  if (!state_dtype_ || !is_floating(target) || target == kFloat64) return target;
+  return *state_dtype_;
+}
+
 Tensor Optimizer::lazy_buffer(ParamState& state, const std::string& key, const Tensor& param,
                               bool* created) {
+  return lazy_buffer(state, key, param, param.dtype(), created);
+}
+
+Tensor Optimizer::lazy_buffer(ParamState& state, const std::string& key, const Tensor& param,
+                              DType dtype, bool* created) {
   auto it = state.buffers.find(key);
   if (created) *created = it == state.buffers.end();
   if (it != state.buffers.end()) return it->second;
-  Tensor t = zeros(param.shape(), TensorOptions(param.device()).dtype(param.dtype()));
+  Tensor t = zeros(param.shape(), TensorOptions(param.device()).dtype(dtype));
   state.buffers.emplace(key, t);
   return t;
 }
@@ -411,8 +449,11 @@ void Optimizer::load_state_dict(const OptimizerState& loaded) {
       }
       MT_CHECK(t.shape() == p.shape(), name(), ": loaded state '", key, "' for parameter ",
                saved_id, " has shape ", t.shape(), ", but the parameter has shape ", p.shape());
-      // With master weights, a half-precision parameter's state is float32.
-      s.buffers.emplace(key, copy_to(t, p.device(), uses_master(p) ? kFloat32 : p.dtype()));
+      // With master weights, a half-precision parameter's state (and its master) is float32;
+      // a state_dtype applies to the state buffers.
+      const DType dtype =
+          key == "master" ? kFloat32 : state_dtype_for(uses_master(p) ? kFloat32 : p.dtype());
+      s.buffers.emplace(key, copy_to(t, p.device(), dtype));
     }
     state.emplace(it->second, std::move(s));
   }

@@ -152,6 +152,19 @@ class Optimizer {
   void set_master_weights(bool enabled) { master_weights_ = enabled; }
   bool master_weights() const { return master_weights_; }
 
+  // The dtype of the optimizer's state buffers (Adam's moments), instead of the updated tensor's
+  // (the parameter, or its float32 master): bfloat16 halves their memory. Adam and AdamW only;
+  // nullopt (the default) follows the parameter, as PyTorch. A float64 parameter keeps float64.
+  void set_state_dtype(std::optional<DType> dtype);
+  std::optional<DType> state_dtype() const { return state_dtype_; }
+  // Stochastic rounding of every store into bfloat16, the parameter (without master weights) and
+  // the state: unbiased, so that updates below half a bfloat16 ulp survive on average. Its random
+  // bits come from `seed`, the parameter's index and the step (kernels/optimizer_math.h): the same
+  // run gives the same bits, also after a resume. Adam and AdamW only.
+  void set_stochastic_rounding(bool enabled, uint64_t seed = 0);
+  bool stochastic_rounding() const { return stochastic_rounding_; }
+  uint64_t stochastic_rounding_seed() const { return stochastic_rounding_seed_; }
+
   // Fused (the default): multi-tensor kernels. Unfused: one kernel per parameter, the reference
   // path; it reads found_inf and the step counts on the host (a sync on CUDA). Both give
   // bitwise-identical results.
@@ -172,6 +185,9 @@ class Optimizer {
 
   // "SGD", "Adam", ... (used in error messages).
   virtual const char* name() const = 0;
+  // The bytes of state `param` (of `group`) holds once it has been stepped, its float32 master
+  // copy included: what the first step will allocate, for reports made before it.
+  int64_t planned_state_bytes(const ParamGroup& group, const Tensor& param) const;
   // The state of the parameter with id `index` (null if it has none yet). Its step is read
   // from the device count (a sync on CUDA).
   const ParamState* state(size_t index) const;
@@ -195,6 +211,10 @@ class Optimizer {
                            const std::vector<ParamState*>& states, const Tensor& found_inf) = 0;
   // Names of the buffers this optimizer keeps (checked by load_state_dict).
   virtual std::vector<std::string> state_keys() const = 0;
+  // The buffers a parameter of `group` gets with the group's options (default: every key).
+  virtual std::vector<std::string> planned_state_keys(const ParamGroup& /*group*/) const {
+    return state_keys();
+  }
   // The step count to resume from for a loaded parameter state (SGD: older snapshots have a
   // momentum buffer with step 0).
   virtual int64_t loaded_step(const ParamState& saved) const { return saved.step; }
@@ -206,10 +226,20 @@ class Optimizer {
   void update_as_list(const ParamGroup& group, const Tensor& param, const Tensor& grad,
                       ParamState& state);
 
+  // Whether set_state_dtype and set_stochastic_rounding apply (Adam's kernels read them).
+  virtual bool supports_state_dtype() const { return false; }
+  // The state buffers' dtype for an updated tensor of dtype `target` (set_state_dtype).
+  DType state_dtype_for(DType target) const;
+  // The index of the parameter update() is called for (its position across the groups).
+  int64_t updating_index() const { return updating_index_; }
+
   // state.buffers[key], created as zeros shaped like `param` (same dtype and device) on first
   // use; `created` tells whether it was.
   static Tensor lazy_buffer(ParamState& state, const std::string& key, const Tensor& param,
                             bool* created = nullptr);
+  // The same in `dtype` (a state_dtype).
+  static Tensor lazy_buffer(ParamState& state, const std::string& key, const Tensor& param,
+                            DType dtype, bool* created = nullptr);
 
  private:
   std::map<std::string, double> defaults_;
@@ -237,6 +267,10 @@ class Optimizer {
   mutable bool last_step_skipped_ = false;
   bool master_weights_ = false;
   bool fused_ = true;
+  std::optional<DType> state_dtype_;
+  bool stochastic_rounding_ = false;
+  uint64_t stochastic_rounding_seed_ = 0;
+  int64_t updating_index_ = 0;
 };
 
 }  // namespace mantissa::optim

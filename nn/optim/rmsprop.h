@@ -60,6 +60,12 @@ class RMSprop : public Optimizer {
   std::vector<std::string> state_keys() const override {
     return {"square_avg", "momentum_buffer", "grad_avg"};
   }
+  std::vector<std::string> planned_state_keys(const ParamGroup& g) const override {
+    std::vector<std::string> keys{"square_avg"};
+    if (g.options.at("momentum") > 0.0) keys.push_back("momentum_buffer");
+    if (g.options.at("centered") != 0.0) keys.push_back("grad_avg");
+    return keys;
+  }
 };
 
 }  // namespace mantissa::optim
