@@ -156,6 +156,10 @@ int import_gpt(const ImportArgs& args, const runner::SafetensorsFile& file) {
     runner::add_tied_lm_head(converted);
     nn::GPTConfig base;
     const nn::GPTConfig c = runner::infer_gpt_config(converted, base);
+    if (const int64_t prefixed = runner::compile_prefixed_names(file.tensors); prefixed > 0) {
+      std::cout << prefixed << " names start with torch.compile's \"_orig_mod.\" (a compiled "
+                << "model's state dict): read without it\n";
+    }
     std::cout << "a GPT in the " << runner::gpt_layout_name(layout)
               << " layout: n_layer=" << c.n_layer << " n_embd=" << c.n_embd
               << " vocab_size=" << c.vocab_size << " block_size=" << c.block_size

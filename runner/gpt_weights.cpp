@@ -1,6 +1,9 @@
 #include "runner/gpt_weights.h"
 
 #include <set>
+#include <string>
+
+#include "engine/logging.h"
 
 namespace mantissa::runner {
 namespace {
@@ -21,6 +24,14 @@ bool is_conv1d_weight(std::string_view name) {
 // attn.masked_bias). A bias parameter is attn.c_attn.bias or attn.c_proj.bias, never attn.bias.
 bool is_mask_buffer(std::string_view name) {
   return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias");
+}
+
+// torch.compile wraps a module as OptimizedModule, whose state dict prefixes every name with
+// "_orig_mod." (nanoGPT's train.py compiles by default and saves that state dict).
+constexpr std::string_view kCompilePrefix = "_orig_mod.";
+
+std::string_view without_compile_prefix(std::string_view name) {
+  return starts_with(name, kCompilePrefix) ? name.substr(kCompilePrefix.size()) : name;
 }
 
 const Tensor* find(const NamedTensors& tensors, std::string_view name) {
@@ -67,15 +78,26 @@ GptLayout detect_gpt_layout(const NamedTensors& tensors, std::string_view what) 
   not_a_gpt(what);
 }
 
+int64_t compile_prefixed_names(const NamedTensors& tensors) {
+  int64_t n = 0;
+  for (const auto& [name, _] : tensors) n += starts_with(name, kCompilePrefix) ? 1 : 0;
+  return n;
+}
+
 NamedTensors to_gpt_layout(const NamedTensors& tensors, GptLayout layout, std::string_view what) {
   if (layout == GptLayout::Auto) layout = detect_gpt_layout(tensors, what);
+  if (const int64_t prefixed = compile_prefixed_names(tensors); prefixed > 0) {
+    log().info("GPT weights in {}: {} names start with torch.compile's \"{}\"; read without it",
+               what, prefixed, kCompilePrefix);
+  }
   bool has_attention = false;
   for (const auto& [name, _] : tensors) has_attention |= ends_with(name, ".attn.c_attn.weight");
   if (!has_attention) not_a_gpt(what);
   const bool hf = layout == GptLayout::HuggingFace;
   NamedTensors out;
   const Tensor* lm_head = nullptr;
-  for (const auto& [name, t] : tensors) {
+  for (const auto& [full_name, t] : tensors) {
+    const std::string name(without_compile_prefix(full_name));
     if (is_mask_buffer(name)) continue;
     if (name == "lm_head.weight") {
       lm_head = &t;

@@ -27,11 +27,15 @@ std::string_view gpt_layout_name(GptLayout layout);
 // [C, 3C]: HF). Throws, naming `what`, when there is no c_attn weight to tell.
 GptLayout detect_gpt_layout(const NamedTensors& tensors, std::string_view what);
 
-// The tensors renamed and transposed into nn::GPT's (nanoGPT's) names and layout: the
-// "transformer." prefix added where missing, Conv1D weights (c_attn, c_proj, c_fc) transposed
-// for HF, the attention mask buffers (attn.bias, attn.masked_bias) dropped, and lm_head.weight
-// dropped once checked equal to the token embedding (a different one is an error naming the
-// key: nn::GPT ties the two). Auto detects the layout.
+// How many names carry torch.compile's "_orig_mod." prefix (a compiled model's state dict, as
+// nanoGPT's train.py saves by default); to_gpt_layout reads them without it.
+int64_t compile_prefixed_names(const NamedTensors& tensors);
+
+// The tensors renamed and transposed into nn::GPT's (nanoGPT's) names and layout: a leading
+// "_orig_mod." dropped (and logged), the "transformer." prefix added where missing, Conv1D weights
+// (c_attn, c_proj, c_fc) transposed for HF, the attention mask buffers (attn.bias,
+// attn.masked_bias) dropped, and lm_head.weight dropped once checked equal to the token embedding
+// (a different one is an error naming the key: nn::GPT ties the two). Auto detects the layout.
 NamedTensors to_gpt_layout(const NamedTensors& tensors, GptLayout layout, std::string_view what);
 
 // The GPTConfig the converted tensors describe (n_layer, n_embd, vocab_size, block_size, bias);

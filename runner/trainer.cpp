@@ -68,6 +68,9 @@ struct Trainer::Impl {
   double last_grad_norm = std::numeric_limits<double>::quiet_NaN();
   std::vector<std::shared_ptr<Callback>> builtins;
   std::vector<Tensor> params;  // for clipping, collected once per fit()
+  // The metrics' bytes_per_parameter, counted at the first record (the state exists after the
+  // first step and keeps its size; counting reads each parameter's step count, a sync on CUDA).
+  double bytes_per_parameter = 0.0;
 };
 
 Trainer::Trainer(std::shared_ptr<nn::Module> model, ForwardFn forward, LossFn loss,
@@ -232,7 +235,9 @@ void Trainer::emit_log(bool skipped, double lr) {
   m.tokens_per_s = elapsed > 0 ? static_cast<double>(impl_->tokens_since_log) / elapsed : 0.0;
   if (m.tokens_per_s > 0 && options_.flops_per_token > 0 && impl_->peak_flops > 0)
     m.mfu = options_.flops_per_token * m.tokens_per_s / impl_->peak_flops;
-  m.bytes_per_parameter = training_memory(*model_, *optimizer_).bytes_per_parameter();
+  if (impl_->bytes_per_parameter == 0.0)
+    impl_->bytes_per_parameter = training_memory(*model_, *optimizer_).bytes_per_parameter();
+  m.bytes_per_parameter = impl_->bytes_per_parameter;
   last_loss_ = m.loss;
   if (std::isfinite(m.loss) && !(m.loss >= best_loss_)) best_loss_ = m.loss;
   impl_->loss_count = 0;

@@ -91,7 +91,8 @@ struct StepMetrics {
   // model FLOPs utilisation when the model's FLOPs per token and the device's peak are known.
   double tokens_per_s = 0.0;
   std::optional<double> mfu{};
-  // Weights, gradients and optimizer state over the parameters (TrainingMemory), as held now.
+  // Weights, gradients and optimizer state over the parameters (TrainingMemory), as held at the
+  // run's first record (after its first step).
   double bytes_per_parameter = 0.0;
 };
 

@@ -94,6 +94,22 @@ TEST(GPTInterop, HuggingFaceLayoutGivesTheSameLogits) {
                             {"size mismatch", "transformer.h.0.attn.c_attn.weight"});
 }
 
+// A compiled model's state dict (torch.compile, nanoGPT's default) prefixes every name with
+// "_orig_mod.": read without it, in either layout, and counted for the user.
+TEST(GPTInterop, TorchCompilePrefixIsStripped) {
+  for (const char* name : {"gpt_nanogpt.safetensors", "gpt_hf.safetensors"}) {
+    const auto file = rn::load_safetensors(data_path(name));
+    rn::SafetensorsFile compiled;
+    for (const auto& [n, t] : file.tensors) compiled.tensors.emplace_back("_orig_mod." + n, t);
+    EXPECT_EQ(rn::compile_prefixed_names(compiled.tensors),
+              static_cast<int64_t>(file.tensors.size()));
+    EXPECT_EQ(rn::compile_prefixed_names(file.tensors), 0);
+    mt::nn::GPT model(fixture_config());
+    rn::load_gpt_weights(*model, compiled);
+    mt::testing::expect_close(logits_of(model), logits_file().at("logits"), 1e-5, 1e-5, name);
+  }
+}
+
 TEST(GPTInterop, TiedLmHead) {
   const auto file = rn::load_safetensors(data_path("gpt_nanogpt.safetensors"));
   // Missing: accepted (it is the token embedding).
