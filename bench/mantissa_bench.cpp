@@ -15,6 +15,7 @@
 #include <string>
 
 #include "engine/cpu_matmul_paths.h"
+#include "runner/trainer.h"
 #include "workloads.h"
 
 namespace mt = mantissa;
@@ -239,18 +240,9 @@ void bench_gpt(benchmark::State& state, const mantissa_bench::GPTWorkload& w, mt
   state.counters["tokens_per_s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
   state.counters["gflops"] = benchmark::Counter(
       tokens * mantissa_bench::gpt_flops_per_token(w) / 1e9, benchmark::Counter::kIsRate);
-  // Weights, gradients and AdamW's state over the parameters (runner::training_memory's sum).
-  int64_t elements = 0, bytes = 0;
-  size_t index = 0;
-  for (const mt::Tensor& p : run.model->parameters()) {
-    elements += p.numel();
-    bytes += p.nbytes() + (p.grad().defined() ? p.grad().nbytes() : 0);
-    if (const auto* st = run.optimizer.state(index++)) {
-      for (const auto& [name, buffer] : st->buffers)
-        bytes += buffer.defined() ? buffer.nbytes() : 0;
-    }
-  }
-  state.counters["bytes_per_param"] = elements > 0 ? double(bytes) / double(elements) : 0.0;
+  // Weights, gradients and AdamW's state over the parameters, as summary.json counts them.
+  state.counters["bytes_per_param"] =
+      mt::runner::training_memory(*run.model, run.optimizer).bytes_per_parameter();
   state.counters["peak_rss_mib"] = max_rss_mib();
   state.counters["base_rss_mib"] = g_base_rss_mib;
 }

@@ -68,6 +68,40 @@ MT_HOST_DEVICE inline S store_as(M x, bool stochastic, uint32_t random_bits) {
   return static_cast<S>(x);
 }
 
+// ---- Host-side dispatch of the fused optimizer kernels (both devices) -------------------------
+
+// Calls f(std::true_type{}) or f(std::false_type{}): an option that decides whether a loop stores
+// somewhere, or draws random bits, becomes a compile-time constant, so each variant has no
+// per-element test.
+template <typename F>
+void with_static_bool(bool value, const F& f) {
+  if (value) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
+// Whether Adam's state beside a parameter of dtype `param` is bfloat16 (Adam's state_dtype)
+// rather than the parameter's own dtype; any other state dtype is refused, naming `op`.
+inline bool bfloat16_state(DType param, DType state, const char* op) {
+  if (state == param) return false;
+  if (state == DType::BFloat16) return true;
+  MT_THROW(op, ": optimizer state of dtype ", state, " for a parameter of dtype ", param,
+           " (the state is the parameter's dtype or bfloat16)");
+}
+
+// Calls f(static_cast<S*>(nullptr)) with S the element type of a state of dtype `state` beside a
+// parameter of element type T: T itself, or BFloat16.
+template <typename T, typename F>
+void with_state_type(DType state, const char* op, const F& f) {
+  if (bfloat16_state(dtype_of_v<T>, state, op)) {
+    f(static_cast<BFloat16*>(nullptr));
+  } else {
+    f(static_cast<T*>(nullptr));
+  }
+}
+
 // ---- RMSprop --------------------------------------------------------------------------------
 
 template <typename M>

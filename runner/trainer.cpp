@@ -496,10 +496,6 @@ TrainingMemory training_memory(const nn::Module& model, const optim::Optimizer& 
   return m;
 }
 
-}  // namespace mantissa::runner
-
-namespace mantissa::runner {
-
 TrainingMemory planned_training_memory(const nn::Module& model, const optim::Optimizer& optimizer) {
   TrainingMemory m;
   for (const Tensor& p : model.parameters()) {

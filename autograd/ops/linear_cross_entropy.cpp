@@ -82,18 +82,6 @@ Problem check(const Tensor& input, const Tensor& weight, const Tensor& target, c
   return p;
 }
 
-// As cross_entropy: targets on the host are range-checked (no device sync); a device reports an
-// out-of-range target as a NaN loss and gradient instead (cross_entropy_rows).
-void check_targets(const Problem& p, int64_t ignore_index) {
-  if (!p.target.device().is_cpu()) return;
-  const int64_t* t = p.target.data<int64_t>();
-  for (int64_t i = 0; i < p.rows; ++i) {
-    MT_CHECK(t[i] == ignore_index || (t[i] >= 0 && t[i] < p.classes),
-             "linear_cross_entropy: target ", t[i], " is out of bounds for ", p.classes,
-             " classes");
-  }
-}
-
 // The opmath accumulators of the gradients, each undefined when not wanted.
 struct Accumulators {
   Tensor dx;  // [N, C]
@@ -165,7 +153,8 @@ Tensor linear_cross_entropy_op(const Tensor& input, const Tensor& weight, const 
                                const Tensor& bias, Reduction reduction, double label_smoothing,
                                int64_t ignore_index, int64_t chunk_rows) {
   const Problem p = check(input, weight, target, bias, label_smoothing, chunk_rows);
-  check_targets(p, ignore_index);
+  // As cross_entropy: a device target out of range gives NaN there (cross_entropy_rows).
+  check_class_targets("linear_cross_entropy", p.target, p.classes, ignore_index);
   const TensorOptions opmath = TensorOptions(p.x.device()).dtype(p.opmath);
   const bool record = autograd::needs_grad({&input, &weight, &bias});
   const bool grads_now = record && reduction != Reduction::None;
@@ -221,32 +210,29 @@ Tensor linear_cross_entropy_op(const Tensor& input, const Tensor& weight, const 
     });
     return out;
   }
-  // Reduction None: the rows' gradients are known only in backward; the chunks run again there.
+  // Reduction None: the rows' gradients are known only in backward; the chunks run again there,
+  // on the problem as the forward had it (its tensors saved, its sizes captured).
   rec.save(p.x).save(p.w).save(p.b).save(p.target);
-  rec.finish(out,
-             [params, chunk = p.chunk, rows = p.rows, classes = p.classes, opmath_dtype = p.opmath,
-              dtype, x_shape = input.shape(), w_shape = weight.shape(),
-              b_shape = bias.defined() ? bias.shape() : Shape{}](BackwardContext& ctx) {
-               Problem q;
-               q.x = ctx.saved(0);
-               q.w = ctx.saved(1);
-               q.b = ctx.saved(2);
-               q.target = ctx.saved(3);
-               q.rows = rows;
-               q.classes = classes;
-               q.chunk = chunk;
-               q.opmath = opmath_dtype;
-               CrossEntropyRowsParams with_grad = params;
-               with_grad.grad = true;
-               Accumulators a = accumulators(q, ctx.needs(0), ctx.needs(1), ctx.needs(2));
-               const Tensor scale = ctx.grad().reshape(Shape{rows}).to(opmath_dtype).contiguous();
-               run_chunks(q, with_grad, Tensor(), scale, &a);
-               Grads grads(3);
-               grads[0] = finish(a.dx, Tensor(), dtype, x_shape);
-               grads[1] = finish(a.dw, Tensor(), dtype, w_shape);
-               grads[2] = finish(a.db, Tensor(), dtype, b_shape);
-               return grads;
-             });
+  Problem sizes = p;
+  sizes.x = sizes.w = sizes.b = sizes.target = Tensor();
+  rec.finish(out, [params, sizes, dtype, x_shape = input.shape(), w_shape = weight.shape(),
+                   b_shape = bias.defined() ? bias.shape() : Shape{}](BackwardContext& ctx) {
+    Problem q = sizes;
+    q.x = ctx.saved(0);
+    q.w = ctx.saved(1);
+    q.b = ctx.saved(2);
+    q.target = ctx.saved(3);
+    CrossEntropyRowsParams with_grad = params;
+    with_grad.grad = true;
+    Accumulators a = accumulators(q, ctx.needs(0), ctx.needs(1), ctx.needs(2));
+    const Tensor scale = ctx.grad().reshape(Shape{q.rows}).to(q.opmath).contiguous();
+    run_chunks(q, with_grad, Tensor(), scale, &a);
+    Grads grads(3);
+    grads[0] = finish(a.dx, Tensor(), dtype, x_shape);
+    grads[1] = finish(a.dw, Tensor(), dtype, w_shape);
+    grads[2] = finish(a.db, Tensor(), dtype, b_shape);
+    return grads;
+  });
   return out;
 }
 

@@ -68,17 +68,10 @@ Picked pick(const Tensor& lp, const Tensor& tg, int64_t ignore_index, const Tens
   autograd::NoGradGuard no_grad;
   const int64_t classes = lp.size(1);
   const Tensor valid = tg != ignore_index;
-  // Targets are range-checked here only where reading them costs no device sync (host memory).
-  // On a GPU the loss must not wait for the device, so that a training step can be captured in a
-  // CUDA graph: there an out-of-range target makes its loss element and weight NaN instead,
+  // On a GPU an out-of-range target makes its loss element and weight NaN instead of an error,
   // which reaches the reduced loss and, through backward, the gradients, where a GradScaler skips
   // the step. PyTorch stops the process with a device-side assert instead; a library must not.
-  if (tg.device().is_cpu() && tg.numel() > 0) {
-    const Tensor safe_target = where(valid, tg, zeros_like(tg));
-    const int64_t lo = amin(safe_target).item<int64_t>(), hi = amax(safe_target).item<int64_t>();
-    MT_CHECK(lo >= 0 && hi < classes, "nll_loss: target ", lo < 0 ? lo : hi,
-             " is out of bounds for ", classes, " classes");
-  }
+  check_class_targets("nll_loss", tg, classes, ignore_index);
   // The target's log-probability is picked by comparing the target with every class index, not
   // with gather: CUDA gather reads its index-bounds flag back to the host after each call. The
   // sum adds zeros to one value, so it is exact. An ignored target picks 0 (weight 0, so 0 - 0

@@ -6,6 +6,7 @@
 // composition's bit for bit: the fp32 golden trajectories are pinned to it.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 
 #include "autograd/op_bodies.h"
@@ -86,6 +87,26 @@ inline Tensor elementwise_grad(const Tensor& g, Reduction reduction, const Shape
 
 inline void check_floating(const char* op, const Tensor& t) {
   MT_CHECK(is_floating(t.dtype()), op, ": expected a floating point input, got ", t.dtype());
+}
+
+// Class-index targets (int64) range-checked against [0, classes), ignore_index exempt, where
+// reading them costs no device sync (host memory); the smallest target is named when one is
+// negative, else the largest. A device reports an out-of-range target as NaN instead (the loss
+// kernels), so that a training step needs no sync and can be captured in a CUDA graph.
+inline void check_class_targets(const char* op, const Tensor& target, int64_t classes,
+                                int64_t ignore_index) {
+  if (!target.device().is_cpu() || target.numel() == 0) return;
+  const Tensor t = target.contiguous();
+  const int64_t* v = t.data<int64_t>();
+  // An ignored target counts as 0, a valid class.
+  int64_t lo = 0, hi = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const int64_t x = v[i] == ignore_index ? 0 : v[i];
+    lo = i == 0 ? x : std::min(lo, x);
+    hi = i == 0 ? x : std::max(hi, x);
+  }
+  MT_CHECK(lo >= 0 && hi < classes, op, ": target ", lo < 0 ? lo : hi, " is out of bounds for ",
+           classes, " classes");
 }
 
 // Weights are constants of the loss, as in PyTorch, which refuses one that requires grad.

@@ -15,7 +15,6 @@
 #include <utility>
 #include <vector>
 
-#include "engine/factory.h"
 #include "engine/kernel_tables.h"
 #include "engine/precision.h"
 #include "kernels/cpu/convert_dense.h"
@@ -23,6 +22,7 @@
 #include "kernels/cpu/gemm/blas.h"
 #include "kernels/cpu/gemm/sgemm.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/linear_composite.h"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -142,14 +142,17 @@ bool fits_blas_int(std::initializer_list<int64_t> values) {
 // bfloat16 on the bf16 instructions: operands in place when GEMM can read them, else packed
 // (still bf16); the float32 sums rounded once into `out` (dense) by the kernel's store. False
 // when the emulation must run.
+// A bfloat16 operand [B, rows, cols] as bf16_gemm reads it: in place when GEMM can, else packed
+// into `buf` (still bf16).
+Bf16Matrix bf16_matrix(const Tensor& x, Scratch<BFloat16>& buf) {
+  const GemmOperand<BFloat16> op = prepare<BFloat16, BFloat16>(x, buf, false);
+  return Bf16Matrix{op.base, op.batch_stride, op.trans == CblasTrans, op.ld};
+}
+
 bool bmm_bf16_hardware(const Tensor& out, const Tensor& a, const Tensor& b) {
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
   thread_local Scratch<BFloat16> a_buf, b_buf;
-  auto matrix = [](const Tensor& x, Scratch<BFloat16>& buf) {
-    const GemmOperand<BFloat16> op = prepare<BFloat16, BFloat16>(x, buf, false);
-    return Bf16Matrix{op.base, op.batch_stride, op.trans == CblasTrans, op.ld};
-  };
-  const Bf16Matrix ma = matrix(a, a_buf), mb = matrix(b, b_buf);
+  const Bf16Matrix ma = bf16_matrix(a, a_buf), mb = bf16_matrix(b, b_buf);
   return bf16_gemm(B, M, N, K, ma, mb, out.data<BFloat16>(), N, M * N);
 }
 
@@ -250,11 +253,7 @@ template <typename T>
 void gemm_opmath_typed(const Tensor& c, const Tensor& a2, const Tensor& b2, bool accumulate) {
   using Acc = opmath_t<T>;
   const int64_t M = c.size(0), N = c.size(1), K = a2.size(1);
-  auto batch1 = [](const Tensor& m) {
-    return detail::make_view(m, Shape{1, m.size(0), m.size(1)}, Shape{0, m.stride(0), m.stride(1)},
-                             m.storage_offset());
-  };
-  const Tensor a = batch1(a2), b = batch1(b2);
+  const Tensor a = linear_composite::batch1(a2), b = linear_composite::batch1(b2);
   Acc* out = static_cast<Acc*>(c.data_ptr());
   const Acc beta = accumulate ? Acc(1) : Acc(0);
   if (K == 0) {
@@ -263,11 +262,8 @@ void gemm_opmath_typed(const Tensor& c, const Tensor& a2, const Tensor& b2, bool
   }
   if constexpr (std::is_same_v<T, BFloat16>) {
     thread_local Scratch<BFloat16> a_buf, b_buf;
-    auto matrix = [](const Tensor& x, Scratch<BFloat16>& buf) {
-      const GemmOperand<BFloat16> op = prepare<BFloat16, BFloat16>(x, buf, false);
-      return Bf16Matrix{op.base, 0, op.trans == CblasTrans, op.ld};
-    };
-    if (bf16_gemm(1, M, N, K, matrix(a, a_buf), matrix(b, b_buf), out, N, 0, beta)) return;
+    if (bf16_gemm(1, M, N, K, bf16_matrix(a, a_buf), bf16_matrix(b, b_buf), out, N, 0, beta))
+      return;
   }
   thread_local Scratch<Acc> a_buf, b_buf;
   const auto [ga, gb] = gemm_operands<Acc, T>(a, b, a_buf, b_buf);

@@ -31,6 +31,9 @@
 namespace mantissa::cpu {
 namespace {
 
+using optim_math::with_state_type;
+using optim_math::with_static_bool;
+
 inline constexpr uint32_t kModelTypes = dtype_bit(DType::Float16) | dtype_bit(DType::BFloat16);
 
 // Calls f(i) for i in [0, n), split across the worker pool for large tensors (elementwise, so the
@@ -62,17 +65,6 @@ void with_model(const Tensor& model, const F& f) {
   }
   dispatch_dtype<kModelTypes>(model.dtype(), "optimizer_step (master weights)", model.device(),
                               [&](auto tag) { f(model.data<typename decltype(tag)::type>()); });
-}
-
-// Calls f(std::true_type{}) or f(std::false_type{}): an option that decides whether a loop stores
-// somewhere becomes a compile-time constant, so each variant has no per-element test.
-template <typename F>
-void with_static_bool(bool value, const F& f) {
-  if (value) {
-    f(std::true_type{});
-  } else {
-    f(std::false_type{});
-  }
 }
 
 template <typename Md, typename T>
@@ -175,19 +167,6 @@ void adam_range(T* p, const T* g, S* m1, S* m2, S* mx, Md* model, int64_t n,
   });
 }
 
-// Calls f(S*{}) with S the state's element type: the parameter's T, or bfloat16.
-template <typename T, typename F>
-void with_state_type(const Tensor& state, const char* op, const F& f) {
-  if (state.dtype() == dtype_of_v<T>) {
-    f(static_cast<T*>(nullptr));
-  } else if (state.dtype() == DType::BFloat16) {
-    f(static_cast<BFloat16*>(nullptr));
-  } else {
-    MT_THROW(op, ": optimizer state of dtype ", state.dtype(), " for a parameter of dtype ",
-             dtype_of_v<T>, " (the state is the parameter's dtype or bfloat16)");
-  }
-}
-
 void sgd_step_cpu(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
                   const SgdStepParams& hp) {
   dispatch_dtype<kFloatingTypes>(param.dtype(), "sgd_step", param.device(), [&](auto tag) {
@@ -202,7 +181,7 @@ void adam_step_cpu(const Tensor& param, const Tensor& grad, const Tensor& exp_av
                    const AdamStepParams& hp) {
   dispatch_dtype<kFloatingTypes>(param.dtype(), "adam_step", param.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    with_state_type<T>(exp_avg, "adam_step", [&](auto* state_tag) {
+    with_state_type<T>(exp_avg.dtype(), "adam_step", [&](auto* state_tag) {
       using S = std::remove_pointer_t<decltype(state_tag)>;
       adam_range(param.data<T>(), grad.data<T>(), exp_avg.data<S>(), exp_avg_sq.data<S>(),
                  maybe_data<S>(max_exp_avg_sq), static_cast<NoModel*>(nullptr), param.numel(), hp,
@@ -248,7 +227,7 @@ void adam_multi_step_cpu(const OptimizerTensorLists& l, const Tensor& found_inf,
     dispatch_dtype<kFloatingTypes>(param.dtype(), "adam_multi_step", param.device(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       with_model(model_at(l, i), [&](auto* model) {
-        with_state_type<T>(l.state[0][i], "adam_multi_step", [&](auto* state_tag) {
+        with_state_type<T>(l.state[0][i].dtype(), "adam_multi_step", [&](auto* state_tag) {
           using S = std::remove_pointer_t<decltype(state_tag)>;
           adam_range(param.data<T>(), l.grad[i].data<T>(), l.state[0][i].data<S>(),
                      l.state[1][i].data<S>(), maybe_data<S>(l.state[2][i]), model, param.numel(), p,

@@ -26,6 +26,7 @@
 #include "engine/kernel_tables.h"
 #include "engine/precision.h"
 #include "kernels/cuda/loops.cuh"
+#include "kernels/linear_composite.h"
 
 namespace mantissa::cuda {
 namespace {
@@ -190,16 +191,11 @@ void bmm_kernel_cuda(const Tensor& out, const Tensor& a, const Tensor& b) {
   });
 }
 
-// A 2-D matrix as the single matrix of a [1, rows, cols] batch, for prepare().
-Tensor batch1(const Tensor& m) {
-  return mantissa::detail::make_view(m, Shape{1, m.size(0), m.size(1)},
-                                     Shape{0, m.stride(0), m.stride(1)}, m.storage_offset());
-}
-
 template <typename T>
 void gemm_opmath_cublas(const Tensor& c, const Tensor& a, const Tensor& b, bool accumulate) {
   const int64_t M = c.size(0), N = c.size(1), K = a.size(1);
-  const GemmOperand ga = prepare(batch1(a)), gb = prepare(batch1(b));
+  const GemmOperand ga = prepare(linear_composite::batch1(a)),
+                    gb = prepare(linear_composite::batch1(b));
   MT_CHECK(fits_int({M, N, K, ga.ld, gb.ld}), "gemm_opmath: matrix dimensions exceed cuBLAS's ",
            "integer range, got ", a.shape(), " (strides ", a.strides(), ") x ", b.shape(),
            " (strides ", b.strides(), ")");

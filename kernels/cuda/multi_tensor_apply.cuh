@@ -14,6 +14,7 @@
 #include "engine/dispatch.h"
 #include "engine/kernel_tables.h"
 #include "kernels/cuda/loops.cuh"
+#include "kernels/optimizer_math.h"
 
 namespace mantissa::cuda::mta {
 
@@ -123,18 +124,9 @@ void for_each_list(const OptimizerTensorLists& lists, const std::vector<size_t>&
   if (nb > 0) launch(l, nb);
 }
 
-// The slot of a state dtype beside parameter dtype `param`: 0 for the parameter's own dtype, 1 for
-// bfloat16 (Adam's state_dtype); any other is refused, as the CPU kernels do.
-inline int state_slot(DType param, DType state, const char* op) {
-  if (state == param) return 0;
-  if (state == DType::BFloat16) return 1;
-  MT_THROW(op, ": optimizer state of dtype ", state, " for a parameter of dtype ", param,
-           " (the state is the parameter's dtype or bfloat16)");
-}
-
 // Calls f(TypeTag<T>, TypeTag<Md>, TypeTag<S>, entries) for each (param dtype, model dtype, state
 // dtype) combination of the lists; Md = T when there is no model parameter. With by_state, S is
-// state[0]'s dtype (T or bfloat16, state_slot), else always T.
+// state[0]'s dtype (T or bfloat16: optim_math::bfloat16_state), else always T.
 template <typename F>
 void for_each_dtype_group_impl(const OptimizerTensorLists& lists, const char* op, bool by_state,
                                const F& f) {
@@ -144,7 +136,7 @@ void for_each_dtype_group_impl(const OptimizerTensorLists& lists, const char* op
     const bool has_model = !lists.model.empty() && lists.model[e].defined();
     const int md = has_model ? static_cast<int>(lists.model[e].dtype()) : kNumDTypes;
     const bool has_state = by_state && !lists.state[0].empty() && lists.state[0][e].defined();
-    const int sd = has_state ? state_slot(param, lists.state[0][e].dtype(), op) : 0;
+    const int sd = has_state && optim_math::bfloat16_state(param, lists.state[0][e].dtype(), op);
     groups[static_cast<int>(param)][md][sd].push_back(e);
   }
   const Device device = lists.param.front().device();

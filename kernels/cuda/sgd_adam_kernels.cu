@@ -44,6 +44,7 @@ using mta::for_each_list;
 using mta::found_inf_ptr;
 using mta::kChunk;
 using mta::ParamList;
+using optim_math::with_static_bool;
 
 template <typename T>
 T* maybe_data(const Tensor& t) {
@@ -185,17 +186,6 @@ __device__ __forceinline__ void adam_element(const AdamConsts<opmath_t<T>>& c, u
   if (model != nullptr) model[i] = static_cast<Md>(p[i]);
 }
 
-// Calls f(std::true_type{}) or f(std::false_type{}): stochastic rounding becomes a compile-time
-// constant, so the kernels without it draw no random bits.
-template <typename F>
-void with_static_bool(bool value, const F& f) {
-  if (value) {
-    f(std::true_type{});
-  } else {
-    f(std::false_type{});
-  }
-}
-
 // ---- per-parameter kernels ------------------------------------------------------------------
 
 template <typename T>
@@ -249,8 +239,9 @@ void adam_step_cuda(const Tensor& param, const Tensor& grad, const Tensor& exp_a
     const uint64_t key = hp.stochastic_rounding ? optim_math::stochastic_rounding_key(
                                                       hp.sr_seed, hp.param_index, hp.step)
                                                 : 0;
-    const auto launch = [&](auto state_tag) {
-      using S = typename decltype(state_tag)::type;
+    // The state's element type: the parameter's T, or bfloat16 (others are refused).
+    optim_math::with_state_type<T>(exp_avg.dtype(), "adam_step", [&](auto* state_tag) {
+      using S = std::remove_pointer_t<decltype(state_tag)>;
       S* mx = maybe_data<S>(max_exp_avg_sq);
       MT_ASSERT(!c.amsgrad || mx != nullptr, "adam_step: amsgrad without max_exp_avg_sq");
       DeviceGuard guard(param.device().index());
@@ -261,13 +252,7 @@ void adam_step_cuda(const Tensor& param, const Tensor& grad, const Tensor& exp_a
                 static_cast<S*>(exp_avg.data_ptr()), static_cast<S*>(exp_avg_sq.data_ptr()), mx, n);
         MT_CUDA_CHECK_LAUNCH();
       });
-    };
-    // The state's element type: the parameter's T, or bfloat16 (others are refused).
-    if (mta::state_slot(param.dtype(), exp_avg.dtype(), "adam_step") == 0) {
-      launch(TypeTag<T>{});
-    } else {
-      launch(TypeTag<BFloat16>{});
-    }
+    });
   });
 }
 
@@ -333,7 +318,8 @@ void adam_multi_step_cuda(const OptimizerTensorLists& lists, const Tensor& found
   DeviceGuard guard(lists.param.front().device().index());
   // A state dtype other than the parameter's or bfloat16 is refused before any count moves.
   for (size_t e = 0; e < lists.param.size(); ++e) {
-    mta::state_slot(lists.param[e].dtype(), lists.state[0][e].dtype(), "adam_multi_step");
+    optim_math::bfloat16_state(lists.param[e].dtype(), lists.state[0][e].dtype(),
+                               "adam_multi_step");
   }
   const float* found = found_inf_ptr(found_inf);
   advance_steps(lists.step, found);
