@@ -62,7 +62,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   st.stage = Stage::Unscaled;
   // With no gradients nothing is checked, and no inf check is recorded, as in PyTorch: step()
   // and update() then report it.
-  if (by_device.empty()) return;
+  if (by_device.empty() && !found_inf_hook_) return;
   const Device device = scale_.device();
   st.found_inf = zeros({}, TensorOptions(device).dtype(kFloat32));
   autograd::NoGradGuard no_grad;
@@ -72,6 +72,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
     for (const Tensor& g : grads) g.bump_version();
     if (!(dev == device)) st.found_inf = maximum(st.found_inf, found.to(device));
   }
+  if (found_inf_hook_) found_inf_hook_(st.found_inf);
 }
 
 bool StepResult::stepped() const {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -81,6 +82,13 @@ class GradScaler {
   // Runs optimizer.step_if_finite(found_inf): the optimizer's kernels skip the step on the
   // device if the gradients had inf/NaN. Returns whether it stepped, read lazily.
   StepResult step(optim::Optimizer& optimizer);
+  // Called by every unscale_ with the inf check it recorded (float32, 1 element), before the
+  // step reads it; with a hook, unscale_ records a check even when this process has no
+  // gradients. Sharded optimizers (distributed::ZeroRedundancyOptimizer::found_inf_hook) make it
+  // the maximum over the ranks there, so that one rank's overflow skips the step on all.
+  void set_found_inf_hook(std::function<void(const Tensor&)> hook) {
+    found_inf_hook_ = std::move(hook);
+  }
   // Adjusts the scale from the inf checks recorded since the last update.
   void update();
   // Sets the scale directly (no inf checks needed).
@@ -118,6 +126,7 @@ class GradScaler {
   int64_t init_growth_tracker_ = 0;
   int64_t init_overflow_streak_ = 0;
   std::map<const optim::Optimizer*, PerOptimizer> per_optimizer_;
+  std::function<void(const Tensor&)> found_inf_hook_;
   int64_t steps_taken_ = 0;  // plus the device counts
   int64_t steps_skipped_ = 0;
   // Steps counted on the device since the state was loaded: how many, and the sum of their

@@ -13,6 +13,7 @@
 #include "cli/cli.h"
 #include "distributed/ddp.h"
 #include "distributed/init.h"
+#include "distributed/zero.h"
 #include "runner/atomic_file.h"
 #include "runner/build_from_config.h"
 #include "runner/checkpoint.h"
@@ -191,13 +192,24 @@ int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& 
   opts.progress = !quiet && ranks.leader();
   std::unique_ptr<nn::DistributedDataParallel> ddp;
   runner::ForwardFn forward = run.forward;
+  std::shared_ptr<distributed::ZeroRedundancyOptimizer> zero;
+  std::shared_ptr<optim::Optimizer> optimizer = run.optimizer;
+  std::shared_ptr<optim::LRScheduler> scheduler = run.scheduler;
   if (ranks.group) {
     ddp = std::make_unique<nn::DistributedDataParallel>(
         run.model, ranks.group, runner::ddp_options(run.config.distributed), run.forward);
     forward = ddp->forward_fn();
+    if (const int64_t stage = run.config.distributed.zero_stage; stage > 0) {
+      // The configured optimizer and schedule, over this rank's shards.
+      zero = std::make_shared<distributed::ZeroRedundancyOptimizer>(
+          *ddp, run.optimizer->param_groups(), run.make_optimizer, static_cast<int>(stage));
+      optimizer = zero->optimizer_ptr();
+      scheduler = run.make_scheduler(*optimizer);
+    }
   }
-  runner::Trainer trainer(run.model, forward, run.loss, run.optimizer, run.train_loader, opts);
-  if (run.scheduler) trainer.set_scheduler(run.scheduler);
+  runner::Trainer trainer(run.model, forward, run.loss, optimizer, run.train_loader, opts);
+  if (scheduler) trainer.set_scheduler(scheduler);
+  if (zero) trainer.set_zero(zero, /*checkpoints=*/true);  // rank 0 always has a run directory
   if (run.val_loader) trainer.set_val_loader(run.val_loader);
   trainer.add_callback(std::make_shared<StopOnSignal>(ranks.group.get()));
   if (ddp && run.config.grad_accum_steps > 1)
@@ -324,8 +336,14 @@ int train(const TrainArgs& args) {
     if (ranks.group) ranks.out() << " on " << ranks.group->size() << " ranks";
     ranks.out() << ", run directory " << run_dir;
     {
-      const runner::TrainingMemory mem =
-          runner::planned_training_memory(*run.model, *run.optimizer);
+      runner::TrainingMemory mem = runner::planned_training_memory(*run.model, *run.optimizer);
+      if (const int64_t stage = run.config.distributed.zero_stage; stage > 0 && ranks.group) {
+        // Each rank's share (the buckets' padding aside): ZeRO-1 the optimizer state, ZeRO-2
+        // also the gradients.
+        const int64_t n = ranks.group->size();
+        mem.optimizer_state_bytes = (mem.optimizer_state_bytes + n - 1) / n;
+        if (stage == 2) mem.gradient_bytes = (mem.gradient_bytes + n - 1) / n;
+      }
       char line[160];
       std::snprintf(line, sizeof line,
                     "; %lld parameters at %.3g bytes each (weights %.3g + gradients %.3g + "

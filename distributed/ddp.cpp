@@ -190,6 +190,10 @@ std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_
 
 bool DistributedDataParallel::buckets_rebuilt() const { return reducer_->rebuilt(); }
 
+std::vector<GradientBucket> DistributedDataParallel::gradient_buckets() const {
+  return reducer_->gradient_buckets();
+}
+
 int64_t DistributedDataParallel::num_iterations() const { return reducer_->iterations(); }
 
 }  // namespace mantissa::nn

@@ -60,6 +60,23 @@ struct DistributedDataParallelOptions {
   bool find_unused_parameters = false;
   bool static_graph = false;
   bool broadcast_buffers = true;
+  // ZeRO stage 2 (distributed/zero.h): each bucket is reduce-scattered instead of allreduced.
+  // Rank r keeps slice r of every reduced bucket (gradient_buckets()) and the parameters' .grad
+  // is released as its bucket is sent, so no rank holds the whole averaged gradient. The
+  // buckets are fixed at construction (sizes as above, in reverse registration order, each
+  // padded to a multiple of the world size) and never rebuilt: they define which rank owns
+  // which elements.
+  bool reduce_scatter_gradients = false;
+};
+
+// A bucket of reduce_scatter_gradients: the parameters it holds, where each starts in it, and
+// this rank's slice of the reduced bucket (elements [rank * n, (rank + 1) * n) of padded_numel,
+// n = padded_numel / world size), valid after each synced backward.
+struct GradientBucket {
+  std::vector<size_t> params;  // indices into the parameters that require grad (registration order)
+  std::vector<int64_t> offsets;
+  int64_t padded_numel = 0;
+  Tensor shard;
 };
 
 class DistributedDataParallel {
@@ -129,12 +146,17 @@ class DistributedDataParallel {
   Module& module() const { return *module_; }
   const std::shared_ptr<Module>& module_ptr() const { return module_; }
   distributed::ProcessGroup& process_group() const { return *process_group_; }
+  const std::shared_ptr<distributed::ProcessGroup>& process_group_ptr() const {
+    return process_group_;
+  }
   const Options& options() const { return options_; }
 
   // Introspection: the parameter names of each bucket, in the order buckets are reduced, and
   // whether the buckets have been rebuilt from the observed gradient order yet.
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
   bool buckets_rebuilt() const;
+  // With reduce_scatter_gradients: the buckets (empty otherwise).
+  std::vector<GradientBucket> gradient_buckets() const;
   // Synced iterations begun so far (forwards outside no_sync()).
   int64_t num_iterations() const;
 

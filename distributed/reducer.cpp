@@ -53,6 +53,7 @@ Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> params,
   MT_CHECK(!params_.empty(),
            "DistributedDataParallel: the module has no parameter that requires grad");
   on_cuda_ = params_.front().second.is_cuda();
+  scatter_ = o.reduce_scatter_gradients;
   ready_.assign(params_.size(), 0);
   got_grad_.assign(params_.size(), 0);
   used_.assign(params_.size(), 0);
@@ -62,7 +63,8 @@ Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> params,
   // a parameter unused could otherwise issue a bucket's allreduce early.
   std::vector<size_t> order(params_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
-  build_buckets(order, options_.static_graph || !options_.find_unused_parameters);
+  // Sharded gradients keep their first buckets: they decide which rank owns which elements.
+  build_buckets(order, !scatter_ && (options_.static_graph || !options_.find_unused_parameters));
 }
 
 Reducer::~Reducer() {
@@ -80,11 +82,9 @@ void Reducer::install_hooks() {
   }
 }
 
-// As PyTorch's compute_bucket_assignment_by_size: parameters in `order`, one open bucket per
-// (dtype, device), closed once it holds at least its limit (the first bucket's limit, then
-// bucket_cap_mb's; none if `unlimited`); buckets are reduced in the order of their first
-// parameter.
-void Reducer::build_buckets(const std::vector<size_t>& order, bool unlimited) {
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<Tensor>& params,
+                                                const std::vector<size_t>& order, double first_mb,
+                                                double cap_mb, bool unlimited) {
   struct Open {
     std::vector<size_t> params;
     int64_t bytes = 0;
@@ -93,15 +93,14 @@ void Reducer::build_buckets(const std::vector<size_t>& order, bool unlimited) {
   std::map<std::pair<int, std::string>, Open> open;
   std::vector<std::vector<size_t>> done;
   for (size_t i : order) {
-    const Tensor& t = params_[i].second;
+    const Tensor& t = params[i];
     std::ostringstream dev;
     dev << t.device();
     Open& b = open[{static_cast<int>(t.dtype()), dev.str()}];
     b.params.push_back(i);
     b.bytes += t.nbytes();
-    const double limit = unlimited
-                             ? std::numeric_limits<double>::infinity()
-                             : (b.first ? options_.first_bucket_mb : options_.bucket_cap_mb) * kMiB;
+    const double limit =
+        unlimited ? std::numeric_limits<double>::infinity() : (b.first ? first_mb : cap_mb) * kMiB;
     if (static_cast<double>(b.bytes) >= limit) {
       done.push_back(std::move(b.params));
       b = Open{};
@@ -110,12 +109,19 @@ void Reducer::build_buckets(const std::vector<size_t>& order, bool unlimited) {
   }
   for (auto& [key, b] : open)
     if (!b.params.empty()) done.push_back(std::move(b.params));
-  std::vector<size_t> position(params_.size());
+  std::vector<size_t> position(params.size());
   for (size_t k = 0; k < order.size(); ++k) position[order[k]] = k;
   std::stable_sort(done.begin(), done.end(), [&](const auto& a, const auto& b) {
     return position[a.front()] < position[b.front()];
   });
+  return done;
+}
 
+void Reducer::build_buckets(const std::vector<size_t>& order, bool unlimited) {
+  std::vector<Tensor> tensors;
+  for (const auto& p : params_) tensors.push_back(p.second);
+  std::vector<std::vector<size_t>> done =
+      assign_buckets(tensors, order, options_.first_bucket_mb, options_.bucket_cap_mb, unlimited);
   buckets_.clear();
   bucket_of_.assign(params_.size(), 0);
   for (auto& ps : done) {
@@ -127,7 +133,14 @@ void Reducer::build_buckets(const std::vector<size_t>& order, bool unlimited) {
       bucket_of_[i] = buckets_.size();
     }
     const Tensor& first = params_[ps.front()].second;
-    b.flat = empty({n}, TensorOptions(first.dtype()).device(first.device()));
+    const TensorOptions o = TensorOptions(first.dtype()).device(first.device());
+    if (scatter_) {
+      const int64_t w = pg_->size();
+      b.padded = (n + w - 1) / w * w;
+      b.shard = zeros({b.padded / w}, o);
+    } else {
+      b.flat = empty({n}, o);
+    }
     b.params = std::move(ps);
     buckets_.push_back(std::move(b));
   }
@@ -215,7 +228,7 @@ void Reducer::prepare_forward(bool sync) {
   // Once, after the first iteration, from the order its gradients became ready. Rank 0's order
   // is used everywhere, so that every rank reduces the same buckets in the same order.
   // find_unused_parameters without static_graph keeps the initial buckets, as PyTorch does.
-  const bool may_rebuild = options_.static_graph || !options_.find_unused_parameters;
+  const bool may_rebuild = !scatter_ && (options_.static_graph || !options_.find_unused_parameters);
   if (may_rebuild && have_order_ && !rebuilt_) {
     Tensor order = empty({static_cast<int64_t>(params_.size())}, kFloat64);
     double* o = static_cast<double*>(order.data_ptr());
@@ -290,20 +303,30 @@ void Reducer::launch_ready_buckets() {
 
 void Reducer::launch(Bucket& b) {
   autograd::NoGradGuard no_grad;
+  if (scatter_) {
+    b.flat = zeros({b.padded}, TensorOptions(b.shard.dtype()).device(b.shard.device()));
+  }
   for (size_t k = 0; k < b.params.size(); ++k) {
     const Tensor& p = params_[b.params[k]].second;
     Tensor view = b.flat.narrow(0, b.offset[k], p.numel());
     const Tensor g = p.grad();
     if (g.defined()) {
       view.copy_(g.reshape({p.numel()}));
-    } else {
+      // The bucket holds it now; this rank keeps only its slice of the reduced sum.
+      if (scatter_) p.set_grad(Tensor());
+    } else if (!scatter_) {
       view.zero_();
     }
   }
   // PyTorch's default reduction: divide by the world size, then sum over ranks. Dividing by one
   // changes no bit, so a single rank skips the pass.
   if (pg_->size() > 1) b.flat.div_(static_cast<double>(pg_->size()));
-  b.work = pg_->allreduce(b.flat, distributed::ReduceOp::Sum);
+  if (scatter_) {
+    b.work = pg_->reduce_scatter(b.shard, b.flat, distributed::ReduceOp::Sum);
+    b.flat = Tensor();  // the Work keeps it until the collective is done
+  } else {
+    b.work = pg_->allreduce(b.flat, distributed::ReduceOp::Sum);
+  }
   b.launched = true;
   b.captured = on_cuda_ && cuda::is_current_stream_capturing();
 }
@@ -370,6 +393,14 @@ void Reducer::finalize() {
     unfinished_ = s.str();
     return;
   }
+  if (scatter_) {
+    // Each rank's slices are its result; nothing goes back into .grad. On the CPU the buckets'
+    // Works (and the full-size buckets they hold) are released now.
+    std::fill(used_.begin(), used_.end(), 0);
+    if (!on_cuda_)
+      for (Bucket& b : buckets_) b.work.reset();
+    return;
+  }
   // A parameter no rank used keeps no gradient (as in PyTorch); one that only other ranks used
   // gets the average. static_graph keeps the first iteration's rank-combined flags, so that
   // every rank copies back the same parameters without a collective per iteration.
@@ -396,6 +427,13 @@ void Reducer::finalize() {
       }
     }
   }
+}
+
+std::vector<GradientBucket> Reducer::gradient_buckets() const {
+  std::vector<GradientBucket> out;
+  if (!scatter_) return out;
+  for (const Bucket& b : buckets_) out.push_back({b.params, b.offset, b.padded, b.shard});
+  return out;
 }
 
 std::vector<std::vector<std::string>> Reducer::bucket_parameter_names() const {

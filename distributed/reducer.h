@@ -21,6 +21,14 @@ namespace mantissa::nn::detail {
 void check_parameter_devices(const std::string& backend,
                              const std::vector<std::pair<std::string, Device>>& params);
 
+// Groups parameters into buckets as PyTorch's compute_bucket_assignment_by_size: `order` gives
+// the parameters (indices into `params`) in the order they fill buckets; one open bucket per
+// (dtype, device), closed once it holds at least its limit (first_mb for the first of each,
+// cap_mb after; none if `unlimited`). Buckets come back in the order of their first parameter.
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<Tensor>& params,
+                                                const std::vector<size_t>& order, double first_mb,
+                                                double cap_mb, bool unlimited);
+
 class Reducer : public std::enable_shared_from_this<Reducer> {
  public:
   Reducer(std::vector<std::pair<std::string, Tensor>> params,
@@ -38,13 +46,16 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
   bool rebuilt() const { return rebuilt_; }
+  std::vector<GradientBucket> gradient_buckets() const;
   int64_t iterations() const { return iterations_; }
 
  private:
   struct Bucket {
     std::vector<size_t> params;   // indices into params_
     std::vector<int64_t> offset;  // of each in flat
-    Tensor flat;
+    Tensor flat;                  // reduce_scatter_gradients: made at launch, dropped once reduced
+    Tensor shard;  // reduce_scatter_gradients: this rank's slice of the reduced bucket
+    int64_t padded = 0;
     size_t pending = 0;  // gradients not ready yet this iteration
     bool launched = false;
     bool captured = false;  // its allreduce was queued into a CUDA graph being captured
@@ -67,6 +78,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::shared_ptr<distributed::ProcessGroup> pg_;
   DistributedDataParallelOptions options_;
   bool on_cuda_ = false;
+  bool scatter_ = false;  // options_.reduce_scatter_gradients
 
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;

@@ -12,6 +12,7 @@
 #include "cuda/memory.h"
 #include "cuda/stream.h"
 #include "distributed/ddp.h"
+#include "distributed/zero.h"
 #include "distributed/init.h"
 #include "distributed/process_group.h"
 #include "engine/device.h"

@@ -569,11 +569,24 @@ RunObjects build_run(const Config& c, std::string config_text, const RunPlacemen
   } else {
     r.optimizer = make_optimizer(c.optimizer, r.model->parameters());
   }
-  r.optimizer->set_master_weights(c.master_weights);  // as the Trainer will; for planned memory
-  if (!c.optimizer.state_dtype.empty())
-    r.optimizer->set_state_dtype(parse_dtype(c.optimizer.state_dtype));
-  // The run's seed: the same config draws the same rounding bits, also when resumed.
-  if (c.optimizer.stochastic_rounding) r.optimizer->set_stochastic_rounding(true, c.seed);
+  // As the Trainer will (for planned memory); the state dtype and stochastic rounding with the
+  // run's seed: the same config draws the same rounding bits, also when resumed.
+  auto configure = [c](optim::Optimizer& opt) {
+    opt.set_master_weights(c.master_weights);
+    if (!c.optimizer.state_dtype.empty()) opt.set_state_dtype(parse_dtype(c.optimizer.state_dtype));
+    if (c.optimizer.stochastic_rounding) opt.set_stochastic_rounding(true, c.seed);
+  };
+  configure(*r.optimizer);
+  if (c.distributed.zero_stage > 0 && r.optimizer->has_scalar_state()) {
+    c.fail("distributed.zero_stage", "optimizer.type " + c.optimizer.type +
+                                         " keeps a per-parameter scalar that ZeRO cannot shard; "
+                                         "use another optimizer or zero_stage 0");
+  }
+  r.make_optimizer = [c, configure](std::vector<optim::ParamGroup> groups) {
+    std::shared_ptr<optim::Optimizer> opt = make_optimizer(c.optimizer, std::move(groups));
+    configure(*opt);
+    return opt;
+  };
 
   int64_t total_steps = c.steps;
   const int64_t accum = std::max<int64_t>(1, c.grad_accum_steps);
@@ -586,6 +599,9 @@ RunObjects build_run(const Config& c, std::string config_text, const RunPlacemen
     total_steps = total_steps / accum + (total_steps % accum != 0 ? 1 : 0);  // as the Trainer's
   }
   r.scheduler = make_scheduler(c, *r.optimizer, total_steps);
+  r.make_scheduler = [c, total_steps](optim::Optimizer& opt) {
+    return make_scheduler(c, opt, total_steps);
+  };
 
   TrainerOptions& t = r.trainer_options;
   t.max_steps = c.steps;

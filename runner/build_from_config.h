@@ -8,6 +8,7 @@
 // ConfigError naming the key, the value and its line, like the parser's.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,7 +40,12 @@ struct RunObjects {
   LossFn loss;
   std::shared_ptr<optim::Optimizer> optimizer;
   std::shared_ptr<optim::LRScheduler> scheduler;  // null for schedule.type none
-  TrainerOptions trainer_options;                 // run_dir left empty
+  // The configured optimizer (master weights, state dtype and stochastic rounding set) over
+  // other parameter groups, and the configured schedule driving another optimizer (null for
+  // schedule.type none): what distributed.zero_stage shards.
+  std::function<std::shared_ptr<optim::Optimizer>(std::vector<optim::ParamGroup>)> make_optimizer;
+  std::function<std::shared_ptr<optim::LRScheduler>(optim::Optimizer&)> make_scheduler;
+  TrainerOptions trainer_options;  // run_dir left empty
 };
 
 // Where a rank of a data-parallel run stands (runner/distributed_run.h): its loader takes its

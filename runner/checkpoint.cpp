@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "amp/grad_scaler.h"
+#include "distributed/zero.h"
 #include "engine/generator.h"
 #include "nn/module.h"
 #include "nn/optim/lr_scheduler.h"
@@ -300,7 +301,8 @@ void save_checkpoint(const std::string& path, const CheckpointParts& parts) {
   meta["model"] = std::move(model);
 
   if (parts.optimizer) {
-    const optim::OptimizerState st = parts.optimizer->state_dict();
+    const optim::OptimizerState st =
+        parts.zero ? parts.zero->consolidated_state_dict() : parts.optimizer->state_dict();
     meta["optimizer"] = optimizer_json(*parts.optimizer, st);
     for (const auto& [id, s] : st.state)
       for (const auto& [name, t] : s.buffers) tensors.emplace_back(optim_tensor_name(id, name), t);
@@ -418,7 +420,8 @@ void load_checkpoint(const std::string& path, CheckpointParts& parts) {
     if (parts.optimizer) {
       const JsonView j = meta.at("optimizer");
       MT_CHECK(!j.is_null(), what, " has no optimizer state, but an optimizer was given");
-      opt_state = optimizer_state(what, j, file, *parts.optimizer);
+      opt_state =
+          optimizer_state(what, j, file, parts.zero ? parts.zero->reference() : *parts.optimizer);
       master_weights = j.at("master_weights").as_bool();
       // Absent from checkpoints of runs without them.
       if (const auto d = j.find("state_dtype")) state_dtype = parse_dtype(d->as_string());
@@ -465,7 +468,11 @@ void load_checkpoint(const std::string& path, CheckpointParts& parts) {
     parts.optimizer->set_master_weights(master_weights);
     parts.optimizer->set_state_dtype(state_dtype);
     parts.optimizer->set_stochastic_rounding(stochastic_rounding, sr_seed);
-    parts.optimizer->load_state_dict(*opt_state);
+    if (parts.zero) {
+      parts.zero->load_consolidated_state_dict(*opt_state);
+    } else {
+      parts.optimizer->load_state_dict(*opt_state);
+    }
   }
   if (scaler) parts.scaler->load_state_dict(*scaler);
   if (sched) parts.scheduler->load_state_dict(*sched);

@@ -32,6 +32,9 @@ class LRScheduler;
 namespace mantissa::amp {
 class GradScaler;
 }
+namespace mantissa::distributed {
+class ZeroRedundancyOptimizer;
+}
 
 namespace mantissa::runner {
 
@@ -45,6 +48,11 @@ inline constexpr int64_t kCheckpointFormatVersion = 1;
 struct CheckpointParts {
   nn::Module* model = nullptr;  // required
   optim::Optimizer* optimizer = nullptr;
+  // A ZeRO-sharded optimizer (optimizer == &zero->optimizer()): saved as its consolidated state
+  // (a collective: every rank saves at the same point, and a rank that does not write calls
+  // zero->consolidated_state_dict() instead), in the layout of an unsharded optimizer over the
+  // whole model, so the file is an unsharded run's; loaded by taking this rank's slices.
+  distributed::ZeroRedundancyOptimizer* zero = nullptr;
   amp::GradScaler* scaler = nullptr;
   optim::LRScheduler* scheduler = nullptr;
   // Saved, and filled in by load_checkpoint (nullopt: none, as for weights saved outside a

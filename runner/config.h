@@ -386,6 +386,7 @@ struct DistributedConfig {
   bool find_unused_parameters = false;
   bool static_graph = false;
   bool broadcast_buffers = true;
+  int64_t zero_stage = 0;  // 0: plain DDP; 1: sharded optimizer state; 2: and gradients
 };
 
 struct Config {

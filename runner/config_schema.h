@@ -611,6 +611,12 @@ void describe(V& v, DistributedConfig& d) {
   v.field(key("broadcast_buffers", d.broadcast_buffers)
               .doc("rank 0's buffers (batch norm statistics) are copied to every rank before "
                    "each forward"));
+  v.field(key("zero_stage", d.zero_stage)
+              .between(0, 2)
+              .doc("ZeRO: `1` shards the optimizer state (and master weights) over the ranks, `2` "
+                   "also the gradients (reduce-scattered instead of allreduced); `0`: every rank "
+                   "keeps all of it. Checkpoints hold the whole state, so a run resumes on any "
+                   "number of ranks"));
 }
 
 std::string check_device(const std::string& device);  // config.cpp

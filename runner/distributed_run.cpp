@@ -50,6 +50,7 @@ nn::DistributedDataParallelOptions ddp_options(const DistributedConfig& config) 
   o.find_unused_parameters = config.find_unused_parameters;
   o.static_graph = config.static_graph;
   o.broadcast_buffers = config.broadcast_buffers;
+  o.reduce_scatter_gradients = config.zero_stage == 2;
   return o;
 }
 

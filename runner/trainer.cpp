@@ -14,6 +14,7 @@
 #include "autograd/functions.h"
 #include "autograd/node.h"
 #include "cuda/memory.h"
+#include "distributed/zero.h"
 #include "engine/error.h"
 #include "engine/factory.h"
 #include "engine/generator.h"
@@ -133,6 +134,26 @@ void Trainer::set_val_loader(std::shared_ptr<DataLoader> loader) {
   val_loader_ = std::move(loader);
 }
 
+void Trainer::set_zero(std::shared_ptr<distributed::ZeroRedundancyOptimizer> zero,
+                       bool checkpoints) {
+  MT_CHECK(step_ == 0 && !resumed_, "Trainer.set_zero: must be called before training starts");
+  MT_CHECK(zero == nullptr || &zero->optimizer() == optimizer_.get(),
+           "Trainer.set_zero: the trainer's optimizer must be the ZeroRedundancyOptimizer's "
+           "optimizer()");
+  zero_ = std::move(zero);
+  zero_checkpoints_ = checkpoints;
+}
+
+bool Trainer::takes_checkpoints() const {
+  return zero_ ? zero_checkpoints_ : !options_.run_dir.empty();
+}
+
+TrainingMemory Trainer::memory_now() const {
+  TrainingMemory m = training_memory(*model_, *optimizer_);
+  if (zero_) m.gradient_bytes = zero_->gradient_bytes();
+  return m;
+}
+
 void Trainer::add_callback(std::shared_ptr<Callback> callback) {
   MT_CHECK(callback != nullptr, "Trainer.add_callback: null callback");
   callbacks_.push_back(std::move(callback));
@@ -172,7 +193,11 @@ TrainerState Trainer::trainer_state() const {
 // Returns whether the optimizer stepped, read lazily: converting it to bool is a device sync,
 // done only on logged steps.
 amp::StepResult Trainer::train_one_step(const Batch& first) {
-  optimizer_->zero_grad();
+  if (zero_) {
+    zero_->zero_grad();
+  } else {
+    optimizer_->zero_grad();
+  }
   const int64_t micro = options_.grad_accum_steps;
   Tensor step_loss;  // float64 0-d: the mean of the micro-batches' losses
   for (int64_t m = 0; m < micro; ++m) {
@@ -200,15 +225,18 @@ amp::StepResult Trainer::train_one_step(const Batch& first) {
     impl_->samples_since_log += batch.size();
     if (batch.input.dtype() == DType::Int64) impl_->tokens_since_log += batch.input.numel();
   }
+  if (zero_) zero_->prepare_gradients();
   if (options_.clip_grad_norm > 0.0) {
     // Clip the true gradients: unscale first (PyTorch's recipe), then step()
     // does not unscale again. On an overflowing step the norm is inf/NaN and
     // the step is skipped anyway.
     scaler_.unscale_(*optimizer_);
-    impl_->last_grad_norm = nn::clip_grad_norm_(impl_->params, options_.clip_grad_norm);
+    impl_->last_grad_norm = zero_ ? zero_->clip_grad_norm_(options_.clip_grad_norm)
+                                  : nn::clip_grad_norm_(impl_->params, options_.clip_grad_norm);
   }
   amp::StepResult stepped = scaler_.step(*optimizer_);
   scaler_.update();
+  if (zero_) zero_->gather_parameters();
   {
     autograd::NoGradGuard no_grad;
     impl_->loss_sum = impl_->loss_count == 0 ? step_loss.clone() : impl_->loss_sum.add(step_loss);
@@ -236,7 +264,7 @@ void Trainer::emit_log(bool skipped, double lr) {
   if (m.tokens_per_s > 0 && options_.flops_per_token > 0 && impl_->peak_flops > 0)
     m.mfu = options_.flops_per_token * m.tokens_per_s / impl_->peak_flops;
   if (impl_->bytes_per_parameter == 0.0)
-    impl_->bytes_per_parameter = training_memory(*model_, *optimizer_).bytes_per_parameter();
+    impl_->bytes_per_parameter = memory_now().bytes_per_parameter();
   m.bytes_per_parameter = impl_->bytes_per_parameter;
   last_loss_ = m.loss;
   if (std::isfinite(m.loss) && !(m.loss >= best_loss_)) best_loss_ = m.loss;
@@ -319,6 +347,12 @@ void Trainer::run_eval() {
 }
 
 std::string Trainer::save_checkpoint(const std::string& path) {
+  if (zero_ && path.empty() && options_.run_dir.empty()) {
+    // A rank that does not write: it takes part in gathering the optimizer state.
+    (void)zero_->consolidated_state_dict();
+    impl_->last_checkpoint_step = step_;
+    return "";
+  }
   std::string target = path;
   if (target.empty()) {
     MT_CHECK(!options_.run_dir.empty(),
@@ -331,6 +365,7 @@ std::string Trainer::save_checkpoint(const std::string& path) {
   CheckpointParts parts;
   parts.model = model_.get();
   parts.optimizer = optimizer_.get();
+  parts.zero = zero_.get();
   parts.scaler = &scaler_;
   parts.scheduler = scheduler_.get();
   parts.trainer_state = trainer_state();
@@ -373,6 +408,7 @@ void Trainer::resume_from(const std::string& checkpoint_path) {
   CheckpointParts parts;
   parts.model = model_.get();
   parts.optimizer = optimizer_.get();
+  parts.zero = zero_.get();
   parts.scaler = &scaler_;
   parts.scheduler = scheduler_.get();
   load_checkpoint(checkpoint_path, parts);
@@ -420,6 +456,7 @@ TrainSummary Trainer::fit() {
   const int64_t total = total_steps();
   model_->train();
   impl_->params = model_->parameters();
+  if (zero_) scaler_.set_found_inf_hook(zero_->found_inf_hook());
   stop_requested_ = false;
   while (step_ < total && !stop_requested_) {
     std::optional<Batch> batch = train_loader_->next();
@@ -440,12 +477,12 @@ TrainSummary Trainer::fit() {
     for (auto& cb : impl_->builtins) cb->on_batch_end(*this);
     for (auto& cb : callbacks_) cb->on_batch_end(*this);
     if (val_loader_ && options_.eval_every > 0 && step_ % options_.eval_every == 0) run_eval();
-    if (!options_.run_dir.empty() && options_.checkpoint_every > 0 &&
+    if (takes_checkpoints() && options_.checkpoint_every > 0 &&
         step_ % options_.checkpoint_every == 0)
       save_checkpoint();
   }
   if (val_loader_ && impl_->last_eval_step != step_) run_eval();
-  if (!options_.run_dir.empty() && impl_->last_checkpoint_step != step_) save_checkpoint();
+  if (takes_checkpoints() && impl_->last_checkpoint_step != step_) save_checkpoint();
 
   TrainSummary summary;
   summary.final_loss = last_loss_;
@@ -463,7 +500,7 @@ TrainSummary Trainer::fit() {
   if (options_.device.is_cuda())
     summary.peak_memory_bytes.emplace_back(
         options_.device.str(), cuda::memory_stats(options_.device.index()).peak_allocated_bytes);
-  summary.memory = training_memory(*model_, *optimizer_);
+  summary.memory = memory_now();
   if (!options_.run_dir.empty()) write_summary(summary);
   for (auto& cb : impl_->builtins) cb->on_train_end(*this, summary);
   for (auto& cb : callbacks_) cb->on_train_end(*this, summary);

@@ -34,6 +34,10 @@
 #include "runner/data.h"
 #include "runner/trainer_state.h"
 
+namespace mantissa::distributed {
+class ZeroRedundancyOptimizer;
+}  // namespace mantissa::distributed
+
 namespace mantissa::runner {
 
 struct TrainerOptions {
@@ -195,6 +199,13 @@ class Trainer {
   // Replaces options().scaler (before fit()).
   void set_scaler(const amp::GradScalerOptions& options);
   void set_val_loader(std::shared_ptr<DataLoader> loader);
+  // ZeRO (distributed/zero.h): the trainer's optimizer must be zero->optimizer(). Each step then
+  // clears the model's gradients too, hands the reduced gradients to the shards, clips the whole
+  // gradient's norm, combines the GradScaler's inf checks over the ranks and gathers the
+  // parameters after the step. Checkpoints hold the consolidated optimizer state, gathered by
+  // every rank at the same steps: `checkpoints` tells every rank whether the run takes them (the
+  // writer has the run_dir; the others only take part). Before fit().
+  void set_zero(std::shared_ptr<distributed::ZeroRedundancyOptimizer> zero, bool checkpoints);
   void add_callback(std::shared_ptr<Callback> callback);
 
   // Restores model, optimizer, scaler, scheduler, RNG states, loader position and counters from a
@@ -247,6 +258,8 @@ class Trainer {
   void run_eval();
   void prune_checkpoints();
   void write_summary(const TrainSummary& summary);
+  bool takes_checkpoints() const;
+  TrainingMemory memory_now() const;
 
   std::shared_ptr<nn::Module> model_;
   ForwardFn forward_;
@@ -259,6 +272,8 @@ class Trainer {
   TrainerOptions options_;
   amp::GradScaler scaler_;
   std::unique_ptr<Impl> impl_;
+  std::shared_ptr<distributed::ZeroRedundancyOptimizer> zero_;
+  bool zero_checkpoints_ = false;
 
   int64_t step_ = 0;
   double best_loss_ = std::numeric_limits<double>::quiet_NaN();

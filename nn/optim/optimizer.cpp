@@ -376,6 +376,18 @@ const ParamState* Optimizer::state(size_t index) const {
   return &it->second;
 }
 
+std::vector<std::string> Optimizer::state_buffer_keys() const {
+  std::vector<std::string> keys = state_keys();
+  keys.push_back("master");
+  return keys;
+}
+
+bool Optimizer::has_scalar_state() const {
+  for (const std::string& key : state_keys())
+    if (scalar_state(key)) return true;
+  return false;
+}
+
 OptimizerState Optimizer::state_dict() const {
   OptimizerState out;
   refresh_steps();
@@ -422,8 +434,7 @@ void Optimizer::load_state_dict(const OptimizerState& loaded) {
     options[g] = std::move(check.options);
   }
 
-  std::vector<std::string> keys = state_keys();
-  keys.push_back("master");
+  const std::vector<std::string> keys = state_buffer_keys();
   std::map<int64_t, ParamState> state;
   autograd::NoGradGuard no_grad;
   for (const auto& [saved_id, saved] : loaded.state) {

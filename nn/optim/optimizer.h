@@ -188,6 +188,10 @@ class Optimizer {
   // The bytes of state `param` (of `group`) holds once it has been stepped, its float32 master
   // copy included: what the first step will allocate, for reports made before it.
   int64_t planned_state_bytes(const ParamGroup& group, const Tensor& param) const;
+  // Every state entry a parameter can have: the optimizer's buffers and "master".
+  std::vector<std::string> state_buffer_keys() const;
+  // Whether the optimizer keeps a per-parameter scalar in its state (NAdam's mu_product).
+  bool has_scalar_state() const;
   // The state of the parameter with id `index` (null if it has none yet). Its step is read
   // from the device count (a sync on CUDA).
   const ParamState* state(size_t index) const;
