@@ -9,16 +9,10 @@
 #include "distributed/reducer.h"
 #include "engine/error.h"
 #include "engine/factory.h"
+#include "nn/clip_grad.h"
 
 namespace mantissa::distributed {
 namespace {
-
-// The clip coefficient as nn::clip_grad_norm_ computes it, in the gradients' precision.
-template <typename M>
-double clip_coefficient(double total, double max_norm) {
-  const M coef = (M(1) / (static_cast<M>(total) + static_cast<M>(1e-6))) * static_cast<M>(max_norm);
-  return static_cast<double>(coef > M(1) ? M(1) : coef);
-}
 
 Tensor flat_view(const Tensor& t) { return t.detach().reshape({t.numel()}); }
 
@@ -170,8 +164,7 @@ double ZeroRedundancyOptimizer::clip_grad_norm_(double max_norm) {
   // Every rank's gradients have the same dtypes (the same model), so ranks without shards agree.
   pg_->allreduce(sum, ReduceOp::Sum)->wait();
   const double total = std::sqrt(sum.to(Device::cpu()).to_vector<double>()[0]);
-  const double coef = dtype == kFloat64 ? clip_coefficient<double>(total, max_norm)
-                                        : clip_coefficient<float>(total, max_norm);
+  const double coef = nn::clip_coefficient(total, max_norm, dtype);
   if (!(coef >= 1.0))
     for (Tensor g : grads) g.mul_(coef);
   return total;

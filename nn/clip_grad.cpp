@@ -22,12 +22,17 @@ std::vector<Tensor> defined_grads(const std::vector<Tensor>& parameters) {
 // clamp(max_norm * reciprocal(total + 1e-6), max=1). Doing the same in that precision on the
 // host keeps the scaled gradients identical.
 template <typename M>
-double clip_coefficient(double total, double max_norm) {
+double coefficient_in(double total, double max_norm) {
   const M coef = (M(1) / (static_cast<M>(total) + static_cast<M>(1e-6))) * static_cast<M>(max_norm);
   return static_cast<double>(coef > M(1) ? M(1) : coef);  // clamp keeps NaN
 }
 
 }  // namespace
+
+double clip_coefficient(double total, double max_norm, DType dtype) {
+  return dtype == kFloat64 ? coefficient_in<double>(total, max_norm)
+                           : coefficient_in<float>(total, max_norm);
+}
 
 double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, double norm_type,
                        bool error_if_nonfinite) {
@@ -48,8 +53,7 @@ double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
              "disable this error and scale the gradients by the non-finite norm anyway, set "
              "`error_if_nonfinite=False`");
   }
-  const double coef = dtype == kFloat64 ? clip_coefficient<double>(total, max_norm)
-                                        : clip_coefficient<float>(total, max_norm);
+  const double coef = clip_coefficient(total, max_norm, dtype);
   if (!(coef >= 1.0)) {  // also scales by a NaN coefficient, as PyTorch does
     for (Tensor g : grads) g.mul_(coef);
   }

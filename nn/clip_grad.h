@@ -17,6 +17,10 @@ namespace mantissa::nn {
 double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm,
                        double norm_type = 2.0, bool error_if_nonfinite = false);
 
+// The coefficient clip_grad_norm_ scales by, computed as PyTorch does in the total norm's dtype
+// (float64, else float32): min(max_norm / (total + 1e-6), 1), NaN kept.
+double clip_coefficient(double total, double max_norm, DType dtype);
+
 // Clamps every gradient element into [-clip_value, clip_value].
 void clip_grad_value_(const std::vector<Tensor>& parameters, double clip_value);
 

@@ -101,6 +101,30 @@ class DistributedRunTest : public CliTest {
         << read_file(dir_ / (run_dir + ".txt"));
     return pid;
   }
+  // Starts the config again as run "killed", SIGKILLs the launcher and its ranks at once (as an
+  // OOM killer or a node failure would) after its step-8 checkpoint, resumes it, and expects the
+  // weights of the uninterrupted run `straight`.
+  void expect_killed_run_resumes_to_the_same_weights(const std::string& straight) {
+    const pid_t launcher = start_slow_run("killed", "checkpoints/step-000000008.ckpt");
+    const auto ranks = ranks_of(launcher);
+    ASSERT_EQ(ranks.size(), 2u);
+    ::kill(-ranks.begin()->second, SIGKILL);
+    ::kill(launcher, SIGKILL);
+    bool signaled = false;
+    wait_exit(launcher, &signaled);
+    EXPECT_TRUE(signaled) << "the run finished before it was killed";
+    for (const auto& [rank, pid] : ranks)
+      EXPECT_TRUE(wait_until([pid] { return gone(pid); }, std::chrono::seconds(10))) << rank;
+
+    const Result resumed = run({"resume", "killed", "-q"});
+    ASSERT_EQ(resumed.code, 0) << resumed.output;
+    EXPECT_TRUE(contains(resumed.output, "resuming from")) << resumed.output;
+    EXPECT_TRUE(contains(resumed.output, "on 2 ranks")) << resumed.output;
+    EXPECT_TRUE(
+        contains(resumed.output, "parameters, buffers and loss scaler identical on all 2 ranks"))
+        << resumed.output;
+    EXPECT_EQ(weights("killed"), weights(straight));
+  }
   // The final weights of a run, as `mantissa export` writes them.
   std::string weights(const std::string& run_dir) {
     const std::string out = run_dir + ".safetensors";
@@ -179,26 +203,7 @@ TEST_F(DistributedRunTest, KilledWithAllItsRanksThenResumedEqualsAnUninterrupted
   const Result straight = run(train_args("straight"));
   ASSERT_EQ(straight.code, 0) << straight.output;
 
-  const pid_t launcher = start_slow_run("killed", "checkpoints/step-000000008.ckpt");
-  const auto ranks = ranks_of(launcher);
-  ASSERT_EQ(ranks.size(), 2u);
-  // As an OOM killer or a node failure would: SIGKILL to the ranks and the launcher at once.
-  ::kill(-ranks.begin()->second, SIGKILL);
-  ::kill(launcher, SIGKILL);
-  bool signaled = false;
-  wait_exit(launcher, &signaled);
-  EXPECT_TRUE(signaled) << "the run finished before it was killed";
-  for (const auto& [rank, pid] : ranks)
-    EXPECT_TRUE(wait_until([pid] { return gone(pid); }, std::chrono::seconds(10))) << rank;
-
-  const Result resumed = run({"resume", "killed", "-q"});
-  ASSERT_EQ(resumed.code, 0) << resumed.output;
-  EXPECT_TRUE(contains(resumed.output, "resuming from")) << resumed.output;
-  EXPECT_TRUE(contains(resumed.output, "on 2 ranks")) << resumed.output;
-  EXPECT_TRUE(
-      contains(resumed.output, "parameters, buffers and loss scaler identical on all 2 ranks"))
-      << resumed.output;
-  EXPECT_EQ(weights("killed"), weights("straight"));
+  expect_killed_run_resumes_to_the_same_weights("straight");
 }
 
 // ZeRO-2 with the loss scaler and clipping: rank 0 writes the gathered optimizer state while the
@@ -218,24 +223,7 @@ TEST_F(DistributedRunTest, ZeroStage2KilledWithAllItsRanksThenResumedEqualsAnUni
   // 8 and a little: rank 0 holds 131 of the 261 elements (the bucket is padded to 262).
   EXPECT_TRUE(contains(metrics, "\"bytes_per_parameter\": 8.01")) << metrics;
 
-  const pid_t launcher = start_slow_run("killed", "checkpoints/step-000000008.ckpt");
-  const auto ranks = ranks_of(launcher);
-  ASSERT_EQ(ranks.size(), 2u);
-  ::kill(-ranks.begin()->second, SIGKILL);
-  ::kill(launcher, SIGKILL);
-  bool signaled = false;
-  wait_exit(launcher, &signaled);
-  EXPECT_TRUE(signaled) << "the run finished before it was killed";
-  for (const auto& [rank, pid] : ranks)
-    EXPECT_TRUE(wait_until([pid] { return gone(pid); }, std::chrono::seconds(10))) << rank;
-
-  const Result resumed = run({"resume", "killed", "-q"});
-  ASSERT_EQ(resumed.code, 0) << resumed.output;
-  EXPECT_TRUE(contains(resumed.output, "resuming from")) << resumed.output;
-  EXPECT_TRUE(
-      contains(resumed.output, "parameters, buffers and loss scaler identical on all 2 ranks"))
-      << resumed.output;
-  EXPECT_EQ(weights("killed"), weights("straight"));
+  expect_killed_run_resumes_to_the_same_weights("straight");
 }
 
 TEST_F(DistributedRunTest, ARankThatDiesStopsTheOthersWithOneLineNamingIt) {
