@@ -1,5 +1,6 @@
 #include "engine/fast_path_stats.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -24,6 +25,7 @@ struct Table {
   std::mutex mutex;
   std::vector<Row> rows;
   std::vector<std::string> strict_paths;
+  std::vector<std::string> disabled_paths;
 };
 
 Table& table() {
@@ -150,6 +152,20 @@ void set_strict_fast_path(std::string_view path, bool strict) {
   auto& paths = t.strict_paths;
   std::erase(paths, std::string(path));
   if (strict) paths.emplace_back(path);
+}
+
+bool fast_path_enabled(std::string_view path) {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  return std::find(t.disabled_paths.begin(), t.disabled_paths.end(), path) ==
+         t.disabled_paths.end();
+}
+
+void set_fast_path_enabled(std::string_view path, bool enabled) {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  std::erase(t.disabled_paths, std::string(path));
+  if (!enabled) t.disabled_paths.emplace_back(path);
 }
 
 namespace detail {

@@ -4,7 +4,8 @@
 //
 // A row is (path, outcome, what, dtype):
 //   path     the fast path: "cuda.linear" (cuBLASLt epilogues, kernels/cuda/cublaslt_linear.cpp),
-//            "cuda.attention" (the fused attention forward), "cuda.conv" (cuDNN),
+//            "cuda.cudnn_attention" (cuDNN's flash attention, kernels/cuda/cudnn_attention.cpp),
+//            "cuda.attention" (the in-house fused attention forward), "cuda.conv" (cuDNN),
 //            "cpu.bf16_matmul" / "cpu.float32_gemm" (oneDNN, kernels/cpu/gemm/)
 //   outcome  ran it, or fell back to the composed path — by design (decided before the library
 //            was asked, never an error) or by refusal (the library was asked and declined)
@@ -74,6 +75,13 @@ void set_strict_fast_paths(bool strict);
 // the fused kernel, e.g. "cuda.attention"). Off at start.
 bool strict_fast_path(std::string_view path);
 void set_strict_fast_path(std::string_view path, bool strict);
+
+// Switches a fast path that has another behind it off (the next one then runs, counted as a
+// fallback "Disabled" by design): "cuda.cudnn_attention" off leaves scaled_dot_product_attention
+// to the in-house fused kernel, as torch.backends.cuda.enable_cudnn_sdp(False) does in PyTorch.
+// Every path starts enabled.
+bool fast_path_enabled(std::string_view path);
+void set_fast_path_enabled(std::string_view path, bool enabled);
 
 namespace detail {
 // Called by the kernels. `path`, `what` and `reason` must be string literals (or otherwise live

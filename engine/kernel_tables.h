@@ -221,6 +221,10 @@ struct AdamStepParams {
   bool stochastic_rounding = false;
   uint64_t sr_seed = 0;
   int64_t param_index = 0;  // the per-parameter kernel's; lists carry `index`
+  // The multi-tensor kernels read the learning rate here instead of `lr` when set: a float64 on
+  // the parameters' device, refilled by the optimizer, so that a step captured into a CUDA graph
+  // follows a schedule when replayed (Optimizer::set_lr_on_device).
+  const double* lr_device = nullptr;
 };
 // max_exp_avg_sq is undefined unless amsgrad. The state tensors have the param's dtype, or
 // bfloat16 (Adam's state_dtype), all three alike.

@@ -60,6 +60,22 @@ double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   return total;
 }
 
+Tensor clip_grad_norm_on_device_(const std::vector<Tensor>& parameters, double max_norm) {
+  autograd::NoGradGuard no_grad;
+  const std::vector<Tensor> grads = defined_grads(parameters);
+  if (grads.empty()) return Tensor();
+  DType dtype = grads[0].dtype();
+  for (const Tensor& g : grads) dtype = promote_types(dtype, g.dtype());
+  std::vector<Tensor> norms;
+  norms.reserve(grads.size());
+  for (const Tensor& g : grads) norms.push_back(norm(g, 2.0).to(grads[0].device(), dtype));
+  const Tensor total = norm(stack(norms), 2.0);
+  // clip_coefficient's operations, one by one in the norm's dtype; clamp keeps NaN.
+  const Tensor coef = clamp(reciprocal(total + 1e-6) * max_norm, std::nullopt, 1.0);
+  for (Tensor g : grads) g.mul_(coef.to(g.device()));
+  return total;
+}
+
 void clip_grad_value_(const std::vector<Tensor>& parameters, double clip_value) {
   autograd::NoGradGuard no_grad;
   for (Tensor g : defined_grads(parameters)) g.copy_(clamp(g, -clip_value, clip_value));

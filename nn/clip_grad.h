@@ -17,6 +17,13 @@ namespace mantissa::nn {
 double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm,
                        double norm_type = 2.0, bool error_if_nonfinite = false);
 
+// clip_grad_norm_ (norm_type 2) with nothing read back to the host, for CUDA graphs: the total
+// norm stays a 0-d tensor on the first gradient's device, the coefficient is computed there with
+// the same operations in the same dtype, and every gradient is multiplied by it (by exactly 1
+// when the norm is under max_norm), so the gradients come out as clip_grad_norm_'s. Returns the
+// norm (undefined when no parameter has a gradient).
+Tensor clip_grad_norm_on_device_(const std::vector<Tensor>& parameters, double max_norm);
+
 // The coefficient clip_grad_norm_ scales by, computed as PyTorch does in the total norm's dtype
 // (float64, else float32): min(max_norm / (total + 1e-6), 1), NaN kept.
 double clip_coefficient(double total, double max_norm, DType dtype);

@@ -23,6 +23,7 @@
 #include "nn/transformer.h"
 #include "runner/atomic_file.h"
 #include "runner/config_keys.h"
+#include "runner/config_paths.h"
 #include "runner/determinism.h"
 #include "runner/distributed_run.h"
 #include "runner/model_builder.h"
@@ -37,7 +38,12 @@ namespace {
 // before anything runs, rather than a read that waits or never ends.
 void require_file(const Config& c, const std::string& key, const std::string& path) {
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) c.fail(key, "file not found");
+  if (!std::filesystem::exists(path, ec)) {
+    std::string tried;
+    for (const std::string& place : places_tried(c, path))
+      tried += (tried.empty() ? "" : ", ") + place;
+    c.fail(key, "file not found (looked for " + tried + ")");
+  }
   if (const std::string problem = regular_file_problem(path); !problem.empty())
     c.fail(key, problem);
 }
@@ -619,6 +625,7 @@ RunObjects build_run(const Config& c, std::string config_text, const RunPlacemen
   t.scaler = so;
   t.master_weights = c.master_weights;
   t.clip_grad_norm = c.clip_grad_norm;
+  t.cuda_graphs = c.cuda_graphs;
   t.grad_accum_steps = accum;
   t.peak_flops = c.peak_tflops * 1e12;
   if (const auto* gpt = dynamic_cast<const nn::GPTImpl*>(r.model.get()))

@@ -17,6 +17,7 @@
 
 #include "engine/device.h"
 #include "runner/atomic_file.h"
+#include "runner/config_paths.h"
 #include "runner/config_schema.h"
 #include "runner/text.h"
 #include "runner/yaml_tree_guard.h"
@@ -821,7 +822,9 @@ Config parse_config_file(const std::string& path, const std::vector<std::string>
   } catch (const Error& e) {  // e.g. permissions; the message names the OS error
     throw ConfigError(what + e.what());
   }
-  return parse_config(text, path, overrides, std::filesystem::path(path).stem().string());
+  Config config = parse_config(text, path, overrides, std::filesystem::path(path).stem().string());
+  locate_files_beside_config(config);
+  return config;
 }
 
 }  // namespace mantissa::runner

@@ -404,6 +404,7 @@ struct Config {
   int64_t checkpoint_every = 0;
   int64_t keep_last = 3;
   double clip_grad_norm = 0.0;   // 0: off
+  bool cuda_graphs = false;      // TrainerOptions::cuda_graphs
   int64_t grad_accum_steps = 0;  // micro-batches per optimizer step; 0 and 1: one
   double peak_tflops = 0.0;      // the device's peak for MFU where the built-in table has none
   // A byte-level GPT run prints this many sampled bytes after training (0: none).

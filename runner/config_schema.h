@@ -685,6 +685,12 @@ void describe(V& v, Config& c) {
   v.field(key("clip_grad_norm", c.clip_grad_norm)
               .non_negative()
               .doc("clip the total 2-norm of the (unscaled) gradients; 0: off"));
+  v.field(key("cuda_graphs", c.cuda_graphs)
+              .optional_output()
+              .doc("capture the training step (forward, backward, clipping, loss scaler, fused "
+                   "optimizer) into a CUDA graph after warm-up steps and replay it; steps that "
+                   "cannot be captured run eagerly, and summary.json's `cuda_graphs` says how many "
+                   "and why"));
   v.field(key("grad_accum_steps", c.grad_accum_steps)
               .at_least(0)
               .optional_output()

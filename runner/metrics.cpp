@@ -69,6 +69,17 @@ Json summary_json(const TrainSummary& s) {
   state["optimizer_state_bytes"] = s.memory.optimizer_state_bytes;
   state["bytes_per_parameter"] = number_or_null(s.memory.bytes_per_parameter());
   j["training_memory"] = state;
+  if (s.graphed_steps) {
+    Json g = Json::object();
+    g["graphed_steps"] = *s.graphed_steps;
+    g["eager_steps"] = s.eager_steps;
+    if (s.graph_fallback.empty()) {
+      g["fallback"] = nullptr;
+    } else {
+      g["fallback"] = s.graph_fallback;
+    }
+    j["cuda_graphs"] = g;
+  }
   return j;
 }
 
@@ -206,6 +217,10 @@ void HumanLog::on_train_end(Trainer&, const TrainSummary& s) {
   os << (s.completed() ? "done: " : "") << s.steps << " steps (" << s.steps_skipped
      << " skipped), final loss " << number(s.final_loss) << ", best loss " << number(s.best_loss)
      << ", " << number(s.wall_time_s, 4) << " s";
+  if (s.graphed_steps) {
+    os << "; CUDA graph: " << *s.graphed_steps << " steps replayed, " << s.eager_steps << " eager";
+    if (!s.graph_fallback.empty()) os << " (" << s.graph_fallback << ")";
+  }
   line(os.str());
 }
 

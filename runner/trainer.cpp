@@ -14,9 +14,11 @@
 #include "autograd/functions.h"
 #include "autograd/node.h"
 #include "cuda/memory.h"
+#include "cuda/stream.h"
 #include "distributed/zero.h"
 #include "engine/error.h"
 #include "engine/factory.h"
+#include "engine/fast_path_stats.h"
 #include "engine/generator.h"
 #include "nn/clip_grad.h"
 #include "runner/atomic_file.h"
@@ -67,6 +69,14 @@ struct Trainer::Impl {
   int64_t last_eval_step = -1;
   std::optional<EvalMetrics> last_eval;
   double last_grad_norm = std::numeric_limits<double>::quiet_NaN();
+  Tensor last_grad_norm_device;  // clipping on a CUDA device: the norm, read when logged
+  // cuda_graphs: the captured step, the static tensors it reads (the batch) and writes (its loss
+  // and gradient norm, float64 0-d), the scaler's result of every replay, and the counts.
+  std::optional<cuda::GraphedStep> graphed;
+  Tensor graph_input, graph_target, graph_loss, graph_norm;
+  std::optional<amp::StepResult> graph_result;
+  std::string graph_fallback;
+  int64_t graphed_steps = 0, eager_steps = 0;
   std::vector<std::shared_ptr<Callback>> builtins;
   std::vector<Tensor> params;  // for clipping, collected once per fit()
   // The metrics' bytes_per_parameter, counted at the first record (the state exists after the
@@ -192,7 +202,118 @@ TrainerState Trainer::trainer_state() const {
 
 // Returns whether the optimizer stepped, read lazily: converting it to bool is a device sync,
 // done only on logged steps.
+void Trainer::clip_gradients() {
+  if (options_.clip_grad_norm <= 0.0) return;
+  // Clip the true gradients: unscale first (PyTorch's recipe), then step() does not unscale
+  // again. On an overflowing step the norm is inf/NaN and the step is skipped anyway.
+  scaler_.unscale_(*optimizer_);
+  if (zero_) {
+    impl_->last_grad_norm = zero_->clip_grad_norm_(options_.clip_grad_norm);
+  } else if (options_.device.is_cuda()) {
+    // No host read, eager or captured alike, so that both clip the same way.
+    impl_->last_grad_norm_device =
+        nn::clip_grad_norm_on_device_(impl_->params, options_.clip_grad_norm);
+  } else {
+    impl_->last_grad_norm = nn::clip_grad_norm_(impl_->params, options_.clip_grad_norm);
+  }
+}
+
+std::string Trainer::graph_refusal() {
+  if (!options_.device.is_cuda())
+    return "the device is " + options_.device.str() + ", not a CUDA device";
+  if (options_.grad_accum_steps > 1)
+    return "grad_accum_steps is " + std::to_string(options_.grad_accum_steps) +
+           " (each micro-batch comes from the loader)";
+  if (zero_) return "ZeRO waits on the host for its collectives";
+  if (!optimizer_->fused())
+    return std::string("the unfused ") + optimizer_->name() + " step reads on the host";
+  if (scheduler_) {
+    try {
+      optimizer_->set_lr_on_device(true);
+    } catch (const Error&) {
+      return std::string("a schedule changes the learning rate, and ") + optimizer_->name() +
+             " reads it on the host (Adam and AdamW read it on the device)";
+    }
+  }
+  return "";
+}
+
+bool Trainer::graphable(const Batch& batch) {
+  if (!options_.cuda_graphs || !impl_->graph_fallback.empty()) return false;
+  if (!impl_->graph_input.defined()) {
+    autograd::NoGradGuard no_grad;
+    impl_->graph_input = batch.input.clone();
+    impl_->graph_target = batch.target.clone();
+    const auto f64 = TensorOptions(options_.device).dtype(DType::Float64);
+    impl_->graph_loss = zeros({}, f64);
+    impl_->graph_norm = zeros({}, f64);
+    return true;
+  }
+  const auto same = [](const Tensor& a, const Tensor& b) {
+    return a.shape() == b.shape() && a.dtype() == b.dtype();
+  };
+  if (same(batch.input, impl_->graph_input) && same(batch.target, impl_->graph_target)) return true;
+  if (detail::count_fallback("cuda.graphed_step", "shape", false))
+    MT_THROW("Trainer: cuda_graphs: a batch of input shape ", batch.input.shape(),
+             " differs from the captured step's ", impl_->graph_input.shape());
+  return false;
+}
+
+// The step as train_one_step runs it (one micro-batch), reading the static batch and writing the
+// static loss and norm; the first calls run it eagerly on the graph's stream, then it is captured
+// and replayed (cuda::GraphedStep).
+amp::StepResult Trainer::graphed_step(const Batch& batch) {
+  if (!impl_->graphed) {
+    impl_->graphed.emplace([this] {
+      optimizer_->zero_grad();
+      Tensor loss;
+      {
+        amp::autocast guard(options_.device, options_.precision,
+                            /*enabled=*/options_.precision != amp::Precision::Float32);
+        loss = loss_(forward_(impl_->graph_input), impl_->graph_target);
+      }
+      MT_CHECK(loss.numel() == 1, "Trainer: the loss function must return one value, got shape ",
+               loss.shape());
+      scaler_.scale(loss).backward();
+      clip_gradients();
+      impl_->graph_result = scaler_.step(*optimizer_);
+      scaler_.update();
+      autograd::NoGradGuard no_grad;
+      impl_->graph_loss.copy_(loss.detach().reshape({}).to(DType::Float64));
+      if (impl_->last_grad_norm_device.defined())
+        impl_->graph_norm.copy_(impl_->last_grad_norm_device.reshape({}).to(DType::Float64));
+    });
+  }
+  for (auto& cb : callbacks_) cb->on_micro_batch(*this, 0, true);
+  {
+    autograd::NoGradGuard no_grad;
+    impl_->graph_input.copy_(batch.input);
+    impl_->graph_target.copy_(batch.target);
+  }
+  optimizer_->sync_lr_to_device();  // the replay reads this step's rate
+  (*impl_->graphed)();
+  detail::count_fast_path("cuda.graphed_step", impl_->graphed->captured() ? "replay" : "warmup");
+  if (impl_->graphed->captured()) {
+    ++impl_->graphed_steps;
+  } else {
+    ++impl_->eager_steps;
+  }
+  impl_->samples_since_log += batch.size();
+  if (batch.input.dtype() == DType::Int64) impl_->tokens_since_log += batch.input.numel();
+  {
+    autograd::NoGradGuard no_grad;
+    const Tensor step_loss = impl_->graph_loss.clone();
+    impl_->loss_sum = impl_->loss_count == 0 ? step_loss : impl_->loss_sum.add(step_loss);
+    impl_->step_loss = step_loss;
+    if (options_.clip_grad_norm > 0.0) impl_->last_grad_norm_device = impl_->graph_norm.clone();
+  }
+  ++impl_->loss_count;
+  return *impl_->graph_result;  // a copy: its found_inf is rewritten by each replay
+}
+
 amp::StepResult Trainer::train_one_step(const Batch& first) {
+  if (graphable(first)) return graphed_step(first);
+  if (options_.cuda_graphs) ++impl_->eager_steps;
   if (zero_) {
     zero_->zero_grad();
   } else {
@@ -226,14 +347,7 @@ amp::StepResult Trainer::train_one_step(const Batch& first) {
     if (batch.input.dtype() == DType::Int64) impl_->tokens_since_log += batch.input.numel();
   }
   if (zero_) zero_->prepare_gradients();
-  if (options_.clip_grad_norm > 0.0) {
-    // Clip the true gradients: unscale first (PyTorch's recipe), then step()
-    // does not unscale again. On an overflowing step the norm is inf/NaN and
-    // the step is skipped anyway.
-    scaler_.unscale_(*optimizer_);
-    impl_->last_grad_norm = zero_ ? zero_->clip_grad_norm_(options_.clip_grad_norm)
-                                  : nn::clip_grad_norm_(impl_->params, options_.clip_grad_norm);
-  }
+  clip_gradients();
   amp::StepResult stepped = scaler_.step(*optimizer_);
   scaler_.update();
   if (zero_) zero_->gather_parameters();
@@ -257,7 +371,9 @@ void Trainer::emit_log(bool skipped, double lr) {
   m.loss_scale = scaler_.get_scale();
   m.skipped = skipped;
   m.skipped_total = steps_skipped();
-  m.grad_norm = impl_->last_grad_norm;
+  m.grad_norm = impl_->last_grad_norm_device.defined()
+                    ? impl_->last_grad_norm_device.to(DType::Float64).item<double>()
+                    : impl_->last_grad_norm;
   m.samples_per_s = elapsed > 0 ? static_cast<double>(impl_->samples_since_log) / elapsed : 0.0;
   m.step_time_ms = 1000.0 * elapsed / static_cast<double>(impl_->loss_count);
   m.tokens_per_s = elapsed > 0 ? static_cast<double>(impl_->tokens_since_log) / elapsed : 0.0;
@@ -457,6 +573,12 @@ TrainSummary Trainer::fit() {
   model_->train();
   impl_->params = model_->parameters();
   if (zero_) scaler_.set_found_inf_hook(zero_->found_inf_hook());
+  if (options_.cuda_graphs && !impl_->graphed) {
+    impl_->graph_fallback = graph_refusal();
+    if (!impl_->graph_fallback.empty() &&
+        detail::count_fallback("cuda.graphed_step", "refused", false))
+      MT_THROW("Trainer: cuda_graphs: ", impl_->graph_fallback);
+  }
   stop_requested_ = false;
   while (step_ < total && !stop_requested_) {
     std::optional<Batch> batch = train_loader_->next();
@@ -501,6 +623,11 @@ TrainSummary Trainer::fit() {
     summary.peak_memory_bytes.emplace_back(
         options_.device.str(), cuda::memory_stats(options_.device.index()).peak_allocated_bytes);
   summary.memory = memory_now();
+  if (options_.cuda_graphs) {
+    summary.graphed_steps = impl_->graphed_steps;
+    summary.eager_steps = impl_->eager_steps;
+    summary.graph_fallback = impl_->graph_fallback;
+  }
   if (!options_.run_dir.empty()) write_summary(summary);
   for (auto& cb : impl_->builtins) cb->on_train_end(*this, summary);
   for (auto& cb : callbacks_) cb->on_train_end(*this, summary);

@@ -73,6 +73,14 @@ struct TrainerOptions {
   // adds batch losses as they are instead of weighting means by the batch size, so its per-example
   // loss does not depend on the batch size either way.
   bool loss_sums_over_batch = false;
+  // Capture the training step into a CUDA graph after warm-up steps and replay it
+  // (cuda::GraphedStep): forward, backward, clipping, the GradScaler and the fused optimizer step
+  // with no host synchronisation, the learning rate read on the device. A run whose steps cannot
+  // be captured (not a CUDA device, gradient accumulation, ZeRO, an unfused optimizer, a schedule
+  // with an optimizer that reads its rate on the host) runs them eagerly and says why in the
+  // summary (cuda_graphs.fallback); so does a step whose batch has another shape (an epoch's
+  // short last batch). The fast-path counters count both ("cuda.graphed_step").
+  bool cuda_graphs = false;
   bool progress = true;        // progress bar (TTY) or periodic plain lines on stderr
   bool log_to_stdout = false;  // also echo the human log lines to stdout
   // Stored in checkpoints (the CLI passes the resolved config) and checked on resume.
@@ -136,6 +144,11 @@ struct TrainSummary {
   double wall_time_s = 0.0;
   std::vector<std::pair<std::string, int64_t>> peak_memory_bytes;  // per device
   TrainingMemory memory{};
+  // With TrainerOptions::cuda_graphs: steps replayed from (or captured into) the graph, steps run
+  // eagerly (warm-up included), and why the run could not use a graph ("" when it could).
+  std::optional<int64_t> graphed_steps{};
+  int64_t eager_steps = 0;
+  std::string graph_fallback{};
   bool completed() const { return steps >= total_steps; }
 };
 
@@ -254,6 +267,12 @@ class Trainer {
   }
   struct Impl;
   amp::StepResult train_one_step(const Batch& batch);
+  // cuda_graphs: why this run's steps cannot be captured ("" if they can), and the step through
+  // the graph, for a batch shaped like the first.
+  std::string graph_refusal();
+  bool graphable(const Batch& batch);
+  amp::StepResult graphed_step(const Batch& batch);
+  void clip_gradients();
   void emit_log(bool skipped, double lr);
   void run_eval();
   void prune_checkpoints();

@@ -391,3 +391,34 @@ TEST_F(CliRunTest, GptTinyLearnsBeyondByteFrequenciesAndGeneratesDeterministical
   other_seed.back() = "4";
   EXPECT_NE(run(other_seed).output, a.output);
 }
+
+// A relative data path that names no file from the working directory is looked for beside the
+// config file, and resolved.yaml records where it was found (so `resume` reads the same file); a
+// path found in neither place is one error naming both.
+TEST_F(CliRunTest, ARelativeDataPathIsAlsoLookedForBesideTheConfigFile) {
+  std::string csv = "a,b,t\n";
+  for (int i = 0; i < 24; ++i)
+    csv += std::to_string(i % 7) + "," + std::to_string(i % 5) + "," + std::to_string(i % 3) + "\n";
+  fs::create_directories(dir_ / "cfgs");
+  write_file(dir_ / "cfgs" / "data.csv", csv);
+  const std::string model =
+      "model:\n  layers:\n    - {type: linear, in: 2, out: 1}\nsteps: 3\ndevice: cpu\n";
+  write_file(dir_ / "cfgs" / "cfg.yaml",
+             model + "data: {type: csv, path: data.csv, batch_size: 8}\n");
+  const Result found = run({"train", "cfgs/cfg.yaml", "--run-dir", "r", "-q"});
+  ASSERT_EQ(found.code, 0) << found.output;
+  EXPECT_NE(read_file(dir_ / "r" / "resolved.yaml").find("path: \"cfgs/data.csv\""), std::string::npos)
+      << read_file(dir_ / "r" / "resolved.yaml");
+  const Result resumed = run({"resume", "r", "-q"});
+  EXPECT_EQ(resumed.code, 0) << resumed.output;
+
+  write_file(dir_ / "cfgs" / "gone.yaml", model + "data: {type: csv, path: gone.csv}\n");
+  const Result missing = run({"train", "cfgs/gone.yaml", "--run-dir", "g", "-q"});
+  EXPECT_EQ(missing.code, 2) << missing.output;
+  const std::string here = fs::weakly_canonical(dir_).string();
+  EXPECT_NE(missing.output.find("data.path = gone.csv (line 6): file not found (looked for " +
+                                here + "/gone.csv, " + here + "/cfgs/gone.csv)"),
+            std::string::npos)
+      << missing.output;
+  EXPECT_FALSE(fs::exists(dir_ / "g"));
+}

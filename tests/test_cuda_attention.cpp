@@ -1,7 +1,8 @@
 // scaled_dot_product_attention and embedding on CUDA against the CPU, forward and backward, in
 // float32, float16 and bfloat16, with and without the causal mask, odd sequence lengths and head
-// dims 64 and 128; and which attention path ran (engine/fast_path_stats.h, path "cuda.attention"),
-// strict mode included. Skipped without a GPU.
+// dims 64 and 128 — through cuDNN's flash attention, and with it switched off through the
+// in-house fused forward; and which attention path ran (engine/fast_path_stats.h, paths
+// "cuda.cudnn_attention" and "cuda.attention"), strict mode included. Skipped without a GPU.
 #include <string>
 
 #include "engine/fast_path_stats.h"
@@ -60,6 +61,12 @@ void expect_match(const Grads& gpu, const Grads& cpu, Tol tol, const std::string
                               what + " dmask");
 }
 
+// While it lives, cuDNN's attention is off, so that the in-house fused forward takes the calls.
+struct InHouseAttention {
+  InHouseAttention() { mt::set_fast_path_enabled("cuda.cudnn_attention", false); }
+  ~InHouseAttention() { mt::set_fast_path_enabled("cuda.cudnn_attention", true); }
+};
+
 std::vector<Tensor> inputs(int64_t L, int64_t S, int64_t D) {
   return {mt::randn({2, 3, L, D}), mt::randn({2, 3, S, D}), mt::randn({2, 3, S, D}),
           mt::randn({2, 3, L, D})};
@@ -67,8 +74,46 @@ std::vector<Tensor> inputs(int64_t L, int64_t S, int64_t D) {
 
 }  // namespace
 
+// cuDNN's flash attention, forward and backward, per half dtype, causal or not, odd and unequal
+// lengths, head dims 64 and 128.
+TEST(CudaAttention, CudnnFlashAttentionMatchesTheCpu) {
+  MT_REQUIRE_GPU();
+  mt::manual_seed(23);
+  {
+    const auto probe = inputs(8, 8, 64);
+    mt::reset_fast_path_stats();
+    (void)attend(probe, Tensor(), false, mt::kFloat16, kGpu);
+    if (mt::fast_path_stats().fell_back("cuda.cudnn_attention", "NotBuilt") > 0)
+      GTEST_SKIP() << "this build has no cuDNN frontend (configure with -DCUDNN_FRONTEND_ROOT)";
+  }
+  for (int64_t D : {64, 128}) {
+    for (bool causal : {false, true}) {
+      for (auto [L, S] : std::vector<std::pair<int64_t, int64_t>>{{37, 37}, {9, 77}, {45, 13}}) {
+        const auto host = inputs(L, S, D);
+        for (mt::DType dt : {mt::kFloat16, mt::kBFloat16}) {
+          const std::string what = "cuDNN " + std::string(mt::dtype_name(dt)) +
+                                   " D=" + std::to_string(D) + (causal ? " causal" : "") +
+                                   " L=" + std::to_string(L) + " S=" + std::to_string(S);
+          mt::reset_fast_path_stats();
+          const Grads gpu = attend(host, Tensor(), causal, dt, kGpu);
+          const Grads cpu = attend(host, Tensor(), causal, dt, mt::kCPU);
+          // cuDNN's backward rounds dP and dS to the half type for its matmuls: the composed
+          // path's tolerance.
+          expect_match(gpu, cpu, tolerance(dt, true), what);
+          const mt::FastPathStats st = mt::fast_path_stats();
+          EXPECT_EQ(st.ran("cuda.cudnn_attention", "forward", dt), 1) << what << "\n"
+                                                                      << st.to_string();
+          EXPECT_EQ(st.ran("cuda.cudnn_attention", "backward", dt), 1) << what;
+          EXPECT_EQ(st.ran("cuda.attention", "fused"), 0) << what;
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaAttention, MatchesTheCpu) {
   MT_REQUIRE_GPU();
+  InHouseAttention in_house;
   mt::manual_seed(19);
   for (int64_t D : {64, 128}) {
     for (bool causal : {false, true}) {
@@ -130,6 +175,7 @@ TEST(CudaAttention, ComposedPathMatchesTheCpu) {
 
 TEST(CudaAttention, StrictModeRefusesAFallback) {
   MT_REQUIRE_GPU();
+  InHouseAttention in_house;
   const auto host = inputs(17, 17, 64);
   const auto on = [&](mt::DType dt) {
     std::vector<Tensor> t;

@@ -1,5 +1,5 @@
 // The fast-path counters (engine/fast_path_stats.h): rows by path, outcome, name and dtype; the
-// strict modes; reset; and that the CPU kernels count no CUDA path.
+// strict modes; switching a path off; reset; and that the CPU kernels count no CUDA path.
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,6 +80,16 @@ TEST_F(FastPathStats, AStrictPathMakesEveryFallbackOfItAnError) {
   mt::set_strict_fast_path("test.path", false);
   EXPECT_FALSE(mt::detail::count_fallback("test.path", "Mask", /*refusal=*/false));
   EXPECT_EQ(mt::fast_path_stats().fell_back("test.path", "Mask"), 2);
+}
+
+TEST_F(FastPathStats, PathsCanBeSwitchedOffAndOnAgain) {
+  EXPECT_TRUE(mt::fast_path_enabled("test.path"));
+  mt::set_fast_path_enabled("test.path", false);
+  EXPECT_FALSE(mt::fast_path_enabled("test.path"));
+  EXPECT_TRUE(mt::fast_path_enabled("other.path"));
+  mt::set_fast_path_enabled("test.path", false);  // twice: once back on is enough
+  mt::set_fast_path_enabled("test.path", true);
+  EXPECT_TRUE(mt::fast_path_enabled("test.path"));
 }
 
 TEST_F(FastPathStats, ConcurrentCountsAreAllKept) {

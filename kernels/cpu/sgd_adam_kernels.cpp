@@ -224,6 +224,7 @@ void adam_multi_step_cpu(const OptimizerTensorLists& l, const Tensor& found_inf,
     int64_t& count = *l.step[i].data<int64_t>();
     AdamStepParams p = hp;
     p.step = count + 1;
+    if (hp.lr_device != nullptr) p.lr = *hp.lr_device;
     dispatch_dtype<kFloatingTypes>(param.dtype(), "adam_multi_step", param.device(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       with_model(model_at(l, i), [&](auto* model) {

@@ -1,4 +1,5 @@
-// CUDA scaled_dot_product_attention: a fused forward for float16/bfloat16 with head dims 64 and
+// CUDA scaled_dot_product_attention: cuDNN's flash attention first (kernels/cuda/
+// cudnn_attention.cpp), then an in-house fused forward for float16/bfloat16 with head dims 64 and
 // 128, and the composed path for everything else.
 //
 // The fused kernel is the plain online softmax, kept simple on purpose: one thread block per
@@ -22,6 +23,7 @@
 
 #include "engine/fast_path_stats.h"
 #include "engine/kernel_tables.h"
+#include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/loops.cuh"
 
 namespace mantissa::cuda {
@@ -116,6 +118,7 @@ bool fallback_reason(const AttentionForwardArgs& a, const char*& reason) {
 }
 
 bool attention_forward_cuda(const AttentionForwardArgs& a) {
+  if (cudnn_attention_forward(a)) return true;  // cuDNN's flash attention first
   const char* reason = nullptr;
   if (fallback_reason(a, reason)) {
     MT_CHECK(!::mantissa::detail::count_fallback("cuda.attention", reason, /*refusal=*/false),
@@ -136,9 +139,11 @@ bool attention_forward_cuda(const AttentionForwardArgs& a) {
   return true;
 }
 
-// Only fused forwards reach here (a composed forward is differentiated by its own ops): their
-// backward is recomputed by the op with composed ops from lse.
-bool attention_backward_cuda(const AttentionBackwardArgs&) {
+// Only fused forwards (cuDNN's or the in-house one) reach here (a composed forward is
+// differentiated by its own ops): cuDNN's backward when it takes the call, else the op
+// recomputes the weights from lse with composed ops.
+bool attention_backward_cuda(const AttentionBackwardArgs& g) {
+  if (cudnn_attention_backward(g)) return true;
   ::mantissa::detail::count_fast_path("cuda.attention", "composed_backward");
   return false;
 }

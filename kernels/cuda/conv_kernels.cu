@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/cudnn_handle.h"
 #include "engine/allocator.h"
 #include "engine/fast_path_stats.h"
 #include "engine/kernel_tables.h"
@@ -39,50 +40,6 @@
 
 namespace mantissa::cuda {
 namespace {
-
-// ---- handle -------------------------------------------------------------------------------
-struct HandleSlot {
-  std::once_flag created;
-  std::mutex mutex;
-  cudnnHandle_t handle = nullptr;
-};
-
-HandleSlot& handle_slot(int device) {
-  static const std::vector<std::unique_ptr<HandleSlot>> slots = [] {
-    std::vector<std::unique_ptr<HandleSlot>> v;
-    for (int i = 0; i < device_count(); ++i) v.push_back(std::make_unique<HandleSlot>());
-    return v;
-  }();
-  MT_CHECK(device >= 0 && device < static_cast<int>(slots.size()), "cuDNN: no device cuda:", device,
-           " (", slots.size(), " visible)");
-  return *slots[device];
-}
-
-// Holds the device's handle mutex while the caller enqueues its cuDNN calls.
-class CudnnLease {
- public:
-  explicit CudnnLease(int device) {
-    HandleSlot& s = handle_slot(device);
-    std::call_once(s.created, [&] {
-      cudnnHandle_t h = nullptr;
-      MT_CUDNN_CHECK(cudnnCreate(&h));
-      s.handle = h;
-    });
-    lock_ = std::unique_lock<std::mutex>(s.mutex);
-    handle_ = s.handle;
-    MT_CUDNN_CHECK(cudnnSetStream(handle_, detail::current_stream()));
-  }
-  cudnnHandle_t handle() const { return handle_; }
-  // Gives the handle back early: the composed fallback needs no cuDNN and must not hold up
-  // other threads' convolutions on the device.
-  void release() {
-    if (lock_.owns_lock()) lock_.unlock();
-  }
-
- private:
-  std::unique_lock<std::mutex> lock_;
-  cudnnHandle_t handle_ = nullptr;
-};
 
 // ---- descriptors --------------------------------------------------------------------------
 int to_int(int64_t v, const char* what) {

@@ -106,7 +106,8 @@ __device__ __forceinline__ void sgd_element(const SgdConsts<opmath_t<T>>& c, boo
 template <typename M>
 struct AdamConsts {
   M wd, decay, w1, one_minus_w1, beta2, w2, neg_step_size, bc2_sqrt, eps;
-  double lr, beta1_d, beta2_d;
+  double lr, beta1_d, beta2_d, wd_d;
+  const double* lr_device;  // AdamStepParams::lr_device
   uint64_t sr_seed;
   bool maximize, amsgrad, coupled_wd, decoupled_wd, lerp_small;
 };
@@ -119,6 +120,13 @@ __host__ __device__ void adam_set_step(AdamConsts<M>& c, double step) {
   c.bc2_sqrt = static_cast<M>(sqrt(bias_correction2));
 }
 
+// The learning rate's factors, from lr as the host computes them (in double).
+template <typename M>
+__host__ __device__ void adam_set_lr(AdamConsts<M>& c, double lr) {
+  c.lr = lr;
+  c.decay = static_cast<M>(1.0 - lr * c.wd_d);
+}
+
 template <typename M>
 AdamConsts<M> adam_consts(const AdamStepParams& hp) {
   AdamConsts<M> c;
@@ -127,14 +135,15 @@ AdamConsts<M> adam_consts(const AdamStepParams& hp) {
   c.coupled_wd = hp.weight_decay != 0.0 && !hp.decoupled_weight_decay;
   c.decoupled_wd = hp.weight_decay != 0.0 && hp.decoupled_weight_decay;
   c.wd = static_cast<M>(hp.weight_decay);
-  c.decay = static_cast<M>(1.0 - hp.lr * hp.weight_decay);
+  c.wd_d = hp.weight_decay;
+  adam_set_lr(c, hp.lr);
+  c.lr_device = hp.lr_device;
   c.w1 = static_cast<M>(1.0 - hp.beta1);
   c.lerp_small = std::abs(c.w1) < M(0.5);
   c.one_minus_w1 = M(1) - c.w1;
   c.beta2 = static_cast<M>(hp.beta2);
   c.w2 = static_cast<M>(1.0 - hp.beta2);
   c.eps = static_cast<M>(hp.eps);
-  c.lr = hp.lr;
   c.beta1_d = hp.beta1;
   c.beta2_d = hp.beta2;
   c.sr_seed = hp.sr_seed;
@@ -282,6 +291,7 @@ __global__ void __launch_bounds__(kBlockSize)
   int64_t begin, end;
   chunk_of(l, t, begin, end);
   const int64_t step = *l.step[t];  // advanced before this launch: 1 on the first update
+  if (c.lr_device != nullptr) adam_set_lr(c, *c.lr_device);
   adam_set_step(c, static_cast<double>(step));
   const uint64_t key = kSr ? optim_math::stochastic_rounding_key(c.sr_seed, l.index[t], step) : 0;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {

@@ -68,7 +68,8 @@ void Adam::update(const ParamGroup& g, const Tensor& param, const Tensor& grad, 
 void Adam::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
                        const std::vector<ParamState*>& states, const Tensor& found_inf) {
   // The step is read per parameter from lists.step on the device.
-  const AdamStepParams hp = adam_params(g, /*step=*/0, *this);
+  AdamStepParams hp = adam_params(g, /*step=*/0, *this);
+  hp.lr_device = lr_device_ptr(g, lists.param.front().device());
   for (size_t i = 0; i < states.size(); ++i) {
     const Tensor& p = lists.param[i];
     const DType dtype = state_dtype_for(p.dtype());

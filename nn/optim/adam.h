@@ -70,6 +70,7 @@ class Adam : public Optimizer {
     return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
   }
   bool supports_state_dtype() const override { return true; }
+  bool supports_lr_on_device() const override { return true; }
   std::vector<std::string> planned_state_keys(const ParamGroup& g) const override {
     if (g.options.at("amsgrad") != 0.0) return state_keys();
     return {"exp_avg", "exp_avg_sq"};

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "autograd/node.h"
+#include "cuda/stream.h"
 #include "engine/error.h"
 #include "engine/factory.h"
 #include "engine/kernel_tables.h"
@@ -176,8 +177,42 @@ struct Optimizer::StepScratch {
   }
 };
 
+void Optimizer::set_lr_on_device(bool enabled) {
+  MT_CHECK(!enabled || supports_lr_on_device(), name(),
+           ": set_lr_on_device: its kernels read the learning rate on the host (Adam and AdamW "
+           "read it on the device)");
+  lr_on_device_ = enabled;
+  if (!enabled) device_lr_.clear();
+}
+
+void Optimizer::sync_lr_to_device() {
+  if (!lr_on_device_) return;
+  autograd::NoGradGuard no_grad;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (const Tensor& p : groups_[g].params) {
+      Tensor& t = device_lr_[{g, p.device().str()}];
+      if (!t.defined()) t = zeros({}, TensorOptions(kFloat64).device(p.device()));
+    }
+  }
+  for (auto& [key, t] : device_lr_) t.fill_(groups_[key.first].get("lr"));
+}
+
+const double* Optimizer::lr_device_ptr(const ParamGroup& g, Device device) {
+  if (!lr_on_device_) return nullptr;
+  const auto index = static_cast<size_t>(&g - groups_.data());
+  MT_ASSERT(index < groups_.size(), name(), ": lr_device_ptr: not one of its groups");
+  auto it = device_lr_.find({index, device.str()});
+  if (it == device_lr_.end()) {
+    sync_lr_to_device();
+    it = device_lr_.find({index, device.str()});
+  }
+  return static_cast<const double*>(it->second.data_ptr());
+}
+
 void Optimizer::run_step(const Tensor& found_inf) {
   autograd::NoGradGuard no_grad;
+  // Inside a capture the fill would be recorded with today's rate: the caller refreshes it.
+  if (lr_on_device_ && !cuda::is_current_stream_capturing()) sync_lr_to_device();
   if (!scratch_) scratch_ = std::make_unique<StepScratch>();
   StepScratch& scratch = *scratch_;
   // Drops the references to gradients and state when the step ends, also by an exception.

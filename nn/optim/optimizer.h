@@ -165,6 +165,15 @@ class Optimizer {
   bool stochastic_rounding() const { return stochastic_rounding_; }
   uint64_t stochastic_rounding_seed() const { return stochastic_rounding_seed_; }
 
+  // The learning rate as a float64 on each parameter device, which the fused kernels read
+  // (Adam and AdamW): a step captured into a CUDA graph then uses the rate of each replay rather
+  // than the one it was captured with. step() refreshes the device values from the groups'
+  // options, except while a CUDA graph is being captured; before replaying a captured step, call
+  // sync_lr_to_device() (the Trainer does). Results are bitwise those of the host rate.
+  void set_lr_on_device(bool enabled);
+  bool lr_on_device() const { return lr_on_device_; }
+  void sync_lr_to_device();
+
   // Fused (the default): multi-tensor kernels. Unfused: one kernel per parameter, the reference
   // path; it reads found_inf and the step counts on the host (a sync on CUDA). Both give
   // bitwise-identical results.
@@ -232,6 +241,11 @@ class Optimizer {
 
   // Whether set_state_dtype and set_stochastic_rounding apply (Adam's kernels read them).
   virtual bool supports_state_dtype() const { return false; }
+  // Whether the fused kernels read AdamStepParams::lr_device (set_lr_on_device).
+  virtual bool supports_lr_on_device() const { return false; }
+  // With lr_on_device: group `g`'s rate on `device` (created from the option if missing), for
+  // the kernels; nullptr otherwise.
+  const double* lr_device_ptr(const ParamGroup& g, Device device);
   // The state buffers' dtype for an updated tensor of dtype `target` (set_state_dtype).
   DType state_dtype_for(DType target) const;
   // The index of the parameter update() is called for (its position across the groups).
@@ -273,6 +287,8 @@ class Optimizer {
   bool fused_ = true;
   std::optional<DType> state_dtype_;
   bool stochastic_rounding_ = false;
+  bool lr_on_device_ = false;
+  std::map<std::pair<size_t, std::string>, Tensor> device_lr_;  // (group, device) -> float64
   uint64_t stochastic_rounding_seed_ = 0;
   int64_t updating_index_ = 0;
 };

@@ -1,0 +1,45 @@
+#include "cuda/cudnn_handle.h"
+
+#include <memory>
+#include <vector>
+
+#include "cuda/cuda_check.h"
+#include "cuda/current_stream.h"
+#include "engine/device.h"
+#include "engine/error.h"
+
+namespace mantissa::cuda {
+namespace {
+
+struct HandleSlot {
+  std::once_flag created;
+  std::mutex mutex;
+  cudnnHandle_t handle = nullptr;
+};
+
+HandleSlot& handle_slot(int device) {
+  static const std::vector<std::unique_ptr<HandleSlot>> slots = [] {
+    std::vector<std::unique_ptr<HandleSlot>> v;
+    for (int i = 0; i < device_count(); ++i) v.push_back(std::make_unique<HandleSlot>());
+    return v;
+  }();
+  MT_CHECK(device >= 0 && device < static_cast<int>(slots.size()), "cuDNN: no device cuda:", device,
+           " (", slots.size(), " visible)");
+  return *slots[device];
+}
+
+}  // namespace
+
+CudnnLease::CudnnLease(int device) {
+  HandleSlot& s = handle_slot(device);
+  std::call_once(s.created, [&] {
+    cudnnHandle_t h = nullptr;
+    MT_CUDNN_CHECK(cudnnCreate(&h));
+    s.handle = h;
+  });
+  lock_ = std::unique_lock<std::mutex>(s.mutex);
+  handle_ = s.handle;
+  MT_CUDNN_CHECK(cudnnSetStream(handle_, detail::current_stream()));
+}
+
+}  // namespace mantissa::cuda
