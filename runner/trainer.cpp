@@ -227,13 +227,15 @@ std::string Trainer::graph_refusal() {
   if (zero_) return "ZeRO waits on the host for its collectives";
   if (!optimizer_->fused())
     return std::string("the unfused ") + optimizer_->name() + " step reads on the host";
-  if (scheduler_) {
-    try {
-      optimizer_->set_lr_on_device(true);
-    } catch (const Error&) {
+  // The rate on the device whenever the optimizer can read it there, so that a replay follows
+  // any change (a schedule's, or a callback's set_lr); without it, only a fixed rate may be baked
+  // into the graph.
+  try {
+    optimizer_->set_lr_on_device(true);
+  } catch (const Error&) {
+    if (scheduler_)
       return std::string("a schedule changes the learning rate, and ") + optimizer_->name() +
              " reads it on the host (Adam and AdamW read it on the device)";
-    }
   }
   return "";
 }
