@@ -65,7 +65,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(nn::DistributedDataParallel& dd
   const int64_t w = pg_->size();
   if (stage == 2) {
     for (auto& b : ddp.gradient_buckets())
-      buckets_.push_back({std::move(b.params), std::move(b.offsets), b.padded_numel, b.shard});
+      buckets_.push_back({std::move(b.params), std::move(b.offsets), b.padded_numel, b.shard, {}});
   } else {
     std::vector<size_t> order(params_.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
@@ -111,6 +111,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(nn::DistributedDataParallel& dd
     s.slice_offset = from - lo;
     s.tensor = flat_view(params_[i]).narrow(0, s.begin, s.numel);
     local[group_of[i]].params.push_back(s.tensor);
+    buckets_[s.bucket].shards.push_back(shards_.size());
     shards_.push_back(std::move(s));
   }
   local_ = make(std::move(local));
@@ -179,20 +180,28 @@ std::function<void(const Tensor&)> ZeroRedundancyOptimizer::found_inf_hook() {
   };
 }
 
+Tensor ZeroRedundancyOptimizer::gather_bucket(
+    size_t b, DType dtype, const std::function<Tensor(size_t shard)>& part) const {
+  const Bucket& bucket = buckets_[b];
+  const Device dev = pg_->device();
+  const TensorOptions o = TensorOptions(dtype).device(dev);
+  Tensor slice = zeros({bucket.padded / pg_->size()}, o);
+  for (size_t k : bucket.shards) {
+    const Shard& s = shards_[k];
+    if (const Tensor t = part(k); t.defined())
+      slice.narrow(0, s.slice_offset, s.numel).copy_(t.reshape({s.numel}).to(dev));
+  }
+  Tensor all = empty({bucket.padded}, o);
+  pg_->allgather(all, slice)->wait();
+  return all;
+}
+
 void ZeroRedundancyOptimizer::gather_parameters() {
   autograd::NoGradGuard no_grad;
-  const int64_t w = pg_->size();
-  const Device dev = pg_->device();
-  std::vector<std::vector<const Shard*>> mine(buckets_.size());
-  for (const Shard& s : shards_) mine[s.bucket].push_back(&s);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bucket = buckets_[b];
-    const DType dtype = params_[bucket.params.front()].dtype();
-    const TensorOptions o = TensorOptions(dtype).device(dev);
-    Tensor slice = zeros({bucket.padded / w}, o);
-    for (const Shard* s : mine[b]) slice.narrow(0, s->slice_offset, s->numel).copy_(s->tensor);
-    Tensor all = empty({bucket.padded}, o);
-    pg_->allgather(all, slice)->wait();
+    const Tensor all = gather_bucket(b, params_[bucket.params.front()].dtype(),
+                                     [this](size_t k) { return shards_[k].tensor; });
     for (size_t k = 0; k < bucket.params.size(); ++k) {
       const Tensor& p = params_[bucket.params[k]];
       flat_view(p).copy_(all.narrow(0, bucket.offsets[k], p.numel()).to(p.device()));
@@ -253,8 +262,6 @@ optim::OptimizerState ZeroRedundancyOptimizer::consolidated_state_dict() const {
   }
 
   // Each entry's slices, bucket by bucket.
-  std::vector<std::vector<const Shard*>> shards_of(buckets_.size());
-  for (size_t k = 0; k < shards_.size(); ++k) shards_of[shards_[k].bucket].push_back(&shards_[k]);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bucket = buckets_[b];
     for (size_t j = 0; j < K; ++j) {
@@ -267,17 +274,13 @@ optim::OptimizerState ZeroRedundancyOptimizer::consolidated_state_dict() const {
         dtype_code = code;
       }
       if (dtype_code == 0) continue;
-      const TensorOptions o = TensorOptions(static_cast<DType>(dtype_code - 1)).device(dev);
-      Tensor slice = zeros({bucket.padded / w}, o);
-      for (const Shard* s : shards_of[b]) {
-        auto st = local.state.find(static_cast<int64_t>(s - shards_.data()));
-        if (st == local.state.end()) continue;
-        auto t = st->second.buffers.find(keys[j]);
-        if (t == st->second.buffers.end()) continue;
-        slice.narrow(0, s->slice_offset, s->numel).copy_(t->second.reshape({s->numel}).to(dev));
-      }
-      Tensor gathered = empty({bucket.padded}, o);
-      pg_->allgather(gathered, slice)->wait();
+      const Tensor gathered =
+          gather_bucket(b, static_cast<DType>(dtype_code - 1), [&](size_t k) -> Tensor {
+            auto st = local.state.find(static_cast<int64_t>(k));
+            if (st == local.state.end()) return Tensor();
+            auto t = st->second.buffers.find(keys[j]);
+            return t == st->second.buffers.end() ? Tensor() : t->second;
+          });
       for (size_t k = 0; k < bucket.params.size(); ++k) {
         const size_t i = bucket.params[k];
         if (info[i].empty() || info[i][1 + j] == 0.0) continue;

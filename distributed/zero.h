@@ -117,8 +117,14 @@ class ZeroRedundancyOptimizer {
     std::vector<size_t> params;
     std::vector<int64_t> offsets;
     int64_t padded = 0;
-    Tensor slice;  // stage 2: ddp's reduced slice
+    Tensor slice;                // stage 2: ddp's reduced slice
+    std::vector<size_t> shards;  // this rank's shards in the bucket (indices into shards_)
   };
+  // Every rank's slice of bucket `b` in `dtype`, gathered into one [padded] tensor on the group's
+  // device: this rank's slice holds part(k) of each of its shards k (undefined: zeros). A
+  // collective.
+  Tensor gather_bucket(size_t b, DType dtype,
+                       const std::function<Tensor(size_t shard)>& part) const;
 
   std::shared_ptr<ProcessGroup> pg_;
   int stage_;

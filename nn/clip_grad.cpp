@@ -27,6 +27,17 @@ double coefficient_in(double total, double max_norm) {
   return static_cast<double>(coef > M(1) ? M(1) : coef);  // clamp keeps NaN
 }
 
+// The norm of the per-gradient norms (each on its gradient's device, then on the first
+// gradient's, in the promoted dtype), as a 0-d tensor; `dtype` receives that dtype.
+Tensor total_norm(const std::vector<Tensor>& grads, double norm_type, DType* dtype) {
+  *dtype = grads[0].dtype();
+  for (const Tensor& g : grads) *dtype = promote_types(*dtype, g.dtype());
+  std::vector<Tensor> norms;
+  norms.reserve(grads.size());
+  for (const Tensor& g : grads) norms.push_back(norm(g, norm_type).to(grads[0].device(), *dtype));
+  return norm(stack(norms), norm_type);
+}
+
 }  // namespace
 
 double clip_coefficient(double total, double max_norm, DType dtype) {
@@ -39,14 +50,8 @@ double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   autograd::NoGradGuard no_grad;
   const std::vector<Tensor> grads = defined_grads(parameters);
   if (grads.empty()) return 0.0;
-  // Per-gradient norms on each gradient's device, then the norm of those on the first device.
-  DType dtype = grads[0].dtype();
-  for (const Tensor& g : grads) dtype = promote_types(dtype, g.dtype());
-  std::vector<Tensor> norms;
-  norms.reserve(grads.size());
-  for (const Tensor& g : grads) norms.push_back(norm(g, norm_type).to(grads[0].device(), dtype));
-  const Tensor total_t = norm(stack(norms), norm_type);
-  const double total = total_t.item<double>();
+  DType dtype;
+  const double total = total_norm(grads, norm_type, &dtype).item<double>();
   if (error_if_nonfinite && !std::isfinite(total)) {
     MT_THROW("clip_grad_norm_: The total norm of order ", norm_type,
              " for gradients from `parameters` is non-finite, so it cannot be clipped. To "
@@ -64,12 +69,8 @@ Tensor clip_grad_norm_on_device_(const std::vector<Tensor>& parameters, double m
   autograd::NoGradGuard no_grad;
   const std::vector<Tensor> grads = defined_grads(parameters);
   if (grads.empty()) return Tensor();
-  DType dtype = grads[0].dtype();
-  for (const Tensor& g : grads) dtype = promote_types(dtype, g.dtype());
-  std::vector<Tensor> norms;
-  norms.reserve(grads.size());
-  for (const Tensor& g : grads) norms.push_back(norm(g, 2.0).to(grads[0].device(), dtype));
-  const Tensor total = norm(stack(norms), 2.0);
+  DType dtype;
+  const Tensor total = total_norm(grads, 2.0, &dtype);
   // clip_coefficient's operations, one by one in the norm's dtype; clamp keeps NaN.
   const Tensor coef = clamp(reciprocal(total + 1e-6) * max_norm, std::nullopt, 1.0);
   for (Tensor g : grads) g.mul_(coef.to(g.device()));

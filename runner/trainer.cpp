@@ -200,8 +200,6 @@ TrainerState Trainer::trainer_state() const {
   return s;
 }
 
-// Returns whether the optimizer stepped, read lazily: converting it to bool is a device sync,
-// done only on logged steps.
 void Trainer::clip_gradients() {
   if (options_.clip_grad_norm <= 0.0) return;
   // Clip the true gradients: unscale first (PyTorch's recipe), then step() does not unscale
@@ -268,15 +266,7 @@ amp::StepResult Trainer::graphed_step(const Batch& batch) {
   if (!impl_->graphed) {
     impl_->graphed.emplace([this] {
       optimizer_->zero_grad();
-      Tensor loss;
-      {
-        amp::autocast guard(options_.device, options_.precision,
-                            /*enabled=*/options_.precision != amp::Precision::Float32);
-        loss = loss_(forward_(impl_->graph_input), impl_->graph_target);
-      }
-      MT_CHECK(loss.numel() == 1, "Trainer: the loss function must return one value, got shape ",
-               loss.shape());
-      scaler_.scale(loss).backward();
+      const Tensor loss = backward_micro_batch(impl_->graph_input, impl_->graph_target, 1);
       clip_gradients();
       impl_->graph_result = scaler_.step(*optimizer_);
       scaler_.update();
@@ -300,19 +290,17 @@ amp::StepResult Trainer::graphed_step(const Batch& batch) {
   } else {
     ++impl_->eager_steps;
   }
-  impl_->samples_since_log += batch.size();
-  if (batch.input.dtype() == DType::Int64) impl_->tokens_since_log += batch.input.numel();
+  count_batch(batch);
   {
     autograd::NoGradGuard no_grad;
-    const Tensor step_loss = impl_->graph_loss.clone();
-    impl_->loss_sum = impl_->loss_count == 0 ? step_loss : impl_->loss_sum.add(step_loss);
-    impl_->step_loss = step_loss;
+    record_step_loss(impl_->graph_loss.clone());
     if (options_.clip_grad_norm > 0.0) impl_->last_grad_norm_device = impl_->graph_norm.clone();
   }
-  ++impl_->loss_count;
   return *impl_->graph_result;  // a copy: its found_inf is rewritten by each replay
 }
 
+// Returns whether the optimizer stepped, read lazily: converting it to bool is a device sync,
+// done only on logged steps.
 amp::StepResult Trainer::train_one_step(const Batch& first) {
   if (graphable(first)) return graphed_step(first);
   if (options_.cuda_graphs) ++impl_->eager_steps;
@@ -328,25 +316,13 @@ amp::StepResult Trainer::train_one_step(const Batch& first) {
     while (m > 0 && !later) later = train_loader_->next();  // nullopt once at an epoch's end
     const Batch& batch = m == 0 ? first : *later;
     for (auto& cb : callbacks_) cb->on_micro_batch(*this, m, m + 1 == micro);
-    Tensor loss;
-    {
-      amp::autocast guard(options_.device, options_.precision,
-                          /*enabled=*/options_.precision != amp::Precision::Float32);
-      loss = loss_(forward_(batch.input), batch.target);
-    }
-    MT_CHECK(loss.numel() == 1, "Trainer: the loss function must return one value, got shape ",
-             loss.shape());
-    // The mean over the step's micro-batches, as one batch of all of them would give (for a
-    // mean-reduced loss and equal batches); one micro-batch is left as it is.
-    if (micro > 1) loss = loss / static_cast<double>(micro);
-    scaler_.scale(loss).backward();
+    const Tensor loss = backward_micro_batch(batch.input, batch.target, micro);
     {
       autograd::NoGradGuard no_grad;
       const Tensor l = loss.detach().reshape({}).to(DType::Float64);
       step_loss = m == 0 ? l : step_loss.add(l);
     }
-    impl_->samples_since_log += batch.size();
-    if (batch.input.dtype() == DType::Int64) impl_->tokens_since_log += batch.input.numel();
+    count_batch(batch);
   }
   if (zero_) zero_->prepare_gradients();
   clip_gradients();
@@ -355,11 +331,36 @@ amp::StepResult Trainer::train_one_step(const Batch& first) {
   if (zero_) zero_->gather_parameters();
   {
     autograd::NoGradGuard no_grad;
-    impl_->loss_sum = impl_->loss_count == 0 ? step_loss.clone() : impl_->loss_sum.add(step_loss);
-    impl_->step_loss = step_loss;
+    record_step_loss(step_loss);
   }
-  ++impl_->loss_count;
   return stepped;
+}
+
+Tensor Trainer::backward_micro_batch(const Tensor& input, const Tensor& target, int64_t micro) {
+  Tensor loss;
+  {
+    amp::autocast guard(options_.device, options_.precision,
+                        /*enabled=*/options_.precision != amp::Precision::Float32);
+    loss = loss_(forward_(input), target);
+  }
+  MT_CHECK(loss.numel() == 1, "Trainer: the loss function must return one value, got shape ",
+           loss.shape());
+  // The mean over the step's micro-batches, as one batch of all of them would give (for a
+  // mean-reduced loss and equal batches); one micro-batch is left as it is.
+  if (micro > 1) loss = loss / static_cast<double>(micro);
+  scaler_.scale(loss).backward();
+  return loss;
+}
+
+void Trainer::count_batch(const Batch& batch) {
+  impl_->samples_since_log += batch.size();
+  if (batch.input.dtype() == DType::Int64) impl_->tokens_since_log += batch.input.numel();
+}
+
+void Trainer::record_step_loss(const Tensor& step_loss) {
+  impl_->loss_sum = impl_->loss_count == 0 ? step_loss.clone() : impl_->loss_sum.add(step_loss);
+  impl_->step_loss = step_loss;
+  ++impl_->loss_count;
 }
 
 void Trainer::emit_log(bool skipped, double lr) {

@@ -273,6 +273,12 @@ class Trainer {
   bool graphable(const Batch& batch);
   amp::StepResult graphed_step(const Batch& batch);
   void clip_gradients();
+  // One micro-batch's forward under autocast, its loss divided by `micro`, and the scaled
+  // backward; returns the (divided) loss.
+  Tensor backward_micro_batch(const Tensor& input, const Tensor& target, int64_t micro);
+  // The interval's samples and tokens, and the step's loss into the interval's sum (no grad).
+  void count_batch(const Batch& batch);
+  void record_step_loss(const Tensor& step_loss);
   void emit_log(bool skipped, double lr);
   void run_eval();
   void prune_checkpoints();
