@@ -66,10 +66,11 @@ MT_HOST_DEVICE inline T normal_sample(const Philox4& r, double mean, double stdd
   return to_element<T>(mean + stddev * philox_normal(r));
 }
 
-// 1 with probability p; the 53-bit uniform keeps p's resolution for any output type.
+// 1 with probability p, given as bound = philox_bits53_bound(p) (once per call): the 53-bit
+// uniform keeps p's resolution for any output type, compared as integers.
 template <typename T>
-MT_HOST_DEVICE inline T bernoulli_sample(const Philox4& r, double p) {
-  const bool one = philox_uniform01_double(r.v[0], r.v[1]) < p;
+MT_HOST_DEVICE inline T bernoulli_sample(const Philox4& r, uint64_t bound) {
+  const bool one = philox_bits53(r.v[0], r.v[1]) < bound;
   if constexpr (std::is_same_v<T, bool>) {
     return one;
   } else {

@@ -7,6 +7,7 @@
 
 #include "autograd/gradcheck.h"
 #include "engine/cpu_allocator.h"
+#include "engine/philox.h"
 #include "golden_file.h"
 #include "test_util.h"
 
@@ -174,6 +175,10 @@ TEST(Attention, DropoutDropsWeightsAndScalesTheRest) {
   const auto w = weights.to_vector<double>(), d = dropped.to_vector<double>();
   int64_t zeros = 0;
   for (size_t i = 0; i < w.size(); ++i) {
+    // Weight (b, i, j) is dropped by Philox counter (b * L + i) * S + j of the op's stream, as
+    // on CUDA.
+    const mt::Philox4 r = mt::philox4x32(5, i);
+    EXPECT_EQ(d[i] == 0, !(mt::philox_uniform01_double(r.v[0], r.v[1]) < 1 - p)) << i;
     if (d[i] == 0) {
       ++zeros;
     } else {

@@ -9,6 +9,7 @@
 // Before mantissa.h: philox_normal calls log/sqrt/cos unqualified, which mantissa's Tensor
 // overloads would otherwise hide.
 #include "engine/philox.h"
+#include "kernels/cpu/philox_batch.h"
 
 #include "test_util.h"
 
@@ -84,7 +85,7 @@ TEST(Random, ElementIDrawsPhiloxCounterOffsetPlusI) {
   mt::Generator g(0xC0FFEE);
   mt::rand({3}, {}, &g);  // advance the offset so it is not zero
   const uint64_t offset = g.offset();
-  const int64_t n = 20000;  // large enough to be split across threads
+  const int64_t n = 70000;  // large enough to be split across threads
   const Tensor u32 = mt::rand({n}, mt::kFloat32, &g);
   const Tensor u64 = mt::rand({n}, mt::kFloat64, &g);
   const Tensor z = mt::randn({n}, mt::kFloat64, &g);
@@ -100,6 +101,48 @@ TEST(Random, ElementIDrawsPhiloxCounterOffsetPlusI) {
     ASSERT_EQ(vz[i], mt::philox_normal(mt::philox4x32(0xC0FFEE, offset + 2 * n + i))) << i;
   }
   EXPECT_EQ(g.offset(), offset + 3 * n);
+}
+
+// The CPU kernels draw 64 consecutive counters at a time (vectorised where the CPU has AVX-512):
+// the same words as philox4x32 counter by counter, across the carry into the counter's high word
+// and the wrap at 2^64.
+TEST(Random, PhiloxBatchEqualsPhiloxCounterByCounter) {
+  const uint64_t seeds[] = {0, 0xC0FFEE, 0xFFFFFFFFFFFFFFFFull, 0x123456789ABCDEF0ull};
+  const uint64_t starts[] = {0, 1, 0xFFFFFFF0ull, 0x1FFFFFFC7ull, 0xFFFFFFFFFFFFFFE0ull, 987654321};
+  for (uint64_t seed : seeds)
+    for (uint64_t start : starts) {
+      mt::cpu::PhiloxBatch r;
+      mt::cpu::philox4x32_batch(seed, start, r);
+      for (int l = 0; l < mt::cpu::kPhiloxBatch; ++l) {
+        const mt::Philox4 want = mt::philox4x32(seed, start + static_cast<uint64_t>(l));
+        for (int k = 0; k < 4; ++k)
+          ASSERT_EQ(r.w[k][l], want.v[k]) << "seed " << seed << " counter " << start << "+" << l;
+      }
+    }
+}
+
+// Bernoulli draws compare the 53 random bits with an integer bound: the same decision as the
+// double uniform against p, for every p, on both sides of the bound.
+TEST(Random, Bits53BoundDecidesAsTheDoubleUniform) {
+  const double xs[] = {0.0, -0.5, 0x1p-60,     0x1p-53, 0x1.8p-53, 0.1, 0.25,
+                       0.5, 0.9,  1 - 0x1p-53, 1.0,     1.5,       NAN};
+  for (double x : xs) {
+    const uint64_t bound = mt::philox_bits53_bound(x);
+    for (uint64_t c = 0; c < 20000; ++c) {
+      const mt::Philox4 r = mt::philox4x32(17, c);
+      EXPECT_EQ(mt::philox_bits53(r.v[0], r.v[1]) < bound,
+                mt::philox_uniform01_double(r.v[0], r.v[1]) < x)
+          << x;
+    }
+    // Bit patterns at the bound itself, where a rounding slip would show.
+    for (uint64_t d = 0; d < 3; ++d)
+      for (uint64_t bits : {bound - d, bound + d}) {
+        if (bits >= (1ull << 53)) continue;
+        const auto hi = static_cast<uint32_t>(bits >> 21), lo = static_cast<uint32_t>(bits << 11);
+        ASSERT_EQ(mt::philox_bits53(hi, lo), bits);
+        EXPECT_EQ(bits < bound, mt::philox_uniform01_double(hi, lo) < x) << x << " " << bits;
+      }
+  }
 }
 
 // ---- statistics -------------------------------------------------------------------------------

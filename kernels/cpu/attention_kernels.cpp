@@ -29,6 +29,7 @@
 #include "engine/opmath.h"
 #include "engine/philox.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/philox_batch.h"
 #include "kernels/cpu/worker_pool.h"
 #include "kernels/vectorizable_math.h"
 
@@ -248,11 +249,17 @@ struct ScoreRules {
       for (int64_t c = 0; c < visible; ++c) s[c] += M(mrow[c * mask_sj]);
     }
   }
-  // The factor dropout multiplies P[b, i, j] by: 0 or 1 / (1 - p).
-  MT_FORCE_INLINE M dropout_factor(int64_t b, int64_t i, int64_t j) const {
-    const uint64_t counter = a.rng.offset + static_cast<uint64_t>((b * L + i) * S + j);
-    const Philox4 r = philox4x32(a.rng.seed, counter);
-    return philox_uniform01_double(r.v[0], r.v[1]) < 1.0 - a.dropout_p ? keep_scale : M(0);
+  // The factors dropout multiplies P[b, i, j0 + c] by, c < kKeyBlock (those past the last key
+  // are not used): 0 or 1 / (1 - p), from Philox counter (b * L + i) * S + j of the op's stream.
+  void dropout_factors(M* __restrict factor, int64_t b, int64_t i, int64_t j0) const {
+    static_assert(kKeyBlock == kPhiloxBatch);
+    PhiloxBatch r;
+    philox4x32_batch(a.rng.seed, a.rng.offset + static_cast<uint64_t>((b * L + i) * S + j0), r);
+    // Kept where the double uniform is below 1 - p, compared as integers (no branch, vectors).
+    const uint64_t bound = philox_bits53_bound(1.0 - a.dropout_p);
+    const M scale = keep_scale;
+    for (int c = 0; c < kKeyBlock; ++c)
+      factor[c] = philox_bits53(r.w[0][c], r.w[1][c]) < bound ? scale : M(0);
   }
 };
 
@@ -282,6 +289,7 @@ MT_FORCE_INLINE void forward_task(const AttentionForwardArgs& a,
   const int64_t rows = std::min(kQueryTile, L - i0);
   const int64_t moff = a.mask.defined() ? rules.mask_offset(b) : 0;
   Rows<M> qt(rows, E), kt(E, kKeyBlock), vb(kKeyBlock, Ev), s(rows, kKeyBlock), acc(rows, Ev);
+  M keep[kKeyBlock];  // one row's dropout factors
   load_rows(qt, q + (b * L + i0) * E, rows, E);
   std::vector<M> m(static_cast<size_t>(rows), kNegInf), l(static_cast<size_t>(rows), M(0));
   for (int64_t j0 = 0; j0 < S; j0 += kKeyBlock) {
@@ -312,8 +320,10 @@ MT_FORCE_INLINE void forward_task(const AttentionForwardArgs& a,
       for (int w = 8; w >= 1; w /= 2)
         for (int u = 0; u < w; ++u) part[u] += part[u + w];
       l[r] += part[0];
-      if (dropout)
-        for (c = 0; c < cols; ++c) sr[c] *= rules.dropout_factor(b, i, j0 + c);
+      if (dropout) {
+        rules.dropout_factors(keep, b, i, j0);
+        for (c = 0; c < cols; ++c) sr[c] *= keep[c];
+      }
       m[r] = m_new;
     }
     block_gemm(rows, acc.ld(), cols, s.data(), s.ld(), 1, vb.data(), vb.ld(), acc.data(), acc.ld(),
@@ -352,6 +362,7 @@ MT_FORCE_INLINE void backward_task(const AttentionBackwardArgs& g,
   Rows<M> kb(kKeyBlock, E), kt(E, kKeyBlock), vt(Ev, kKeyBlock), dk(kKeyBlock, E),
       dv(kKeyBlock, Ev);
   Rows<M> p(kQueryTile, kKeyBlock), ds(kQueryTile, kKeyBlock);
+  M keep[kKeyBlock];  // one row's dropout factors
   load_rows(qm, q + b * L * E, L, E);
   load_rows(dom, dout + b * L * Ev, L, Ev);
   const M* lse_b = lse + b * L;
@@ -384,10 +395,10 @@ MT_FORCE_INLINE void backward_task(const AttentionBackwardArgs& g,
         const M li = lse_b[i], di = d[i];
         for (int64_t c = 0; c < cols; ++c) pr[c] = exp_opmath(pr[c] - li);
         if (dropout) {
+          rules.dropout_factors(keep, b, i, j0);
           for (int64_t c = 0; c < cols; ++c) {
-            const M keep = rules.dropout_factor(b, i, j0 + c);
-            dsr[c] = pr[c] * (dsr[c] * keep - di);
-            pr[c] *= keep;
+            dsr[c] = pr[c] * (dsr[c] * keep[c] - di);
+            pr[c] *= keep[c];
           }
         } else {
           for (int64_t c = 0; c < cols; ++c) dsr[c] = pr[c] * (dsr[c] - di);

@@ -4,14 +4,19 @@
 // changes the result. The sample transforms are shared with CUDA (kernels/random_transforms.h).
 #include "engine/kernel_tables.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/philox_batch.h"
+#include "kernels/cpu/worker_pool.h"
 #include "kernels/random_transforms.h"
 
 namespace mantissa::cpu {
 namespace {
 
-// Philox is ~10 rounds of multiplies per element, so threads pay off on smaller tensors than the
-// memory-bound elementwise kernels.
-constexpr int64_t kRandomGrain = 4096;
+// Philox is 10 rounds of multiplies per element (drawn 64 counters at a time,
+// kernels/cpu/philox_batch.h, ~1.5 ns each with AVX-512): a second thread pays from a few tens of
+// thousands of elements, above the worker pool's wake-up. The pool rather than an OpenMP region:
+// libgomp's workers spin-wait after a region and take the cores the next GEMM or attention
+// kernel needs (dropout sits between them in every transformer block).
+constexpr int64_t kRandomGrain = int64_t(1) << 15;
 
 // out[i] = sample(philox4x32(seed, offset + i)) for every logical element i.
 template <typename T, typename Sample>
@@ -23,23 +28,17 @@ void fill_random(const Tensor& out, PhiloxState state, const Sample& sample) {
     int64_t i = begin;
     layout.for_each_run(begin, end, [&](char* const* ptrs, const int64_t* s, int64_t n) {
       char* p = ptrs[0];
-      for (int64_t j = 0; j < n; ++j, ++i)
-        *reinterpret_cast<T*>(p + j * s[0]) = sample(philox4x32(state.seed, state.offset + i));
+      PhiloxBatch r;
+      for (int64_t j0 = 0; j0 < n; j0 += kPhiloxBatch) {
+        philox4x32_batch(state.seed, state.offset + static_cast<uint64_t>(i + j0), r);
+        const int count = static_cast<int>(std::min<int64_t>(kPhiloxBatch, n - j0));
+        for (int l = 0; l < count; ++l)
+          *reinterpret_cast<T*>(p + (j0 + l) * s[0]) = sample(r.at(l));
+      }
+      i += n;
     });
   };
-#if defined(_OPENMP)
-  if (numel >= kRandomGrain && omp_get_max_threads() > 1 && !omp_in_parallel()) {
-#pragma omp parallel
-    {
-      const int64_t threads = omp_get_num_threads(), tid = omp_get_thread_num();
-      const int64_t chunk = (numel + threads - 1) / threads;
-      const int64_t b = tid * chunk, e = std::min(numel, b + chunk);
-      if (b < e) fill_range(b, e);
-    }
-    return;
-  }
-#endif
-  fill_range(0, numel);
+  parallel_ranges(numel, fill_range, numel, kRandomGrain);
 }
 
 void uniform_kernel_cpu(const Tensor& out, double low, double high, PhiloxState state) {
@@ -63,7 +62,9 @@ void normal_kernel_cpu(const Tensor& out, double mean, double stddev, PhiloxStat
 void bernoulli_kernel_cpu(const Tensor& out, double p, PhiloxState state) {
   dispatch_dtype<kAllTypesAndBool>(out.dtype(), "bernoulli_", out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    fill_random<T>(out, state, [=](const Philox4& r) { return random::bernoulli_sample<T>(r, p); });
+    const uint64_t bound = philox_bits53_bound(p);
+    fill_random<T>(out, state,
+                   [=](const Philox4& r) { return random::bernoulli_sample<T>(r, bound); });
   });
 }
 

@@ -36,9 +36,9 @@ struct NormalFn {
 template <typename T>
 struct BernoulliFn {
   PhiloxState state;
-  double p;
+  uint64_t bound;  // philox_bits53_bound(p)
   __device__ T operator()(int64_t i) const {
-    return random::bernoulli_sample<T>(philox4x32(state.seed, state.offset + i), p);
+    return random::bernoulli_sample<T>(philox4x32(state.seed, state.offset + i), bound);
   }
 };
 
@@ -69,7 +69,7 @@ void normal_kernel_cuda(const Tensor& out, double mean, double stddev, PhiloxSta
 void bernoulli_kernel_cuda(const Tensor& out, double p, PhiloxState state) {
   dispatch_dtype<kAllTypesAndBool>(out.dtype(), "bernoulli_", out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    gpu_generate<T>(out, BernoulliFn<T>{state, p});
+    gpu_generate<T>(out, BernoulliFn<T>{state, philox_bits53_bound(p)});
   });
 }
 
