@@ -1,9 +1,12 @@
 #include "nn/checkpoint.h"
 
+#include <algorithm>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "autograd/autocast_wrapper.h"
+#include "autograd/kept_kernel_outputs.h"
 #include "autograd/node.h"
 #include "autograd/saved_tensor_hooks.h"
 #include "engine/error.h"
@@ -16,14 +19,21 @@ namespace {
 // One checkpointed call: what it needs to run fn again, and the tensors the recomputation saved.
 class Frame {
  public:
-  Frame(CheckpointFn fn, std::vector<Tensor> inputs)
+  Frame(CheckpointFn fn, std::vector<Tensor> inputs, std::vector<std::string> save_ops)
       : fn_(std::move(fn)),
         inputs_(std::move(inputs)),
         rng_(get_rng_states()),
-        autocast_(autocast_state::current()) {}
+        autocast_(autocast_state::current()),
+        kept_(std::move(save_ops)) {}
+
+  // The kernel outputs the forward keeps (CheckpointOptions::save_ops).
+  autograd::KeptKernelOutputs& kept() { return kept_; }
 
   // Counts a tensor the forward saved; its number in the order of saving.
-  size_t pack() { return packed_++; }
+  size_t pack() {
+    released_.push_back(false);
+    return packed_++;
+  }
 
   Tensor get(size_t i) {
     MT_CHECK(!autograd::GradMode::is_enabled(),
@@ -33,9 +43,14 @@ class Frame {
     return saved_[i];
   }
 
-  // Backward is done with tensor i: it is freed as soon as every node has used its own.
+  // Backward is done with tensor i: it is freed as soon as every node has used its own, and the
+  // kept kernel outputs once every node is done.
   void release(size_t i) {
     if (i < saved_.size()) saved_[i] = Tensor();
+    if (i < released_.size() && !released_[i]) {
+      released_[i] = true;
+      if (++released_count_ == packed_) kept_.clear();
+    }
   }
 
  private:
@@ -80,7 +95,10 @@ class Frame {
         saved.push_back(t.detach());
         return std::shared_ptr<autograd::PackedSaved>();
       });
+      autograd::KeptKernelOutputsGuard replay(&kept_, /*replaying=*/true);
+      kept_.start_replay();
       (void)fn_(in);
+      kept_.finish_replay();
     }
     MT_CHECK(saved.size() == packed_, "checkpoint: recomputing the function saved ", saved.size(),
              " tensors for backward, but its forward saved ", packed_,
@@ -92,8 +110,11 @@ class Frame {
   std::vector<Tensor> inputs_;
   std::vector<GeneratorState> rng_;
   autocast_state::ThreadState autocast_;
+  autograd::KeptKernelOutputs kept_;
   size_t packed_ = 0;
   std::vector<Tensor> saved_;  // by number; undefined: not recomputed yet, or released
+  std::vector<bool> released_;
+  size_t released_count_ = 0;
 };
 
 class Handle final : public autograd::PackedSaved {
@@ -109,20 +130,37 @@ class Handle final : public autograd::PackedSaved {
 
 }  // namespace
 
-std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
+void check_checkpoint_options(const CheckpointOptions& options) {
+  const std::vector<std::string>& keepable = autograd::keepable_kernel_ops();
+  for (const std::string& op : options.save_ops) {
+    if (std::find(keepable.begin(), keepable.end(), op) == keepable.end()) {
+      std::string names;
+      for (const std::string& k : keepable) names += (names.empty() ? "" : ", ") + k;
+      throw Error("checkpoint: save_ops names " + op + ", whose outputs cannot be kept; ops " +
+                  "that can: " + names);
+    }
+  }
+}
+
+std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
+                               const CheckpointOptions& options) {
   MT_CHECK(fn != nullptr, "checkpoint: no function given");
+  check_checkpoint_options(options);
   if (!autograd::GradMode::is_enabled()) return fn(inputs);  // nothing is saved anyway
-  auto frame = std::make_shared<Frame>(fn, inputs);
+  auto frame = std::make_shared<Frame>(fn, inputs, options.save_ops);
   autograd::SavedTensorHooksGuard hooks([frame](const Tensor&) {
     return std::shared_ptr<autograd::PackedSaved>(std::make_shared<Handle>(frame, frame->pack()));
   });
+  autograd::KeptKernelOutputsGuard keep(&frame->kept(), /*replaying=*/false);
   return fn(inputs);
 }
 
-Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input) {
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input,
+                  const CheckpointOptions& options) {
   MT_CHECK(fn != nullptr, "checkpoint: no function given");
-  std::vector<Tensor> out = checkpoint(
-      [fn](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in[0])}; }, {input});
+  std::vector<Tensor> out =
+      checkpoint([fn](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in[0])}; },
+                 {input}, options);
   return out[0];
 }
 

@@ -177,7 +177,8 @@ Tensor GPTImpl::hidden_impl(const Tensor& idx, std::vector<KVCacheEntry>* cache)
         cache == nullptr && std::find(checkpointed_.begin(), checkpointed_.end(),
                                       static_cast<int64_t>(i)) != checkpointed_.end();
     if (checkpointed) {
-      x = checkpoint([block](const Tensor& in) { return block->forward(in, nullptr); }, x);
+      x = checkpoint([block](const Tensor& in) { return block->forward(in, nullptr); }, x,
+                     checkpoint_options_);
     } else {
       x = block->forward(x, cache ? &(*cache)[i] : nullptr);
     }
@@ -185,13 +186,16 @@ Tensor GPTImpl::hidden_impl(const Tensor& idx, std::vector<KVCacheEntry>* cache)
   return ln_f(x);
 }
 
-void GPTImpl::set_activation_checkpointing(const std::vector<int64_t>& blocks) {
+void GPTImpl::set_activation_checkpointing(const std::vector<int64_t>& blocks,
+                                           const CheckpointOptions& options) {
   for (const int64_t b : blocks) {
     MT_CHECK(b >= 0 && b < static_cast<int64_t>(h->size()),
              "GPT: activation checkpointing of block ", b, ", but the model has blocks 0 to ",
              h->size() - 1);
   }
+  check_checkpoint_options(options);
   checkpointed_ = blocks;
+  checkpoint_options_ = options;
 }
 
 int64_t GPTImpl::num_parameters(bool non_embedding) const {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/generator.h"
+#include "nn/checkpoint.h"
 #include "nn/layers.h"
 #include "nn/norm.h"
 #include "nn/optim/optimizer.h"
@@ -137,8 +138,12 @@ class GPTImpl : public UnaryModule {
   // Activation checkpointing (nn/checkpoint.h) of these blocks (indices into h) while the
   // forward records for backward: each one's activations are recomputed in backward instead of
   // kept, for the same gradients. Empty: none (the default). Throws for an index out of range.
-  void set_activation_checkpointing(const std::vector<int64_t>& blocks);
+  // `options.save_ops` makes it selective: {"scaled_dot_product_attention"} keeps each block's
+  // attention output, whose recomputation is then skipped (nn/checkpoint.h).
+  void set_activation_checkpointing(const std::vector<int64_t>& blocks,
+                                    const CheckpointOptions& options = {});
   const std::vector<int64_t>& activation_checkpointing() const { return checkpointed_; }
+  const CheckpointOptions& activation_checkpointing_options() const { return checkpoint_options_; }
 
   const GPTConfig& config() const { return config_; }
   ModuleDict transformer{nullptr};
@@ -152,6 +157,7 @@ class GPTImpl : public UnaryModule {
   Tensor hidden_impl(const Tensor& idx, std::vector<KVCacheEntry>* cache);
   GPTConfig config_;
   std::vector<int64_t> checkpointed_;
+  CheckpointOptions checkpoint_options_;
 };
 MANTISSA_MODULE(GPT);
 

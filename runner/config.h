@@ -84,6 +84,7 @@ struct GptModelOptions {
   double dropout = 0.0;
   bool bias = true;
   BlockSelection activation_checkpointing;  // nn::GPTImpl::set_activation_checkpointing
+  bool checkpoint_keep_attention = false;   // its options: save_ops scaled_dot_product_attention
   bool fused_head_loss = false;             // the loss through nn::GPTImpl::head_loss
 };
 

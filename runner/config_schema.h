@@ -223,6 +223,18 @@ void describe(V& v, ModelConfig& m) {
             return true;
           },
           "block indices must be < model.n_layer"});
+  v.field(key("checkpoint_keep_attention", m.gpt.checkpoint_keep_attention)
+              .applies_to({"gpt"})
+              .optional_output()
+              .doc("selective activation checkpointing: each checkpointed block keeps its "
+                   "attention output (n_embd + n_head values per position) and its "
+                   "recomputation skips the attention kernel; the same gradients, a little "
+                   "more memory, less time than recomputing all"));
+  v.rule(
+      {"checkpoint_keep_attention",
+       {"gpt"},
+       [&m] { return !m.gpt.checkpoint_keep_attention || !m.gpt.activation_checkpointing.empty(); },
+       "needs model.activation_checkpointing"});
   v.field(
       key("fused_head_loss", m.gpt.fused_head_loss)
           .applies_to({"gpt"})

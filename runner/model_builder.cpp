@@ -78,7 +78,10 @@ std::shared_ptr<nn::UnaryModule> build_run_model(const ModelConfig& model) {
     c.bias = model.gpt.bias;
     try {
       nn::GPT gpt(c);
-      gpt->set_activation_checkpointing(model.gpt.activation_checkpointing.indices(c.n_layer));
+      nn::CheckpointOptions keep;
+      if (model.gpt.checkpoint_keep_attention) keep.save_ops = {"scaled_dot_product_attention"};
+      gpt->set_activation_checkpointing(model.gpt.activation_checkpointing.indices(c.n_layer),
+                                        keep);
       return gpt.ptr();
     } catch (const Error& e) {
       throw ConfigError("config error: model: cannot build the gpt model (n_layer " +

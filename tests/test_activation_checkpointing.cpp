@@ -1,8 +1,9 @@
 // nn::checkpoint (torch.utils.checkpoint, non-reentrant) and the GPT's per-block checkpointing:
 // the gradients are bitwise those of the same step without it (dropout on, float32 and bf16
 // autocast), the tensors saved inside the function are not kept after the forward, the random
-// and autocast states are the forward's during the recomputation and unchanged after it, and
-// what it cannot do is refused by name.
+// and autocast states are the forward's during the recomputation and unchanged after it, the
+// selective form keeps the attention's outputs and replays them, and what it cannot do is
+// refused by name.
 #include <memory>
 
 #include "amp/autocast.h"
@@ -134,10 +135,11 @@ mt::nn::GPTConfig small_gpt() {
 }
 
 // One training step's gradients of every parameter, blocks checkpointed or not.
-std::vector<Tensor> gpt_step_grads(const std::vector<int64_t>& checkpointed, bool bf16) {
+std::vector<Tensor> gpt_step_grads(const std::vector<int64_t>& checkpointed, bool bf16,
+                                   const mt::nn::CheckpointOptions& options = {}) {
   mt::manual_seed(11);
   mt::nn::GPT model(small_gpt());
-  model->set_activation_checkpointing(checkpointed);
+  model->set_activation_checkpointing(checkpointed, options);
   mt::manual_seed(12);
   const Tensor idx = mt::randint(0, 32, {2, 16}, mt::TensorOptions().dtype(mt::kInt64));
   const Tensor target = mt::randint(0, 32, {2, 16}, mt::TensorOptions().dtype(mt::kInt64));
@@ -163,8 +165,85 @@ TEST(ActivationCheckpointing, GptBlocksGiveTheSameGradients) {
     const std::vector<Tensor> plain = gpt_step_grads({}, bf16);
     expect_bitwise(gpt_step_grads({0, 1, 2}, bf16), plain);
     expect_bitwise(gpt_step_grads({1}, bf16), plain);
+    // Selective: the attention outputs kept, the rest recomputed.
+    expect_bitwise(gpt_step_grads({0, 1, 2}, bf16, {{"scaled_dot_product_attention"}}), plain);
   }
   mt::nn::GPT model(small_gpt());
   mt::testing::expect_error([&] { model->set_activation_checkpointing({3}); },
                             {"activation checkpointing of block 3", "blocks 0 to 2"});
+}
+
+namespace {
+
+// Causal attention with dropout between two recorded ops: what a block's attention does.
+Tensor attention_block(const Tensor& x) {
+  const Tensor h = mt::sin(x);
+  return mt::exp(mt::scaled_dot_product_attention(h, h, h, Tensor(), 0.2, true));
+}
+
+}  // namespace
+
+// The kept attention output is what backward uses: its gradients are the plain step's bits, the
+// recomputation replays it rather than running the kernel (an output modified in place after
+// the forward is refused by the replay, and is not seen without save_ops), and it is freed when
+// backward has passed.
+TEST(ActivationCheckpointing, KeptAttentionOutputsReplaceItsRecomputation) {
+  const mt::nn::CheckpointOptions keep{{"scaled_dot_product_attention"}};
+  const auto grads = [&](int mode) {  // 0: plain, 1: checkpointed, 2: checkpointed + kept
+    Tensor x = leaf({2, 9, 4}, 21);
+    mt::manual_seed(22);
+    Tensor y = mode == 0   ? attention_block(x)
+               : mode == 1 ? mt::nn::checkpoint(attention_block, x)
+                           : mt::nn::checkpoint(attention_block, x, keep);
+    y.sum().backward();
+    return grads_of({x});
+  };
+  const std::vector<Tensor> plain = grads(0);
+  expect_bitwise(grads(1), plain);
+  expect_bitwise(grads(2), plain);
+
+  // The kept output is the forward's own: changing it in place is caught when it is replayed.
+  Tensor kept_out;
+  const auto leaky = [&kept_out](const Tensor& x) {
+    const Tensor h = mt::sin(x);
+    kept_out = mt::scaled_dot_product_attention(h, h, h, Tensor(), 0.0, true);
+    return mt::exp(kept_out);
+  };
+  for (bool with_keep : {false, true}) {
+    Tensor x = leaf({2, 9, 4}, 23);
+    Tensor y = with_keep ? mt::nn::checkpoint(leaky, x, keep) : mt::nn::checkpoint(leaky, x);
+    {
+      mt::autograd::NoGradGuard no_grad;
+      kept_out.detach().mul_(2.0);
+    }
+    if (with_keep) {
+      mt::testing::expect_error([&] { y.sum().backward(); },
+                                {"scaled_dot_product_attention", "modified in place"});
+    } else {
+      y.sum().backward();  // recomputed: the change is not seen
+      EXPECT_TRUE(x.grad().defined());
+    }
+  }
+}
+
+TEST(ActivationCheckpointing, KeptKernelsMustRunAsInTheForward) {
+  const mt::nn::CheckpointOptions keep{{"scaled_dot_product_attention"}};
+  Tensor x = leaf({1, 5, 4}, 24);
+  int calls = 0;
+  Tensor y = mt::nn::checkpoint(
+      [&calls](const Tensor& in) {
+        Tensor o = mt::scaled_dot_product_attention(in, in, in);
+        // The recomputation runs the attention once more than the forward did.
+        if (++calls > 1) o = mt::scaled_dot_product_attention(o, o, o);
+        return mt::sin(o);
+      },
+      x, keep);
+  mt::testing::expect_error([&] { y.sum().backward(); },
+                            {"ran scaled_dot_product_attention more often than its forward"});
+  mt::testing::expect_error(
+      [&] { mt::nn::checkpoint([](const Tensor& in) { return mt::sin(in); }, x, {{"matmul"}}); },
+      {"save_ops names matmul", "ops that can: scaled_dot_product_attention"});
+  mt::nn::GPT model(small_gpt());
+  mt::testing::expect_error([&] { model->set_activation_checkpointing({0}, {{"softmax"}}); },
+                            {"save_ops names softmax"});
 }

@@ -643,6 +643,19 @@ TEST(RunnerConfig, GptActivationCheckpointing) {
   expect_config_error(gpt + "yes}\n", {"model.activation_checkpointing", "true, false or a list"});
   expect_config_error("model: {preset: toy, activation_checkpointing: true}\n",
                       {"model.activation_checkpointing", "does not apply"});
+  // Selective: checkpoint_keep_attention keeps each checkpointed block's attention output.
+  const rn::Config keep = rn::parse_config(
+      "model: {preset: gpt, n_layer: 3, n_head: 2, n_embd: 8, block_size: 8, "
+      "activation_checkpointing: true, checkpoint_keep_attention: true}\n",
+      "t.yaml");
+  EXPECT_NE(rn::to_yaml(keep).find("checkpoint_keep_attention: true"), std::string::npos);
+  const auto model = rn::build_run_model(keep.model);
+  const auto* kept = dynamic_cast<const mantissa::nn::GPTImpl*>(model.get());
+  ASSERT_NE(kept, nullptr);
+  EXPECT_EQ(kept->activation_checkpointing_options().save_ops,
+            (std::vector<std::string>{"scaled_dot_product_attention"}));
+  expect_config_error("model: {preset: gpt, n_layer: 3, checkpoint_keep_attention: true}\n",
+                      {"model.checkpoint_keep_attention", "needs model.activation_checkpointing"});
 }
 
 // model.fused_head_loss: the run's forward stops at the GPT's hidden states and its loss applies

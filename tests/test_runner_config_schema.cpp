@@ -209,6 +209,8 @@ void round_trip_every_key(const std::string& path, Get get, std::vector<std::str
       // And the gpt preset's heads must divide its width.
       if (c.model.gpt.n_embd % c.model.gpt.n_head != 0)
         c.model.gpt.n_embd = 32 * c.model.gpt.n_head;
+      // Keeping the attention outputs needs checkpointed blocks.
+      if (c.model.gpt.checkpoint_keep_attention) c.model.gpt.activation_checkpointing.all = true;
       const std::string text = rn::to_yaml(c);
       SCOPED_TRACE(path + " type '" + type + "', key #" + std::to_string(target) + ":\n" + text);
       if (p.touched.empty()) {

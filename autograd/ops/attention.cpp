@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/kept_kernel_outputs.h"
 #include "autograd/op_bodies.h"
 #include "autograd/ops/elementwise_common.h"
 
@@ -151,7 +152,12 @@ Tensor scaled_dot_product_attention_op(const Tensor& q, const Tensor& k, const T
   a.dropout_p = dropout_p;
   Generator& g = gen != nullptr ? *gen : default_generator(q.device());
   if (dropout_p > 0.0) a.rng = g.advance(static_cast<uint64_t>(B * c.L * c.S));
-  if (!attention_forward_kernel(q.device())(a)) {
+  // Under a checkpoint that keeps this op's outputs, its recomputation copies them back instead
+  // of running the kernel (autograd/kept_kernel_outputs.h); the node below is recorded alike.
+  const bool handled =
+      autograd::run_keepable_kernel("scaled_dot_product_attention", {a.out, a.lse},
+                                    [&a, &q] { return attention_forward_kernel(q.device())(a); });
+  if (!handled) {
     if (dropout_p > 0.0) g.set_state(a.rng.seed, a.rng.offset);
     return sdpa_composed(q, k, v, attn_mask, dropout_p, is_causal, c, gen);
   }
