@@ -114,10 +114,16 @@ NamedTensors to_gpt_layout(const NamedTensors& tensors, GptLayout layout, std::s
       out.emplace_back(key, t);
     }
   }
-  if (lm_head) {
+  if (lm_head && !find(out, "transformer.wte.weight")) {
+    // The tied tensor stored once under the output layer's name, as safetensors' save_model
+    // writes GPT2LMHeadModel (the other name only in the metadata): it is the token embedding.
+    log().info(
+        "GPT weights in {}: lm_head.weight without transformer.wte.weight; read as the "
+        "tied token embedding",
+        what);
+    out.emplace_back("transformer.wte.weight", *lm_head);
+  } else if (lm_head) {
     const Tensor* wte = find(out, "transformer.wte.weight");
-    MT_CHECK(wte, "GPT weights in ", what,
-             ": lm_head.weight is given without transformer.wte.weight (the two are tied)");
     MT_CHECK(lm_head->shape() == wte->shape() && equal(lm_head->to(wte->dtype()), *wte),
              "GPT weights in ", what,
              ": lm_head.weight differs from transformer.wte.weight, but nn::GPT ties the two (one "

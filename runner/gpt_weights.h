@@ -35,7 +35,9 @@ int64_t compile_prefixed_names(const NamedTensors& tensors);
 // "_orig_mod." dropped (and logged), the "transformer." prefix added where missing, Conv1D weights
 // (c_attn, c_proj, c_fc) transposed for HF, the attention mask buffers (attn.bias,
 // attn.masked_bias) dropped, and lm_head.weight dropped once checked equal to the token embedding
-// (a different one is an error naming the key: nn::GPT ties the two). Auto detects the layout.
+// (a different one is an error naming the key: nn::GPT ties the two), or taken as the token
+// embedding when that is absent (the tied tensor stored once, as safetensors.torch.save_model
+// writes it). Auto detects the layout.
 NamedTensors to_gpt_layout(const NamedTensors& tensors, GptLayout layout, std::string_view what);
 
 // The GPTConfig the converted tensors describe (n_layer, n_embd, vocab_size, block_size, bias);

@@ -119,6 +119,27 @@ TEST(GPTInterop, TiedLmHead) {
   rn::load_gpt_weights(*a, no_head);
   mt::testing::expect_close(logits_of(a), logits_file().at("logits"), 1e-5, 1e-5);
   EXPECT_TRUE(mt::equal(a->lm_head->weight, file.at("transformer.wte.weight")));
+  // Stored once under lm_head.weight, the embedding's name only in the metadata (what
+  // safetensors.torch.save_model writes for GPT2LMHeadModel, here in either layout): accepted.
+  for (const char* fixture : {"gpt_nanogpt.safetensors", "gpt_hf.safetensors"}) {
+    SCOPED_TRACE(fixture);
+    const auto f = rn::load_safetensors(data_path(fixture));
+    rn::SafetensorsFile once;
+    for (const auto& [n, t] : without(f.tensors, "lm_head.weight")) {
+      // GPT2LMHeadModel's names carry "transformer." in the HF layout too.
+      const std::string name = n.rfind("transformer.", 0) == 0 ? n : "transformer." + n;
+      if (name == "transformer.wte.weight")
+        once.tensors.emplace_back("lm_head.weight", t);
+      else
+        once.tensors.emplace_back(name, t);
+    }
+    ASSERT_TRUE(once.find("lm_head.weight"));
+    ASSERT_FALSE(once.find("transformer.wte.weight"));
+    once.metadata = {{"format", "pt"}, {"transformer.wte.weight", "lm_head.weight"}};
+    mt::nn::GPT m(fixture_config());
+    rn::load_gpt_weights(*m, once);
+    mt::testing::expect_close(logits_of(m), logits_file().at("logits"), 1e-5, 1e-5);
+  }
   // Different: refused, naming the key, and the model is left as it was.
   rn::SafetensorsFile untied;
   untied.tensors = without(file.tensors, "lm_head.weight");
