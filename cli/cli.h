@@ -48,8 +48,11 @@ struct EvalArgs {
 };
 int eval(const EvalArgs& args);
 
-// `force`: also replace a symbolic link or a file of a run (runner/output_target.h).
-int export_weights(const std::string& source, const std::string& out, bool force = false);
+// `force`: also replace a symbolic link or a file of a run (runner/output_target.h). `layout`
+// "hf": a GPT run's weights as Hugging Face GPT-2 (OUT a directory: model.safetensors and
+// config.json).
+int export_weights(const std::string& source, const std::string& out, bool force = false,
+                   const std::string& layout = "mantissa");
 
 struct ImportArgs {
   std::string path;

@@ -47,11 +47,18 @@ int main(int argc, char** argv) {
   e->add_option("--device", eval.device, "cpu, cuda, cuda:N or auto");
   e->add_flag("--json", eval.json, "Print the result as one JSON object");
 
-  std::string export_source, export_out;
+  std::string export_source, export_out, export_layout = "mantissa";
   bool export_force = false;
   auto* x = app.add_subcommand("export", "Write a checkpoint's model weights as safetensors");
   x->add_option("source", export_source, "Run directory or checkpoint file")->required();
-  x->add_option("out", export_out, "Output .safetensors file")->required();
+  x->add_option("out", export_out,
+                "Output .safetensors file; with --layout hf, a directory (model.safetensors and "
+                "config.json)")
+      ->required();
+  x->add_option("--layout", export_layout,
+                "mantissa: the model's state dict (for a GPT, nanoGPT's names and layout; the "
+                "default); hf: a GPT as Hugging Face's GPT2LMHeadModel.from_pretrained reads it")
+      ->check(CLI::IsMember({"mantissa", "hf"}));
   x->add_flag("--force", export_force,
               "Replace OUT even if it is a symbolic link (the link itself) or a file of a run "
               "(its checkpoints, resolved.yaml, metrics.jsonl, ...); never a device, FIFO or "
@@ -107,7 +114,8 @@ int main(int argc, char** argv) {
   if (t->parsed()) return cli::train(train);
   if (r->parsed()) return cli::resume(resume);
   if (e->parsed()) return cli::eval(eval);
-  if (x->parsed()) return cli::export_weights(export_source, export_out, export_force);
+  if (x->parsed())
+    return cli::export_weights(export_source, export_out, export_force, export_layout);
   if (i->parsed()) return cli::import_weights(import);
   if (app.get_subcommand("devices")->parsed()) return cli::devices();
   if (p->parsed()) return cli::plot(plot_dir, plot_out, plot_force);

@@ -7,9 +7,11 @@
 #include "amp/autocast.h"
 #include "autograd/node.h"
 #include "cli/cli.h"
+#include "runner/atomic_file.h"
 #include "runner/build_from_config.h"
 #include "runner/checkpoint.h"
 #include "runner/gpt_weights.h"
+#include "runner/hf_gpt2_config.h"
 #include "runner/json.h"
 #include "runner/model_builder.h"
 #include "runner/output_target.h"
@@ -120,9 +122,43 @@ int eval(const EvalArgs& args) {
   }
 }
 
-int export_weights(const std::string& source, const std::string& out, bool force) {
+namespace {
+
+// `export --layout hf`: OUT/model.safetensors in GPT2LMHeadModel's names and layout and
+// OUT/config.json from the run's model.
+int export_hf(const std::string& checkpoint, const std::string& source, const std::string& out,
+              bool force) {
+  const fs::path dir(out);
+  const std::string weights = (dir / "model.safetensors").string();
+  const std::string config = (dir / "config.json").string();
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw runner::OutputRefused("--layout hf writes a directory, but " + out +
+                                " is something else");
+  runner::check_output_target(weights, {checkpoint, source}, force);
+  runner::check_output_target(config, {checkpoint, source}, force);
+  const runner::CheckpointInfo info = runner::read_checkpoint(checkpoint);
+  const runner::Config run = runner::parse_config(info.config_text, checkpoint + " (its config)");
+  const auto model = runner::build_run_model(run.model);
+  const auto* gpt = dynamic_cast<const nn::GPTImpl*>(model.get());
+  MT_CHECK(gpt != nullptr, "--layout hf: ", checkpoint,
+           " is not a GPT run (model.preset gpt); only a GPT has Hugging Face's GPT-2 layout");
+  const std::string config_text = runner::hf_gpt2_config_json(gpt->config());
+  fs::create_directories(dir);
+  runner::save_safetensors(weights, runner::to_hf_layout(info.weights), {{"format", "pt"}});
+  runner::write_file_atomically(config, config_text);
+  std::cout << "wrote " << weights << " and " << config << " from " << checkpoint
+            << " (GPT2LMHeadModel.from_pretrained(\"" << out << "\") reads them)\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+int export_weights(const std::string& source, const std::string& out, bool force,
+                   const std::string& layout) {
   try {
     const std::string checkpoint = resolve_checkpoint(source);
+    if (layout == "hf") return export_hf(checkpoint, source, out, force);
     // Before the checkpoint is read: a refused target is reported at once.
     runner::check_output_target(out, {checkpoint, source}, force);
     const runner::CheckpointInfo info = runner::read_checkpoint(checkpoint);
@@ -163,7 +199,23 @@ int import_gpt(const ImportArgs& args, const runner::SafetensorsFile& file) {
     std::cout << "a GPT in the " << runner::gpt_layout_name(layout)
               << " layout: n_layer=" << c.n_layer << " n_embd=" << c.n_embd
               << " vocab_size=" << c.vocab_size << " block_size=" << c.block_size
-              << " bias=" << (c.bias ? "true" : "false") << " (n_head is not stored in weights)\n";
+              << " bias=" << (c.bias ? "true" : "false");
+    // Hugging Face's config.json beside the weights gives what they do not: n_head, the
+    // activation and LayerNorm's epsilon.
+    if (const auto hf = runner::read_hf_gpt2_config_beside(args.path)) {
+      runner::check_hf_gpt2_config_matches(*hf, c);
+      std::cout << "\n"
+                << hf->path << ": n_head=" << hf->gpt.n_head
+                << " activation_function=" << hf->activation_function
+                << " layer_norm_epsilon=" << hf->gpt.layer_norm_eps
+                << "\nin a config: model: {preset: gpt, n_layer: " << c.n_layer
+                << ", n_head: " << hf->gpt.n_head << ", n_embd: " << c.n_embd
+                << ", block_size: " << c.block_size << ", vocab_size: " << c.vocab_size
+                << ", activation: " << hf->gpt.activation
+                << ", layer_norm_eps: " << hf->gpt.layer_norm_eps << "}\n";
+    } else {
+      std::cout << " (n_head is not stored in weights, and no config.json is beside them)\n";
+    }
     if (args.out.empty()) return kExitOk;
     runner::check_output_target(args.out, {args.path}, args.force);
     runner::save_safetensors(args.out, converted, {{"format", "pt"}});

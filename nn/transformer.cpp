@@ -19,6 +19,9 @@ void check_config(const GPTConfig& c) {
   MT_CHECK(c.n_embd % c.n_head == 0, "GPT: n_embd (", c.n_embd, ") must be a multiple of n_head (",
            c.n_head, ")");
   MT_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, "GPT: dropout must be in [0, 1), got ", c.dropout);
+  MT_CHECK(c.activation == "gelu" || c.activation == "gelu_tanh",
+           "GPT: activation must be gelu or gelu_tanh, got ", c.activation);
+  MT_CHECK(c.layer_norm_eps > 0.0, "GPT: layer_norm_eps must be positive, got ", c.layer_norm_eps);
 }
 
 }  // namespace
@@ -69,7 +72,7 @@ std::string CausalSelfAttentionImpl::extra_repr() const {
 GPTMLPImpl::GPTMLPImpl(const GPTConfig& c) : UnaryModule("MLP") {
   check_config(c);
   c_fc = register_module("c_fc", Linear(c.n_embd, 4 * c.n_embd, c.bias));
-  gelu = register_module("gelu", GELU());
+  gelu = register_module("gelu", GELU(c.activation == "gelu_tanh" ? "tanh" : "none"));
   c_proj = register_module("c_proj", Linear(4 * c.n_embd, c.n_embd, c.bias));
   dropout = register_module("dropout", Dropout(c.dropout));
 }
@@ -78,9 +81,9 @@ Tensor GPTMLPImpl::forward(const Tensor& x) { return dropout(c_proj(gelu(c_fc(x)
 
 TransformerBlockImpl::TransformerBlockImpl(const GPTConfig& c) : UnaryModule("Block") {
   check_config(c);
-  ln_1 = register_module("ln_1", LayerNorm(c.n_embd, 1e-5, true, c.bias));
+  ln_1 = register_module("ln_1", LayerNorm(c.n_embd, c.layer_norm_eps, true, c.bias));
   attn = register_module("attn", CausalSelfAttention(c));
-  ln_2 = register_module("ln_2", LayerNorm(c.n_embd, 1e-5, true, c.bias));
+  ln_2 = register_module("ln_2", LayerNorm(c.n_embd, c.layer_norm_eps, true, c.bias));
   mlp = register_module("mlp", GPTMLP(c));
 }
 
@@ -109,7 +112,7 @@ GPTImpl::GPTImpl(const GPTConfig& c) : UnaryModule("GPT"), config_(c) {
   drop = Dropout(c.dropout);
   h = ModuleList();
   for (int64_t i = 0; i < c.n_layer; ++i) h->push_back(TransformerBlock(c));
-  ln_f = LayerNorm(c.n_embd, 1e-5, true, c.bias);
+  ln_f = LayerNorm(c.n_embd, c.layer_norm_eps, true, c.bias);
   transformer->insert("wte", wte);
   transformer->insert("wpe", wpe);
   transformer->insert("drop", drop);

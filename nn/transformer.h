@@ -25,6 +25,10 @@ struct GPTConfig {
   int64_t n_embd = 768;
   double dropout = 0.0;
   bool bias = true;  // biases in the Linear and LayerNorm layers
+  // The MLP's activation: "gelu" (exact, nanoGPT's) or "gelu_tanh" (the tanh approximation,
+  // Hugging Face GPT-2's "gelu_new").
+  std::string activation = "gelu";
+  double layer_norm_eps = 1e-5;  // every LayerNorm's (HF GPT-2: layer_norm_epsilon)
 };
 
 // The keys and values one attention layer has seen so far ([B, n_head, S, head_dim] each), so a

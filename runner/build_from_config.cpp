@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <tuple>
 #include <variant>
@@ -26,6 +27,7 @@
 #include "runner/config_paths.h"
 #include "runner/determinism.h"
 #include "runner/distributed_run.h"
+#include "runner/hf_gpt2_config.h"
 #include "runner/model_builder.h"
 #include "runner/safetensors.h"
 #include "runner/text.h"
@@ -46,6 +48,41 @@ void require_file(const Config& c, const std::string& key, const std::string& pa
   }
   if (const std::string problem = regular_file_problem(path); !problem.empty())
     c.fail(key, problem);
+}
+
+// A Hugging Face config.json beside model.init_from says what the GPT its weights belong to
+// computes (n_head, the activation, LayerNorm's epsilon), which the weights do not: the model the
+// config builds must be that one, or its logits would quietly differ.
+void check_init_from_hf_config(const Config& c) {
+  if (!is_gpt(c.model)) return;
+  std::optional<HfGpt2Config> hf;
+  try {
+    hf = read_hf_gpt2_config_beside(c.model.init_from);
+  } catch (const Error& e) {
+    c.fail("model.init_from", first_line(e.what()));
+  }
+  if (!hf) return;
+  const GptModelOptions& g = c.model.gpt;
+  const auto same = [&](const char* key, const std::string& ours, const std::string& theirs,
+                        const std::string& note = "") {
+    if (ours != theirs)
+      c.fail(std::string("model.") + key, "is " + ours + ", but " + hf->path +
+                                              " (beside model.init_from) says " + theirs + note);
+  };
+  const auto num = [](double v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  };
+  same("n_layer", std::to_string(g.n_layer), std::to_string(hf->gpt.n_layer));
+  same("n_head", std::to_string(g.n_head), std::to_string(hf->gpt.n_head));
+  same("n_embd", std::to_string(g.n_embd), std::to_string(hf->gpt.n_embd));
+  same("block_size", std::to_string(g.block_size), std::to_string(hf->gpt.block_size));
+  same("vocab_size", std::to_string(g.vocab_size), std::to_string(hf->gpt.vocab_size));
+  same("activation", g.activation.empty() ? "gelu" : g.activation, hf->gpt.activation,
+       " (activation_function " + hf->activation_function + ")");
+  same("layer_norm_eps", num(g.layer_norm_eps > 0 ? g.layer_norm_eps : 1e-5),
+       num(hf->gpt.layer_norm_eps));
 }
 
 // The key that names the data's input tensor or file.
@@ -363,7 +400,10 @@ RunObjects build_common(const Config& c, const RunPlacement& placement = {}) {
   r.config = c;
   r.device = resolve_device(c, placement.local_rank);
   check_distributed(c, r.device, placement);
-  if (!c.model.init_from.empty()) require_file(c, "model.init_from", c.model.init_from);
+  if (!c.model.init_from.empty()) {
+    require_file(c, "model.init_from", c.model.init_from);
+    check_init_from_hf_config(c);
+  }
   r.dataset = build_dataset(c);
   check_values(c, *r.dataset);
   check_output(c, *r.dataset);

@@ -83,6 +83,10 @@ struct GptModelOptions {
   int64_t vocab_size = 256;
   double dropout = 0.0;
   bool bias = true;
+  // Unset (left out of resolved.yaml, so that older configs keep their hash): nanoGPT's exact
+  // GELU and LayerNorm epsilon 1e-5.
+  std::string activation;                   // gelu | gelu_tanh
+  double layer_norm_eps = 0.0;              // > 0
   BlockSelection activation_checkpointing;  // nn::GPTImpl::set_activation_checkpointing
   bool checkpoint_keep_attention = false;   // its options: save_ops scaled_dot_product_attention
   bool fused_head_loss = false;             // the loss through nn::GPTImpl::head_loss

@@ -203,6 +203,19 @@ void describe(V& v, ModelConfig& m) {
   v.field(key("bias", m.gpt.bias)
               .applies_to({"gpt"})
               .doc("biases in the Linear and LayerNorm layers (GPT-2: true)"));
+  v.field(key("activation", m.gpt.activation)
+              .applies_to({"gpt"})
+              .one_of({"gelu", "gelu_tanh"})
+              .optional_output()
+              .default_text("gelu")
+              .doc("the MLP's activation: `gelu` (exact, nanoGPT's) or `gelu_tanh` (the tanh "
+                   "approximation, Hugging Face GPT-2's `gelu_new`)"));
+  v.field(key("layer_norm_eps", m.gpt.layer_norm_eps)
+              .applies_to({"gpt"})
+              .positive()
+              .optional_output()
+              .default_text("1e-5")
+              .doc("every LayerNorm's epsilon (Hugging Face GPT-2's `layer_norm_epsilon`)"));
   v.rule({"n_head",
           {"gpt"},
           [&m] { return m.gpt.n_head > 0 && m.gpt.n_embd % m.gpt.n_head == 0; },

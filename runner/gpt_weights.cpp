@@ -148,6 +148,17 @@ nn::GPTConfig infer_gpt_config(const NamedTensors& t, nn::GPTConfig c) {
   return c;
 }
 
+NamedTensors to_hf_layout(const NamedTensors& nanogpt) {
+  NamedTensors out;
+  for (const auto& [name, t] : nanogpt) {
+    if (name == "lm_head.weight") continue;
+    MT_CHECK(starts_with(name, "transformer."), "GPT weights: ", name,
+             " is not a name of nn::GPT's state dict");
+    out.emplace_back(name, is_conv1d_weight(name) ? t.t().contiguous() : t);
+  }
+  return out;
+}
+
 void add_tied_lm_head(NamedTensors& converted) {
   if (const Tensor* wte = find(converted, "transformer.wte.weight")) {
     const Tensor tied = *wte;

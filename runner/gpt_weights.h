@@ -44,6 +44,12 @@ NamedTensors to_gpt_layout(const NamedTensors& tensors, GptLayout layout, std::s
 // n_head and dropout cannot be read from weights and come from `base`.
 nn::GPTConfig infer_gpt_config(const NamedTensors& converted, nn::GPTConfig base);
 
+// nn::GPT's state dict (nanoGPT's names and layout) in GPT2LMHeadModel's, for
+// from_pretrained: the names as they are ("transformer." included), the Conv1D weights (c_attn,
+// c_proj, c_fc) transposed to [in, out], lm_head.weight left out (transformers ties it to
+// transformer.wte.weight, as its save_pretrained leaves it out).
+NamedTensors to_hf_layout(const NamedTensors& nanogpt);
+
 // Appends lm_head.weight as the token embedding (transformer.wte.weight), as nanoGPT's tied state
 // dict holds it under both names; nothing when there is no embedding.
 void add_tied_lm_head(NamedTensors& converted);

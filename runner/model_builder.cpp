@@ -76,6 +76,8 @@ std::shared_ptr<nn::UnaryModule> build_run_model(const ModelConfig& model) {
     c.vocab_size = model.gpt.vocab_size;
     c.dropout = model.gpt.dropout;
     c.bias = model.gpt.bias;
+    if (!model.gpt.activation.empty()) c.activation = model.gpt.activation;
+    if (model.gpt.layer_norm_eps > 0) c.layer_norm_eps = model.gpt.layer_norm_eps;
     try {
       nn::GPT gpt(c);
       nn::CheckpointOptions keep;

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <iostream>
 
+#include "autograd/functions.h"
 #include "cli_test_util.h"
+#include "runner/safetensors.h"
 
 namespace {
 
@@ -407,7 +409,8 @@ TEST_F(CliRunTest, ARelativeDataPathIsAlsoLookedForBesideTheConfigFile) {
              model + "data: {type: csv, path: data.csv, batch_size: 8}\n");
   const Result found = run({"train", "cfgs/cfg.yaml", "--run-dir", "r", "-q"});
   ASSERT_EQ(found.code, 0) << found.output;
-  EXPECT_NE(read_file(dir_ / "r" / "resolved.yaml").find("path: \"cfgs/data.csv\""), std::string::npos)
+  EXPECT_NE(read_file(dir_ / "r" / "resolved.yaml").find("path: \"cfgs/data.csv\""),
+            std::string::npos)
       << read_file(dir_ / "r" / "resolved.yaml");
   const Result resumed = run({"resume", "r", "-q"});
   EXPECT_EQ(resumed.code, 0) << resumed.output;
@@ -421,4 +424,69 @@ TEST_F(CliRunTest, ARelativeDataPathIsAlsoLookedForBesideTheConfigFile) {
             std::string::npos)
       << missing.output;
   EXPECT_FALSE(fs::exists(dir_ / "g"));
+}
+
+// A run initialised from Hugging Face GPT-2 weights with their config.json beside them
+// (tests/data/hf_gpt2, written by transformers): the run's model must compute what config.json
+// says (a model.activation that differs is exit 2 naming both), and `export --layout hf` writes
+// the weights back as save_pretrained did, bit for bit (one SGD step at lr 1e-30 rounds back to
+// every weight), with
+// a config.json transformers reads.
+TEST_F(CliRunTest, HfGpt2InitFromAndExportBackToHuggingFace) {
+  std::string ids;
+  for (int i = 0; i < 400; ++i) {
+    const uint16_t id = static_cast<uint16_t>((i * 7) % 32);
+    ids.push_back(static_cast<char>(id & 0xff));
+    ids.push_back(static_cast<char>(id >> 8));
+  }
+  write_file(dir_ / "train.bin", ids);
+  const std::string weights = source_dir() + "/tests/data/hf_gpt2/model.safetensors";
+  const auto cfg = [&](const std::string& numerics) {
+    return "model: {preset: gpt, n_layer: 2, n_head: 2, n_embd: 16, block_size: 8, vocab_size: "
+           "32, " +
+           numerics + "init_from: " + weights +
+           "}\n"
+           "data: {type: tokens_bin, path: train.bin, block_size: 8, batch_size: 2}\n"
+           "optimizer: {type: sgd, lr: 1.0e-30}\n"
+           "loss: {type: cross_entropy}\nsteps: 1\ndevice: cpu\nsample_tokens: 0\n";
+  };
+  write_file(dir_ / "wrong.yaml", cfg(""));
+  const Result wrong = run({"train", "wrong.yaml", "--run-dir", "w", "-q"});
+  EXPECT_EQ(wrong.code, 2) << wrong.output;
+  EXPECT_NE(wrong.output.find("model.activation"), std::string::npos) << wrong.output;
+  EXPECT_NE(wrong.output.find("config.json (beside model.init_from) says gelu_tanh"),
+            std::string::npos)
+      << wrong.output;
+  EXPECT_FALSE(fs::exists(dir_ / "w"));
+
+  write_file(dir_ / "hf.yaml", cfg("activation: gelu_tanh, layer_norm_eps: 0.001, "));
+  const Result trained = run({"train", "hf.yaml", "--run-dir", "r", "-q"});
+  ASSERT_EQ(trained.code, 0) << trained.output;
+  const Result exported = run({"export", "r", "out", "--layout", "hf"});
+  ASSERT_EQ(exported.code, 0) << exported.output;
+  const auto original = mantissa::runner::load_safetensors(weights);
+  const auto written =
+      mantissa::runner::load_safetensors((dir_ / "out" / "model.safetensors").string());
+  std::vector<std::string> got = written.names(), want = original.names();
+  std::sort(got.begin(), got.end());
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(got, want);
+  for (const auto& [name, t] : original.tensors) {
+    const mantissa::Tensor* w = written.find(name);
+    ASSERT_NE(w, nullptr) << name;
+    EXPECT_TRUE(mantissa::equal(*w, t)) << name;
+  }
+  const std::string config = read_file(dir_ / "out" / "config.json");
+  EXPECT_NE(config.find("\"activation_function\": \"gelu_new\""), std::string::npos) << config;
+  EXPECT_NE(config.find("\"layer_norm_epsilon\": 0.001"), std::string::npos) << config;
+  // A file where the directory should be is refused; a toy run has no HF layout.
+  write_file(dir_ / "a_file", "x");
+  const Result onto_file = run({"export", "r", "a_file", "--layout", "hf"});
+  EXPECT_EQ(onto_file.code, 2) << onto_file.output;
+  EXPECT_NE(onto_file.output.find("writes a directory"), std::string::npos) << onto_file.output;
+  write_file(dir_ / "toy.yaml", run_config(2, 0));
+  ASSERT_EQ(run({"train", "toy.yaml", "--run-dir", "toy", "-q"}).code, 0);
+  const Result toy = run({"export", "toy", "toy_hf", "--layout", "hf"});
+  EXPECT_NE(toy.code, 0);
+  EXPECT_NE(toy.output.find("not a GPT run"), std::string::npos) << toy.output;
 }
