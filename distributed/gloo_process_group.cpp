@@ -15,7 +15,6 @@
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <cmath>
@@ -26,6 +25,7 @@
 #include <thread>
 
 #include "distributed/backends.h"
+#include "distributed/rendezvous_store.h"
 #if MANTISSA_HAS_MPI
 #include "distributed/mpi_store.h"
 #endif
@@ -89,19 +89,19 @@ class GlooProcessGroup final : public ProcessGroup {
       MT_THROW("init_process_group (gloo): this build of mantissa has no MPI rendezvous");
 #endif
     } else {
+      std::unique_ptr<detail::RendezvousStore> store;
       try {
-        std::filesystem::create_directories(store_path);
-        gloo::rendezvous::FileStore store(store_path);
-        connect(store, attr);
+        store = detail::open_rendezvous_store(store_path, timeout);
+        connect(*store, attr);
         // Every rank has read every address once connect()'s barrier passes, so the keys can
-        // go: a later job meeting in the same directory must not find them.
-        std::error_code ignored;
-        for (const std::string& key_file : store.getAllKeyFilePaths())
-          std::filesystem::remove(key_file, ignored);
+        // go: a later job meeting in the same store must not find them.
+        store->remove_own_keys();
       } catch (const std::exception& e) {
+        if (store) store->remove_own_keys();
         MT_THROW("init_process_group (gloo): rank ", rank, " of ", size,
-                 " could not meet the other ranks through the file store at '", store_path,
-                 "' within ", timeout.count(), " ms: ", e.what());
+                 " could not meet the other ranks through ",
+                 store ? store->describe() : "the store '" + store_path + "'", " within ",
+                 timeout.count(), " ms: ", e.what());
       }
     }
     worker_ = std::thread([this] { run(); });

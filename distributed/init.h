@@ -49,10 +49,12 @@ struct InitOptions {
   std::optional<int> local_rank;
   std::optional<int> local_world_size;
   Rendezvous rendezvous = Rendezvous::Auto;
-  // The directory of the file store the ranks meet in (unused under MPI rendezvous); every rank
-  // must see the same directory (a shared filesystem when the job spans hosts). Empty:
-  // MANTISSA_STORE_PATH, else a directory under the system temporary directory named after
-  // MASTER_ADDR and MASTER_PORT.
+  // The store the ranks meet in (unused under MPI rendezvous): the directory of a file store,
+  // which every rank must see (a shared filesystem when the job spans hosts), or a Redis server
+  // every host reaches, redis://HOST:PORT (distributed/rendezvous_store.h: keys under
+  // "mantissa/<job>/", the job from MANTISSA_RUN_ID, TORCHELASTIC_RUN_ID or MASTER_ADDR:PORT).
+  // Empty: MANTISSA_STORE_PATH, else a directory under the system temporary directory named
+  // after MASTER_ADDR and MASTER_PORT.
   std::string store_path;
   // The address other ranks reach this one at (Gloo's TCP transport). Empty: 127.0.0.1 when
   // every rank runs on this host, else this host's name.

@@ -6,7 +6,6 @@
 // ncclCommGetAsyncError so that a failed or stuck communicator becomes an error: past the
 // group's timeout the communicator is aborted (ncclCommAbort) and every later collective throws.
 #include <cuda_runtime.h>
-#include <gloo/rendezvous/file_store.h>
 #include <nccl.h>
 
 #include <atomic>
@@ -17,6 +16,7 @@
 
 #include "cuda/stream.h"
 #include "distributed/backends.h"
+#include "distributed/rendezvous_store.h"
 #include "engine/error.h"
 #include "engine/factory.h"
 
@@ -149,7 +149,7 @@ class NcclProcessGroup final : public ProcessGroup {
     comm_->size = size;
     comm_->timeout = timeout;
     ncclUniqueId id;
-    std::unique_ptr<gloo::rendezvous::FileStore> store;
+    std::unique_ptr<detail::RendezvousStore> store;
     if (rendezvous == Rendezvous::Mpi) {
       std::vector<char> bytes;
       if (rank == 0) {
@@ -166,8 +166,7 @@ class NcclProcessGroup final : public ProcessGroup {
       std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
     } else {
       try {
-        std::filesystem::create_directories(store_path);
-        store = std::make_unique<gloo::rendezvous::FileStore>(store_path);
+        store = detail::open_rendezvous_store(store_path, timeout);
         if (rank == 0) {
           MT_NCCL_CHECK(ncclGetUniqueId(&id));
           store->set(kUniqueIdKey,
@@ -179,19 +178,18 @@ class NcclProcessGroup final : public ProcessGroup {
           std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
         }
       } catch (const std::exception& e) {
+        if (store) store->remove_own_keys();
         MT_THROW("init_process_group (nccl): rank ", rank, " of ", size,
-                 " could not meet the other ranks through the file store at '", store_path,
-                 "' within ", timeout.count(), " ms: ", e.what());
+                 " could not meet the other ranks through ",
+                 store ? store->describe() : "the store '" + store_path + "'", " within ",
+                 timeout.count(), " ms: ", e.what());
       }
     }
     cuda::set_device(device_);
     MT_NCCL_CHECK(ncclCommInitRank(&comm_->comm, size, id, rank));
-    // Every rank has read the id once the communicator exists; a later job in the same
-    // directory must not find it.
-    std::error_code ignored;
-    if (store)
-      for (const std::string& key_file : store->getAllKeyFilePaths())
-        std::filesystem::remove(key_file, ignored);
+    // Every rank has read the id once the communicator exists; a later job in the same store
+    // must not find it.
+    if (store) store->remove_own_keys();
   }
 
   ~NcclProcessGroup() override {

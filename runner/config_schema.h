@@ -613,8 +613,10 @@ void describe(V& v, DistributedConfig& d) {
                    "with an error"));
   v.field(key("store_path", d.store_path)
               .optional_output()
-              .doc("directory the ranks meet in (shared by every host); default: a fresh one per "
-                   "launch, or `MANTISSA_STORE_PATH`"));
+              .doc("where the ranks meet: a directory (shared by every host), or "
+                   "`redis://HOST:PORT`, a Redis server every host reaches (no shared "
+                   "filesystem); default: a fresh directory per launch, or "
+                   "`MANTISSA_STORE_PATH`"));
   v.field(key("rendezvous", d.rendezvous)
               .one_of({"auto", "file", "mpi"})
               .doc("where the ranks meet: `file` (the store directory), `mpi` (MPI collectives, "

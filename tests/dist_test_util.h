@@ -66,7 +66,9 @@ inline std::vector<RankResult> run_ranks(const std::string& scenario, int world,
                                                 "-" + scenario + "-" + std::to_string(world));
   std::filesystem::remove_all(dir);
   const auto store = shared_store.empty() ? dir / "store" : shared_store;
-  std::filesystem::create_directories(store);
+  std::filesystem::create_directories(dir);  // the reports
+  // A redis://HOST:PORT store is an address, not a directory.
+  if (store.string().rfind("redis://", 0) != 0) std::filesystem::create_directories(store);
   std::vector<pid_t> pids;
   for (int rank = 0; rank < world; ++rank) {
     const pid_t pid = fork();
