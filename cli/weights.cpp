@@ -139,11 +139,9 @@ int export_hf(const std::string& checkpoint, const std::string& source, const st
   runner::check_output_target(config, {checkpoint, source}, force);
   const runner::CheckpointInfo info = runner::read_checkpoint(checkpoint);
   const runner::Config run = runner::parse_config(info.config_text, checkpoint + " (its config)");
-  const auto model = runner::build_run_model(run.model);
-  const auto* gpt = dynamic_cast<const nn::GPTImpl*>(model.get());
-  MT_CHECK(gpt != nullptr, "--layout hf: ", checkpoint,
+  MT_CHECK(runner::is_gpt(run.model), "--layout hf: ", checkpoint,
            " is not a GPT run (model.preset gpt); only a GPT has Hugging Face's GPT-2 layout");
-  const std::string config_text = runner::hf_gpt2_config_json(gpt->config());
+  const std::string config_text = runner::hf_gpt2_config_json(runner::gpt_config(run.model));
   fs::create_directories(dir);
   runner::save_safetensors(weights, runner::to_hf_layout(info.weights), {{"format", "pt"}});
   runner::write_file_atomically(config, config_text);

@@ -32,7 +32,7 @@ class Frame {
   // Counts a tensor the forward saved; its number in the order of saving.
   size_t pack() {
     released_.push_back(false);
-    return packed_++;
+    return released_.size() - 1;
   }
 
   Tensor get(size_t i) {
@@ -49,7 +49,7 @@ class Frame {
     if (i < saved_.size()) saved_[i] = Tensor();
     if (i < released_.size() && !released_[i]) {
       released_[i] = true;
-      if (++released_count_ == packed_) kept_.clear();
+      if (++released_count_ == released_.size()) kept_.clear();
     }
   }
 
@@ -100,8 +100,8 @@ class Frame {
       (void)fn_(in);
       kept_.finish_replay();
     }
-    MT_CHECK(saved.size() == packed_, "checkpoint: recomputing the function saved ", saved.size(),
-             " tensors for backward, but its forward saved ", packed_,
+    MT_CHECK(saved.size() == released_.size(), "checkpoint: recomputing the function saved ",
+             saved.size(), " tensors for backward, but its forward saved ", released_.size(),
              "; a checkpointed function must run the same ops every time");
     saved_ = std::move(saved);
   }
@@ -111,9 +111,8 @@ class Frame {
   std::vector<GeneratorState> rng_;
   autocast_state::ThreadState autocast_;
   autograd::KeptKernelOutputs kept_;
-  size_t packed_ = 0;
-  std::vector<Tensor> saved_;  // by number; undefined: not recomputed yet, or released
-  std::vector<bool> released_;
+  std::vector<Tensor> saved_;   // by number; undefined: not recomputed yet, or released
+  std::vector<bool> released_;  // one per tensor the forward saved (packed), by number
   size_t released_count_ = 0;
 };
 

@@ -62,7 +62,7 @@ void check_init_from_hf_config(const Config& c) {
     c.fail("model.init_from", first_line(e.what()));
   }
   if (!hf) return;
-  const GptModelOptions& g = c.model.gpt;
+  const nn::GPTConfig g = gpt_config(c.model);
   const auto same = [&](const char* key, const std::string& ours, const std::string& theirs,
                         const std::string& note = "") {
     if (ours != theirs)
@@ -79,10 +79,9 @@ void check_init_from_hf_config(const Config& c) {
   same("n_embd", std::to_string(g.n_embd), std::to_string(hf->gpt.n_embd));
   same("block_size", std::to_string(g.block_size), std::to_string(hf->gpt.block_size));
   same("vocab_size", std::to_string(g.vocab_size), std::to_string(hf->gpt.vocab_size));
-  same("activation", g.activation.empty() ? "gelu" : g.activation, hf->gpt.activation,
+  same("activation", g.activation, hf->gpt.activation,
        " (activation_function " + hf->activation_function + ")");
-  same("layer_norm_eps", num(g.layer_norm_eps > 0 ? g.layer_norm_eps : 1e-5),
-       num(hf->gpt.layer_norm_eps));
+  same("layer_norm_eps", num(g.layer_norm_eps), num(hf->gpt.layer_norm_eps));
 }
 
 // The key that names the data's input tensor or file.

@@ -1,10 +1,9 @@
 #include "runner/hf_gpt2_config.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "engine/error.h"
+#include "runner/atomic_file.h"
 #include "runner/json.h"
 
 namespace mantissa::runner {
@@ -81,11 +80,7 @@ std::optional<HfGpt2Config> read_hf_gpt2_config_beside(const std::string& weight
   const fs::path config = fs::path(weights_path).parent_path() / "config.json";
   std::error_code ec;
   if (!fs::is_regular_file(config, ec)) return std::nullopt;
-  std::ifstream in(config, std::ios::binary);
-  MT_CHECK(in, "cannot read ", config.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_hf_gpt2_config(text.str(), config.string());
+  return parse_hf_gpt2_config(read_file_bytes(config.string()), config.string());
 }
 
 void check_hf_gpt2_config_matches(const HfGpt2Config& hf, const nn::GPTConfig& w) {

@@ -66,18 +66,23 @@ std::shared_ptr<nn::UnaryModule> make_layer(const LayerSpec& l) {
 
 }  // namespace
 
+nn::GPTConfig gpt_config(const ModelConfig& model) {
+  nn::GPTConfig c;
+  c.n_layer = model.gpt.n_layer;
+  c.n_head = model.gpt.n_head;
+  c.n_embd = model.gpt.n_embd;
+  c.block_size = model.gpt.block_size;
+  c.vocab_size = model.gpt.vocab_size;
+  c.dropout = model.gpt.dropout;
+  c.bias = model.gpt.bias;
+  if (!model.gpt.activation.empty()) c.activation = model.gpt.activation;
+  if (model.gpt.layer_norm_eps > 0) c.layer_norm_eps = model.gpt.layer_norm_eps;
+  return c;
+}
+
 std::shared_ptr<nn::UnaryModule> build_run_model(const ModelConfig& model) {
   if (is_gpt(model)) {
-    nn::GPTConfig c;
-    c.n_layer = model.gpt.n_layer;
-    c.n_head = model.gpt.n_head;
-    c.n_embd = model.gpt.n_embd;
-    c.block_size = model.gpt.block_size;
-    c.vocab_size = model.gpt.vocab_size;
-    c.dropout = model.gpt.dropout;
-    c.bias = model.gpt.bias;
-    if (!model.gpt.activation.empty()) c.activation = model.gpt.activation;
-    if (model.gpt.layer_norm_eps > 0) c.layer_norm_eps = model.gpt.layer_norm_eps;
+    const nn::GPTConfig c = gpt_config(model);
     try {
       nn::GPT gpt(c);
       nn::CheckpointOptions keep;

@@ -10,6 +10,7 @@
 
 #include "engine/shape.h"
 #include "nn/layers.h"
+#include "nn/transformer.h"
 #include "runner/config.h"
 
 namespace mantissa::runner {
@@ -21,6 +22,9 @@ std::shared_ptr<nn::SequentialImpl> build_model(const ModelConfig& model);
 std::shared_ptr<nn::UnaryModule> build_run_model(const ModelConfig& model);
 // The model is `preset: gpt` (an nn::GPT taking int64 token ids) rather than a layer list.
 bool is_gpt(const ModelConfig& model);
+// The nn::GPTConfig of a gpt preset (unset keys take nn::GPTConfig's defaults), without building
+// the model.
+nn::GPTConfig gpt_config(const ModelConfig& model);
 
 // Loads the safetensors file at `path` into a model build_model made: strictly by name, and for a
 // GPT from a nanoGPT or Hugging Face GPT-2 state dict (runner/gpt_weights.h).

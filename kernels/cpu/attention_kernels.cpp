@@ -211,6 +211,8 @@ struct ScoreRules {
   const T* add_mask = nullptr;
   int64_t mask_si = 0, mask_sj = 0;
   M keep_scale = 1;
+  // Kept where the double uniform is below 1 - p, compared as integers (no branch, vectors).
+  uint64_t keep_bound = 0;
 
   explicit ScoreRules(const AttentionForwardArgs& args)
       : a(args), L(args.q.size(1)), S(args.k.size(1)) {
@@ -222,7 +224,10 @@ struct ScoreRules {
       else
         add_mask = static_cast<const T*>(a.mask.data_ptr());
     }
-    if (a.dropout_p > 0) keep_scale = a.dropout_p < 1 ? M(1.0 / (1.0 - a.dropout_p)) : M(0);
+    if (a.dropout_p > 0) {
+      keep_scale = a.dropout_p < 1 ? M(1.0 / (1.0 - a.dropout_p)) : M(0);
+      keep_bound = philox_bits53_bound(1.0 - a.dropout_p);
+    }
   }
   // Where batch b's [L, S] mask starts: b unravelled over the mask's batch dims.
   int64_t mask_offset(int64_t b) const {
@@ -255,8 +260,7 @@ struct ScoreRules {
     static_assert(kKeyBlock == kPhiloxBatch);
     PhiloxBatch r;
     philox4x32_batch(a.rng.seed, a.rng.offset + static_cast<uint64_t>((b * L + i) * S + j0), r);
-    // Kept where the double uniform is below 1 - p, compared as integers (no branch, vectors).
-    const uint64_t bound = philox_bits53_bound(1.0 - a.dropout_p);
+    const uint64_t bound = keep_bound;
     const M scale = keep_scale;
     for (int c = 0; c < kKeyBlock; ++c)
       factor[c] = philox_bits53(r.w[0][c], r.w[1][c]) < bound ? scale : M(0);
