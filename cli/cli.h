@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,7 +14,8 @@ class Module;
 }
 namespace mantissa::runner {
 struct Config;
-}
+class BpeTokenizer;
+}  // namespace mantissa::runner
 
 namespace mantissa::cli {
 
@@ -88,6 +90,14 @@ struct GenerateArgs {
 };
 int generate(const GenerateArgs& args);
 
+struct PrepareArgs {
+  std::string text;       // the text file
+  std::string tokenizer;  // tokenizer.json, vocab.json (+ merges.txt) or their folder
+  std::string out_dir;    // default: the text file's folder
+  double val_fraction = 0.1;
+};
+int prepare(const PrepareArgs& args);
+
 // ---- helpers (common.cpp) ----
 // "mantissa: <message>" on stderr (the message's first line only: errors are one line).
 void print_error(const std::string& message);
@@ -101,6 +111,11 @@ runner::Config checkpoint_config(const std::string& checkpoint, std::vector<std:
 // Restores only the model's weights from `checkpoint`: not the generators, since eval and
 // generate draw from their own seeds.
 void load_checkpoint_model(const std::string& checkpoint, nn::Module& model);
+// The tokenizer a GPT run's text goes through: null for data.type text (bytes), data.tokenizer's
+// for tokens_bin. Throws runner::ConfigError naming the key when the run has no tokenizer
+// (another dataset, or tokens_bin without data.tokenizer); `what` names the command.
+std::shared_ptr<const runner::BpeTokenizer> run_tokenizer(const runner::Config& config,
+                                                          const std::string& what);
 // The built-in default config's YAML text.
 const char* default_config_yaml();
 

@@ -4,6 +4,7 @@
 #include "cli/cli.h"
 #include "cli/default_config.h"
 #include "engine/error.h"
+#include "runner/bpe_tokenizer.h"
 #include "runner/checkpoint.h"
 #include "runner/config.h"
 
@@ -50,6 +51,28 @@ void load_checkpoint_model(const std::string& checkpoint, nn::Module& model) {
   parts.model = &model;
   parts.rng = false;
   runner::load_checkpoint(checkpoint, parts);
+}
+
+std::shared_ptr<const runner::BpeTokenizer> run_tokenizer(const runner::Config& config,
+                                                          const std::string& what) {
+  if (config.data.type == "text") return nullptr;
+  if (config.data.type != "tokens_bin") {
+    throw runner::ConfigError(what +
+                              " decodes bytes (data.type text) or the tokens of a "
+                              "tokens_bin run with data.tokenizer, but the run's data.type is " +
+                              config.data.type);
+  }
+  const std::string path = config.data.tokenizer();
+  if (path.empty()) {
+    throw runner::ConfigError(what +
+                              " needs the run's tokenizer to decode its tokens: data.tokenizer "
+                              "is not set (a tokenizer.json, vocab.json or their folder)");
+  }
+  try {
+    return std::make_shared<const runner::BpeTokenizer>(runner::BpeTokenizer::load(path));
+  } catch (const Error& e) {
+    throw runner::ConfigError("data.tokenizer: " + std::string(e.what()));
+  }
 }
 
 }  // namespace mantissa::cli

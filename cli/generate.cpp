@@ -1,8 +1,9 @@
-// `mantissa generate`: text from the newest checkpoint of a byte-level GPT run.
+// `mantissa generate`: text from the newest checkpoint of a GPT run, in its tokenizer's text.
 #include <cmath>
 #include <iostream>
 
 #include "cli/cli.h"
+#include "runner/bpe_tokenizer.h"
 #include "runner/build_from_config.h"
 #include "runner/checkpoint.h"
 #include "runner/generate.h"
@@ -13,6 +14,7 @@ int generate(const GenerateArgs& args) {
   runner::RunObjects run;
   std::string checkpoint;
   nn::GPTImpl* gpt = nullptr;
+  std::shared_ptr<const runner::BpeTokenizer> tokenizer;
   try {
     // The arguments first: a bad one is reported before anything is read.
     if (args.tokens < 0)
@@ -30,12 +32,7 @@ int generate(const GenerateArgs& args) {
       throw runner::ConfigError(e.what());
     }
     const runner::Config config = checkpoint_config(checkpoint, {}, args.device);
-    if (config.data.type != "text") {
-      throw runner::ConfigError(
-          "generate decodes bytes (the byte tokenizer of data.type text), "
-          "but the run's data.type is " +
-          config.data.type);
-    }
+    tokenizer = run_tokenizer(config, "generate");
     run = runner::build_eval(config);
     gpt = dynamic_cast<nn::GPTImpl*>(run.model.get());
     if (gpt == nullptr) {
@@ -57,7 +54,8 @@ int generate(const GenerateArgs& args) {
                                               .tokens = args.tokens,
                                               .temperature = args.temperature,
                                               .top_k = args.top_k,
-                                              .seed = args.seed})
+                                              .seed = args.seed,
+                                              .tokenizer = tokenizer})
               << "\n";
     return kExitOk;
   } catch (const std::exception& e) {

@@ -91,18 +91,32 @@ int main(int argc, char** argv) {
               "directory");
 
   cli::GenerateArgs gen;
-  auto* g =
-      app.add_subcommand("generate", "Sample text from a byte-level GPT run's newest checkpoint");
+  auto* g = app.add_subcommand("generate", "Sample text from a GPT run's newest checkpoint");
   g->add_option("run_dir", gen.run_dir,
                 "Run directory (newest valid checkpoint) or checkpoint file")
       ->required();
   g->add_option("--prompt", gen.prompt, "Text to continue (default: a newline)");
-  g->add_option("--tokens", gen.tokens, "Bytes to sample after the prompt (default 256)");
+  g->add_option("--tokens", gen.tokens,
+                "Tokens to sample after the prompt (bytes for a data.type text run; default 256)");
   g->add_option("--temperature", gen.temperature,
-                "Divide the logits by this before sampling (default 1; lower: more likely bytes)");
-  g->add_option("--top-k", gen.top_k, "Sample among the K most likely bytes only (default: all)");
+                "Divide the logits by this before sampling (default 1; lower: more likely tokens)");
+  g->add_option("--top-k", gen.top_k, "Sample among the K most likely tokens only (default: all)");
   g->add_option("--seed", gen.seed, "Sampling seed: the same seed gives the same text (default 0)");
   g->add_option("--device", gen.device, "cpu, cuda, cuda:N or auto (default: the run's)");
+
+  cli::PrepareArgs prep;
+  auto* pr = app.add_subcommand(
+      "prepare",
+      "Tokenize a text file with a GPT-2-style BPE tokenizer into nanoGPT's train.bin and val.bin");
+  pr->add_option("text", prep.text, "The text file (UTF-8)")->required();
+  pr->add_option("--tokenizer", prep.tokenizer,
+                 "Hugging Face tokenizer.json, GPT-2's vocab.json (with merges.txt beside it), or "
+                 "a folder holding either")
+      ->required();
+  pr->add_option("--out", prep.out_dir, "Folder for train.bin and val.bin (default: the text's)");
+  pr->add_option("--val-fraction", prep.val_fraction,
+                 "The last part of the text (by characters) that becomes val.bin (default 0.1, "
+                 "nanoGPT's split; 0: no val.bin)");
 
   try {
     app.parse(argc, argv);
@@ -120,5 +134,6 @@ int main(int argc, char** argv) {
   if (app.get_subcommand("devices")->parsed()) return cli::devices();
   if (p->parsed()) return cli::plot(plot_dir, plot_out, plot_force);
   if (g->parsed()) return cli::generate(gen);
+  if (pr->parsed()) return cli::prepare(prep);
   return cli::kExitUsage;
 }

@@ -15,6 +15,7 @@
 #include "distributed/init.h"
 #include "distributed/zero.h"
 #include "runner/atomic_file.h"
+#include "runner/bpe_tokenizer.h"
 #include "runner/build_from_config.h"
 #include "runner/checkpoint.h"
 #include "runner/distributed_run.h"
@@ -237,11 +238,14 @@ int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& 
   const int code = print_summary(summary, run_dir, ranks.out());
   const runner::Config& c = run.config;
   auto* gpt = dynamic_cast<nn::GPTImpl*>(run.model.get());
+  const bool has_tokenizer =
+      c.data.type == "text" || (c.data.type == "tokens_bin" && !c.data.tokenizer().empty());
   if (ranks.leader() && summary.completed() && c.sample_tokens > 0 && gpt != nullptr &&
-      c.data.type == "text") {
+      has_tokenizer) {
     runner::GenerateOptions g{.prompt = c.sample_prompt, .tokens = c.sample_tokens, .seed = c.seed};
     if (c.sample_top_k > 0) g.top_k = c.sample_top_k;
-    std::cout << "sample (" << c.sample_tokens << " bytes, seed " << c.seed << "):\n"
+    g.tokenizer = run_tokenizer(c, "sample_tokens");
+    std::cout << "sample (" << c.sample_tokens << " tokens, seed " << c.seed << "):\n"
               << runner::generate_text(*gpt, g) << "\n";
   }
   return code;

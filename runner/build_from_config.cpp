@@ -23,6 +23,7 @@
 #include "nn/optim/sgd.h"
 #include "nn/transformer.h"
 #include "runner/atomic_file.h"
+#include "runner/bpe_tokenizer.h"
 #include "runner/config_keys.h"
 #include "runner/config_paths.h"
 #include "runner/determinism.h"
@@ -38,7 +39,7 @@ namespace {
 
 // Only regular files are read (runner/atomic_file.h): a FIFO or /dev/zero is a config error here,
 // before anything runs, rather than a read that waits or never ends.
-void require_file(const Config& c, const std::string& key, const std::string& path) {
+void require_exists(const Config& c, const std::string& key, const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
     std::string tried;
@@ -46,6 +47,10 @@ void require_file(const Config& c, const std::string& key, const std::string& pa
       tried += (tried.empty() ? "" : ", ") + place;
     c.fail(key, "file not found (looked for " + tried + ")");
   }
+}
+
+void require_file(const Config& c, const std::string& key, const std::string& path) {
+  require_exists(c, key, path);
   if (const std::string problem = regular_file_problem(path); !problem.empty())
     c.fail(key, problem);
 }
@@ -559,6 +564,17 @@ struct DatasetMaker {
     return tokens(o.path, o.block_size, TokenFormat::Bytes);
   }
   std::shared_ptr<Dataset> operator()(const TokensBinDataOptions& o) {
+    if (!o.tokenizer.empty()) {
+      key = "data.tokenizer";
+      require_exists(c, key, o.tokenizer);  // a file or a folder
+      const int64_t vocab = BpeTokenizer::load(o.tokenizer).vocab_size();
+      if (is_gpt(c.model) && c.model.gpt.vocab_size < vocab) {
+        c.fail("model.vocab_size", "is " + std::to_string(c.model.gpt.vocab_size) +
+                                       ", smaller than data.tokenizer's vocabulary (" +
+                                       std::to_string(vocab) + " tokens)");
+      }
+      key = "data.path";
+    }
     return tokens(o.path, o.block_size, TokenFormat::Uint16);
   }
   std::shared_ptr<Dataset> tokens(const std::string& path, int64_t block_size, TokenFormat format) {
@@ -671,6 +687,7 @@ RunObjects build_run(const Config& c, std::string config_text, const RunPlacemen
     t.flops_per_token = gpt->flops_per_token();
   t.loss_sums_over_batch = c.loss.reduction == "sum";
   t.log_every = c.log_every;
+  t.tensorboard = c.tensorboard;
   t.eval_every = c.eval_every;
   t.checkpoint_every = c.checkpoint_every;
   t.keep_last = c.keep_last;

@@ -45,6 +45,11 @@ std::string DataConfig::val_path() const {
   return t != nullptr ? t->val_path : std::string();
 }
 
+std::string DataConfig::tokenizer() const {
+  const auto* t = std::get_if<TokensBinDataOptions>(&options);
+  return t != nullptr ? t->tokenizer : std::string();
+}
+
 int64_t DataConfig::val_blocks() const {
   return std::visit(
       [](const auto& o) -> int64_t {

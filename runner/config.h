@@ -114,12 +114,15 @@ struct TextDataOptions {
 struct TokensBinDataOptions {
   std::string path{};
   std::string val_path{};  // empty: the tail data.val_split of `path`
+  // The BPE tokenizer the ids come from (runner/bpe_tokenizer.h), for `mantissa generate` and the
+  // check of model.vocab_size; empty: none.
+  std::string tokenizer{};
   int64_t block_size = 128;
   int64_t val_blocks = 0;
   template <typename Self, typename F>
   static void each(Self& s, F&& f) {
-    f("path", s.path), f("val_path", s.val_path), f("block_size", s.block_size),
-        f("val_blocks", s.val_blocks);
+    f("path", s.path), f("val_path", s.val_path), f("tokenizer", s.tokenizer),
+        f("block_size", s.block_size), f("val_blocks", s.val_blocks);
   }
 };
 
@@ -146,6 +149,8 @@ struct DataConfig {
   void select();
   // tokens_bin's val_path; empty for every other dataset.
   std::string val_path() const;
+  // tokens_bin's tokenizer; empty for every other dataset.
+  std::string tokenizer() const;
   // text's and tokens_bin's val_blocks; 0 for every other dataset.
   int64_t val_blocks() const;
 };
@@ -410,6 +415,7 @@ struct Config {
   int64_t keep_last = 3;
   double clip_grad_norm = 0.0;   // 0: off
   bool cuda_graphs = false;      // TrainerOptions::cuda_graphs
+  bool tensorboard = true;       // TrainerOptions::tensorboard
   int64_t grad_accum_steps = 0;  // micro-batches per optimizer step; 0 and 1: one
   double peak_tflops = 0.0;      // the device's peak for MFU where the built-in table has none
   // A byte-level GPT run prints this many sampled bytes after training (0: none).

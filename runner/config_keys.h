@@ -46,7 +46,10 @@ struct Key {
   bool is_selector = false;       // the section's `type`: later keys' `only` refers to its value
   bool is_required = false;
   bool omit_empty = false;  // left out of resolved.yaml while empty
-  Range range{};            // numbers, and each number of a list
+  // Left out of resolved.yaml while it holds (a key added with a default that is not empty, so
+  // that configs written before it keep their text and hash).
+  std::function<bool(const T&)> omit_if;
+  Range range{};  // numbers, and each number of a list
   int64_t min_int = std::numeric_limits<int64_t>::min();
   int64_t max_int = std::numeric_limits<int64_t>::max();
   std::vector<std::string> choices;                 // std::string and DType
@@ -61,6 +64,10 @@ struct Key {
   Key& selector() { return is_selector = true, *this; }
   Key& required() { return is_required = true, *this; }
   Key& optional_output() { return omit_empty = true, *this; }
+  Key& omitted_when(T value) {
+    omit_if = [value](const T& v) { return v == value; };
+    return *this;
+  }
   Key& in(Range r) { return range = r, *this; }
   Key& positive() { return in(Range{0, std::numeric_limits<double>::infinity(), true, false}); }
   Key& non_negative() { return in(Range{0, std::numeric_limits<double>::infinity()}); }

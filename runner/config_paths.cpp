@@ -24,7 +24,9 @@ void each_file_path(Config& config, F&& f) {
         O::each(options, [&](const char* name, auto& field) {
           if constexpr (std::is_same_v<std::decay_t<decltype(field)>, std::string>) {
             const std::string_view n(name);
-            if (n == "path" || n == "val_path" || n == "images" || n == "labels") f(field);
+            if (n == "path" || n == "val_path" || n == "tokenizer" || n == "images" ||
+                n == "labels")
+              f(field);
           }
         });
       },

@@ -323,6 +323,13 @@ inline const std::vector<VariantKey>& data_keys_after_loader() {
        .help = "nanoGPT's `val.bin`, evaluated in consecutive blocks (instead of `val_split`)",
        .optional = true,
        .default_text = "none"},
+      {.name = "tokenizer",
+       .help = "the BPE tokenizer the ids come from (`tokenizer.json`, `vocab.json` with "
+               "`merges.txt` beside it, or their folder): `mantissa generate` encodes the prompt "
+               "and decodes with it, and model.vocab_size must hold its vocabulary",
+       .optional = true,
+       .default_text = "none",
+       .only = {"tokens_bin"}},
       {.name = "block_size",
        .help = "T: examples are input `[T]` and target `[T]` (the next tokens), int64; "
                "training blocks start at random offsets drawn from `seed`, epoch and index",
@@ -699,6 +706,10 @@ void describe(V& v, Config& c) {
   v.field(key("log_every", c.log_every)
               .at_least(0)
               .doc("steps between metrics records (0: only the last step)"));
+  v.field(key("tensorboard", c.tensorboard)
+              .omitted_when(true)
+              .doc("also write the logged metrics as TensorBoard scalars in `tensorboard/` "
+                   "(`tensorboard --logdir RUN_DIR`)"));
   v.field(key("eval_every", c.eval_every)
               .at_least(0)
               .doc("steps between evaluations on the validation split (0: at the end only)"));

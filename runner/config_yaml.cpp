@@ -95,7 +95,9 @@ class Writer {
     if constexpr (std::is_same_v<T, std::string>) {
       if (k.is_selector) type_ = *k.member;
     }
-    if (!k.applies(type_) || (k.omit_empty && unset(*k.member))) return;
+    if (!k.applies(type_) || (k.omit_empty && unset(*k.member)) ||
+        (k.omit_if && k.omit_if(*k.member)))
+      return;
     if constexpr (std::is_same_v<T, std::vector<LayerSpec>>) {
       os_ << indent_ << k.name << ":\n";
       for (auto& l : *k.member) {

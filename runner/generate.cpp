@@ -7,11 +7,17 @@
 namespace mantissa::runner {
 
 std::string generate_text(nn::GPTImpl& model, const GenerateOptions& o) {
-  const ByteTokenizer tok;
-  MT_CHECK(model.config().vocab_size >= tok.vocab_size(), "generate: the model's vocabulary (",
-           model.config().vocab_size, ") is smaller than the byte tokenizer's ", tok.vocab_size());
+  const ByteTokenizer bytes;
+  const BpeTokenizer* bpe = o.tokenizer.get();
+  const int64_t vocab = bpe != nullptr ? bpe->vocab_size() : bytes.vocab_size();
+  const std::string tokenizer_name =
+      bpe != nullptr ? "tokenizer '" + bpe->source() + "'" : std::string("byte tokenizer");
+  MT_CHECK(model.config().vocab_size >= vocab, "generate: the model's vocabulary (",
+           model.config().vocab_size, ") is smaller than the ", tokenizer_name, "'s (", vocab, ")");
   MT_CHECK(o.tokens >= 0, "generate: tokens must be >= 0, got ", o.tokens);
-  const std::vector<int64_t> prompt = tok.encode(o.prompt.empty() ? "\n" : o.prompt);
+  const std::string prompt_text = o.prompt.empty() ? "\n" : o.prompt;
+  const std::vector<int64_t> prompt =
+      bpe != nullptr ? bpe->encode(prompt_text) : bytes.encode(prompt_text);
   const auto n = static_cast<int64_t>(prompt.size());
   Device device = Device::cpu();
   for (const auto& p : model.parameters()) {
@@ -31,12 +37,14 @@ std::string generate_text(nn::GPTImpl& model, const GenerateOptions& o) {
   model.train(was_training);
   std::vector<int64_t> ids = out.cpu().to_vector<int64_t>();
   for (size_t i = static_cast<size_t>(n); i < ids.size(); ++i) {
-    MT_CHECK(ids[i] < tok.vocab_size(), "generate: the model sampled token ", ids[i],
-             ", not a byte: it was not trained with the byte tokenizer (vocabulary ",
-             model.config().vocab_size, ")");
+    MT_CHECK(ids[i] < vocab, "generate: the model sampled token ", ids[i], ", which the ",
+             tokenizer_name, " does not have (", vocab,
+             " tokens): it was not trained with it (model vocabulary ", model.config().vocab_size,
+             ")");
   }
-  if (o.prompt.empty()) ids.erase(ids.begin());  // the "\n" it started from was not asked for
-  return tok.decode(ids);
+  // The "\n" it started from was not asked for.
+  if (o.prompt.empty()) ids.erase(ids.begin(), ids.begin() + n);
+  return bpe != nullptr ? bpe->decode(ids) : bytes.decode(ids);
 }
 
 }  // namespace mantissa::runner

@@ -29,6 +29,7 @@
 #include "runner/peak_flops.h"
 #include "runner/progress.h"
 #include "runner/run_lock.h"
+#include "runner/tensorboard.h"
 
 namespace mantissa::runner {
 
@@ -567,6 +568,10 @@ TrainSummary Trainer::fit() {
         (fs::path(options_.run_dir) / "metrics.jsonl").string()));
     impl_->builtins.push_back(std::make_shared<HumanLog>(
         (fs::path(options_.run_dir) / "train.log").string(), options_.log_to_stdout));
+    if (options_.tensorboard) {
+      impl_->builtins.push_back(std::make_shared<TensorBoardWriter>(
+          (fs::path(options_.run_dir) / "tensorboard").string()));
+    }
   }
   if (options_.progress) impl_->builtins.push_back(std::make_shared<ProgressBar>());
   for (auto& cb : impl_->builtins) cb->on_train_begin(*this);

@@ -65,7 +65,10 @@ struct TrainerOptions {
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end, with a run_dir)
   int64_t keep_last = 3;         // checkpoints kept in run_dir/checkpoints (0: keep all)
   std::string run_dir{};         // empty: no files are written
-  uint64_t seed = 0;             // seeds the engine's generators at the start of a fresh run
+  // With a run_dir: the logged metrics also as TensorBoard scalars in run_dir/tensorboard
+  // (runner/tensorboard.h).
+  bool tensorboard = true;
+  uint64_t seed = 0;  // seeds the engine's generators at the start of a fresh run
   // Refuse (at construction) a model/device with parts that are not run-to-run deterministic;
   // what is guaranteed is in runner/determinism.h.
   bool deterministic = true;

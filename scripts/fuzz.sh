@@ -7,17 +7,17 @@
 # allocation over the limit; the input that triggers it is printed, to be committed under
 # fuzz/corpus-crashes/<target>/ once understood.
 #
-#   scripts/fuzz.sh [SECONDS] [TARGET...]    targets: config safetensors checkpoint csv idx hf_config
+#   scripts/fuzz.sh [SECONDS] [TARGET...]    targets: config safetensors checkpoint csv idx hf_config tokenizer tfevents
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-30}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config safetensors checkpoint csv idx hf_config)
+[ ${#targets[@]} -gt 0 ] || targets=(config safetensors checkpoint csv idx hf_config tokenizer tfevents)
 [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "fuzz.sh: SECONDS must be a number, got '$seconds'" >&2; exit 2; }
 for t in "${targets[@]}"; do
   [ -f "$root/fuzz/fuzz_$t.cpp" ] ||
-    { echo "fuzz.sh: unknown target '$t' (config safetensors checkpoint csv idx hf_config)" >&2; exit 2; }
+    { echo "fuzz.sh: unknown target '$t' (config safetensors checkpoint csv idx hf_config tokenizer tfevents)" >&2; exit 2; }
 done
 
 "$root/scripts/install-deps.sh" --sanitize

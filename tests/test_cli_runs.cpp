@@ -371,7 +371,7 @@ TEST_F(CliRunTest, GptTinyLearnsBeyondByteFrequenciesAndGeneratesDeterministical
            "--set", "eval_every=60", "--set", "checkpoint_every=0", "--set",
            "schedule.warmup_steps=10", "--set", "sample_tokens=40", "--run-dir", "gpt", "-q"});
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("sample (40 bytes, seed 1337):\nROMEO:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("sample (40 tokens, seed 1337):\nROMEO:"), std::string::npos) << r.output;
   const JsonDoc summary(read_file(dir_ / "gpt" / "summary.json"));
   const double val = summary.at("final_eval").at("loss").as_double();
   std::cout << "validation loss after 60 steps: " << val << " nats\n";
@@ -489,4 +489,119 @@ TEST_F(CliRunTest, HfGpt2InitFromAndExportBackToHuggingFace) {
   const Result toy = run({"export", "toy", "toy_hf", "--layout", "hf"});
   EXPECT_NE(toy.code, 0);
   EXPECT_NE(toy.output.find("not a GPT run"), std::string::npos) << toy.output;
+}
+
+// GPT-2 BPE end to end: `mantissa prepare` writes nanoGPT's train.bin / val.bin with the ids
+// Hugging Face tokenizers gives (tests/data/bpe/expected.json), a GPT trains on them with
+// data.tokenizer, prints its sample in text, and `mantissa generate` encodes the prompt and
+// decodes with the run's tokenizer, deterministically.
+TEST_F(CliRunTest, PrepareWithABpeTokenizerThenTrainAndGenerate) {
+  const std::string text = source_dir() + "/data/shakespeare/input.txt";
+  const std::string tok = source_dir() + "/tests/data/bpe/tokenizer.json";
+  fs::create_directories(dir_ / "data");
+  const Result p = run({"prepare", text, "--tokenizer", tok, "--out", "data"});
+  ASSERT_EQ(p.code, 0) << p.output;
+  EXPECT_NE(p.output.find("train.bin: 106530 tokens"), std::string::npos) << p.output;
+  EXPECT_NE(p.output.find("val.bin: 11760 tokens"), std::string::npos) << p.output;
+  const JsonDoc expected(read_file(source_dir() + "/tests/data/bpe/expected.json"));
+  for (const char* part : {"train", "val"}) {
+    const std::string bin = read_file(dir_ / "data" / (std::string(part) + ".bin"));
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i + 1 < bin.size(); i += 2) {
+      const uint32_t id = static_cast<unsigned char>(bin[i]) |
+                          (static_cast<uint32_t>(static_cast<unsigned char>(bin[i + 1])) << 8);
+      for (int k = 0; k < 4; ++k) {
+        h ^= (id >> (8 * k)) & 0xff;
+        h *= 0x100000001b3ull;
+      }
+    }
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    EXPECT_EQ(std::string(hex), expected.at("bundled").at(part).at("fnv1a64").as_string()) << part;
+  }
+
+  const std::vector<std::string> ids_only = {"train", config("gpt_tiny.yaml"),
+                                             "--set", "data.type=tokens_bin",
+                                             "--set", "data.path=data/train.bin",
+                                             "--set", "data.val_path=data/val.bin",
+                                             "--set", "data.val_split=0",
+                                             "--set", "model.vocab_size=1024",
+                                             "--set", "steps=12",
+                                             "--set", "eval_every=12",
+                                             "--set", "checkpoint_every=0",
+                                             "--set", "schedule.warmup_steps=2"};
+  auto gpt = ids_only;
+  gpt.insert(gpt.end(), {"--set", "data.tokenizer=" + tok, "--set", "sample_tokens=20"});
+  auto small_vocab = gpt;
+  small_vocab.insert(small_vocab.end(),
+                     {"--set", "model.vocab_size=512", "--run-dir", "small", "-q"});
+  const Result refused = run(small_vocab);
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("model.vocab_size"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("smaller than data.tokenizer's vocabulary (1024 tokens)"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_FALSE(fs::exists(dir_ / "small"));
+
+  auto ok = gpt;
+  ok.insert(ok.end(), {"--run-dir", "gpt", "-q"});
+  const Result t = run(ok);
+  ASSERT_EQ(t.code, 0) << t.output;
+  EXPECT_NE(t.output.find("sample (20 tokens, seed 1337):\nROMEO:"), std::string::npos) << t.output;
+  const std::vector<std::string> gen = {"generate", "gpt",     "--prompt", "KING:",  "--tokens",
+                                        "30",       "--top-k", "10",       "--seed", "3"};
+  const Result a = run(gen), b = run(gen);
+  ASSERT_EQ(a.code, 0) << a.output;
+  EXPECT_EQ(a.output, b.output);
+  EXPECT_EQ(a.output.rfind("KING:", 0), 0u) << a.output;
+  // 30 BPE tokens are more than 30 bytes of text: most of them are longer than a byte.
+  EXPECT_GT(a.output.size(), 5u + 30u + 1u) << a.output;
+
+  // A tokens_bin run without data.tokenizer has nothing to decode with.
+  auto no_tok = ids_only;
+  no_tok.insert(no_tok.end(),
+                {"--set", "sample_tokens=0", "--set", "steps=2", "--run-dir", "ids", "-q"});
+  ASSERT_EQ(run(no_tok).code, 0);
+  const Result g = run({"generate", "ids"});
+  EXPECT_EQ(g.code, 2) << g.output;
+  EXPECT_NE(g.output.find("data.tokenizer is not set"), std::string::npos) << g.output;
+}
+
+TEST_F(CliRunTest, PrepareRefusesBadInputAndWritesNothing) {
+  const std::string text = source_dir() + "/data/shakespeare/input.txt";
+  const std::string tok = source_dir() + "/tests/data/bpe/tokenizer.json";
+  write_file(dir_ / "bad.json", "{\"model\": {\"type\": \"WordPiece\"}}");
+  const std::vector<std::vector<std::string>> bad = {
+      {"prepare", text, "--tokenizer", "missing.json", "--out", "o"},
+      {"prepare", "missing.txt", "--tokenizer", tok, "--out", "o"},
+      {"prepare", text, "--tokenizer", tok, "--out", "o", "--val-fraction", "1"},
+      {"prepare", text, "--tokenizer", "bad.json", "--out", "o"},
+      {"prepare", text, "--out", "o"}};
+  const std::vector<std::string> says = {"missing.json", "missing.txt", "--val-fraction",
+                                         "bad.json.pre_tokenizer", "--tokenizer"};
+  for (size_t i = 0; i < bad.size(); ++i) {
+    const Result r = run(bad[i]);
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find(says[i]), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir_ / "o"));
+  }
+}
+
+// Every run also writes TensorBoard scalars (tensorboard: false turns them off); the key stays out
+// of resolved.yaml while it is on, so configs written before it keep their hash.
+TEST_F(CliRunTest, RunsWriteTensorBoardScalarsUnlessTurnedOff) {
+  ASSERT_EQ(
+      run({"train", "--run-dir", "on", "-q", "--set", "steps=4", "--set", "log_every=2"}).code, 0);
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir_ / "on" / "tensorboard"))
+    files += e.path().filename().string().find("events.out.tfevents.") == 0;
+  EXPECT_EQ(files, 1u);
+  EXPECT_EQ(read_file(dir_ / "on" / "resolved.yaml").find("tensorboard"), std::string::npos);
+  ASSERT_EQ(
+      run({"train", "--run-dir", "off", "-q", "--set", "steps=2", "--set", "tensorboard=false"})
+          .code,
+      0);
+  EXPECT_FALSE(fs::exists(dir_ / "off" / "tensorboard"));
+  EXPECT_NE(read_file(dir_ / "off" / "resolved.yaml").find("tensorboard: false"),
+            std::string::npos);
 }

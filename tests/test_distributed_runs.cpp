@@ -8,6 +8,7 @@
 #include <set>
 
 #include "cli_test_util.h"
+#include "runner/tensorboard.h"
 
 namespace {
 
@@ -151,7 +152,15 @@ TEST_F(DistributedRunTest, TwoRanksTrainOnlyRankZeroWritesAndParametersAgree) {
   for (const auto& e : fs::directory_iterator(dir_ / "run")) files.insert(e.path().filename());
   // .lock: rank 0's hold on the directory (runner/run_lock.h).
   EXPECT_EQ(files, (std::set<std::string>{".lock", "checkpoints", "metrics.jsonl", "resolved.yaml",
-                                          "summary.json", "train.log"}));
+                                          "summary.json", "tensorboard", "train.log"}));
+  // TensorBoard's scalars: rank 0's file alone, every logged step once.
+  const auto event_files =
+      mantissa::runner::tensorboard_event_files((dir_ / "run" / "tensorboard").string());
+  ASSERT_EQ(event_files.size(), 1u);
+  int64_t logged = 0;
+  for (const auto& e : mantissa::runner::read_tensorboard_events(event_files[0]))
+    for (const auto& s : e.scalars) logged += s.tag == "train/loss";
+  EXPECT_EQ(logged, 24);
   std::set<std::string> checkpoints;
   for (const auto& e : fs::directory_iterator(dir_ / "run" / "checkpoints"))
     checkpoints.insert(e.path().filename());

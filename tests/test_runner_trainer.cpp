@@ -20,6 +20,7 @@
 #include "nn/optim/adam.h"
 #include "nn/optim/lr_scheduler.h"
 #include "nn/optim/sgd.h"
+#include "runner/atomic_file.h"
 #include "runner/checkpoint.h"
 #include "runner/data.h"
 #include "runner/metrics.h"
@@ -27,6 +28,7 @@
 #include "runner/peak_flops.h"
 #include "runner/progress.h"
 #include "runner/run_lock.h"
+#include "runner/tensorboard.h"
 #include "runner/trainer.h"
 #include "test_models.h"
 #include "test_util.h"
@@ -76,6 +78,27 @@ std::vector<JsonDoc> read_jsonl(const fs::path& path) {
   std::string line;
   while (std::getline(in, line)) out.emplace_back(line, path.string());
   return out;
+}
+
+// The TFRecord records of an event file's bytes whose event is past `step`, as they are.
+std::string tensorboard_records_after(const std::string& bytes, int64_t step) {
+  std::string out;
+  for (size_t at = 0; at + 16 <= bytes.size();) {
+    uint64_t length = 0;
+    std::memcpy(&length, bytes.data() + at, 8);
+    const std::string record = bytes.substr(at, 16 + length);
+    const auto events = mt::runner::parse_tensorboard_events(record);
+    if (!events.empty() && events[0].step > step) out += record;
+    at += 16 + length;
+  }
+  return out;
+}
+
+// The value of `tag` in a scalars event, or NaN.
+double scalar(const mt::runner::TensorBoardEvent& e, const std::string& tag) {
+  for (const auto& s : e.scalars)
+    if (s.tag == tag) return s.value;
+  return std::nan("");
 }
 
 std::vector<uint32_t> bits(const Tensor& t) {
@@ -215,6 +238,33 @@ TEST(RunnerTrainer, RunDirectoryRecords) {
   EXPECT_DOUBLE_EQ(summary.at("final_loss").as_double(), rec->steps.back().loss);
   EXPECT_TRUE(summary.at("final_eval").contains("loss"));
 
+  // The same records as TensorBoard scalars, in one event file.
+  const auto event_files = mt::runner::tensorboard_event_files((dir.path / "tensorboard").string());
+  ASSERT_EQ(event_files.size(), 1u);
+  const auto events = mt::runner::read_tensorboard_events(event_files[0]);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].kind, mt::runner::TensorBoardEvent::Kind::FileVersion);
+  EXPECT_EQ(events[0].file_version, "brain.Event:2");
+  std::vector<int64_t> tb_steps, tb_evals;
+  for (const auto& e : events) {
+    if (e.kind != mt::runner::TensorBoardEvent::Kind::Scalars) continue;
+    if (!std::isnan(scalar(e, "train/loss"))) {
+      const auto& m = rec->steps.at(tb_steps.size());
+      tb_steps.push_back(e.step);
+      EXPECT_EQ(e.step, m.step);
+      EXPECT_EQ(scalar(e, "train/loss"), static_cast<float>(m.loss));
+      EXPECT_EQ(scalar(e, "train/lr"), static_cast<float>(m.lr));
+      EXPECT_EQ(scalar(e, "train/loss_scale"), 1.0f);
+      EXPECT_EQ(scalar(e, "train/grad_norm"), static_cast<float>(m.grad_norm));
+      EXPECT_FALSE(std::isnan(scalar(e, "train/samples_per_s")));
+    } else {
+      EXPECT_EQ(scalar(e, "eval/loss"), static_cast<float>(rec->evals.at(tb_evals.size()).loss));
+      tb_evals.push_back(e.step);
+    }
+  }
+  EXPECT_EQ(tb_steps, step_records);
+  EXPECT_EQ(tb_evals, eval_records);
+
   std::ifstream log(dir.path / "train.log");
   const std::string text((std::istreambuf_iterator<char>(log)), {});
   EXPECT_NE(text.find("step 25/25"), std::string::npos) << text;
@@ -332,6 +382,17 @@ void expect_resume_exact(const ResumeCase& c) {
     // line. The resumed run must drop both.
     std::ofstream out(killed_dir.path / "metrics.jsonl", std::ios::app);
     out << "{\"step\": " << c.k + 1 << ", \"loss\": 1.0}\n{\"step\": " << c.k + 2 << ", \"lo";
+    // And in its TensorBoard file: the events of the steps after k (the uninterrupted run's),
+    // then a torn record.
+    const auto straight_files =
+        mt::runner::tensorboard_event_files((straight_dir.path / "tensorboard").string());
+    const auto killed_files =
+        mt::runner::tensorboard_event_files((killed_dir.path / "tensorboard").string());
+    ASSERT_EQ(straight_files.size(), 1u);
+    ASSERT_EQ(killed_files.size(), 1u);
+    std::ofstream tb(killed_files[0], std::ios::app | std::ios::binary);
+    tb << tensorboard_records_after(mt::runner::read_file_bytes(straight_files[0]), c.k)
+       << std::string("\x40\x00\x00\x00\x00", 5);
   }
   const RunResult resumed = run(c, killed_dir.path.string(), -1, true);
   std::vector<int64_t> logged;
@@ -340,6 +401,21 @@ void expect_resume_exact(const ResumeCase& c) {
   std::vector<int64_t> expected_steps(c.total);
   for (int64_t i = 0; i < c.total; ++i) expected_steps[i] = i + 1;
   EXPECT_EQ(logged, expected_steps) << "metrics.jsonl reads as one uninterrupted run";
+  // So do the TensorBoard files, read in TensorBoard's order: every step once, the resumed
+  // session's file starting with the restart marker at k + 1.
+  const auto event_files =
+      mt::runner::tensorboard_event_files((killed_dir.path / "tensorboard").string());
+  ASSERT_EQ(event_files.size(), 2u);
+  std::vector<int64_t> tb_steps;
+  for (const auto& file : event_files) {
+    for (const auto& e : mt::runner::read_tensorboard_events(file))
+      if (!std::isnan(scalar(e, "train/loss"))) tb_steps.push_back(e.step);
+  }
+  EXPECT_EQ(tb_steps, expected_steps) << "the TensorBoard files read as one uninterrupted run";
+  const auto resumed_events = mt::runner::read_tensorboard_events(event_files[1]);
+  ASSERT_GE(resumed_events.size(), 2u);
+  EXPECT_EQ(resumed_events[1].kind, mt::runner::TensorBoardEvent::Kind::SessionStart);
+  EXPECT_EQ(resumed_events[1].step, c.k + 1);
   ASSERT_EQ(straight.params.size(), resumed.params.size());
   for (size_t i = 0; i < straight.params.size(); ++i)
     EXPECT_EQ(straight.params[i], resumed.params[i]) << "parameter " << i << " differs";
