@@ -1,8 +1,6 @@
 // GPT-2's pre-tokenization pattern, applied by hand (see the header).
 #include "runner/gpt2_pretokenizer.h"
 
-#include <unicode/uchar.h>
-
 #include <vector>
 
 namespace mantissa::runner {
@@ -11,32 +9,20 @@ namespace {
 
 enum Class : uint8_t { kOther = 0, kLetter = 1, kNumber = 2, kSpace = 3 };
 
-// The class of every code point, from ICU's character database (built once, 1.1 MB).
+struct ClassRange {
+  uint32_t first, last;
+  Class cls;
+};
+
+// The class of every code point (1.1 MB, built once from the ranges).
 const std::vector<uint8_t>& class_table() {
   static const std::vector<uint8_t> table = [] {
+    static constexpr ClassRange kRanges[] = {
+#include "runner/unicode_classes.inc"
+    };
     std::vector<uint8_t> t(0x110000, kOther);
-    for (UChar32 c = 0; c < 0x110000; ++c) {
-      if (u_isUWhiteSpace(c)) {
-        t[c] = kSpace;
-        continue;
-      }
-      switch (u_charType(c)) {
-        case U_UPPERCASE_LETTER:
-        case U_LOWERCASE_LETTER:
-        case U_TITLECASE_LETTER:
-        case U_MODIFIER_LETTER:
-        case U_OTHER_LETTER:
-          t[c] = kLetter;
-          break;
-        case U_DECIMAL_DIGIT_NUMBER:
-        case U_LETTER_NUMBER:
-        case U_OTHER_NUMBER:
-          t[c] = kNumber;
-          break;
-        default:
-          break;
-      }
-    }
+    for (const ClassRange& r : kRanges)
+      for (uint32_t c = r.first; c <= r.last; ++c) t[c] = r.cls;
     return t;
   }();
   return table;

@@ -11,7 +11,7 @@ set -euo pipefail
 
 packages=(build-essential cmake ninja-build ccache pkg-config libgtest-dev googletest
           libspdlog-dev libfmt-dev libopenblas-dev libdnnl-dev libyaml-cpp-dev libcli11-dev
-          nlohmann-json3-dev libprotobuf-dev protobuf-compiler libicu-dev libbenchmark-dev
+          nlohmann-json3-dev libprotobuf-dev protobuf-compiler libbenchmark-dev
           libgloo-dev libhiredis-dev redis-server openmpi-bin libopenmpi-dev)
 for arg in "$@"; do
   case "$arg" in
