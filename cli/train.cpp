@@ -23,6 +23,7 @@
 #include "runner/metrics.h"
 #include "runner/progress.h"
 #include "runner/run_lock.h"
+#include "runner/text.h"
 #include "runner/trainer.h"
 
 namespace mantissa::cli {
@@ -399,16 +400,50 @@ int resume(const ResumeArgs& args) {
   Ranks ranks;
   runner::RunObjects run;
   int launch_ranks = 0;
+  // Rank 0 of a job leaves the run's config in the rendezvous store for ranks on hosts without
+  // the run directory (no shared filesystem), and a refusal when it cannot resume, so that they
+  // stop at once instead of at their timeout.
+  std::optional<distributed::InitOptions> note_store;
+  const auto post_note = [&](const std::string& note) {
+    try {
+      if (note_store && !distributed::rendezvous_store(*note_store).empty())
+        distributed::post_rendezvous_note(*note_store, runner::kRunConfigNote, note);
+    } catch (const std::exception&) {
+      // No store to leave it in: connecting would fail the same way, and says so.
+    }
+  };
   try {
     ranks.placement = runner::rank_placement();
+    const bool leads_a_job = ranks.placement.distributed() && ranks.leader();
+    if (leads_a_job) note_store = distributed::InitOptions{};
     const std::string resolved = (fs::path(args.run_dir) / "resolved.yaml").string();
-    if (!fs::exists(resolved)) {
+    std::string text, source = resolved;
+    if (fs::exists(resolved)) {
+      text = runner::read_file_bytes(resolved);
+    } else if (ranks.placement.distributed() && !ranks.leader()) {
+      // A host without the run directory: rank 0's config, through the store every rank meets in
+      // (MANTISSA_STORE_PATH: this rank has no config to read distributed.store_path from).
+      const runner::Config defaults;
+      try {
+        text = distributed::read_rendezvous_note(
+            runner::init_options(defaults.distributed, Device::cpu(), ranks.placement),
+            runner::kRunConfigNote);
+      } catch (const Error& e) {
+        throw runner::ConfigError(args.run_dir +
+                                  " is not a run directory here (no resolved.yaml), and rank 0's "
+                                  "config did not come through the rendezvous store: " +
+                                  e.what());
+      }
+      if (!text.empty() && text[0] == '\x01') throw runner::ConfigError(text.substr(1));
+      source = resolved + " (rank 0's)";
+    } else {
       throw runner::ConfigError(args.run_dir + " is not a run directory (no resolved.yaml)");
     }
-    const std::string text = runner::read_file_bytes(resolved);
     std::vector<std::string> sets;
     if (!args.device.empty()) sets.push_back("device=" + args.device);
-    runner::Config config = runner::parse_config(text, resolved, sets);
+    runner::Config config = runner::parse_config(text, source, sets);
+    if (leads_a_job)
+      note_store = runner::init_options(config.distributed, Device::cpu(), ranks.placement);
     refuse_lost_checkpoints(args.run_dir, config);
     // A distributed run resumes on as many ranks as it had (its config hash says so).
     if (!ranks.placement.distributed() && config.distributed.nproc > 1)
@@ -416,7 +451,9 @@ int resume(const ResumeArgs& args) {
     run = runner::build_run(config, text,  // the stored text, so the config hash matches
                             launch_ranks > 0 ? runner::RunPlacement{0, launch_ranks, 0}
                                              : run_placement(ranks.placement));
+    post_note(text);
   } catch (const Error& e) {
+    post_note(std::string(1, '\x01') + "rank 0: " + runner::first_line(e.what()));
     ranks.error(e.what());
     return kExitUsage;
   }
@@ -428,8 +465,11 @@ int resume(const ResumeArgs& args) {
   }
   try {
     ranks.connect(run);
-    // Rank 0 chooses the checkpoint and every rank loads that one: "" starts from step 0, and
-    // kRefused means rank 0 found none it could resume from (and said why).
+    // Every rank has read the note once the group has met.
+    if (note_store) distributed::remove_rendezvous_note(*note_store, runner::kRunConfigNote);
+    // Rank 0 chooses the checkpoint and every rank loads that one, from its own run directory:
+    // "" starts from step 0, and kRefused means rank 0 found none it could resume from (and said
+    // why).
     static const std::string kRefused(1, '\x01');
     std::string choice;
     const std::string dir = (fs::path(args.run_dir) / "checkpoints").string();
@@ -450,8 +490,8 @@ int resume(const ResumeArgs& args) {
                       (refused.empty() ? "" : " (" + std::to_string(refused.size()) + " refused)"));
           choice = kRefused;
         } else {
-          choice = found->path;
-          std::cout << "resuming from " << choice
+          choice = fs::path(found->path).filename().string();
+          std::cout << "resuming from " << found->path
                     << (refused.empty() ? " (the newest checkpoint)"
                                         : " (the newest valid checkpoint)")
                     << " on " << run.device;
@@ -462,6 +502,16 @@ int resume(const ResumeArgs& args) {
     }
     choice = ranks.agree(choice);
     if (choice == kRefused) return kExitFailed;
+    if (!choice.empty()) {
+      choice = (fs::path(dir) / choice).string();
+      // A rank whose host lacks the file (no shared filesystem) receives rank 0's copy.
+      if (ranks.group) {
+        const int sent = runner::share_file_from_rank0(*ranks.group, choice);
+        if (sent > 0)
+          ranks.out() << "sent " << fs::path(choice).filename().string() << " to " << sent
+                      << (sent == 1 ? " rank" : " ranks") << " without it\n";
+      }
+    }
     return fit(run, args.run_dir, choice, args.quiet, ranks);
   } catch (const runner::RunDirInUse& e) {
     ranks.error(e.what());

@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include "distributed/backends.h"
+#if MANTISSA_HAS_GLOO
+#include "distributed/rendezvous_store.h"
+#endif
 #include "engine/error.h"
 
 namespace mantissa::distributed {
@@ -37,6 +40,28 @@ std::optional<int> slurm_tasks_per_node() {
 
 std::mutex g_default_mutex;
 std::shared_ptr<ProcessGroup> g_default_group;
+
+Rendezvous resolve_rendezvous(Rendezvous rendezvous) {
+  if (rendezvous != Rendezvous::Auto) return rendezvous;
+  return has_mpi_rendezvous() && env_int("OMPI_COMM_WORLD_RANK").has_value() ? Rendezvous::Mpi
+                                                                             : Rendezvous::File;
+}
+
+// The store of a file (or Redis) rendezvous; "" under MPI.
+std::string store_for(const InitOptions& options, const LaunchEnv& env, Rendezvous rendezvous) {
+  std::string store_path = options.store_path;
+  if (store_path.empty()) store_path = env_string("MANTISSA_STORE_PATH");
+  if (store_path.empty() && rendezvous == Rendezvous::File) {
+    MT_CHECK(env.master_port.has_value(), "init_process_group: no store to meet in: set ",
+             "InitOptions::store_path or MANTISSA_STORE_PATH (a directory every rank sees), or ",
+             "MASTER_PORT");
+    const std::string addr = env.master_addr.empty() ? "localhost" : env.master_addr;
+    store_path = (std::filesystem::temp_directory_path() /
+                  ("mantissa-store-" + addr + "-" + std::to_string(*env.master_port)))
+                     .string();
+  }
+  return store_path;
+}
 
 }  // namespace
 
@@ -96,11 +121,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
                : "NCCL needs a CUDA build that found nccl.h and libnccl",
            ")");
   const LaunchEnv env = read_launch_env();
-  Rendezvous rendezvous = options.rendezvous;
-  if (rendezvous == Rendezvous::Auto)
-    rendezvous = has_mpi_rendezvous() && env_int("OMPI_COMM_WORLD_RANK").has_value()
-                     ? Rendezvous::Mpi
-                     : Rendezvous::File;
+  const Rendezvous rendezvous = resolve_rendezvous(options.rendezvous);
   MT_CHECK(rendezvous != Rendezvous::Mpi || has_mpi_rendezvous(),
            "init_process_group: this build of mantissa has no MPI rendezvous (MPI was not found ",
            "when it was configured, or MANTISSA_MPI=OFF; install libopenmpi-dev and reconfigure)");
@@ -127,17 +148,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   MT_CHECK(options.timeout.count() > 0, "init_process_group: expected a positive timeout, got ",
            options.timeout.count(), " ms");
 
-  std::string store_path = options.store_path;
-  if (store_path.empty()) store_path = env_string("MANTISSA_STORE_PATH");
-  if (store_path.empty() && rendezvous == Rendezvous::File) {
-    MT_CHECK(env.master_port.has_value(), "init_process_group: no store to meet in: set ",
-             "InitOptions::store_path or MANTISSA_STORE_PATH (a directory every rank sees), or ",
-             "MASTER_PORT");
-    const std::string addr = env.master_addr.empty() ? "localhost" : env.master_addr;
-    store_path = (std::filesystem::temp_directory_path() /
-                  ("mantissa-store-" + addr + "-" + std::to_string(*env.master_port)))
-                     .string();
-  }
+  const std::string store_path = store_for(options, env, rendezvous);
   std::string iface = options.iface.empty() ? env_string("GLOO_SOCKET_IFNAME") : options.iface;
   std::string hostname = options.hostname;
   if (hostname.empty() && iface.empty()) {
@@ -167,6 +178,70 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   std::lock_guard<std::mutex> lock(g_default_mutex);
   g_default_group = group;
   return group;
+}
+
+std::string rendezvous_store(const InitOptions& options) {
+  const Rendezvous rendezvous = resolve_rendezvous(options.rendezvous);
+  if (rendezvous == Rendezvous::Mpi) return {};
+  return store_for(options, read_launch_env(), rendezvous);
+}
+
+namespace {
+
+#if MANTISSA_HAS_GLOO
+std::unique_ptr<detail::RendezvousStore> note_store(const InitOptions& options,
+                                                    const std::string& key) {
+  const std::string store = rendezvous_store(options);
+  MT_CHECK(!store.empty(), "rendezvous note '", key,
+           "': MPI rendezvous has no store to leave it in (use a file or Redis store)");
+  return detail::open_rendezvous_store(store, options.timeout);
+}
+#endif
+
+}  // namespace
+
+void post_rendezvous_note(const InitOptions& options, const std::string& key,
+                          const std::string& value) {
+#if MANTISSA_HAS_GLOO
+  const auto store = note_store(options, key);
+  try {
+    // A file store refuses to overwrite a key: one left by an earlier job goes first.
+    store->remove_key(key);
+    store->set(key, std::vector<char>(value.begin(), value.end()));
+  } catch (const std::exception& e) {
+    MT_THROW("cannot leave the note '", key, "' in ", store->describe(), ": ", e.what());
+  }
+#else
+  MT_THROW("rendezvous note '", key, "': this build of mantissa has no Gloo (no store)");
+#endif
+}
+
+std::string read_rendezvous_note(const InitOptions& options, const std::string& key) {
+#if MANTISSA_HAS_GLOO
+  const auto store = note_store(options, key);
+  try {
+    store->wait({key}, options.timeout);
+    const std::vector<char> v = store->get(key);
+    return std::string(v.begin(), v.end());
+  } catch (const std::exception& e) {
+    MT_THROW("no note '", key, "' from rank 0 in ", store->describe(), " within ",
+             options.timeout.count(), " ms: ", e.what());
+  }
+#else
+  MT_THROW("rendezvous note '", key, "': this build of mantissa has no Gloo (no store)");
+#endif
+}
+
+void remove_rendezvous_note(const InitOptions& options, const std::string& key) noexcept {
+#if MANTISSA_HAS_GLOO
+  try {
+    note_store(options, key)->remove_key(key);
+  } catch (...) {
+  }
+#else
+  (void)options;
+  (void)key;
+#endif
 }
 
 bool is_initialized() {

@@ -72,6 +72,22 @@ struct InitOptions {
 // initialised here unless the program did it (mantissa then finalises it at exit).
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
 bool is_initialized();
+
+// The store init_process_group would meet in for these options: options.store_path, else
+// MANTISSA_STORE_PATH, else the directory named after MASTER_ADDR and MASTER_PORT; "" under MPI
+// rendezvous (or rendezvous auto under mpirun). Throws as init_process_group does when there is
+// none.
+std::string rendezvous_store(const InitOptions& options = {});
+
+// Notes rank 0 leaves in that store before the ranks connect, for ranks that need something from
+// it to build their part of the job (`mantissa resume` on a host without the run directory takes
+// the run's config this way). read_rendezvous_note waits up to options.timeout for the key;
+// remove_rendezvous_note deletes it and never throws. Under MPI rendezvous there is no store:
+// throws mantissa::Error, as for an unreachable store.
+void post_rendezvous_note(const InitOptions& options, const std::string& key,
+                          const std::string& value);
+std::string read_rendezvous_note(const InitOptions& options, const std::string& key);
+void remove_rendezvous_note(const InitOptions& options, const std::string& key) noexcept;
 // The group init_process_group() made; throws when there is none.
 std::shared_ptr<ProcessGroup> default_group();
 // Forgets the default group (its connections close when the last reference goes).

@@ -35,11 +35,18 @@ std::string job_id() {
   return job;
 }
 
+// Gloo's FileStore, telling where a key's file is (its name is a hash of the key).
+class KeyedFileStore final : public gloo::rendezvous::FileStore {
+ public:
+  using FileStore::FileStore;
+  std::string path_of(const std::string& key) { return objectPath(key); }
+};
+
 class FileRendezvousStore final : public RendezvousStore {
  public:
   explicit FileRendezvousStore(const std::string& dir) : dir_(dir) {
     std::filesystem::create_directories(dir);
-    store_ = std::make_unique<gloo::rendezvous::FileStore>(dir);
+    store_ = std::make_unique<KeyedFileStore>(dir);
   }
   void set(const std::string& key, const std::vector<char>& data) override {
     store_->set(key, data);
@@ -60,11 +67,18 @@ class FileRendezvousStore final : public RendezvousStore {
     } catch (...) {
     }
   }
+  void remove_key(const std::string& key) noexcept override {
+    try {
+      std::error_code ignored;
+      std::filesystem::remove(store_->path_of(key), ignored);
+    } catch (...) {
+    }
+  }
   std::string describe() const override { return "the file store at '" + dir_ + "'"; }
 
  private:
   std::string dir_;
-  std::unique_ptr<gloo::rendezvous::FileStore> store_;
+  std::unique_ptr<KeyedFileStore> store_;
 };
 
 #if MANTISSA_HAS_REDIS
@@ -124,6 +138,11 @@ class RedisRendezvousStore final : public RendezvousStore {
       if (r) freeReplyObject(r);
     }
     written_.clear();
+  }
+  void remove_key(const std::string& key) noexcept override {
+    const std::string k = prefix_ + key;
+    void* r = redisCommand(redis_, "DEL %b", k.data(), k.size());
+    if (r) freeReplyObject(r);
   }
   std::string describe() const override {
     return "the Redis store " + address_ + " (keys " + prefix_ + "*)";

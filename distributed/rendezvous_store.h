@@ -25,6 +25,8 @@ class RendezvousStore : public gloo::rendezvous::Store {
   // Removes what this process wrote (a file store: every key file, as each rank has read them
   // all once the group has met). Never throws.
   virtual void remove_own_keys() noexcept = 0;
+  // Removes `key` (whoever wrote it). Never throws.
+  virtual void remove_key(const std::string& key) noexcept = 0;
   // Where the ranks meet, for messages: the directory or the redis:// address and key prefix.
   virtual std::string describe() const = 0;
 };

@@ -1,6 +1,10 @@
 #include "runner/distributed_run.h"
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "engine/error.h"
@@ -72,6 +76,77 @@ std::string broadcast_string(distributed::ProcessGroup& group, const std::string
   std::string out(static_cast<size_t>(n), '\0');
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<char>(static_cast<unsigned char>(got[i]));
   return out;
+}
+
+int share_file_from_rank0(distributed::ProcessGroup& group, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool have = fs::is_regular_file(path, ec);
+  MT_CHECK(group.rank() != 0 || have, "share_file_from_rank0: rank 0 has no file '", path, "'");
+  Tensor missing = from_vector(std::vector<double>{have ? 0.0 : 1.0}).to(group.device());
+  group.allreduce(missing)->wait();
+  const auto receivers = static_cast<int>(missing.cpu().item<double>());
+  if (receivers == 0) return 0;
+  const uint64_t size = std::stoull(broadcast_string(
+      group, group.rank() == 0 ? std::to_string(fs::file_size(path)) : std::string()));
+  // Six bytes per float64 (an integer below 2^48, exact): the process group moves floating-point
+  // tensors only.
+  constexpr uint64_t kChunk = uint64_t{48} << 20;
+  std::ifstream in;
+  std::ofstream out;
+  fs::path tmp;
+  if (group.rank() == 0) {
+    in.open(path, std::ios::binary);
+    MT_CHECK(in.good(), "share_file_from_rank0: cannot read '", path, "'");
+  } else if (!have) {
+    const fs::path target(path);
+    if (target.has_parent_path()) fs::create_directories(target.parent_path());
+    std::string name = ".";  // runner/atomic_file.h's temporary names, which readers skip
+    name += target.filename().string();
+    name += ".tmp-";
+    name += std::to_string(::getpid());
+    tmp = target.parent_path() / name;
+    out.open(tmp, std::ios::binary | std::ios::trunc);
+    MT_CHECK(out.good(), "share_file_from_rank0: cannot write '", tmp.string(), "'");
+  }
+  std::string bytes;
+  for (uint64_t done = 0; done < size;) {
+    const uint64_t n = std::min(kChunk, size - done);
+    const uint64_t words = (n + 5) / 6;
+    std::vector<double> packed(words, 0.0);
+    if (group.rank() == 0) {
+      bytes.assign(n, '\0');
+      in.read(bytes.data(), static_cast<std::streamsize>(n));
+      MT_CHECK(static_cast<uint64_t>(in.gcount()) == n, "share_file_from_rank0: '", path,
+               "' ended early (was it changed while being sent?)");
+      for (uint64_t w = 0; w < words; ++w) {
+        uint64_t v = 0;
+        for (uint64_t k = 0; k < 6 && 6 * w + k < n; ++k)
+          v |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[6 * w + k])) << (8 * k);
+        packed[w] = static_cast<double>(v);
+      }
+    }
+    Tensor t = from_vector(packed, Shape{static_cast<int64_t>(words)}).to(group.device());
+    group.broadcast(t, 0)->wait();
+    if (group.rank() != 0 && !have) {
+      const std::vector<double> got = t.cpu().to_vector<double>();
+      bytes.assign(n, '\0');
+      for (uint64_t w = 0; w < words; ++w) {
+        const auto v = static_cast<uint64_t>(got[w]);
+        for (uint64_t k = 0; k < 6 && 6 * w + k < n; ++k)
+          bytes[6 * w + k] = static_cast<char>((v >> (8 * k)) & 0xff);
+      }
+      out.write(bytes.data(), static_cast<std::streamsize>(n));
+      MT_CHECK(out.good(), "share_file_from_rank0: error writing '", tmp.string(), "'");
+    }
+    done += n;
+  }
+  if (out.is_open()) {
+    out.close();
+    MT_CHECK(!out.fail(), "share_file_from_rank0: error writing '", tmp.string(), "'");
+    fs::rename(tmp, path);
+  }
+  return receivers;
 }
 
 std::string check_ranks_agree_on_state(distributed::ProcessGroup& group, const nn::Module& model,

@@ -38,6 +38,17 @@ nn::DistributedDataParallelOptions ddp_options(const DistributedConfig& config);
 // Rank 0's `value`, on every rank (a collective: every rank calls it, in the same order).
 std::string broadcast_string(distributed::ProcessGroup& group, const std::string& value);
 
+// Runs on hosts without a shared filesystem. The rendezvous-store note (distributed/init.h) in
+// which rank 0 of `mantissa resume` leaves the run's resolved.yaml before the ranks connect, for
+// a rank whose host has no run directory; a refusal is "\x01" and why.
+inline constexpr const char* kRunConfigNote = "mantissa_run_config";
+
+// A collective: makes rank 0's file at its `path` the file at `path` of every rank that has no
+// file there (each rank passes its own path; the same one on a shared filesystem). The bytes go
+// through the process group in chunks of 48 MiB, to a temporary file renamed into place when
+// complete. Returns the number of ranks that received it (0: every rank had it, nothing moved).
+int share_file_from_rank0(distributed::ProcessGroup& group, const std::string& path);
+
 // A hash of every parameter's and buffer's values and of the loss scaler's state when one is
 // given (16 hex digits), compared across ranks: throws mantissa::Error naming the ranks when they
 // differ; returns the hash.

@@ -3,6 +3,7 @@
 // a launcher killed with all its ranks (SIGKILL) resumes to the weights of an uninterrupted run,
 // bit for bit; a rank that dies stops the others with one line naming it; SIGINT stops every rank
 // after the same step; and two processes started with torchrun's variables form one run.
+#include <cstring>
 #include <functional>
 #include <map>
 #include <set>
@@ -318,6 +319,86 @@ TEST_F(DistributedRunTest, TwoProcessesStartedWithTorchrunsVariablesFormOneRun) 
                        "mantissa: rank 0: --run-dir " + taken + " already exists"))
       << read_file(dir_ / "again0.txt");
   EXPECT_EQ(read_file(dir_ / "again1.txt"), "");
+}
+
+// Two hosts without a shared filesystem, played by two run directories: ranks started with
+// torchrun's variables, rank 0 with --run-dir a/run and rank 1 with b/run, meeting in a store
+// every host reaches. Training writes rank 0's directory only. Killed after a checkpoint, the run
+// resumes with rank 1's host holding no run directory at all: rank 1 takes the config from rank 0
+// through the store and the checkpoint through the process group, and the run ends with the
+// weights of an uninterrupted run.
+TEST_F(DistributedRunTest, TwoHostsWithoutASharedFilesystemTrainAndResume) {
+  write_file(dir_ / "cfg.yaml", run_config(24, 4, "float16"));
+  const Result straight = run(train_args("straight"));
+  ASSERT_EQ(straight.code, 0) << straight.output;
+  fs::create_directories(dir_ / "store");
+  const auto env = [&](int r, bool slow) {
+    std::vector<std::string> e = {"RANK=" + std::to_string(r),
+                                  "WORLD_SIZE=2",
+                                  "LOCAL_RANK=" + std::to_string(r),
+                                  "LOCAL_WORLD_SIZE=2",
+                                  "MASTER_ADDR=127.0.0.1",
+                                  "MASTER_PORT=29579",
+                                  "MANTISSA_STORE_PATH=" + (dir_ / "store").string()};
+    if (slow) e.push_back("MANTISSA_STEP_DELAY_MS=40");
+    return e;
+  };
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    const std::string run_dir = r == 0 ? "a/run" : "b/run";
+    pids.push_back(spawn({"train", "cfg.yaml", "--run-dir", run_dir, "-q"},
+                         dir_ / ("train" + std::to_string(r) + ".txt"), env(r, true)));
+  }
+  const fs::path first = dir_ / "a" / "run" / "checkpoints" / "step-000000008.ckpt";
+  ASSERT_TRUE(wait_until([&] { return fs::exists(first); }, std::chrono::seconds(60)))
+      << read_file(dir_ / "train0.txt");
+  for (const pid_t pid : pids) ::kill(pid, SIGKILL);
+  for (const pid_t pid : pids) wait_exit(pid);
+  EXPECT_FALSE(fs::exists(dir_ / "b")) << "rank 1 wrote on its host";
+
+  pids.clear();
+  for (int r = 0; r < 2; ++r) {
+    pids.push_back(spawn({"resume", r == 0 ? "a/run" : "b/run", "-q"},
+                         dir_ / ("resume" + std::to_string(r) + ".txt"), env(r, false)));
+  }
+  EXPECT_EQ(wait_exit(pids[0]), 0) << read_file(dir_ / "resume0.txt");
+  EXPECT_EQ(wait_exit(pids[1]), 0) << read_file(dir_ / "resume1.txt");
+  const std::string out = read_file(dir_ / "resume0.txt");
+  EXPECT_TRUE(contains(out, "resuming from a/run/checkpoints/step-")) << out;
+  EXPECT_TRUE(contains(out, ".ckpt to 1 rank without it")) << out;
+  EXPECT_TRUE(contains(out, "parameters, buffers and loss scaler identical on all 2 ranks")) << out;
+  EXPECT_EQ(read_file(dir_ / "resume1.txt"), "");
+  // Rank 1's host got the one checkpoint it resumed from, and nothing else.
+  std::vector<std::string> received;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ / "b"))
+    if (e.is_regular_file()) received.push_back(fs::relative(e.path(), dir_).string());
+  ASSERT_EQ(received.size(), 1u);
+  EXPECT_EQ(received[0].rfind("b/run/checkpoints/step-", 0), 0u) << received[0];
+  // The same tensors (the files' headers differ in the config hash: this run's config has no
+  // distributed.nproc).
+  const auto tensors = [](const std::string& file) {
+    uint64_t header = 0;
+    std::memcpy(&header, file.data(), 8);
+    return file.substr(8 + header);
+  };
+  EXPECT_EQ(tensors(weights("a/run")), tensors(weights("straight")));
+  expect_one_writer(dir_ / "a" / "run" / "metrics.jsonl", 24);
+  EXPECT_TRUE(fs::is_empty(dir_ / "store")) << "the note was left in the store";
+
+  // Rank 0 refusing to resume stops a rank on a host without the run directory at once, saying
+  // why, instead of at its timeout.
+  pids.clear();
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < 2; ++r) {
+    pids.push_back(spawn({"resume", "nowhere", "-q"},
+                         dir_ / ("nowhere" + std::to_string(r) + ".txt"), env(r, false)));
+  }
+  EXPECT_EQ(wait_exit(pids[0]), 2) << read_file(dir_ / "nowhere0.txt");
+  EXPECT_EQ(wait_exit(pids[1]), 2) << read_file(dir_ / "nowhere1.txt");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  EXPECT_TRUE(contains(read_file(dir_ / "nowhere1.txt"),
+                       "mantissa: rank 1: rank 0: nowhere is not a run directory"))
+      << read_file(dir_ / "nowhere1.txt");
 }
 
 }  // namespace
