@@ -22,6 +22,12 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "distributed/init.h"
+#include "engine/error.h"
+#include "engine/factory.h"
+
 namespace mantissa::testing {
 
 // What a rank process writes: "ok" or the reason it failed.
@@ -117,6 +123,46 @@ inline std::vector<RankResult> run_ranks(const std::string& scenario, int world,
 
 inline bool exited_ok(const RankResult& r) {
   return r.status >= 0 && WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
+}
+
+// A scenario: the ranks meet (in the store of the environment), then the last one dies (SIGKILL)
+// after the first barrier; the others keep reducing and must get an error well within their 20 s
+// timeout. After the meeting the store is no longer used, whichever it was: Gloo's connections
+// between the ranks carry the collectives, and one closing is noticed at once.
+inline void scenario_rank_killed_mid_job(Report& r) {
+  distributed::InitOptions o;
+  o.timeout = std::chrono::seconds(20);
+  auto pg = distributed::init_process_group(o);
+  pg->barrier()->wait();
+  if (pg->rank() == pg->size() - 1) raise(SIGKILL);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    for (int k = 0; k < 100000; ++k) {
+      Tensor t = full({64}, static_cast<double>(pg->rank()));
+      pg->allreduce(t)->wait();
+    }
+    r.fail("collectives kept completing after a rank died");
+  } catch (const Error& e) {
+    r.text << e.what() << "\n";
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (s > 15) r.fail("noticing the dead rank took " + std::to_string(s) + " s");
+}
+
+// What scenario_rank_killed_mid_job leaves: the last rank killed, each other rank reporting the
+// allreduce that failed.
+inline void expect_killed_rank_failed_the_others(const std::vector<RankResult>& results) {
+  ASSERT_GE(results.size(), 2u);
+  const RankResult& last = results.back();
+  EXPECT_TRUE(last.status >= 0 && WIFSIGNALED(last.status) && WTERMSIG(last.status) == SIGKILL);
+  const std::string world = std::to_string(results.size());
+  for (size_t rank = 0; rank + 1 < results.size(); ++rank) {
+    ASSERT_TRUE(exited_ok(results[rank])) << "rank " << rank << ": " << results[rank].report;
+    EXPECT_NE(results[rank].report.find("allreduce failed on rank " + std::to_string(rank) +
+                                        " of " + world),
+              std::string::npos)
+        << results[rank].report;
+  }
 }
 
 }  // namespace mantissa::testing

@@ -148,30 +148,10 @@ void scenario_mismatch(Report& r) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
 }
 
-// The last rank dies (SIGKILL) after the first barrier; the others keep reducing and must get
-// an error well within their 20 s timeout.
-void scenario_killed(Report& r) {
-  auto pg = dist::init_process_group(options_from_env(std::chrono::seconds(20)));
-  pg->barrier()->wait();
-  if (pg->rank() == pg->size() - 1) raise(SIGKILL);
-  const auto start = std::chrono::steady_clock::now();
-  try {
-    for (int k = 0; k < 100000; ++k) {
-      Tensor t = rank_tensor(pg->rank(), 64, mt::kFloat32);
-      pg->allreduce(t)->wait();
-    }
-    r.fail("collectives kept completing after a rank died");
-  } catch (const mt::Error& e) {
-    r.text << e.what() << "\n";
-  }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (s > 15) r.fail("noticing the dead rank took " + std::to_string(s) + " s");
-}
-
 const mt::testing::Scenarios kScenarios = {
     {"collectives", scenario_collectives},
     {"mismatch", scenario_mismatch},
-    {"killed", scenario_killed},
+    {"killed", mt::testing::scenario_rank_killed_mid_job},
 };
 
 [[maybe_unused]] const bool kRankProcess = mt::testing::run_rank_process_if_asked(kScenarios);
@@ -231,17 +211,8 @@ TEST_F(Distributed, MismatchedCollectiveTimesOutWithTheOpRankAndPeer) {
 }
 
 TEST_F(Distributed, KilledRankMakesTheOthersFail) {
-  const auto results = run_ranks("killed", 3, std::chrono::seconds(25));
-  ASSERT_EQ(results.size(), 3u);
-  EXPECT_TRUE(results[2].status >= 0 && WIFSIGNALED(results[2].status) &&
-              WTERMSIG(results[2].status) == SIGKILL);
-  for (size_t rank = 0; rank < 2; ++rank) {
-    ASSERT_TRUE(exited_ok(results[rank])) << "rank " << rank << ": " << results[rank].report;
-    EXPECT_NE(
-        results[rank].report.find("allreduce failed on rank " + std::to_string(rank) + " of 3"),
-        std::string::npos)
-        << results[rank].report;
-  }
+  mt::testing::expect_killed_rank_failed_the_others(
+      run_ranks("killed", 3, std::chrono::seconds(25)));
 }
 
 // In-process checks on a group of one.

@@ -54,33 +54,10 @@ void scenario_absent(Report& r) {
   if (s > 10) r.fail("giving up took " + std::to_string(s) + " s");
 }
 
-// Met through Redis, the last rank dies (SIGKILL) mid-job; the others keep reducing and must get an
-// error well within their timeout (after the meeting the store is no longer used: Gloo's
-// connections between the ranks carry the collectives, and one closing is noticed at once).
-void scenario_killed(Report& r) {
-  dist::InitOptions o;
-  o.timeout = std::chrono::seconds(20);
-  auto pg = dist::init_process_group(o);
-  pg->barrier()->wait();
-  if (pg->rank() == pg->size() - 1) raise(SIGKILL);
-  const auto start = std::chrono::steady_clock::now();
-  try {
-    for (int k = 0; k < 100000; ++k) {
-      Tensor t = mt::full({64}, 1.0);
-      pg->allreduce(t)->wait();
-    }
-    r.fail("collectives kept completing after a rank died");
-  } catch (const mt::Error& e) {
-    r.text << e.what() << "\n";
-  }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (s > 15) r.fail("noticing the dead rank took " + std::to_string(s) + " s");
-}
-
 const mt::testing::Scenarios kScenarios = {
     {"allreduce", scenario_allreduce},
     {"absent", scenario_absent},
-    {"killed", scenario_killed},
+    {"killed", mt::testing::scenario_rank_killed_mid_job},
 };
 
 [[maybe_unused]] const bool kRankProcess = mt::testing::run_rank_process_if_asked(kScenarios);
@@ -166,17 +143,8 @@ TEST_F(RedisRendezvous, ARankThatNeverComesFailsTheOthersNamingTheStore) {
 }
 
 TEST_F(RedisRendezvous, ARankKilledMidJobFailsTheOthers) {
-  const auto results = run_ranks("killed", 3, std::chrono::seconds(30), address());
-  ASSERT_EQ(results.size(), 3u);
-  EXPECT_TRUE(results[2].status >= 0 && WIFSIGNALED(results[2].status) &&
-              WTERMSIG(results[2].status) == SIGKILL);
-  for (size_t rank = 0; rank < 2; ++rank) {
-    ASSERT_TRUE(exited_ok(results[rank])) << "rank " << rank << ": " << results[rank].report;
-    EXPECT_NE(
-        results[rank].report.find("allreduce failed on rank " + std::to_string(rank) + " of 3"),
-        std::string::npos)
-        << results[rank].report;
-  }
+  mt::testing::expect_killed_rank_failed_the_others(
+      run_ranks("killed", 3, std::chrono::seconds(30), address()));
   EXPECT_EQ(dbsize(), 0) << "keys left in the server";
 }
 

@@ -43,15 +43,18 @@ std::map<std::string, float> values(const rn::TensorBoardEvent& e) {
 }
 
 // A ToyModel run of `steps` steps logging every step into dir (no checkpoints but the last).
-void train(const fs::path& dir, int64_t steps) {
+void train(const fs::path& dir, int64_t steps, bool tensorboard = true) {
   mt::manual_seed(0);
   auto data = rn::make_teacher_dataset({.samples = 64, .seed = 1});
   auto loader = std::make_shared<rn::DataLoader>(data, rn::DataLoaderOptions{.batch_size = 8});
   auto model = std::make_shared<mt::testing::ToyModel>();
   auto opt = std::make_shared<mt::optim::SGD>(model->parameters(), 0.05);
-  rn::Trainer trainer(
-      model, mt::nn::MSELoss(), opt, loader,
-      {.max_steps = steps, .log_every = 1, .run_dir = dir.string(), .progress = false});
+  rn::Trainer trainer(model, mt::nn::MSELoss(), opt, loader,
+                      {.max_steps = steps,
+                       .log_every = 1,
+                       .run_dir = dir.string(),
+                       .tensorboard = tensorboard,
+                       .progress = false});
   trainer.fit();
 }
 
@@ -119,15 +122,7 @@ TEST(TensorBoard, KeepsTheStepsUpToAResumePoint) {
 
 TEST(TensorBoard, TrainerWritesNoFilesWhenTurnedOff) {
   mt::testing::TempDir dir;
-  mt::manual_seed(0);
-  auto data = rn::make_teacher_dataset({.samples = 16, .seed = 1});
-  auto loader = std::make_shared<rn::DataLoader>(data, rn::DataLoaderOptions{.batch_size = 8});
-  auto model = std::make_shared<mt::testing::ToyModel>();
-  auto opt = std::make_shared<mt::optim::SGD>(model->parameters(), 0.05);
-  rn::Trainer trainer(
-      model, mt::nn::MSELoss(), opt, loader,
-      {.max_steps = 2, .run_dir = dir.path.string(), .tensorboard = false, .progress = false});
-  trainer.fit();
+  train(dir.path, 2, /*tensorboard=*/false);
   EXPECT_TRUE(fs::exists(dir.path / "metrics.jsonl"));
   EXPECT_FALSE(fs::exists(dir.path / "tensorboard"));
 }
