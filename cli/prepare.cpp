@@ -101,10 +101,18 @@ int prepare(const PrepareArgs& args) {
     // Both files are made before either is written, so an id that does not fit writes nothing.
     const std::string train = runner::uint16_token_bytes(split.train, "train.bin");
     const std::string val = runner::uint16_token_bytes(split.val, "val.bin");
-    fs::create_directories(out_dir);
+    std::error_code made;
+    fs::create_directories(out_dir, made);
+    if (made) throw Error("cannot create '" + out_dir.string() + "': " + made.message());
     const fs::path train_path = out_dir / "train.bin", val_path = out_dir / "val.bin";
     runner::write_file_atomically(train_path.string(), train);
-    if (!split.val.empty()) runner::write_file_atomically(val_path.string(), val);
+    std::error_code ec;
+    if (!split.val.empty()) {
+      runner::write_file_atomically(val_path.string(), val);
+    } else if (fs::exists(val_path, ec)) {
+      std::cerr << "mantissa: " << val_path.string()
+                << " was left as it was (--val-fraction 0 writes no val.bin)\n";
+    }
     std::cout << train_path.string() << ": " << split.train.size() << " tokens ("
               << split.train_chars << " characters)\n";
     if (!split.val.empty()) {
@@ -121,7 +129,7 @@ int prepare(const PrepareArgs& args) {
               << "  model: {preset: gpt, vocab_size: " << tokenizer->vocab_size()
               << "} (or more)\n";
     return kExitOk;
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     print_error(e.what());
     return kExitFailed;
   }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <thread>
@@ -245,9 +246,16 @@ int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& 
       has_tokenizer) {
     runner::GenerateOptions g{.prompt = c.sample_prompt, .tokens = c.sample_tokens, .seed = c.seed};
     if (c.sample_top_k > 0) g.top_k = c.sample_top_k;
-    g.tokenizer = run_tokenizer(c, "sample_tokens");
-    std::cout << "sample (" << c.sample_tokens << " tokens, seed " << c.seed << "):\n"
-              << runner::generate_text(*gpt, g) << "\n";
+    // The run is done: a sample that cannot be made (a token the tokenizer lacks) is reported,
+    // and the exit status stays the run's.
+    try {
+      g.tokenizer = run_tokenizer(c, "sample_tokens");
+      const std::string text = runner::generate_text(*gpt, g);
+      std::cout << "sample (" << c.sample_tokens << " tokens, seed " << c.seed << "):\n"
+                << text << "\n";
+    } catch (const std::exception& e) {
+      print_error("sample_tokens: " + std::string(e.what()));
+    }
   }
   return code;
 }
@@ -402,37 +410,69 @@ int resume(const ResumeArgs& args) {
   int launch_ranks = 0;
   // Rank 0 of a job leaves the run's config in the rendezvous store for ranks on hosts without
   // the run directory (no shared filesystem), and a refusal when it cannot resume, so that they
-  // stop at once instead of at their timeout.
-  std::optional<distributed::InitOptions> note_store;
-  const auto post_note = [&](const std::string& note) {
+  // stop at once instead of at their timeout. It leaves it in the store of the run's config and in
+  // the one of the environment, which is where such a rank looks (it has no config to read
+  // distributed.store_path from).
+  const std::string note_key = runner::run_config_note_key();
+  std::vector<distributed::InitOptions> note_stores;
+  const auto add_note_store = [&](const distributed::InitOptions& o) {
     try {
-      if (note_store && !distributed::rendezvous_store(*note_store).empty())
-        distributed::post_rendezvous_note(*note_store, runner::kRunConfigNote, note);
+      const std::string store = distributed::rendezvous_store(o);
+      if (store.empty()) return;
+      for (const auto& known : note_stores)
+        if (distributed::rendezvous_store(known) == store) return;
+      note_stores.push_back(o);
     } catch (const std::exception&) {
       // No store to leave it in: connecting would fail the same way, and says so.
     }
   };
+  const auto post_note = [&](const std::string& note) {
+    for (const auto& o : note_stores) {
+      try {
+        distributed::post_rendezvous_note(o, note_key, note);
+      } catch (const std::exception&) {
+        // As above.
+      }
+    }
+  };
+  const auto remove_notes = [&] {
+    for (const auto& o : note_stores) distributed::remove_rendezvous_note(o, note_key);
+  };
+  // The config note goes once the ranks have met, or when this rank stops before that; a refusal
+  // note stays for the others to read (the next launch's rank 0 removes it when it starts).
+  bool config_posted = false;
+  struct ConfigNoteGuard {
+    const bool& posted;
+    std::function<void()> remove;
+    ~ConfigNoteGuard() {
+      if (posted) remove();
+    }
+  } config_note_guard{config_posted, remove_notes};
   try {
     ranks.placement = runner::rank_placement();
     const bool leads_a_job = ranks.placement.distributed() && ranks.leader();
-    if (leads_a_job) note_store = distributed::InitOptions{};
+    if (leads_a_job) {
+      add_note_store(distributed::InitOptions{});
+      remove_notes();  // one an earlier launch left
+    }
     const std::string resolved = (fs::path(args.run_dir) / "resolved.yaml").string();
     std::string text, source = resolved;
-    if (fs::exists(resolved)) {
+    std::error_code ec;
+    if (fs::exists(resolved, ec)) {
       text = runner::read_file_bytes(resolved);
     } else if (ranks.placement.distributed() && !ranks.leader()) {
-      // A host without the run directory: rank 0's config, through the store every rank meets in
-      // (MANTISSA_STORE_PATH: this rank has no config to read distributed.store_path from).
+      // A host without the run directory: rank 0's config, through the store of the environment.
       const runner::Config defaults;
       try {
         text = distributed::read_rendezvous_note(
-            runner::init_options(defaults.distributed, Device::cpu(), ranks.placement),
-            runner::kRunConfigNote);
+            runner::init_options(defaults.distributed, Device::cpu(), ranks.placement), note_key);
       } catch (const Error& e) {
-        throw runner::ConfigError(args.run_dir +
-                                  " is not a run directory here (no resolved.yaml), and rank 0's "
-                                  "config did not come through the rendezvous store: " +
-                                  e.what());
+        throw runner::ConfigError(
+            args.run_dir +
+            " is not a run directory here (no resolved.yaml), and rank 0's config did not come "
+            "through the rendezvous store (on a host without the run directory, set "
+            "MANTISSA_STORE_PATH to the store the ranks meet in): " +
+            e.what());
       }
       if (!text.empty() && text[0] == '\x01') throw runner::ConfigError(text.substr(1));
       source = resolved + " (rank 0's)";
@@ -443,7 +483,7 @@ int resume(const ResumeArgs& args) {
     if (!args.device.empty()) sets.push_back("device=" + args.device);
     runner::Config config = runner::parse_config(text, source, sets);
     if (leads_a_job)
-      note_store = runner::init_options(config.distributed, Device::cpu(), ranks.placement);
+      add_note_store(runner::init_options(config.distributed, Device::cpu(), ranks.placement));
     refuse_lost_checkpoints(args.run_dir, config);
     // A distributed run resumes on as many ranks as it had (its config hash says so).
     if (!ranks.placement.distributed() && config.distributed.nproc > 1)
@@ -452,7 +492,9 @@ int resume(const ResumeArgs& args) {
                             launch_ranks > 0 ? runner::RunPlacement{0, launch_ranks, 0}
                                              : run_placement(ranks.placement));
     post_note(text);
-  } catch (const Error& e) {
+    config_posted = !note_stores.empty();
+  } catch (const std::exception& e) {
+    config_posted = false;
     post_note(std::string(1, '\x01') + "rank 0: " + runner::first_line(e.what()));
     ranks.error(e.what());
     return kExitUsage;
@@ -466,7 +508,8 @@ int resume(const ResumeArgs& args) {
   try {
     ranks.connect(run);
     // Every rank has read the note once the group has met.
-    if (note_store) distributed::remove_rendezvous_note(*note_store, runner::kRunConfigNote);
+    if (config_posted) remove_notes();
+    config_posted = false;
     // Rank 0 chooses the checkpoint and every rank loads that one, from its own run directory:
     // "" starts from step 0, and kRefused means rank 0 found none it could resume from (and said
     // why).

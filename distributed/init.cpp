@@ -189,12 +189,19 @@ std::string rendezvous_store(const InitOptions& options) {
 namespace {
 
 #if MANTISSA_HAS_GLOO
+// The store of `options`, opened; whatever fails is a mantissa::Error naming the note.
 std::unique_ptr<detail::RendezvousStore> note_store(const InitOptions& options,
                                                     const std::string& key) {
-  const std::string store = rendezvous_store(options);
-  MT_CHECK(!store.empty(), "rendezvous note '", key,
-           "': MPI rendezvous has no store to leave it in (use a file or Redis store)");
-  return detail::open_rendezvous_store(store, options.timeout);
+  std::string store;
+  try {
+    store = rendezvous_store(options);
+    MT_CHECK(!store.empty(),
+             "MPI rendezvous has no store to leave it in (use a file or Redis store)");
+    return detail::open_rendezvous_store(store, options.timeout);
+  } catch (const std::exception& e) {
+    MT_THROW("rendezvous note '", key, "'", store.empty() ? "" : " in '" + store + "'", ": ",
+             e.what());
+  }
 }
 #endif
 

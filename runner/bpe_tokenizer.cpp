@@ -2,6 +2,7 @@
 #include "runner/bpe_tokenizer.h"
 
 #include <algorithm>
+#include <climits>
 #include <deque>
 #include <filesystem>
 #include <queue>
@@ -73,33 +74,32 @@ void refuse_unless(const JsonView& j, std::string_view key, std::vector<std::str
 
 }  // namespace
 
-void BpeTokenizer::add_token(std::string bytes, int32_t id, const std::string& what) {
-  MT_CHECK(id >= 0 && id < (1 << 30), what, ": token id ", id, " is out of range");
-  if (static_cast<size_t>(id) >= id_bytes_.size()) {
-    id_bytes_.resize(static_cast<size_t>(id) + 1);
-    id_used_.resize(static_cast<size_t>(id) + 1, false);
-  }
-  id_bytes_[id] = bytes;
-  id_used_[id] = true;
-  bytes_to_id_[std::move(bytes)] = id;
+void BpeTokenizer::add_token(std::string bytes, int64_t id, const std::string& what) {
+  // Ids index embedding rows: past 2^31 is no vocabulary, and (ids being int32 in merges) unsafe.
+  MT_CHECK(id >= 0 && id < (int64_t{1} << 31), what, ": token id ", id, " of \"",
+           printable_excerpt(bytes), "\" is out of range [0, 2^31)");
+  const auto [it, inserted] = id_bytes_.emplace(static_cast<int32_t>(id), bytes);
+  MT_CHECK(inserted, what, ": the tokens \"", printable_excerpt(it->second), "\" and \"",
+           printable_excerpt(bytes), "\" both have id ", id);
+  vocab_size_ = std::max(vocab_size_, id + 1);
+  bytes_to_id_[std::move(bytes)] = static_cast<int32_t>(id);
 }
 
-void BpeTokenizer::add_merge(std::string_view left, std::string_view right,
+void BpeTokenizer::add_merge(std::string_view left, std::string_view right, int32_t rank,
                              const std::string& what) {
   const std::string l = token_bytes(left, what), r = token_bytes(right, what);
   const auto li = bytes_to_id_.find(l), ri = bytes_to_id_.find(r), mi = bytes_to_id_.find(l + r);
   for (const auto& [it, name] : {std::pair{li, left}, std::pair{ri, right}}) {
-    MT_CHECK(it != bytes_to_id_.end(), what, ": merge ", merges_.size() + 1, " (\"",
-             printable_excerpt(left), "\" \"", printable_excerpt(right), "\"): \"",
-             printable_excerpt(name), "\" is not in the vocabulary");
+    MT_CHECK(it != bytes_to_id_.end(), what, ": merge ", rank + 1, " (\"", printable_excerpt(left),
+             "\" \"", printable_excerpt(right), "\"): \"", printable_excerpt(name),
+             "\" is not in the vocabulary");
   }
-  MT_CHECK(mi != bytes_to_id_.end(), what, ": merge ", merges_.size() + 1, " (\"",
-           printable_excerpt(left), "\" \"", printable_excerpt(right),
-           "\"): the merged token is not in the vocabulary");
+  MT_CHECK(mi != bytes_to_id_.end(), what, ": merge ", rank + 1, " (\"", printable_excerpt(left),
+           "\" \"", printable_excerpt(right), "\"): the merged token is not in the vocabulary");
   const uint64_t key =
       (static_cast<uint64_t>(li->second) << 32) | static_cast<uint32_t>(ri->second);
-  // A pair listed twice keeps its later rank, as Hugging Face's map of merges does.
-  const auto rank = static_cast<int32_t>(merges_.size());
+  // The rank is the place in the list; a pair listed twice keeps its later place, as Hugging
+  // Face's map of merges does.
   merges_[key] = Merge{rank, mi->second};
 }
 
@@ -121,8 +121,9 @@ BpeTokenizer BpeTokenizer::from_vocab_and_merges(std::string_view vocab_json,
   const JsonView vocab(vocab_tree);
   MT_CHECK(vocab.is_object(), what, ": vocab.json must be an object of token: id");
   for (const auto& [token, id] : vocab.members())
-    t.add_token(token_bytes(token, what), static_cast<int32_t>(id.as_int()), what);
+    t.add_token(token_bytes(token, what), id.as_int(), what);
   size_t line_no = 0;
+  int32_t rank = 0;
   for (size_t at = 0; at < merges_txt.size();) {
     size_t end = merges_txt.find('\n', at);
     if (end == std::string_view::npos) end = merges_txt.size();
@@ -135,7 +136,8 @@ BpeTokenizer BpeTokenizer::from_vocab_and_merges(std::string_view vocab_json,
     MT_CHECK(space != std::string_view::npos && line.find(' ', space + 1) == std::string_view::npos,
              what, ": merges.txt line ", line_no, " is not two tokens separated by a space: \"",
              printable_excerpt(line), "\"");
-    t.add_merge(line.substr(0, space), line.substr(space + 1), what);
+    MT_CHECK(rank < INT32_MAX, what, ": too many merges");
+    t.add_merge(line.substr(0, space), line.substr(space + 1), rank++, what);
   }
   t.finish(what);
   return t;
@@ -186,26 +188,28 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(std::string_view json_text,
   const JsonView vocab = model.at("vocab");
   MT_CHECK(vocab.is_object(), m, ".vocab must be an object of token: id");
   for (const auto& [token, id] : vocab.members())
-    t.add_token(token_bytes(token, m + ".vocab"), static_cast<int32_t>(id.as_int()), m + ".vocab");
+    t.add_token(token_bytes(token, m + ".vocab"), id.as_int(), m + ".vocab");
   const JsonView merges = model.at("merges");
   MT_CHECK(merges.is_array(), m, ".merges must be a list");
+  MT_CHECK(merges.size() < static_cast<size_t>(INT32_MAX), m, ".merges: too many merges");
+  int32_t rank = 0;
   for (const JsonView merge : merges.elements()) {
     // "left right" (tokenizers before 0.20) or ["left", "right"].
     if (merge.is_string()) {
       const std::string& s = merge.as_string();
       const size_t space = s.find(' ');
       MT_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos, m,
-               ".merges[", t.merges_.size(), "] is not two tokens separated by a space: \"",
+               ".merges[", rank, "] is not two tokens separated by a space: \"",
                printable_excerpt(s), "\"");
-      t.add_merge(std::string_view(s).substr(0, space), std::string_view(s).substr(space + 1),
+      t.add_merge(std::string_view(s).substr(0, space), std::string_view(s).substr(space + 1), rank,
                   m + ".merges");
     } else {
       MT_CHECK(
           merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string(), m,
-          ".merges[", t.merges_.size(),
-          "] is not a pair of tokens: ", printable_excerpt(merge.dump()));
-      t.add_merge(merge[0].as_string(), merge[1].as_string(), m + ".merges");
+          ".merges[", rank, "] is not a pair of tokens: ", printable_excerpt(merge.dump()));
+      t.add_merge(merge[0].as_string(), merge[1].as_string(), rank, m + ".merges");
     }
+    ++rank;
   }
   if (const auto added = root.find("added_tokens"); added && !added->is_null()) {
     MT_CHECK(added->is_array(), what, ".added_tokens must be a list");
@@ -217,16 +221,29 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(std::string_view json_text,
       }
       const std::string& content = a.at("content").as_string();
       MT_CHECK(!content.empty(), where, ".content is empty");
-      const auto id = static_cast<int32_t>(a.at("id").as_int());
-      t.added_.push_back({content, id});
-      // The added token's own text, not the byte-level spelling, is what it decodes to.
-      MT_CHECK(id >= 0 && id < (1 << 30), where, ".id ", id, " is out of range");
-      if (static_cast<size_t>(id) >= t.id_bytes_.size()) {
-        t.id_bytes_.resize(static_cast<size_t>(id) + 1);
-        t.id_used_.resize(static_cast<size_t>(id) + 1, false);
+      const int64_t id = a.at("id").as_int();
+      MT_CHECK(id >= 0 && id < (int64_t{1} << 31), where, ".id ", id, " is out of range [0, 2^31)");
+      bool normalized = true;
+      if (const auto n = a.find("normalized"); n && !n->is_null()) normalized = n->as_bool();
+      // An added token may also be a vocabulary entry (GPT-2's <|endoftext|>), with the same id
+      // and text; one that would give a vocabulary text another id, or an id another text, is
+      // ambiguous.
+      const auto by_id = t.id_bytes_.find(static_cast<int32_t>(id));
+      MT_CHECK(by_id == t.id_bytes_.end() || by_id->second == content, where, ": id ", id,
+               " is the vocabulary's token \"", printable_excerpt(by_id->second), "\", not \"",
+               printable_excerpt(content), "\"");
+      const auto by_text = t.bytes_to_id_.find(content);
+      MT_CHECK(by_text == t.bytes_to_id_.end() || by_text->second == id, where, ": \"",
+               printable_excerpt(content), "\" is the vocabulary's token ", by_text->second,
+               ", not ", id);
+      for (const AddedToken& other : t.added_) {
+        MT_CHECK(other.content != content && other.id != id, where, ": \"",
+                 printable_excerpt(content), "\" (id ", id, ") is listed twice");
       }
-      t.id_bytes_[id] = content;
-      t.id_used_[id] = true;
+      t.added_.push_back({content, static_cast<int32_t>(id), normalized});
+      // The added token's own text, not a byte-level spelling, is what it decodes to.
+      t.id_bytes_.emplace(static_cast<int32_t>(id), content);
+      t.vocab_size_ = std::max(t.vocab_size_, id + 1);
     }
   }
   t.finish(what);
@@ -278,6 +295,9 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
       return rank != o.rank ? rank > o.rank : pos > o.pos;  // a min-queue
     }
   };
+  // Positions are int32: a piece (one run of letters, digits or spaces) of 2 GiB is refused.
+  MT_CHECK(piece.size() < static_cast<size_t>(INT32_MAX), "BpeTokenizer.encode: a piece of ",
+           piece.size(), " bytes (one run of letters, digits, spaces or symbols) is too long");
   const auto n = static_cast<int32_t>(piece.size());
   std::vector<Symbol> s(static_cast<size_t>(n));
   for (int32_t i = 0; i < n; ++i)
@@ -313,7 +333,7 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
 // The pieces of one encode() call merged so far: each distinct piece (words, runs of spaces
 // repeat) is merged once. Keys are views of the text being encoded, or of `prefixed`.
 struct BpeTokenizer::PieceCache {
-  std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> index;
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>> index;  // -> ids[first, +n)
   std::vector<int32_t> ids;
   std::deque<std::string> prefixed;  // texts given a leading space (add_prefix_space)
   // Progress over the whole text.
@@ -361,10 +381,49 @@ void BpeTokenizer::encode_ordinary(std::string_view text, PieceCache& cache,
       cache.index.clear();
       cache.ids.clear();
     }
-    cache.index.emplace(piece, std::pair{static_cast<uint32_t>(cache.ids.size()),
-                                         static_cast<uint32_t>(ids.size())});
+    cache.index.emplace(piece, std::pair{cache.ids.size(), ids.size()});
     cache.ids.insert(cache.ids.end(), ids.begin(), ids.end());
   });
+}
+
+// Cuts the added tokens of one kind (normalized or not) out of `text`, leftmost first and the
+// longest at the same place; the text between them goes on to the next pass (the normalized
+// tokens, after those that are not, as Hugging Face tokenizers splits), then to BPE.
+void BpeTokenizer::split_added(std::string_view text, bool normalized, PieceCache& cache,
+                               std::vector<int64_t>& out) const {
+  const auto next_pass = [&](std::string_view part) {
+    if (!normalized) {
+      split_added(part, true, cache, out);
+    } else {
+      encode_ordinary(part, cache, out);
+    }
+  };
+  // Where each token next occurs at or after `at` (npos: nowhere), found again only once passed,
+  // so a corpus of many documents is searched once per token.
+  std::vector<size_t> next(added_.size(), std::string_view::npos);
+  for (size_t k = 0; k < added_.size(); ++k)
+    if (added_[k].normalized == normalized) next[k] = text.find(added_[k].content);
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t best = std::string_view::npos;
+    const AddedToken* found = nullptr;
+    for (size_t k = 0; k < added_.size(); ++k) {
+      if (next[k] != std::string_view::npos && next[k] < at)
+        next[k] = text.find(added_[k].content, at);
+      if (next[k] == std::string_view::npos) continue;
+      if (next[k] < best || (next[k] == best && added_[k].content.size() > found->content.size())) {
+        best = next[k];
+        found = &added_[k];
+      }
+    }
+    if (found == nullptr) {
+      next_pass(text.substr(at));
+      return;
+    }
+    next_pass(text.substr(at, best - at));
+    out.push_back(found->id);
+    at = best + found->content.size();
+  }
 }
 
 std::vector<int64_t> BpeTokenizer::encode(std::string_view text, int64_t* replaced,
@@ -383,32 +442,7 @@ std::vector<int64_t> BpeTokenizer::encode(std::string_view text, int64_t* replac
     cache.text_begin = text.data();
     cache.text_size = text.size();
   }
-  // Where each added token next occurs at or after `at` (npos: nowhere), found again only once
-  // passed, so a corpus of many documents is searched once per token.
-  std::vector<size_t> next;
-  for (const AddedToken& a : added_) next.push_back(text.find(a.content));
-  size_t at = 0;
-  while (at < text.size()) {
-    // The next added token: leftmost, then longest.
-    size_t best = std::string_view::npos;
-    const AddedToken* found = nullptr;
-    for (size_t k = 0; k < added_.size(); ++k) {
-      if (next[k] != std::string_view::npos && next[k] < at)
-        next[k] = text.find(added_[k].content, at);
-      if (next[k] == std::string_view::npos) continue;
-      if (next[k] < best || (next[k] == best && added_[k].content.size() > found->content.size())) {
-        best = next[k];
-        found = &added_[k];
-      }
-    }
-    if (found == nullptr) {
-      encode_ordinary(text.substr(at), cache, out);
-      break;
-    }
-    encode_ordinary(text.substr(at, best - at), cache, out);
-    out.push_back(found->id);
-    at = best + found->content.size();
-  }
+  split_added(text, /*normalized=*/false, cache, out);
   if (progress) progress(text.size(), text.size());
   return out;
 }
@@ -417,10 +451,11 @@ std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t id = ids[i];
-    MT_CHECK(id >= 0 && id < vocab_size() && id_used_[static_cast<size_t>(id)],
-             "BpeTokenizer.decode: token ", id, " at position ", i,
+    const auto it = id >= 0 && id < vocab_size() ? id_bytes_.find(static_cast<int32_t>(id))
+                                                 : id_bytes_.end();
+    MT_CHECK(it != id_bytes_.end(), "BpeTokenizer.decode: token ", id, " at position ", i,
              " is not in the vocabulary of '", source_, "'");
-    out += id_bytes_[static_cast<size_t>(id)];
+    out += it->second;
   }
   return out;
 }

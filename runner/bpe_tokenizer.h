@@ -40,7 +40,7 @@ class BpeTokenizer {
                                             std::string_view merges_txt, const std::string& what);
 
   // One more than the highest id: what a model's vocabulary must hold.
-  int64_t vocab_size() const { return static_cast<int64_t>(id_bytes_.size()); }
+  int64_t vocab_size() const { return vocab_size_; }
   // `replaced`: how many ill-formed UTF-8 sequences were read as U+FFFD. `progress`, when given,
   // is called with the bytes encoded so far and the text's size about every MiB.
   using Progress = std::function<void(size_t done, size_t total)>;
@@ -56,23 +56,27 @@ class BpeTokenizer {
   struct AddedToken {
     std::string content;
     int32_t id;
+    bool normalized;  // matched after the tokens that are not (Hugging Face's two passes)
   };
   struct Merge {
     int32_t rank;
     int32_t id;
   };
   BpeTokenizer() = default;
-  void add_token(std::string bytes, int32_t id, const std::string& what);
-  void add_merge(std::string_view left, std::string_view right, const std::string& what);
+  struct PieceCache;
+  void add_token(std::string bytes, int64_t id, const std::string& what);
+  void add_merge(std::string_view left, std::string_view right, int32_t rank,
+                 const std::string& what);
+  void split_added(std::string_view text, bool normalized, PieceCache& cache,
+                   std::vector<int64_t>& out) const;
   void finish(const std::string& what);
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
-  struct PieceCache;
   void encode_ordinary(std::string_view text, PieceCache& cache, std::vector<int64_t>& out) const;
 
   std::string source_;
   std::unordered_map<std::string, int32_t> bytes_to_id_;  // the vocabulary, as raw bytes
-  std::vector<std::string> id_bytes_;                     // id -> bytes ("" for no token)
-  std::vector<bool> id_used_;
+  std::unordered_map<int32_t, std::string> id_bytes_;     // id -> bytes (ids may have gaps)
+  int64_t vocab_size_ = 0;
   std::array<int32_t, 256> byte_id_{};          // the one-byte tokens
   std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id) -> rank, merged id
   std::vector<AddedToken> added_;

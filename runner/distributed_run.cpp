@@ -2,6 +2,10 @@
 
 #include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -78,57 +82,133 @@ std::string broadcast_string(distributed::ProcessGroup& group, const std::string
   return out;
 }
 
+std::string run_config_note_key() {
+  std::string key = "mantissa_run_config";
+  for (const char* name : {"TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID", "SLURM_RESTART_COUNT"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    key += '_';
+    for (const char* c = v; *c != '\0'; ++c)
+      key += std::isalnum(static_cast<unsigned char>(*c)) ? *c : '-';
+  }
+  return key;
+}
+
+namespace {
+
+// "SIZE HASH" of a file (FNV-1a 64 of its bytes), read in 1 MiB blocks.
+std::string file_fingerprint(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  MT_CHECK(f != nullptr, "cannot read '", path, "': ", std::strerror(errno));
+  Fnv1a64 h;
+  uint64_t size = 0;
+  std::vector<char> block(size_t{1} << 20);
+  for (size_t n; (n = std::fread(block.data(), 1, block.size(), f)) > 0;) {
+    h.add(block.data(), n);
+    size += n;
+  }
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  MT_CHECK(!failed, "error reading '", path, "'");
+  return std::to_string(size) + " " + h.hex();
+}
+
+// Every rank's `ok` together: true when all are. A collective.
+bool all_ok(distributed::ProcessGroup& group, bool ok) {
+  Tensor failed = from_vector(std::vector<double>{ok ? 0.0 : 1.0}).to(group.device());
+  group.allreduce(failed)->wait();
+  return failed.cpu().item<double>() == 0.0;
+}
+
+}  // namespace
+
 int share_file_from_rank0(distributed::ProcessGroup& group, const std::string& path) {
   namespace fs = std::filesystem;
-  std::error_code ec;
-  const bool have = fs::is_regular_file(path, ec);
-  MT_CHECK(group.rank() != 0 || have, "share_file_from_rank0: rank 0 has no file '", path, "'");
-  Tensor missing = from_vector(std::vector<double>{have ? 0.0 : 1.0}).to(group.device());
-  group.allreduce(missing)->wait();
-  const auto receivers = static_cast<int>(missing.cpu().item<double>());
-  if (receivers == 0) return 0;
-  const uint64_t size = std::stoull(broadcast_string(
-      group, group.rank() == 0 ? std::to_string(fs::file_size(path)) : std::string()));
-  // Six bytes per float64 (an integer below 2^48, exact): the process group moves floating-point
-  // tensors only.
-  constexpr uint64_t kChunk = uint64_t{48} << 20;
-  std::ifstream in;
-  std::ofstream out;
-  fs::path tmp;
-  if (group.rank() == 0) {
-    in.open(path, std::ios::binary);
-    MT_CHECK(in.good(), "share_file_from_rank0: cannot read '", path, "'");
-  } else if (!have) {
-    const fs::path target(path);
-    if (target.has_parent_path()) fs::create_directories(target.parent_path());
-    std::string name = ".";  // runner/atomic_file.h's temporary names, which readers skip
-    name += target.filename().string();
-    name += ".tmp-";
-    name += std::to_string(::getpid());
-    tmp = target.parent_path() / name;
-    out.open(tmp, std::ios::binary | std::ios::trunc);
-    MT_CHECK(out.good(), "share_file_from_rank0: cannot write '", tmp.string(), "'");
+  const bool root = group.rank() == 0;
+  const std::string what = "sharing '" + path + "' from rank 0";
+  // Rank 0's size and hash, or why it cannot send: every rank learns it before any byte moves.
+  std::string info;
+  if (root) {
+    try {
+      info = file_fingerprint(path);
+    } catch (const std::exception& e) {
+      info = std::string(1, '!') + e.what();
+    }
   }
-  std::string bytes;
+  info = broadcast_string(group, info);
+  MT_CHECK(info.empty() || info[0] != '!', what, ": rank 0: ", info.substr(1));
+  const uint64_t size = std::stoull(info.substr(0, info.find(' ')));
+  // A rank whose file differs (another run's, a partial copy) takes rank 0's too.
+  std::string problem;
+  bool need = false;
+  std::FILE* out = nullptr;
+  fs::path tmp;
+  if (!root) {
+    try {
+      std::error_code ec;
+      need = !fs::is_regular_file(path, ec) || file_fingerprint(path) != info;
+      if (need) {
+        const fs::path target(path);
+        if (target.has_parent_path()) {
+          fs::create_directories(target.parent_path(), ec);
+          MT_CHECK(!ec, "cannot create '", target.parent_path().string(), "': ", ec.message());
+        }
+        std::string name = ".";  // runner/atomic_file.h's temporary names, which readers skip
+        name += target.filename().string();
+        name += ".tmp-";
+        name += std::to_string(::getpid());
+        tmp = target.parent_path() / name;
+        out = std::fopen(tmp.c_str(), "wb");
+        MT_CHECK(out != nullptr, "cannot write '", tmp.string(), "': ", std::strerror(errno));
+      }
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+  }
+  const auto discard = [&] {
+    if (out != nullptr) std::fclose(out);
+    out = nullptr;
+    std::error_code ignored;
+    if (!tmp.empty()) fs::remove(tmp, ignored);
+  };
+  if (!all_ok(group, problem.empty())) {
+    discard();
+    MT_THROW(what, ": ", problem.empty() ? "another rank could not take it" : problem);
+  }
+  Tensor wanted = from_vector(std::vector<double>{need ? 1.0 : 0.0}).to(group.device());
+  group.allreduce(wanted)->wait();
+  const auto receivers = static_cast<int>(wanted.cpu().item<double>());
+  if (receivers == 0) return 0;
+  // Six bytes per float64 (an integer below 2^48, exact): the process group moves floating-point
+  // tensors only. A rank that fails part way keeps taking part in every chunk (so no rank waits
+  // on it) and says so at the end.
+  constexpr uint64_t kChunk = uint64_t{48} << 20;
+  std::FILE* in = nullptr;
+  if (root) {
+    in = std::fopen(path.c_str(), "rb");
+    if (in == nullptr) problem = "cannot read it: " + std::string(std::strerror(errno));
+  }
+  std::vector<char> bytes;
   for (uint64_t done = 0; done < size;) {
     const uint64_t n = std::min(kChunk, size - done);
     const uint64_t words = (n + 5) / 6;
     std::vector<double> packed(words, 0.0);
-    if (group.rank() == 0) {
+    if (root && problem.empty()) {
       bytes.assign(n, '\0');
-      in.read(bytes.data(), static_cast<std::streamsize>(n));
-      MT_CHECK(static_cast<uint64_t>(in.gcount()) == n, "share_file_from_rank0: '", path,
-               "' ended early (was it changed while being sent?)");
-      for (uint64_t w = 0; w < words; ++w) {
-        uint64_t v = 0;
-        for (uint64_t k = 0; k < 6 && 6 * w + k < n; ++k)
-          v |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[6 * w + k])) << (8 * k);
-        packed[w] = static_cast<double>(v);
+      if (std::fread(bytes.data(), 1, n, in) != n) {
+        problem = "it ended early or could not be read (was it changed while being sent?)";
+      } else {
+        for (uint64_t w = 0; w < words; ++w) {
+          uint64_t v = 0;
+          for (uint64_t k = 0; k < 6 && 6 * w + k < n; ++k)
+            v |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[6 * w + k])) << (8 * k);
+          packed[w] = static_cast<double>(v);
+        }
       }
     }
     Tensor t = from_vector(packed, Shape{static_cast<int64_t>(words)}).to(group.device());
     group.broadcast(t, 0)->wait();
-    if (group.rank() != 0 && !have) {
+    if (out != nullptr && problem.empty()) {
       const std::vector<double> got = t.cpu().to_vector<double>();
       bytes.assign(n, '\0');
       for (uint64_t w = 0; w < words; ++w) {
@@ -136,16 +216,28 @@ int share_file_from_rank0(distributed::ProcessGroup& group, const std::string& p
         for (uint64_t k = 0; k < 6 && 6 * w + k < n; ++k)
           bytes[6 * w + k] = static_cast<char>((v >> (8 * k)) & 0xff);
       }
-      out.write(bytes.data(), static_cast<std::streamsize>(n));
-      MT_CHECK(out.good(), "share_file_from_rank0: error writing '", tmp.string(), "'");
+      if (std::fwrite(bytes.data(), 1, n, out) != n)
+        problem = "error writing '" + tmp.string() + "': " + std::strerror(errno);
     }
     done += n;
   }
-  if (out.is_open()) {
-    out.close();
-    MT_CHECK(!out.fail(), "share_file_from_rank0: error writing '", tmp.string(), "'");
-    fs::rename(tmp, path);
+  if (in != nullptr) std::fclose(in);
+  if (out != nullptr && problem.empty()) {
+    // On disk before it takes the file's name: a crash leaves the temporary, never a torn copy.
+    const bool written = std::fflush(out) == 0 && ::fsync(fileno(out)) == 0;
+    std::fclose(out);
+    out = nullptr;
+    std::error_code ec;
+    if (!written) {
+      problem = "error writing '" + tmp.string() + "': " + std::strerror(errno);
+    } else {
+      fs::rename(tmp, path, ec);
+      if (ec) problem = "cannot rename '" + tmp.string() + "' to '" + path + "': " + ec.message();
+    }
   }
+  if (!problem.empty()) discard();
+  MT_CHECK(all_ok(group, problem.empty()), what, ": ",
+           problem.empty() ? "another rank failed to send or receive it" : problem);
   return receivers;
 }
 

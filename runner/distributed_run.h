@@ -38,10 +38,13 @@ nn::DistributedDataParallelOptions ddp_options(const DistributedConfig& config);
 // Rank 0's `value`, on every rank (a collective: every rank calls it, in the same order).
 std::string broadcast_string(distributed::ProcessGroup& group, const std::string& value);
 
-// Runs on hosts without a shared filesystem. The rendezvous-store note (distributed/init.h) in
-// which rank 0 of `mantissa resume` leaves the run's resolved.yaml before the ranks connect, for
-// a rank whose host has no run directory; a refusal is "\x01" and why.
-inline constexpr const char* kRunConfigNote = "mantissa_run_config";
+// Runs on hosts without a shared filesystem. The key of the rendezvous-store note
+// (distributed/init.h) in which rank 0 of `mantissa resume` leaves the run's resolved.yaml before
+// the ranks connect, for a rank whose host has no run directory; a refusal is "\x01" and why. The
+// key names the launch where the launcher numbers them (torchrun's TORCHELASTIC_RESTART_COUNT,
+// Slurm's SLURM_JOB_ID and SLURM_RESTART_COUNT), so a restarted job never reads the note of the
+// launch before it.
+std::string run_config_note_key();
 
 // A collective: makes rank 0's file at its `path` the file at `path` of every rank that has no
 // file there (each rank passes its own path; the same one on a shared filesystem). The bytes go

@@ -142,8 +142,12 @@ std::vector<std::string> tensorboard_event_files(const std::string& dir) {
   std::vector<std::string> files;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return files;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.is_regular_file() && is_event_file(entry.path())) files.push_back(entry.path());
+  fs::directory_iterator it(dir, ec), end;
+  MT_CHECK(!ec, "tensorboard: cannot list '", dir, "': ", ec.message());
+  for (; it != end; it.increment(ec)) {
+    MT_CHECK(!ec, "tensorboard: cannot list '", dir, "': ", ec.message());
+    std::error_code type;
+    if (it->is_regular_file(type) && is_event_file(it->path())) files.push_back(it->path());
   }
   std::sort(files.begin(), files.end());
   return files;
@@ -152,7 +156,9 @@ std::vector<std::string> tensorboard_event_files(const std::string& dir) {
 void keep_tensorboard_events_through_step(const std::string& dir, int64_t step) {
   for (const std::string& file : tensorboard_event_files(dir)) {
     if (step <= 0) {
-      fs::remove(file);
+      std::error_code ec;
+      fs::remove(file, ec);
+      MT_CHECK(!ec, "tensorboard: cannot remove '", file, "': ", ec.message());
       continue;
     }
     std::string kept;
@@ -167,7 +173,9 @@ TensorBoardWriter::TensorBoardWriter(std::string dir) : dir_(std::move(dir)) {}
 
 void TensorBoardWriter::on_train_begin(Trainer& trainer) {
   keep_tensorboard_events_through_step(dir_, trainer.step());
-  fs::create_directories(dir_);
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  MT_CHECK(!ec, "tensorboard: cannot create '", dir_, "': ", ec.message());
   // TensorBoard's naming (events.out.tfevents.SECONDS.HOST...): files sort by their session's
   // start, the order TensorBoard reads them in.
   char host[256] = {};
@@ -177,7 +185,6 @@ void TensorBoardWriter::on_train_begin(Trainer& trainer) {
     const fs::path p =
         fs::path(dir_) / ("events.out.tfevents." + std::to_string(seconds) + "." + host + "." +
                           std::to_string(getpid()) + "." + std::to_string(n) + ".mantissa");
-    std::error_code ec;
     if (!fs::exists(p, ec)) {
       path_ = p.string();
       break;

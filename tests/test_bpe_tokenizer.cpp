@@ -333,3 +333,51 @@ TEST(BpeTokenizer, EveryCodePointIsClassifiedAsTokenizersClassifiesIt) {
   }
   EXPECT_EQ(mismatches, 0u);
 }
+
+// Merges listed twice (a pair's rank is its last place in the list) and added tokens of both kinds
+// (those with normalized false are cut out first), as the fixture script edits tokenizer.json.
+TEST(BpeTokenizer, RepeatedMergesAndBothKindsOfAddedTokensGiveHuggingFaceIds) {
+  rn::Json spec = rn::json::parse(rn::read_file_bytes(fixture("tokenizer.json")));
+  auto& merges = spec["model"]["merges"];
+  merges.insert(merges.begin() + 50, rn::Json(merges[5]));
+  merges.insert(merges.begin() + 200, rn::Json(merges[120]));
+  const auto added = [](int id, const char* content, bool normalized) {
+    return rn::Json{{"id", id},          {"content", content},         {"single_word", false},
+                    {"lstrip", false},   {"rstrip", false},            {"normalized", normalized},
+                    {"special", false}};
+  };
+  spec["added_tokens"].push_back(added(1024, "abc", false));
+  spec["added_tokens"].push_back(added(1025, "xab", true));
+  const auto tok = rn::BpeTokenizer::from_tokenizer_json(rn::json::dump(spec), "variant");
+  for (const rn::JsonView v : expected().at("variant").elements()) {
+    const std::vector<int64_t> want = ids_of(v.at("ids"));
+    const std::vector<int64_t> got = tok.encode(v.at("text").as_string());
+    EXPECT_EQ(got, want) << first_difference(got, want);
+  }
+}
+
+TEST(BpeTokenizer, RefusesAmbiguousIds) {
+  const rn::Json base = rn::json::parse(rn::read_file_bytes(fixture("tokenizer.json")));
+  const auto refused = [&](auto edit, std::vector<std::string> parts) {
+    rn::Json spec = base;
+    edit(spec);
+    mt::testing::expect_error(
+        [&] { rn::BpeTokenizer::from_tokenizer_json(rn::json::dump(spec), "tok.json"); }, parts);
+  };
+  refused([](rn::Json& s) { s["model"]["vocab"]["zzz"] = 5; }, {"both have id 5"});
+  refused([](rn::Json& s) { s["model"]["vocab"]["zzz"] = int64_t{1} << 32; },
+          {"token id 4294967296", "out of range"});
+  refused([](rn::Json& s) { s["added_tokens"][0]["id"] = 5; },
+          {"tok.json.added_tokens[0]", "id 5 is the vocabulary's token"});
+  refused(
+      [](rn::Json& s) {
+        s["added_tokens"].push_back(s["added_tokens"][0]);
+        s["added_tokens"][1]["id"] = 2000;
+      },
+      {"tok.json.added_tokens[1]", "is the vocabulary's token 0, not 2000"});
+  refused([](rn::Json& s) { s["added_tokens"][0]["id"] = -1; }, {".id -1 is out of range"});
+  // vocab.json ids too.
+  mt::testing::expect_error(
+      [] { rn::BpeTokenizer::from_vocab_and_merges("{\"a\": 1, \"b\": 1}", "", "v.json"); },
+      {"v.json", "both have id 1"});
+}

@@ -356,6 +356,7 @@ TEST_F(DistributedRunTest, TwoHostsWithoutASharedFilesystemTrainAndResume) {
   for (const pid_t pid : pids) wait_exit(pid);
   EXPECT_FALSE(fs::exists(dir_ / "b")) << "rank 1 wrote on its host";
 
+  // Rank 1's host holds no run directory: it takes rank 0's config and checkpoint.
   pids.clear();
   for (int r = 0; r < 2; ++r) {
     pids.push_back(spawn({"resume", r == 0 ? "a/run" : "b/run", "-q"},
@@ -373,7 +374,7 @@ TEST_F(DistributedRunTest, TwoHostsWithoutASharedFilesystemTrainAndResume) {
   for (const auto& e : fs::recursive_directory_iterator(dir_ / "b"))
     if (e.is_regular_file()) received.push_back(fs::relative(e.path(), dir_).string());
   ASSERT_EQ(received.size(), 1u);
-  EXPECT_EQ(received[0].rfind("b/run/checkpoints/step-", 0), 0u) << received[0];
+  ASSERT_EQ(received[0].rfind("b/run/checkpoints/step-", 0), 0u) << received[0];
   // The same tensors (the files' headers differ in the config hash: this run's config has no
   // distributed.nproc).
   const auto tensors = [](const std::string& file) {
@@ -384,6 +385,21 @@ TEST_F(DistributedRunTest, TwoHostsWithoutASharedFilesystemTrainAndResume) {
   EXPECT_EQ(tensors(weights("a/run")), tensors(weights("straight")));
   expect_one_writer(dir_ / "a" / "run" / "metrics.jsonl", 24);
   EXPECT_TRUE(fs::is_empty(dir_ / "store")) << "the note was left in the store";
+
+  // A copy that differs from rank 0's (another run's, a torn one) is replaced by rank 0's: here
+  // of the newest checkpoint, step 24, which a resume of the finished run loads.
+  const fs::path newest = fs::path("run") / "checkpoints" / "step-000000024.ckpt";
+  write_file(dir_ / "b" / newest, "not this run's checkpoint");
+  pids.clear();
+  for (int r = 0; r < 2; ++r) {
+    pids.push_back(spawn({"resume", r == 0 ? "a/run" : "b/run", "-q"},
+                         dir_ / ("again" + std::to_string(r) + ".txt"), env(r, false)));
+  }
+  EXPECT_EQ(wait_exit(pids[0]), 0) << read_file(dir_ / "again0.txt");
+  EXPECT_EQ(wait_exit(pids[1]), 0) << read_file(dir_ / "again1.txt");
+  EXPECT_TRUE(contains(read_file(dir_ / "again0.txt"), "complete (step 24 of 24)"))
+      << read_file(dir_ / "again0.txt");
+  EXPECT_EQ(read_file(dir_ / "b" / newest), read_file(dir_ / "a" / newest));
 
   // Rank 0 refusing to resume stops a rank on a host without the run directory at once, saying
   // why, instead of at its timeout.
