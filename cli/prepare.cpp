@@ -91,7 +91,7 @@ int prepare(const PrepareArgs& args) {
   }
   try {
     EncodeProgress progress;
-    const runner::TokenSplit split =
+    const runner::TrainValTokens split =
         runner::tokenize_train_val(text, *tokenizer, args.val_fraction, std::ref(progress));
     if (split.replaced > 0) {
       std::cerr << "mantissa: " << args.text << " is not all UTF-8: " << split.replaced

@@ -8,11 +8,11 @@
 
 namespace mantissa::runner {
 
-TokenSplit tokenize_train_val(std::string_view text, const BpeTokenizer& tokenizer,
-                              double val_fraction, const BpeTokenizer::Progress& progress) {
+TrainValTokens tokenize_train_val(std::string_view text, const BpeTokenizer& tokenizer,
+                                  double val_fraction, const BpeTokenizer::Progress& progress) {
   MT_CHECK(val_fraction >= 0 && val_fraction < 1,
            "prepare: the validation fraction must be in [0, 1), got ", val_fraction);
-  TokenSplit s;
+  TrainValTokens s;
   const std::string repaired = repair_utf8(text, &s.replaced);
   int64_t chars = 0;
   for (const char c : repaired) chars += (static_cast<unsigned char>(c) & 0xc0) != 0x80;

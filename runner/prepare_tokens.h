@@ -4,8 +4,8 @@
 // `mantissa prepare` writes and data.type tokens_bin reads.
 //
 //   auto tok = runner::BpeTokenizer::load("gpt2/tokenizer.json");
-//   runner::TokenSplit s = runner::tokenize_train_val(runner::read_file_bytes("input.txt"), tok,
-//   0.1); runner::write_file_atomically("train.bin", runner::uint16_token_bytes(s.train,
+//   runner::TrainValTokens s = runner::tokenize_train_val(runner::read_file_bytes("input.txt"),
+//   tok, 0.1); runner::write_file_atomically("train.bin", runner::uint16_token_bytes(s.train,
 //   "train.bin"));
 #pragma once
 
@@ -18,7 +18,7 @@
 
 namespace mantissa::runner {
 
-struct TokenSplit {
+struct TrainValTokens {
   std::vector<int64_t> train, val;
   int64_t train_chars = 0, val_chars = 0;  // characters (code points) of each part
   int64_t replaced = 0;                    // ill-formed UTF-8 sequences read as U+FFFD
@@ -27,8 +27,8 @@ struct TokenSplit {
 // The text's first floor(n * (1 - val_fraction)) of its n characters (after ill-formed UTF-8 is
 // read as U+FFFD) are the training part, the rest the validation part, each encoded on its own.
 // val_fraction in [0, 1). `progress` is as BpeTokenizer::encode's, over both parts' bytes.
-TokenSplit tokenize_train_val(std::string_view text, const BpeTokenizer& tokenizer,
-                              double val_fraction, const BpeTokenizer::Progress& progress = {});
+TrainValTokens tokenize_train_val(std::string_view text, const BpeTokenizer& tokenizer,
+                                  double val_fraction, const BpeTokenizer::Progress& progress = {});
 
 // The ids as little-endian uint16; throws mantissa::Error naming `what` and the first id that
 // does not fit (a vocabulary larger than 65536 needs another format).

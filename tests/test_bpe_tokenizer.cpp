@@ -189,7 +189,7 @@ TEST(BpeTokenizer, BundledTextAndItsSplitGiveHuggingFaceIds) {
   EXPECT_EQ(static_cast<int64_t>(all.size()), b.at("all").at("tokens").as_int());
   EXPECT_EQ(fnv1a64(all), b.at("all").at("fnv1a64").as_string());
   size_t calls = 0, last = 0;
-  const rn::TokenSplit split =
+  const rn::TrainValTokens split =
       rn::tokenize_train_val(text, tok, 0.1, [&](size_t done, size_t total) {
         ++calls;
         EXPECT_GE(done, last);
@@ -342,8 +342,8 @@ TEST(BpeTokenizer, RepeatedMergesAndBothKindsOfAddedTokensGiveHuggingFaceIds) {
   merges.insert(merges.begin() + 50, rn::Json(merges[5]));
   merges.insert(merges.begin() + 200, rn::Json(merges[120]));
   const auto added = [](int id, const char* content, bool normalized) {
-    return rn::Json{{"id", id},          {"content", content},         {"single_word", false},
-                    {"lstrip", false},   {"rstrip", false},            {"normalized", normalized},
+    return rn::Json{{"id", id},        {"content", content}, {"single_word", false},
+                    {"lstrip", false}, {"rstrip", false},    {"normalized", normalized},
                     {"special", false}};
   };
   spec["added_tokens"].push_back(added(1024, "abc", false));

@@ -533,7 +533,7 @@ TEST(RunnerTrainer, GradAccumEqualsOneBatchOfAllMicroBatches) {
 TEST(RunnerTrainer, TokensPerSecondAndMfuForTokenInputs) {
   // A model fed int64 ids (cast to features here) reports tokens/s and, given its FLOPs per token
   // and a peak, mfu; float inputs report neither.
-  auto run = [](bool tokens, double flops_per_token) {
+  auto run = [](bool tokens, double flops_per_token, const std::string& run_dir = "") {
     mt::manual_seed(0);
     std::vector<int64_t> ids(32 * 10);
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i % 7);
@@ -555,14 +555,27 @@ TEST(RunnerTrainer, TokensPerSecondAndMfuForTokenInputs) {
          .flops_per_token = flops_per_token,
          .peak_flops = 1e9,
          .log_every = 2,
+         .run_dir = run_dir,
          .progress = false});
     auto rec = std::make_shared<Recorder>();
     trainer.add_callback(rec);
     trainer.fit();
     return rec->steps;
   };
-  const auto with_mfu = run(true, 1000.0);
+  TempDir dir;
+  const auto with_mfu = run(true, 1000.0, dir.path.string());
   ASSERT_EQ(with_mfu.size(), 2u);
+  // TensorBoard has them too.
+  const auto files = mt::runner::tensorboard_event_files((dir.path / "tensorboard").string());
+  ASSERT_EQ(files.size(), 1u);
+  size_t logged = 0;
+  for (const auto& e : mt::runner::read_tensorboard_events(files[0])) {
+    if (std::isnan(scalar(e, "train/loss"))) continue;
+    const auto& m = with_mfu.at(logged++);
+    EXPECT_EQ(scalar(e, "train/tokens_per_s"), static_cast<float>(m.tokens_per_s));
+    EXPECT_EQ(scalar(e, "train/mfu"), static_cast<float>(*m.mfu));
+  }
+  EXPECT_EQ(logged, 2u);
   for (const auto& m : with_mfu) {
     // 2 steps x 2 micro-batches x 4 x 10 tokens per record.
     EXPECT_NEAR(m.tokens_per_s * m.step_time_ms * 1e-3 * 2, 160.0, 1e-6 * 160.0);
