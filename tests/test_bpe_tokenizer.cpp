@@ -102,6 +102,17 @@ void expect_cases(const rn::BpeTokenizer& tok, const char* field) {
   }
 }
 
+// The fixture's tokenizer.json after `edit`, read as "tok.json", is refused with an error holding
+// every one of `parts`.
+template <typename Edit>
+void refused(Edit edit, const std::vector<std::string>& parts) {
+  static const rn::Json base = rn::json::parse(rn::read_file_bytes(fixture("tokenizer.json")));
+  rn::Json spec = base;
+  edit(spec);
+  mt::testing::expect_error(
+      [&] { rn::BpeTokenizer::from_tokenizer_json(rn::json::dump(spec), "tok.json"); }, parts);
+}
+
 }  // namespace
 
 TEST(BpeTokenizer, HostileTextGivesHuggingFaceIds) {
@@ -239,13 +250,6 @@ TEST(BpeTokenizer, PiecesFollowGpt2Pattern) {
 }
 
 TEST(BpeTokenizer, RefusesTokenizersItWouldNotReproduce) {
-  const rn::Json base = rn::json::parse(rn::read_file_bytes(fixture("tokenizer.json")));
-  const auto refused = [&](auto edit, std::vector<std::string> parts) {
-    rn::Json spec = base;
-    edit(spec);
-    mt::testing::expect_error(
-        [&] { rn::BpeTokenizer::from_tokenizer_json(rn::json::dump(spec), "tok.json"); }, parts);
-  };
   refused([](rn::Json& s) { s["normalizer"] = {{"type", "NFC"}}; }, {"tok.json.normalizer", "NFC"});
   refused([](rn::Json& s) { s["model"]["type"] = "WordPiece"; }, {"tok.json.model.type", "BPE"});
   refused([](rn::Json& s) { s["model"]["dropout"] = 0.1; }, {"tok.json.model.dropout"});
@@ -357,13 +361,6 @@ TEST(BpeTokenizer, RepeatedMergesAndBothKindsOfAddedTokensGiveHuggingFaceIds) {
 }
 
 TEST(BpeTokenizer, RefusesAmbiguousIds) {
-  const rn::Json base = rn::json::parse(rn::read_file_bytes(fixture("tokenizer.json")));
-  const auto refused = [&](auto edit, std::vector<std::string> parts) {
-    rn::Json spec = base;
-    edit(spec);
-    mt::testing::expect_error(
-        [&] { rn::BpeTokenizer::from_tokenizer_json(rn::json::dump(spec), "tok.json"); }, parts);
-  };
   refused([](rn::Json& s) { s["model"]["vocab"]["zzz"] = 5; }, {"both have id 5"});
   refused([](rn::Json& s) { s["model"]["vocab"]["zzz"] = int64_t{1} << 32; },
           {"token id 4294967296", "out of range"});
