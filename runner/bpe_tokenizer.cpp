@@ -44,20 +44,14 @@ std::string token_bytes(std::string_view spelled, const std::string& what) {
   std::string out;
   const ByteAlphabet& a = alphabet();
   for (size_t i = 0; i < spelled.size();) {
-    const auto b0 = static_cast<unsigned char>(spelled[i]);
-    int n = b0 < 0x80 ? 1 : b0 < 0xe0 ? 2 : b0 < 0xf0 ? 3 : 4;
-    MT_CHECK(i + static_cast<size_t>(n) <= spelled.size() &&
-                 is_valid_utf8(spelled.substr(i, static_cast<size_t>(n))),
-             what, ": the token \"", printable_excerpt(spelled), "\" is not UTF-8");
-    int32_t cp = n == 1 ? b0 : b0 & (0x7f >> n);
-    for (int k = 1; k < n; ++k)
-      cp = (cp << 6) | (static_cast<unsigned char>(spelled[i + k]) & 0x3f);
-    const auto it = a.byte_of_char.find(cp);
+    const Utf8Char c = utf8_char_at(spelled, i);
+    MT_CHECK(c.cp >= 0, what, ": the token \"", printable_excerpt(spelled), "\" is not UTF-8");
+    const auto it = a.byte_of_char.find(c.cp);
     MT_CHECK(it != a.byte_of_char.end(), what, ": the token \"", printable_excerpt(spelled),
-             "\" has the character U+", std::hex, cp, std::dec,
+             "\" has the character U+", std::hex, c.cp, std::dec,
              ", which spells no byte: not a byte-level BPE vocabulary");
     out += static_cast<char>(it->second);
-    i += static_cast<size_t>(n);
+    i += static_cast<size_t>(c.len);
   }
   return out;
 }
@@ -451,8 +445,8 @@ std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t id = ids[i];
-    const auto it = id >= 0 && id < vocab_size() ? id_bytes_.find(static_cast<int32_t>(id))
-                                                 : id_bytes_.end();
+    const auto it =
+        id >= 0 && id < vocab_size() ? id_bytes_.find(static_cast<int32_t>(id)) : id_bytes_.end();
     MT_CHECK(it != id_bytes_.end(), "BpeTokenizer.decode: token ", id, " at position ", i,
              " is not in the vocabulary of '", source_, "'");
     out += it->second;

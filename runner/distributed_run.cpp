@@ -62,23 +62,49 @@ nn::DistributedDataParallelOptions ddp_options(const DistributedConfig& config) 
   return o;
 }
 
+namespace {
+
+// Rank 0's data[0, n) into every rank's data[0, n) (a collective). Six bytes travel per float64,
+// an integer below 2^48 and so exact: the process group moves floating-point tensors only.
+void broadcast_bytes(distributed::ProcessGroup& group, char* data, size_t n) {
+  const size_t words = (n + 5) / 6;
+  std::vector<double> packed(words, 0.0);
+  if (group.rank() == 0) {
+    for (size_t w = 0; w < words; ++w) {
+      uint64_t v = 0;
+      for (size_t k = 0; k < 6 && 6 * w + k < n; ++k)
+        v |= static_cast<uint64_t>(static_cast<unsigned char>(data[6 * w + k])) << (8 * k);
+      packed[w] = static_cast<double>(v);
+    }
+  }
+  Tensor t = from_vector(packed, Shape{static_cast<int64_t>(words)}).to(group.device());
+  group.broadcast(t, 0)->wait();
+  if (group.rank() == 0) return;
+  const std::vector<double> got = t.cpu().to_vector<double>();
+  for (size_t w = 0; w < words; ++w) {
+    const auto v = static_cast<uint64_t>(got[w]);
+    for (size_t k = 0; k < 6 && 6 * w + k < n; ++k)
+      data[6 * w + k] = static_cast<char>((v >> (8 * k)) & 0xff);
+  }
+}
+
+// The sum of every rank's `value` (a collective).
+double sum_over_ranks(distributed::ProcessGroup& group, double value) {
+  Tensor t = from_vector(std::vector<double>{value}).to(group.device());
+  group.allreduce(t)->wait();
+  return t.cpu().item<double>();
+}
+
+}  // namespace
+
 std::string broadcast_string(distributed::ProcessGroup& group, const std::string& value) {
-  // Bytes travel as float64 values (each exact), the length first: the process group moves
-  // floating-point tensors only.
+  // The length first (a float64, exact), then the bytes.
   Tensor length =
       from_vector(std::vector<double>{static_cast<double>(value.size())}).to(group.device());
   group.broadcast(length, 0)->wait();
-  const auto n = static_cast<int64_t>(length.cpu().item<double>());
-  if (n == 0) return {};
-  std::vector<double> bytes(static_cast<size_t>(n));
-  if (group.rank() == 0) {
-    for (int64_t i = 0; i < n; ++i) bytes[i] = static_cast<unsigned char>(value[i]);
-  }
-  Tensor t = from_vector(bytes, Shape{n}).to(group.device());
-  group.broadcast(t, 0)->wait();
-  const auto got = t.cpu().to_vector<double>();
-  std::string out(static_cast<size_t>(n), '\0');
-  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<char>(static_cast<unsigned char>(got[i]));
+  const auto n = static_cast<size_t>(length.cpu().item<double>());
+  std::string out = group.rank() == 0 ? value : std::string(n, '\0');
+  if (n > 0) broadcast_bytes(group, out.data(), n);
   return out;
 }
 
@@ -115,9 +141,7 @@ std::string file_fingerprint(const std::string& path) {
 
 // Every rank's `ok` together: true when all are. A collective.
 bool all_ok(distributed::ProcessGroup& group, bool ok) {
-  Tensor failed = from_vector(std::vector<double>{ok ? 0.0 : 1.0}).to(group.device());
-  group.allreduce(failed)->wait();
-  return failed.cpu().item<double>() == 0.0;
+  return sum_over_ranks(group, ok ? 0.0 : 1.0) == 0.0;
 }
 
 }  // namespace
@@ -175,13 +199,10 @@ int share_file_from_rank0(distributed::ProcessGroup& group, const std::string& p
     discard();
     MT_THROW(what, ": ", problem.empty() ? "another rank could not take it" : problem);
   }
-  Tensor wanted = from_vector(std::vector<double>{need ? 1.0 : 0.0}).to(group.device());
-  group.allreduce(wanted)->wait();
-  const auto receivers = static_cast<int>(wanted.cpu().item<double>());
+  const auto receivers = static_cast<int>(sum_over_ranks(group, need ? 1.0 : 0.0));
   if (receivers == 0) return 0;
-  // Six bytes per float64 (an integer below 2^48, exact): the process group moves floating-point
-  // tensors only. A rank that fails part way keeps taking part in every chunk (so no rank waits
-  // on it) and says so at the end.
+  // A rank that fails part way keeps taking part in every chunk (so no rank waits on it) and says
+  // so at the end.
   constexpr uint64_t kChunk = uint64_t{48} << 20;
   std::FILE* in = nullptr;
   if (root) {
@@ -191,34 +212,14 @@ int share_file_from_rank0(distributed::ProcessGroup& group, const std::string& p
   std::vector<char> bytes;
   for (uint64_t done = 0; done < size;) {
     const uint64_t n = std::min(kChunk, size - done);
-    const uint64_t words = (n + 5) / 6;
-    std::vector<double> packed(words, 0.0);
-    if (root && problem.empty()) {
+    bytes.assign(n, '\0');  // what rank 0 sends once it has failed
+    if (root && problem.empty() && std::fread(bytes.data(), 1, n, in) != n) {
+      problem = "it ended early or could not be read (was it changed while being sent?)";
       bytes.assign(n, '\0');
-      if (std::fread(bytes.data(), 1, n, in) != n) {
-        problem = "it ended early or could not be read (was it changed while being sent?)";
-      } else {
-        for (uint64_t w = 0; w < words; ++w) {
-          uint64_t v = 0;
-          for (uint64_t k = 0; k < 6 && 6 * w + k < n; ++k)
-            v |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[6 * w + k])) << (8 * k);
-          packed[w] = static_cast<double>(v);
-        }
-      }
     }
-    Tensor t = from_vector(packed, Shape{static_cast<int64_t>(words)}).to(group.device());
-    group.broadcast(t, 0)->wait();
-    if (out != nullptr && problem.empty()) {
-      const std::vector<double> got = t.cpu().to_vector<double>();
-      bytes.assign(n, '\0');
-      for (uint64_t w = 0; w < words; ++w) {
-        const auto v = static_cast<uint64_t>(got[w]);
-        for (uint64_t k = 0; k < 6 && 6 * w + k < n; ++k)
-          bytes[6 * w + k] = static_cast<char>((v >> (8 * k)) & 0xff);
-      }
-      if (std::fwrite(bytes.data(), 1, n, out) != n)
-        problem = "error writing '" + tmp.string() + "': " + std::strerror(errno);
-    }
+    broadcast_bytes(group, bytes.data(), n);
+    if (out != nullptr && problem.empty() && std::fwrite(bytes.data(), 1, n, out) != n)
+      problem = "error writing '" + tmp.string() + "': " + std::strerror(errno);
     done += n;
   }
   if (in != nullptr) std::fclose(in);

@@ -60,14 +60,9 @@ int sequence_length(std::string_view text, size_t i) {
   return need;
 }
 
-// The code point and length of the character at text[i]; an ill-formed byte is a character of
-// one byte and class "other" (code point -1).
-struct Char {
-  int32_t cp;
-  int len;
-};
-
-Char char_at(std::string_view text, size_t i) {
+// utf8_char_at, inlined into the pre-tokenizer's loop: an exported function of a shared library
+// is called through the PLT there, which bench/tokenizer_bench.cpp measures as a loss of speed.
+Utf8Char char_at(std::string_view text, size_t i) {
   const auto b0 = static_cast<unsigned char>(text[i]);
   if (b0 < 0x80) return {b0, 1};
   const int n = sequence_length(text, i);
@@ -78,6 +73,8 @@ Char char_at(std::string_view text, size_t i) {
 }
 
 }  // namespace
+
+Utf8Char utf8_char_at(std::string_view text, size_t i) { return char_at(text, i); }
 
 bool is_valid_utf8(std::string_view text) {
   for (size_t i = 0; i < text.size();) {
@@ -118,7 +115,7 @@ std::string repair_utf8(std::string_view text, int64_t* replaced) {
 void for_each_gpt2_piece(std::string_view text,
                          const std::function<void(std::string_view)>& piece) {
   const std::vector<uint8_t>& classes = class_table();
-  const auto class_of = [&](const Char& c) -> uint8_t {
+  const auto class_of = [&](const Utf8Char& c) -> uint8_t {
     return c.cp < 0 ? uint8_t{kOther} : classes[static_cast<size_t>(c.cp)];
   };
   const size_t n = text.size();
@@ -142,12 +139,12 @@ void for_each_gpt2_piece(std::string_view text,
         }
       }
     }
-    const Char first = char_at(text, i);
+    const Utf8Char first = char_at(text, i);
     uint8_t cls = class_of(first);
     size_t j = i + static_cast<size_t>(first.len);
     //  ?\p{L}+ |  ?\p{N}+ |  ?[^\s\p{L}\p{N}]+ : an optional space, then a run of one class.
     if (c0 == ' ' && j < n) {
-      const Char second = char_at(text, j);
+      const Utf8Char second = char_at(text, j);
       const uint8_t next = class_of(second);
       if (next != kSpace) {
         cls = next;
@@ -156,7 +153,7 @@ void for_each_gpt2_piece(std::string_view text,
     }
     if (cls != kSpace) {
       while (j < n) {
-        const Char c = char_at(text, j);
+        const Utf8Char c = char_at(text, j);
         if (class_of(c) != cls) break;
         j += static_cast<size_t>(c.len);
       }
@@ -168,7 +165,7 @@ void for_each_gpt2_piece(std::string_view text,
     // white space follows it and that leaves at least one.
     size_t last = i;
     while (j < n) {
-      const Char c = char_at(text, j);
+      const Utf8Char c = char_at(text, j);
       if (class_of(c) != kSpace) break;
       last = j;
       j += static_cast<size_t>(c.len);

@@ -30,6 +30,14 @@ std::string repair_utf8(std::string_view text, int64_t* replaced = nullptr);
 // True when `text` is well-formed UTF-8.
 bool is_valid_utf8(std::string_view text);
 
+// The character of `text` starting at byte i: its code point and length in bytes; an ill-formed
+// byte is {-1, 1}.
+struct Utf8Char {
+  int32_t cp;
+  int len;
+};
+Utf8Char utf8_char_at(std::string_view text, size_t i);
+
 // Calls `piece` for each piece of `text`, in order; the pieces concatenate to `text`. `text` must
 // be well-formed UTF-8 (repair_utf8); an ill-formed byte is taken as a character of its own class
 // "other".

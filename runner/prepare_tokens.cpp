@@ -13,7 +13,14 @@ TrainValTokens tokenize_train_val(std::string_view text, const BpeTokenizer& tok
   MT_CHECK(val_fraction >= 0 && val_fraction < 1,
            "prepare: the validation fraction must be in [0, 1), got ", val_fraction);
   TrainValTokens s;
-  const std::string repaired = repair_utf8(text, &s.replaced);
+  // Ill-formed UTF-8 is read as U+FFFD once, here, so that both parts are cut from the same
+  // characters; well-formed text (the usual corpus) is not copied.
+  std::string repaired_copy;
+  std::string_view repaired = text;
+  if (!is_valid_utf8(text)) {
+    repaired_copy = repair_utf8(text, &s.replaced);
+    repaired = repaired_copy;
+  }
   int64_t chars = 0;
   for (const char c : repaired) chars += (static_cast<unsigned char>(c) & 0xc0) != 0x80;
   // nanoGPT: train_data = data[:int(n*0.9)], in Python's float arithmetic.
@@ -25,7 +32,7 @@ TrainValTokens tokenize_train_val(std::string_view text, const BpeTokenizer& tok
   }
   s.train_chars = train_chars;
   s.val_chars = chars - train_chars;
-  const std::string_view all(repaired);
+  const std::string_view all = repaired;
   const size_t total = all.size();
   s.train = tokenizer.encode(
       all.substr(0, cut), nullptr,
