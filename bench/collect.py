@@ -6,6 +6,7 @@ machine load hits them alike. A round's number is the best of --reps timed repet
 shows the median over --rounds rounds."""
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -50,6 +51,7 @@ def gpt_tokens_per_step(w):
     return GPT_WORKLOADS[w][5] * GPT_WORKLOADS[w][6]
 
 
+@functools.lru_cache(maxsize=None)
 def gpu_peak_tflops():
     try:
         name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i",
@@ -74,7 +76,11 @@ def parse_kv(line):
 def run_mantissa(args, name):
     cmd = [args.mantissa_bench, f"--benchmark_filter=^{name}/", "--benchmark_format=json",
            f"--benchmark_min_time={args.min_time}", f"--benchmark_repetitions={args.reps}"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    timeout = args.mantissa_timeout or args.peer_timeout
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:g} s"}
     if p.returncode != 0:
         return {"error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "failed"}
     doc = json.loads(p.stdout)
@@ -174,8 +180,17 @@ def main():
     ap.add_argument("--commit", default="?")
     ap.add_argument("--peer-versions", default="",
                     help="one line naming the peers' versions, printed with the table")
-    ap.add_argument("--markdown", default="")
+    ap.add_argument("--markdown", default="",
+                    help="the table as markdown, rewritten as each measurement arrives")
+    ap.add_argument("--rows-out", default="",
+                    help="append each measurement as one JSON line the moment it is taken")
+    ap.add_argument("--precisions", default=",".join(PRECISIONS))
+    ap.add_argument("--mantissa-timeout", type=float, default=None,
+                    help="seconds for one mantissa_bench process (default: --peer-timeout)")
+    ap.add_argument("--no-graphed-peer", action="store_true",
+                    help="PyTorch eager only: no CUDA-graphed PyTorch peer")
     args = ap.parse_args()
+    precisions = [p for p in args.precisions.split(",") if p]
 
     workloads = [w for w in args.workloads.split(",") if w]
     devices = [d for d in args.devices.split(",") if d]
@@ -184,10 +199,17 @@ def main():
     if "cuda" in devices and "cuda_graph" not in devices:
         devices.append("cuda_graph")
     configs = [(w, d, p) for w in workloads if w not in GPT_WORKLOADS for d in devices
-               for p in PRECISIONS if d != "cuda_graph" or w in ("toy", "mlp512", "mlp4096")]
-    # A GPT workload runs on its one device (the GPU one only when a GPU is present).
-    configs += [(w, GPT_WORKLOADS[w][7], p) for w in workloads if w in GPT_WORKLOADS
-                and GPT_WORKLOADS[w][7] in devices for p in GPT_WORKLOADS[w][8]]
+               for p in PRECISIONS if p in precisions
+               and (d != "cuda_graph" or w in ("toy", "mlp512", "mlp4096"))]
+    # A GPT workload runs on its one device (the GPU one only when a GPU is present), and there
+    # also as one captured CUDA graph.
+    for w in workloads:
+        if w not in GPT_WORKLOADS or GPT_WORKLOADS[w][7] not in devices:
+            continue
+        gpt_devices = [GPT_WORKLOADS[w][7]]
+        if gpt_devices[0] == "cuda" and "cuda_graph" in devices:
+            gpt_devices.append("cuda_graph")
+        configs += [(w, d, p) for d in gpt_devices for p in GPT_WORKLOADS[w][8] if p in precisions]
     peers = []
     if args.libtorch_peer:
         peers.append(("libtorch", lambda w, d, p: [args.libtorch_peer, w, d, p, str(args.min_time),
@@ -199,22 +221,51 @@ def main():
             peers.append(("PyTorch compile", lambda w, d, p: [
                 args.python, args.pytorch_peer, w, d + "+compile", p, str(args.min_time),
                 str(args.reps)]))
-        if "cuda" in devices:
+        if "cuda" in devices and not args.no_graphed_peer:
             peers.append(("PyTorch graphed", lambda w, d, p: [
                 args.python, args.pytorch_peer, w, "cuda_graph" if d == "cuda" else d, p,
                 str(args.min_time), str(args.reps)]))
     machine = machine_line()
     results = {c: {"mantissa": []} | {n: [] for n, _ in peers} for c in configs}
+    rows_out = open(args.rows_out, "a") if args.rows_out else None
+
+    def record(r, c, who, result):
+        results[c][who].append(result)
+        if rows_out:
+            rows_out.write(json.dumps({"round": r + 1, "workload": c[0], "device": c[1],
+                                       "precision": c[2], "who": who} | result) + "\n")
+            rows_out.flush()
+
     for r in range(args.rounds):
         for c in configs:
             print(f"round {r + 1}/{args.rounds}: {'/'.join(c)}", file=sys.stderr, flush=True)
-            results[c]["mantissa"].append(run_mantissa(args, "/".join(c)))
+            record(r, c, "mantissa", run_mantissa(args, "/".join(c)))
             for name, cmd in peers:
                 if name == "PyTorch graphed" and (c[1] != "cuda" or c[0] in GPT_WORKLOADS):
                     continue
                 if name in ("libtorch", "PyTorch compile") and c[1] == "cuda_graph":
                     continue  # these peers run eagerly (compile: as inductor does) only
-                results[c][name].append(run_peer(cmd(*c), args.peer_timeout))
+                if c[1] == "cuda_graph" and (c[0] in GPT_WORKLOADS or args.no_graphed_peer):
+                    continue  # the GPT's PyTorch peer runs eagerly, on the cuda row
+                record(r, c, name, run_peer(cmd(*c), args.peer_timeout))
+            if args.markdown:  # what is measured so far, in case the run is cut short
+                with open(args.markdown, "w") as f:
+                    f.write(render(args, configs, results, peers, devices, machine) + "\n")
+    if rows_out:
+        rows_out.close()
+    text = render(args, configs, results, peers, devices, machine)
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(text + "\n")
+    errors = [f"{'/'.join(c)} {k}: {r['error']}" for c in configs for k, v in results[c].items()
+              for r in v if "error" in r]
+    for e in sorted(set(errors)):
+        print("error:", e, file=sys.stderr)
+
+
+def render(args, configs, results, peers, devices, machine):
+    """The tables of what `results` holds so far (a row not yet measured shows n/a)."""
     med = {c: {k: median_result(v) for k, v in results[c].items()} for c in configs}
 
     peer_names = [n for n, _ in peers]
@@ -237,7 +288,7 @@ def main():
             row.append(f"{flops(w) / ours['us'] / 1e3:.2f}")
         else:
             row += ["-", "-"]
-        f32 = med[(w, d, "float32")]["mantissa"]
+        f32 = med.get((w, d, "float32"), {}).get("mantissa", {})
         row.append("-" if p == "float32" else (f"{ours['us'] / f32['us']:.2f}x"
                                                if "us" in ours and "us" in f32 else "-"))
         for n in peer_names:
@@ -267,15 +318,7 @@ def main():
     if gpt:
         lines += gpt_table(gpt, med, peer_names)
     lines += bar_lines(med, devices)
-    text = "\n".join(lines)
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text + "\n")
-    errors = [f"{'/'.join(c)} {k}: {r['error']}" for c in configs for k, v in results[c].items()
-              for r in v if "error" in r]
-    for e in sorted(set(errors)):
-        print("error:", e, file=sys.stderr)
+    return "\n".join(lines)
 
 
 def flops(w):
@@ -292,7 +335,8 @@ def flops(w):
 def gpt_table(configs, med, peer_names):
     """The GPT training steps: tokens/s, model FLOP/s (nanoGPT's FLOPs per token) and, on a GPU
     whose peak is known, MFU."""
-    gpu_name, peak = gpu_peak_tflops() if any(d == "cuda" for _, d, _ in configs) else (None, None)
+    gpu_name, peak = (gpu_peak_tflops() if any(d in ("cuda", "cuda_graph") for _, d, _ in configs)
+                      else (None, None))
     head = ["workload", "device", "precision", "mantissa ms/step", "tokens/s", "model GFLOP/s",
             "MFU", "vs own fp32"]
     for n in peer_names:
@@ -310,7 +354,7 @@ def gpt_table(configs, med, peer_names):
         if "us" in ours:
             tps = tokens * 1e6 / ours["us"]
             row += [f"{ours['us'] / 1e3:.1f}", f"{tps:,.0f}", f"{tps * fpt / 1e9:,.1f}",
-                    f"{100 * tps * fpt / (peak * 1e12):.1f}%" if peak and d == "cuda" else "-"]
+                    f"{100 * tps * fpt / (peak * 1e12):.1f}%" if peak and d != "cpu" else "-"]
         else:
             row += ["n/a", "-", "-", "-"]
         f32 = med.get((w, d, "float32"), {}).get("mantissa", {})

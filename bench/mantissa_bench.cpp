@@ -227,13 +227,14 @@ struct GPTRun {
   mt::optim::AdamW optimizer;
 };
 
-void bench_gpt(benchmark::State& state, const mantissa_bench::GPTWorkload& w, mt::Device device,
-               std::optional<mt::amp::Precision> precision) {
-  GPTRun run(w, device);
+// `step` runs one of `run`'s training steps (eagerly, or as a replayed CUDA graph).
+template <typename Step>
+void time_gpt(benchmark::State& state, const mantissa_bench::GPTWorkload& w, GPTRun& run,
+              Step&& step) {
   int64_t done = 0;
   for (auto _ : state) {
-    run.step(precision);
-    sync_after_last(state, done, device);
+    step();
+    sync_after_last(state, done, run.device);
   }
   const double iters = double(state.iterations());
   const double tokens = iters * double(w.tokens_per_step());
@@ -245,6 +246,12 @@ void bench_gpt(benchmark::State& state, const mantissa_bench::GPTWorkload& w, mt
       mt::runner::training_memory(*run.model, run.optimizer).bytes_per_parameter();
   state.counters["peak_rss_mib"] = max_rss_mib();
   state.counters["base_rss_mib"] = g_base_rss_mib;
+}
+
+void bench_gpt(benchmark::State& state, const mantissa_bench::GPTWorkload& w, mt::Device device,
+               std::optional<mt::amp::Precision> precision) {
+  GPTRun run(w, device);
+  time_gpt(state, w, run, [&] { run.step(precision); });
 }
 
 #if MANTISSA_CUDA
@@ -261,6 +268,14 @@ void bench_train_graphed(benchmark::State& state, const Workload& w,
     sync_after_last(state, done, device);
   }
   finish(state, w, device);
+}
+
+// The GPT step captured once and replayed: its token ids and targets are already static tensors.
+void bench_gpt_graphed(benchmark::State& state, const mantissa_bench::GPTWorkload& w,
+                       std::optional<mt::amp::Precision> precision) {
+  GPTRun run(w, mt::Device::cuda(0));
+  mt::cuda::GraphedStep step([&] { run.step(precision); });
+  time_gpt(state, w, run, step);
 }
 #endif
 
@@ -323,6 +338,15 @@ void register_all() {
           [&w, device, m](benchmark::State& s) { bench_gpt(s, w, device, m.precision); })
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
+#if MANTISSA_CUDA
+      if (device.is_cuda()) {
+        const std::string graphed = std::string(w.name) + "/cuda_graph/" + m.name;
+        benchmark::RegisterBenchmark(
+            graphed.c_str(), [&w, m](benchmark::State& s) { bench_gpt_graphed(s, w, m.precision); })
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+      }
+#endif
     }
   }
 }

@@ -15,12 +15,14 @@
 #include "cuda/allocator.h"
 #include "cuda/cuda_check.h"
 #include "cuda/current_stream.h"
+#include "cuda/deferred_index_checks.h"
 #include "cuda/device_guard.h"
 #include "cuda/pinned_allocator.h"
 #include "cuda/stream.h"
 #include "engine/backend_hooks.h"
 #include "engine/error.h"
 #include "engine/logging.h"
+#include "kernels/cuda/cudnn_attention.h"
 
 namespace mantissa::cuda {
 namespace {
@@ -98,6 +100,8 @@ class CudaHooksImpl final : public CudaHooks {
         pinned_record_stream(host, device, stream);
       } else {
         MT_CUDA_CHECK(cudaStreamSynchronize(stream));
+        // A host that has waited for the device hears of a bad index a replayed graph met.
+        if (to_host) detail::raise_deferred_index_errors(device);
       }
     } else if (dst_device == src_device) {
       DeviceGuard guard(dst_device.index());
@@ -121,6 +125,10 @@ class CudaHooksImpl final : public CudaHooks {
   }
 
   void synchronize(int device) const override { cuda::synchronize(device); }
+
+  bool is_capturing(int device) const override {
+    return detail::is_capturing(detail::current_stream(device));
+  }
 
   std::string device_name(int device) const override {
     check_device_exists(Device::cuda(device));
@@ -162,6 +170,8 @@ class CudaHooksImpl final : public CudaHooks {
     (void)cudaGetLastError();
     info.cublaslt_version = static_cast<int64_t>(cublasLtGetVersion());
     info.cudnn_version = static_cast<int64_t>(cudnnGetVersion());
+    info.cudnn_build_version = CUDNN_VERSION;
+    info.cudnn_frontend_version = cudnn_frontend_version();
 #if MANTISSA_HAS_NCCL
     int nccl = 0;
     if (ncclGetVersion(&nccl) == ncclSuccess) info.nccl_version = nccl;

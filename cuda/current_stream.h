@@ -15,8 +15,9 @@ void set_current_stream(int device, cudaStream_t stream);
 
 // True if `stream` is capturing a CUDA graph.
 bool is_capturing(cudaStream_t stream);
-// Throws mantissa::Error if `stream` is capturing a CUDA graph: `what` would wait for the
-// device, which a capture forbids (the wait would invalidate the capture).
+// Throws GraphCaptureError (engine/graph_capture.h) if `stream` is capturing a CUDA graph: `what`
+// would wait for the device, which a capture forbids (the wait would invalidate the capture).
+// Otherwise tells a CaptureProbe, if one is watching, that `what` could not be captured.
 void check_not_capturing(cudaStream_t stream, const char* what);
 
 }  // namespace mantissa::cuda::detail

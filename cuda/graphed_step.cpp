@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "engine/error.h"
+#include "engine/graph_capture.h"
 
 namespace mantissa::cuda {
 
@@ -26,15 +27,32 @@ void capture(Graph& graph, const std::function<void()>& fn) {
   graph.capture_end();
 }
 
+namespace detail {
+namespace {
+thread_local bool tls_emulated_graphs = false;
+}  // namespace
+EmulatedGraphs::EmulatedGraphs() : outer_(tls_emulated_graphs) { tls_emulated_graphs = true; }
+EmulatedGraphs::~EmulatedGraphs() { tls_emulated_graphs = outer_; }
+bool graph_emulation() { return tls_emulated_graphs; }
+}  // namespace detail
+
 GraphedStep::GraphedStep(std::function<void()> step, int warmup_steps)
-    : step_(std::move(step)), warmup_steps_(warmup_steps) {
+    : step_(std::move(step)), warmup_steps_(warmup_steps), emulated_(detail::graph_emulation()) {
   MT_CHECK(step_ != nullptr, "GraphedStep: expected a step function");
   MT_CHECK(warmup_steps >= 1, "GraphedStep: expected at least one warm-up step, got ",
            warmup_steps);
 }
 
 void GraphedStep::operator()() {
-  if (steps_ < warmup_steps_) {
+  if (emulated_) {
+    if (steps_ >= warmup_steps_ && !emulated_captured_) {
+      ::mantissa::detail::EmulatedCapture capture;
+      step_();
+      emulated_captured_ = true;
+    } else {
+      step_();
+    }
+  } else if (steps_ < warmup_steps_) {
     // Eagerly on the graph's stream and pool, so that what the step allocates once and keeps
     // (gradients, optimizer state) lives where the capture expects it, and the capture finds the
     // rest of its blocks already cached.

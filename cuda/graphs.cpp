@@ -9,6 +9,7 @@
 #include "cuda/allocator.h"
 #include "cuda/cuda_check.h"
 #include "cuda/current_stream.h"
+#include "cuda/deferred_index_checks.h"
 #include "cuda/device_guard.h"
 #include "cuda/stream.h"
 #include "engine/device.h"
@@ -81,6 +82,9 @@ void Graph::capture_begin() {
            "Graph::capture_begin: the graph already holds a capture; call "
            "reset() before capturing again");
   g.setup();
+  // Captured index ops leave bad indices in slots made before the capture (no allocation or
+  // memset may run inside it).
+  detail::reserve_index_check_slots(g.device);
   g.saved_device = current_device();
   MT_CUDA_CHECK(cudaSetDevice(g.device));
   g.saved_stream = detail::current_stream(g.device);

@@ -157,11 +157,18 @@ void capture(Graph& graph, const std::function<void()>& fn);
 // optimizer moments appear), the next one captures it and replays it, and later calls replay.
 // `step` must read its inputs from static tensors that the caller refills (copy_) before each
 // call, and results it wants must be written to tensors that live across steps.
+//
+// With graph emulation on (detail::EmulatedGraphs, a test seam), a GraphedStep made then needs no
+// GPU: warm-ups run `step` eagerly, the "capture" runs it under detail::EmulatedCapture (where
+// whatever a real capture would refuse throws GraphCaptureError, engine/graph_capture.h) and
+// replays run it eagerly again; the results are the eager ones.
 class GraphedStep {
  public:
   explicit GraphedStep(std::function<void()> step, int warmup_steps = 3);
   void operator()();
-  bool captured() const { return graph_.captured(); }
+  bool captured() const { return emulated_ ? emulated_captured_ : graph_.captured(); }
+  // Whether the next call runs the step eagerly as a warm-up.
+  bool warming_up() const { return steps_ < warmup_steps_; }
   int64_t steps() const { return steps_; }
   Graph& graph() { return graph_; }
 
@@ -170,6 +177,23 @@ class GraphedStep {
   int warmup_steps_;
   int64_t steps_ = 0;
   Graph graph_;
+  bool emulated_ = false, emulated_captured_ = false;
 };
+
+namespace detail {
+// While alive, GraphedSteps made on this thread emulate their graph on any device (see above),
+// and graph_emulation() is true. For tests of code that graphs steps, on machines without a GPU.
+class EmulatedGraphs {
+ public:
+  EmulatedGraphs();
+  ~EmulatedGraphs();
+  EmulatedGraphs(const EmulatedGraphs&) = delete;
+  EmulatedGraphs& operator=(const EmulatedGraphs&) = delete;
+
+ private:
+  bool outer_;
+};
+bool graph_emulation();
+}  // namespace detail
 
 }  // namespace mantissa::cuda

@@ -8,10 +8,12 @@
 #include "cuda/allocator.h"
 #include "cuda/cuda_check.h"
 #include "cuda/current_stream.h"
+#include "cuda/deferred_index_checks.h"
 #include "cuda/device_guard.h"
 #include "cuda/stream.h"
 #include "engine/device.h"
 #include "engine/error.h"
+#include "engine/graph_capture.h"
 
 namespace mantissa::cuda {
 
@@ -55,10 +57,18 @@ bool is_capturing(cudaStream_t stream) {
 }
 
 void check_not_capturing(cudaStream_t stream, const char* what) {
-  MT_CHECK(!is_capturing(stream), what,
-           ": cannot wait for the GPU while a CUDA graph is being captured (the wait would "
-           "invalidate the capture); move host reads such as item(), to(cpu) or printing "
-           "outside the captured region");
+  int device = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&device));
+  if (is_capturing(stream)) {
+    throw GraphCaptureError(::mantissa::detail::str_cat(
+        what, " on cuda:", device,
+        ": cannot wait for the GPU while a CUDA graph is being captured (the wait would "
+        "invalidate the capture); move host reads such as item(), to(cpu) or printing outside the "
+        "captured region"));
+  }
+  // Not capturing: a CaptureProbe, if one is watching, learns that this would not capture.
+  ::mantissa::detail::not_capturable(Device::cuda(device),
+                                     ::mantissa::detail::Uncapturable::HostRead, what);
 }
 
 }  // namespace detail
@@ -87,6 +97,7 @@ void synchronize(int device) {
   detail::check_not_capturing(detail::current_stream(device), "synchronize");
   DeviceGuard guard(device);
   MT_CUDA_CHECK(cudaDeviceSynchronize());
+  detail::raise_deferred_index_errors(device);
 }
 
 bool is_current_stream_capturing() {

@@ -22,6 +22,8 @@ class CudaHooks {
   virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
                           size_t nbytes, bool non_blocking) const = 0;
   virtual void synchronize(int device) const = 0;
+  // Whether this thread's current stream of cuda:`device` is capturing a CUDA graph.
+  virtual bool is_capturing(int device) const = 0;
   virtual std::string device_name(int device) const = 0;
   // Name, compute capability, memory and versions (engine/device_properties.h).
   virtual cuda::DeviceProperties device_properties(int device) const = 0;

@@ -57,8 +57,12 @@ std::string runtime_banner() {
        << cuda_version(info.runtime_version) << " | cuBLASLt "
        << library_version(info.cublaslt_version, 10000) << " | cuDNN "
        << library_version(info.cudnn_version, info.cudnn_version < 90000 ? 1000 : 10000)
-       << " | NCCL "
-       << library_version(info.nccl_version, 10000);
+       << " (built against "
+       << library_version(info.cudnn_build_version, info.cudnn_build_version < 90000 ? 1000 : 10000)
+       << "; fused attention: "
+       << (info.cudnn_frontend_version.empty() ? std::string("not built")
+                                               : "frontend " + info.cudnn_frontend_version)
+       << ") | NCCL " << library_version(info.nccl_version, 10000);
   }
   return os.str();
 }

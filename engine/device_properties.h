@@ -59,12 +59,17 @@ struct RuntimeInfo {
   // Versions of the libraries loaded, as each library reports them (0: not in this build).
   int64_t cublaslt_version = 0;  // e.g. 130100 for 13.1.0
   int64_t cudnn_version = 0;     // e.g. 91300 for 9.13.0
-  int64_t nccl_version = 0;      // e.g. 22703 for 2.27.3
+  // The cuDNN the build compiled against (its headers' CUDNN_VERSION), which the one loaded at run
+  // time may differ from; and the cuDNN frontend behind the fused attention ("" without it).
+  int64_t cudnn_build_version = 0;
+  std::string cudnn_frontend_version;
+  int64_t nccl_version = 0;  // e.g. 22703 for 2.27.3
 };
 RuntimeInfo runtime_info();
 
 // One line for logs: device 0's name and compute capability (or why there is none), then the
-// driver, runtime, cuBLASLt, cuDNN and NCCL versions.
+// driver, runtime, cuBLASLt, cuDNN (loaded, and built against, with the fused attention's
+// frontend) and NCCL versions.
 std::string runtime_banner();
 
 }  // namespace mantissa::cuda

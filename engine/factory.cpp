@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "engine/backend_hooks.h"
+#include "engine/graph_capture.h"
 #include "engine/kernel_tables.h"
 #include "engine/small_pool.h"
 
@@ -29,6 +30,11 @@ Tensor allocate(const Shape& shape, const Shape& strides, DType dtype, Device de
 }
 
 Generator& pick(Generator* gen, Device device) { return gen ? *gen : default_generator(device); }
+// The counters for `t`'s elements, from `gen` or the device's default generator.
+PhiloxState draw(Generator* gen, const Tensor& t, const char* op) {
+  detail::not_capturable(t.device(), detail::Uncapturable::RandomDraw, op);
+  return pick(gen, t.device()).advance(static_cast<uint64_t>(t.numel()));
+}
 
 }  // namespace
 
@@ -128,19 +134,19 @@ Tensor linspace(double start, double end, int64_t steps, const TensorOptions& op
 
 Tensor& uniform_(Tensor& t, double low, double high, Generator* gen) {
   MT_CHECK(low <= high, "uniform_: expects low <= high, got low ", low, " and high ", high);
-  uniform_kernel(t.device())(t, low, high, pick(gen, t.device()).advance(t.numel()));
+  uniform_kernel(t.device())(t, low, high, draw(gen, t, "uniform_"));
   t.bump_version();
   return t;
 }
 Tensor& normal_(Tensor& t, double mean, double stddev, Generator* gen) {
   MT_CHECK(stddev >= 0.0, "normal_: expects std >= 0.0, got ", stddev);
-  normal_kernel(t.device())(t, mean, stddev, pick(gen, t.device()).advance(t.numel()));
+  normal_kernel(t.device())(t, mean, stddev, draw(gen, t, "normal_"));
   t.bump_version();
   return t;
 }
 Tensor& bernoulli_(Tensor& t, double p, Generator* gen) {
   MT_CHECK(p >= 0.0 && p <= 1.0, "bernoulli_: expects 0 <= p <= 1, got ", p);
-  bernoulli_kernel(t.device())(t, p, pick(gen, t.device()).advance(t.numel()));
+  bernoulli_kernel(t.device())(t, p, draw(gen, t, "bernoulli_ (dropout)"));
   t.bump_version();
   return t;
 }
@@ -161,7 +167,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, const TensorOption
                Generator* gen) {
   MT_CHECK(low < high, "randint: expects low < high, got low ", low, " and high ", high);
   Tensor t = empty(shape, options.dtype(options.dtype_or(kInt64)).requires_grad(false));
-  randint_kernel(t.device())(t, low, high, pick(gen, t.device()).advance(t.numel()));
+  randint_kernel(t.device())(t, low, high, draw(gen, t, "randint"));
   return finish(t, options);
 }
 Tensor rand_like(const Tensor& t, Generator* gen) {

@@ -19,6 +19,7 @@ struct Row {
   const char* what;
   std::optional<DType> dtype;
   int64_t count;
+  std::string message;
 };
 
 struct Table {
@@ -39,22 +40,23 @@ std::atomic<bool>& strict_flag() {
   return flag;
 }
 
-void bump(Table& t, const char* path, PathOutcome outcome, const char* what,
+Row& bump(Table& t, const char* path, PathOutcome outcome, const char* what,
           std::optional<DType> dtype) {
   for (Row& r : t.rows) {
     if (r.path == path && r.what == what && r.outcome == outcome && r.dtype == dtype) {
       ++r.count;
-      return;
+      return r;
     }
   }
   for (Row& r : t.rows) {
     if (r.outcome == outcome && r.dtype == dtype && std::strcmp(r.path, path) == 0 &&
         std::strcmp(r.what, what) == 0) {
       ++r.count;
-      return;
+      return r;
     }
   }
-  t.rows.push_back(Row{path, outcome, what, dtype, 1});
+  t.rows.push_back(Row{path, outcome, what, dtype, 1, {}});
+  return t.rows.back();
 }
 
 bool is_strict_path(const Table& t, std::string_view path) {
@@ -127,7 +129,7 @@ FastPathStats fast_path_stats() {
   std::vector<FastPathRow> rows;
   rows.reserve(t.rows.size());
   for (const Row& r : t.rows)
-    rows.push_back(FastPathRow{r.path, r.outcome, r.what, r.dtype, r.count});
+    rows.push_back(FastPathRow{r.path, r.outcome, r.what, r.dtype, r.count, r.message});
   return FastPathStats(std::move(rows));
 }
 
@@ -176,11 +178,13 @@ void count_fast_path(const char* path, const char* what, std::optional<DType> dt
   bump(t, path, PathOutcome::Ran, what, dtype);
 }
 
-bool count_fallback(const char* path, const char* reason, bool refusal,
-                    std::optional<DType> dtype) {
+bool count_fallback(const char* path, const char* reason, bool refusal, std::optional<DType> dtype,
+                    std::string_view message) {
   Table& t = table();
   std::lock_guard<std::mutex> lock(t.mutex);
-  bump(t, path, refusal ? PathOutcome::Refused : PathOutcome::FellBackByDesign, reason, dtype);
+  Row& row =
+      bump(t, path, refusal ? PathOutcome::Refused : PathOutcome::FellBackByDesign, reason, dtype);
+  if (refusal && !message.empty()) row.message = std::string(message);
   return (refusal && strict_fast_paths()) || is_strict_path(t, path);
 }
 

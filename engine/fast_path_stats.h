@@ -41,6 +41,9 @@ struct FastPathRow {
   std::string what;
   std::optional<DType> dtype;
   int64_t count = 0;
+  // For a refusal: the library's own words for the last one (its status and what it was asked),
+  // when the kernel gave them; "" otherwise.
+  std::string message{};
 };
 
 // A snapshot of the counters since start or the last reset_fast_path_stats().
@@ -88,9 +91,10 @@ namespace detail {
 // as long as the process): rows keep the pointers and find them by address first.
 void count_fast_path(const char* path, const char* what, std::optional<DType> dtype = std::nullopt);
 // Counts a fallback; true when the caller must throw instead (a refusal under strict fast paths,
-// or any fallback of a path made strict).
+// or any fallback of a path made strict). `message`: for a refusal, what the library said.
 [[nodiscard]] bool count_fallback(const char* path, const char* reason, bool refusal,
-                                  std::optional<DType> dtype = std::nullopt);
+                                  std::optional<DType> dtype = std::nullopt,
+                                  std::string_view message = {});
 }  // namespace detail
 
 }  // namespace mantissa

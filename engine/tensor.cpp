@@ -3,6 +3,7 @@
 #include <ostream>
 
 #include "engine/factory.h"
+#include "engine/graph_capture.h"
 
 namespace mantissa {
 
@@ -37,6 +38,7 @@ template <typename T>
 T Tensor::item() const {
   MT_CHECK(defined() && numel() == 1, "item: a Tensor with ", defined() ? numel() : 0,
            " elements cannot be converted to a scalar (shape ", defined() ? shape() : Shape{}, ")");
+  detail::not_capturable(device(), detail::Uncapturable::HostRead, "item()");
   T value{};
   Tensor host = from_blob(&value, Shape{}, dtype_of_v<T>);
   detail::copy_into(host, detail::make_view(*this, Shape{}, Shape{}, storage_offset()));
@@ -47,6 +49,7 @@ template <typename T>
 std::vector<T> Tensor::to_vector() const {
   std::vector<T> out(static_cast<size_t>(numel()));
   if (out.empty()) return out;
+  detail::not_capturable(device(), detail::Uncapturable::HostRead, "to_vector()");
   if constexpr (std::is_same_v<T, bool>) {
     Tensor host = empty(shape(), kBool);
     detail::copy_into(host, *this);

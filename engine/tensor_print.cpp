@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "engine/graph_capture.h"
 #include "engine/tensor.h"
 
 namespace mantissa {
@@ -151,6 +152,7 @@ std::string shape_tuple(const Shape& s) {
 
 std::string Tensor::str() const {
   if (!defined()) return "[ undefined Tensor ]";
+  detail::not_capturable(device(), detail::Uncapturable::HostRead, "printing a tensor");
   const std::string prefix = "tensor(";
   const int64_t indent = static_cast<int64_t>(prefix.size());
   std::vector<std::string> suffixes;

@@ -20,6 +20,7 @@
 #include "engine/factory.h"
 #include "engine/fast_path_stats.h"
 #include "engine/generator.h"
+#include "engine/graph_capture.h"
 #include "nn/clip_grad.h"
 #include "runner/atomic_file.h"
 #include "runner/checkpoint.h"
@@ -218,7 +219,7 @@ void Trainer::clip_gradients() {
 }
 
 std::string Trainer::graph_refusal() {
-  if (!options_.device.is_cuda())
+  if (!options_.device.is_cuda() && !cuda::detail::graph_emulation())
     return "the device is " + options_.device.str() + ", not a CUDA device";
   if (options_.grad_accum_steps > 1)
     return "grad_accum_steps is " + std::to_string(options_.grad_accum_steps) +
@@ -284,7 +285,28 @@ amp::StepResult Trainer::graphed_step(const Batch& batch) {
     impl_->graph_target.copy_(batch.target);
   }
   optimizer_->sync_lr_to_device();  // the replay reads this step's rate
-  (*impl_->graphed)();
+  if (impl_->graphed->warming_up()) {
+    // The eager warm-ups vet the step: whatever in it a capture would refuse (a host read, a
+    // random draw) is found here, before any capture starts, and the run goes on eagerly.
+    ::mantissa::detail::CaptureProbe probe;
+    (*impl_->graphed)();
+    if (!probe.first().empty()) {
+      impl_->graph_fallback = "the step cannot be captured: " + probe.first();
+      if (detail::count_fallback("cuda.graphed_step", "uncapturable", false))
+        MT_THROW("Trainer: cuda_graphs: ", impl_->graph_fallback);
+    }
+  } else {
+    try {
+      (*impl_->graphed)();
+    } catch (const GraphCaptureError& e) {
+      // The warm-ups ran clean, so something the probes do not know refused the capture. The
+      // step did not run and the host may have counted part of it: stop rather than go on.
+      MT_THROW(
+          "Trainer: cuda_graphs: capturing the training step failed although its eager "
+          "warm-up steps ran clean: ",
+          e.what(), "; set cuda_graphs: false for this model");
+    }
+  }
   detail::count_fast_path("cuda.graphed_step", impl_->graphed->captured() ? "replay" : "warmup");
   if (impl_->graphed->captured()) {
     ++impl_->graphed_steps;

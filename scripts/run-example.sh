@@ -11,7 +11,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 case "${1:-}" in
   -h | --help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
-"$root/scripts/install-deps.sh"
+"$root/scripts/install-deps.sh" --build
 
 build_args=()
 if [ -z "${MANTISSA_CUDA:-}" ]; then

@@ -1,14 +1,19 @@
 // Helpers of the CUDA tests: HeldStream keeps a stream busy for as long as a test needs, so that
-// "not reused while in use" is tested deterministically instead of racing the GPU; and the skip
-// for tests of caching behaviour when MANTISSA_CUDA_ALLOCATOR_BYPASS=1 turns the cache off (the
-// sanitizer runs do that).
+// "not reused while in use" is tested deterministically instead of racing the GPU; the skip for
+// tests of caching behaviour when MANTISSA_CUDA_ALLOCATOR_BYPASS=1 turns the cache off (the
+// sanitizer runs do that); and the report of a vendor library's refusals.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <cstdio>
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "cuda/memory.h"
 #include "cuda/stream.h"
+#include "engine/fast_path_stats.h"
 #include "test_util.h"
 
 namespace mantissa::testing {
@@ -58,6 +63,27 @@ class HeldStream {
 // True when MANTISSA_CUDA_ALLOCATOR_BYPASS=1: every tensor has its own cudaMalloc, and nothing
 // is reused.
 inline bool cuda_cache_bypassed() { return cuda::memory_stats(0).cache_bypassed; }
+
+// A vendor library (cuBLASLt, cuDNN) may decline a fast path for a case that its documentation
+// allows: that is news about the library version on the machine, not a mantissa bug, and the
+// composed path then runs. A test that checked its results against the CPU calls this: it prints
+// each refusal of `path` since the stats were reset, with the library's own message, as
+// "[ LIBRARY  ] ..." (scripts/gpu/run.sh lists these lines apart from the verdict), and returns
+// how many calls were refused; the test then skips only its checks of the fast path's route.
+inline int64_t report_library_refusals(std::string_view path) {
+  int64_t refused = 0;
+  const FastPathStats stats = fast_path_stats();
+  for (const FastPathRow& r : stats.rows()) {
+    if (r.path != path || r.outcome != PathOutcome::Refused) continue;
+    refused += r.count;
+    const std::string_view dtype = r.dtype ? dtype_name(*r.dtype) : std::string_view();
+    std::printf("[ LIBRARY  ] %s declined %s%s%.*s (%lld calls): %s\n", r.path.c_str(),
+                r.what.c_str(), dtype.empty() ? "" : " ", static_cast<int>(dtype.size()),
+                dtype.data(), static_cast<long long>(r.count),
+                r.message.empty() ? "(no message)" : r.message.c_str());
+  }
+  return refused;
+}
 
 }  // namespace mantissa::testing
 

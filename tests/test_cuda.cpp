@@ -16,17 +16,16 @@
 #include "kernels/functors.h"
 #include "test_util.h"
 
-
 namespace mt = mantissa;
-using mt::testing::all_dtypes;
-using mt::testing::kGpu;
 using mt::Device;
 using mt::DType;
 using mt::Shape;
 using mt::Tensor;
 using mt::TensorOptions;
+using mt::testing::all_dtypes;
 using mt::testing::expect_close;
 using mt::testing::expect_error;
+using mt::testing::kGpu;
 
 namespace {
 
@@ -463,7 +462,7 @@ TEST(CudaAllocator, FreedBlocksAreReused) {
   const auto s1 = mt::cuda::memory_stats(0);
   EXPECT_EQ(s1.num_cuda_mallocs, s0.num_cuda_mallocs + 1);
   EXPECT_EQ(s1.cached_bytes, s0.cached_bytes + (2 << 20));  // a whole 2 MiB small segment
-  { Tensor t = mt::empty({1010}, kGpu); }  // 4040 B: the same rounded size
+  { Tensor t = mt::empty({1010}, kGpu); }                   // 4040 B: the same rounded size
   { Tensor t = mt::empty({1000}, kGpu); }
   const auto s2 = mt::cuda::memory_stats(0);
   EXPECT_EQ(s2.num_cuda_mallocs, s1.num_cuda_mallocs);
@@ -547,6 +546,18 @@ TEST(CudaBuild, RuntimeInfoAndBannerSayWhatRanOrWhyNothingCould) {
   EXPECT_GT(info.cudnn_version, 0);
   for (const char* part : {"| driver ", "| runtime ", "| cuBLASLt ", "| cuDNN ", "| NCCL "})
     EXPECT_NE(banner.find(part), std::string::npos) << banner << " lacks " << part;
+  // The cuDNN loaded and the one built against, which can differ (a GPU machine's comes from its
+  // PyTorch wheels), and whether the fused attention was built.
+  EXPECT_GT(info.cudnn_build_version, 0);
+  EXPECT_NE(
+      banner.find(" (built against " + std::to_string(info.cudnn_build_version / 10000) + "."),
+      std::string::npos)
+      << banner;
+  EXPECT_NE(banner.find(info.cudnn_frontend_version.empty()
+                            ? std::string("fused attention: not built")
+                            : "fused attention: frontend " + info.cudnn_frontend_version),
+            std::string::npos)
+      << banner;
   if (info.device_count > 0) {
     EXPECT_TRUE(info.unavailable_reason.empty()) << info.unavailable_reason;
     const mt::cuda::DeviceProperties p = mt::cuda::device_properties(0);

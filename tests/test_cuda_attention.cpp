@@ -5,6 +5,7 @@
 // "cuda.cudnn_attention" and "cuda.attention"), strict mode included. Skipped without a GPU.
 #include <string>
 
+#include "cuda_test_util.h"
 #include "engine/fast_path_stats.h"
 #include "test_util.h"
 
@@ -100,6 +101,9 @@ TEST(CudaAttention, CudnnFlashAttentionMatchesTheCpu) {
           // cuDNN's backward rounds dP and dS to the half type for its matmuls: the composed
           // path's tolerance.
           expect_match(gpu, cpu, tolerance(dt, true), what);
+          // The composed path ran where the loaded cuDNN declined the graph: reported as library
+          // behaviour, with cuDNN's message, instead of the route checks.
+          if (mt::testing::report_library_refusals("cuda.cudnn_attention") > 0) continue;
           const mt::FastPathStats st = mt::fast_path_stats();
           EXPECT_EQ(st.ran("cuda.cudnn_attention", "forward", dt), 1) << what << "\n"
                                                                       << st.to_string();

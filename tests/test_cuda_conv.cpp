@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -310,6 +311,7 @@ TEST(CudaConv, HalfGroupedDilatedRunsOrNamesTheCall) {
           EXPECT_NE(msg.find(part), std::string::npos) << "missing '" << part << "' in: " << msg;
         }
         RecordProperty(what, msg);
+        std::printf("[ LIBRARY  ] cuda.conv declined %s: %s\n", what.c_str(), msg.c_str());
         continue;
       }
       const mt::testing::Tolerance tol = conv_tol(dt);

@@ -1,10 +1,16 @@
 // nn::DistributedDataParallel in one process, on a Gloo group of one (bucket layout, forward
-// functions, errors), the device-layout rule, and NCCL with world size 1 on a GPU.
+// functions, errors), the device-layout rule, NCCL with world size 1 on a GPU, and ZeRO stages 1
+// and 2 on a group of one (bfloat16 Adam state with stochastic rounding, clipping): on the CPU
+// equal to the plain optimizer, and on a GPU over NCCL against the CPU's result.
 #include <algorithm>
 #include <filesystem>
 
 #include "ddp_test_util.h"
 #include "distributed/reducer.h"
+#include "distributed/zero.h"
+#include "engine/precision.h"
+#include "nn/clip_grad.h"
+#include "nn/optim/adam.h"
 
 namespace {
 
@@ -195,6 +201,107 @@ TEST(DdpNccl, WorldSizeOneIncludingAGraphCapturedStep) {
   EXPECT_TRUE(graphed.captured());
   dist::destroy_process_group();
   std::filesystem::remove_all(dir);
+}
+
+// ---- ZeRO on a group of one ------------------------------------------------------------------
+
+// AdamW with bfloat16 moments and stochastic rounding (seed 7), as a run's optimizer.
+std::shared_ptr<mt::optim::Optimizer> low_memory_adamw(std::vector<mt::optim::ParamGroup> groups) {
+  auto opt = std::make_shared<mt::optim::AdamW>(
+      std::move(groups), mt::optim::AdamWOptions{.lr = 0.01, .weight_decay = 0.05});
+  opt->set_state_dtype(mt::kBFloat16);
+  opt->set_stochastic_rounding(true, 7);
+  return opt;
+}
+
+constexpr int kZeroSteps = 20;
+constexpr double kZeroClip = 0.5;
+
+// kZeroSteps steps of ZeRO stage `stage` (0: the plain optimizer, no process group) with the norm
+// clipped to kZeroClip, on a group of one over `backend`, with the model on `device`: the
+// parameters after them.
+std::vector<float> zero_world_size_one(dist::Backend backend, mt::Device device, int stage) {
+  auto net = make_net(0);
+  net->to(device);
+  if (stage == 0) {
+    auto opt = low_memory_adamw({mt::optim::ParamGroup(net->parameters())});
+    for (int step = 0; step < kZeroSteps; ++step) {
+      opt->zero_grad();
+      loss_of(net->forward(inputs(step, 0, 4).to(device)), targets(step, 0, 4).to(device))
+          .backward();
+      nn::clip_grad_norm_(net->parameters(), kZeroClip);
+      opt->step();
+    }
+    return flat_params(*net);
+  }
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("mantissa-test-zero-one-" + std::to_string(getpid()));
+  dist::InitOptions o;
+  o.backend = backend;
+  o.rank = 0;
+  o.world_size = 1;
+  o.local_rank = 0;
+  o.store_path = dir.string();
+  o.timeout = std::chrono::seconds(20);
+  auto pg = dist::init_process_group(o);
+  std::vector<float> out;
+  {
+    nn::DistributedDataParallelOptions ddp_options;
+    ddp_options.reduce_scatter_gradients = stage == 2;
+    nn::DistributedDataParallel ddp(net, pg, ddp_options);
+    dist::ZeroRedundancyOptimizer zero(ddp, {mt::optim::ParamGroup(net->parameters())},
+                                       low_memory_adamw, stage);
+    for (int step = 0; step < kZeroSteps; ++step) {
+      zero.zero_grad();
+      loss_of(ddp(inputs(step, 0, 4).to(device)), targets(step, 0, 4).to(device)).backward();
+      zero.prepare_gradients();
+      zero.clip_grad_norm_(kZeroClip);
+      zero.optimizer().step();
+      zero.gather_parameters();
+    }
+    out = flat_params(*net);
+  }
+  pg.reset();
+  dist::destroy_process_group();
+  std::filesystem::remove_all(dir);
+  return out;
+}
+
+// On a group of one, ZeRO's shards are the whole model: stages 1 and 2 train as the plain
+// optimizer does (the clipped norm is a float64 sum of squares there, a float32 norm here).
+TEST(ZeroWorldSizeOne, EqualsThePlainOptimizerOnTheCpu) {
+  if (!dist::is_available(dist::Backend::Gloo))
+    GTEST_SKIP() << "this build has no Gloo backend (libgloo-dev was not found)";
+  const auto plain = zero_world_size_one(dist::Backend::Gloo, mt::Device::cpu(), 0);
+  for (int stage : {1, 2}) {
+    const auto got = zero_world_size_one(dist::Backend::Gloo, mt::Device::cpu(), stage);
+    ASSERT_EQ(got.size(), plain.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i], plain[i], 1e-6) << "stage " << stage << ", element " << i;
+  }
+}
+
+// On a GPU over NCCL, the same runs against the CPU's over Gloo. Each element's arithmetic is the
+// same except for the GEMMs' summation order and the compilers' multiply-add contraction (last
+// bits), which can move a stochastic rounding of a bfloat16 moment to its other neighbour: one
+// bfloat16 ulp (2^-7 relative) of m, and half of one of v through its square root, change that
+// step's update (about lr in size) by under lr * 2^-6; kZeroSteps such steps bound the
+// difference of a parameter.
+TEST(ZeroWorldSizeOne, OnAGpuOverNcclMatchesTheCpu) {
+  if (!dist::is_available(dist::Backend::Nccl) || !dist::is_available(dist::Backend::Gloo))
+    GTEST_SKIP() << "this build lacks the NCCL or the Gloo backend";
+  MT_REQUIRE_GPU();
+  const mt::MatmulPrecision saved = mt::get_float32_matmul_precision();
+  mt::set_float32_matmul_precision(mt::MatmulPrecision::Highest);
+  const double bound = kZeroSteps * 0.01 * std::ldexp(1.0, -6);
+  for (int stage : {0, 1, 2}) {
+    const auto cpu = zero_world_size_one(dist::Backend::Gloo, mt::Device::cpu(), stage);
+    const auto gpu = zero_world_size_one(dist::Backend::Nccl, mt::Device::cuda(0), stage);
+    ASSERT_EQ(gpu.size(), cpu.size());
+    for (size_t i = 0; i < gpu.size(); ++i)
+      EXPECT_NEAR(gpu[i], cpu[i], bound) << "stage " << stage << ", element " << i;
+  }
+  mt::set_float32_matmul_precision(saved);
 }
 
 }  // namespace

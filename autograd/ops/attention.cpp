@@ -14,6 +14,7 @@
 #include "autograd/kept_kernel_outputs.h"
 #include "autograd/op_bodies.h"
 #include "autograd/ops/elementwise_common.h"
+#include "engine/graph_capture.h"
 
 namespace mantissa {
 namespace {
@@ -151,7 +152,11 @@ Tensor scaled_dot_product_attention_op(const Tensor& q, const Tensor& k, const T
   a.scale = c.scale;
   a.dropout_p = dropout_p;
   Generator& g = gen != nullptr ? *gen : default_generator(q.device());
-  if (dropout_p > 0.0) a.rng = g.advance(static_cast<uint64_t>(B * c.L * c.S));
+  if (dropout_p > 0.0) {
+    detail::not_capturable(q.device(), detail::Uncapturable::RandomDraw,
+                           "scaled_dot_product_attention's dropout");
+    a.rng = g.advance(static_cast<uint64_t>(B * c.L * c.S));
+  }
   // Under a checkpoint that keeps this op's outputs, its recomputation copies them back instead
   // of running the kernel (autograd/kept_kernel_outputs.h); the node below is recorded alike.
   const bool handled =

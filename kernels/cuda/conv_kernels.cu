@@ -232,7 +232,8 @@ void counted(bool ran, const char* direction, const ConvCall& call, const std::s
     ::mantissa::detail::count_fast_path("cuda.conv", direction, call.dt);
     return;
   }
-  if (::mantissa::detail::count_fallback("cuda.conv", direction, /*refusal=*/true, call.dt)) {
+  if (::mantissa::detail::count_fallback("cuda.conv", direction, /*refusal=*/true, call.dt,
+                                         call.describe() + ": " + why)) {
     MT_THROW(call.describe(), ": ", why, "; strict fast paths forbid the composed convolution");
   }
   composed();

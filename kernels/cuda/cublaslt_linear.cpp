@@ -220,14 +220,17 @@ bool lt_matmul(const LtGemm& g, DType dtype, int device) {
       handle, desc.desc, la.layout, lb.layout, ld.layout, ld.layout, pref.pref, 1, &result, &found);
   const char* epilogue = epilogue_name(g.epilogue);
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
-    if (::mantissa::detail::count_fallback("cuda.linear", "NoAlgorithm", /*refusal=*/true, dtype)) {
-      MT_THROW(g.op, ": cuBLASLt offered no algorithm (heuristic status ", static_cast<int>(status),
-               ", ", found, " found) for epilogue ", epilogue, " in ", dtype, " (M ", g.op_m,
-               ", N ", g.op_n, ", K ", g.op_k, "; column-major GEMM m ", g.m, " n ", g.n, " k ",
-               g.k, ", ld ", g.lda, "/", g.ldb, "/", g.ldd, g.aux != nullptr ? ", aux ld " : "",
-               g.aux != nullptr ? std::to_string(g.aux_ld) : std::string(), ", alignments A/B/D ",
-               align_a, "/", align_b, "/", align_d,
-               " bytes), and strict fast paths are on (MANTISSA_STRICT_FAST_PATHS or "
+    const std::string why = ::mantissa::detail::str_cat(
+        g.op, ": cuBLASLt ", cublasLtGetVersion(), " offered no algorithm (heuristic status ",
+        static_cast<int>(status), ", ", found, " found) for epilogue ", epilogue, " in ", dtype,
+        " (M ", g.op_m, ", N ", g.op_n, ", K ", g.op_k, "; column-major GEMM m ", g.m, " n ", g.n,
+        " k ", g.k, ", ld ", g.lda, "/", g.ldb, "/", g.ldd, g.aux != nullptr ? ", aux ld " : "",
+        g.aux != nullptr ? std::to_string(g.aux_ld) : std::string(), ", alignments A/B/D ", align_a,
+        "/", align_b, "/", align_d, " bytes)");
+    if (::mantissa::detail::count_fallback("cuda.linear", "NoAlgorithm", /*refusal=*/true, dtype,
+                                           why)) {
+      MT_THROW(why,
+               ", and strict fast paths are on (MANTISSA_STRICT_FAST_PATHS or "
                "set_strict_fast_paths); without them the composed path would run");
     }
     return false;

@@ -177,10 +177,13 @@ bool run(const Key& key, std::unordered_map<int64_t, void*>& pack, const Attenti
   const std::shared_ptr<Plan> plan = plan_for(key, lease.handle());
   if (!plan->refusal.empty()) {
     lease.release();
-    MT_CHECK(!::mantissa::detail::count_fallback(kPath, "Unsupported", /*refusal=*/true, key.dtype),
-             "scaled_dot_product_attention: cuDNN declined the fused attention ", what, " (q ",
-             a.q.shape(), " ", a.q.dtype(), ", k ", a.k.shape(), a.causal ? ", causal" : "",
-             "): ", plan->refusal);
+    const std::string why = ::mantissa::detail::str_cat(
+        "scaled_dot_product_attention: cuDNN ", cudnnGetVersion(), " declined the fused attention ",
+        what, " (q ", a.q.shape(), " ", a.q.dtype(), ", k ", a.k.shape(),
+        a.causal ? ", causal" : "", "): ", plan->refusal);
+    MT_CHECK(
+        !::mantissa::detail::count_fallback(kPath, "Unsupported", /*refusal=*/true, key.dtype, why),
+        why);
     return false;
   }
   const Tensor workspace =
@@ -235,6 +238,16 @@ bool cudnn_attention_backward(const AttentionBackwardArgs& g) {
   return run(key_of(a, true), pack, a, "backward");
 #else
   return false;
+#endif
+}
+
+std::string cudnn_frontend_version() {
+#if MANTISSA_HAS_CUDNN_FRONTEND
+  return std::to_string(CUDNN_FRONTEND_MAJOR_VERSION) + "." +
+         std::to_string(CUDNN_FRONTEND_MINOR_VERSION) + "." +
+         std::to_string(CUDNN_FRONTEND_PATCH_VERSION);
+#else
+  return "";
 #endif
 }
 

@@ -7,8 +7,9 @@
 // order (kernels/cpu/embedding_kernels.cpp), so both devices give the same bits, every run.
 //
 // Forward checks the indices: the first out-of-range one is recorded in a device flag and the
-// host throws the CPU's message after reading it back (one host round trip per call, as the
-// other index kernels, kernels/cuda/index_kernels.cu).
+// host throws the CPU's message after reading it back (one host round trip per call), or, under a
+// CUDA graph capture, the next host read does (kernels/cuda/bad_index_flag.cuh). Backward skips
+// rows outside the table, which only a captured forward that met a bad index can leave.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -17,6 +18,7 @@
 
 #include "engine/factory.h"
 #include "engine/kernel_tables.h"
+#include "kernels/cuda/bad_index_flag.cuh"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/index_views.h"
 
@@ -30,7 +32,7 @@ __global__ void __launch_bounds__(kBlockSize)
   for (int64_t i = detail::global_thread(); i < n * D; i += detail::grid_stride()) {
     const int64_t k = idx[i / D];
     if (k < 0 || k >= rows) {
-      if (atomicCAS(bad, 0ull, 1ull) == 0ull) bad[1] = static_cast<unsigned long long>(k);
+      record_bad_index(bad, k);
       continue;
     }
     out[i] = weight[k * D + i % D];
@@ -51,9 +53,8 @@ void launch_gather(const Tensor& out, const Tensor& weight, const Tensor& indice
 void embedding_forward_cuda(const Tensor& out, const Tensor& weight, const Tensor& indices) {
   if (indices.numel() == 0) return;
   DeviceGuard guard(out.device().index());
-  const cudaStream_t stream = detail::current_stream();
-  Tensor flag = zeros(Shape{2}, TensorOptions(out.device()).dtype(kInt64));
-  auto* bad = static_cast<unsigned long long*>(flag.data_ptr());
+  const BadIndexFlag flag(out.device(), "embedding", 0, weight.size(0));
+  unsigned long long* bad = flag.device_ptr();
   if (weight.size(1) > 0) {
     switch (weight.element_size()) {
       case 1:
@@ -72,12 +73,7 @@ void embedding_forward_cuda(const Tensor& out, const Tensor& weight, const Tenso
         ::mantissa::detail::throw_not_implemented("embedding", weight.dtype(), weight.device());
     }
   }
-  int64_t host[2] = {0, 0};
-  detail::check_not_capturing(stream, "embedding");
-  MT_CUDA_CHECK(
-      cudaMemcpyAsync(host, flag.data_ptr(), sizeof(host), cudaMemcpyDeviceToHost, stream));
-  MT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (host[0] != 0) index_views::throw_out_of_bounds("embedding", host[1], 0, weight.size(0));
+  flag.check();
 }
 
 __global__ void __launch_bounds__(kBlockSize) iota(int64_t* out, int64_t n) {
@@ -88,12 +84,13 @@ __global__ void __launch_bounds__(kBlockSize) iota(int64_t* out, int64_t n) {
 template <typename T>
 __global__ void __launch_bounds__(kBlockSize)
     sum_sorted_rows(const int64_t* rows_sorted, const int64_t* order, const T* grad_out,
-                    T* grad_weight, int64_t n, int64_t D, int64_t padding_idx) {
+                    T* grad_weight, int64_t n, int64_t D, int64_t rows, int64_t padding_idx) {
   using M = opmath_t<T>;
   for (int64_t i = detail::global_thread(); i < n * D; i += detail::grid_stride()) {
     const int64_t j = i / D, d = i % D;
     const int64_t row = rows_sorted[j];
-    if (row == padding_idx || (j > 0 && rows_sorted[j - 1] == row)) continue;
+    if (row == padding_idx || row < 0 || row >= rows || (j > 0 && rows_sorted[j - 1] == row))
+      continue;
     M acc = 0;
     for (int64_t k = j; k < n && rows_sorted[k] == row; ++k)
       acc += static_cast<M>(grad_out[order[k] * D + d]);
@@ -135,7 +132,7 @@ void embedding_backward_cuda(const Tensor& grad_weight, const Tensor& grad_out,
         using T = typename decltype(tag)::type;
         sum_sorted_rows<T><<<grid_for(n * D), kBlockSize, 0, stream>>>(
             keys_out, vals_out, static_cast<const T*>(grad_out.data_ptr()),
-            static_cast<T*>(grad_weight.data_ptr()), n, D, padding_idx);
+            static_cast<T*>(grad_weight.data_ptr()), n, D, rows, padding_idx);
         MT_CUDA_CHECK_LAUNCH();
       });
 }

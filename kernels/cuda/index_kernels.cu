@@ -11,8 +11,8 @@
 //
 // Out-of-range indices: the kernel records the first bad index it meets in a two-word device
 // flag (set-once by atomicCAS) and skips the element; the host reads the flag back after the
-// launch and throws the CPU's message. Reading the flag synchronises with the device, so each of
-// these ops costs one host round trip.
+// launch and throws the CPU's message, or, under a CUDA graph capture, the next host read does
+// (kernels/cuda/bad_index_flag.cuh).
 #include <cuda_runtime.h>
 
 #include <array>
@@ -22,41 +22,12 @@
 #include "engine/convert.h"
 #include "engine/factory.h"
 #include "engine/kernel_tables.h"
+#include "kernels/cuda/bad_index_flag.cuh"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/index_views.h"
 
 namespace mantissa::cuda {
 namespace {
-
-// flag[0]: 0 until some thread saw a bad index; flag[1]: that index.
-class BadIndexFlag {
- public:
-  explicit BadIndexFlag(Device device)
-      : buf_(empty(Shape{2}, TensorOptions(device).dtype(kInt64))) {
-    MT_CUDA_CHECK(
-        cudaMemsetAsync(buf_.data_ptr(), 0, 2 * sizeof(int64_t), detail::current_stream()));
-  }
-  unsigned long long* device_ptr() const {
-    return static_cast<unsigned long long*>(buf_.data_ptr());
-  }
-  // Waits for the kernels queued so far on the current stream.
-  void throw_if_any(const char* op, int64_t dim, int64_t size) const {
-    int64_t host[2] = {0, 0};
-    const cudaStream_t stream = detail::current_stream();
-    detail::check_not_capturing(stream, op);
-    MT_CUDA_CHECK(
-        cudaMemcpyAsync(host, buf_.data_ptr(), sizeof(host), cudaMemcpyDeviceToHost, stream));
-    MT_CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (host[0] != 0) index_views::throw_out_of_bounds(op, host[1], dim, size);
-  }
-
- private:
-  Tensor buf_;
-};
-
-__device__ __forceinline__ void record_bad_index(unsigned long long* flag, int64_t idx) {
-  if (atomicCAS(flag, 0ull, 1ull) == 0ull) flag[1] = static_cast<unsigned long long>(idx);
-}
 
 using index_views::restride;
 using index_views::spread_index;
@@ -130,7 +101,7 @@ void gather_impl(const char* op, const Tensor& out, const Tensor& in_r, const Te
                  int64_t dim, int64_t dim_size, int64_t dim_stride) {
   if (out.numel() == 0) return;
   DeviceGuard guard(out.device().index());
-  const BadIndexFlag bad(out.device());
+  const BadIndexFlag bad(out.device(), op, dim, dim_size);
   dispatch_dtype<kAllTypesAndBool>(out.dtype(), op, out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t step = dim_stride * static_cast<int64_t>(sizeof(T));
@@ -141,7 +112,7 @@ void gather_impl(const char* op, const Tensor& out, const Tensor& in_r, const Te
                   calc, ptrs, n, dim_size, step, bad.device_ptr());
             });
   });
-  bad.throw_if_any(op, dim, dim_size);
+  bad.check();
 }
 
 // The type the additions run in: float for the half types, int32 for uint8, else T itself.
@@ -155,7 +126,7 @@ void scatter_add_impl(const char* op, const Tensor& self, int64_t dim, const Ten
   if (src_r.numel() == 0) return;
   const int64_t dim_size = self.size(dim);
   DeviceGuard guard(self.device().index());
-  const BadIndexFlag bad(self.device());
+  const BadIndexFlag bad(self.device(), op, dim, dim_size);
   dispatch_dtype<kAllTypes>(self.dtype(), op, self.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = ScatterAcc<T>;
@@ -174,7 +145,7 @@ void scatter_add_impl(const char* op, const Tensor& self, int64_t dim, const Ten
                   <<<grid_for(n), kBlockSize, 0, detail::current_stream()>>>(
                       calc, ptrs, n, dim_size, step, bad.device_ptr());
             });
-    bad.throw_if_any(op, dim, dim_size);  // before a copy touches self, as on the CPU
+    bad.check();  // before a copy touches self, as on the CPU
     if (!direct) mantissa::detail::copy_into(self, acc);
   });
 }

@@ -7,12 +7,18 @@
 # without that GPU; a failing *LibraryBehaviour* test is reported apart and does not fail the run;
 # first-light without a GPU gives the "NO GPU" verdict, and follow-up reruns what it failed,
 # blocking and under a planted compute-sanitizer. check-stage.sh fails a stage that lacks a
-# library one of its files needs. Registered with CTest
-# (tests/CMakeLists.txt); needs a C compiler.
+# library one of its files needs. Where a GPU is visible: modules load lazily except in the
+# binaries marked eager; a vendor library's declined fast path is reported apart; a bench whose
+# processes run past their time still gives the tests' PASS, with the rows measured before in
+# $OUT and the timeouts as notes; first-light that fails two tests names exactly those two, a
+# follow-up on a fresh machine with only the carried .gpu/ reruns exactly those two, and
+# first-light chains that follow-up itself. prepare.sh without the cuDNN frontend stops with one
+# line. Registered with CTest (tests/CMakeLists.txt); needs a C compiler. KEEP_WORK=1 keeps the
+# scratch folder.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap '[ -n "${KEEP_WORK:-}" ] || rm -rf "$work"' EXIT
 cc=${CC:-cc}
 fail() { echo "check-run: FAILED: $*" >&2; exit 1; }
 
@@ -171,7 +177,7 @@ chmod +x "$work/stage/bin/test_cuda_lib"
 plant "$work/stage" test_cuda_param 'printf("[ RUN      ] P/Suite.T/bf16\n[  FAILED  ] P/Suite.T/bf16, where GetParam() = 4-byte object <01-00 00-00> (0 ms)\n[  FAILED  ] 1 test, listed below:\n[  FAILED  ] P/Suite.T/bf16, where GetParam() = 4-byte object <01-00 00-00>\n"); return 1;'
 cat >"$work/stage/bin/test_mixed" <<<'#!/bin/sh'
 chmod +x "$work/stage/bin/test_mixed"
-printf 'test_cuda_lib\ntest_cuda_param\ntest_mixed Gpu.A:Gpu.B\n' >"$work/stage/cuda-tests.txt"
+printf 'test_cuda_lib lazy\ntest_cuda_param lazy\ntest_mixed lazy Gpu.A:Gpu.B\n' >"$work/stage/cuda-tests.txt"
 pack library
 run library tests test_cuda_lib || { cat "$work/out.txt" >&2; fail "a LibraryBehaviour failure failed the run"; }
 expect_line '^test_cuda_lib +1 +0 .* ok$'
@@ -253,7 +259,127 @@ grep -q 'needs libstdc++.so.6: the C++ runtime is not in lib/compat/' "$work/cs.
   fail "check-stage did not name the missing C++ runtime"
 }
 
-# 7. Usage errors exit 2.
+# 7. Where a GPU is visible: CUDA modules load lazily except in the binaries cuda-tests.txt marks
+#    eager; a test's "[ LIBRARY  ]" line (a vendor library declined a fast path, the composed path
+#    was checked instead) is listed with the vendor-library rows and does not fail the run; and
+#    the bench never decides the verdict: its mantissa_bench row and PyTorch peers that run past
+#    their time are named as notes, the rows measured before them are in $OUT, and first-light
+#    still passes.
+new_stage
+cat >"$work/stage/bin/test_cuda_gate" <<SH
+#!/bin/sh
+case "\$*" in *--gtest_list_tests*) exit 0 ;; esac
+echo "\$CUDA_MODULE_LOADING" >"$work/gate.loading"
+printf '[ RUN      ] Gate.Held\n[       OK ] Gate.Held (0 ms)\n'
+SH
+cat >"$work/stage/bin/test_cuda_plain" <<SH
+#!/bin/sh
+case "\$*" in *--gtest_list_tests*) exit 0 ;; esac
+echo "\$CUDA_MODULE_LOADING" >"$work/plain.loading"
+printf '[ RUN      ] Plain.Op\n[ LIBRARY  ] cuda.linear declined NoAlgorithm bfloat16 (1 calls): cuBLASLt 130100 offered no algorithm\n[       OK ] Plain.Op (0 ms)\n'
+SH
+# The bench: mlp4096 rows measured at once, the GPT row's process hangs.
+cat >"$work/stage/bin/mantissa_bench" <<'SH'
+#!/bin/sh
+case "$*" in *gpt2_124m*) sleep 60 ;; esac
+echo '{"context": {}, "benchmarks": [{"run_type": "iteration", "real_time": 250.0, "time_unit": "us", "peak_rss_mib": 40, "base_rss_mib": 30}]}'
+SH
+chmod +x "$work/stage/bin/"*
+printf 'test_cuda_gate eager\ntest_cuda_plain lazy\n' >"$work/stage/cuda-tests.txt"
+pack bench
+# A python with "torch" whose PyTorch peer sleeps past its time.
+cat >"$work/python" <<'SH'
+#!/bin/sh
+[ "$*" = "-c import torch" ] && exit 0
+exec python3 "$@"
+SH
+printf 'import time\ntime.sleep(60)\n' >"$work/sleepy_peer.py"
+chmod +x "$work/python"
+rc=0
+MANTISSA_GPU_PYTHON="$work/python" MANTISSA_GPU_PEER="$work/sleepy_peer.py" \
+  MANTISSA_GPU_BENCH_PROCESS_TIMEOUT=2 MANTISSA_GPU_BENCH_TIMEOUT=40 with_gpu run bench first-light ||
+  rc=$?
+[ $rc -eq 0 ] || { cat "$work/out.txt" >&2; fail "first-light with a slow bench exited $rc, not 0"; }
+expect_line '^verdict: PASS' "$work/out/first-light-summary.txt"
+[ "$(cat "$work/gate.loading")" = EAGER ] || fail "the eager binary loaded its modules $(cat "$work/gate.loading")"
+[ "$(cat "$work/plain.loading")" = LAZY ] || fail "a lazy binary loaded its modules $(cat "$work/plain.loading")"
+expect_line '^test_cuda_plain +cuda.linear declined NoAlgorithm bfloat16' "$work/out/first-light-summary.txt"
+expect_line 'gpt2_124m/cuda/bfloat16 mantissa: timed out after 2 s' "$work/out/first-light-summary.txt"
+expect_line 'mlp4096/cuda/bfloat16 PyTorch: timed out after 2 s' "$work/out/first-light-summary.txt"
+grep -q '"workload": "mlp4096", "device": "cuda", "precision": "bfloat16", "who": "mantissa", "us": 250.0' \
+  "$work/out/bench-rows.jsonl" || { cat "$work/out/bench-rows.jsonl" >&2; fail "the measured mlp4096 row is not in bench-rows.jsonl"; }
+grep -q '| MLP 1024-4096-1024 SGD step, batch 512 | cuda | bfloat16 | 250 |' "$work/out/bench.md" ||
+  { cat "$work/out/bench.md" >&2; fail "the measured mlp4096 row is not in bench.md"; }
+
+# 8. A first-light on a GPU machine that fails two tests names exactly those two; a follow-up on a
+#    fresh machine (the scripts and the carried .gpu/ only: the stage and the failed list that
+#    came back) reruns exactly those two; and on the same machine first-light chains the
+#    follow-up itself.
+new_stage
+cat >"$work/stage/bin/test_cuda_two" <<SH
+#!/bin/sh
+for a in "\$@"; do case "\$a" in --gtest_filter=*) echo "\${a#--gtest_filter=}" >>"$work/two.filters" ;; esac; done
+printf '[ RUN      ] Planted.First\n[       OK ] Planted.First (0 ms)\n'
+printf '[ RUN      ] Planted.A\n[  FAILED  ] Planted.A (1 ms)\n'
+printf '[ RUN      ] Planted.B\n[  FAILED  ] Planted.B (1 ms)\n'
+exit 1
+SH
+plant "$work/stage" test_cuda_fine ''
+chmod +x "$work/stage/bin/test_cuda_two"
+printf 'test_cuda_fine lazy\ntest_cuda_two lazy\n' >"$work/stage/cuda-tests.txt"
+pack two
+rm -f "$work/two.filters"
+rc=0
+MANTISSA_GPU_FOLLOW_UP_BUDGET=0 MANTISSA_GPU_PYTHON=/nonexistent with_gpu run two first-light ||
+  rc=$?
+[ $rc -eq 1 ] || { cat "$work/out.txt" >&2; fail "first-light with two failed tests exited $rc, not 1"; }
+[ "$(sort "$work/out/first-light-failed.txt" | tr '\n' ' ')" = "test_cuda_two:Planted.A test_cuda_two:Planted.B " ] || {
+  cat "$work/out/first-light-failed.txt" >&2
+  fail "first-light-failed.txt does not name exactly the two failed tests"
+}
+bare=$work/bare
+mkdir -p "$bare/scripts" "$bare/.gpu"
+cp -r "$root/scripts/gpu" "$bare/scripts/"
+cp "$work/two.tar.xz" "$bare/.gpu/stage.tar.xz"
+cp "$work/out/first-light-failed.txt" "$bare/.gpu/"
+rm -f "$work/two.filters"
+rc=0
+( cd "$bare" && PATH="$work/san-path:$work/gpu-path:$PATH" OUT="$work/bare-out" \
+    MANTISSA_GPU_BINARY_TIMEOUT=3 bash scripts/gpu/run.sh follow-up >"$work/out.txt" 2>&1 ) || rc=$?
+[ $rc -ne 0 ] || { cat "$work/out.txt" >&2; fail "follow-up of two failing tests passed"; }
+expect_line 'the failed list carried in .gpu/first-light-failed.txt' "$work/bare-out/follow-up-summary.txt"
+expect_line '^test_cuda_two blocking +1 +2 ' "$work/bare-out/follow-up-summary.txt"
+[ "$(sort -u "$work/two.filters")" = "Planted.A:Planted.B-*LibraryBehaviour*" ] || {
+  cat "$work/two.filters" >&2
+  fail "follow-up on a fresh machine did not rerun exactly the two failed tests"
+}
+grep -q test_cuda_fine "$work/bare-out/follow-up-summary.txt" && fail "follow-up reran a binary that passed"
+rc=0
+PATH="$work/san-path:$PATH" MANTISSA_GPU_PYTHON=/nonexistent with_gpu run two first-light || rc=$?
+[ $rc -eq 1 ] || { cat "$work/out.txt" >&2; fail "first-light with a chained follow-up exited $rc, not 1"; }
+expect_line '^test_cuda_two blocking +1 +2 ' "$work/out/follow-up-summary.txt"
+[ "$(tail -n 1 "$work/out.txt" | cut -c1-14)" = "verdict: FAIL:" ] || {
+  tail -n 5 "$work/out.txt" >&2
+  fail "the verdict is not the last line after a chained follow-up"
+}
+
+# 9. prepare.sh stops, with one line and no stage, when the build would lack cuDNN's fused
+#    attention (here: a cuDNN frontend folder without the headers), right after configuring.
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  mkdir -p "$work/no-frontend"
+  rc=0
+  MANTISSA_CUDNN_FRONTEND="$work/no-frontend" BUILD_DIR="$work/prepare-build" \
+    bash "$root/scripts/gpu/prepare.sh" 90 >"$work/prepare.out" 2>"$work/prepare.err" || rc=$?
+  [ $rc -eq 1 ] || { cat "$work/prepare.err" >&2; fail "prepare.sh without the frontend exited $rc, not 1"; }
+  [ "$(wc -l <"$work/prepare.err")" -eq 1 ] && [ ! -s "$work/prepare.out" ] || {
+    cat "$work/prepare.err" >&2
+    fail "prepare.sh without the frontend did not fail with one line"
+  }
+  grep -q "^prepare.sh: no cuDNN fused attention in this build: cudnn_frontend.h is not under $work/no-frontend/include" \
+    "$work/prepare.err" || { cat "$work/prepare.err" >&2; fail "prepare.sh did not say why"; }
+fi
+
+# 10. Usage errors exit 2.
 set +e
 bash "$root/scripts/gpu/run.sh" >/dev/null 2>&1
 [ $? -eq 2 ] || fail "run.sh without a phase did not exit 2"

@@ -5,17 +5,19 @@
 # $OUT (else ./gpu-logs): <phase>-summary.txt first, <phase>-logs.tar.gz, and for some phases
 # bench.md and first-light-failed.txt. At most 5 files a phase.
 #
-#   scripts/gpu/run.sh first-light             THE FIRST COMMAND OF A LEASE (about 6 minutes):
-#                                              preflight, every test binary that touches CUDA,
-#                                              then the short cuda bench against PyTorch eager,
-#                                              CUDA-graphed and torch.compile; one verdict
+#   scripts/gpu/run.sh first-light             THE FIRST COMMAND OF A LEASE (at most about 8.5
+#                                              minutes): preflight, every test binary that touches
+#                                              CUDA (280 s), the short cuda bench against PyTorch
+#                                              eager (100 s), and, when a test failed, follow-up on
+#                                              what failed (120 s); one verdict, from the tests
 #   scripts/gpu/run.sh follow-up [BIN:FILTER...]
-#                                              THE SECOND (under 4 minutes): the tests first-light
-#                                              failed (or those named) again with
-#                                              CUDA_LAUNCH_BLOCKING=1, then compute-sanitizer
+#                                              the tests first-light failed (or those named) again
+#                                              with CUDA_LAUNCH_BLOCKING=1, then compute-sanitizer
 #                                              memcheck on them; when none failed, memcheck and
 #                                              racecheck on the attention, AMP, softmax and
-#                                              reduction tests
+#                                              reduction tests. The failed list is first-light's on
+#                                              this machine (MANTISSA_GPU_STATE), or, on a fresh
+#                                              machine, .gpu/first-light-failed.txt carried there
 #   scripts/gpu/run.sh tests [BINARY...]       every test binary (or those named)
 #   scripts/gpu/run.sh sanitize [memcheck|racecheck|all] [BINARY...]
 #                                              compute-sanitizer on the CUDA test binaries
@@ -29,15 +31,24 @@
 # run with MANTISSA_REQUIRE_GPU=1 there, which turns such a skip into a failure). One binary that
 # fails or cannot load fails alone: the others still run. Tests whose suite name contains
 # LibraryBehaviour (what a vendor library does where its documentation is silent) run apart and
-# are reported after the verdict, not in it. The run exits 0 only when everything passed; with
-# no GPU visible, first-light says so and exits 3.
+# are reported after the verdict, not in it; so are the lines a test prints as "[ LIBRARY  ]" when
+# a vendor library declined a fast path (the test then checked the composed path instead). The
+# bench never decides the verdict: a bench process past its time or a peer that fails is a note.
+# CUDA modules load lazily, except in the binaries that cuda-tests.txt marks eager (their tests
+# hold a stream, and a module loaded inside the hold would wait for it). The run exits 0 only
+# when everything passed; with no GPU visible, first-light says so and exits 3.
 # Settings (environment):
 #   MANTISSA_GPU_STAGE           the stage: an archive or an unpacked folder (.gpu/stage.tar.xz)
 #   MANTISSA_GPU_TEST_BUDGET     seconds for all test binaries of a phase
-#                                (first-light 190, tests 420, sanitize 540, follow-up 220)
+#                                (first-light 280, tests 420, sanitize 540, follow-up 220)
 #   MANTISSA_GPU_BINARY_TIMEOUT  seconds for one binary (first-light 120, tests 300, sanitize 400)
-#   MANTISSA_GPU_BENCH_TIMEOUT   seconds for first-light's bench (190; 60 a peer process)
+#   MANTISSA_GPU_BENCH_TIMEOUT   seconds for first-light's bench (100)
+#   MANTISSA_GPU_BENCH_PROCESS_TIMEOUT  seconds for one of its processes (40)
+#   MANTISSA_GPU_FOLLOW_UP_BUDGET seconds for the follow-up first-light chains when a test
+#                                failed (120; 0: none)
 #   MANTISSA_GPU_STATE           where first-light leaves its failed tests for follow-up (gpu-logs)
+#   MANTISSA_GPU_PYTHON          the python with PyTorch (/opt/torch/.venv/bin/python3)
+#   MANTISSA_GPU_PEER            the PyTorch peer script (bench/peers/pytorch_eager.py)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -82,7 +93,7 @@ arch=$(cat "$stage/arch.txt" 2>/dev/null || echo unknown)
 
 # The PyTorch environment's own python knows where its nvidia-* wheels put cuBLAS, cuDNN, NCCL:
 # those folders go before /usr/local/cuda/lib64, which may hold other versions.
-py=/opt/torch/.venv/bin/python3
+py=${MANTISSA_GPU_PYTHON:-/opt/torch/.venv/bin/python3}
 [ -x "$py" ] || py=$(command -v python3 || true)
 wheel_libs=""
 if [ -n "$py" ]; then
@@ -150,9 +161,9 @@ if [ "$gpu_count" -gt 0 ]; then
 else
   gpu_line="no GPU visible (nvidia-smi found none): CUDA tests will skip"
 fi
-# The test binaries that gate streams need their kernels loaded before the gate (lazy loading
-# would load a module inside a held stream); a single-GPU NCCL group talks over loopback.
-export CUDA_MODULE_LOADING=EAGER NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1
+# Modules load lazily (each process pays only for the kernels it runs); the binaries that hold a
+# stream load theirs eagerly (run_tests); a single-GPU NCCL group talks over loopback.
+export CUDA_MODULE_LOADING=LAZY NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1
 header="GPU: $gpu_line | stage: commit $commit, sm_$arch | $(date -u '+%Y-%m-%d %H:%M UTC')"
 
 preflight >"$work/preflight.txt" 2>&1
@@ -194,7 +205,8 @@ run_binary() {
   local start rc passed failed skipped ran why crashed_in gpu_skips
   start=$(now)
   # The braces take the shell's own "Aborted" notice, so the summary stays the last output.
-  { (cd "$(mktemp -d -p "$work")" && exec timeout --kill-after=15 "$limit" "$@") >"$log" 2>&1; } 2>/dev/null
+  { (cd "$(mktemp -d -p "$work")" &&
+     CUDA_MODULE_LOADING=${MODULE_LOADING:-$CUDA_MODULE_LOADING} exec timeout --kill-after=15 "$limit" "$@") >"$log" 2>&1; } 2>/dev/null
   rc=$?
   # A test's own result line ends in its time; gtest's closing lists repeat the names (with
   # ", where GetParam() = ..." for parameterized tests) but no time.
@@ -223,6 +235,12 @@ run_binary() {
     lib_rows+=("$row")
     return
   fi
+  # A vendor library that declined a fast path, as the test reported it (the composed path ran
+  # and was checked instead): news about the library, listed with the library rows.
+  local declined
+  while IFS= read -r declined; do
+    lib_rows+=("$(printf '%-34s %s' "$name" "$declined")")
+  done < <(grep -E '^\[ LIBRARY  \] ' "$log" | sort -u | cut -c14-300)
   n_pass=$((n_pass + passed)) n_fail=$((n_fail + failed)) n_skip=$((n_skip + skipped))
   rows+=("$row")
   if [ "$status" = FAILED ]; then
@@ -271,30 +289,40 @@ pick_binaries() {
 }
 
 # The binaries that touch CUDA, in the order prepare.sh listed them (cuda-tests.txt: "NAME
-# [FILTER]", the filter naming the GPU tests of a binary that also holds CPU tests), as
-# "PATH[|FILTER]"; a stage without the list runs test_cuda*.
+# LOADING [FILTER]": LOADING eager or lazy, the filter naming the GPU tests of a binary that also
+# holds CPU tests), as "PATH|FILTER|LOADING"; a stage without the list runs test_cuda*, lazily.
 cuda_binaries() {
   if [ -s "$stage/cuda-tests.txt" ]; then
-    local n f
-    while read -r n f; do
+    local n l f
+    while read -r n l f; do
       [ -n "$n" ] || continue
-      if [ -x "$stage/bin/$n" ]; then echo "$stage/bin/$n${f:+|$f}"; else echo "MISSING:$n"; fi
+      if [ -x "$stage/bin/$n" ]; then echo "$stage/bin/$n|$f|$l"; else echo "MISSING:$n"; fi
     done <"$stage/cuda-tests.txt"
   else
     ls "$stage"/bin/test_cuda* 2>/dev/null
   fi
+}
+# How cuda-tests.txt says binary NAME loads its modules (lazy when it does not say).
+module_loading() {
+  local l
+  l=$(awk -v n="$1" '$1 == n {print $2; exit}' "$stage/cuda-tests.txt" 2>/dev/null)
+  [ "$l" = eager ] && echo EAGER || echo LAZY
 }
 
 # run_tests BUDGET LIMIT BINARY... : each binary (its LibraryBehaviour tests apart), in turn.
 run_tests() {
   local budget=$1 limit=$2
   shift 2
-  local deadline=$(($(now) + budget)) t name left why only
+  local deadline=$(($(now) + budget)) t name left why only loading
   for t in "$@"; do
     if [[ $t == MISSING:* ]]; then not_run "${t#MISSING:}" "not in the stage"; continue; fi
-    only=""
-    if [[ $t == *'|'* ]]; then only=${t#*|} t=${t%%|*}; fi
+    only="" loading=""
+    if [[ $t == *'|'* ]]; then
+      IFS='|' read -r t only loading <<<"$t"
+    fi
     name=$(basename "$t")
+    [ -n "$loading" ] || loading=$(module_loading "$name")
+    loading=${loading^^}
     why=$(cannot_load "$name")
     if [ -n "$why" ]; then
       rows+=("$(printf '%-34s %6s %6s %7s %4s %6s  %s' "$name" - - - - - "FAILED: cannot load: $why")")
@@ -307,14 +335,15 @@ run_tests() {
       failed_tests+=("$name:${only:-*}")
       continue
     fi
-    ONLY_FILTER=$only run_binary "$name" "$((left < limit ? left : limit))" "$logs/$name.log" \
-      "$t" --gtest_output="xml:$logs/$name.xml" --gtest_filter="${only}-*LibraryBehaviour*"
+    ONLY_FILTER=$only MODULE_LOADING=$loading run_binary "$name" "$((left < limit ? left : limit))" \
+      "$logs/$name.log" "$t" --gtest_output="xml:$logs/$name.xml" \
+      --gtest_filter="${only}-*LibraryBehaviour*"
     # The library-behaviour tests of this binary, if it has any.
     left=$((deadline - $(now)))
     if [ "$left" -gt 25 ] && timeout 20 "$t" --gtest_list_tests --gtest_filter='*LibraryBehaviour*' 2>/dev/null |
          grep -q '^  '; then
       left=$((deadline - $(now)))
-      ROW_KIND=library run_binary "$name" "$((left < limit ? left : limit))" \
+      ROW_KIND=library MODULE_LOADING=$loading run_binary "$name" "$((left < limit ? left : limit))" \
         "$logs/$name.library.log" "$t" --gtest_filter='*LibraryBehaviour*'
     fi
   done
@@ -327,7 +356,7 @@ summary_table() {
 
 library_lines() {
   [ ${#lib_rows[@]} -gt 0 ] || return 0
-  echo "vendor-library behaviour (*LibraryBehaviour* tests; reported, not part of the verdict):"
+  echo "vendor-library behaviour (*LibraryBehaviour* tests and the fast paths a library declined; reported, not part of the verdict):"
   printf '%s\n' "${lib_rows[@]}"
 }
 
@@ -350,54 +379,83 @@ finish() {
 
 # run_collect LIMIT ARGS... : bench/collect.py on the staged mantissa_bench under `timeout LIMIT`
 # (ARGS: devices, workloads, rounds, more peers), with the PyTorch peer when this machine's python
-# has torch (else bench_note says why not). A failure of collect.py itself is a row that fails the
-# phase; the table is in $logs/bench.txt and $out/bench.md.
+# has torch. collect.py rewrites $out/bench.md and appends to $out/bench-rows.jsonl as each
+# measurement arrives, so a bench cut short still leaves its rows. Nothing here decides a verdict:
+# a bench past its time, a failure of collect.py, a process past its own time or a peer that fails
+# becomes a line of bench_note; the table is in $logs/bench.txt.
 run_collect() {
   local limit=$1 start rc
   shift
   local args=(--mantissa-bench "$stage/bin/mantissa_bench" --commit "$commit"
-    --markdown "$out/bench.md" "$@")
+    --markdown "$out/bench.md" --rows-out "$out/bench-rows.jsonl" "$@")
+  if [ ! -x "$stage/bin/mantissa_bench" ]; then
+    bench_note="${bench_note:+$bench_note; }bench: not run (no mantissa_bench in the stage)"
+    return 0
+  fi
   if "$py" -c "import torch" 2>/dev/null; then
-    args+=(--python "$py" --pytorch-peer "$root/bench/peers/pytorch_eager.py")
+    args+=(--python "$py" --pytorch-peer "${MANTISSA_GPU_PEER:-$root/bench/peers/pytorch_eager.py}"
+      --peer-versions "$("$py" -c 'import torch; print(f"PyTorch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()})")' 2>/dev/null || echo PyTorch)")
   else
     bench_note="${bench_note:+$bench_note; }PyTorch peers: skipped ($py cannot import torch)"
   fi
   start=$(now)
-  timeout "$limit" "${py:-python3}" "$root/bench/collect.py" "${args[@]}" \
+  timeout --kill-after=5 "$limit" "${py:-python3}" "$root/bench/collect.py" "${args[@]}" \
     >"$logs/bench.txt" 2>"$logs/bench.err"
   rc=$?
-  if [ $rc -ne 0 ]; then
-    rows+=("$(printf '%-34s rc %s after %ss: %s' collect.py "$rc" "$(($(now) - start))" "$(tail -n 1 "$logs/bench.err")")")
-    bad=$((bad + 1))
+  local rows_done=0
+  [ -s "$out/bench-rows.jsonl" ] && rows_done=$(wc -l <"$out/bench-rows.jsonl")
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    bench_note="${bench_note:+$bench_note; }bench: stopped at its ${limit}s limit after $rows_done measurements (those are in bench.md and bench-rows.jsonl)"
+    # The table as far as it got.
+    [ -s "$out/bench.md" ] && cp "$out/bench.md" "$logs/bench.txt"
+  elif [ $rc -ne 0 ]; then
+    bench_note="${bench_note:+$bench_note; }bench: collect.py exited $rc after $(($(now) - start))s: $(tail -n 1 "$logs/bench.err" | cut -c1-200)"
   fi
+  # Each measurement that failed or ran past its own time, named.
+  local e
+  while IFS= read -r e; do
+    bench_note="${bench_note:+$bench_note; }$e"
+  done < <("${py:-python3}" - "$out/bench-rows.jsonl" 2>/dev/null <<'PY'
+import json, sys
+try:
+    rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+except OSError:
+    rows = []
+for r in rows:
+    if "error" in r:
+        print(f"{r['workload']}/{r['device']}/{r['precision']} {r['who']}: {r['error']}"[:200])
+PY
+)
 }
 
 case "$phase" in
   first-light)
-    budget=${MANTISSA_GPU_TEST_BUDGET:-190} limit=${MANTISSA_GPU_BINARY_TIMEOUT:-120}
+    budget=${MANTISSA_GPU_TEST_BUDGET:-280} limit=${MANTISSA_GPU_BINARY_TIMEOUT:-120}
     mapfile -t binaries < <(cuda_binaries)
     run_tests "$budget" "$limit" "${binaries[@]}"
+    # The failed list first: a run cut short later still leaves it for follow-up.
+    printf '%s\n' "${failed_tests[@]}" | sed '/^$/d' >"$state/first-light-failed.txt"
+    [ "$state" -ef "$out" ] || cp "$state/first-light-failed.txt" "$out/first-light-failed.txt"
     bench_note=""
     if [ "$gpu_count" -gt 0 ]; then
-      # The cuda rows, with torch.compile beside PyTorch eager and CUDA-graphed.
-      run_collect "${MANTISSA_GPU_BENCH_TIMEOUT:-190}" --devices cuda \
-        --workloads mlp4096,gpt2_124m --rounds 1 --reps 2 --min-time 0.05 \
-        --compile-peer --peer-timeout 60
+      # The headline rows: MLP 4096 and the GPT-2-124M step in bfloat16, eager and CUDA-graphed,
+      # against PyTorch eager (torch.compile only in the bench phase).
+      run_collect "${MANTISSA_GPU_BENCH_TIMEOUT:-100}" --devices cuda --workloads mlp4096,gpt2_124m \
+        --precisions bfloat16 --rounds 1 --reps 2 --min-time 0.05 \
+        --peer-timeout "${MANTISSA_GPU_BENCH_PROCESS_TIMEOUT:-40}" --no-graphed-peer
     else
       bench_note="bench: not run (no GPU visible)"
     fi
-    printf '%s\n' "${failed_tests[@]}" | sed '/^$/d' >"$state/first-light-failed.txt"
-    [ "$state" -ef "$out" ] || cp "$state/first-light-failed.txt" "$out/first-light-failed.txt"
     tar -C "$logs" -czf "$out/$phase-logs.tar.gz" . 2>/dev/null
     if [ "$gpu_count" -eq 0 ]; then
       reason=$(grep -h -m1 -oE '^\[ CUDA     \] .*' "$logs"/*.log 2>/dev/null | head -n 1 | cut -c14-)
       verdict_line="verdict: NO GPU: nvidia-smi sees no GPU, so nothing ran on one (${reason:-no CUDA banner printed}); $((bad)) binaries failed or did not run"
       rc=3
     elif [ "$bad" -eq 0 ]; then
-      verdict_line="verdict: PASS: every CUDA test binary passed on $gpu_count GPU(s) and the bench ran"
+      verdict_line="verdict: PASS: every CUDA test binary passed on $gpu_count GPU(s)"
       rc=0
     else
-      verdict_line="verdict: FAIL: $bad binaries failed or did not run; next: scripts/gpu/run.sh follow-up"
+      verdict_line="verdict: FAIL: $bad binaries failed or did not run"
       rc=1
     fi
     {
@@ -406,15 +464,23 @@ case "$phase" in
       echo "first-light: the CUDA test binaries (budget ${budget}s, ${limit}s a binary), then the cuda bench"
       summary_table
       [ -s "$logs/bench.txt" ] && cat "$logs/bench.txt"
-      [ -n "$bench_note" ] && echo "$bench_note"
+      [ -n "$bench_note" ] && echo "bench notes (not part of the verdict): $bench_note" | cut -c1-2000
       library_lines
       [ ${#failed_tests[@]} -gt 0 ] && echo "failed tests (first-light-failed.txt): ${failed_tests[*]}" | cut -c1-1500
-      echo "files: first-light-summary.txt, first-light-logs.tar.gz, first-light-failed.txt$([ -s "$out/bench.md" ] && echo ', bench.md')"
+      echo "files: first-light-summary.txt, first-light-logs.tar.gz, first-light-failed.txt$([ -s "$out/bench.md" ] && echo ', bench.md, bench-rows.jsonl')"
       echo "tests: $n_pass passed, $n_fail failed, $n_skip skipped; $bad binaries failed or did not run; $(($(now) - started))s"
       echo "$verdict_line"
     } >"$work/summary.txt"
     cp "$work/summary.txt" "$out/first-light-summary.txt"
     cat "$work/summary.txt"
+    # On the same (warm) machine, at once: what failed, blocking and under memcheck.
+    follow_budget=${MANTISSA_GPU_FOLLOW_UP_BUDGET:-120}
+    if [ "$gpu_count" -gt 0 ] && [ ${#failed_tests[@]} -gt 0 ] && [ "$follow_budget" -gt 0 ]; then
+      echo
+      MANTISSA_GPU_STAGE=$stage MANTISSA_GPU_STATE=$state OUT=$out \
+        MANTISSA_GPU_TEST_BUDGET=$follow_budget bash "$0" follow-up 2>&1 | tail -n 40
+      echo "$verdict_line (follow-up: follow-up-summary.txt)"
+    fi
     exit $rc
     ;;
 
@@ -426,10 +492,15 @@ case "$phase" in
       sanitizer_missing=true
       not_run compute-sanitizer "no compute-sanitizer (PATH, /usr/local/cuda/bin): only the CUDA_LAUNCH_BLOCKING reruns ran"
     fi
+    # What to rerun: the tests named, else what first-light failed on this machine, else the
+    # list that came back from a first-light on another machine and was carried here in .gpu/.
     if [ $# -gt 0 ]; then
       targets=("$@")
-    elif [ -s "$state/first-light-failed.txt" ]; then
+    elif [ -f "$state/first-light-failed.txt" ]; then
       mapfile -t targets <"$state/first-light-failed.txt"
+    elif [ -f "$root/.gpu/first-light-failed.txt" ]; then
+      mapfile -t targets <"$root/.gpu/first-light-failed.txt"
+      title_from=" (the failed list carried in .gpu/first-light-failed.txt)"
     else
       targets=()
     fi
@@ -441,7 +512,7 @@ case "$phase" in
       filters[$bin]="${filters[$bin]:+${filters[$bin]}:}$test"
     done
     tools=(memcheck)
-    title="follow-up: the tests first-light failed, with CUDA_LAUNCH_BLOCKING=1, then memcheck"
+    title="follow-up: the tests first-light failed${title_from:-}, with CUDA_LAUNCH_BLOCKING=1, then memcheck"
     if [ ${#filters[@]} -eq 0 ]; then
       # Nothing failed: the kernels with shared memory and the most index arithmetic.
       filters=([test_cuda_attention]='*' [test_cuda_amp]='*'
@@ -457,14 +528,15 @@ case "$phase" in
       if [ ${#tools[@]} -eq 1 ]; then
         left=$((deadline - $(now)))
         if [ "$left" -le 5 ]; then not_run "$bin blocking" "the ${budget}s budget was spent"; continue; fi
-        CUDA_LAUNCH_BLOCKING=1 run_binary "$bin blocking" "$((left < 60 ? left : 60))" \
-          "$logs/$bin.blocking.log" "$t" --gtest_filter="$filter"
+        CUDA_LAUNCH_BLOCKING=1 MODULE_LOADING=$(module_loading "$bin") run_binary "$bin blocking" \
+          "$((left < 60 ? left : 60))" "$logs/$bin.blocking.log" "$t" --gtest_filter="$filter"
       fi
       $sanitizer_missing && continue
       for tool in "${tools[@]}"; do
         left=$((deadline - $(now)))
         if [ "$left" -le 5 ]; then not_run "$bin $tool" "the ${budget}s budget was spent"; continue; fi
-        run_sanitized "$bin $tool" "$((left < 120 ? left : 120))" "$logs/$bin" "$tool" \
+        MODULE_LOADING=$(module_loading "$bin") run_sanitized "$bin $tool" \
+          "$((left < 120 ? left : 120))" "$logs/$bin" "$tool" \
           "$t" --gtest_filter="$filter"
       done
     done
@@ -499,7 +571,8 @@ case "$phase" in
         name="$(basename "$t") $tool"
         left=$((deadline - $(now)))
         if [ "$left" -le 5 ]; then not_run "$name" "the ${budget}s budget was spent"; continue; fi
-        run_sanitized "$name" "$((left < limit ? left : limit))" "$logs/$(basename "$t")" "$tool" "$t"
+        MODULE_LOADING=$(module_loading "$(basename "$t")") run_sanitized "$name" \
+          "$((left < limit ? left : limit))" "$logs/$(basename "$t")" "$tool" "$t"
       done
     done
     finish "sanitize (${tools[*]}; allocator bypassed; budget ${budget}s, ${limit}s a binary)"

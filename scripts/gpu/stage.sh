@@ -6,8 +6,10 @@
 #                  libraries (scripts/gpu/system-libs.sh): the GPU machine has no package manager
 #   lib/compat/    this machine's libstdc++ and libgcc_s, for a GPU machine whose own are older
 #   cuda-tests.txt the test binaries that touch CUDA (their source has MT_REQUIRE_GPU()), in the
-#                  order first-light runs them, each with the gtest filter of its GPU tests when
-#                  it also holds CPU tests: "NAME [FILTER]"
+#                  order first-light runs them: "NAME LOADING [FILTER]", LOADING eager for the
+#                  binaries whose tests hold a stream (their source uses HeldStream: a module
+#                  loaded lazily inside the hold would wait for it) and lazy for the rest, and the
+#                  gtest filter of its GPU tests when a binary also holds CPU tests
 #   commit.txt, arch.txt
 #   scripts/gpu/stage.sh BUILD_DIR DIR [ARCH]
 set -euo pipefail
@@ -51,9 +53,11 @@ gpu_tests() {  # the Suite.Name (TEST_P: *Suite.Name/*) of each test whose body 
 for src in "$root"/tests/test_cuda*.cpp "$root"/tests/test_*.cpp; do
   name=$(basename "$src" .cpp)
   grep -q 'MT_REQUIRE_GPU()' "$src" && [ -x "$stage/bin/$name" ] || continue
+  loading=lazy
+  grep -q 'HeldStream' "$src" && loading=eager
   case "$name" in
-    test_cuda*) echo "$name" ;;
-    *) echo "$name $(gpu_tests "$src")" ;;
+    test_cuda*) echo "$name $loading" ;;
+    *) echo "$name $loading $(gpu_tests "$src")" ;;
   esac
 done | awk '!seen[$1]++' | awk '$1 == "test_cuda_large" {last = $0; next} {print} END {if (last) print last}' \
   >"$stage/cuda-tests.txt"
