@@ -70,9 +70,13 @@ void check_init_from_hf_config(const Config& c) {
   const nn::GPTConfig g = gpt_config(c.model);
   const auto same = [&](const char* key, const std::string& ours, const std::string& theirs,
                         const std::string& note = "") {
-    if (ours != theirs)
-      c.fail(std::string("model.") + key, "is " + ours + ", but " + hf->path +
-                                              " (beside model.init_from) says " + theirs + note);
+    if (ours == theirs) return;
+    const std::string path = std::string("model.") + key;
+    const auto o = c.origin.find(path);
+    const bool set = o != c.origin.end() && o->second != "default";
+    c.fail(path, (set ? "is " + ours : "the model would use " + ours + ", its default") + ", but " +
+                     hf->path + " (beside model.init_from) says " + theirs + note + "; " +
+                     (set ? "set " : "add the line ") + path + ": " + theirs);
   };
   const auto num = [](double v) {
     std::ostringstream os;
@@ -173,9 +177,22 @@ void check_output(const Config& c, const Dataset& data) {
     }
     if (auto* td = dynamic_cast<const TensorDataset*>(&data); td && td->targets().numel() > 0) {
       // Labels equal to loss.ignore_index mark examples the loss skips, as in PyTorch; the others
-      // must name one of the model's classes, and at least one example must count.
+      // must name one of the model's classes, and at least one example must count. A negative
+      // label that is not the ignored one is the data's fault, whatever the model.
       const Tensor labels = td->targets();
       const Tensor counted = labels != ce->ignore_index;
+      const Tensor negative = logical_and(counted, labels < 0).reshape({-1});
+      if (negative.any().item<bool>()) {
+        const int64_t at = argmax(negative.to(DType::Int32)).item<int64_t>();
+        c.fail(c.data.type == "safetensors" ? "data.targets" : input_key(c),
+               "the data's labels hold " +
+                   std::to_string(labels.reshape({-1}).narrow(0, at, 1).item<int64_t>()) +
+                   (labels.dim() == 1 ? " at example " : " at flattened position ") +
+                   std::to_string(at) +
+                   " (0-based), a negative label that is not loss.ignore_index (" +
+                   std::to_string(ce->ignore_index) +
+                   "): labels are classes from 0, or loss.ignore_index for examples to skip");
+      }
       const int64_t n_counted = counted.sum().item<int64_t>();
       if (n_counted == 0) {
         c.fail("loss.ignore_index", "every label of the data equals loss.ignore_index (" +
@@ -546,7 +563,9 @@ struct DatasetMaker {
   }
   std::shared_ptr<Dataset> operator()(const CsvOptions& o) {
     require_file(c, key, o.path);
-    return load_csv_dataset(o);
+    // As in every reader: a label equal to the loss's ignore_index is read, and skipped by it.
+    const auto* ce = std::get_if<CrossEntropyLossOptions>(&c.loss.options);
+    return load_csv_dataset(o, ce ? std::optional<int64_t>(ce->ignore_index) : std::nullopt);
   }
   std::shared_ptr<Dataset> operator()(const SafetensorsDataOptions& o) {
     require_file(c, key, o.path);

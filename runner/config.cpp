@@ -77,11 +77,19 @@ double OptimizerConfig::weight_decay() const {
 }
 
 std::string Config::describe(const std::string& path) const {
-  std::string out = path;
-  if (auto v = value_text.find(path); v != value_text.end()) out += " = " + v->second;
-  if (auto o = origin.find(path); o != origin.end() && o->second != "default") {
-    out += " (" + o->second + ")";
+  const auto v = value_text.find(path);
+  const auto o = origin.find(path);
+  const bool set = o != origin.end() && o->second != "default";
+  if (!set && o != origin.end()) {
+    // Not in the file: say so, rather than print an empty value as if it had been written.
+    const std::string text = v == value_text.end() ? "" : v->second;
+    if (text.empty() || text == "\"\"" || text == "none" || text == "[]" || text == "{}")
+      return path + " (not set)";
+    return path + " = " + text + " (not set: the default)";
   }
+  std::string out = path;
+  if (v != value_text.end()) out += " = " + v->second;
+  if (set) out += " (" + o->second + ")";
   return out;
 }
 

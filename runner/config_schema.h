@@ -381,8 +381,9 @@ inline const std::vector<VariantKey>& loss_keys() {
   static const std::vector<VariantKey> keys = {
       {.name = "label_smoothing", .range = Range{0, 1}, .help = "as PyTorch's"},
       {.name = "ignore_index",
-       .help = "examples with this label are skipped by the loss (as in PyTorch); every other "
-               "label must be a class of the model, and at least one example must have one"},
+       .help = "examples with this label are skipped by the loss (as in PyTorch), and every data "
+               "type reads it (see 'Labels the loss skips'); every other label must be a class of "
+               "the model, and at least one example must have one"},
       {.name = "pos_weight",
        .range = Range{0, inf},
        .help = "weight of the positive term, one value or one per output (the model's last "

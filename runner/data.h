@@ -190,7 +190,11 @@ struct CsvOptions {
         f("delimiter", s.delimiter);
   }
 };
-std::shared_ptr<TensorDataset> load_csv_dataset(const CsvOptions& options);
+// int64 class labels are whole numbers in [0, 2^31), or equal to `ignored_label` (the loss's
+// ignore_index, which marks an example the loss skips: PyTorch's -100 by default); any other
+// label is refused naming the file, line and column.
+std::shared_ptr<TensorDataset> load_csv_dataset(const CsvOptions& options,
+                                                std::optional<int64_t> ignored_label = {});
 
 // Inputs and targets are two tensors of a safetensors file, found by name.
 struct SafetensorsDataOptions {

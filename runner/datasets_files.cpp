@@ -91,7 +91,8 @@ std::vector<int64_t> idx_dims(const std::string& bytes, const std::string& path,
 
 }  // namespace
 
-std::shared_ptr<TensorDataset> load_csv_dataset(const CsvOptions& o) {
+std::shared_ptr<TensorDataset> load_csv_dataset(const CsvOptions& o,
+                                                std::optional<int64_t> ignored_label) {
   const std::string text = read_file(o.path, "CSV dataset");
   // Rows with their 1-based line numbers; blank lines are skipped.
   std::vector<std::pair<int64_t, std::vector<std::string_view>>> rows;
@@ -174,10 +175,14 @@ std::shared_ptr<TensorDataset> load_csv_dataset(const CsvOptions& o) {
     for (size_t c : inputs) x.push_back(static_cast<float>(value(c)));
     if (labels) {
       const double v = value(targets[0]);
-      MT_CHECK(v == std::floor(v) && v >= 0 && v < 2147483648.0, "CSV dataset: ", o.path, ":",
-               line_no, ": column ", targets[0] + 1, " ('", names[targets[0]], "'): class label '",
-               fields[targets[0]], "' is not an integer in [0, 2^31)");
-      y_labels.push_back(static_cast<int64_t>(v));
+      const bool ignored = ignored_label && v == static_cast<double>(*ignored_label);
+      MT_CHECK(ignored || (v == std::floor(v) && v >= 0 && v < 2147483648.0), "CSV dataset: ",
+               o.path, ":", line_no, ": column ", targets[0] + 1, " ('", names[targets[0]],
+               "'): class label '", fields[targets[0]], "' is not an integer in [0, 2^31)",
+               ignored_label ? ", nor loss.ignore_index (" + std::to_string(*ignored_label) +
+                                   ", a label the loss skips)"
+                             : std::string());
+      y_labels.push_back(ignored ? *ignored_label : static_cast<int64_t>(v));
     } else {
       for (size_t c : targets) y.push_back(static_cast<float>(value(c)));
     }

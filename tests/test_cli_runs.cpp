@@ -453,10 +453,21 @@ TEST_F(CliRunTest, HfGpt2InitFromAndExportBackToHuggingFace) {
   write_file(dir_ / "wrong.yaml", cfg(""));
   const Result wrong = run({"train", "wrong.yaml", "--run-dir", "w", "-q"});
   EXPECT_EQ(wrong.code, 2) << wrong.output;
-  EXPECT_NE(wrong.output.find("model.activation"), std::string::npos) << wrong.output;
-  EXPECT_NE(wrong.output.find("config.json (beside model.init_from) says gelu_tanh"),
-            std::string::npos)
-      << wrong.output;
+  // The key is unset: the line says so (not `= ""`), names the default the model would use
+  // and the line to add.
+  for (const char* part :
+       {"config error: model.activation (not set): the model would use gelu, its default, but ",
+        "config.json (beside model.init_from) says gelu_tanh (activation_function gelu_new); add "
+        "the line model.activation: gelu_tanh"})
+    EXPECT_NE(wrong.output.find(part), std::string::npos) << wrong.output << "\nlacks: " << part;
+  EXPECT_EQ(wrong.output.find("= \"\""), std::string::npos) << wrong.output;
+  // Set to something else, it is named with where it was set.
+  write_file(dir_ / "set.yaml", cfg("activation: gelu, "));
+  const Result set = run({"train", "set.yaml", "--run-dir", "s", "-q"});
+  EXPECT_EQ(set.code, 2) << set.output;
+  EXPECT_NE(set.output.find("model.activation = gelu (line 1): is gelu, but "), std::string::npos)
+      << set.output;
+  EXPECT_NE(set.output.find("; set model.activation: gelu_tanh"), std::string::npos) << set.output;
   EXPECT_FALSE(fs::exists(dir_ / "w"));
 
   write_file(dir_ / "hf.yaml", cfg("activation: gelu_tanh, layer_norm_eps: 0.001, "));

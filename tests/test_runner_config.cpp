@@ -400,9 +400,82 @@ TEST(RunnerBuild, LabelsEqualToIgnoreIndexAreSkippedOthersMustBeClasses) {
   };
   EXPECT_NO_THROW(rn::build_run(rn::parse_config(config_for({0, -100, 2, -100}), "t.yaml")));
   expect_build_error(config_for({-100, -100}), {"loss.ignore_index", "no example counts"});
-  expect_build_error(config_for({1, -5, 2}),
-                     {"model.layers.0.out", "labels go from -5 to 2", "-100, are skipped"});
-  expect_build_error(config_for({2, 3}), {"labels go from 2 to 3"});
+  expect_build_error(config_for({1, -5, 2}), {"data.targets", "-5 at example 1 (0-based)",
+                                              "not loss.ignore_index (-100)"});
+  expect_build_error(config_for({2, 3}),
+                     {"model.layers.0.out", "labels go from 2 to 3", "-100, are skipped"});
+  fs::remove_all(dir);
+}
+
+// One rule for every reader: a CSV label equal to the loss's ignore_index is read and skipped as
+// the same label in a safetensors file is; a run over either file gives the same losses, and a
+// batch whose every label is skipped gives PyTorch's NaN for the mean in both. Other negative
+// labels are refused naming file, line and column.
+TEST(RunnerBuild, CsvAndSafetensorsLabelsEqualToIgnoreIndexAreReadAlike) {
+  const fs::path dir = fs::temp_directory_path() / ("mt_cfg_csv_ii_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::vector<int64_t> labels = {-100, -100, 1, 0, 2, -100, 0, 1};
+  const std::vector<float> x = {0.5f, -1.0f, 0.25f, 2.0f, -0.5f, 1.5f, 0.75f, -2.0f};
+  const std::string csv = (dir / "lab.csv").string();
+  {
+    std::ofstream f(csv);
+    f << "x,y\n";
+    for (size_t i = 0; i < labels.size(); ++i) f << x[i] << "," << labels[i] << "\n";
+  }
+  const std::string st = (dir / "lab.safetensors").string();
+  rn::save_safetensors(st, {{"inputs", mantissa::from_vector(x, Shape{8, 1})},
+                            {"targets", mantissa::from_vector(labels, Shape{8})}});
+  const std::string rest =
+      "model:\n  layers:\n    - {type: linear, in: 1, out: 3}\nloss: {type: cross_entropy}\n"
+      "steps: 4\nlog_every: 1\n";
+  auto losses = [&](const std::string& data) {
+    rn::RunObjects r = rn::build_run(rn::parse_config(data + rest, "t.yaml"));
+    std::vector<double> out;
+    for (int64_t step = 0; step < 4; ++step) {
+      const auto batch = r.train_loader->next();
+      if (!batch) break;
+      out.push_back(r.loss(r.forward(batch->input), batch->target).item<double>());
+    }
+    return out;
+  };
+  const auto from_csv = losses("data: {type: csv, path: " + csv +
+                               ", target_columns: [y], target_dtype: int64, batch_size: 2, "
+                               "shuffle: false}\n");
+  const auto from_st =
+      losses("data: {type: safetensors, path: " + st + ", batch_size: 2, shuffle: false}\n");
+  ASSERT_EQ(from_csv.size(), 4u);
+  ASSERT_EQ(from_st.size(), 4u);
+  EXPECT_TRUE(std::isnan(from_csv[0])) << "every label of the first batch is ignored";
+  EXPECT_TRUE(std::isnan(from_st[0]));
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_TRUE(std::isfinite(from_csv[i])) << i;
+    EXPECT_EQ(from_csv[i], from_st[i]) << "batch " << i;
+  }
+  {
+    std::ofstream f(csv);
+    f << "x,y\n0.5,1\n0.25,-5\n";
+  }
+  expect_build_error("data: {type: csv, path: " + csv +
+                         ", target_columns: [y], target_dtype: int64}\n" + rest,
+                     {"lab.csv:3: column 2 ('y'): class label '-5' is not an integer in [0, 2^31)",
+                      "nor loss.ignore_index (-100, a label the loss skips)"});
+  // Without a loss that ignores a label, -100 is no class.
+  {
+    std::ofstream f(csv);
+    f << "x,y\n0.5,1\n0.25,-100\n";
+  }
+  try {
+    rn::CsvOptions o;
+    o.path = csv;
+    o.target_columns = {"y"};
+    o.target_dtype = mantissa::DType::Int64;
+    (void)rn::load_csv_dataset(o);
+    ADD_FAILURE() << "a label of -100 without an ignore_index was read";
+  } catch (const mantissa::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("class label '-100' is not an integer in [0, 2^31)"),
+              std::string::npos)
+        << e.what();
+  }
   fs::remove_all(dir);
 }
 
