@@ -36,11 +36,8 @@ namespace mantissa {
   X(relu, Relu)                \
   X(sigmoid, Sigmoid)          \
   X(tanh, Tanh)                \
-  X(silu, Silu)                \
   X(gelu, Gelu)                \
   X(gelu_tanh, GeluTanh)       \
-  X(mish, Mish)                \
-  X(hardswish, Hardswish)      \
   X(sign, Sign)                \
   X(reciprocal, Reciprocal)    \
   X(sin, Sin)                  \
@@ -61,9 +58,6 @@ namespace mantissa {
   X(relu_backward, ReluBackward)                 \
   X(gelu_backward, GeluBackward)                 \
   X(gelu_tanh_backward, GeluTanhBackward)        \
-  X(silu_backward, SiluBackward)                 \
-  X(mish_backward, MishBackward)                 \
-  X(hardswish_backward, HardswishBackward)       \
   X(sigmoid_backward, SigmoidBackward)           \
   X(tanh_backward, TanhBackward)
 // Comparisons producing bool.
@@ -455,17 +449,17 @@ MT_KERNEL_TABLE(fmod, BinaryKernel)
 MT_KERNEL_TABLE(isnan, UnaryKernel)
 MT_KERNEL_TABLE(isinf, UnaryKernel)
 MT_KERNEL_TABLE(isfinite, UnaryKernel)
-// out = act(in; p0, p1) for the activations with parameters (kernels/functors.h names them).
-using ParamActivationKernel = void (*)(const Tensor& out, const Tensor& in, double p0, double p1);
-MT_KERNEL_TABLE(leaky_relu, ParamActivationKernel)
-MT_KERNEL_TABLE(elu, ParamActivationKernel)
-MT_KERNEL_TABLE(softplus, ParamActivationKernel)
-// grad_in from grad_out and the forward input.
-using ParamActivationBackwardKernel = void (*)(const Tensor& grad_in, const Tensor& grad_out,
-                                               const Tensor& input, double p0, double p1);
-MT_KERNEL_TABLE(leaky_relu_backward, ParamActivationBackwardKernel)
-MT_KERNEL_TABLE(elu_backward, ParamActivationBackwardKernel)
-MT_KERNEL_TABLE(softplus_backward, ParamActivationBackwardKernel)
+// The listed activations (engine/activations.def), each entry's two tables: out = f(in; p0, p1)
+// and grad_in = grad_out * f'(input; p0, p1), the formulas of engine/activation_formulas.h
+// (kernels/cpu/activation_kernels.cpp, kernels/cuda/activation_kernels.cu). An entry without
+// parameters is called with p0 = p1 = 0.
+using ActivationKernel = void (*)(const Tensor& out, const Tensor& in, double p0, double p1);
+using ActivationBackwardKernel = void (*)(const Tensor& grad_in, const Tensor& grad_out,
+                                          const Tensor& input, double p0, double p1);
+#define MT_ACTIVATION_ENTRY(name, Module, Math) \
+  MT_KERNEL_TABLE(name, ActivationKernel)       \
+  MT_KERNEL_TABLE(name##_backward, ActivationBackwardKernel)
+#include "engine/activations.def"
 // out = lerp(start, end, weight), all of out's shape (expanded) and dtype; an undefined weight
 // means scalar_weight, taken in opmath (PyTorch does not round it to a half type).
 using LerpKernel = void (*)(const Tensor& out, const Tensor& start, const Tensor& end,

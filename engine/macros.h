@@ -18,6 +18,14 @@
 #define MT_FORCE_INLINE __attribute__((always_inline)) inline
 #endif
 
+// std:: math on the host (float overloads); the CUDA math library's overloads on the device.
+// The includer includes <cmath>.
+#if defined(__CUDA_ARCH__)
+#define MT_MATH(fn) ::fn
+#else
+#define MT_MATH(fn) std::fn
+#endif
+
 #define MT_CONCAT_IMPL(a, b) a##b
 #define MT_CONCAT(a, b) MT_CONCAT_IMPL(a, b)
 #define MT_UNIQUE_NAME(prefix) MT_CONCAT(prefix, __COUNTER__)

@@ -16,15 +16,6 @@
 #include "kernels/vectorizable_math.h"
 #endif
 
-// std:: math on the host (float overloads); the CUDA math library's overloads on the device.
-#if !defined(MT_MATH)
-#if defined(__CUDA_ARCH__)
-#define MT_MATH(fn) ::fn
-#else
-#define MT_MATH(fn) std::fn
-#endif
-#endif
-
 namespace mantissa::activation {
 
 // x < 0, without comparing an unsigned value with zero (nvcc warns about that).

@@ -38,18 +38,14 @@ MT_UNARY_FUNCTOR(Exp, "exp", kFloatingTypes, MT_MATH(exp)(x))
 MT_UNARY_FUNCTOR(Log, "log", kFloatingTypes, MT_MATH(log)(x))
 MT_UNARY_FUNCTOR(Sqrt, "sqrt", kFloatingTypes, MT_MATH(sqrt)(x))
 MT_UNARY_FUNCTOR(Rsqrt, "rsqrt", kFloatingTypes, T(1) / MT_MATH(sqrt)(x))
-// The activations' math is kernels/activation_math.h, shared with the fused linear kernels.
+// relu and gelu's math is kernels/activation_math.h, shared with the fused linear kernels; the
+// other activations are the list of engine/activations.def, whose math is
+// engine/activation_formulas.h.
 MT_UNARY_FUNCTOR(Relu, "relu", kNumberTypes, activation::relu(x))
 MT_UNARY_FUNCTOR(Sigmoid, "sigmoid", kFloatingTypes, sigmoid_of(x))
 MT_UNARY_FUNCTOR(Tanh, "tanh", kFloatingTypes, MT_MATH(tanh)(x))
-MT_UNARY_FUNCTOR(Silu, "silu", kFloatingTypes, x* sigmoid_of(x))
 MT_UNARY_FUNCTOR(Gelu, "gelu", kFloatingTypes, activation::gelu(x))
 MT_UNARY_FUNCTOR(GeluTanh, "gelu_tanh", kFloatingTypes, activation::gelu_tanh(x))
-// x tanh(softplus(x)), as PyTorch's (exp overflowing to inf gives tanh(inf) = 1).
-MT_UNARY_FUNCTOR(Mish, "mish", kFloatingTypes, x* MT_MATH(tanh)(MT_MATH(log1p)(MT_MATH(exp)(x))))
-// x relu6(x + 3) / 6.
-MT_UNARY_FUNCTOR(Hardswish, "hardswish", kFloatingTypes,
-                 x*(x + T(3) < T(0) ? T(0) : (x + T(3) > T(6) ? T(6) : x + T(3))) / T(6))
 MT_UNARY_FUNCTOR(Sign, "sign", kSignedTypes, T((T(0) < x) - (x < T(0))))
 MT_UNARY_FUNCTOR(Reciprocal, "reciprocal", kFloatingTypes, T(1) / x)
 MT_UNARY_FUNCTOR(Sin, "sin", kFloatingTypes, MT_MATH(sin)(x))
@@ -130,28 +126,14 @@ MT_COMPARISON_FUNCTOR(Ge, "ge", a >= b)
 MT_BACKWARD_FUNCTOR(ReluBackward, "relu_backward", activation::relu_backward(g, s))
 MT_BACKWARD_FUNCTOR(GeluBackward, "gelu_backward", g* activation::gelu_derivative(s))
 MT_BACKWARD_FUNCTOR(GeluTanhBackward, "gelu_tanh_backward", g* activation::gelu_tanh_derivative(s))
-MT_BACKWARD_FUNCTOR(
-    SiluBackward, "silu_backward", g* [&] {
-      const T sg = sigmoid_of(s);
-      return sg * (T(1) + s * (T(1) - sg));
-    }())
-MT_BACKWARD_FUNCTOR(
-    MishBackward, "mish_backward", g* [&] {
-      const T t = MT_MATH(tanh)(MT_MATH(log1p)(MT_MATH(exp)(s)));
-      return t + s * sigmoid_of(s) * (T(1) - t * t);
-    }())
-// Today's PyTorch (2.7 on): 0 up to -3, x / 3 + 1/2 strictly between -3 and 3, 1 from 3 on (NaN
-// passes g). PyTorch 1.13 gave x / 3 + 1/2 at both ends.
-MT_BACKWARD_FUNCTOR(HardswishBackward, "hardswish_backward",
-                    s <= T(-3) ? T(0) : (s < T(3) ? T(g * (s / T(3) + T(0.5))) : g))
 MT_BACKWARD_FUNCTOR(SigmoidBackward, "sigmoid_backward", g* s*(T(1) - s))
 MT_BACKWARD_FUNCTOR(TanhBackward, "tanh_backward", g*(T(1) - s * s))
 #undef MT_BACKWARD_FUNCTOR
 
-// ---- pointwise ops and the activations with parameters (autograd/ops/pointwise.cpp and
-// activations.cpp) ------------------------------------------------------------------------------
-// Integer division by zero never reaches these (the ops reject it first, as PyTorch's CPU raises
-// ZeroDivisionError); the guards keep a kernel from trapping on it or on INT_MIN / -1.
+// ---- pointwise ops (autograd/ops/pointwise.cpp)
+// -------------------------------------------------- Integer division by zero never reaches these
+// (the ops reject it first, as PyTorch's CPU raises ZeroDivisionError); the guards keep a kernel
+// from trapping on it or on INT_MIN / -1.
 template <typename T>
 MT_HOST_DEVICE inline T floor_divide_of(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
@@ -242,55 +224,6 @@ MT_PREDICATE_FUNCTOR(IsNan, "isnan", x != x, false)
 MT_PREDICATE_FUNCTOR(IsInf, "isinf", x - x != x - x && x == x, false)
 MT_PREDICATE_FUNCTOR(IsFinite, "isfinite", x - x == x - x, true)
 #undef MT_PREDICATE_FUNCTOR
-
-// Activations with parameters, as torch.nn.functional's: (x, p0, p1) -> y and their backward
-// (g, x, p0, p1) -> grad_in, from the forward input. p0 is leaky_relu's negative_slope, elu's
-// alpha and softplus's beta; p1 is softplus's threshold.
-struct LeakyRelu {
-  static constexpr const char* name = "leaky_relu";
-  template <typename T>
-  MT_HOST_DEVICE T operator()(T x, T slope, T) const {
-    return x > T(0) ? x : x * slope;
-  }
-};
-struct LeakyReluBackward {
-  static constexpr const char* name = "leaky_relu_backward";
-  template <typename T>
-  MT_HOST_DEVICE T operator()(T g, T x, T slope, T) const {
-    return x > T(0) ? g : g * slope;
-  }
-};
-struct Elu {
-  static constexpr const char* name = "elu";
-  template <typename T>
-  MT_HOST_DEVICE T operator()(T x, T alpha, T) const {
-    return x <= T(0) ? MT_MATH(expm1)(x) * alpha : x;
-  }
-};
-struct EluBackward {
-  static constexpr const char* name = "elu_backward";
-  template <typename T>
-  MT_HOST_DEVICE T operator()(T g, T x, T alpha, T) const {
-    return x <= T(0) ? g * alpha * MT_MATH(exp)(x) : g;
-  }
-};
-// Above the threshold (in x * beta) softplus is x itself, which also keeps exp from overflowing.
-struct Softplus {
-  static constexpr const char* name = "softplus";
-  template <typename T>
-  MT_HOST_DEVICE T operator()(T x, T beta, T threshold) const {
-    return x * beta > threshold ? x : MT_MATH(log1p)(MT_MATH(exp)(x * beta)) / beta;
-  }
-};
-struct SoftplusBackward {
-  static constexpr const char* name = "softplus_backward";
-  template <typename T>
-  MT_HOST_DEVICE T operator()(T g, T x, T beta, T threshold) const {
-    if (x * beta > threshold) return g;
-    const T z = MT_MATH(exp)(x * beta);
-    return g * z / (z + T(1));
-  }
-};
 
 // start + weight * (end - start), from whichever end is nearer to weight, as PyTorch's lerp, so
 // that weight 1 gives `end` exactly.

@@ -62,15 +62,32 @@ std::string py_number(double v) {
   return v == std::floor(v) && std::fabs(v) < 1e15 ? std::to_string(static_cast<int64_t>(v))
                                                    : py_float(v);
 }
+// The listed activations' modules (nn/layers.h): a parameter the op refuses (celu's alpha of 0)
+// is refused when the module is made.
+void check_module_param(const char* module, const char* param, bool ok, double v) {
+  MT_CHECK(ok, module, ": ", param, " cannot be ", v, " (ZeroDivisionError in PyTorch)");
+}
 }  // namespace
-
-std::string LeakyReLUImpl::extra_repr() const {
-  return "negative_slope=" + py_float(negative_slope);
-}
-std::string ELUImpl::extra_repr() const { return "alpha=" + py_float(alpha); }
-std::string SoftplusImpl::extra_repr() const {
-  return "beta=" + py_number(beta) + ", threshold=" + py_number(threshold);
-}
+#define MT_PARAM_OK_any(v) true
+#define MT_PARAM_OK_positive(v) true
+#define MT_PARAM_OK_nonzero(v) ((v) != 0.0)
+#define MT_ACTIVATION1(name, Module, Math, node, policy, p0, d0, c0, r0, doc0)   \
+  Module##Impl::Module##Impl(double value0) : UnaryModule(#Module), p0(value0) { \
+    check_module_param(#Module, #p0, MT_PARAM_OK_##c0(p0), p0);                  \
+  }                                                                              \
+  std::string Module##Impl::extra_repr() const { return #p0 "=" + r0(p0); }
+#define MT_ACTIVATION2(name, Module, Math, node, policy, p0, d0, c0, r0, doc0, p1, d1, c1, r1, \
+                       doc1)                                                                   \
+  Module##Impl::Module##Impl(double value0, double value1)                                     \
+      : UnaryModule(#Module), p0(value0), p1(value1) {                                         \
+    check_module_param(#Module, #p0, MT_PARAM_OK_##c0(p0), p0);                                \
+    check_module_param(#Module, #p1, MT_PARAM_OK_##c1(p1), p1);                                \
+  }                                                                                            \
+  std::string Module##Impl::extra_repr() const { return #p0 "=" + r0(p0) + ", " #p1 "=" + r1(p1); }
+#include "engine/activations.def"
+#undef MT_PARAM_OK_any
+#undef MT_PARAM_OK_positive
+#undef MT_PARAM_OK_nonzero
 
 DropoutImpl::DropoutImpl(double prob) : UnaryModule("Dropout"), p(prob) {
   MT_CHECK(p >= 0.0 && p <= 1.0, "Dropout: dropout probability has to be between 0 and 1, but got ",

@@ -42,11 +42,33 @@ MANTISSA_MODULE(Linear);
   };                                                          \
   MANTISSA_MODULE(Name)
 MANTISSA_ACTIVATION(ReLU, relu(x));
-MANTISSA_ACTIVATION(SiLU, silu(x));
 MANTISSA_ACTIVATION(Sigmoid, sigmoid(x));
 MANTISSA_ACTIVATION(Tanh, tanh(x));
-MANTISSA_ACTIVATION(Mish, mish(x));
-MANTISSA_ACTIVATION(Hardswish, hardswish(x));
+
+// The modules of the listed activations (engine/activations.def): SiLU, Mish, Hardswish, SELU,
+// Softsign, LogSigmoid, LeakyReLU, ELU, CELU, Softplus, Hardtanh, with their parameters as
+// members (defaults as torch.nn's) and printed as PyTorch prints them.
+#define MT_ACTIVATION(name, Module, Math, node, policy) MANTISSA_ACTIVATION(Module, name(x));
+#define MT_ACTIVATION1(name, Module, Math, node, policy, p0, d0, c0, r0, doc0) \
+  class Module##Impl : public UnaryModule {                                    \
+   public:                                                                     \
+    explicit Module##Impl(double p0 = d0);                                     \
+    Tensor forward(const Tensor& x) override { return name(x, p0); }           \
+    std::string extra_repr() const override;                                   \
+    double p0;                                                                 \
+  };                                                                           \
+  MANTISSA_MODULE(Module);
+#define MT_ACTIVATION2(name, Module, Math, node, policy, p0, d0, c0, r0, doc0, p1, d1, c1, r1, \
+                       doc1)                                                                   \
+  class Module##Impl : public UnaryModule {                                                    \
+   public:                                                                                     \
+    explicit Module##Impl(double p0 = d0, double p1 = d1);                                     \
+    Tensor forward(const Tensor& x) override { return name(x, p0, p1); }                       \
+    std::string extra_repr() const override;                                                   \
+    double p0, p1;                                                                             \
+  };                                                                                           \
+  MANTISSA_MODULE(Module);
+#include "engine/activations.def"
 #undef MANTISSA_ACTIVATION
 
 class GELUImpl : public UnaryModule {
@@ -57,36 +79,6 @@ class GELUImpl : public UnaryModule {
   std::string approximate;
 };
 MANTISSA_MODULE(GELU);
-
-// Activations with parameters, printed as PyTorch prints them.
-class LeakyReLUImpl : public UnaryModule {
- public:
-  explicit LeakyReLUImpl(double negative_slope = 0.01)
-      : UnaryModule("LeakyReLU"), negative_slope(negative_slope) {}
-  Tensor forward(const Tensor& x) override { return leaky_relu(x, negative_slope); }
-  std::string extra_repr() const override;
-  double negative_slope;
-};
-MANTISSA_MODULE(LeakyReLU);
-
-class ELUImpl : public UnaryModule {
- public:
-  explicit ELUImpl(double alpha = 1.0) : UnaryModule("ELU"), alpha(alpha) {}
-  Tensor forward(const Tensor& x) override { return elu(x, alpha); }
-  std::string extra_repr() const override;
-  double alpha;
-};
-MANTISSA_MODULE(ELU);
-
-class SoftplusImpl : public UnaryModule {
- public:
-  explicit SoftplusImpl(double beta = 1.0, double threshold = 20.0)
-      : UnaryModule("Softplus"), beta(beta), threshold(threshold) {}
-  Tensor forward(const Tensor& x) override { return softplus(x, beta, threshold); }
-  std::string extra_repr() const override;
-  double beta, threshold;
-};
-MANTISSA_MODULE(Softplus);
 
 class DropoutImpl : public UnaryModule {
  public:

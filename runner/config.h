@@ -39,9 +39,10 @@ class ConfigError : public Error {
 
 // One entry of model.layers.
 struct LayerSpec {
-  std::string type;         // linear relu gelu silu sigmoid tanh dropout layernorm conv2d maxpool2d
-                            // flatten conv1d adaptive_avg_pool2d identity leaky_relu elu softplus
-                            // batchnorm1d batchnorm2d groupnorm rmsnorm
+  std::string type;         // schema::kLayerTypes: linear relu gelu sigmoid tanh dropout layernorm
+                            // conv2d maxpool2d flatten conv1d adaptive_avg_pool2d identity
+                            // batchnorm1d batchnorm2d groupnorm rmsnorm, and the activations of
+                            // engine/activations.def
   std::string name;         // the child's name; empty: its index, as nn.Sequential
   std::string path;         // "model.layers.3", for messages
   int64_t in = 0, out = 0;  // linear: features; conv2d: channels
@@ -56,12 +57,15 @@ struct LayerSpec {
   int64_t padding = 0;                  // conv2d, maxpool2d
   int64_t start_dim = 1, end_dim = -1;  // flatten
   std::vector<int64_t> output_size;     // adaptive_avg_pool2d: [h, w], or one size for both
-  double negative_slope = 0.01;         // leaky_relu
-  double alpha = 1.0;                   // elu
-  double beta = 1.0, threshold = 20.0;  // softplus
-  int64_t features = 0;                 // batchnorm1d/2d num_features, groupnorm num_channels
-  int64_t groups = 1;                   // groupnorm num_groups
-  double momentum = 0.1;                // batchnorm1d/2d
+  // The parameters of the activations of engine/activations.def, one member per parameter name
+  // (shared by the activations that have it), initialised to the list's default.
+  double negative_slope = 0.01;          // leaky_relu
+  double alpha = 1.0;                    // elu, celu
+  double beta = 1.0, threshold = 20.0;   // softplus
+  double min_val = -1.0, max_val = 1.0;  // hardtanh
+  int64_t features = 0;                  // batchnorm1d/2d num_features, groupnorm num_channels
+  int64_t groups = 1;                    // groupnorm num_groups
+  double momentum = 0.1;                 // batchnorm1d/2d
 };
 
 // model.preset gpt: nn::GPTConfig's fields (nanoGPT's GPTConfig).

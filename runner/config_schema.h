@@ -30,12 +30,30 @@ namespace mantissa::runner::schema {
 
 // ---- the declarations ---------------------------------------------------------------------------
 
-inline const std::vector<std::string> kLayerTypes = {
-    "linear",      "relu",       "gelu",    "silu",     "mish",
-    "hardswish",   "sigmoid",    "tanh",    "dropout",  "layernorm",
-    "conv2d",      "maxpool2d",  "flatten", "conv1d",   "adaptive_avg_pool2d",
-    "identity",    "leaky_relu", "elu",     "softplus", "batchnorm1d",
-    "batchnorm2d", "groupnorm",  "rmsnorm"};
+// The layer types: these, then the activations of engine/activations.def.
+inline const std::vector<std::string> kLayerTypes = [] {
+  std::vector<std::string> types = {
+      "linear",    "relu",        "gelu",        "sigmoid",   "tanh",   "dropout",
+      "layernorm", "conv2d",      "maxpool2d",   "flatten",   "conv1d", "adaptive_avg_pool2d",
+      "identity",  "batchnorm1d", "batchnorm2d", "groupnorm", "rmsnorm"};
+#define MT_ACTIVATION_ENTRY(name, Module, Math) types.push_back(#name);
+#include "engine/activations.def"
+  return types;
+}();
+
+// An activation parameter's constraint token (engine/activations.def) on its key.
+template <typename K>
+K& constrained_any(K& k) {
+  return k;
+}
+template <typename K>
+K& constrained_positive(K& k) {
+  return k.positive();
+}
+template <typename K>
+K& constrained_nonzero(K& k) {
+  return k.checked([](const double& v) { return v != 0.0 ? "" : "cannot be 0"; }, "!= 0");
+}
 
 template <typename V>
 void describe(V& v, LayerSpec& l) {
@@ -123,15 +141,17 @@ void describe(V& v, LayerSpec& l) {
             return (o.size() == 1 || o.size() == 2) && o.front() >= 1 && o.back() >= 1;
           },
           "must be one or two sizes, each >= 1"});
-  v.field(key("negative_slope", l.negative_slope)
-              .applies_to({"leaky_relu"})
-              .doc("the slope for negative inputs"));
-  v.field(key("alpha", l.alpha).applies_to({"elu"}).doc("the value ELU saturates to, negated"));
-  v.field(
-      key("beta", l.beta).applies_to({"softplus"}).positive().doc("log(1 + exp(beta x)) / beta"));
-  v.field(key("threshold", l.threshold)
-              .applies_to({"softplus"})
-              .doc("above it (in beta x) softplus is the identity"));
+  // The parameters of the activations of engine/activations.def: a key per parameter, the
+  // LayerSpec member of its name.
+#define MT_ACTIVATION_KEY(type, p, c, help) \
+  v.field(constrained_##c(key(#p, l.p).applies_to({#type}).doc(help)));
+#define MT_ACTIVATION1(name, Module, Math, node, policy, p0, d0, c0, r0, doc0) \
+  MT_ACTIVATION_KEY(name, p0, c0, doc0)
+#define MT_ACTIVATION2(name, Module, Math, node, policy, p0, d0, c0, r0, doc0, p1, d1, c1, r1, \
+                       doc1)                                                                   \
+  MT_ACTIVATION_KEY(name, p0, c0, doc0) MT_ACTIVATION_KEY(name, p1, c1, doc1)
+#include "engine/activations.def"
+#undef MT_ACTIVATION_KEY
   // The normalisation layers of nn/norm.h.
   v.field(key("features", l.features)
               .applies_to({"batchnorm1d", "batchnorm2d", "groupnorm"})

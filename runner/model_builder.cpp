@@ -20,9 +20,6 @@ std::shared_ptr<nn::UnaryModule> make_layer(const LayerSpec& l) {
   if (l.type == "linear") return nn::Linear(l.in, l.out, l.bias).ptr();
   if (l.type == "relu") return nn::ReLU().ptr();
   if (l.type == "gelu") return nn::GELU(l.approximate).ptr();
-  if (l.type == "silu") return nn::SiLU().ptr();
-  if (l.type == "mish") return nn::Mish().ptr();
-  if (l.type == "hardswish") return nn::Hardswish().ptr();
   if (l.type == "sigmoid") return nn::Sigmoid().ptr();
   if (l.type == "tanh") return nn::Tanh().ptr();
   if (l.type == "dropout") return nn::Dropout(l.p).ptr();
@@ -52,9 +49,15 @@ std::shared_ptr<nn::UnaryModule> make_layer(const LayerSpec& l) {
     return nn::AdaptiveAvgPool2d(Size2(l.output_size.front(), l.output_size.back())).ptr();
   }
   if (l.type == "identity") return nn::Identity().ptr();
-  if (l.type == "leaky_relu") return nn::LeakyReLU(l.negative_slope).ptr();
-  if (l.type == "elu") return nn::ELU(l.alpha).ptr();
-  if (l.type == "softplus") return nn::Softplus(l.beta, l.threshold).ptr();
+    // The activations of engine/activations.def, with their parameters' keys.
+#define MT_ACTIVATION(name, Module, Math, node, policy) \
+  if (l.type == #name) return nn::Module().ptr();
+#define MT_ACTIVATION1(name, Module, Math, node, policy, p0, d0, c0, r0, doc0) \
+  if (l.type == #name) return nn::Module(l.p0).ptr();
+#define MT_ACTIVATION2(name, Module, Math, node, policy, p0, d0, c0, r0, doc0, p1, d1, c1, r1, \
+                       doc1)                                                                   \
+  if (l.type == #name) return nn::Module(l.p0, l.p1).ptr();
+#include "engine/activations.def"
   if (l.type == "batchnorm1d")
     return nn::BatchNorm1d(l.features, l.eps, l.momentum, l.affine).ptr();
   if (l.type == "batchnorm2d")

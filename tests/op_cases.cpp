@@ -59,6 +59,9 @@ const std::vector<OpCase>& op_cases() {
     unary("silu", kFloat, &mt::silu);
     unary("mish", kFloat, &mt::mish, -4, 4);
     unary("hardswish", kFloat, &mt::hardswish, -5, 5);
+    unary("selu", kFloat, &mt::selu);
+    unary("softsign", kFloat, &mt::softsign);
+    unary("logsigmoid", kFloat, &mt::logsigmoid, -4, 4);
     unary("sign", kSigned, &mt::sign, -2, 2);
     unary("reciprocal", kFloat, &mt::reciprocal, 0.5, 2);
     unary("sin", kFloat, &mt::sin);
@@ -567,6 +570,10 @@ const std::vector<OpCase>& op_cases() {
     v.push_back({"elu", kFloat, {{5, 7}}, [](const Inputs& x) { return mt::elu(x[0], 1.3); }});
     v.push_back({"softplus", kFloat, {{5, 7}}, [](const Inputs& x) {
                    return mt::softplus(x[0], 2.0, 3.0);
+                 }});
+    v.push_back({"celu", kFloat, {{5, 7}}, [](const Inputs& x) { return mt::celu(x[0], 0.7); }});
+    v.push_back({"hardtanh", kFloat, {{5, 7}}, [](const Inputs& x) {
+                   return mt::hardtanh(x[0], -0.8, 1.1);
                  }});
     v.push_back({"lerp", kFloat, {{5, 7}, {5, 7}, {7}}, [](const Inputs& x) {
                    return mt::lerp(x[0], x[1], x[2]);

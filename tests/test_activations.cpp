@@ -1,12 +1,15 @@
-// The activations with parameters (leaky_relu, elu, softplus) and mish and hardswish against
-// PyTorch: every program here is also in scripts/golden/make_activations.py, whose results are
-// committed in tests/golden/activations.txt. Then what the golden file cannot hold: today's
-// PyTorch where it changed since the golden file's, our refusals, rounding of the half types,
-// autocast, and the modules. The activations without parameters (relu, gelu, silu, ...) are rows
-// of the unary op table, tested with it in test_elementwise.cpp.
+// The activations of engine/activations.def against PyTorch: every program here is also in
+// scripts/golden/make_activations.py, whose results are committed in tests/golden/activations.txt.
+// Then what the golden file cannot hold: today's PyTorch where it changed since the golden
+// file's, our refusals, rounding of the half types, autocast, and the modules; and, walking the
+// list, that every entry is an op, a module and a config layer type that agree, whose backward
+// kernel and create_graph formula agree. relu, gelu, sigmoid and tanh are rows of the unary op
+// table, tested with it in test_elementwise.cpp.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +17,7 @@
 #include "autograd/backward.h"
 #include "golden_file.h"
 #include "nn/layers.h"
+#include "runner/config_schema.h"
 #include "runner/model_builder.h"
 #include "test_util.h"
 
@@ -55,7 +59,14 @@ std::map<std::string, mt::testing::GoldenProgram> programs() {
       {"softplus", [](const Tensor& x) { return mt::softplus(x); }},
       {"softplus_beta_threshold", [](const Tensor& x) { return mt::softplus(x, 2.0, 3.0); }},
       {"mish", [](const Tensor& x) { return mt::mish(x); }},
-      {"hardswish", [](const Tensor& x) { return mt::hardswish(x); }}};
+      {"hardswish", [](const Tensor& x) { return mt::hardswish(x); }},
+      {"selu", [](const Tensor& x) { return mt::selu(x); }},
+      {"celu", [](const Tensor& x) { return mt::celu(x); }},
+      {"celu_alpha", [](const Tensor& x) { return mt::celu(x, 0.5); }},
+      {"softsign", [](const Tensor& x) { return mt::softsign(x); }},
+      {"logsigmoid", [](const Tensor& x) { return mt::logsigmoid(x); }},
+      {"hardtanh", [](const Tensor& x) { return mt::hardtanh(x); }},
+      {"hardtanh_range", [](const Tensor& x) { return mt::hardtanh(x, -0.5, 2.0); }}};
   for (const auto& [name, fn] : activations) {
     const std::vector<double>& in =
         name.rfind("softplus", 0) == 0 ? SOFT : (name == "hardswish" ? HSW : ACT);
@@ -69,6 +80,14 @@ std::map<std::string, mt::testing::GoldenProgram> programs() {
   p["mish_hardswish_wide_float32"] = [] {
     const Tensor x = t({-100.0, -30.0, -3.0, 3.0, 20.0, 30.0, 89.0, 100.0}, mt::kFloat32);
     return Outputs{{"mish", mt::mish(x)}, {"hardswish", mt::hardswish(x)}};
+  };
+  p["wide_float32"] = [] {
+    const Tensor x = t({-100.0, -30.0, -3.0, 0.0, 3.0, 20.0, 50.0, 80.0}, mt::kFloat32);
+    return Outputs{{"selu", mt::selu(x)},
+                   {"celu", mt::celu(x, 2.0)},
+                   {"softsign", mt::softsign(x)},
+                   {"logsigmoid", mt::logsigmoid(x)},
+                   {"hardtanh", mt::hardtanh(x, -2.0, 25.0)}};
   };
   p["softplus_large_float32"] = [] {
     return out(mt::softplus(t({15.0, 19.9, 20.0, 20.1, 50.0, 100.0}, mt::kFloat32)));
@@ -215,4 +234,147 @@ TEST(ActivationModules, ConfigLayerTypesBuildThem) {
   hardswish.type = "hardswish";
   model.layers = {mish, hardswish};
   EXPECT_TRUE(mt::equal(mt::runner::build_model(model)->forward(x), mt::hardswish(mt::mish(x))));
+}
+
+// ---- the list, walked
+// ----------------------------------------------------------------------------
+namespace {
+
+struct ListedActivation {
+  std::string name, module, repr;                 // repr: the module's extra_repr with the defaults
+  std::function<Tensor(const Tensor&)> op;        // with the defaults
+  std::function<Tensor(const Tensor&)> op_other;  // with other parameters
+  std::function<std::shared_ptr<mt::nn::UnaryModule>()> make;      // with the defaults
+  std::function<void(mt::runner::LayerSpec&)> set_other;           // the same other parameters
+  std::function<bool(const mt::runner::LayerSpec&)> spec_default;  // LayerSpec holds the defaults
+};
+
+// Other parameters than the defaults: shifted and scaled, never 0.
+double other(double d) { return d == 0.0 ? 0.5 : d * 1.5 + (d > 0 ? 0.25 : -0.25); }
+
+std::vector<ListedActivation> listed() {
+  std::vector<ListedActivation> v;
+  [[maybe_unused]] auto py_float = [](double x) {
+    std::ostringstream os;
+    os << x;
+    std::string s = os.str();
+    return s.find_first_of(".e") == std::string::npos ? s + ".0" : s;
+  };
+  [[maybe_unused]] auto py_number = [](double x) {
+    std::ostringstream os;
+    os << x;
+    return os.str();
+  };
+#define MT_ACTIVATION(name, Module, Math, node, policy)                                            \
+  v.push_back({#name, #Module, "", [](const Tensor& x) { return mt::name(x); },                    \
+               [](const Tensor& x) { return mt::name(x); }, [] { return mt::nn::Module().ptr(); }, \
+               [](mt::runner::LayerSpec&) {}, [](const mt::runner::LayerSpec&) { return true; }});
+#define MT_ACTIVATION1(name, Module, Math, node, policy, p0, d0, c0, r0, doc0)                \
+  v.push_back({#name, #Module, #p0 "=" + r0(d0), [](const Tensor& x) { return mt::name(x); }, \
+               [](const Tensor& x) { return mt::name(x, other(d0)); },                        \
+               [] { return mt::nn::Module().ptr(); },                                         \
+               [](mt::runner::LayerSpec& l) { l.p0 = other(d0); },                            \
+               [](const mt::runner::LayerSpec& l) { return l.p0 == d0; }});
+#define MT_ACTIVATION2(name, Module, Math, node, policy, p0, d0, c0, r0, doc0, p1, d1, c1, r1, \
+                       doc1)                                                                   \
+  v.push_back({#name, #Module, #p0 "=" + r0(d0) + ", " #p1 "=" + r1(d1),                       \
+               [](const Tensor& x) { return mt::name(x); },                                    \
+               [](const Tensor& x) { return mt::name(x, other(d0), other(d1)); },              \
+               [] { return mt::nn::Module().ptr(); },                                          \
+               [](mt::runner::LayerSpec& l) { l.p0 = other(d0), l.p1 = other(d1); },           \
+               [](const mt::runner::LayerSpec& l) { return l.p0 == d0 && l.p1 == d1; }});
+#include "engine/activations.def"
+  return v;
+}
+
+}  // namespace
+
+// Each entry is an op of the op list, a module of its name printed as PyTorch prints it, and a
+// config layer type whose keys reach the op; LayerSpec's members start at the list's defaults.
+TEST(ActivationList, EveryEntryIsAnOpAModuleAndAConfigLayer) {
+  const std::vector<ListedActivation> entries = listed();
+  ASSERT_EQ(entries.size(), 11u);
+  const Tensor x = t(ACT);
+  for (const ListedActivation& e : entries) {
+    SCOPED_TRACE(e.name);
+    const auto m = e.make();
+    EXPECT_EQ(m->type_name(), e.module);
+    EXPECT_EQ(m->extra_repr(), e.repr);
+    EXPECT_TRUE(mt::equal(m->forward(x), e.op(x)));
+    EXPECT_NE(std::find(mt::runner::schema::kLayerTypes.begin(),
+                        mt::runner::schema::kLayerTypes.end(), e.name),
+              mt::runner::schema::kLayerTypes.end());
+    mt::runner::LayerSpec spec;
+    spec.type = e.name;
+    EXPECT_TRUE(e.spec_default(spec)) << "LayerSpec's member is not the list's default";
+    mt::runner::ModelConfig model;
+    model.layers = {spec};
+    EXPECT_TRUE(mt::equal(mt::runner::build_model(model)->forward(x), e.op(x)));
+    e.set_other(spec);
+    model.layers = {spec};
+    EXPECT_TRUE(mt::equal(mt::runner::build_model(model)->forward(x), e.op_other(x)));
+    EXPECT_THROW((void)e.op(t(IA, mt::kInt64)), mt::Error);
+  }
+}
+
+// The backward kernel and the create_graph formula are one formula (engine/activation_formulas.h)
+// evaluated by the kernel on scalars and by the ops on Tensors: they agree to rounding, on both
+// sides of every kink and far out, where the Tensor form must stay finite.
+TEST(ActivationList, BackwardKernelAndCreateGraphFormulaAgree) {
+  const Tensor in = t({-100.0, -20.0, -3.0, -1.0, -0.5, 0.0, 0.25, 1.0, 3.0, 4.0, 25.0, 100.0});
+  for (const ListedActivation& e : listed()) {
+    for (const auto& f : {e.op, e.op_other}) {
+      SCOPED_TRACE(e.name);
+      const Tensor x = in.clone().requires_grad_();
+      const Tensor w = weights(in.numel());
+      const Tensor kernel = mt::autograd::grad({(f(x) * w).sum()}, {x}).at(0);
+      const Tensor formula =
+          mt::autograd::grad({(f(x) * w).sum()}, {x}, {}, true, false, true).at(0);
+      mt::testing::expect_close(formula.detach(), kernel, 1e-14, 1e-300, e.name);
+      // And the formula's own derivative (the second) is finite everywhere (a piecewise-linear
+      // entry's formula does not depend on x).
+      if (!formula.requires_grad()) continue;
+      const Tensor second = mt::autograd::grad({formula.sum()}, {x}, {}, false, true).at(0);
+      if (second.defined()) {
+        EXPECT_TRUE(mt::all_finite(second).item<bool>()) << e.name << second;
+      }
+    }
+  }
+}
+
+// Half types compute in float and round once: the float32 result rounded to the type; under a
+// bf16 autocast each entry keeps its policy (softplus runs in float32, the others in bf16).
+TEST(ActivationList, HalfTypesRoundTheFloat32ResultAndAutocastKeepsThePolicy) {
+  for (const ListedActivation& e : listed()) {
+    for (DType dt : {mt::kFloat16, mt::kBFloat16}) {
+      const Tensor x = t(ACT, dt), x32 = x.to(mt::kFloat32);
+      EXPECT_TRUE(
+          mt::equal(e.op_other(x).to(mt::kFloat32), e.op_other(x32).to(dt).to(mt::kFloat32)))
+          << e.name << " " << mt::dtype_name(dt);
+    }
+    mt::amp::autocast guard(mt::kCPU, mt::amp::Precision::BFloat16);
+    EXPECT_EQ(e.op(t(ACT, mt::kBFloat16)).dtype(),
+              e.name == "softplus" ? mt::kFloat32 : mt::kBFloat16)
+        << e.name;
+  }
+}
+
+// celu's alpha of 0 divides by zero: refused by the op, the module and the config key, as
+// PyTorch's op refuses it; softplus's beta must be positive in a config.
+TEST(ActivationList, ParametersTheyCannotTakeAreRefused) {
+  const Tensor x = t(ACT);
+  mt::testing::expect_error([&] { (void)mt::celu(x, 0.0); }, {"celu: alpha cannot be 0"});
+  mt::testing::expect_error([&] { (void)mt::nn::CELU(0.0); }, {"CELU: alpha cannot be 0"});
+  auto config_error = [](const std::string& layer, const std::vector<std::string>& parts) {
+    try {
+      (void)mt::runner::parse_config("model:\n  layers:\n    - " + layer + "\n", "t.yaml");
+      ADD_FAILURE() << "no config error for " << layer;
+    } catch (const mt::runner::ConfigError& e) {
+      for (const auto& p : parts)
+        EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << "\nlacks " << p;
+    }
+  };
+  config_error("{type: celu, alpha: 0}", {"model.layers.0.alpha", "cannot be 0"});
+  config_error("{type: softplus, beta: 0}", {"model.layers.0.beta"});
+  config_error("{type: hardtanh, alpha: 1}", {"alpha"});
 }

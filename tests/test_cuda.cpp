@@ -202,7 +202,6 @@ TEST(Cuda, UnaryOpsMatchCpu) {
       {"relu", f::Relu::dtypes, [](const Tensor& x) { return mt::relu(x); }, -5, 5},
       {"sigmoid", f::Sigmoid::dtypes, [](const Tensor& x) { return mt::sigmoid(x); }, -6, 6},
       {"tanh", f::Tanh::dtypes, [](const Tensor& x) { return mt::tanh(x); }, -3, 3},
-      {"silu", f::Silu::dtypes, [](const Tensor& x) { return mt::silu(x); }, -5, 5},
       {"gelu", f::Gelu::dtypes, [](const Tensor& x) { return mt::gelu(x); }, -5, 5},
       {"gelu_tanh", f::GeluTanh::dtypes, [](const Tensor& x) { return mt::gelu(x, "tanh"); }, -5,
        5},
@@ -329,7 +328,6 @@ TEST(Cuda, ActivationBackwardsMatchCpu) {
       {"relu_backward", &mt::relu_backward_kernel},
       {"gelu_backward", &mt::gelu_backward_kernel},
       {"gelu_tanh_backward", &mt::gelu_tanh_backward_kernel},
-      {"silu_backward", &mt::silu_backward_kernel},
       {"sigmoid_backward", &mt::sigmoid_backward_kernel},
       {"tanh_backward", &mt::tanh_backward_kernel},
   };

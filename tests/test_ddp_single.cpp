@@ -157,6 +157,19 @@ TEST(DdpDevices, LayoutsThatCannotBeReducedAreRejected) {
       {"the nccl backend reduces CUDA tensors", "'a'"});
 }
 
+// A process group of one rank over `backend`, meeting in `dir`.
+std::shared_ptr<dist::ProcessGroup> group_of_one(dist::Backend backend,
+                                                 const std::filesystem::path& dir) {
+  dist::InitOptions o;
+  o.backend = backend;
+  o.rank = 0;
+  o.world_size = 1;
+  o.local_rank = 0;
+  o.store_path = dir.string();
+  o.timeout = std::chrono::seconds(20);
+  return dist::init_process_group(o);
+}
+
 // NCCL, world size 1, a GPU: a DDP step eagerly and captured in a CUDA graph matches plain
 // training (a group of one averages over one rank).
 TEST(DdpNccl, WorldSizeOneIncludingAGraphCapturedStep) {
@@ -165,14 +178,7 @@ TEST(DdpNccl, WorldSizeOneIncludingAGraphCapturedStep) {
   MT_REQUIRE_GPU();
   const auto dir = std::filesystem::temp_directory_path() /
                    ("mantissa-test-ddp-nccl-" + std::to_string(getpid()));
-  dist::InitOptions o;
-  o.backend = dist::Backend::Nccl;
-  o.rank = 0;
-  o.world_size = 1;
-  o.local_rank = 0;
-  o.store_path = dir.string();
-  o.timeout = std::chrono::seconds(20);
-  auto pg = dist::init_process_group(o);
+  auto pg = group_of_one(dist::Backend::Nccl, dir);
   const mt::Device gpu = mt::Device::cuda(0);
   auto net = make_net(0);
   auto ref = make_net(0);
@@ -236,14 +242,7 @@ std::vector<float> zero_world_size_one(dist::Backend backend, mt::Device device,
   }
   const auto dir = std::filesystem::temp_directory_path() /
                    ("mantissa-test-zero-one-" + std::to_string(getpid()));
-  dist::InitOptions o;
-  o.backend = backend;
-  o.rank = 0;
-  o.world_size = 1;
-  o.local_rank = 0;
-  o.store_path = dir.string();
-  o.timeout = std::chrono::seconds(20);
-  auto pg = dist::init_process_group(o);
+  auto pg = group_of_one(backend, dir);
   std::vector<float> out;
   {
     nn::DistributedDataParallelOptions ddp_options;

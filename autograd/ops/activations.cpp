@@ -1,10 +1,12 @@
-// The activations with their backward formulas: relu, gelu, silu, mish and hardswish (unary
-// kernels; under create_graph every backward is built from differentiable ops) and the ones with
-// parameters, leaky_relu, elu and softplus (first-order backward kernels; their kernels are in
-// kernels/{cpu,cuda}/pointwise_kernels). sigmoid and tanh are with the unary math in
+// The activations with their backward formulas: relu and gelu (unary kernels; under create_graph
+// their backward is built from differentiable ops) and the list of engine/activations.def, whose
+// bodies are made here from the list: the entry's forward kernel, and a node whose backward runs
+// the entry's backward kernel, or, under create_graph, the entry's derivative formula
+// (engine/activation_formulas.h) on Tensors. sigmoid and tanh are with the unary math in
 // elementwise.cpp.
 #include "autograd/op_bodies.h"
 #include "autograd/ops/elementwise_common.h"
+#include "engine/activation_formulas.h"
 
 namespace mantissa {
 namespace {
@@ -46,19 +48,35 @@ Tensor gelu_tanh_derivative(const Tensor& x) {
   return (t + 1.0) * 0.5 + x * (1.0 - t * t) * (x2 * (3.0 * c) + 1.0) * (0.5 * k);
 }
 
-Tensor param_activation(const char* node, const KernelTable<ParamActivationKernel>& forward,
-                        const KernelTable<ParamActivationBackwardKernel>& backward, const Tensor& x,
-                        double p0, double p1) {
+// A parameter's check, as torch.nn.functional's: `nonzero` is refused by the op (PyTorch raises
+// ZeroDivisionError); `positive` is a config key's check only (the op takes any value).
+void check_param_any(const char*, const char*, double) {}
+void check_param_positive(const char*, const char*, double) {}
+void check_param_nonzero(const char* op, const char* param, double v) {
+  MT_CHECK(v != 0.0, op, ": ", param, " cannot be 0 (ZeroDivisionError in PyTorch)");
+}
+
+// An entry of engine/activations.def: out = f(x; p0, p1) by its kernel; the node saves x, and its
+// backward is grad * f'(x), by the backward kernel, or by the formula on Tensors when the graph
+// of the backward is recorded (so the derivative is differentiable again).
+template <typename Math>
+Tensor listed_activation(const char* node, const KernelTable<ActivationKernel>& forward,
+                         const KernelTable<ActivationBackwardKernel>& backward, const Tensor& x,
+                         double p0, double p1) {
   Tensor out = ops::empty_as(x.shape(), x);
   forward(x.device())(out, x, p0, p1);
   if (Recorder rec{node, {&x}}) {
     rec.save(x);
-    rec.finish(out, [&backward, p0, p1](BackwardContext& ctx) -> Grads {
-      const Tensor g = ctx.grad(), in = ctx.saved(0);
-      Tensor grad_in = ops::empty_as(g.shape(), g);
-      backward(g.device())(grad_in, g, in, p0, p1);
-      return {grad_in};
-    });
+    rec.finish(
+        out,
+        [&backward, p0, p1](BackwardContext& ctx) -> Grads {
+          const Tensor g = ctx.grad(), in = ctx.saved(0);
+          if (creating_graph()) return {g * Math::derivative(in, formulas::Params<double>{p0, p1})};
+          Tensor grad_in = ops::empty_as(g.shape(), g);
+          backward(g.device())(grad_in, g, in, p0, p1);
+          return {grad_in};
+        },
+        DoubleBackward::Supported);
   }
   return out;
 }
@@ -90,53 +108,28 @@ Tensor gelu_op(const Tensor& x, std::string_view approximate) {
                     return run_binary_same(gelu_backward_kernel, g, in);
                   });
 }
-Tensor silu_op(const Tensor& x) {
-  return unary_op("SiluBackward0", silu_kernel, x, false, kSaveIn,
-                  [](const Tensor& g, const Tensor& in, const Tensor&) {
-                    if (creating_graph()) {
-                      const Tensor s = sigmoid(in);
-                      return g * s * (in * (1.0 - s) + 1.0);
-                    }
-                    return run_binary_same(silu_backward_kernel, g, in);
-                  });
-}
-Tensor mish_op(const Tensor& x) {
-  return unary_op("MishBackward0", mish_kernel, x, false, kSaveIn,
-                  [](const Tensor& g, const Tensor& in, const Tensor&) {
-                    if (creating_graph()) {
-                      // softplus from ops differentiable to any order, so that this gradient
-                      // can be differentiated again: x + log1p(exp(-x)) above 0, log1p(exp(x))
-                      // up to 0, each branch fed values its exp cannot overflow on (a NaN in the
-                      // unselected branch would reach the gradient through where's zeros).
-                      const Tensor pos = in > 0.0;
-                      const Tensor xp = where(pos, in, 0.0), xn = where(in <= 0.0, in, 0.0);
-                      const Tensor t = tanh(where(pos, xp + log1p(exp(-xp)), log1p(exp(xn))));
-                      return g * (t + in * sigmoid(in) * (1.0 - t * t));
-                    }
-                    return run_binary_same(mish_backward_kernel, g, in);
-                  });
-}
-Tensor hardswish_op(const Tensor& x) {
-  return unary_op("HardswishBackward0", hardswish_kernel, x, false, kSaveIn,
-                  [](const Tensor& g, const Tensor& in, const Tensor&) {
-                    if (creating_graph()) {
-                      const Tensor slope = where(in < 3.0, in / 3.0 + 0.5, 1.0);
-                      return g * where(in <= -3.0, zeros_like(in), slope);
-                    }
-                    return run_binary_same(hardswish_backward_kernel, g, in);
-                  });
-}
+#define MT_ACTIVATION(name, Module, Math, node, policy)                                           \
+  Tensor name##_op(const Tensor& x) {                                                             \
+    return listed_activation<formulas::Math>(node, name##_kernel, name##_backward_kernel, x, 0.0, \
+                                             0.0);                                                \
+  }
+#define MT_ACTIVATION1(name, Module, Math, node, policy, p0, d0, c0, r0, doc0)                   \
+  Tensor name##_op(const Tensor& x, double p0) {                                                 \
+    check_param_##c0(#name, #p0, p0);                                                            \
+    return listed_activation<formulas::Math>(node, name##_kernel, name##_backward_kernel, x, p0, \
+                                             0.0);                                               \
+  }
+#define MT_ACTIVATION2(name, Module, Math, node, policy, p0, d0, c0, r0, doc0, p1, d1, c1, r1,   \
+                       doc1)                                                                     \
+  Tensor name##_op(const Tensor& x, double p0, double p1) {                                      \
+    check_param_##c0(#name, #p0, p0);                                                            \
+    check_param_##c1(#name, #p1, p1);                                                            \
+    return listed_activation<formulas::Math>(node, name##_kernel, name##_backward_kernel, x, p0, \
+                                             p1);                                                \
+  }
+#include "engine/activations.def"
 
-Tensor leaky_relu_op(const Tensor& x, double negative_slope) {
-  return param_activation("LeakyReluBackward0", leaky_relu_kernel, leaky_relu_backward_kernel, x,
-                          negative_slope, 0.0);
-}
-Tensor elu_op(const Tensor& x, double alpha) {
-  return param_activation("EluBackward0", elu_kernel, elu_backward_kernel, x, alpha, 0.0);
-}
-Tensor softplus_op(const Tensor& x, double beta, double threshold) {
-  return param_activation("SoftplusBackward0", softplus_kernel, softplus_backward_kernel, x, beta,
-                          threshold);
-}
+// A constant branch of a formula's where(), as a Tensor (engine/activation_formulas.h).
+Tensor formulas::like(const Tensor& x, double c) { return full_like(x, c); }
 
 }  // namespace mantissa

@@ -1,47 +1,54 @@
-// CPU kernels for the activations with parameters (autograd/ops/activations.cpp): leaky_relu,
-// elu and softplus, with their backwards. The activations without parameters (relu, gelu, silu,
-// mish, hardswish, ...) are rows of the unary op table (kernels/functors.h), run by the generic
-// unary kernels. The math is in kernels/functors.h, shared with CUDA; half types compute in float
-// and round once on store.
+// CPU kernels of the listed activations (engine/activations.def): each entry's forward and
+// backward, the formulas of engine/activation_formulas.h evaluated in OpMath (float for the half
+// types, rounded once on store), any layout, the floating dtypes. The CUDA kernels
+// (kernels/cuda/activation_kernels.cu) evaluate the same formulas.
+#include "engine/activation_formulas.h"
 #include "engine/kernel_tables.h"
 #include "kernels/cpu/loops.h"
-#include "kernels/functors.h"
 
 namespace mantissa::cpu {
 namespace {
 
+// Op: the list entry's name and formulas (Op::name, Op::Math).
 template <typename Op>
 void activation_kernel(const Tensor& out, const Tensor& in, double p0, double p1) {
   dispatch_dtype<kFloatingTypes>(out.dtype(), Op::name, out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    const M a = static_cast<M>(p0), b = static_cast<M>(p1);
+    const formulas::Params<M> p{static_cast<M>(p0), static_cast<M>(p1)};
     elementwise<T, T>(
-        out, [a, b](T x) { return T(Op{}(M(x), a, b)); }, in);
+        out, [p](T x) { return T(Op::Math::forward(M(x), p)); }, in);
   });
 }
 
+// grad_out * f'(input); where f' is 0 the gradient is 0 whatever grad_out holds (PyTorch's
+// masked backwards: hardtanh, hardswish).
 template <typename Op>
 void activation_backward_kernel(const Tensor& grad_in, const Tensor& grad_out, const Tensor& input,
                                 double p0, double p1) {
   dispatch_dtype<kFloatingTypes>(grad_in.dtype(), Op::name, grad_in.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    const M a = static_cast<M>(p0), b = static_cast<M>(p1);
+    const formulas::Params<M> p{static_cast<M>(p0), static_cast<M>(p1)};
     elementwise<T, T, T>(
-        grad_in, [a, b](T g, T x) { return T(Op{}(M(g), M(x), a, b)); }, grad_out, input);
+        grad_in,
+        [p](T g, T x) {
+          const M d = Op::Math::template derivative<M>(M(x), p);
+          return d == M(0) ? T(M(0)) : T(M(g) * d);
+        },
+        grad_out, input);
   });
 }
 
+// One struct per list entry: its name (for the dtype error) and its formulas.
+#define MT_ACTIVATION_ENTRY(op, Module, Formulas)                             \
+  struct op##_activation {                                                    \
+    static constexpr const char* name = #op;                                  \
+    using Math = formulas::Formulas;                                          \
+  };                                                                          \
+  MT_REGISTER_KERNEL(op##_kernel, kCPU, &activation_kernel<op##_activation>); \
+  MT_REGISTER_KERNEL(op##_backward_kernel, kCPU, &activation_backward_kernel<op##_activation>);
+#include "engine/activations.def"
+
 }  // namespace
-
-MT_REGISTER_KERNEL(leaky_relu_kernel, kCPU, &activation_kernel<functors::LeakyRelu>);
-MT_REGISTER_KERNEL(elu_kernel, kCPU, &activation_kernel<functors::Elu>);
-MT_REGISTER_KERNEL(softplus_kernel, kCPU, &activation_kernel<functors::Softplus>);
-MT_REGISTER_KERNEL(leaky_relu_backward_kernel, kCPU,
-                   &activation_backward_kernel<functors::LeakyReluBackward>);
-MT_REGISTER_KERNEL(elu_backward_kernel, kCPU, &activation_backward_kernel<functors::EluBackward>);
-MT_REGISTER_KERNEL(softplus_backward_kernel, kCPU,
-                   &activation_backward_kernel<functors::SoftplusBackward>);
-
 }  // namespace mantissa::cpu

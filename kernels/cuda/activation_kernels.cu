@@ -1,25 +1,29 @@
-// CUDA kernels for the activations with parameters (autograd/ops/activations.cpp), the
-// counterparts of kernels/cpu/activation_kernels.cpp: the same functors (kernels/functors.h)
-// evaluated in opmath, half types rounded once on store.
+// CUDA kernels of the listed activations (engine/activations.def), the counterparts of
+// kernels/cpu/activation_kernels.cpp: the same formulas (engine/activation_formulas.h) evaluated
+// in OpMath, half types rounded once on store.
+#include "engine/activation_formulas.h"
 #include "engine/kernel_tables.h"
 #include "kernels/cuda/loops.cuh"
-#include "kernels/functors.h"
 
 namespace mantissa::cuda {
 namespace {
 
-template <typename T, typename Op>
+template <typename T, typename Math>
 struct ActivationFn {
-  opmath_t<T> p0, p1;
-  MT_HOST_DEVICE T operator()(T x) const { return T(Op{}(static_cast<opmath_t<T>>(x), p0, p1)); }
+  formulas::Params<opmath_t<T>> p;
+  MT_HOST_DEVICE T operator()(T x) const {
+    return T(Math::forward(static_cast<opmath_t<T>>(x), p));
+  }
 };
 
-template <typename T, typename Op>
+// grad_out * f'(input), 0 where f' is 0 (as the CPU's).
+template <typename T, typename Math>
 struct ActivationBackwardFn {
-  opmath_t<T> p0, p1;
+  formulas::Params<opmath_t<T>> p;
   MT_HOST_DEVICE T operator()(T g, T x) const {
     using M = opmath_t<T>;
-    return T(Op{}(static_cast<M>(g), static_cast<M>(x), p0, p1));
+    const M d = Math::template derivative<M>(static_cast<M>(x), p);
+    return d == M(0) ? T(M(0)) : T(static_cast<M>(g) * d);
   }
 };
 
@@ -28,7 +32,8 @@ void activation_kernel(const Tensor& out, const Tensor& in, double p0, double p1
   dispatch_dtype<kFloatingTypes>(out.dtype(), Op::name, out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    gpu_elementwise<T, T>(out, ActivationFn<T, Op>{static_cast<M>(p0), static_cast<M>(p1)}, in);
+    gpu_elementwise<T, T>(
+        out, ActivationFn<T, typename Op::Math>{{static_cast<M>(p0), static_cast<M>(p1)}}, in);
   });
 }
 
@@ -38,21 +43,22 @@ void activation_backward_kernel(const Tensor& grad_in, const Tensor& grad_out, c
   dispatch_dtype<kFloatingTypes>(grad_in.dtype(), Op::name, grad_in.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    gpu_elementwise<T, T, T>(grad_in,
-                             ActivationBackwardFn<T, Op>{static_cast<M>(p0), static_cast<M>(p1)},
-                             grad_out, input);
+    gpu_elementwise<T, T, T>(
+        grad_in,
+        ActivationBackwardFn<T, typename Op::Math>{{static_cast<M>(p0), static_cast<M>(p1)}},
+        grad_out, input);
   });
 }
 
+// One struct per list entry: its name (for the dtype error) and its formulas.
+#define MT_ACTIVATION_ENTRY(op, Module, Formulas)                              \
+  struct op##_activation {                                                     \
+    static constexpr const char* name = #op;                                   \
+    using Math = formulas::Formulas;                                           \
+  };                                                                           \
+  MT_REGISTER_KERNEL(op##_kernel, kCUDA, &activation_kernel<op##_activation>); \
+  MT_REGISTER_KERNEL(op##_backward_kernel, kCUDA, &activation_backward_kernel<op##_activation>);
+#include "engine/activations.def"
+
 }  // namespace
-
-MT_REGISTER_KERNEL(leaky_relu_kernel, kCUDA, &activation_kernel<functors::LeakyRelu>);
-MT_REGISTER_KERNEL(elu_kernel, kCUDA, &activation_kernel<functors::Elu>);
-MT_REGISTER_KERNEL(softplus_kernel, kCUDA, &activation_kernel<functors::Softplus>);
-MT_REGISTER_KERNEL(leaky_relu_backward_kernel, kCUDA,
-                   &activation_backward_kernel<functors::LeakyReluBackward>);
-MT_REGISTER_KERNEL(elu_backward_kernel, kCUDA, &activation_backward_kernel<functors::EluBackward>);
-MT_REGISTER_KERNEL(softplus_backward_kernel, kCUDA,
-                   &activation_backward_kernel<functors::SoftplusBackward>);
-
 }  // namespace mantissa::cuda

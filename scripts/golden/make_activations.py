@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Writes tests/golden/activations.txt: what PyTorch computes for the activations with parameters
-(leaky_relu, elu, softplus) and mish and hardswish. Forward values in float32 and, in float64,
+"""Writes tests/golden/activations.txt: what PyTorch computes for the activations of
+engine/activations.def but silu (leaky_relu, elu, celu, softplus, hardtanh with their parameters;
+mish, hardswish, selu, softsign, logsigmoid). Forward values in float32 and, in float64,
 gradients. tests/test_activations.cpp runs the same programs, case by case, and must match.
 
 Run with Debian's PyTorch:  /usr/bin/python3 scripts/golden/make_activations.py
@@ -78,12 +79,31 @@ activation_case("softplus_beta_threshold", lambda x: F.softplus(x, 2.0, 3.0))
 
 activation_case("mish", lambda x: F.mish(x))
 activation_case("hardswish", lambda x: F.hardswish(x))
+activation_case("selu", lambda x: F.selu(x))
+# alpha exactly representable in float: PyTorch 1.13 computes celu's 1 / alpha from a float alpha.
+activation_case("celu", lambda x: F.celu(x))
+activation_case("celu_alpha", lambda x: F.celu(x, 0.5))
+activation_case("softsign", lambda x: F.softsign(x))
+activation_case("logsigmoid", lambda x: F.logsigmoid(x))
+# The default ends -1 and 1 are inputs: the gradient is 0 at them.
+activation_case("hardtanh", lambda x: F.hardtanh(x))
+activation_case("hardtanh_range", lambda x: F.hardtanh(x, -0.5, 2.0))
 
 
 @case
 def mish_hardswish_wide_float32():
     x = t([-100.0, -30.0, -3.0, 3.0, 20.0, 30.0, 89.0, 100.0], torch.float32)
     return {"mish": F.mish(x), "hardswish": F.hardswish(x)}
+
+
+@case
+def wide_float32():
+    """The new activations far out, where exp overflows or the result rounds to its limit (not so
+    far that logsigmoid's exp(-x) is a float32 subnormal, where PyTorch's vectorised exp is off
+    by an ulp)."""
+    x = t([-100.0, -30.0, -3.0, 0.0, 3.0, 20.0, 50.0, 80.0], torch.float32)
+    return {"selu": F.selu(x), "celu": F.celu(x, 2.0), "softsign": F.softsign(x),
+            "logsigmoid": F.logsigmoid(x), "hardtanh": F.hardtanh(x, -2.0, 25.0)}
 
 
 @case
