@@ -6,6 +6,7 @@
 #include "runner/config.h"
 #include "runner/gpt_weights.h"
 #include "runner/model_builder.h"
+#include "test_models.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -20,14 +21,7 @@ std::string data_path(const std::string& name) {
 }
 
 mt::nn::GPTConfig fixture_config(bool bias = true) {
-  mt::nn::GPTConfig c;
-  c.block_size = 8;
-  c.vocab_size = 32;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.bias = bias;
-  return c;
+  return mt::testing::tiny_gpt_config(0.0, bias);
 }
 
 const rn::SafetensorsFile& logits_file() {

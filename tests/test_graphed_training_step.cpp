@@ -233,17 +233,6 @@ TEST(GraphCapture, AProbeRecordsWhatACaptureRefuses) {
 
 namespace {
 
-mt::nn::GPTConfig tiny_gpt(double dropout) {
-  mt::nn::GPTConfig c;
-  c.block_size = 8;
-  c.vocab_size = 32;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.dropout = dropout;
-  return c;
-}
-
 struct GptRun {
   mt::runner::TrainSummary summary;
   std::vector<uint32_t> params;
@@ -259,7 +248,7 @@ GptRun train_gpt(int64_t steps, bool graphs, bool emulate, bool fused_head, doub
   std::optional<mt::cuda::detail::EmulatedGraphs> emulation;
   if (emulate) emulation.emplace();
   mt::manual_seed(0);
-  auto gpt = std::make_shared<mt::nn::GPTImpl>(tiny_gpt(dropout));
+  auto gpt = std::make_shared<mt::nn::GPTImpl>(mt::testing::tiny_gpt_config(dropout));
   auto data = std::make_shared<mt::runner::TensorDataset>(mt::randint(0, 32, {24, 8}),
                                                           mt::randint(0, 32, {24, 8}));
   auto loader = std::make_shared<mt::runner::DataLoader>(

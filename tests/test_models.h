@@ -10,6 +10,7 @@
 
 #include "nn/layers.h"
 #include "nn/module.h"
+#include "nn/transformer.h"
 
 namespace mantissa::testing {
 
@@ -36,5 +37,18 @@ struct ToyModel : nn::Module {
     return net2(h);
   }
 };
+
+// The small GPT the tests train and split: 2 layers, 2 heads, 16 wide, block 8, 32 tokens.
+inline nn::GPTConfig tiny_gpt_config(double dropout = 0.0, bool bias = true) {
+  nn::GPTConfig c;
+  c.block_size = 8;
+  c.vocab_size = 32;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.dropout = dropout;
+  c.bias = bias;
+  return c;
+}
 
 }  // namespace mantissa::testing

@@ -14,9 +14,12 @@
 //     static void each(Self& o, V&& v) { v("lr", o.lr); v("betas", o.betas); }
 //   };
 //
-// A field is double, bool or std::pair<double, double> (named with a plural "s", as betas).
+// A field is double, bool, an enum (its underlying value), std::pair<double, double> (named with a
+// plural "s", as betas: beta1, beta2) or std::array<double, 3> (named likewise: Muon's
+// ns_coefficients are ns_coefficient1..3).
 #pragma once
 
+#include <array>
 #include <map>
 #include <string>
 #include <string_view>
@@ -30,11 +33,18 @@ namespace mantissa::optim {
 
 namespace detail {
 
-// beta1 / beta2 for `betas`.
+// beta1 / beta2 for `betas` (index 0, 1, ...).
 inline std::string pair_key(std::string_view name, int index) {
   std::string key(name.substr(0, name.size() - (name.ends_with('s') ? 1 : 0)));
-  return key + (index == 0 ? "1" : "2");
+  return key + std::to_string(index + 1);
 }
+
+template <typename T>
+inline constexpr size_t kTupleSize = 0;  // a scalar option
+template <>
+inline constexpr size_t kTupleSize<std::pair<double, double>> = 2;
+template <>
+inline constexpr size_t kTupleSize<std::array<double, 3>> = 3;
 
 }  // namespace detail
 
@@ -45,9 +55,9 @@ const std::vector<std::string>& option_keys() {
     std::vector<std::string> k;
     const O defaults{};
     O::each(defaults, [&k](const char* name, const auto& value) {
-      if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::pair<double, double>>) {
-        k.push_back(detail::pair_key(name, 0));
-        k.push_back(detail::pair_key(name, 1));
+      constexpr size_t n = detail::kTupleSize<std::decay_t<decltype(value)>>;
+      if constexpr (n > 0) {
+        for (size_t j = 0; j < n; ++j) k.push_back(detail::pair_key(name, static_cast<int>(j)));
       } else {
         k.emplace_back(name);
       }
@@ -68,10 +78,15 @@ std::map<std::string, double> option_map(const O& options) {
     if constexpr (std::is_same_v<T, std::pair<double, double>>) {
       m[keys[i++]] = value.first;
       m[keys[i++]] = value.second;
+    } else if constexpr (std::is_same_v<T, std::array<double, 3>>) {
+      for (double v : value) m[keys[i++]] = v;
     } else if constexpr (std::is_same_v<T, bool>) {
       m[keys[i++]] = value ? 1.0 : 0.0;
+    } else if constexpr (std::is_enum_v<T>) {
+      m[keys[i++]] = static_cast<double>(static_cast<std::underlying_type_t<T>>(value));
     } else {
-      static_assert(std::is_same_v<T, double>, "an option is double, bool or a pair of doubles");
+      static_assert(std::is_same_v<T, double>,
+                    "an option is double, bool, an enum, a pair or a triple of doubles");
       m[keys[i++]] = value;
     }
   });
@@ -94,8 +109,13 @@ O option_values(const double* values) {
     if constexpr (std::is_same_v<T, std::pair<double, double>>) {
       value = {values[i], values[i + 1]};
       i += 2;
+    } else if constexpr (std::is_same_v<T, std::array<double, 3>>) {
+      value = {values[i], values[i + 1], values[i + 2]};
+      i += 3;
     } else if constexpr (std::is_same_v<T, bool>) {
       value = values[i++] != 0.0;
+    } else if constexpr (std::is_enum_v<T>) {
+      value = static_cast<T>(static_cast<std::underlying_type_t<T>>(values[i++]));
     } else {
       value = values[i++];
     }

@@ -1,0 +1,222 @@
+#include "nn/optim/muon.h"
+
+#include <cmath>
+#include <set>
+
+#include "autograd/functions.h"
+#include "engine/error.h"
+#include "engine/kernel_tables.h"
+#include "nn/module.h"
+#include "nn/optim/options.h"
+
+namespace mantissa::optim {
+
+Muon::Muon(std::vector<Tensor> params, MuonOptions options)
+    : Muon(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, options) {}
+
+Muon::Muon(std::vector<ParamGroup> groups, MuonOptions options) : Optimizer(option_map(options)) {
+  // Its matrix products are not one fused kernel: the step reads found_inf on the host.
+  set_fused(false);
+  init_groups(std::move(groups));
+}
+
+void Muon::validate(const ParamGroup& g) const {
+  // Negated comparisons so that NaN is rejected too; PyTorch's messages.
+  const auto o = g.options_as<MuonOptions>();
+  MT_CHECK(o.lr >= 0.0, "Muon: Learning rate should be >= 0 but is: ", o.lr);
+  MT_CHECK(o.weight_decay >= 0.0, "Muon: weight decay should be >= 0 but is: ", o.weight_decay);
+  if (!o.use_muon) {
+    const auto [beta1, beta2] = o.betas;
+    MT_CHECK(o.eps >= 0.0, "Muon (AdamW group): Invalid epsilon value: ", o.eps);
+    MT_CHECK(beta1 >= 0.0 && beta1 < 1.0,
+             "Muon (AdamW group): Invalid beta parameter at index 0: ", beta1);
+    MT_CHECK(beta2 >= 0.0 && beta2 < 1.0,
+             "Muon (AdamW group): Invalid beta parameter at index 1: ", beta2);
+    return;
+  }
+  MT_CHECK(o.momentum >= 0.0, "Muon: momentum should be >= 0 but is: ", o.momentum);
+  MT_CHECK(o.eps >= 0.0, "Muon: eps should be >= 0 but is: ", o.eps);
+  MT_CHECK(o.ns_steps >= 0.0 && o.ns_steps < 100.0 && o.ns_steps == std::floor(o.ns_steps),
+           "Muon: ns_steps must be a whole number below 100 (for computational efficiency), got ",
+           o.ns_steps);
+  const double fn = static_cast<double>(static_cast<uint8_t>(o.adjust_lr_fn));
+  MT_CHECK(fn == 0.0 || fn == 1.0 || fn == 2.0, "Muon: Adjust learning rate function ", fn,
+           " is not supported (original: 0, match_rms_adamw: 1, spectral_unclamped: 2)");
+  for (const Tensor& p : g.params) {
+    MT_CHECK(p.dim() == 2,
+             "Muon only supports 2D parameters whereas we found a parameter with size: ", p.shape(),
+             " (put it in an AdamW group: use_muon 0)");
+  }
+}
+
+Tensor muon_orthogonalize(const Tensor& update, const std::array<double, 3>& coefficients,
+                          int64_t steps, double eps, bool in_float32) {
+  MT_CHECK(update.dim() == 2, "Muon: the Newton-Schulz iteration needs a 2D matrix, got shape ",
+           update.shape());
+  MT_CHECK(steps >= 0 && steps < 100,
+           "Muon: Number of steps must be less than 100 for computational efficiency, got ", steps);
+  const auto [a, b, c] = coefficients;
+  Tensor x = update.to(in_float32 ? kFloat32 : kBFloat16);
+  const bool tall = update.size(0) > update.size(1);
+  if (tall) x = x.t();
+  // Spectral norm at most 1: divided by the Frobenius norm, in the iteration's dtype. Out of
+  // place, so that a bfloat16 update (the momentum buffer itself) is left alone.
+  x = x / clamp(norm(x), Scalar(eps), std::nullopt);
+  for (int64_t s = 0; s < steps; ++s) {
+    const Tensor gram = mm(x, x.t());
+    const Tensor u = addmm(gram, gram, gram, Scalar(b), Scalar(c));
+    x = addmm(x, u, x, Scalar(a));
+  }
+  return tall ? x.t() : x;
+}
+
+void Muon::update(const ParamGroup& g, const Tensor& param, const Tensor& grad, ParamState& state) {
+  const auto o = g.options_as<MuonOptions>();
+  if (!o.use_muon) {
+    // AdamW, on the Adam kernels.
+    AdamStepParams hp{o.lr, o.betas.first, o.betas.second, o.eps,         o.weight_decay,
+                      true, false,         false,          state.step + 1};
+    hp.param_index = updating_index();
+    const Tensor exp_avg = lazy_buffer(state, "exp_avg", param);
+    const Tensor exp_avg_sq = lazy_buffer(state, "exp_avg_sq", param);
+    adam_step_kernel(param.device())(param, grad, exp_avg, exp_avg_sq, Tensor(), hp);
+    exp_avg.bump_version();
+    exp_avg_sq.bump_version();
+    state.step = hp.step;
+    return;
+  }
+  MT_CHECK(
+      param.dim() == 2,
+      "Muon only supports 2D parameters whereas we found a parameter with size: ", param.shape());
+  // buf.lerp_(grad, 1 - momentum); the update is grad.lerp(buf, momentum) with Nesterov.
+  const Tensor buf = lazy_buffer(state, "momentum_buffer", param);
+  lerp_kernel(buf.device())(buf, buf, grad, Tensor(), 1.0 - o.momentum);
+  buf.bump_version();
+  const Tensor u = o.nesterov ? lerp(grad, buf, Scalar(o.momentum)) : buf;
+  const Tensor ortho = muon_orthogonalize(u, o.ns_coefficients, static_cast<int64_t>(o.ns_steps),
+                                          o.eps, o.ns_float32);
+  const double rows = static_cast<double>(param.size(0)), cols = static_cast<double>(param.size(1));
+  const double ratio =
+      o.adjust_lr_fn == MuonAdjustLr::MatchRmsAdamW       ? 0.2 * std::sqrt(std::max(rows, cols))
+      : o.adjust_lr_fn == MuonAdjustLr::SpectralUnclamped ? std::sqrt(rows / cols)
+                                                          : std::sqrt(std::max(1.0, rows / cols));
+  // param.mul_(1 - lr * weight_decay); param.add_(update, alpha=-adjusted_lr)
+  Tensor p = param;
+  p.mul_(Scalar(1.0 - o.lr * o.weight_decay));
+  p.copy_(add(param, ortho, Scalar(-o.lr * ratio)));
+  ++state.step;
+}
+
+void Muon::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
+                       const std::vector<ParamState*>& states, const Tensor& found_inf) {
+  // The fused path, when asked for (set_fused(true)): the same per-parameter updates, with the
+  // flag and the counts read on the host.
+  if (found_inf.defined() && found_inf.item<float>() != 0.0f) return;
+  for (size_t i = 0; i < states.size(); ++i) {
+    ParamState& st = *states[i];
+    st.step = lists.step[i].item<int64_t>();
+    update(g, lists.param[i], lists.grad[i], st);
+    lists.step[i].fill_(st.step);
+    if (!lists.model.empty() && lists.model[i].defined()) lists.model[i].copy_(lists.param[i]);
+  }
+}
+
+// ---- which parameters Muon is for -----------------------------------------------------------
+namespace {
+
+// `name` matches `pattern`, `*` standing for any run of characters.
+bool glob_match(std::string_view pattern, std::string_view name) {
+  size_t p = 0, n = 0, star = std::string_view::npos, mark = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = n;
+    } else if (p < pattern.size() && pattern[p] == name[n]) {
+      ++p, ++n;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      n = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+}  // namespace
+
+MuonSplit muon_split(nn::Module& model, const std::vector<std::string>& muon_patterns,
+                     const std::vector<std::string>& adamw_patterns) {
+  // The modules that hold parameters of their own, in order: the first and the last are the
+  // model's input and output layers.
+  std::vector<std::string> owners;
+  std::set<std::string> embeddings;
+  for (const auto& [name, m] : model.named_modules()) {
+    if (m->named_parameters(false).empty()) continue;
+    owners.push_back(name);
+    if (m->type_name() == "Embedding") embeddings.insert(name);
+  }
+  auto owner_of = [](const std::string& param) {
+    const size_t dot = param.rfind('.');
+    return dot == std::string::npos ? std::string() : param.substr(0, dot);
+  };
+  std::vector<int> used_muon(muon_patterns.size(), 0), used_adamw(adamw_patterns.size(), 0);
+  auto matches = [](const std::vector<std::string>& patterns, std::vector<int>& used,
+                    const std::string& name) {
+    bool any = false;
+    for (size_t i = 0; i < patterns.size(); ++i) {
+      if (glob_match(patterns[i], name)) used[i] = 1, any = true;
+    }
+    return any;
+  };
+  MuonSplit split;
+  for (const auto& [name, t] : model.named_parameters()) {
+    const std::string owner = owner_of(name);
+    const bool hidden = t.dim() == 2 && embeddings.count(owner) == 0 && !owners.empty() &&
+                        owner != owners.front() && owner != owners.back();
+    const bool to_muon = matches(muon_patterns, used_muon, name);
+    const bool to_adamw = matches(adamw_patterns, used_adamw, name);
+    MT_CHECK(!(to_muon && to_adamw), "Muon: parameter '", name,
+             "' matches both a Muon pattern and an AdamW pattern");
+    MT_CHECK(!to_muon || t.dim() == 2, "Muon: parameter '", name, "' of shape ", t.shape(),
+             " matches a Muon pattern, but Muon only supports 2D parameters");
+    (to_muon || (hidden && !to_adamw) ? split.muon : split.adamw).push_back(name);
+  }
+  for (size_t i = 0; i < muon_patterns.size(); ++i)
+    MT_CHECK(used_muon[i], "Muon: the Muon pattern '", muon_patterns[i], "' matches no parameter");
+  for (size_t i = 0; i < adamw_patterns.size(); ++i) {
+    MT_CHECK(used_adamw[i], "Muon: the AdamW pattern '", adamw_patterns[i],
+             "' matches no parameter");
+  }
+  return split;
+}
+
+std::vector<ParamGroup> muon_groups(nn::Module& model, const MuonSplit& split,
+                                    const MuonOptions& muon, const AdamWOptions& adamw) {
+  std::map<std::string, Tensor> by_name;
+  for (const auto& [name, t] : model.named_parameters()) by_name.emplace(name, t);
+  auto tensors = [&](const std::vector<std::string>& names) {
+    std::vector<Tensor> out;
+    for (const std::string& n : names) {
+      const auto it = by_name.find(n);
+      MT_CHECK(it != by_name.end(), "Muon: the model has no parameter '", n, "'");
+      out.push_back(it->second);
+    }
+    return out;
+  };
+  std::vector<ParamGroup> groups;
+  if (!split.muon.empty()) groups.emplace_back(tensors(split.muon), muon);
+  if (!split.adamw.empty()) {
+    MuonOptions a = muon;
+    a.use_muon = false;
+    a.lr = adamw.lr;
+    a.betas = adamw.betas;
+    a.eps = adamw.eps;
+    a.weight_decay = adamw.weight_decay;
+    groups.emplace_back(tensors(split.adamw), a);
+  }
+  return groups;
+}
+
+}  // namespace mantissa::optim
