@@ -15,6 +15,7 @@
 #include "nn/loss.h"
 #include "nn/optim/adagrad.h"
 #include "nn/optim/adam.h"
+#include "nn/optim/muon.h"
 #include "nn/optim/nadam.h"
 #include "nn/optim/param_groups.h"
 #include "nn/optim/radam.h"
@@ -30,6 +31,7 @@
 #include "runner/distributed_run.h"
 #include "runner/hf_gpt2_config.h"
 #include "runner/model_builder.h"
+#include "runner/optimizer_groups.h"
 #include "runner/safetensors.h"
 #include "runner/text.h"
 #include "runner/token_data.h"
@@ -305,7 +307,7 @@ LossFn make_loss(const LossConfig& l, Device device) {
 
 // The optimizer of each alternative of OptimizerOptions, in the same order.
 using OptimizerClasses = std::tuple<optim::SGD, optim::Adam, optim::AdamW, optim::RMSprop,
-                                    optim::Adagrad, optim::NAdam, optim::RAdam>;
+                                    optim::Adagrad, optim::NAdam, optim::RAdam, optim::Muon>;
 static_assert(std::tuple_size_v<OptimizerClasses> == std::variant_size_v<OptimizerOptions>);
 
 // P: the parameters (one group with the optimizer's options) or parameter groups.
@@ -636,7 +638,14 @@ RunObjects build_run(const Config& c, std::string config_text, const RunPlacemen
                  "; set deterministic: false to allow it, or use device: cpu");
     }
   }
-  if (c.optimizer.decay_min_ndim > 0) {
+  if (std::holds_alternative<optim::MuonOptions>(c.optimizer.options)) {
+    if (c.distributed.zero_stage > 0) {
+      c.fail("distributed.zero_stage",
+             "optimizer.type muon orthogonalises whole matrices, which ZeRO's element shards "
+             "split; use zero_stage 0 (every rank steps the whole model, as DDP)");
+    }
+    r.optimizer = make_optimizer(c.optimizer, muon_param_groups(c, *r.model, r.optimizer_lines));
+  } else if (c.optimizer.decay_min_ndim > 0) {
     try {
       r.optimizer = make_optimizer(
           c.optimizer, optim::decay_groups(r.model->named_parameters(), c.optimizer.weight_decay(),

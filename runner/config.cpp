@@ -357,7 +357,7 @@ struct KeyNames {
   }
   void rule(const schema::Rule&) {}
   template <typename S>
-  void section(const char* name, S&, const char*) {
+  void section(const char* name, S&, const char*, const std::vector<std::string>& = {}) {
     add(name);
   }
 };
@@ -372,7 +372,7 @@ struct RequiredKeys {
   void either(const schema::Key<A>&, const schema::Key<B>&) {}
   void rule(const schema::Rule&) {}
   template <typename S>
-  void section(const char*, S&, const char*) {}
+  void section(const char*, S&, const char*, const std::vector<std::string>& = {}) {}
 };
 
 template <typename S>
@@ -430,8 +430,10 @@ class Parser {
     if (applies && !r.ok()) s_.bad(r.key, s_.at(r.key), r.problem);
   }
 
+  // A section for other values of the selector is left untaken: finish() refuses it if given.
   template <typename S>
-  void section(const char* name, S& out, const char*) {
+  void section(const char* name, S& out, const char*, const std::vector<std::string>& only = {}) {
+    if (!only.empty() && std::find(only.begin(), only.end(), type_) == only.end()) return;
     parse_section(s_.ctx(), s_.take(name).value_or(YAML::Node()), s_.sub(name), out);
   }
 
@@ -559,17 +561,37 @@ class Parser {
   // [first, second]; the message names them after the key ("betas": [beta1, beta2]).
   std::pair<double, double> value(const schema::Key<std::pair<double, double>>& k,
                                   const YAML::Node& v) {
+    const auto x = numbers<2>(k, v);
+    return {x[0], x[1]};
+  }
+  template <size_t N>
+  std::array<double, N> value(const schema::Key<std::array<double, N>>& k, const YAML::Node& v) {
+    return numbers<N>(k, v);
+  }
+  // Exactly N numbers, named after the key ("ns_coefficients": [ns_coefficient1, ...]).
+  template <size_t N, typename T>
+  std::array<double, N> numbers(const schema::Key<T>& k, const YAML::Node& v) {
     std::string one = k.name;
     if (!one.empty() && one.back() == 's') one.pop_back();
-    const std::string shape = "[" + one + "1, " + one + "2]";
-    if (!v.IsSequence() || v.size() != 2) s_.bad(k.name, v, "expected " + shape);
-    double x[2];
-    for (int i = 0; i < 2; ++i) {
+    std::string shape = "[";
+    for (size_t i = 0; i < N; ++i) shape += (i ? ", " : "") + one + std::to_string(i + 1);
+    shape += "]";
+    if (!v.IsSequence() || v.size() != N) s_.bad(k.name, v, "expected " + shape);
+    std::array<double, N> x{};
+    for (size_t i = 0; i < N; ++i) {
       x[i] = s_.scalar<double>(k.name, v[i], shape + " numbers");
       if (!std::isfinite(x[i]) || !k.range.contains(x[i]))
         s_.bad(k.name, v[i], "each " + one + " " + range_text(k.range));
     }
-    return {x[0], x[1]};
+    return x;
+  }
+  // One of the enum's names.
+  template <schema::NamedEnum E>
+  E value(const schema::Key<E>& k, const YAML::Node& v) {
+    const std::vector<std::string>& names = option_names(E{});
+    const std::string s = choice(k.name, v, names);
+    const auto i = std::find(names.begin(), names.end(), s) - names.begin();
+    return static_cast<E>(static_cast<std::underlying_type_t<E>>(i));
   }
   std::vector<LayerSpec> value(const schema::Key<std::vector<LayerSpec>>& k, const YAML::Node& v) {
     if (!v.IsSequence() || v.size() == 0) s_.bad(k.name, v, "expected a non-empty list of layers");
@@ -670,6 +692,16 @@ class Parser {
   static std::string text_of(const std::pair<double, double>& p) {
     return list_text({yaml_double(p.first), yaml_double(p.second)});
   }
+  template <size_t N>
+  static std::string text_of(const std::array<double, N>& a) {
+    std::vector<std::string> s;
+    for (double x : a) s.push_back(yaml_double(x));
+    return list_text(s);
+  }
+  template <schema::NamedEnum E>
+  static std::string text_of(E e) {
+    return schema::enum_name(e);
+  }
   static std::string text_of(const BlockSelection& b) {
     return b.all ? "true" : b.blocks.empty() ? "false" : text_of(b.blocks);
   }
@@ -681,7 +713,7 @@ class Parser {
     if constexpr (std::is_same_v<T, std::vector<std::string>> ||
                   std::is_same_v<T, std::vector<int64_t>> ||
                   std::is_same_v<T, std::vector<double>> ||
-                  std::is_same_v<T, std::pair<double, double>> ||
+                  std::is_same_v<T, std::pair<double, double>> || schema::kIsNumberArray<T> ||
                   std::is_same_v<T, std::vector<LayerSpec>> || std::is_same_v<T, BlockSelection>) {
       return text_of(value);
     } else {

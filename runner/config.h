@@ -23,6 +23,7 @@
 #include "engine/error.h"
 #include "nn/optim/adagrad.h"
 #include "nn/optim/adam.h"
+#include "nn/optim/muon.h"
 #include "nn/optim/nadam.h"
 #include "nn/optim/radam.h"
 #include "nn/optim/rmsprop.h"
@@ -238,11 +239,11 @@ struct LossConfig {
 // (nn/optim/*.h: the same fields, names and defaults as the C++ API), so a hyperparameter is
 // declared once, there, and described once in config_schema.h.
 inline const std::vector<std::string> kOptimizerTypes = {"sgd",     "adam",  "adamw", "rmsprop",
-                                                         "adagrad", "nadam", "radam"};
+                                                         "adagrad", "nadam", "radam", "muon"};
 // In kOptimizerTypes' order.
-using OptimizerOptions =
-    std::variant<optim::SGDOptions, optim::AdamOptions, optim::AdamWOptions, optim::RMSpropOptions,
-                 optim::AdagradOptions, optim::NAdamOptions, optim::RAdamOptions>;
+using OptimizerOptions = std::variant<optim::SGDOptions, optim::AdamOptions, optim::AdamWOptions,
+                                      optim::RMSpropOptions, optim::AdagradOptions,
+                                      optim::NAdamOptions, optim::RAdamOptions, optim::MuonOptions>;
 
 struct OptimizerConfig {
   std::string type = "sgd";
@@ -254,6 +255,10 @@ struct OptimizerConfig {
   // rounding of the bfloat16 stores (optim::Optimizer::set_state_dtype, set_stochastic_rounding).
   std::string state_dtype;
   bool stochastic_rounding = false;
+  // muon: the AdamW group of the parameters Muon is not for (its lr, betas, eps and
+  // weight_decay), and name patterns that override optim::muon_split's rule.
+  optim::AdamWOptions adamw;
+  std::vector<std::string> muon_params, adamw_params;
 
   // Makes `options` the alternative `type` names (default options when it was another); throws
   // for a type that is not one of kOptimizerTypes.

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -30,11 +32,31 @@ struct Range {
   bool bounded() const { return std::isfinite(lo) || std::isfinite(hi); }
 };
 
+// An options enum whose values have names: `option_names(E)`, found by ADL, lists them in the
+// values' order (0, 1, ...); the config reads and writes the names.
+template <typename E>
+concept NamedEnum = std::is_enum_v<E> && requires(E e) {
+  { option_names(e) } -> std::convertible_to<const std::vector<std::string>&>;
+};
+template <NamedEnum E>
+const std::string& enum_name(E e) {
+  const auto& names = option_names(e);
+  const auto i = static_cast<size_t>(static_cast<std::underlying_type_t<E>>(e));
+  MT_CHECK(i < names.size(), "config: no name for value ", i, " of an option enum");
+  return names[i];
+}
+
+// A fixed number of numbers: [a, b, c] (Muon's ns_coefficients).
+template <typename T>
+inline constexpr bool kIsNumberArray = false;
+template <size_t N>
+inline constexpr bool kIsNumberArray<std::array<double, N>> = true;
+
 // One key. T is int64_t, uint64_t, double, bool, std::optional<bool> (true/false/auto),
-// std::string (free text, or a choice with one_of), DType (a choice), char (one character),
-// std::vector<std::string>, std::vector<int64_t> (sizes), std::vector<double> (a number or a
-// list), std::pair<double, double>, BlockSelection (true, false or indices) or
-// std::vector<LayerSpec>.
+// std::string (free text, or a choice with one_of), DType (a choice), a NamedEnum (a choice of
+// its names), char (one character), std::vector<std::string>, std::vector<int64_t> (sizes),
+// std::vector<double> (a number or a list), std::pair<double, double>, std::array<double, N>,
+// BlockSelection (true, false or indices) or std::vector<LayerSpec>.
 template <typename T>
 struct Key {
   Key(const char* name, T& member) : name(name), member(&member) {}
@@ -126,8 +148,9 @@ struct VariantKey {
   std::vector<std::string> not_for = {};  // types whose options have the field, but not the key
   bool optional = false;
   int64_t min_int = std::numeric_limits<int64_t>::min();  // integers
-  std::vector<std::string> choices = {};                  // strings
-  const char* default_text = nullptr;                     // the docs' default, when not the value
+  int64_t max_int = std::numeric_limits<int64_t>::max();
+  std::vector<std::string> choices = {};  // strings
+  const char* default_text = nullptr;     // the docs' default, when not the value
   // Types the row applies to, of those whose options have the field; empty: all of them. A key
   // whose meaning or checks differ by type is one row per type (its own documentation line).
   std::vector<std::string> only = {};
@@ -215,6 +238,8 @@ void variant_key(V& v, Variant& held, const std::vector<std::string>& types,
   k.doc(row.help);
   k.in(row.range);
   if (row.min_int != std::numeric_limits<int64_t>::min()) k.at_least(row.min_int);
+  if (row.max_int != std::numeric_limits<int64_t>::max()) k.between(row.min_int, row.max_int);
+  if constexpr (NamedEnum<T>) k.one_of(option_names(T{}));
   if (!row.choices.empty()) k.one_of(row.choices);
   if (row.optional) k.optional_output();
   if (row.default_text != nullptr) k.default_text(row.default_text);

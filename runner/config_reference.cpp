@@ -42,6 +42,14 @@ std::string text(const BlockSelection& b) {
 std::string text(const std::pair<double, double>& p) {
   return text(std::vector<double>{p.first, p.second});
 }
+template <size_t N>
+std::string text(const std::array<double, N>& a) {
+  return text(std::vector<double>(a.begin(), a.end()));
+}
+template <schema::NamedEnum E>
+std::string text(E e) {
+  return schema::enum_name(e);
+}
 
 template <typename T>
 const char* type_name() {
@@ -49,12 +57,14 @@ const char* type_name() {
   if constexpr (std::is_same_v<T, double>) return "float";
   if constexpr (std::is_same_v<T, bool>) return "bool";
   if constexpr (std::is_same_v<T, std::optional<bool>>) return "bool \\| `auto`";
-  if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, DType>) return "string";
+  if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, DType> || std::is_enum_v<T>)
+    return "string";
   if constexpr (std::is_same_v<T, char>) return "character";
   if constexpr (std::is_same_v<T, std::vector<std::string>>) return "string or list";
   if constexpr (std::is_same_v<T, std::vector<int64_t>>) return "int or list";
   if constexpr (std::is_same_v<T, std::vector<double>>) return "float or list";
   if constexpr (std::is_same_v<T, std::pair<double, double>>) return "[float, float]";
+  if constexpr (std::is_same_v<T, std::array<double, 3>>) return "[float, float, float]";
   if constexpr (std::is_same_v<T, std::vector<LayerSpec>>) return "list of layers";
   if constexpr (std::is_same_v<T, BlockSelection>) return "bool or list";
   return "?";
@@ -125,10 +135,17 @@ class Table {
     }
   }
   template <typename S>
-  void section(const char* name, S& s, const char* help) {
+  void section(const char* name, S& s, const char* help,
+               const std::vector<std::string>& only = {}) {
     Table t;
     schema::describe(t, s);
-    sections_.push_back({name, help, std::move(t.rows_)});
+    std::string text = help;
+    if (!only.empty()) {
+      std::vector<std::string> c;
+      for (const auto& x : only) c.push_back(code(x));
+      text += (text.empty() ? "" : " ") + std::string("For `type` ") + join(c) + " only.";
+    }
+    sections_.push_back({name, text, std::move(t.rows_), std::move(t.sections_)});
   }
 
   std::string markdown(const std::string& heading, const std::string& help) const {
@@ -150,6 +167,7 @@ class Table {
   struct Sub {
     std::string name, help;
     std::vector<Row> rows;
+    std::vector<Sub> subs;  // its nested sections
   };
   std::vector<Row> rows_;
   std::vector<Sub> sections_;
@@ -162,10 +180,15 @@ std::string config_reference_markdown() {
   Table top;
   schema::describe(top, c);
   std::string out = top.markdown("### Top level", "");
-  for (const auto& s : top.sections_) {
+  const auto render = [&out](const Table::Sub& s, const std::string& path,
+                             const auto& self) -> void {
     Table t;
     t.rows_ = s.rows;
-    out += "\n" + t.markdown("### `" + s.name + "`", s.help);
+    out += "\n" + t.markdown("### `" + path + "`", s.help);
+    for (const auto& sub : s.subs) self(sub, path + "." + sub.name, self);
+  };
+  for (const auto& s : top.sections_) {
+    render(s, s.name, render);
     if (s.name == "model") {
       LayerSpec l;
       Table layers;

@@ -13,7 +13,8 @@
 //   v.either(const Key<A>&, const Key<B>&)   two keys of which a config gives at most one; the
 //                                            first is the default, the one not chosen is reset
 //   v.rule(const Rule&)                      a check across keys, reported on one of them
-//   v.section(name, S&, help)                a nested map, walked with describe(v, S&)
+//   v.section(name, S&, help[, only])        a nested map, walked with describe(v, S&); with
+//                                            `only`, for those values of the selector
 #pragma once
 
 #include <cstdint>
@@ -449,14 +450,22 @@ inline const std::vector<VariantKey>& optimizer_keys() {
   constexpr double inf = std::numeric_limits<double>::infinity();
   static const std::vector<VariantKey> keys = {
       {"lr", Range{0, inf, true, false}, "learning rate"},
-      {"weight_decay", Range{0, inf}, "L2 penalty (adamw: decoupled)"},
+      {"weight_decay", Range{0, inf}, "L2 penalty (adamw, muon: decoupled)"},
       {"maximize", Range{}, "ascend the objective"},
       {"momentum", Range{0, inf}, "momentum"},
       {"dampening", Range{0, 1}, "dampening"},
       {"nesterov", Range{}, "Nesterov momentum"},
-      {"betas", Range{0, 1, false, true},
-       "running-average coefficients of the gradient and its square"},
-      {"eps", Range{0, inf, true, false}, "added to the denominator"},
+      // Muon's AdamW group takes its betas from optimizer.adamw.
+      {"betas",
+       Range{0, 1, false, true},
+       "running-average coefficients of the gradient and its square",
+       {"muon"}},
+      {"eps", Range{0, inf, true, false}, "added to the denominator", {"muon"}},
+      {.name = "eps",
+       .range = Range{0, inf, true, false},
+       .help = "the update is divided by max(its Frobenius norm, eps) before the Newton–Schulz "
+               "iteration",
+       .only = {"muon"}},
       {"amsgrad", Range{}, "the AMSGrad variant"},
       {"alpha", Range{0, 1}, "smoothing constant of the squared-gradient average"},
       {"centered", Range{},
@@ -470,6 +479,16 @@ inline const std::vector<VariantKey>& optimizer_keys() {
        "`weight_decay * param` to the gradient (PyTorch 2's option; adamw always does)",
        {"adamw"},
        true},
+      {.name = "ns_coefficients",
+       .help = "(a, b, c) of the Newton–Schulz iteration X = a X + (b G + c G G) X, G = X X^T"},
+      {.name = "ns_steps", .help = "Newton–Schulz iterations", .min_int = 1, .max_int = 99},
+      {.name = "adjust_lr_fn",
+       .help = "the lr of a rows x cols matrix: `original` lr * sqrt(max(1, rows / cols)), "
+               "`match_rms_adamw` lr * 0.2 * sqrt(max(rows, cols)) (AdamW's lr and weight "
+               "decay carry over), `spectral_unclamped` lr * sqrt(rows / cols)"},
+      {.name = "ns_float32",
+       .help = "run the iteration in float32 instead of PyTorch's bfloat16 (slower; to compare "
+               "with a float32 reference)"},
   };
   return keys;
 }
@@ -477,6 +496,18 @@ inline const std::vector<VariantKey>& optimizer_keys() {
 // Each optimizer's default options, in kOptimizerTypes' order.
 inline const std::vector<OptimizerOptions>& optimizer_defaults() {
   return variant_defaults<OptimizerOptions>();
+}
+
+// optimizer.adamw (type muon): the AdamW group's options.
+template <typename V>
+void describe(V& v, optim::AdamWOptions& a) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  v.field(key("lr", a.lr).in(Range{0, inf, true, false}).doc("learning rate"));
+  v.field(key("betas", a.betas)
+              .in(Range{0, 1, false, true})
+              .doc("running-average coefficients of the gradient and its square"));
+  v.field(key("eps", a.eps).positive().doc("added to the denominator"));
+  v.field(key("weight_decay", a.weight_decay).non_negative().doc("decoupled weight decay"));
 }
 
 template <typename V>
@@ -491,10 +522,33 @@ void describe(V& v, OptimizerConfig& o) {
                 const auto* s = std::get_if<optim::SGDOptions>(&o.options);
                 return s == nullptr || !s->nesterov || (s->momentum > 0 && s->dampening == 0);
               },
-              "needs optimizer.momentum > 0 and dampening 0"});
+              "sgd: needs optimizer.momentum > 0 and dampening 0"});
     }
   });
+  v.section("adamw", o.adamw,
+            "The AdamW group of `muon`: the parameters Muon is not for (see `muon_params`).",
+            {"muon"});
+  v.field(key("muon_params", o.muon_params)
+              .applies_to({"muon"})
+              .optional_output()
+              .default_text("the rule")
+              .doc("names of parameters for Muon (`*` matches any run of characters: "
+                   "`transformer.h.*.mlp.*`); the rule without them: the 2-D weights of the "
+                   "hidden layers, not embeddings, the first and last layers, biases or norm "
+                   "gains"));
+  v.field(key("adamw_params", o.adamw_params)
+              .applies_to({"muon"})
+              .optional_output()
+              .default_text("the rule")
+              .doc("names of parameters for the AdamW group, overriding the rule likewise"));
+  // Muon's groups come from the rule and muon_params / adamw_params, each with its own
+  // weight_decay.
+  std::vector<std::string> grouped_by_ndim;
+  for (const auto& t : kOptimizerTypes) {
+    if (t != "muon") grouped_by_ndim.push_back(t);
+  }
   v.field(key("decay_min_ndim", o.decay_min_ndim)
+              .applies_to(grouped_by_ndim)
               .at_least(0)
               .optional_output()
               .doc("apply `weight_decay` only to parameters of at least this many dimensions "
@@ -553,7 +607,8 @@ inline const std::vector<VariantKey>& schedule_keys() {
        .range = Range{0, inf, true, false},
        .help = "final lr = start lr / final_div_factor"},
       {.name = "cycle_momentum",
-       .help = "move the momentum (sgd, rmsprop) or beta1 (adam, adamw, nadam, radam) against "
+       .help = "move the momentum (sgd, rmsprop; muon's Muon group) or beta1 (adam, adamw, nadam, "
+               "radam; muon's AdamW group) against "
                "the lr"},
       {.name = "base_momentum", .range = Range{0, 1}, .help = "momentum at the lr's peak"},
       {.name = "max_momentum", .range = Range{0, 1}, .help = "momentum at the lr's lowest"},

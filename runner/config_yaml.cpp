@@ -2,6 +2,7 @@
 // walking the declarations of config_schema.h. Written by hand rather than with YAML::Emitter so
 // that doubles keep their shortest round-trip form (0.1, not 0.10000000000000001) and only the keys
 // that apply to the chosen types appear — the parser refuses the others.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -71,6 +72,14 @@ std::string value(const BlockSelection& b) { return b.all ? "true" : int_list(b.
 std::string value(const std::pair<double, double>& p) {
   return value(std::vector<double>{p.first, p.second});
 }
+template <size_t N>
+std::string value(const std::array<double, N>& a) {
+  return value(std::vector<double>(a.begin(), a.end()));
+}
+template <schema::NamedEnum E>
+std::string value(E e) {
+  return schema::enum_name(e);
+}
 
 template <typename T>
 bool unset(const T& v) {
@@ -123,7 +132,8 @@ class Writer {
   }
   void rule(const schema::Rule&) {}
   template <typename S>
-  void section(const char* name, S& s, const char*) {
+  void section(const char* name, S& s, const char*, const std::vector<std::string>& only = {}) {
+    if (!only.empty() && std::find(only.begin(), only.end(), type_) == only.end()) return;
     std::ostringstream body;
     Writer w(body, indent_ + "  ", false);
     schema::describe(w, s);

@@ -616,3 +616,39 @@ TEST_F(CliRunTest, RunsWriteTensorBoardScalarsUnlessTurnedOff) {
   EXPECT_NE(read_file(dir_ / "off" / "resolved.yaml").find("tensorboard: false"),
             std::string::npos);
 }
+
+namespace {
+
+// Muon in a bfloat16 run: the start-up lines say which parameters went to Muon and which to
+// AdamW, and a run killed (SIGKILL) after a checkpoint resumes to the weights, bit for bit, of
+// the run never killed (the momentum buffers and the AdamW moments in the checkpoint).
+TEST_F(CliRunTest, AMuonRunKilledAfterACheckpointResumesBitwise) {
+  write_file(dir_ / "cfg.yaml",
+             "model:\n  layers:\n    - {type: linear, in: 10, out: 32}\n    - relu\n"
+             "    - {type: linear, in: 32, out: 32}\n    - relu\n"
+             "    - {type: linear, in: 32, out: 5}\n"
+             "data: {type: teacher, samples: 100, batch_size: 20, noise: 0.1}\n"
+             "optimizer: {type: muon, lr: 0.02, adamw: {lr: 0.01, betas: [0.9, 0.95]}}\n"
+             "schedule: {type: cosine, warmup_steps: 5}\nclip_grad_norm: 1.0\n"
+             "precision: bfloat16\nsteps: 40\nlog_every: 1\ncheckpoint_every: 5\n");
+  const Result whole = run({"train", "cfg.yaml", "--run-dir", "whole", "-q"});
+  ASSERT_EQ(whole.code, 0) << whole.output;
+  EXPECT_NE(whole.output.find("optimizer muon: Muon 1 tensor (1024 parameters): 2.weight\n"
+                              "optimizer muon: AdamW 5 tensors (549 parameters): 0.weight, "
+                              "0.bias, 2.bias, 4.weight, 4.bias\n"),
+            std::string::npos)
+      << whole.output;
+  const pid_t pid = start_slow_run("r", "checkpoints/step-000000010.ckpt");
+  ::kill(pid, SIGKILL);
+  wait_exit(pid);
+  ASSERT_FALSE(fs::exists(dir_ / "r" / "summary.json"));
+  const Result resumed = run({"resume", "r", "-q"});
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming from"), std::string::npos) << resumed.output;
+  expect_clean_metrics(dir_ / "r" / "metrics.jsonl", 40);
+  ASSERT_EQ(run({"export", "r", "r.safetensors"}).code, 0);
+  ASSERT_EQ(run({"export", "whole", "whole.safetensors"}).code, 0);
+  EXPECT_EQ(read_file(dir_ / "r.safetensors"), read_file(dir_ / "whole.safetensors"));
+}
+
+}  // namespace

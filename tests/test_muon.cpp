@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "amp/grad_scaler.h"
 #include "golden_file.h"
 #include "nn/layers.h"
 #include "nn/optim/muon.h"
@@ -264,6 +265,14 @@ TEST(Muon, RefusalsAndStateDict) {
         optim::Muon({mt::zeros({2, 3}).requires_grad_()}, o);
       },
       {"ns_steps"});
+  // A group's map holds doubles: a fraction is refused, not truncated.
+  mt::testing::expect_error(
+      [] {
+        optim::ParamGroup g({mt::zeros({2, 3}).requires_grad_()});
+        g["ns_steps"] = 2.5;
+        optim::Muon({g}, optim::MuonOptions{});
+      },
+      {"ns_steps must be a whole number below 100", "2.5"});
   // A 1-D parameter is fine in an AdamW group.
   EXPECT_NO_THROW({
     optim::MuonOptions a;
@@ -310,6 +319,39 @@ TEST(Muon, AStepWithInfGradientsIsSkipped) {
   EXPECT_TRUE(st == nullptr || (st->step == 0 && st->buffers.empty()));
   opt.step_if_finite(mt::zeros({1}));
   EXPECT_FALSE(mt::equal(m.w[0], before));
+}
+
+// Under a GradScaler the gradients are unscaled before the momentum and the orthogonalisation:
+// three steps of a loss scaled by 2^16 (exact to undo) give the parameters and state of three
+// unscaled steps bit for bit, in the Muon group and the AdamW group alike.
+TEST(Muon, TheGradScalerUnscalesBeforeOrthogonalising) {
+  const auto make = [](const Mlp& m) {
+    optim::MuonOptions adamw;
+    adamw.use_muon = false;
+    adamw.lr = 0.01;
+    return optim::Muon({optim::ParamGroup({m.w[1]}, optim::MuonOptions{.lr = 0.02}),
+                        optim::ParamGroup({m.w[0], m.w[2], m.b[0], m.b[1], m.b[2]}, adamw)});
+  };
+  Mlp plain = data(true), scaled = data(true);
+  optim::Muon a = make(plain), b = make(scaled);
+  mt::amp::GradScaler scaler(mt::amp::GradScalerOptions{.init_scale = 65536.0});
+  for (int s = 0; s < 3; ++s) {
+    a.zero_grad();
+    loss_of(plain).backward();
+    a.step();
+    b.zero_grad();
+    scaler.scale(loss_of(scaled)).backward();
+    scaler.step(b);
+    scaler.update();
+    EXPECT_FALSE(b.last_step_skipped()) << s;
+  }
+  EXPECT_EQ(scaler.get_scale(), 65536.0);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(mt::equal(plain.w[i], scaled.w[i])) << "w" << i;
+    EXPECT_TRUE(mt::equal(plain.b[i], scaled.b[i])) << "b" << i;
+  }
+  const Tensor& buf_a = a.state(0)->buffers.at("momentum_buffer");
+  EXPECT_TRUE(mt::equal(buf_a, b.state(0)->buffers.at("momentum_buffer")));
 }
 
 // The split: a GPT's block matrices go to Muon; its embeddings (and the head tied to them),

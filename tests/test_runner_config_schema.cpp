@@ -72,6 +72,14 @@ std::optional<T> other_value(const schema::Key<T>& k) {
     return std::vector<double>{0.5, 2};
   } else if constexpr (std::is_same_v<T, std::pair<double, double>>) {
     return std::pair<double, double>{v.first / 2, v.second / 2};
+  } else if constexpr (schema::kIsNumberArray<T>) {
+    T halved = v;
+    for (double& x : halved) x /= 2;
+    return halved;
+  } else if constexpr (std::is_enum_v<T>) {
+    const auto n = option_names(v).size();
+    const auto i = static_cast<size_t>(static_cast<std::underlying_type_t<T>>(v));
+    return static_cast<T>(static_cast<std::underlying_type_t<T>>((i + 1) % n));
   } else if constexpr (std::is_same_v<T, rn::BlockSelection>) {
     return rn::BlockSelection{.all = false, .blocks = {0, 2}};
   } else {
@@ -113,7 +121,7 @@ struct Perturb {
   }
   void rule(const schema::Rule&) {}
   template <typename S>
-  void section(const char*, S&, const char*) {}
+  void section(const char*, S&, const char*, const std::vector<std::string>& = {}) {}
 };
 
 // "path=value" for every key of a section that applies, as resolved.yaml would hold it.
@@ -131,6 +139,8 @@ struct Values {
       os << mantissa::dtype_name(v);
     } else if constexpr (std::is_same_v<T, std::pair<double, double>>) {
       os << v.first << "," << v.second;
+    } else if constexpr (std::is_enum_v<T>) {
+      os << schema::enum_name(v);
     } else if constexpr (std::is_same_v<T, std::vector<rn::LayerSpec>>) {
       for (const auto& l : v) os << l.type << ";";
     } else if constexpr (std::is_same_v<T, rn::BlockSelection>) {
@@ -167,7 +177,7 @@ struct Values {
   }
   void rule(const schema::Rule&) {}
   template <typename S>
-  void section(const char*, S&, const char*) {}
+  void section(const char*, S&, const char*, const std::vector<std::string>& = {}) {}
 };
 
 struct Selector {
@@ -183,7 +193,7 @@ struct Selector {
   }
   void rule(const schema::Rule&) {}
   template <typename S>
-  void section(const char*, S&, const char*) {}
+  void section(const char*, S&, const char*, const std::vector<std::string>& = {}) {}
 };
 
 // For every type of the section and every key that applies to it: a config whose key has a
@@ -253,6 +263,14 @@ TEST(RunnerConfigSchema, EveryDeclaredKeyRoundTripsWithANonDefaultValue) {
   round_trip_every_key<rn::OptimizerConfig>(
       "optimizer.", [](rn::Config& c) -> rn::OptimizerConfig& { return c.optimizer; }, &touched,
       &unchangeable);
+  round_trip_every_key<mantissa::optim::AdamWOptions>(
+      "optimizer.adamw.",
+      [](rn::Config& c) -> mantissa::optim::AdamWOptions& {
+        c.optimizer.type = "muon";
+        c.optimizer.select();
+        return c.optimizer.adamw;
+      },
+      &touched, &unchangeable);
   round_trip_every_key<rn::ScheduleConfig>(
       "schedule.", [](rn::Config& c) -> rn::ScheduleConfig& { return c.schedule; }, &touched,
       &unchangeable);
@@ -268,7 +286,9 @@ TEST(RunnerConfigSchema, EveryDeclaredKeyRoundTripsWithANonDefaultValue) {
   for (const char* k :
        {"data.turns (spirals)", "model.layers.0.stride (maxpool2d)", "optimizer.betas (adamw)",
         "epochs ()", "data.delimiter (csv)", "loss.pos_weight (bce_with_logits)",
-        "scaler.enabled ()", "distributed.static_graph ()", "model.n_head (gpt)"}) {
+        "scaler.enabled ()", "distributed.static_graph ()", "model.n_head (gpt)",
+        "optimizer.adjust_lr_fn (muon)", "optimizer.ns_coefficients (muon)",
+        "optimizer.muon_params (muon)", "optimizer.adamw.betas ()"}) {
     EXPECT_NE(std::find(touched.begin(), touched.end(), k), touched.end()) << k;
   }
 }
@@ -284,6 +304,7 @@ TEST(RunnerConfigSchema, ConfigHashesOfExistingConfigsAreUnchanged) {
       {"configs/toy.yaml", "795be2a85be338f3"},
       {"configs/toy_fp16.yaml", "f5eecb8ae183fd26"},
       {"configs/gpt_tiny.yaml", "1f4a9893aba8e3f7"},
+      {"configs/gpt_tiny_muon.yaml", "0111ddf63bcbf8ef"},
       {"configs/gpt2_124m.yaml", "e7eb3390399b65b7"},
       {"tests/data/configs/csv_every_layer.yaml", "04eef1fd47c40f0c"},
       {"tests/data/configs/safetensors_adam_step.yaml", "20fb5dd3eb063abe"},
@@ -445,7 +466,7 @@ struct KeyTypes {
   void either(const schema::Key<A>&, const schema::Key<B>&) {}
   void rule(const schema::Rule&) {}
   template <typename S>
-  void section(const char*, S&, const char*) {}
+  void section(const char*, S&, const char*, const std::vector<std::string>& = {}) {}
 };
 
 // Every field of each type's options struct, and the types that have it (sorted).
@@ -485,7 +506,13 @@ TEST(RunnerConfigSchema, EveryOptimizerOptionIsAKeyOfItsTypes) {
   // AdamW always decouples: the one field that is not a key of its type.
   auto& decoupled = fields["decoupled_weight_decay"];
   decoupled.erase(std::find(decoupled.begin(), decoupled.end(), "adamw"));
+  // Muon's AdamW groups: their betas come from optimizer.adamw, and use_muon from the split.
+  auto& betas = fields["betas"];
+  betas.erase(std::find(betas.begin(), betas.end(), "muon"));
+  fields.erase("use_muon");
   declared.erase("decay_min_ndim");  // the runner's own: how the parameters are grouped
+  declared.erase("muon_params");
+  declared.erase("adamw_params");
   // The optimizer's own settings (optim::Optimizer::set_state_dtype, set_stochastic_rounding),
   // not group options.
   declared.erase("state_dtype");

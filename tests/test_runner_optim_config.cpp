@@ -242,3 +242,151 @@ TEST(RunnerOptimConfig, GradAccumStepsReachesTheTrainerAndCountsEpochSteps) {
   EXPECT_EQ(r.config_text.find("peak_tflops"), std::string::npos);
   EXPECT_DOUBLE_EQ(build("peak_tflops: 2.5\n").trainer_options.peak_flops, 2.5e12);
 }
+
+namespace {
+
+// Four linear layers: the two middle weights are Muon's by the rule, the first and last layers'
+// weights and every bias AdamW's.
+const char* kMuonModel =
+    "model:\n  layers:\n    - {type: linear, in: 10, out: 24}\n    - relu\n"
+    "    - {type: linear, in: 24, out: 24}\n    - relu\n"
+    "    - {type: linear, in: 24, out: 16}\n    - relu\n"
+    "    - {type: linear, in: 16, out: 5}\n"
+    "data: {type: teacher, samples: 64, batch_size: 16}\n";
+
+std::vector<std::string> names_of(const optim::ParamGroup& g, mantissa::nn::Module& model) {
+  std::vector<std::string> out;
+  for (const auto& p : g.params) {
+    for (const auto& [name, t] : model.named_parameters()) {
+      if (t.is_same(p)) out.push_back(name);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// optimizer.type muon: one config line gives the hybrid of the speedrun and Moonlight (Muon for
+// the hidden matrices, AdamW with its own options for the rest), printed at start-up, each key
+// reaching its group, the name patterns overriding the rule, and the resolved YAML reading back.
+TEST(RunnerOptimConfig, MuonHybridGroupsFromOneConfigLine) {
+  const std::string yaml = std::string(kMuonModel) +
+                           "optimizer: {type: muon, lr: 0.02, momentum: 0.9, nesterov: false, "
+                           "ns_coefficients: [3, -4, 2], ns_steps: 3, adjust_lr_fn: "
+                           "match_rms_adamw, weight_decay: 0.05,\n"
+                           "  adamw: {lr: 0.003, betas: [0.8, 0.95], eps: 1e-10, "
+                           "weight_decay: 0.01}}\n";
+  auto r = build(yaml);
+  EXPECT_STREQ(r.optimizer->name(), "Muon");
+  const auto& groups = r.optimizer->param_groups();
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(names_of(groups[0], *r.model), (std::vector<std::string>{"2.weight", "4.weight"}));
+  EXPECT_EQ(
+      names_of(groups[1], *r.model),
+      (std::vector<std::string>{"0.weight", "0.bias", "2.bias", "4.bias", "6.weight", "6.bias"}));
+  const auto muon = groups[0].options_as<optim::MuonOptions>();
+  EXPECT_TRUE(muon.use_muon);
+  EXPECT_DOUBLE_EQ(muon.lr, 0.02);
+  EXPECT_DOUBLE_EQ(muon.momentum, 0.9);
+  EXPECT_FALSE(muon.nesterov);
+  EXPECT_EQ(muon.ns_coefficients, (std::array<double, 3>{3, -4, 2}));
+  EXPECT_EQ(muon.ns_steps, 3);
+  EXPECT_EQ(muon.adjust_lr_fn, optim::MuonAdjustLr::MatchRmsAdamW);
+  EXPECT_DOUBLE_EQ(muon.weight_decay, 0.05);
+  const auto adamw = groups[1].options_as<optim::MuonOptions>();
+  EXPECT_FALSE(adamw.use_muon);
+  EXPECT_DOUBLE_EQ(adamw.lr, 0.003);
+  EXPECT_EQ(adamw.betas, (std::pair<double, double>{0.8, 0.95}));
+  EXPECT_DOUBLE_EQ(adamw.eps, 1e-10);
+  EXPECT_DOUBLE_EQ(adamw.weight_decay, 0.01);
+  ASSERT_EQ(r.optimizer_lines.size(), 2u);
+  EXPECT_EQ(r.optimizer_lines[0],
+            "optimizer muon: Muon 2 tensors (960 parameters): 2.weight, 4.weight");
+  EXPECT_EQ(r.optimizer_lines[1],
+            "optimizer muon: AdamW 6 tensors (389 parameters): 0.weight, 0.bias, 2.bias, 4.bias, "
+            "6.weight, 6.bias");
+
+  // The resolved YAML holds every key and reads back to the same config (and hash).
+  const rn::Config c = rn::parse_config(with_data(yaml), "test.yaml");
+  const std::string text = rn::to_yaml(c);
+  for (const char* k : {"adjust_lr_fn: match_rms_adamw", "ns_coefficients: [3.0, -4.0, 2.0]",
+                        "adamw:", "betas: [0.8, 0.95]"}) {
+    EXPECT_NE(text.find(k), std::string::npos) << k << " in\n" << text;
+  }
+  EXPECT_EQ(rn::to_yaml(rn::parse_config(text, "resolved.yaml")), text);
+
+  // Patterns override the rule: the first layer's weight to Muon, one hidden weight to AdamW.
+  r = build(std::string(kMuonModel) +
+            "optimizer: {type: muon, muon_params: ['0.*weight'], adamw_params: ['4.*']}\n");
+  EXPECT_EQ(names_of(r.optimizer->param_groups()[0], *r.model),
+            (std::vector<std::string>{"0.weight", "2.weight"}));
+  // The defaults: PyTorch's Muon and AdamW.
+  r = build(std::string(kMuonModel) + "optimizer: {type: muon}\n");
+  const auto d = r.optimizer->param_groups()[0].options_as<optim::MuonOptions>();
+  EXPECT_DOUBLE_EQ(d.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(d.weight_decay, 0.1);
+  EXPECT_EQ(d.adjust_lr_fn, optim::MuonAdjustLr::Original);
+  const auto da = r.optimizer->param_groups()[1].options_as<optim::MuonOptions>();
+  EXPECT_DOUBLE_EQ(da.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(da.weight_decay, 1e-2);
+  EXPECT_DOUBLE_EQ(da.eps, 1e-8);
+}
+
+// Hostile input: each a one-line error naming the key.
+TEST(RunnerOptimConfig, MuonBadInputNamesTheKey) {
+  const std::string m = kMuonModel;
+  expect_config_error(m + "optimizer: {type: muon, ns_steps: 0}\n",
+                      {"optimizer.ns_steps = 0", "must be in [1, 99]"});
+  expect_config_error(m + "optimizer: {type: muon, ns_steps: 2.5}\n",
+                      {"optimizer.ns_steps = 2.5", "integer"});
+  expect_config_error(m + "optimizer: {type: muon, adjust_lr_fn: match_rms}\n",
+                      {"optimizer.adjust_lr_fn = match_rms",
+                       "expected one of original, match_rms_adamw, spectral_unclamped"});
+  expect_config_error(m + "optimizer: {type: muon, ns_coefficients: [1, 2]}\n",
+                      {"optimizer.ns_coefficients",
+                       "expected [ns_coefficient1, ns_coefficient2, ns_coefficient3]"});
+  expect_config_error(m + "optimizer: {type: muon, betas: [0.9, 0.99]}\n",
+                      {"optimizer.betas", "does not apply to optimizer.type 'muon'"});
+  expect_config_error(m + "optimizer: {type: adamw, adamw: {lr: 0.1}}\n",
+                      {"optimizer.adamw", "does not apply to optimizer.type 'adamw'"});
+  expect_config_error(m + "optimizer: {type: sgd, muon_params: ['2.weight']}\n",
+                      {"optimizer.muon_params", "does not apply"});
+  expect_config_error(m + "optimizer: {type: muon, adamw: {lr: 0}}\n", {"optimizer.adamw.lr"});
+  expect_config_error(m + "optimizer: {type: muon, adamw: {momentum: 0.9}}\n",
+                      {"optimizer.adamw.momentum"});
+  expect_config_error(m + "optimizer: {type: muon, decay_min_ndim: 2}\n",
+                      {"optimizer.decay_min_ndim", "does not apply to optimizer.type 'muon'"});
+  expect_config_error(m + "optimizer: {type: muon, muon_params: ['h.*']}\n",
+                      {"optimizer.muon_params", "'h.*' matches no parameter"}, true);
+  expect_config_error(m + "optimizer: {type: muon, adamw_params: ['9.*']}\n",
+                      {"optimizer.adamw_params", "'9.*' matches no parameter"}, true);
+  expect_config_error(m + "optimizer: {type: muon, muon_params: ['2.*']}\n",
+                      {"optimizer.muon_params", "'2.bias'", "only supports 2D"}, true);
+  expect_config_error(m + "optimizer: {type: muon, muon_params: ['2.weight'], "
+                          "adamw_params: ['2.*']}\n",
+                      {"optimizer.muon_params", "matches both"}, true);
+  // Two layers: no hidden matrix, and nothing named for Muon.
+  expect_config_error(
+      "model:\n  layers:\n    - {type: linear, in: 10, out: 8}\n    - relu\n"
+      "    - {type: linear, in: 8, out: 5}\noptimizer: {type: muon}\n",
+      {"optimizer.type", "no parameter of this model is for Muon", "muon_params"}, true);
+  expect_config_error(m + "optimizer: {type: muon}\ndistributed: {zero_stage: 1}\n",
+                      {"distributed.zero_stage", "whole matrices"}, true);
+}
+
+// onecycle's cycle_momentum cycles each group's own momentum: Muon's `momentum`, AdamW's beta1
+// (PyTorch's Muon has no betas, so it cycles `momentum`).
+TEST(RunnerOptimConfig, MuonOneCycleCyclesEachGroupsMomentum) {
+  auto r = build(std::string(kMuonModel) +
+                 "optimizer: {type: muon, lr: 0.02, momentum: 0.5, adamw: {betas: [0.5, 0.99]}}\n"
+                 "schedule: {type: onecycle, max_momentum: 0.95, base_momentum: 0.85}\n");
+  const auto& g = r.optimizer->param_groups();
+  EXPECT_DOUBLE_EQ(g[0].get("momentum"), 0.95);
+  EXPECT_DOUBLE_EQ(g[0].get("beta1"), 0.9);  // the Muon group's unused beta1, untouched
+  EXPECT_DOUBLE_EQ(g[1].get("beta1"), 0.95);
+  EXPECT_DOUBLE_EQ(g[1].get("momentum"), 0.5);
+  for (int i = 0; i < 5; ++i) r.scheduler->step();
+  EXPECT_LT(g[0].get("momentum"), 0.95);
+  EXPECT_DOUBLE_EQ(g[0].get("momentum"), g[1].get("beta1"));
+  EXPECT_DOUBLE_EQ(g[1].get("momentum"), 0.5);
+}

@@ -36,9 +36,11 @@ void Muon::validate(const ParamGroup& g) const {
   }
   MT_CHECK(o.momentum >= 0.0, "Muon: momentum should be >= 0 but is: ", o.momentum);
   MT_CHECK(o.eps >= 0.0, "Muon: eps should be >= 0 but is: ", o.eps);
-  MT_CHECK(o.ns_steps >= 0.0 && o.ns_steps < 100.0 && o.ns_steps == std::floor(o.ns_steps),
+  // The group's value, before options_as<> truncates it to an integer.
+  const double ns_steps = g.get("ns_steps");
+  MT_CHECK(ns_steps >= 0.0 && ns_steps < 100.0 && ns_steps == std::floor(ns_steps),
            "Muon: ns_steps must be a whole number below 100 (for computational efficiency), got ",
-           o.ns_steps);
+           ns_steps);
   const double fn = static_cast<double>(static_cast<uint8_t>(o.adjust_lr_fn));
   MT_CHECK(fn == 0.0 || fn == 1.0 || fn == 2.0, "Muon: Adjust learning rate function ", fn,
            " is not supported (original: 0, match_rms_adamw: 1, spectral_unclamped: 2)");
@@ -93,8 +95,7 @@ void Muon::update(const ParamGroup& g, const Tensor& param, const Tensor& grad, 
   lerp_kernel(buf.device())(buf, buf, grad, Tensor(), 1.0 - o.momentum);
   buf.bump_version();
   const Tensor u = o.nesterov ? lerp(grad, buf, Scalar(o.momentum)) : buf;
-  const Tensor ortho = muon_orthogonalize(u, o.ns_coefficients, static_cast<int64_t>(o.ns_steps),
-                                          o.eps, o.ns_float32);
+  const Tensor ortho = muon_orthogonalize(u, o.ns_coefficients, o.ns_steps, o.eps, o.ns_float32);
   const double rows = static_cast<double>(param.size(0)), cols = static_cast<double>(param.size(1));
   const double ratio =
       o.adjust_lr_fn == MuonAdjustLr::MatchRmsAdamW       ? 0.2 * std::sqrt(std::max(rows, cols))

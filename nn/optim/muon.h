@@ -28,6 +28,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +43,12 @@ class Module;
 namespace mantissa::optim {
 
 enum class MuonAdjustLr : uint8_t { Original = 0, MatchRmsAdamW = 1, SpectralUnclamped = 2 };
+// PyTorch's names of the values, in order (the config's `adjust_lr_fn`; found by ADL).
+inline const std::vector<std::string>& option_names(MuonAdjustLr) {
+  static const std::vector<std::string> names = {"original", "match_rms_adamw",
+                                                 "spectral_unclamped"};
+  return names;
+}
 
 struct MuonOptions {
   double lr = 1e-3;
@@ -50,7 +57,7 @@ struct MuonOptions {
   bool nesterov = true;
   std::array<double, 3> ns_coefficients{3.4445, -4.7750, 2.0315};
   double eps = 1e-7;
-  double ns_steps = 5;
+  int64_t ns_steps = 5;
   MuonAdjustLr adjust_lr_fn = MuonAdjustLr::Original;
   // The iteration in float32 instead of PyTorch's bfloat16 (to compare with a reference exactly).
   bool ns_float32 = false;
@@ -82,6 +89,9 @@ class Muon : public Optimizer {
   explicit Muon(std::vector<ParamGroup> groups, MuonOptions options = {});
 
   const char* name() const override { return "Muon"; }
+  std::string momentum_key(const ParamGroup& group) const override {
+    return group.options.at("use_muon") != 0.0 ? "momentum" : "beta1";
+  }
 
  protected:
   void validate(const ParamGroup& group) const override;

@@ -331,6 +331,12 @@ std::vector<Tensor> Optimizer::grads_to_unscale() {
   return grads;
 }
 
+std::string Optimizer::momentum_key(const ParamGroup&) const {
+  if (defaults_.count("beta1")) return "beta1";
+  if (defaults_.count("momentum")) return "momentum";
+  return "";
+}
+
 double Optimizer::lr(size_t group) const {
   MT_CHECK(group < groups_.size(), name(), ": parameter group ", group, " out of range (",
            groups_.size(), " groups)");

@@ -194,6 +194,10 @@ class Optimizer {
 
   // "SGD", "Adam", ... (used in error messages).
   virtual const char* name() const = 0;
+  // The group option a momentum schedule (OneCycleLR's cycle_momentum) sets: "beta1" where the
+  // optimizer has betas, else "momentum", else "" (none), as PyTorch chooses from the defaults.
+  // Muon's choice is per group: "momentum" for a Muon group, "beta1" for an AdamW group.
+  virtual std::string momentum_key(const ParamGroup& group) const;
   // The bytes of state `param` (of `group`) holds once it has been stepped, its float32 master
   // copy included: what the first step will allocate, for reports made before it.
   int64_t planned_state_bytes(const ParamGroup& group, const Tensor& param) const;

@@ -14,9 +14,10 @@
 //     static void each(Self& o, V&& v) { v("lr", o.lr); v("betas", o.betas); }
 //   };
 //
-// A field is double, bool, an enum (its underlying value), std::pair<double, double> (named with a
-// plural "s", as betas: beta1, beta2) or std::array<double, 3> (named likewise: Muon's
-// ns_coefficients are ns_coefficient1..3).
+// A field is double, bool, an enum (its underlying value in the group map; an
+// `option_names(E)` found by ADL names its values 0, 1, ... for the config), std::pair<double,
+// double> (named with a plural "s", as betas: beta1, beta2) or std::array<double, 3> (named
+// likewise: Muon's ns_coefficients are ns_coefficient1..3).
 #pragma once
 
 #include <array>
@@ -82,11 +83,13 @@ std::map<std::string, double> option_map(const O& options) {
       for (double v : value) m[keys[i++]] = v;
     } else if constexpr (std::is_same_v<T, bool>) {
       m[keys[i++]] = value ? 1.0 : 0.0;
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      m[keys[i++]] = static_cast<double>(value);
     } else if constexpr (std::is_enum_v<T>) {
       m[keys[i++]] = static_cast<double>(static_cast<std::underlying_type_t<T>>(value));
     } else {
       static_assert(std::is_same_v<T, double>,
-                    "an option is double, bool, an enum, a pair or a triple of doubles");
+                    "an option is double, int64_t, bool, an enum, a pair or a triple of doubles");
       m[keys[i++]] = value;
     }
   });
@@ -114,6 +117,8 @@ O option_values(const double* values) {
       i += 3;
     } else if constexpr (std::is_same_v<T, bool>) {
       value = values[i++] != 0.0;
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      value = static_cast<int64_t>(values[i++]);  // the optimizer checks the group's value whole
     } else if constexpr (std::is_enum_v<T>) {
       value = static_cast<T>(static_cast<std::underlying_type_t<T>>(values[i++]));
     } else {

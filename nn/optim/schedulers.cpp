@@ -201,13 +201,12 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, OneCycleOptions o)
                {total - 1, kMax, kMin, false, true}};
   }
   if (op.cycle_momentum) {
-    const auto& defaults = optimizer.defaults();
-    momentum_key_ = defaults.count("beta1")      ? "beta1"
-                    : defaults.count("momentum") ? "momentum"
-                                                 : "";
-    MT_CHECK(!momentum_key_.empty(), "OneCycleLR: optimizer ", optimizer.name(),
-             " must support momentum (\"momentum\" or \"beta1\") with cycle_momentum enabled");
-    for (ParamGroup& g : groups) g[momentum_key_] = op.max_momentum;
+    for (ParamGroup& g : groups) {
+      momentum_keys_.push_back(optimizer.momentum_key(g));
+      MT_CHECK(!momentum_keys_.back().empty(), "OneCycleLR: optimizer ", optimizer.name(),
+               " must support momentum (\"momentum\" or \"beta1\") with cycle_momentum enabled");
+      g[momentum_keys_.back()] = op.max_momentum;
+    }
   }
   reset_base_lrs(initial_lr_);
   initial_step();
@@ -245,7 +244,7 @@ std::vector<double> OneCycleLR::compute_lr() const {
       start_step = ph.end_step;
     }
     lrs.push_back(lr);
-    if (!momentum_key_.empty()) groups[g][momentum_key_] = momentum;
+    if (g < momentum_keys_.size()) groups[g][momentum_keys_[g]] = momentum;
   }
   return lrs;
 }

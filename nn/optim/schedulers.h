@@ -132,7 +132,8 @@ class OneCycleLR : public LRScheduler {
   OneCycleOptions options_;
   std::vector<double> initial_lr_, max_lr_, min_lr_;
   std::vector<Phase> phases_;
-  std::string momentum_key_;  // "beta1" or "momentum"; empty without cycle_momentum
+  // Each group's "beta1" or "momentum" (Optimizer::momentum_key); empty without cycle_momentum.
+  std::vector<std::string> momentum_keys_;
 };
 
 // Runs schedulers one after another: schedulers[i] drives the steps from milestones[i-1] on, and
