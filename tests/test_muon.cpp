@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "amp/grad_scaler.h"
@@ -273,6 +274,21 @@ TEST(Muon, RefusalsAndStateDict) {
         optim::Muon({g}, optim::MuonOptions{});
       },
       {"ns_steps must be a whole number below 100", "2.5"});
+  // Values no option type holds are refused with the group's value (and read without undefined
+  // behaviour, which the sanitizer build would report).
+  for (const auto& [key, value, words] :
+       std::vector<std::tuple<std::string, double, std::string>>{
+           {"ns_steps", 1e30, "got 1e+30"},
+           {"adjust_lr_fn", -1.0, "function -1 is not supported"},
+           {"adjust_lr_fn", 1e300, "function 1e+300 is not supported"}}) {
+    mt::testing::expect_error(
+        [&] {
+          optim::ParamGroup g({mt::zeros({2, 3}).requires_grad_()});
+          g[key] = value;
+          optim::Muon({g}, optim::MuonOptions{});
+        },
+        {words});
+  }
   // A 1-D parameter is fine in an AdamW group.
   EXPECT_NO_THROW({
     optim::MuonOptions a;

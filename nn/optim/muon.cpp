@@ -41,7 +41,7 @@ void Muon::validate(const ParamGroup& g) const {
   MT_CHECK(ns_steps >= 0.0 && ns_steps < 100.0 && ns_steps == std::floor(ns_steps),
            "Muon: ns_steps must be a whole number below 100 (for computational efficiency), got ",
            ns_steps);
-  const double fn = static_cast<double>(static_cast<uint8_t>(o.adjust_lr_fn));
+  const double fn = g.get("adjust_lr_fn");  // the group's value, before options_as<> reads it
   MT_CHECK(fn == 0.0 || fn == 1.0 || fn == 2.0, "Muon: Adjust learning rate function ", fn,
            " is not supported (original: 0, match_rms_adamw: 1, spectral_unclamped: 2)");
   for (const Tensor& p : g.params) {

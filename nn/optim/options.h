@@ -14,13 +14,16 @@
 //     static void each(Self& o, V&& v) { v("lr", o.lr); v("betas", o.betas); }
 //   };
 //
-// A field is double, bool, an enum (its underlying value in the group map; an
-// `option_names(E)` found by ADL names its values 0, 1, ... for the config), std::pair<double,
-// double> (named with a plural "s", as betas: beta1, beta2) or std::array<double, 3> (named
-// likewise: Muon's ns_coefficients are ns_coefficient1..3).
+// A field is double, int64_t (a double in the group map, which the optimizer checks is whole),
+// bool, an enum (its underlying value in the group map; an `option_names(E)` found by ADL names
+// its values 0, 1, ... for the config), std::pair<double, double> (named with a plural "s", as
+// betas: beta1, beta2) or std::array<double, 3> (named likewise: Muon's ns_coefficients are
+// ns_coefficient1..3).
 #pragma once
 
 #include <array>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <string_view>
@@ -118,9 +121,19 @@ O option_values(const double* values) {
     } else if constexpr (std::is_same_v<T, bool>) {
       value = values[i++] != 0.0;
     } else if constexpr (std::is_same_v<T, int64_t>) {
-      value = static_cast<int64_t>(values[i++]);  // the optimizer checks the group's value whole
+      // The optimizer checks the group's value (whole, in range); one no int64_t holds reads as
+      // the smallest, never as undefined behaviour.
+      const double v = values[i++];
+      value =
+          v > -9.2e18 && v < 9.2e18 ? static_cast<int64_t>(v) : std::numeric_limits<int64_t>::min();
     } else if constexpr (std::is_enum_v<T>) {
-      value = static_cast<T>(static_cast<std::underlying_type_t<T>>(values[i++]));
+      // Likewise: a value outside the underlying type reads as its largest.
+      using U = std::underlying_type_t<T>;
+      const double v = values[i++];
+      value = static_cast<T>(v >= static_cast<double>(std::numeric_limits<U>::min()) &&
+                                     v <= static_cast<double>(std::numeric_limits<U>::max())
+                                 ? static_cast<U>(v)
+                                 : std::numeric_limits<U>::max());
     } else {
       value = values[i++];
     }
