@@ -116,9 +116,9 @@ __attribute__((always_inline)) inline void block_gemm_body(int64_t m, int64_t n,
   }
 }
 
-MT_CPU_ISA_CLONES void block_gemm(int64_t m, int64_t n, int64_t k, const float* A, int64_t a_row,
-                                  int64_t a_col, const float* B, int64_t ldb, float* C, int64_t ldc,
-                                  bool accumulate) {
+MT_CPU_AVX512_CLONES void block_gemm(int64_t m, int64_t n, int64_t k, const float* A, int64_t a_row,
+                                     int64_t a_col, const float* B, int64_t ldb, float* C,
+                                     int64_t ldc, bool accumulate) {
   block_gemm_body(m, n, k, A, a_row, a_col, B, ldb, C, ldc, accumulate);
 }
 

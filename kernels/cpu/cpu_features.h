@@ -2,15 +2,22 @@
 // process. Elsewhere every check is false and the portable loops run.
 #pragma once
 
-// A function compiled three times, for AVX-512, for AVX2 + FMA and for baseline x86-64, the copy
-// picked by the CPU at load time: for loops whose math is long enough for wide vectors to pay
-// (GELU, the attention tasks). Only with GCC on x86: clang (the sanitizer build) does not emit
-// the inline functions that such a clone calls (the link fails), so its builds run the baseline
-// copy, which computes the same math.
+// A function compiled three times, for AVX-512, for x86-64-v3 (AVX2, FMA, F16C) and for baseline
+// x86-64, the copy picked by the CPU at load time: for loops whose math is long enough for wide
+// vectors to pay (GELU, the attention tasks). The middle copy is the ISA level, not
+// "arch=haswell": GCC picks an arch= copy by CPU model, so that one ran on Intel Haswell only and
+// every AMD and later Intel CPU without AVX-512 ran the baseline copy. Only with GCC on x86: clang
+// (the sanitizer build) does not emit the inline functions that such a clone calls (the link
+// fails), so its builds run the baseline copy, which computes the same math.
 #if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
-#define MT_CPU_ISA_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#define MT_CPU_ISA_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
+// Without the x86-64-v3 copy: for register tiles sized for AVX-512's 32 registers, which spill on
+// AVX2's 16 (the attention kernel's block_gemm: its x86-64-v3 copy was slower than the baseline
+// one; docs/performance.md, "Muon").
+#define MT_CPU_AVX512_CLONES __attribute__((target_clones("avx512f", "default")))
 #else
 #define MT_CPU_ISA_CLONES
+#define MT_CPU_AVX512_CLONES
 #endif
 
 namespace mantissa::cpu {
