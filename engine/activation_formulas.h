@@ -233,5 +233,16 @@ struct Hardtanh {
   }
 };
 
+// One struct per list entry, for the kernels of every device: its name (for the dtype error) and
+// its formulas (entry::silu::name, entry::silu::Math).
+namespace entry {
+#define MT_ACTIVATION_ENTRY(op, Module, Formulas) \
+  struct op {                                     \
+    static constexpr const char* name = #op;      \
+    using Math = Formulas;                        \
+  };
+#include "engine/activations.def"
+}  // namespace entry
+
 }  // namespace formulas
 }  // namespace mantissa

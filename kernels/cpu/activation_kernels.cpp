@@ -40,14 +40,10 @@ void activation_backward_kernel(const Tensor& grad_in, const Tensor& grad_out, c
   });
 }
 
-// One struct per list entry: its name (for the dtype error) and its formulas.
-#define MT_ACTIVATION_ENTRY(op, Module, Formulas)                             \
-  struct op##_activation {                                                    \
-    static constexpr const char* name = #op;                                  \
-    using Math = formulas::Formulas;                                          \
-  };                                                                          \
-  MT_REGISTER_KERNEL(op##_kernel, kCPU, &activation_kernel<op##_activation>); \
-  MT_REGISTER_KERNEL(op##_backward_kernel, kCPU, &activation_backward_kernel<op##_activation>);
+// Each entry's kernels, over its struct of engine/activation_formulas.h.
+#define MT_ACTIVATION_ENTRY(op, Module, Formulas)                                 \
+  MT_REGISTER_KERNEL(op##_kernel, kCPU, &activation_kernel<formulas::entry::op>); \
+  MT_REGISTER_KERNEL(op##_backward_kernel, kCPU, &activation_backward_kernel<formulas::entry::op>);
 #include "engine/activations.def"
 
 }  // namespace
