@@ -8,6 +8,9 @@
 
 namespace mantissa::cuda::detail {
 
+// Per-device tables (current streams, index checks) are fixed arrays of this many devices.
+inline constexpr int kMaxDevices = 64;
+
 // The current stream of the current device / of cuda:`device`, on this thread.
 cudaStream_t current_stream();
 cudaStream_t current_stream(int device);

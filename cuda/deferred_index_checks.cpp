@@ -28,7 +28,6 @@ struct Table {
   std::atomic<int64_t> used{0};
 };
 
-constexpr int kMaxDevices = 64;
 std::mutex g_mutex;
 Table g_tables[kMaxDevices];
 

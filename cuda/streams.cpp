@@ -21,7 +21,6 @@ namespace mantissa::cuda {
 namespace detail {
 namespace {
 
-constexpr int kMaxDevices = 64;
 thread_local cudaStream_t tls_current[kMaxDevices] = {};
 
 }  // namespace

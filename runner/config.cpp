@@ -126,12 +126,6 @@ std::string nearest_key(const std::string& key, const std::vector<std::string>& 
 
 namespace {
 
-std::string join(const std::vector<std::string>& v, const std::string& sep = ", ") {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
-}
-
 // Where values came from: a line of the file, or a --set override.
 struct Context {
   Config& cfg;

@@ -13,12 +13,6 @@ namespace {
 
 std::string code(const std::string& s) { return "`" + s + "`"; }
 
-std::string join(const std::vector<std::string>& v, const std::string& sep = ", ") {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
-}
-
 std::string text(int64_t x) { return std::to_string(x); }
 std::string text(uint64_t x) { return std::to_string(x); }
 std::string text(double x) { return yaml_double(x); }
@@ -184,7 +178,8 @@ std::string config_reference_markdown() {
                              const auto& self) -> void {
     Table t;
     t.rows_ = s.rows;
-    out += "\n" + t.markdown("### `" + path + "`", s.help);
+    out += '\n';  // not "\n" + ...: GCC 12 misreads that as an overlapping copy (-Wrestrict)
+    out += t.markdown("### `" + path + "`", s.help);
     for (const auto& sub : s.subs) self(sub, path + "." + sub.name, self);
   };
   for (const auto& s : top.sections_) {
@@ -193,9 +188,10 @@ std::string config_reference_markdown() {
       LayerSpec l;
       Table layers;
       schema::describe(layers, l);
-      out += "\n" + layers.markdown("### `model.layers` entries",
-                                    "A map with `type` (and optional `name`), or just the type "
-                                    "name for layers without required keys (`- relu`).");
+      out += '\n';
+      out += layers.markdown("### `model.layers` entries",
+                             "A map with `type` (and optional `name`), or just the type "
+                             "name for layers without required keys (`- relu`).");
     }
   }
   return out;

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/shape.h"
 
@@ -29,6 +30,13 @@ inline std::string printable_excerpt(std::string_view s, size_t limit = 160) {
     }
   }
   if (s.size() > limit) out += "...";
+  return out;
+}
+
+// The items with `sep` between them.
+inline std::string join(const std::vector<std::string>& v, const std::string& sep = ", ") {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
   return out;
 }
 

@@ -17,6 +17,10 @@ void check_same_device(const char* op, const Tensor& a, const Tensor& b);
 inline Tensor empty_as(const Shape& shape, const Tensor& like) {
   return empty(shape, TensorOptions(like.device()).dtype(like.dtype()));
 }
+// An uninitialised tensor of `shape`, `dtype` on `device`.
+inline Tensor empty_on(const Shape& shape, DType dtype, Device device) {
+  return empty(shape, TensorOptions(device).dtype(dtype));
+}
 // A non-recording broadcast view of t to `shape` (stride 0 on expanded dims).
 Tensor broadcast_view(const Tensor& t, const Shape& shape);
 // out = kernel(in) with out fresh, same shape/dtype as in.

@@ -100,10 +100,6 @@ OneDimReduction one_dim_reduction(const Tensor& x, std::optional<int64_t> dim, b
   return r;
 }
 
-Tensor alloc(const Shape& shape, DType dtype, Device device) {
-  return empty(shape, TensorOptions(device).dtype(dtype));
-}
-
 // PyTorch's names for dtypes in its messages ("Got: Long").
 const char* torch_name(DType t) {
   switch (t) {
@@ -147,7 +143,7 @@ Tensor extremum(const Tensor& x, const Shape& dims, bool keepdim, bool is_max, c
                 const char* node) {
   const ReducedDims r = make_reduction(x, dims, keepdim, op);
   check_nonempty_dims(x, r, op);
-  Tensor out = alloc(r.keep, x.dtype(), x.device());
+  Tensor out = ops::empty_on(r.keep, x.dtype(), x.device());
   (is_max ? amax_kernel : amin_kernel)(x.device())(out, x);
   Tensor res = result_view(out, r);
   if (Recorder rec{node, {&x}}) {
@@ -167,8 +163,8 @@ ValuesIndices arg_extremum(const Tensor& x, int64_t dim, bool keepdim, bool is_m
   const int64_t d = wrap_dim(dim, x.dim(), op);
   const ReducedDims r = make_reduction(x, Shape{d}, keepdim, op);
   check_nonempty_dims(x, r, op);
-  Tensor values = alloc(r.keep, x.dtype(), x.device());
-  Tensor indices = alloc(r.keep, kInt64, x.device());
+  Tensor values = ops::empty_on(r.keep, x.dtype(), x.device());
+  Tensor indices = ops::empty_on(r.keep, kInt64, x.device());
   (is_max ? max_dim_kernel : min_dim_kernel)(x.device())(values, indices, x, d);
   ValuesIndices res{result_view(values, r), result_view(indices, r)};
   if (Recorder rec{is_max ? "MaxBackward0" : "MinBackward0", {&x}}) {
@@ -207,11 +203,11 @@ Tensor var_or_std(const Tensor& x, const Shape& dims, int64_t correction, bool k
   const ReducedDims r = make_reduction(x, dims, keepdim, op);
   // std of half types takes the root in float32 and rounds once.
   const bool via_float = take_sqrt && is_reduced_float(x.dtype());
-  Tensor out = alloc(r.keep, via_float ? kFloat32 : x.dtype(), x.device());
+  Tensor out = ops::empty_on(r.keep, via_float ? kFloat32 : x.dtype(), x.device());
   var_kernel(x.device())(out, x, correction);
   if (take_sqrt) sqrt_kernel(x.device())(out, out);
   if (via_float) {
-    Tensor rounded = alloc(r.keep, x.dtype(), x.device());
+    Tensor rounded = ops::empty_on(r.keep, x.dtype(), x.device());
     detail::copy_into(rounded, out);
     out = rounded;
   }
@@ -254,8 +250,8 @@ Tensor norm_backward(const Tensor& g, const Tensor& x, const Tensor& n, double p
 // g (keepdim form) times the product of the other elements of x's slice along d.
 Tensor prod_backward(const Tensor& g, const Tensor& x, int64_t d) {
   if (x.dim() == 0) return g.reshape(Shape{});
-  const Tensor left = alloc(x.shape(), x.dtype(), x.device());
-  const Tensor right = alloc(x.shape(), x.dtype(), x.device());
+  const Tensor left = ops::empty_on(x.shape(), x.dtype(), x.device());
+  const Tensor right = ops::empty_on(x.shape(), x.dtype(), x.device());
   cumprod_kernel(x.device())(left, x, d, /*reverse=*/false, /*exclusive=*/true);
   cumprod_kernel(x.device())(right, x, d, /*reverse=*/true, /*exclusive=*/true);
   return g * (left * right);
@@ -268,7 +264,7 @@ Tensor prod_body(const Tensor& x, std::optional<int64_t> dim, bool keepdim,
   // The kernel multiplies integer/bool inputs straight into int64; other requests cast first.
   const bool integral_in = is_integral(x.dtype(), true);
   const Tensor in = integral_in && is_integral(target, true) ? x : x.to(target);
-  Tensor out = alloc(r.keep, is_floating(target) ? target : kInt64, x.device());
+  Tensor out = ops::empty_on(r.keep, is_floating(target) ? target : kInt64, x.device());
   prod_kernel(x.device())(out, in);
   Tensor res = result_view(out, r.result);
   if (!is_floating(target)) return res.dtype() == target ? res : res.to(target);
@@ -290,7 +286,7 @@ Tensor prod_body(const Tensor& x, std::optional<int64_t> dim, bool keepdim,
 Tensor logic_reduce(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bool is_all) {
   const char* op = is_all ? "all" : "any";
   const OneDimReduction r = one_dim_reduction(x, dim, keepdim, op);
-  Tensor out = alloc(r.keep, x.dtype() == kUInt8 ? kUInt8 : kBool, x.device());
+  Tensor out = ops::empty_on(r.keep, x.dtype() == kUInt8 ? kUInt8 : kBool, x.device());
   (is_all ? all_kernel : any_kernel)(x.device())(out, x);
   return result_view(out, r.result);
 }
@@ -303,7 +299,7 @@ Tensor sum_op(const Tensor& x, const Shape& dims, bool keepdim, std::optional<DT
   const DType target = dtype.value_or(integral_in ? kInt64 : x.dtype());
   // The kernel sums any integer/bool input straight into int64; other requests cast first.
   const Tensor in = integral_in && is_integral(target, true) ? x : x.to(target);
-  Tensor out = alloc(r.keep, is_floating(target) ? target : kInt64, x.device());
+  Tensor out = ops::empty_on(r.keep, is_floating(target) ? target : kInt64, x.device());
   sum_kernel(x.device())(out, in);
   Tensor res = result_view(out, r);
   if (!is_floating(target)) return res.dtype() == target ? res : res.to(target);
@@ -324,7 +320,7 @@ Tensor mean_op(const Tensor& x, const Shape& dims, bool keepdim) {
            "complex dtype. Got: ",
            torch_name(x.dtype()));
   const ReducedDims r = make_reduction(x, dims, keepdim, "mean");
-  Tensor out = alloc(r.keep, x.dtype(), x.device());
+  Tensor out = ops::empty_on(r.keep, x.dtype(), x.device());
   mean_kernel(x.device())(out, x);
   Tensor res = result_view(out, r);
   if (Recorder rec{dims.empty() ? "MeanBackward0" : "MeanBackward1", {&x}}) {
@@ -388,7 +384,7 @@ Tensor norm_op(const Tensor& x, double p, const Shape& dims, bool keepdim) {
   MT_CHECK(is_floating(x.dtype()), "norm(): expected a floating point tensor as input, got ",
            x.dtype());
   const ReducedDims r = make_reduction(x, dims, keepdim, "norm");
-  Tensor out = alloc(r.keep, x.dtype(), x.device());
+  Tensor out = ops::empty_on(r.keep, x.dtype(), x.device());
   vector_norm_kernel(x.device())(out, x, p);
   Tensor res = result_view(out, r);
   if (Recorder rec{"NormBackward1", {&x}}) {
@@ -407,7 +403,7 @@ Tensor norm_op(const Tensor& x, double p, const Shape& dims, bool keepdim) {
 }
 
 Tensor all_finite_op(const Tensor& x) {
-  Tensor out = alloc(Shape{}, kBool, x.device());
+  Tensor out = ops::empty_on(Shape{}, kBool, x.device());
   all_finite_kernel(x.device())(out, x);
   return out;
 }

@@ -17,14 +17,10 @@ using autograd::BackwardContext;
 using autograd::Recorder;
 using Grads = std::vector<Tensor>;
 
-Tensor alloc(const Shape& shape, DType dtype, Device device) {
-  return empty(shape, TensorOptions(device).dtype(dtype));
-}
-
 // ---- cumsum and cumprod ---------------------------------------------------------------------
 // Inclusive sum along d, forward or reversed; each direction's backward is the other.
 Tensor sum_scan(const Tensor& x, int64_t d, bool reverse) {
-  Tensor out = alloc(x.shape(), x.dtype(), x.device());
+  Tensor out = ops::empty_on(x.shape(), x.dtype(), x.device());
   cumsum_kernel(x.device())(out, x, d, reverse, /*exclusive=*/false);
   if (is_floating(x.dtype())) {
     if (Recorder rec{"CumsumBackward0", {&x}}) {
@@ -60,8 +56,8 @@ void record_gather_back(const char* node, const Tensor& x, const Tensor& values,
 }
 
 ValuesIndices sorted_along(const Tensor& x, int64_t d, bool descending) {
-  Tensor values = alloc(x.shape(), x.dtype(), x.device());
-  Tensor indices = alloc(x.shape(), kInt64, x.device());
+  Tensor values = ops::empty_on(x.shape(), x.dtype(), x.device());
+  Tensor indices = ops::empty_on(x.shape(), kInt64, x.device());
   sort_kernel(x.device())(values, indices, x, d, descending);
   return {values, indices};
 }
@@ -98,14 +94,14 @@ Tensor cumsum_op(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
 Tensor cumprod_op(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
   const int64_t d = wrap_dim(dim, x.dim(), "cumprod");
   const Tensor in = scan_input(x, dtype);
-  Tensor out = alloc(in.shape(), in.dtype(), in.device());
+  Tensor out = ops::empty_on(in.shape(), in.dtype(), in.device());
   cumprod_kernel(in.device())(out, in, d, /*reverse=*/false, /*exclusive=*/false);
   if (is_floating(in.dtype())) {
     if (Recorder rec{"CumprodBackward0", {&in}}) {
       rec.save(in).save(out);
       rec.finish(out, [d](BackwardContext& ctx) -> Grads {
         const Tensor x = ctx.saved(0), y = ctx.saved(1);
-        Tensor grad_in = alloc(x.shape(), x.dtype(), x.device());
+        Tensor grad_in = ops::empty_on(x.shape(), x.dtype(), x.device());
         cumprod_backward_kernel(x.device())(grad_in, ctx.grad().to(x.dtype()), x, y, d);
         return {grad_in};
       });

@@ -7,11 +7,10 @@
 
 #include "engine/kernel_tables.h"
 #include "kernels/adaptive_pool.h"
+#include "kernels/cpu/loops.h"
 
 namespace mantissa::cpu {
 namespace {
-
-inline constexpr int64_t kGrain = 32768;
 
 template <typename T>
 void forward_impl(const Tensor& out, const Tensor& input) {
@@ -20,7 +19,7 @@ void forward_impl(const Tensor& out, const Tensor& input) {
   const int64_t Ho = out.size(2), Wo = out.size(3);
   const T* x = input.data<T>();
   T* y = out.data<T>();
-#pragma omp parallel for if (planes * H * W >= kGrain)
+#pragma omp parallel for if (planes * H * W >= kOmpGrain)
   for (int64_t plane = 0; plane < planes; ++plane) {
     const T* xp = x + plane * H * W;
     T* yp = y + plane * Ho * Wo;
@@ -46,7 +45,7 @@ void backward_impl(const Tensor& grad_input, const Tensor& grad_out) {
   const int64_t Ho = grad_out.size(2), Wo = grad_out.size(3);
   const T* go = grad_out.data<T>();
   T* gx = grad_input.data<T>();
-#pragma omp parallel if (planes * H * W >= kGrain)
+#pragma omp parallel if (planes * H * W >= kOmpGrain)
   {
     std::vector<Acc> acc(static_cast<size_t>(H * W));
 #pragma omp for

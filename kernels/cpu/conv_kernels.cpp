@@ -26,12 +26,11 @@
 #include "kernels/cpu/convert_dense.h"
 #include "kernels/cpu/gemm/bf16_gemm.h"
 #include "kernels/cpu/gemm/blas.h"
+#include "kernels/cpu/loops.h"
 #include "kernels/cpu/scratch.h"
 
 namespace mantissa::cpu {
 namespace {
-
-inline constexpr int64_t kGrain = 32768;
 
 // C = alpha * op(A) @ op(B) + beta * C, row-major with dense leading dims.
 inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
@@ -101,7 +100,7 @@ struct Geometry {
 // col [K, L] <- the receptive fields of x [Cg, H, W] (element type T, widened to Acc).
 template <typename Acc, typename T>
 void im2col(const T* x, Acc* col, const Geometry& g) {
-#pragma omp parallel for if (g.K * g.L >= kGrain)
+#pragma omp parallel for if (g.K * g.L >= kOmpGrain)
   for (int64_t c = 0; c < g.Cg; ++c) {
     const T* plane = x + c * g.H * g.W;
     for (int64_t i = 0; i < g.kh; ++i) {
@@ -129,7 +128,7 @@ void im2col(const T* x, Acc* col, const Geometry& g) {
 // x [Cg, H, W] += col [K, L] folded back onto the image (overlapping windows sum).
 template <typename Acc>
 void col2im(const Acc* col, Acc* x, const Geometry& g) {
-#pragma omp parallel for if (g.K * g.L >= kGrain)
+#pragma omp parallel for if (g.K * g.L >= kOmpGrain)
   for (int64_t c = 0; c < g.Cg; ++c) {
     Acc* plane = x + c * g.H * g.W;
     for (int64_t i = 0; i < g.kh; ++i) {
@@ -152,12 +151,12 @@ void col2im(const Acc* col, Acc* x, const Geometry& g) {
 
 template <typename Acc, typename T>
 void widen(const T* src, Acc* dst, int64_t n) {
-#pragma omp parallel for if (n >= kGrain)
+#pragma omp parallel for if (n >= kOmpGrain)
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<Acc>(static_cast<opmath_t<T>>(src[i]));
 }
 template <typename Acc, typename T>
 void narrow_store(const Acc* src, T* dst, int64_t n) {
-#pragma omp parallel for if (n >= kGrain)
+#pragma omp parallel for if (n >= kOmpGrain)
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
 }
 
@@ -216,7 +215,7 @@ void forward_impl(const Tensor& out, const Tensor& input, const Tensor& weight, 
            y_img + grp * g.Og * g.L, g.L);
     }
     if (b != nullptr) {
-#pragma omp parallel for if (g.O * g.L >= kGrain)
+#pragma omp parallel for if (g.O * g.L >= kOmpGrain)
       for (int64_t o = 0; o < g.O; ++o) {
         Acc* row = y_img + o * g.L;
         for (int64_t l = 0; l < g.L; ++l) row[l] += b[o];
@@ -376,7 +375,7 @@ void conv2d_im2col_cpu(const Tensor& cols, const Tensor& input, const Conv2dPara
     using T = typename decltype(tag)::type;
     const T* x = static_cast<const T*>(input.data_ptr());
     T* out = static_cast<T*>(cols.data_ptr());
-#pragma omp parallel for if (n >= kGrain)
+#pragma omp parallel for if (n >= kOmpGrain)
     for (int64_t e = 0; e < n; ++e) out[e] = conv_columns::im2col_element(x, g, e);
   });
 }
@@ -389,7 +388,7 @@ void conv2d_col2im_cpu(const Tensor& input, const Tensor& cols, const Conv2dPara
     using T = typename decltype(tag)::type;
     const T* c = static_cast<const T*>(cols.data_ptr());
     T* out = static_cast<T*>(input.data_ptr());
-#pragma omp parallel for if (n >= kGrain)
+#pragma omp parallel for if (n >= kOmpGrain)
     for (int64_t e = 0; e < n; ++e)
       out[e] = static_cast<T>(conv_columns::col2im_element<opmath_t<T>>(c, g, e));
   });

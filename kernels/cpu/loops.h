@@ -29,6 +29,15 @@ namespace mantissa::cpu {
 // a second thread saves on a memory-bound loop of a few million elements (bench/NOTES.md). Only
 // loops over 16M elements (64 MB of float32) are split, where the loop itself outlasts the
 // spinning.
+// The element count from which the convolution and pooling loops' OpenMP regions use threads.
+inline constexpr int64_t kOmpGrain = 32768;
+
+// t's data, or nullptr for an undefined tensor (optional optimizer state).
+template <typename T>
+T* maybe_data(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
 inline constexpr int64_t kParallelGrain = int64_t(1) << 24;
 
 // Whether a loop over `work` elements gets a parallel region (never nested in another).

@@ -10,11 +10,10 @@
 #include <vector>
 
 #include "engine/kernel_tables.h"
+#include "kernels/cpu/loops.h"
 
 namespace mantissa::cpu {
 namespace {
-
-inline constexpr int64_t kGrain = 32768;
 
 struct Planes {
   int64_t planes, H, W, Ho, Wo;
@@ -51,7 +50,7 @@ void max_forward_impl(const Tensor& out, const Tensor& indices, const Tensor& in
   T* y = out.data<T>();
   int64_t* idx = indices.data<int64_t>();
   const int64_t kh = p.kernel[0], kw = p.kernel[1], dh = p.dilation[0], dw = p.dilation[1];
-#pragma omp parallel for if (s.planes * s.Ho * s.Wo * kh * kw >= kGrain)
+#pragma omp parallel for if (s.planes * s.Ho * s.Wo * kh * kw >= kOmpGrain)
   for (int64_t plane = 0; plane < s.planes; ++plane) {
     const T* xp = x + plane * s.H * s.W;
     T* yp = y + plane * s.Ho * s.Wo;
@@ -90,7 +89,7 @@ void max_backward_impl(const Tensor& grad_input, const Tensor& grad_out, const T
   const T* go = grad_out.data<T>();
   const int64_t* idx = indices.data<int64_t>();
   T* gx = grad_input.data<T>();
-#pragma omp parallel if (s.planes * s.H * s.W >= kGrain)
+#pragma omp parallel if (s.planes * s.H * s.W >= kOmpGrain)
   {
     std::vector<Acc> acc(static_cast<size_t>(s.H * s.W));
 #pragma omp for
@@ -113,7 +112,7 @@ void avg_forward_impl(const Tensor& out, const Tensor& input, const Pool2dParams
   const Planes s(input.shape(), out.shape());
   const T* x = input.data<T>();
   T* y = out.data<T>();
-#pragma omp parallel for if (s.planes * s.Ho * s.Wo * p.kernel[0] * p.kernel[1] >= kGrain)
+#pragma omp parallel for if (s.planes * s.Ho * s.Wo * p.kernel[0] * p.kernel[1] >= kOmpGrain)
   for (int64_t plane = 0; plane < s.planes; ++plane) {
     const T* xp = x + plane * s.H * s.W;
     T* yp = y + plane * s.Ho * s.Wo;
@@ -135,7 +134,7 @@ void avg_backward_impl(const Tensor& grad_input, const Tensor& grad_out, const P
   const Planes s(grad_input.shape(), grad_out.shape());
   const T* go = grad_out.data<T>();
   T* gx = grad_input.data<T>();
-#pragma omp parallel if (s.planes * s.H * s.W >= kGrain)
+#pragma omp parallel if (s.planes * s.H * s.W >= kOmpGrain)
   {
     std::vector<Acc> acc(static_cast<size_t>(s.H * s.W));
 #pragma omp for

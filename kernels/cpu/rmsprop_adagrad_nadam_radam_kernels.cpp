@@ -7,6 +7,7 @@
 
 #include "engine/dispatch.h"
 #include "engine/kernel_tables.h"
+#include "kernels/cpu/loops.h"
 #include "kernels/cpu/worker_pool.h"
 #include "kernels/optimizer_math.h"
 
@@ -14,11 +15,6 @@ namespace mantissa::cpu {
 namespace {
 
 namespace om = optim_math;
-
-template <typename T>
-T* maybe_data(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
 
 // Runs `update(i)` for every element of parameter e, then writes the rounded copy into the
 // float16/bfloat16 model parameter when there is one.

@@ -46,11 +46,6 @@ void parallel_range(int64_t n, const F& f) {
   });
 }
 
-template <typename T>
-T* maybe_data(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-
 // Stands for "no lower-precision model copy to write" in the loops below, so that the store is
 // compiled out rather than tested per element (a conditional store keeps a loop scalar).
 struct NoModel {};

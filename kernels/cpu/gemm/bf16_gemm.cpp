@@ -17,9 +17,9 @@ namespace {
 
 // Multiply-adds from which a product is split across the pool. The bf16 instructions run about
 // ten times SGEMM's rate, so a wake-up of the pool's workers pays off later than for blas_gemm.
-constexpr int64_t kSplitMacs = int64_t(1) << 23;
+constexpr int64_t kBf16SplitMacs = int64_t(1) << 23;
 // Slab boundaries fall on multiples of an AMX tile's rows.
-constexpr int64_t kSlabAlign = 16;
+constexpr int64_t kBf16SlabAlign = 16;
 
 const BFloat16* offset(const void* base, int64_t elements) {
   return static_cast<const BFloat16*>(base) + elements;
@@ -47,8 +47,8 @@ OneDnnProduct part(const OneDnnProduct& k, int64_t t, int64_t tasks, Scratch<BFl
     return p;
   }
   if (tasks == 1) return p;
-  const int64_t units = (k.M + kSlabAlign - 1) / kSlabAlign;
-  const int64_t per = (units + tasks - 1) / tasks * kSlabAlign;
+  const int64_t units = (k.M + kBf16SlabAlign - 1) / kBf16SlabAlign;
+  const int64_t per = (units + tasks - 1) / tasks * kBf16SlabAlign;
   const int64_t b0 = std::min(k.M, t * per), b1 = std::min(k.M, b0 + per);
   p.M = b1 - b0;  // rows b0..b1 of op(A) and C
   p.c = offset_c(k, b0 * k.ldc);
@@ -96,9 +96,9 @@ bool product(int64_t batch, int64_t M, int64_t N, int64_t K, const Bf16Matrix& a
   k.ldc = ldc;
   k.c_batch = c_batch;
   k.beta = beta;
-  const int64_t extent = batch > 1 ? batch : (M + kSlabAlign - 1) / kSlabAlign;
+  const int64_t extent = batch > 1 ? batch : (M + kBf16SlabAlign - 1) / kBf16SlabAlign;
   const int64_t tasks =
-      batch * M * N * K >= kSplitMacs ? std::min<int64_t>(pool_threads(), extent) : int64_t(1);
+      batch * M * N * K >= kBf16SplitMacs ? std::min<int64_t>(pool_threads(), extent) : int64_t(1);
   std::atomic<bool> refused{false}, vector{false};
   // With beta != 0 a slab that ran has added into C, so a refusal found after it could not be
   // emulated without counting those products twice: every slab's layout is checked first.
