@@ -56,12 +56,10 @@ std::vector<optim::ParamGroup> muon_param_groups(const Config& c, nn::Module& mo
   optim::MuonSplit split;
   try {
     split = optim::muon_split(model, o.muon_params, o.adamw_params);
-  } catch (const Error& e) {
-    const std::string why = first_line(e.what());
-    c.fail(why.find("AdamW pattern") != std::string::npos && why.find("both") == std::string::npos
-               ? "optimizer.adamw_params"
-               : "optimizer.muon_params",
-           why);
+  } catch (const optim::MuonPatternError& e) {
+    c.fail(e.list == optim::MuonPatternError::kAdamW ? "optimizer.adamw_params"
+                                                     : "optimizer.muon_params",
+           first_line(e.what()));
   }
   if (split.muon.empty()) {
     c.fail("optimizer.type",

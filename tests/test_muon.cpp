@@ -397,6 +397,21 @@ TEST(Muon, SplitIsTheHiddenMatrices) {
                             {"'2.weight' matches both"});
   mt::testing::expect_error([&] { (void)optim::muon_split(*mlp.ptr(), {"2.bias"}); },
                             {"only supports 2D"});
+  // Each refusal says which list its pattern came from, for callers that name their own keys.
+  const auto list_of = [&](const std::vector<std::string>& muon,
+                           const std::vector<std::string>& adamw) {
+    try {
+      (void)optim::muon_split(*mlp.ptr(), muon, adamw);
+    } catch (const optim::MuonPatternError& e) {
+      return e.list;
+    }
+    ADD_FAILURE() << "no MuonPatternError";
+    return optim::MuonPatternError::kBoth;
+  };
+  EXPECT_EQ(list_of({"nothing.*"}, {}), optim::MuonPatternError::kMuon);
+  EXPECT_EQ(list_of({}, {"nothing.*"}), optim::MuonPatternError::kAdamW);
+  EXPECT_EQ(list_of({"2.bias"}, {}), optim::MuonPatternError::kMuon);
+  EXPECT_EQ(list_of({"2.weight"}, {"2.*"}), optim::MuonPatternError::kBoth);
   const auto groups =
       optim::muon_groups(*mlp.ptr(), ms, optim::MuonOptions{.lr = 0.02}, {.lr = 1e-3});
   ASSERT_EQ(groups.size(), 2u);

@@ -178,17 +178,36 @@ MuonSplit muon_split(nn::Module& model, const std::vector<std::string>& muon_pat
                         owner != owners.front() && owner != owners.back();
     const bool to_muon = matches(muon_patterns, used_muon, name);
     const bool to_adamw = matches(adamw_patterns, used_adamw, name);
-    MT_CHECK(!(to_muon && to_adamw), "Muon: parameter '", name,
-             "' matches both a Muon pattern and an AdamW pattern");
-    MT_CHECK(!to_muon || t.dim() == 2, "Muon: parameter '", name, "' of shape ", t.shape(),
-             " matches a Muon pattern, but Muon only supports 2D parameters");
+    if (to_muon && to_adamw) {
+      throw MuonPatternError(
+          MuonPatternError::kBoth,
+          ::mantissa::detail::str_cat("Muon: parameter '", name,
+                                      "' matches both a Muon pattern and an AdamW pattern"));
+    }
+    if (to_muon && t.dim() != 2) {
+      throw MuonPatternError(
+          MuonPatternError::kMuon,
+          ::mantissa::detail::str_cat("Muon: parameter '", name, "' of shape ", t.shape(),
+                                      " matches a Muon pattern, but Muon only supports 2D "
+                                      "parameters"));
+    }
     (to_muon || (hidden && !to_adamw) ? split.muon : split.adamw).push_back(name);
   }
-  for (size_t i = 0; i < muon_patterns.size(); ++i)
-    MT_CHECK(used_muon[i], "Muon: the Muon pattern '", muon_patterns[i], "' matches no parameter");
+  for (size_t i = 0; i < muon_patterns.size(); ++i) {
+    if (!used_muon[i]) {
+      throw MuonPatternError(
+          MuonPatternError::kMuon,
+          ::mantissa::detail::str_cat("Muon: the Muon pattern '", muon_patterns[i],
+                                      "' matches no parameter"));
+    }
+  }
   for (size_t i = 0; i < adamw_patterns.size(); ++i) {
-    MT_CHECK(used_adamw[i], "Muon: the AdamW pattern '", adamw_patterns[i],
-             "' matches no parameter");
+    if (!used_adamw[i]) {
+      throw MuonPatternError(
+          MuonPatternError::kAdamW,
+          ::mantissa::detail::str_cat("Muon: the AdamW pattern '", adamw_patterns[i],
+                                      "' matches no parameter"));
+    }
   }
   return split;
 }

@@ -124,6 +124,14 @@ Tensor muon_orthogonalize(const Tensor& update, const std::array<double, 3>& coe
 struct MuonSplit {
   std::vector<std::string> muon, adamw;
 };
+// What muon_split throws for a pattern it cannot use, saying which list the pattern came from
+// (kBoth: a parameter that patterns of both lists match), so that a caller names its own key.
+class MuonPatternError : public Error {
+ public:
+  enum List { kMuon, kAdamW, kBoth };
+  MuonPatternError(List list, const std::string& what) : Error(what), list(list) {}
+  List list;
+};
 MuonSplit muon_split(nn::Module& model, const std::vector<std::string>& muon_patterns = {},
                      const std::vector<std::string>& adamw_patterns = {});
 
