@@ -697,15 +697,8 @@ RunObjects build_run(const Config& c, std::string config_text, const RunPlacemen
   t.max_epochs = c.epochs > 0 ? c.epochs : 1;
   t.device = r.device;
   t.precision = amp::Precision::parse(c.precision);
-  amp::GradScalerOptions so;
-  so.enabled = c.scaler.enabled.value_or(c.precision == "float16");
-  so.init_scale = c.scaler.init_scale;
-  so.growth_factor = c.scaler.growth_factor;
-  so.backoff_factor = c.scaler.backoff_factor;
-  so.growth_interval = c.scaler.growth_interval;
-  so.min_scale = c.scaler.min_scale;
-  so.hysteresis = c.scaler.hysteresis;
-  t.scaler = so;
+  t.scaler = c.scaler.options;
+  t.scaler->enabled = c.scaler.enabled.value_or(c.precision == "float16");
   t.master_weights = c.master_weights;
   t.clip_grad_norm = c.clip_grad_norm;
   t.cuda_graphs = c.cuda_graphs;

@@ -20,6 +20,7 @@
 #include <variant>
 #include <vector>
 
+#include "amp/grad_scaler.h"
 #include "engine/error.h"
 #include "nn/optim/adagrad.h"
 #include "nn/optim/adam.h"
@@ -379,14 +380,11 @@ struct ScheduleConfig {
   void select();
 };
 
+// The scaler section is the library's own GradScalerOptions, but for `enabled`, whose default
+// depends on the precision.
 struct ScalerConfig {
   std::optional<bool> enabled;  // nullopt: on for float16 only
-  double init_scale = 65536.0;
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  int64_t growth_interval = 2000;
-  double min_scale = 0.0;
-  int64_t hysteresis = 1;
+  amp::GradScalerOptions options;  // its `enabled` is set from the key above when a run is built
 };
 
 // Data-parallel training (docs/distributed.md). The whole section is left out of resolved.yaml

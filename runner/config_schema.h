@@ -658,25 +658,25 @@ void describe(V& v, ScheduleConfig& s) {
 template <typename V>
 void describe(V& v, ScalerConfig& g) {
   v.field(key("enabled", g.enabled).doc("`auto`: on for `precision: float16` only"));
-  v.field(key("init_scale", g.init_scale).positive().doc("starting scale"));
-  v.field(key("growth_factor", g.growth_factor)
+  v.field(key("init_scale", g.options.init_scale).positive().doc("starting scale"));
+  v.field(key("growth_factor", g.options.growth_factor)
               .in(Range{1, 1e300, true, false})
               .doc("multiply the scale after `growth_interval` clean steps"));
-  v.field(key("backoff_factor", g.backoff_factor)
+  v.field(key("backoff_factor", g.options.backoff_factor)
               .in(Range{0, 1, false, true})
               .doc("multiply the scale on an overflowing step (which is skipped); 0 drops it to "
                    "`min_scale`"));
-  v.field(key("growth_interval", g.growth_interval)
+  v.field(key("growth_interval", g.options.growth_interval)
               .at_least(0)
               .doc("clean steps between growths (0: never grow)"));
   v.field(
-      key("min_scale", g.min_scale).non_negative().doc("never back off below this (0: no floor)"));
-  v.field(key("hysteresis", g.hysteresis)
+      key("min_scale", g.options.min_scale).non_negative().doc("never back off below this (0: no floor)"));
+  v.field(key("hysteresis", g.options.hysteresis)
               .at_least(1)
               .doc("back off only on the N-th consecutive overflowing step"));
   v.rule({"min_scale",
           {},
-          [&g] { return g.min_scale <= g.init_scale; },
+          [&g] { return g.options.min_scale <= g.options.init_scale; },
           "must be <= scaler.init_scale"});
 }
 
