@@ -1,8 +1,7 @@
-// Per-element math of the RMSprop, Adagrad, NAdam and RAdam steps, and the stochastic rounding of
-// Adam's bfloat16 stores (kernels/cpu/sgd_adam_kernels.cpp, kernels/cuda/sgd_adam_kernels.cu),
-// shared by the CPU kernels
-// (kernels/cpu/rmsprop_adagrad_nadam_radam_kernels.cpp) and the CUDA ones (kernels/cuda/
-// rmsprop_adagrad_nadam_radam_kernels.cu), so both round identically.
+// Per-element math of the SGD, Adam/AdamW, RMSprop, Adagrad, NAdam and RAdam steps, with the
+// stochastic rounding of Adam's bfloat16 stores, written once for the CPU kernels
+// (kernels/cpu/sgd_adam_kernels.cpp, kernels/cpu/rmsprop_adagrad_nadam_radam_kernels.cpp) and the
+// CUDA ones (the .cu files of the same names), so both round identically.
 //
 // Each step follows PyTorch 1.13's single-tensor implementation op by op: wherever PyTorch
 // materialises a tensor (grad.add(param), exp_avg.mul_(beta1), sqrt(), ...) the value is rounded
@@ -20,6 +19,7 @@
 #include "engine/kernel_tables.h"
 #include "engine/macros.h"
 #include "engine/opmath.h"
+#include "engine/philox.h"
 #include "kernels/activation_math.h"
 
 namespace mantissa::optim_math {
@@ -100,6 +100,161 @@ void with_state_type(DType state, const char* op, const F& f) {
   } else {
     f(static_cast<T*>(nullptr));
   }
+}
+
+// Stands for "no lower-precision model copy to write" (master weights off), so that the store
+// is compiled out rather than tested per element.
+struct NoModel {};
+
+template <typename Md, typename T>
+MT_HOST_DEVICE inline void store_model(Md* model, int64_t i, T value) {
+  if constexpr (!std::is_same_v<Md, NoModel>) {
+    if (model != nullptr) model[i] = static_cast<Md>(value);
+  }
+}
+
+// Option flags of the element functions below are a bool (tested per element) or a
+// std::integral_constant<bool, ...> (with_static_bool's, compiled in or out: what lets the CPU's
+// loops vectorise with only the stores they need).
+
+// ---- SGD ------------------------------------------------------------------------------------
+
+template <typename M>
+struct SgdConsts {
+  M wd, mom, keep, neg_lr;
+  bool use_wd, use_momentum, maximize, nesterov;
+};
+
+template <typename M>
+SgdConsts<M> sgd_consts(const SgdStepParams& hp) {
+  SgdConsts<M> c;
+  c.use_wd = hp.weight_decay != 0.0;
+  c.use_momentum = hp.momentum != 0.0;
+  c.maximize = hp.maximize;
+  c.nesterov = hp.nesterov;
+  c.wd = static_cast<M>(hp.weight_decay);
+  c.mom = static_cast<M>(hp.momentum);
+  c.keep = static_cast<M>(1.0 - hp.dampening);
+  c.neg_lr = static_cast<M>(-hp.lr);
+  return c;
+}
+
+// buf: momentum_buffer (read and written only when use_momentum); first: its first update.
+template <typename T, typename Md, typename UseMomentum>
+MT_HOST_DEVICE inline void sgd_element(const SgdConsts<opmath_t<T>>& c, UseMomentum use_momentum,
+                                       bool first, T* p, const T* g, T* buf, Md* model, int64_t i) {
+  using M = opmath_t<T>;
+  const M pv = static_cast<M>(p[i]);
+  M d = static_cast<M>(g[i]);
+  // Selects rather than branches, which the CPU's compiler turns into blends.
+  d = c.maximize ? -d : d;
+  d = c.use_wd ? d + c.wd * pv : d;  // grad.add(param, alpha=weight_decay)
+  if (use_momentum) {
+    // buf = clone(d) on the first step, else buf.mul_(momentum).add_(d, alpha=1-dampening)
+    const M old = static_cast<M>(static_cast<T>(static_cast<M>(buf[i]) * c.mom));
+    const T b = static_cast<T>(first ? d : old + c.keep * d);
+    buf[i] = b;
+    d = c.nesterov ? d + c.mom * static_cast<M>(b) : static_cast<M>(b);
+  }
+  p[i] = static_cast<T>(pv + c.neg_lr * d);  // param.add_(d, alpha=-lr)
+  store_model(model, i, p[i]);
+}
+
+// ---- Adam / AdamW ---------------------------------------------------------------------------
+
+// The step-independent factors; adam_set_step sets the step-dependent ones (neg_step_size,
+// bc2_sqrt) from the step count, in double as PyTorch's Python does.
+template <typename M>
+struct AdamConsts {
+  M wd, decay, w1, one_minus_w1, beta2, w2, neg_step_size, bc2_sqrt, eps;
+  double lr, beta1_d, beta2_d, wd_d;
+  const double* lr_device;  // AdamStepParams::lr_device
+  uint64_t sr_seed;
+  bool maximize, amsgrad, coupled_wd, decoupled_wd, lerp_small;
+};
+
+template <typename M>
+MT_HOST_DEVICE inline void adam_set_step(AdamConsts<M>& c, double step) {
+  const double bias_correction1 = 1.0 - MT_MATH(pow)(c.beta1_d, step);
+  const double bias_correction2 = 1.0 - MT_MATH(pow)(c.beta2_d, step);
+  c.neg_step_size = static_cast<M>(-(c.lr / bias_correction1));
+  c.bc2_sqrt = static_cast<M>(MT_MATH(sqrt)(bias_correction2));
+}
+
+// The learning rate's factors, from lr as the host computes them (in double).
+template <typename M>
+MT_HOST_DEVICE inline void adam_set_lr(AdamConsts<M>& c, double lr) {
+  c.lr = lr;
+  c.decay = static_cast<M>(1.0 - lr * c.wd_d);
+}
+
+template <typename M>
+AdamConsts<M> adam_consts(const AdamStepParams& hp) {
+  AdamConsts<M> c;
+  c.maximize = hp.maximize;
+  c.amsgrad = hp.amsgrad;
+  c.coupled_wd = hp.weight_decay != 0.0 && !hp.decoupled_weight_decay;
+  c.decoupled_wd = hp.weight_decay != 0.0 && hp.decoupled_weight_decay;
+  c.wd = static_cast<M>(hp.weight_decay);
+  c.wd_d = hp.weight_decay;
+  adam_set_lr(c, hp.lr);
+  c.lr_device = hp.lr_device;
+  // exp_avg.lerp_(grad, 1 - beta1), with lerp's two-sided formula for accuracy near 1.
+  c.w1 = static_cast<M>(1.0 - hp.beta1);
+  c.lerp_small = std::abs(c.w1) < M(0.5);
+  c.one_minus_w1 = M(1) - c.w1;
+  c.beta2 = static_cast<M>(hp.beta2);
+  c.w2 = static_cast<M>(1.0 - hp.beta2);
+  c.eps = static_cast<M>(hp.eps);
+  c.beta1_d = hp.beta1;
+  c.beta2_d = hp.beta2;
+  c.sr_seed = hp.sr_seed;
+  c.neg_step_size = M(0);
+  c.bc2_sqrt = M(1);
+  return c;
+}
+
+// S: the state's element type (T or bfloat16). kSr: stores into bfloat16 round stochastically,
+// with the bits of philox4x32(key, i) (key: stochastic_rounding_key of the parameter's update):
+// word 0 for the parameter, 1 exp_avg, 2 exp_avg_sq, 3 max_exp_avg_sq (read and written only
+// when amsgrad).
+template <typename T, typename S, bool kSr, typename Md, typename Amsgrad>
+MT_HOST_DEVICE inline void adam_element(const AdamConsts<opmath_t<T>>& c, Amsgrad amsgrad,
+                                        uint64_t key, T* p, const T* g, S* m1, S* m2, S* mx,
+                                        Md* model, int64_t i) {
+  using M = opmath_t<T>;
+  // PyTorch's intermediate roundings (to the parameter's dtype, where its separate tensor ops
+  // round) hold when the state has that dtype and stores round to nearest; otherwise every value
+  // stays in opmath and rounds once, on its store.
+  constexpr bool kExact = std::is_same_v<S, T> && !kSr;
+  Philox4 r{};
+  if constexpr (kSr) r = philox4x32(key, static_cast<uint64_t>(i));
+  M pv = static_cast<M>(p[i]);
+  M gv = static_cast<M>(g[i]);
+  if (c.maximize) gv = -gv;
+  if (c.coupled_wd) gv = gv + c.wd * pv;  // grad.add(param, alpha=wd)
+  if (c.decoupled_wd) {
+    pv = kExact ? static_cast<M>(static_cast<T>(pv * c.decay)) : pv * c.decay;  // mul_(1-lr*wd)
+  }
+  const M a = static_cast<M>(m1[i]);
+  m1[i] =
+      store_as<S>(c.lerp_small ? a + c.w1 * (gv - a) : gv - (gv - a) * c.one_minus_w1, kSr, r.v[1]);
+  // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+  const M old_v = static_cast<M>(m2[i]) * c.beta2;
+  const M v = kExact ? static_cast<M>(static_cast<T>(old_v)) : old_v;
+  m2[i] = store_as<S>(v + c.w2 * gv * gv, kSr, r.v[2]);
+  M second = static_cast<M>(m2[i]);
+  if (amsgrad) {
+    const M old = static_cast<M>(mx[i]);
+    // torch.maximum propagates NaN from either side (x != x: x is NaN)
+    const M best = (old != old || old > second) && second == second ? old : second;
+    mx[i] = store_as<S>(best, kSr, r.v[3]);
+    second = static_cast<M>(mx[i]);
+  }
+  const M denom = MT_MATH(sqrt)(second) / c.bc2_sqrt + c.eps;
+  p[i] = store_as<T>(pv + c.neg_step_size * static_cast<M>(m1[i]) / denom, kSr,
+                     r.v[0]);  // addcdiv_
+  store_model(model, i, p[i]);
 }
 
 // ---- RMSprop --------------------------------------------------------------------------------

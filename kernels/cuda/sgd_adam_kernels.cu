@@ -1,6 +1,6 @@
 // CUDA fused optimizer steps (SGD, Adam/AdamW), per parameter and multi-tensor, with exactly the
 // per-element arithmetic of kernels/cpu/sgd_adam_kernels.cpp (PyTorch's single-tensor order;
-// see there). The element math lives once, in sgd_element/adam_element, for both forms.
+// see there): both call sgd_element/adam_element of kernels/optimizer_math.h, written once.
 //
 // To agree with the CPU bit for bit, this file is compiled with --fmad=false (CMakeLists.txt):
 // nvcc would otherwise contract `p + neg_lr * d` and friends into fused multiply-adds, which
@@ -44,6 +44,14 @@ using mta::for_each_list;
 using mta::found_inf_ptr;
 using mta::kChunk;
 using mta::ParamList;
+using optim_math::adam_consts;
+using optim_math::adam_element;
+using optim_math::adam_set_lr;
+using optim_math::adam_set_step;
+using optim_math::AdamConsts;
+using optim_math::sgd_consts;
+using optim_math::sgd_element;
+using optim_math::SgdConsts;
 using optim_math::with_static_bool;
 
 template <typename T>
@@ -51,148 +59,8 @@ T* maybe_data(const Tensor& t) {
   return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
 }
 
-template <typename M>
-__device__ __forceinline__ bool nan_of(M v) {
-  return v != v;
-}
-
 __device__ __forceinline__ bool skip(const float* found_inf) {
   return found_inf != nullptr && *found_inf != 0.0f;
-}
-
-// ---- element math ---------------------------------------------------------------------------
-
-template <typename M>
-struct SgdConsts {
-  M wd, mom, keep, neg_lr;
-  bool use_wd, use_momentum, maximize, nesterov;
-};
-
-template <typename M>
-SgdConsts<M> sgd_consts(const SgdStepParams& hp) {
-  SgdConsts<M> c;
-  c.use_wd = hp.weight_decay != 0.0;
-  c.use_momentum = hp.momentum != 0.0;
-  c.maximize = hp.maximize;
-  c.nesterov = hp.nesterov;
-  c.wd = static_cast<M>(hp.weight_decay);
-  c.mom = static_cast<M>(hp.momentum);
-  c.keep = static_cast<M>(1.0 - hp.dampening);
-  c.neg_lr = static_cast<M>(-hp.lr);
-  return c;
-}
-
-template <typename T, typename Md>
-__device__ __forceinline__ void sgd_element(const SgdConsts<opmath_t<T>>& c, bool first, T* p,
-                                            const T* g, T* buf, Md* model, int64_t i) {
-  using M = opmath_t<T>;
-  const M pv = static_cast<M>(p[i]);
-  M d = static_cast<M>(g[i]);
-  if (c.maximize) d = -d;
-  if (c.use_wd) d = d + c.wd * pv;  // grad.add(param, alpha=weight_decay)
-  if (c.use_momentum) {
-    // buf = clone(d) on the first step, else buf.mul_(momentum).add_(d, alpha=1-dampening)
-    M b = first ? d : static_cast<M>(static_cast<T>(static_cast<M>(buf[i]) * c.mom)) + c.keep * d;
-    buf[i] = static_cast<T>(b);
-    b = static_cast<M>(buf[i]);
-    d = c.nesterov ? d + c.mom * b : b;
-  }
-  p[i] = static_cast<T>(pv + c.neg_lr * d);  // param.add_(d, alpha=-lr)
-  if (model != nullptr) model[i] = static_cast<Md>(p[i]);
-}
-
-// The step-independent factors; the step-dependent ones (neg_step_size, bc2_sqrt) are set by
-// the caller from the step count.
-template <typename M>
-struct AdamConsts {
-  M wd, decay, w1, one_minus_w1, beta2, w2, neg_step_size, bc2_sqrt, eps;
-  double lr, beta1_d, beta2_d, wd_d;
-  const double* lr_device;  // AdamStepParams::lr_device
-  uint64_t sr_seed;
-  bool maximize, amsgrad, coupled_wd, decoupled_wd, lerp_small;
-};
-
-template <typename M>
-__host__ __device__ void adam_set_step(AdamConsts<M>& c, double step) {
-  const double bias_correction1 = 1.0 - pow(c.beta1_d, step);
-  const double bias_correction2 = 1.0 - pow(c.beta2_d, step);
-  c.neg_step_size = static_cast<M>(-(c.lr / bias_correction1));
-  c.bc2_sqrt = static_cast<M>(sqrt(bias_correction2));
-}
-
-// The learning rate's factors, from lr as the host computes them (in double).
-template <typename M>
-__host__ __device__ void adam_set_lr(AdamConsts<M>& c, double lr) {
-  c.lr = lr;
-  c.decay = static_cast<M>(1.0 - lr * c.wd_d);
-}
-
-template <typename M>
-AdamConsts<M> adam_consts(const AdamStepParams& hp) {
-  AdamConsts<M> c;
-  c.maximize = hp.maximize;
-  c.amsgrad = hp.amsgrad;
-  c.coupled_wd = hp.weight_decay != 0.0 && !hp.decoupled_weight_decay;
-  c.decoupled_wd = hp.weight_decay != 0.0 && hp.decoupled_weight_decay;
-  c.wd = static_cast<M>(hp.weight_decay);
-  c.wd_d = hp.weight_decay;
-  adam_set_lr(c, hp.lr);
-  c.lr_device = hp.lr_device;
-  c.w1 = static_cast<M>(1.0 - hp.beta1);
-  c.lerp_small = std::abs(c.w1) < M(0.5);
-  c.one_minus_w1 = M(1) - c.w1;
-  c.beta2 = static_cast<M>(hp.beta2);
-  c.w2 = static_cast<M>(1.0 - hp.beta2);
-  c.eps = static_cast<M>(hp.eps);
-  c.beta1_d = hp.beta1;
-  c.beta2_d = hp.beta2;
-  c.sr_seed = hp.sr_seed;
-  c.neg_step_size = M(0);
-  c.bc2_sqrt = M(1);
-  return c;
-}
-
-// S: the state's element type (T or bfloat16). kSr: stores into bfloat16 round stochastically,
-// with the bits of philox4x32(key, i) (key: optim_math::stochastic_rounding_key of the parameter's
-// update): word 0 for the parameter, 1 exp_avg, 2 exp_avg_sq, 3 max_exp_avg_sq.
-template <typename T, typename S, bool kSr, typename Md>
-__device__ __forceinline__ void adam_element(const AdamConsts<opmath_t<T>>& c, uint64_t key, T* p,
-                                             const T* g, S* m1, S* m2, S* mx, Md* model,
-                                             int64_t i) {
-  using M = opmath_t<T>;
-  // PyTorch's intermediate roundings (to the parameter's dtype, where its separate tensor ops
-  // round) hold when the state has that dtype and stores round to nearest; otherwise every value
-  // stays in opmath and rounds once, on its store.
-  constexpr bool kExact = std::is_same_v<S, T> && !kSr;
-  Philox4 r{};
-  if constexpr (kSr) r = philox4x32(key, static_cast<uint64_t>(i));
-  M pv = static_cast<M>(p[i]);
-  M gv = static_cast<M>(g[i]);
-  if (c.maximize) gv = -gv;
-  if (c.coupled_wd) gv = gv + c.wd * pv;  // grad.add(param, alpha=wd)
-  if (c.decoupled_wd) {
-    pv = kExact ? static_cast<M>(static_cast<T>(pv * c.decay)) : pv * c.decay;  // mul_(1-lr*wd)
-  }
-  const M a = static_cast<M>(m1[i]);
-  // exp_avg.lerp_(grad, 1 - beta1), with lerp's two-sided formula for accuracy near 1.
-  m1[i] = optim_math::store_as<S>(
-      c.lerp_small ? a + c.w1 * (gv - a) : gv - (gv - a) * c.one_minus_w1, kSr, r.v[1]);
-  // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-  const M old_v = static_cast<M>(m2[i]) * c.beta2;
-  const M v = kExact ? static_cast<M>(static_cast<T>(old_v)) : old_v;
-  m2[i] = optim_math::store_as<S>(v + c.w2 * gv * gv, kSr, r.v[2]);
-  M second = static_cast<M>(m2[i]);
-  if (c.amsgrad) {
-    const M old = static_cast<M>(mx[i]);
-    // torch.maximum propagates NaN from either side
-    const M best = (nan_of(old) || old > second) && !nan_of(second) ? old : second;
-    mx[i] = optim_math::store_as<S>(best, kSr, r.v[3]);
-    second = static_cast<M>(mx[i]);
-  }
-  const M denom = dmath::sqrt(second) / c.bc2_sqrt + c.eps;
-  p[i] = optim_math::store_as<T>(pv + c.neg_step_size * static_cast<M>(m1[i]) / denom, kSr,
-                                 r.v[0]);  // addcdiv_
-  if (model != nullptr) model[i] = static_cast<Md>(p[i]);
 }
 
 // ---- per-parameter kernels ------------------------------------------------------------------
@@ -204,7 +72,7 @@ __global__ void __launch_bounds__(kBlockSize)
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    sgd_element(c, first, p, g, buf, static_cast<T*>(nullptr), i);
+    sgd_element(c, c.use_momentum, first, p, g, buf, static_cast<T*>(nullptr), i);
   }
 }
 
@@ -232,7 +100,7 @@ __global__ void __launch_bounds__(kBlockSize)
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    adam_element<T, S, kSr>(c, key, p, g, m1, m2, mx, static_cast<T*>(nullptr), i);
+    adam_element<T, S, kSr>(c, c.amsgrad, key, p, g, m1, m2, mx, static_cast<T*>(nullptr), i);
   }
 }
 
@@ -279,7 +147,7 @@ __global__ void __launch_bounds__(kBlockSize)
   // The count was advanced before this launch: 1 means this is the first momentum update.
   const bool first = c.use_momentum && *l.step[t] == 1;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    sgd_element(c, first, l.p[t], l.g[t], l.s[0][t], l.model[t], i);
+    sgd_element(c, c.use_momentum, first, l.p[t], l.g[t], l.s[0][t], l.model[t], i);
   }
 }
 
@@ -295,7 +163,8 @@ __global__ void __launch_bounds__(kBlockSize)
   adam_set_step(c, static_cast<double>(step));
   const uint64_t key = kSr ? optim_math::stochastic_rounding_key(c.sr_seed, l.index[t], step) : 0;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    adam_element<T, S, kSr>(c, key, l.p[t], l.g[t], l.s[0][t], l.s[1][t], l.s[2][t], l.model[t], i);
+    adam_element<T, S, kSr>(c, c.amsgrad, key, l.p[t], l.g[t], l.s[0][t], l.s[1][t], l.s[2][t],
+                            l.model[t], i);
   }
 }
 
