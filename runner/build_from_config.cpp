@@ -39,6 +39,10 @@
 namespace mantissa::runner {
 namespace {
 
+// The dtype `precision` autocasts to: float16 or bfloat16, or float32 for float32 and tf32. The
+// config's schema has checked the name, so every use reads the parsed precision, not the text.
+DType autocast_dtype(const Config& c) { return amp::Precision::parse(c.precision).dtype(); }
+
 // Only regular files are read (runner/atomic_file.h): a FIFO or /dev/zero is a config error here,
 // before anything runs, rather than a read that waits or never ends.
 void require_exists(const Config& c, const std::string& key, const std::string& path) {
@@ -147,7 +151,7 @@ void check_output(const Config& c, const Dataset& data) {
   if (c.loss.reduction == "batchmean" && c.loss.type != "kl_div") {
     c.fail("loss.reduction", "batchmean applies to loss.type kl_div only (use mean)");
   }
-  if (c.loss.type == "bce" && (c.precision == "float16" || c.precision == "bfloat16")) {
+  if (c.loss.type == "bce" && autocast_dtype(c) != DType::Float32) {
     // binary_cross_entropy refuses autocast, as PyTorch's: the output's probabilities lose the
     // distance from 0 and 1 that the loss needs.
     c.fail("loss.type", "bce is unsafe to autocast (precision " + c.precision +
@@ -502,9 +506,7 @@ RunObjects build_common(const Config& c, const RunPlacement& placement = {}) {
   r.model->to(r.device);
   // master_weights: the model itself is stored in the low precision (half the memory) and the
   // optimizer updates float32 master copies, writing the rounded result back after each step.
-  if (c.master_weights && (c.precision == "float16" || c.precision == "bfloat16")) {
-    r.model->to(c.precision == "float16" ? DType::Float16 : DType::BFloat16);
-  }
+  if (c.master_weights && autocast_dtype(c) != DType::Float32) r.model->to(autocast_dtype(c));
   // param_dtype: bfloat16 stores the model in bfloat16 with no float32 copy anywhere.
   if (c.param_dtype == "bfloat16") r.model->to(DType::BFloat16);
   r.loss = make_loss(c.loss, r.device);
@@ -696,9 +698,9 @@ RunObjects build_run(const Config& c, std::string config_text, const RunPlacemen
   t.max_steps = c.steps;
   t.max_epochs = c.epochs > 0 ? c.epochs : 1;
   t.device = r.device;
-  t.precision = amp::Precision::parse(c.precision);
+  t.precision = amp::Precision::parse(c.precision);  // checked by the config's schema
   t.scaler = c.scaler.options;
-  t.scaler->enabled = c.scaler.enabled.value_or(c.precision == "float16");
+  t.scaler->enabled = c.scaler.enabled.value_or(t.precision == amp::Precision::Float16);
   t.master_weights = c.master_weights;
   t.clip_grad_norm = c.clip_grad_norm;
   t.cuda_graphs = c.cuda_graphs;

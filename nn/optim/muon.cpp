@@ -171,6 +171,9 @@ MuonSplit muon_split(nn::Module& model, const std::vector<std::string>& muon_pat
     }
     return any;
   };
+  const auto refuse = [](MuonPatternError::List list, const auto&... parts) {
+    throw MuonPatternError(list, ::mantissa::detail::str_cat(parts...));
+  };
   MuonSplit split;
   for (const auto& [name, t] : model.named_parameters()) {
     const std::string owner = owner_of(name);
@@ -179,35 +182,24 @@ MuonSplit muon_split(nn::Module& model, const std::vector<std::string>& muon_pat
     const bool to_muon = matches(muon_patterns, used_muon, name);
     const bool to_adamw = matches(adamw_patterns, used_adamw, name);
     if (to_muon && to_adamw) {
-      throw MuonPatternError(
-          MuonPatternError::kBoth,
-          ::mantissa::detail::str_cat("Muon: parameter '", name,
-                                      "' matches both a Muon pattern and an AdamW pattern"));
+      refuse(MuonPatternError::kBoth, "Muon: parameter '", name,
+             "' matches both a Muon pattern and an AdamW pattern");
     }
     if (to_muon && t.dim() != 2) {
-      throw MuonPatternError(
-          MuonPatternError::kMuon,
-          ::mantissa::detail::str_cat("Muon: parameter '", name, "' of shape ", t.shape(),
-                                      " matches a Muon pattern, but Muon only supports 2D "
-                                      "parameters"));
+      refuse(MuonPatternError::kMuon, "Muon: parameter '", name, "' of shape ", t.shape(),
+             " matches a Muon pattern, but Muon only supports 2D parameters");
     }
     (to_muon || (hidden && !to_adamw) ? split.muon : split.adamw).push_back(name);
   }
   for (size_t i = 0; i < muon_patterns.size(); ++i) {
-    if (!used_muon[i]) {
-      throw MuonPatternError(
-          MuonPatternError::kMuon,
-          ::mantissa::detail::str_cat("Muon: the Muon pattern '", muon_patterns[i],
-                                      "' matches no parameter"));
-    }
+    if (!used_muon[i])
+      refuse(MuonPatternError::kMuon, "Muon: the Muon pattern '", muon_patterns[i],
+             "' matches no parameter");
   }
   for (size_t i = 0; i < adamw_patterns.size(); ++i) {
-    if (!used_adamw[i]) {
-      throw MuonPatternError(
-          MuonPatternError::kAdamW,
-          ::mantissa::detail::str_cat("Muon: the AdamW pattern '", adamw_patterns[i],
-                                      "' matches no parameter"));
-    }
+    if (!used_adamw[i])
+      refuse(MuonPatternError::kAdamW, "Muon: the AdamW pattern '", adamw_patterns[i],
+             "' matches no parameter");
   }
   return split;
 }
