@@ -22,13 +22,6 @@
 
 namespace mantissa::cpu {
 
-// For the loops that still split with OpenMP (reductions, scans): elements below which a loop
-// stays on the calling thread. High on purpose: after a parallel
-// region libgomp's workers spin-wait (OMP_WAIT_POLICY's default), and on a machine with few
-// cores they take the cores OpenBLAS's own threads need for the next GEMM, which costs more than
-// a second thread saves on a memory-bound loop of a few million elements (bench/NOTES.md). Only
-// loops over 16M elements (64 MB of float32) are split, where the loop itself outlasts the
-// spinning.
 // The element count from which the convolution and pooling loops' OpenMP regions use threads.
 inline constexpr int64_t kOmpGrain = 32768;
 
@@ -38,6 +31,13 @@ T* maybe_data(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
+// For the loops that still split with OpenMP (reductions, scans): elements below which a loop
+// stays on the calling thread. High on purpose: after a parallel
+// region libgomp's workers spin-wait (OMP_WAIT_POLICY's default), and on a machine with few
+// cores they take the cores OpenBLAS's own threads need for the next GEMM, which costs more than
+// a second thread saves on a memory-bound loop of a few million elements (bench/NOTES.md). Only
+// loops over 16M elements (64 MB of float32) are split, where the loop itself outlasts the
+// spinning.
 inline constexpr int64_t kParallelGrain = int64_t(1) << 24;
 
 // Whether a loop over `work` elements gets a parallel region (never nested in another).
