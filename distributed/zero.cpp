@@ -61,14 +61,45 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(nn::DistributedDataParallel& dd
            " keeps a per-parameter scalar in its state, which cannot be sharded by element; "
            "use another optimizer (Adam, AdamW, SGD, ...) with ZeRO");
 
-  // The buckets: DDP's own when it scatters them, else the same sizes computed here.
+  // The whole parameters' owners: largest first (ties: the optimizer's order), each to the rank
+  // with the fewest whole elements so far (ties: the lowest rank). Every rank computes the same.
   const int64_t w = pg_->size();
+  const int rank = pg_->rank();
+  const auto& ref_groups = reference_->param_groups();
+  owner_.assign(params_.size(), -1);
+  {
+    std::vector<size_t> whole;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (reference_->updates_whole_parameters(ref_groups[group_of[i]])) whole.push_back(i);
+    std::sort(whole.begin(), whole.end(), [this](size_t a, size_t b) {
+      const int64_t na = params_[a].numel(), nb = params_[b].numel();
+      return na != nb ? na > nb : param_id_[a] < param_id_[b];
+    });
+    std::vector<int64_t> load(static_cast<size_t>(w), 0);
+    for (size_t i : whole) {
+      const auto q = std::min_element(load.begin(), load.end()) - load.begin();
+      owner_[i] = static_cast<int>(q);
+      load[static_cast<size_t>(q)] += params_[i].numel();
+    }
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (owner_[i] >= 0) whole_.push_back(i);
+  }
+  MT_CHECK(!(groups.size() == 1 && whole_.size() == params_.size() &&
+             static_cast<int64_t>(whole_.size()) < w),
+           "ZeroRedundancyOptimizer: ", reference_->name(), " steps each of its ", whole_.size(),
+           " parameter(s) whole on one rank, so ", w - static_cast<int64_t>(whole_.size()),
+           " of the ", w, " ranks would own nothing to step; use at most ", whole_.size(),
+           " ranks, or add parameters it shards by element (e.g. an AdamW group)");
+
+  // The buckets: DDP's own when it scatters them, else the same sizes computed here (of the
+  // parameters sharded by element only).
   if (stage == 2) {
     for (auto& b : ddp.gradient_buckets())
       buckets_.push_back({std::move(b.params), std::move(b.offsets), b.padded_numel, b.shard, {}});
   } else {
-    std::vector<size_t> order(params_.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
+    std::vector<size_t> order;
+    for (size_t i = params_.size(); i-- > 0;)
+      if (owner_[i] < 0) order.push_back(i);
     for (auto& ps : nn::detail::assign_buckets(params_, order, ddp.options().first_bucket_mb,
                                                ddp.options().bucket_cap_mb, false)) {
       Bucket b;
@@ -93,13 +124,23 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(nn::DistributedDataParallel& dd
   std::vector<size_t> by_id(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) by_id[static_cast<size_t>(param_id_[i])] = i;
   std::vector<optim::ParamGroup> local(groups.size());
-  const auto& ref_groups = reference_->param_groups();
   autograd::NoGradGuard no_grad;
   for (size_t g = 0; g < groups.size(); ++g) local[g].options = ref_groups[g].options;
   for (size_t i : by_id) {
+    if (owner_[i] >= 0) {
+      if (owner_[i] != rank) continue;
+      Shard s;
+      s.param = i;
+      s.whole = true;
+      s.numel = params_[i].numel();
+      s.tensor = params_[i].detach();
+      local[group_of[i]].params.push_back(s.tensor);
+      shards_.push_back(std::move(s));
+      continue;
+    }
     const Bucket& b = buckets_[bucket_of[i]];
     const int64_t m = b.padded / w;
-    const int64_t lo = pg_->rank() * m, hi = lo + m;
+    const int64_t lo = rank * m, hi = lo + m;
     const int64_t start = b.offsets[position[i]], end = start + params_[i].numel();
     const int64_t from = std::max(start, lo), to = std::min(end, hi);
     if (from >= to) continue;
@@ -136,7 +177,32 @@ void ZeroRedundancyOptimizer::zero_grad(bool set_to_none) {
 
 void ZeroRedundancyOptimizer::prepare_gradients() {
   autograd::NoGradGuard no_grad;
+  if (stage_ == 2) {
+    // The owners of whole parameters need their whole reduced gradient: every rank's slices of
+    // each bucket that holds one, gathered (every rank takes part).
+    for (const Bucket& bucket : buckets_) {
+      if (std::none_of(bucket.params.begin(), bucket.params.end(),
+                       [this](size_t i) { return owner_[i] >= 0; }))
+        continue;
+      Tensor all =
+          empty({bucket.padded}, TensorOptions(bucket.slice.dtype()).device(bucket.slice.device()));
+      pg_->allgather(all, bucket.slice)->wait();
+      for (size_t k = 0; k < bucket.params.size(); ++k) {
+        const size_t i = bucket.params[k];
+        if (owner_[i] != pg_->rank()) continue;
+        const Tensor& p = params_[i];
+        // A copy, so that the gathered bucket is freed now.
+        const Tensor g = all.narrow(0, bucket.offsets[k], p.numel()).reshape(p.shape()).clone();
+        for (const Shard& s : shards_)
+          if (s.whole && s.param == i) s.tensor.set_grad(g);
+      }
+    }
+  }
   for (const Shard& s : shards_) {
+    if (s.whole) {
+      if (stage_ == 1) s.tensor.set_grad(params_[s.param].grad());
+      continue;
+    }
     if (stage_ == 2) {
       s.tensor.set_grad(buckets_[s.bucket].slice.narrow(0, s.slice_offset, s.numel));
       continue;
@@ -196,17 +262,64 @@ Tensor ZeroRedundancyOptimizer::gather_bucket(
   return all;
 }
 
+void ZeroRedundancyOptimizer::gather_whole(
+    const std::vector<size_t>& ids, DType dtype, const std::function<Tensor(size_t i)>& mine,
+    const std::function<void(size_t i, const Tensor& flat)>& store) const {
+  const auto w = static_cast<size_t>(pg_->size());
+  std::vector<int64_t> load(w, 0);
+  for (size_t i : ids) load[static_cast<size_t>(owner_[i])] += params_[i].numel();
+  const int64_t m = *std::max_element(load.begin(), load.end());
+  if (m == 0) return;
+  const Device dev = pg_->device();
+  const TensorOptions o = TensorOptions(dtype).device(dev);
+  Tensor slice = zeros({m}, o);
+  int64_t at = 0;
+  for (size_t i : ids) {
+    if (owner_[i] != pg_->rank()) continue;
+    const int64_t n = params_[i].numel();
+    slice.narrow(0, at, n).copy_(mine(i).reshape({n}).to(dev));
+    at += n;
+  }
+  Tensor all = empty({m * static_cast<int64_t>(w)}, o);
+  pg_->allgather(all, slice)->wait();
+  std::vector<int64_t> next(w, 0);
+  for (size_t i : ids) {
+    const auto q = static_cast<size_t>(owner_[i]);
+    const int64_t n = params_[i].numel();
+    store(i, all.narrow(0, static_cast<int64_t>(q) * m + next[q], n));
+    next[q] += n;
+  }
+}
+
 void ZeroRedundancyOptimizer::gather_parameters() {
   autograd::NoGradGuard no_grad;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bucket = buckets_[b];
+    // Stage 2's buckets also hold whole parameters (their part of the slices is not sent here).
+    if (std::all_of(bucket.params.begin(), bucket.params.end(),
+                    [this](size_t i) { return owner_[i] >= 0; }))
+      continue;
     const Tensor all = gather_bucket(b, params_[bucket.params.front()].dtype(),
                                      [this](size_t k) { return shards_[k].tensor; });
     for (size_t k = 0; k < bucket.params.size(); ++k) {
+      if (owner_[bucket.params[k]] >= 0) continue;
       const Tensor& p = params_[bucket.params[k]];
       flat_view(p).copy_(all.narrow(0, bucket.offsets[k], p.numel()).to(p.device()));
       p.bump_version();
     }
+  }
+  // The whole parameters from their owners, one all-gather per dtype.
+  std::map<int, std::vector<size_t>> by_dtype;
+  for (size_t i : whole_) by_dtype[static_cast<int>(params_[i].dtype())].push_back(i);
+  for (const auto& [code, ids] : by_dtype) {
+    gather_whole(
+        ids, static_cast<DType>(code), [this](size_t i) { return params_[i]; },
+        [this](size_t i, const Tensor& flat) {
+          if (owner_[i] == pg_->rank()) return;
+          const Tensor& p = params_[i];
+          flat_view(p).copy_(flat.to(p.device()));
+          p.bump_version();
+        });
   }
 }
 
@@ -267,7 +380,7 @@ optim::OptimizerState ZeroRedundancyOptimizer::consolidated_state_dict() const {
     for (size_t j = 0; j < K; ++j) {
       int dtype_code = 0;
       for (size_t i : bucket.params) {
-        if (info[i].empty() || info[i][1 + j] == 0.0) continue;
+        if (owner_[i] >= 0 || info[i].empty() || info[i][1 + j] == 0.0) continue;
         const int code = static_cast<int>(info[i][1 + j]);
         MT_CHECK(dtype_code == 0 || dtype_code == code, "ZeroRedundancyOptimizer: state '", keys[j],
                  "' has different dtypes within one bucket");
@@ -283,13 +396,34 @@ optim::OptimizerState ZeroRedundancyOptimizer::consolidated_state_dict() const {
           });
       for (size_t k = 0; k < bucket.params.size(); ++k) {
         const size_t i = bucket.params[k];
-        if (info[i].empty() || info[i][1 + j] == 0.0) continue;
+        if (owner_[i] >= 0 || info[i].empty() || info[i][1 + j] == 0.0) continue;
         const Tensor& p = params_[i];
         out.state[param_id_[i]].buffers[keys[j]] = gathered.narrow(0, bucket.offsets[k], p.numel())
                                                        .reshape(p.shape())
                                                        .to(p.device())
                                                        .clone();
       }
+    }
+  }
+
+  // The whole parameters' entries from their owners, one all-gather per entry and dtype.
+  std::map<size_t, int64_t> local_id;  // whole parameter -> its id in the local optimizer
+  for (size_t k = 0; k < shards_.size(); ++k)
+    if (shards_[k].whole) local_id[shards_[k].param] = static_cast<int64_t>(k);
+  for (size_t j = 0; j < K; ++j) {
+    std::map<int, std::vector<size_t>> by_dtype;
+    for (size_t i : whole_)
+      if (!info[i].empty() && info[i][1 + j] != 0.0)
+        by_dtype[static_cast<int>(info[i][1 + j]) - 1].push_back(i);
+    for (const auto& [code, ids] : by_dtype) {
+      gather_whole(
+          ids, static_cast<DType>(code),
+          [&](size_t i) { return local.state.at(local_id.at(i)).buffers.at(keys[j]); },
+          [&](size_t i, const Tensor& flat) {
+            const Tensor& p = params_[i];
+            out.state[param_id_[i]].buffers[keys[j]] =
+                flat.reshape(p.shape()).to(p.device()).clone();
+          });
     }
   }
   return out;
@@ -329,7 +463,10 @@ void ZeroRedundancyOptimizer::load_consolidated_state_dict(const optim::Optimize
       MT_CHECK(t.numel() == params_[shard.param].numel(), "ZeroRedundancyOptimizer: state '", key,
                "' of parameter ", param_id_[shard.param], " has shape ", t.shape(),
                " but the parameter has shape ", params_[shard.param].shape());
-      ps.buffers.emplace(key, t.reshape({t.numel()}).narrow(0, shard.begin, shard.numel).clone());
+      const Tensor& p = params_[shard.param];
+      ps.buffers.emplace(
+          key, shard.whole ? t.reshape(p.shape()).clone()
+                           : t.reshape({t.numel()}).narrow(0, shard.begin, shard.numel).clone());
     }
     local.state.emplace(static_cast<int64_t>(s), std::move(ps));
   }
@@ -346,6 +483,8 @@ int64_t ZeroRedundancyOptimizer::gradient_bytes() const {
   int64_t bytes = 0;
   if (stage_ == 2) {
     for (const Bucket& b : buckets_) bytes += b.slice.nbytes();
+    for (const Shard& s : shards_)
+      if (s.whole && s.tensor.grad().defined()) bytes += s.tensor.grad().nbytes();
   } else {
     for (const Tensor& p : params_)
       if (p.grad().defined()) bytes += p.grad().nbytes();

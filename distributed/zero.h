@@ -28,8 +28,17 @@
 // is the user's optimizer type built (by the factory) over the shards, group by group. Its steps
 // write the parameters' owned elements in place; gather_parameters() spreads them.
 //
+// Whole parameters: a group whose update reads each parameter at once (Muon's orthogonalisation:
+// Optimizer::updates_whole_parameters) is not cut into element shards. Each of its parameters is
+// given whole to one rank, largest first to the rank with the fewest such elements so far, so
+// the ranks' shares are balanced by size; the owner keeps its state and steps it whole, and
+// gather_parameters() all-gathers these parameters from their owners. Stage 1 reads the
+// parameter's reduced .grad; stage 2 all-gathers the reduced slices of each bucket that holds
+// such a parameter (a second transfer of that bucket) so that its owner has the whole gradient.
+//
 // Elementwise optimizers step each element alone, so the parameters equal those of plain DDP
-// whenever the reduced gradients do (docs/distributed.md says when that is bitwise). Stochastic
+// whenever the reduced gradients do (docs/distributed.md says when that is bitwise); so does a
+// whole parameter, stepped by its owner as DDP steps it on every rank. Stochastic
 // rounding draws its bits per shard (deterministic, and bitwise on a resume with the same world
 // size, but not the bits of an unsharded run). NAdam is refused: its state has a per-parameter
 // scalar that elements cannot be sharded by.
@@ -106,8 +115,10 @@ class ZeroRedundancyOptimizer {
 
  private:
   struct Shard {
-    size_t param;       // index into params_
-    int64_t begin = 0;  // element offset in the parameter
+    size_t param;        // index into params_
+    bool whole = false;  // the whole parameter (its tensor has the parameter's shape); not in a
+                         // bucket's shards
+    int64_t begin = 0;   // element offset in the parameter
     int64_t numel = 0;
     size_t bucket = 0;
     int64_t slice_offset = 0;  // in this rank's slice of the bucket
@@ -126,12 +137,22 @@ class ZeroRedundancyOptimizer {
   Tensor gather_bucket(size_t b, DType dtype,
                        const std::function<Tensor(size_t shard)>& part) const;
 
+  // Every rank's whole parameters of `ids` (indices into params_, whose owners' parts of one
+  // dtype `mine(i)` gives), in one all-gather: each rank packs the ones it owns, in order, into a
+  // buffer as long as the largest rank's share. `store(i, flat)` receives each one's elements
+  // (a view of the gathered buffer). A collective.
+  void gather_whole(const std::vector<size_t>& ids, DType dtype,
+                    const std::function<Tensor(size_t i)>& mine,
+                    const std::function<void(size_t i, const Tensor& flat)>& store) const;
+
   std::shared_ptr<ProcessGroup> pg_;
   int stage_;
   std::vector<Tensor> params_;  // the module's parameters that require grad
   std::vector<Bucket> buckets_;
   std::vector<Shard> shards_;      // in the local optimizer's order (group by group)
   std::vector<int64_t> param_id_;  // per params_ entry: its id in the reference optimizer
+  std::vector<int> owner_;         // per params_ entry: its owner when whole, else -1
+  std::vector<size_t> whole_;      // the whole parameters (indices into params_), in order
   std::shared_ptr<optim::Optimizer> reference_;
   std::shared_ptr<optim::Optimizer> local_;
 };

@@ -641,11 +641,6 @@ RunObjects build_run(const Config& c, std::string config_text, const RunPlacemen
     }
   }
   if (std::holds_alternative<optim::MuonOptions>(c.optimizer.options)) {
-    if (c.distributed.zero_stage > 0) {
-      c.fail("distributed.zero_stage",
-             "optimizer.type muon orthogonalises whole matrices, which ZeRO's element shards "
-             "split; use zero_stage 0 (every rank steps the whole model, as DDP)");
-    }
     r.optimizer = make_optimizer(c.optimizer, muon_param_groups(c, *r.model, r.optimizer_lines));
   } else if (c.optimizer.decay_min_ndim > 0) {
     try {

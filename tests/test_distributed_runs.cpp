@@ -2,8 +2,8 @@
 // `--nproc 2` trains with only rank 0 writing and every rank ending with the same parameters;
 // a launcher killed with all its ranks (SIGKILL) resumes to the weights of an uninterrupted run,
 // bit for bit; a rank that dies stops the others with one line naming it; SIGINT stops every rank
-// after the same step; two processes started with torchrun's variables form one run; and Muon
-// on 2 ranks of 64 steps as one process of 128.
+// after the same step; two processes started with torchrun's variables form one run; Muon on 2
+// ranks of 64 steps as one process of 128; and ZeRO-2 with Muon killed and resumed.
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -236,6 +236,32 @@ TEST_F(DistributedRunTest, ZeroStage2KilledWithAllItsRanksThenResumedEqualsAnUni
   const std::string metrics = read_file(dir_ / "straight" / "metrics.jsonl");
   // 8 and a little: rank 0 holds 131 of the 261 elements (the bucket is padded to 262).
   EXPECT_TRUE(contains(metrics, "\"bytes_per_parameter\": 8.01")) << metrics;
+
+  expect_killed_run_resumes_to_the_same_weights("straight");
+}
+
+// ZeRO-2 with Muon, the loss scaler and clipping: each rank steps whole matrices of its own
+// (2.weight and 4.weight, 32 x 32 each, one per rank) and its slices of the rest with AdamW;
+// rank 0 writes the gathered state, and a run killed with all its ranks resumes to the
+// uninterrupted run's weights, bit for bit.
+TEST_F(DistributedRunTest, ZeroStage2MuonKilledWithAllItsRanksThenResumedEqualsAnUninterruptedRun) {
+  write_file(dir_ / "cfg.yaml",
+             "precision: float16\nscaler: {init_scale: 1024, growth_interval: 3}\n"
+             "model:\n  layers:\n    - {type: linear, in: 10, out: 32}\n    - relu\n"
+             "    - {type: linear, in: 32, out: 32}\n    - relu\n"
+             "    - {type: linear, in: 32, out: 32}\n    - relu\n"
+             "    - {type: linear, in: 32, out: 5}\n"
+             "data: {type: teacher, samples: 100, batch_size: 20, noise: 0.1}\n"
+             "optimizer: {type: muon, lr: 0.02, adamw: {lr: 0.01}}\n"
+             "device: cpu\nsteps: 24\nlog_every: 1\ncheckpoint_every: 4\n"
+             "clip_grad_norm: 0.5\ndistributed: {timeout_s: 20, zero_stage: 2}\n");
+  const Result straight = run(train_args("straight"));
+  ASSERT_EQ(straight.code, 0) << straight.output;
+  EXPECT_TRUE(contains(straight.output, "Muon 2 tensors (2048 parameters): 2.weight, 4.weight"))
+      << straight.output;
+  EXPECT_TRUE(
+      contains(straight.output, "parameters, buffers and loss scaler identical on all 2 ranks"))
+      << straight.output;
 
   expect_killed_run_resumes_to_the_same_weights("straight");
 }

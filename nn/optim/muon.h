@@ -92,6 +92,9 @@ class Muon : public Optimizer {
   std::string momentum_key(const ParamGroup& group) const override {
     return group.options.at("use_muon") != 0.0 ? "momentum" : "beta1";
   }
+  bool updates_whole_parameters(const ParamGroup& group) const override {
+    return group.options.at("use_muon") != 0.0;
+  }
 
  protected:
   void validate(const ParamGroup& group) const override;

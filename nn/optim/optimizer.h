@@ -205,6 +205,10 @@ class Optimizer {
   std::vector<std::string> state_buffer_keys() const;
   // Whether the optimizer keeps a per-parameter scalar in its state (NAdam's mu_product).
   bool has_scalar_state() const;
+  // Whether the update of a parameter of `group` reads the whole parameter at once rather than
+  // each element alone (Muon's orthogonalisation): ZeRO then gives each such parameter to one
+  // rank, whole, instead of sharding it by element.
+  virtual bool updates_whole_parameters(const ParamGroup& /*group*/) const { return false; }
   // The state of the parameter with id `index` (null if it has none yet). Its step is read
   // from the device count (a sync on CUDA).
   const ParamState* state(size_t index) const;
