@@ -279,6 +279,35 @@ void bench_gpt_graphed(benchmark::State& state, const mantissa_bench::GPTWorkloa
 }
 #endif
 
+// One Muon step over the hidden matrices of configs/gpt_tiny_muon.yaml's GPT (4 layers of
+// n_embd 128: c_attn 384 x 128, attention c_proj 128 x 128, c_fc 512 x 128, MLP c_proj 128 x 512),
+// with fixed gradients: the multi-tensor step (each shape's 4 matrices orthogonalised as one
+// batch) or the matrix-by-matrix reference.
+void bench_muon_step(benchmark::State& state, mt::Device device, bool fused) {
+  mt::manual_seed(0);
+  std::vector<mt::Tensor> params;
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {384, 128}, {128, 128}, {512, 128}, {128, 512}};
+  for (int layer = 0; layer < 4; ++layer) {
+    for (const auto& [rows, cols] : shapes) {
+      mt::Tensor p = (mt::randn({rows, cols}) * 0.02).to(device).requires_grad_();
+      p.set_grad(mt::randn({rows, cols}).to(device));
+      params.push_back(p);
+    }
+  }
+  mt::optim::MuonOptions o;
+  o.lr = 0.02;
+  mt::optim::Muon optimizer(params, o);
+  optimizer.set_fused(fused);
+  optimizer.step();  // warm-up: the momentum buffers
+  int64_t done = 0;
+  for (auto _ : state) {
+    optimizer.step();
+    sync_after_last(state, done, device);
+  }
+  state.counters["matrices"] = static_cast<double>(params.size());
+}
+
 void register_all() {
   std::vector<mt::Device> devices = {mt::Device::cpu()};
   if (mt::cuda::is_available()) devices.push_back(mt::Device::cuda(0));
@@ -323,6 +352,16 @@ void register_all() {
       }
     }
 #endif
+  }
+  for (const auto device : devices) {
+    for (const bool fused : {true, false}) {
+      const std::string name = std::string("muon_step/") + (device.is_cuda() ? "cuda" : "cpu") +
+                               (fused ? "/multi_tensor" : "/per_matrix");
+      benchmark::RegisterBenchmark(
+          name.c_str(), [device, fused](benchmark::State& s) { bench_muon_step(s, device, fused); })
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
   }
   // GPT steps: the small model on the CPU in float32 and bfloat16 autocast; GPT-2 small on the
   // GPU under bfloat16 autocast (registered only when one is present).

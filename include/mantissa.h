@@ -39,6 +39,7 @@
 #include "nn/optim/adagrad.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/lr_scheduler.h"
+#include "nn/optim/muon.h"
 #include "nn/optim/nadam.h"
 #include "nn/optim/optimizer.h"
 #include "nn/optim/radam.h"

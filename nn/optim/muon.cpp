@@ -1,5 +1,6 @@
 #include "nn/optim/muon.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -15,8 +16,6 @@ Muon::Muon(std::vector<Tensor> params, MuonOptions options)
     : Muon(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, options) {}
 
 Muon::Muon(std::vector<ParamGroup> groups, MuonOptions options) : Optimizer(option_map(options)) {
-  // Its matrix products are not one fused kernel: the step reads found_inf on the host.
-  set_fused(false);
   init_groups(std::move(groups));
 }
 
@@ -53,23 +52,32 @@ void Muon::validate(const ParamGroup& g) const {
 
 Tensor muon_orthogonalize(const Tensor& update, const std::array<double, 3>& coefficients,
                           int64_t steps, double eps, bool in_float32) {
-  MT_CHECK(update.dim() == 2, "Muon: the Newton-Schulz iteration needs a 2D matrix, got shape ",
+  MT_CHECK(update.dim() == 2 || update.dim() == 3,
+           "Muon: the Newton-Schulz iteration needs a 2D matrix or a batch of them (3D), got "
+           "shape ",
            update.shape());
   MT_CHECK(steps >= 0 && steps < 100,
            "Muon: Number of steps must be less than 100 for computational efficiency, got ", steps);
   const auto [a, b, c] = coefficients;
-  Tensor x = update.to(in_float32 ? kFloat32 : kBFloat16);
-  const bool tall = update.size(0) > update.size(1);
-  if (tall) x = x.t();
-  // Spectral norm at most 1: divided by the Frobenius norm, in the iteration's dtype. Out of
-  // place, so that a bfloat16 update (the momentum buffer itself) is left alone.
-  x = x / clamp(norm(x), Scalar(eps), std::nullopt);
+  // One matrix is a batch of one: the same products as a batch of many.
+  Tensor x =
+      (update.dim() == 2 ? update.unsqueeze(0) : update).to(in_float32 ? kFloat32 : kBFloat16);
+  const bool tall = update.size(-2) > update.size(-1);
+  if (tall) x = x.transpose(1, 2);
+  // Spectral norm at most 1: each matrix divided by its own Frobenius norm (taken alone, so
+  // that its sum does not depend on the batch), in the iteration's dtype. Out of place, so that
+  // a bfloat16 update (the momentum buffer itself) is left alone.
+  std::vector<Tensor> norms;
+  for (int64_t i = 0; i < x.size(0); ++i)
+    norms.push_back(clamp(norm(x.select(0, i)), Scalar(eps), std::nullopt).reshape({1, 1}));
+  x = x / stack(norms);
   for (int64_t s = 0; s < steps; ++s) {
-    const Tensor gram = mm(x, x.t());
-    const Tensor u = addmm(gram, gram, gram, Scalar(b), Scalar(c));
-    x = addmm(x, u, x, Scalar(a));
+    const Tensor gram = bmm(x, x.transpose(1, 2));
+    const Tensor u = baddbmm(gram, gram, gram, Scalar(b), Scalar(c));
+    x = baddbmm(x, u, x, Scalar(a));
   }
-  return tall ? x.t() : x;
+  if (tall) x = x.transpose(1, 2);
+  return update.dim() == 2 ? x.select(0, 0) : x;
 }
 
 void Muon::update(const ParamGroup& g, const Tensor& param, const Tensor& grad, ParamState& state) {
@@ -90,12 +98,21 @@ void Muon::update(const ParamGroup& g, const Tensor& param, const Tensor& grad, 
   MT_CHECK(
       param.dim() == 2,
       "Muon only supports 2D parameters whereas we found a parameter with size: ", param.shape());
+  const Tensor u = momentum_update(o, param, grad, state);
+  apply_update(o, param, muon_orthogonalize(u, o.ns_coefficients, o.ns_steps, o.eps, o.ns_float32));
+  ++state.step;
+}
+
+Tensor Muon::momentum_update(const MuonOptions& o, const Tensor& param, const Tensor& grad,
+                             ParamState& state) {
   // buf.lerp_(grad, 1 - momentum); the update is grad.lerp(buf, momentum) with Nesterov.
   const Tensor buf = lazy_buffer(state, "momentum_buffer", param);
   lerp_kernel(buf.device())(buf, buf, grad, Tensor(), 1.0 - o.momentum);
   buf.bump_version();
-  const Tensor u = o.nesterov ? lerp(grad, buf, Scalar(o.momentum)) : buf;
-  const Tensor ortho = muon_orthogonalize(u, o.ns_coefficients, o.ns_steps, o.eps, o.ns_float32);
+  return o.nesterov ? lerp(grad, buf, Scalar(o.momentum)) : buf;
+}
+
+void Muon::apply_update(const MuonOptions& o, const Tensor& param, const Tensor& ortho) {
   const double rows = static_cast<double>(param.size(0)), cols = static_cast<double>(param.size(1));
   const double ratio =
       o.adjust_lr_fn == MuonAdjustLr::MatchRmsAdamW       ? 0.2 * std::sqrt(std::max(rows, cols))
@@ -105,20 +122,61 @@ void Muon::update(const ParamGroup& g, const Tensor& param, const Tensor& grad, 
   Tensor p = param;
   p.mul_(Scalar(1.0 - o.lr * o.weight_decay));
   p.copy_(add(param, ortho, Scalar(-o.lr * ratio)));
-  ++state.step;
 }
 
 void Muon::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
                        const std::vector<ParamState*>& states, const Tensor& found_inf) {
-  // The fused path, when asked for (set_fused(true)): the same per-parameter updates, with the
-  // flag and the counts read on the host.
+  const auto o = g.options_as<MuonOptions>();
+  if (!o.use_muon) {
+    // AdamW, on the Adam multi-tensor kernel (which skips on the device and counts the steps).
+    AdamStepParams hp{o.lr, o.betas.first, o.betas.second, o.eps, o.weight_decay,
+                      true, false,         false,          0};
+    for (size_t i = 0; i < states.size(); ++i) {
+      const Tensor& p = lists.param[i];
+      lists.state[0].push_back(lazy_buffer(*states[i], "exp_avg", p));
+      lists.state[1].push_back(lazy_buffer(*states[i], "exp_avg_sq", p));
+      lists.state[2].push_back(Tensor());
+    }
+    adam_multi_step_kernel(lists.param.front().device())(lists, found_inf, hp);
+    for (size_t k = 0; k < 2; ++k)
+      for (const Tensor& t : lists.state[k]) t.bump_version();
+    return;
+  }
+  // Muon: the flag is read on the host (the step runs matrix products, not one kernel). The
+  // momentum per matrix, then one batched iteration per shape and dtype: the matrices of a shape
+  // (a transformer's layers) orthogonalised together, with their products in one bmm each.
   if (found_inf.defined() && found_inf.item<float>() != 0.0f) return;
+  std::vector<Tensor> updates(states.size());
+  std::vector<std::vector<size_t>> batches;
   for (size_t i = 0; i < states.size(); ++i) {
-    ParamState& st = *states[i];
-    st.step = lists.step[i].item<int64_t>();
-    update(g, lists.param[i], lists.grad[i], st);
-    lists.step[i].fill_(st.step);
-    if (!lists.model.empty() && lists.model[i].defined()) lists.model[i].copy_(lists.param[i]);
+    const Tensor& p = lists.param[i];
+    MT_CHECK(
+        p.dim() == 2,
+        "Muon only supports 2D parameters whereas we found a parameter with size: ", p.shape());
+    updates[i] = momentum_update(o, p, lists.grad[i], *states[i]);
+    auto same = std::find_if(batches.begin(), batches.end(), [&](const std::vector<size_t>& b) {
+      const Tensor& u = updates[b.front()];
+      return u.shape() == updates[i].shape() && u.dtype() == updates[i].dtype();
+    });
+    if (same == batches.end()) {
+      batches.push_back({i});
+    } else {
+      same->push_back(i);
+    }
+  }
+  for (const std::vector<size_t>& b : batches) {
+    std::vector<Tensor> us;
+    for (size_t i : b) us.push_back(updates[i]);
+    const Tensor ortho = muon_orthogonalize(b.size() == 1 ? us.front() : stack(us),
+                                            o.ns_coefficients, o.ns_steps, o.eps, o.ns_float32);
+    for (size_t k = 0; k < b.size(); ++k) {
+      const size_t i = b[k];
+      apply_update(o, lists.param[i],
+                   b.size() == 1 ? ortho : ortho.select(0, static_cast<int64_t>(k)));
+      states[i]->step = lists.step[i].item<int64_t>() + 1;
+      lists.step[i].fill_(states[i]->step);
+      if (!lists.model.empty() && lists.model[i].defined()) lists.model[i].copy_(lists.param[i]);
+    }
   }
 }
 

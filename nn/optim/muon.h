@@ -23,8 +23,13 @@
 // PyTorch's Muon has not.
 //
 // Group options: MuonOptions' fields (nn/optim/options.h; ns_coefficients are ns_coefficient1..3,
-// adjust_lr_fn 0 original, 1 match_rms_adamw, 2 spectral_unclamped). The step reads the gradient on
-// the host for found_inf (it runs matrix products, not one fused kernel): fused() is false.
+// adjust_lr_fn 0 original, 1 match_rms_adamw, 2 spectral_unclamped).
+//
+// The multi-tensor step (fused(), the default): AdamW groups on Adam's multi-tensor kernel; a Muon
+// group's matrices orthogonalised together, one batched iteration per shape and dtype (a
+// transformer's layers share their shapes), each product one bmm. Unfused, matrix by matrix, the
+// reference. A Muon group reads found_inf on the host either way (its step is matrix products,
+// not one kernel that could skip on the device).
 #pragma once
 
 #include <array>
@@ -105,6 +110,13 @@ class Muon : public Optimizer {
   std::vector<std::string> state_keys() const override {
     return {"momentum_buffer", "exp_avg", "exp_avg_sq"};
   }
+
+ private:
+  // The momentum step of one matrix; returns the update to orthogonalise.
+  Tensor momentum_update(const MuonOptions& o, const Tensor& param, const Tensor& grad,
+                         ParamState& state);
+  // Decay and the orthogonalised update, scaled by adjust_lr_fn's ratio.
+  static void apply_update(const MuonOptions& o, const Tensor& param, const Tensor& ortho);
   std::vector<std::string> planned_state_keys(const ParamGroup& g) const override {
     if (g.options.at("use_muon") != 0.0) return {"momentum_buffer"};
     return {"exp_avg", "exp_avg_sq"};
