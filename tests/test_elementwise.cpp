@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cfenv>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -207,24 +208,48 @@ TEST(Unary, LargeInputsUseEveryPath) {
   }
 }
 
-// Dense float16 operands take a blocked path (vectorised conversions around float math); it must
-// round exactly as computing in float32 and storing to float16 once does, across block edges
-// (256) and with the output aliasing an input.
-TEST(Unary, DenseFloat16BlocksRoundOnce) {
-  for (int64_t n : {int64_t(5), int64_t(256), int64_t(1000)}) {
-    const Tensor xf = rnd({n}, mt::kFloat32, false, -3.0, 3.0).to(mt::kFloat16).to(mt::kFloat32);
-    const Tensor yf = rnd({n}, mt::kFloat32, false, 0.5, 3.0).to(mt::kFloat16).to(mt::kFloat32);
-    const Tensor x = xf.to(mt::kFloat16), y = yf.to(mt::kFloat16);
-    auto h = [](const Tensor& t) { return t.to(mt::kFloat16); };
-    const std::string what = "n " + std::to_string(n);
-    EXPECT_TRUE(mt::equal(mt::relu(x), h(mt::relu(xf)))) << what;
-    EXPECT_TRUE(mt::equal(mt::exp(x), h(mt::exp(xf)))) << what;
-    EXPECT_TRUE(mt::equal(x * y, h(xf * yf))) << what;
-    EXPECT_TRUE(mt::equal(x / y, h(xf / yf))) << what;
-    EXPECT_TRUE(mt::equal(mt::add(x, y, 0.3), h(mt::add(xf, yf, 0.3)))) << what;
-    Tensor z = x.clone();
-    z.add_(y);
-    EXPECT_TRUE(mt::equal(z, h(xf + yf))) << what;
+// Dense float16 and bfloat16 operands take a blocked path (vectorised conversions around float
+// math); it must round exactly as computing in float32 and storing to 16 bits once does, across
+// block edges (256) and with the output aliasing an input, and give what the generic loop gives
+// a strided view of the same values (NaN and infinities included).
+TEST(Unary, Dense16BitBlocksRoundOnce) {
+  for (const DType dt : {mt::kFloat16, mt::kBFloat16}) {
+    for (int64_t n : {int64_t(5), int64_t(256), int64_t(1000)}) {
+      const Tensor xf = rnd({n}, mt::kFloat32, false, -3.0, 3.0).to(dt).to(mt::kFloat32);
+      const Tensor yf = rnd({n}, mt::kFloat32, false, 0.5, 3.0).to(dt).to(mt::kFloat32);
+      const Tensor x = xf.to(dt), y = yf.to(dt);
+      auto h = [dt](const Tensor& t) { return t.to(dt); };
+      const std::string what = std::string(name_of(dt)) + " n " + std::to_string(n);
+      EXPECT_TRUE(mt::equal(mt::relu(x), h(mt::relu(xf)))) << what;
+      EXPECT_TRUE(mt::equal(mt::exp(x), h(mt::exp(xf)))) << what;
+      EXPECT_TRUE(mt::equal(x * y, h(xf * yf))) << what;
+      EXPECT_TRUE(mt::equal(x / y, h(xf / yf))) << what;
+      EXPECT_TRUE(mt::equal(mt::add(x, y, 0.3), h(mt::add(xf, yf, 0.3)))) << what;
+      Tensor z = x.clone();
+      z.add_(y);
+      EXPECT_TRUE(mt::equal(z, h(xf + yf))) << what;
+      // The generic loop: every other element of a tensor twice as long.
+      Tensor xs = mt::zeros({n, 2}, dt), ys = mt::zeros({n, 2}, dt);
+      xs.select(1, 0).copy_(x);
+      ys.select(1, 0).copy_(y);
+      const Tensor xv = xs.select(1, 0), yv = ys.select(1, 0);
+      ASSERT_FALSE(xv.is_contiguous());
+      auto same_bits = [](const Tensor& a, const Tensor& b) {
+        const auto u = a.to(mt::kFloat32).to_vector<float>();
+        const auto v = b.to(mt::kFloat32).to_vector<float>();
+        for (size_t i = 0; i < u.size(); ++i)
+          if (!(std::isnan(u[i]) ? std::isnan(v[i]) : std::memcmp(&u[i], &v[i], 4) == 0))
+            return false;
+        return u.size() == v.size();
+      };
+      EXPECT_TRUE(same_bits(mt::add(x, y, 0.3), mt::add(xv, yv, 0.3))) << what;
+      EXPECT_TRUE(same_bits(x / (y - y), xv / (yv - yv))) << what << " (inf and NaN)";
+      EXPECT_TRUE(same_bits(mt::exp(x * 40.0), mt::exp(xv * 40.0))) << what << " (overflow)";
+      // A scalar operand (one value broadcast), on either side.
+      EXPECT_TRUE(same_bits(x * 0.3, xv * 0.3)) << what;
+      const Tensor seven = mt::full({1}, 7.0, dt).expand({n});
+      EXPECT_TRUE(same_bits(mt::div(seven, x), mt::div(seven, xv))) << what;
+    }
   }
 }
 

@@ -20,6 +20,15 @@ namespace {
 // block(in, res, m) computes the block's float results from in[k] (input k), and they are rounded
 // to T once on store, which is what the per-element conversions compute, without their branchy
 // software rounding. `out` may alias an input: a block is read completely before it is written.
+// An input that is one value (one_value(): a scalar operand broadcast to out's shape) is widened
+// once and repeated.
+bool one_value(const Tensor& t) {
+  if (t.numel() == 1) return true;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1 && t.stride(d) != 0) return false;
+  return true;
+}
+
 template <typename T, typename Block, typename... Ts>
 void widened_blocks(const Tensor& out, int64_t b, int64_t e, const Block& block, const Ts&... ins) {
   constexpr int64_t kBlock = 256;
@@ -27,29 +36,33 @@ void widened_blocks(const Tensor& out, int64_t b, int64_t e, const Block& block,
   const float* in[sizeof...(Ts)];
   float res[kBlock];
   const T* src[] = {static_cast<const T*>(ins.data_ptr())...};
+  const bool one[] = {one_value(ins)...};
+  for (size_t k = 0; k < sizeof...(Ts); ++k) {
+    in[k] = in_buf[k];
+    if (one[k]) std::fill_n(in_buf[k], kBlock, static_cast<float>(src[k][0]));
+  }
   T* dst = static_cast<T*>(out.data_ptr());
   for (int64_t i = b; i < e; i += kBlock) {
     const int64_t m = std::min(kBlock, e - i);
-    for (size_t k = 0; k < sizeof...(Ts); ++k) {
-      convert_dense(src[k] + i, in_buf[k], m);
-      in[k] = in_buf[k];
-    }
+    for (size_t k = 0; k < sizeof...(Ts); ++k)
+      if (!one[k]) convert_dense(src[k] + i, in_buf[k], m);
     block(in, res, m);
     convert_dense(res, dst + i, m);
   }
 }
 
-// float16 math on dense, same-shape operands through widened_blocks. Tensors big enough to split
-// across threads keep the generic engine. Returns false (nothing done) when the operands do not
-// qualify.
-template <typename F, typename... Ts, size_t... I>
-bool dense_half_impl(const Tensor& out, const F& f, std::index_sequence<I...>, const Ts&... ins) {
+// float16 and bfloat16 math on dense, same-shape operands (or one value) through widened_blocks
+// (bitwise the per-element conversions' results: convert_dense rounds as Half(float) and
+// BFloat16(float) do, NaN included). Tensors big enough to split across threads keep the generic
+// engine. Returns false (nothing done) when the operands do not qualify.
+template <typename T, typename F, typename... Ts, size_t... I>
+bool dense_16bit_impl(const Tensor& out, const F& f, std::index_sequence<I...>, const Ts&... ins) {
   const int64_t n = out.numel();
   if (n == 0 || n >= kParallelGrain || !out.is_contiguous() ||
-      !((ins.is_contiguous() && ins.shape() == out.shape()) && ...)) {
+      !(((ins.is_contiguous() && ins.shape() == out.shape()) || one_value(ins)) && ...)) {
     return false;
   }
-  widened_blocks<Half>(
+  widened_blocks<T>(
       out, 0, n,
       [&](const float* const* in, float* res, int64_t m) {
         for (int64_t i = 0; i < m; ++i) res[i] = f(in[I][i]...);
@@ -59,9 +72,9 @@ bool dense_half_impl(const Tensor& out, const F& f, std::index_sequence<I...>, c
 }
 
 template <typename T, typename F, typename... Ts>
-bool dense_half(const Tensor& out, const F& f, const Ts&... ins) {
-  if constexpr (std::is_same_v<T, Half>) {
-    return dense_half_impl(out, f, std::index_sequence_for<Ts...>{}, ins...);
+bool dense_16bit(const Tensor& out, const F& f, const Ts&... ins) {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    return dense_16bit_impl<T>(out, f, std::index_sequence_for<Ts...>{}, ins...);
   } else {
     return false;
   }
@@ -75,7 +88,7 @@ void unary_loop(const Tensor& out, const Tensor& in) {
   dispatch_dtype<Op::dtypes>(out.dtype(), Op::name, out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    if (dense_half<T>(
+    if (dense_16bit<T>(
             out, [](auto x) { return float(Op{}(x)); }, in))
       return;
     elementwise<T, T>(
@@ -88,7 +101,7 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b) {
   dispatch_dtype<Op::dtypes>(out.dtype(), Op::name, out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    if (dense_half<T>(
+    if (dense_16bit<T>(
             out, [](auto x, auto y) { return float(Op{}(x, y)); }, a, b))
       return;
     elementwise<T, T, T>(
@@ -115,7 +128,7 @@ void add_kernel_cpu(const Tensor& out, const Tensor& a, const Tensor& b, const S
           out, [](T x, T y) { return x || y; }, a, b);
     } else {
       const M al = alpha.to<M>();
-      if (dense_half<T>(
+      if (dense_16bit<T>(
               out, [al](auto x, auto y) { return float(x + al * y); }, a, b))
         return;
       if (al == M(1)) {
