@@ -14,28 +14,22 @@
 #include <mutex>
 #include <thread>
 
+#include "cuda/cuda_check.h"
 #include "cuda/stream.h"
 #include "distributed/backends.h"
 #include "distributed/rendezvous_store.h"
 #include "engine/error.h"
 #include "engine/factory.h"
 
+namespace mantissa::cuda::detail {
+void throw_nccl_error(int status, const char* call, const char* file, int line) {
+  MT_THROW("NCCL error: ", ncclGetErrorString(static_cast<ncclResult_t>(status)), " (", status,
+           ") in ", call, " at ", file, ":", line);
+}
+}  // namespace mantissa::cuda::detail
+
 namespace mantissa::distributed::detail {
 namespace {
-
-#define MT_NCCL_CHECK(call)                                    \
-  do {                                                         \
-    const ncclResult_t mt_nccl_result = (call);                \
-    MT_CHECK(mt_nccl_result == ncclSuccess, #call,             \
-             " failed: ", ncclGetErrorString(mt_nccl_result)); \
-  } while (0)
-
-#define MT_CUDA_RT_CHECK(call)                                 \
-  do {                                                         \
-    const cudaError_t mt_cuda_result = (call);                 \
-    MT_CHECK(mt_cuda_result == cudaSuccess, #call,             \
-             " failed: ", cudaGetErrorString(mt_cuda_result)); \
-  } while (0)
 
 constexpr const char* kUniqueIdKey = "mantissa_nccl_unique_id";
 
@@ -109,7 +103,9 @@ class NcclWork final : public Work {
     if (state != cudaErrorNotReady)
       abort_and_fail(std::string("CUDA error ") + cudaGetErrorString(state));
     ncclResult_t async_error = ncclSuccess;
-    ncclCommGetAsyncError(comm_->comm, &async_error);
+    if (const ncclResult_t queried = ncclCommGetAsyncError(comm_->comm, &async_error);
+        queried != ncclSuccess)
+      async_error = queried;  // the query itself failed: as fatal as the error it looks for
     if (async_error != ncclSuccess && async_error != ncclInProgress)
       abort_and_fail(std::string("nccl: ") + ncclGetErrorString(async_error));
     if (std::chrono::steady_clock::now() > deadline)
@@ -268,10 +264,10 @@ class NcclProcessGroup final : public ProcessGroup {
              ": the process group failed earlier and cannot be used: ", comm_->first_error);
     const auto stream = static_cast<cudaStream_t>(cuda::current_stream(device_).handle());
     cudaEvent_t event = nullptr;
-    MT_CUDA_RT_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    MT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
     try {
       enqueue(stream);
-      MT_CUDA_RT_CHECK(cudaEventRecord(event, stream));
+      MT_CUDA_CHECK(cudaEventRecord(event, stream));
     } catch (...) {
       cudaEventDestroy(event);
       throw;

@@ -1,7 +1,7 @@
 // Per-element math of the SGD, Adam/AdamW, RMSprop, Adagrad, NAdam and RAdam steps, with the
 // stochastic rounding of Adam's bfloat16 stores, written once for the CPU kernels
-// (kernels/cpu/sgd_adam_kernels.cpp, kernels/cpu/rmsprop_adagrad_nadam_radam_kernels.cpp) and the
-// CUDA ones (the .cu files of the same names), so both round identically.
+// (kernels/cpu/optimizer_kernels.cpp) and the CUDA ones (kernels/cuda/optimizer_kernels.cu), so
+// both round identically.
 //
 // Each step follows PyTorch 1.13's single-tensor implementation op by op: wherever PyTorch
 // materialises a tensor (grad.add(param), exp_avg.mul_(beta1), sqrt(), ...) the value is rounded

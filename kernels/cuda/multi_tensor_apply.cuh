@@ -1,8 +1,8 @@
 // Multi-tensor apply for the fused optimizer steps (as PyTorch's multi_tensor_apply): the host
 // packs up to kListTensors parameters of one dtype combination and up to kListBlocks (tensor,
 // chunk) pairs into a kernel argument (no device-side metadata, so no copy and no sync); each
-// block updates one kChunk-element chunk. Shared by kernels/cuda/sgd_adam_kernels.cu and
-// rmsprop_adagrad_nadam_radam_kernels.cu. The state's element type S is the parameter's T except
+// block updates one kChunk-element chunk. Used by every optimizer of
+// kernels/cuda/optimizer_kernels.cu. The state's element type S is the parameter's T except
 // for Adam, whose state may be bfloat16 (for_each_dtype_state_group); each list also carries the
 // parameters' indices in their optimizer, for the random bits of stochastic rounding.
 #pragma once

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/golden/optim.txt: parameter trajectories of RMSprop, Adagrad and RAdam
 (float64, single-tensor form) and the learning-rate sequences of the schedulers, as PyTorch
-computes them. tests/test_rmsprop_adagrad_nadam_radam.cpp and tests/test_lr_scheduler.cpp build the same cases by
+computes them. tests/test_adaptive_optim.cpp and tests/test_lr_scheduler.cpp build the same cases by
 name and must match.
 
 Run with Debian's PyTorch:  /usr/bin/python3 scripts/golden/make_optim.py

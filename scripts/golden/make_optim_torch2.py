@@ -2,7 +2,7 @@
 """Writes tests/golden/optim_torch2.txt: float64 parameter trajectories where PyTorch 2 differs
 from the 1.13 of make_optim.py: NAdam (1.13 multiplied mu_product_next by mu twice) and the
 decoupled_weight_decay option it added to Adam, NAdam and RAdam; in the format and on the
-parameter and gradients of make_optim.py. tests/test_rmsprop_adagrad_nadam_radam.cpp builds the
+parameter and gradients of make_optim.py. tests/test_adaptive_optim.cpp builds the
 same cases by name and must match.
 
 Run with PyTorch 2 (the benchmark environment's):
