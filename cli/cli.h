@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -101,6 +102,12 @@ int prepare(const PrepareArgs& args);
 // ---- helpers (common.cpp) ----
 // "mantissa: <message>" on stderr (the message's first line only: errors are one line).
 void print_error(const std::string& message);
+// Runs a command's `body` (which returns its exit code) and turns what it throws into one line
+// (`report`, print_error by default) and an exit code: a bad input — a config key or argument
+// (runner::ConfigError), an output that would replace what it should not (OutputRefused), a run
+// directory another run holds (RunDirInUse) — is kExitUsage, anything else kExitFailed.
+int reporting_errors(const std::function<int()>& body,
+                     const std::function<void(const std::string&)>& report = print_error);
 // A checkpoint path from a run dir (its newest valid checkpoint, printing why newer ones were
 // refused) or a checkpoint file. Throws mantissa::Error when there is none.
 std::string resolve_checkpoint(const std::string& source, bool verbose = true);

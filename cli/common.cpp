@@ -7,6 +7,8 @@
 #include "runner/bpe_tokenizer.h"
 #include "runner/checkpoint.h"
 #include "runner/config.h"
+#include "runner/output_target.h"
+#include "runner/run_lock.h"
 
 namespace mantissa::cli {
 
@@ -14,6 +16,25 @@ namespace fs = std::filesystem;
 
 void print_error(const std::string& message) {
   std::cerr << "mantissa: " << message.substr(0, message.find('\n')) << "\n";
+}
+
+int reporting_errors(const std::function<int()>& body,
+                     const std::function<void(const std::string&)>& report) {
+  try {
+    return body();
+  } catch (const runner::ConfigError& e) {
+    report(e.what());
+    return kExitUsage;
+  } catch (const runner::OutputRefused& e) {
+    report(e.what());
+    return kExitUsage;
+  } catch (const runner::RunDirInUse& e) {
+    report(e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    report(e.what());
+    return kExitFailed;
+  }
 }
 
 const char* default_config_yaml() { return kDefaultConfigYaml; }

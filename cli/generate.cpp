@@ -15,7 +15,7 @@ int generate(const GenerateArgs& args) {
   std::string checkpoint;
   nn::GPTImpl* gpt = nullptr;
   std::shared_ptr<const runner::BpeTokenizer> tokenizer;
-  try {
+  return reporting_errors([&]() -> int {
     // The arguments first: a bad one is reported before anything is read.
     if (args.tokens < 0)
       throw runner::ConfigError("--tokens must be >= 0, got " + std::to_string(args.tokens));
@@ -41,14 +41,6 @@ int generate(const GenerateArgs& args) {
           (config.model.layers.empty() ? "model.preset " + config.model.preset
                                        : std::string("a layer list")));
     }
-  } catch (const runner::ConfigError& e) {
-    print_error(e.what());
-    return kExitUsage;
-  } catch (const Error& e) {
-    print_error(e.what());
-    return kExitFailed;
-  }
-  try {
     load_checkpoint_model(checkpoint, *run.model);
     std::cout << runner::generate_text(*gpt, {.prompt = args.prompt,
                                               .tokens = args.tokens,
@@ -58,10 +50,7 @@ int generate(const GenerateArgs& args) {
                                               .tokenizer = tokenizer})
               << "\n";
     return kExitOk;
-  } catch (const std::exception& e) {
-    print_error(e.what());
-    return kExitFailed;
-  }
+  });
 }
 
 }  // namespace mantissa::cli

@@ -57,7 +57,7 @@ int prepare(const PrepareArgs& args) {
   std::optional<runner::BpeTokenizer> tokenizer;
   std::string text;
   fs::path out_dir;
-  try {
+  return reporting_errors([&]() -> int {
     if (!(args.val_fraction >= 0 && args.val_fraction < 1)) {
       throw runner::ConfigError("--val-fraction must be in [0, 1), got " +
                                 std::to_string(args.val_fraction));
@@ -82,14 +82,6 @@ int prepare(const PrepareArgs& args) {
                                 " tokens) does not fit train.bin's uint16 ids");
     }
     text = runner::read_file_bytes(args.text);
-  } catch (const runner::ConfigError& e) {
-    print_error(e.what());
-    return kExitUsage;
-  } catch (const Error& e) {
-    print_error(e.what());
-    return kExitFailed;
-  }
-  try {
     EncodeProgress progress;
     const runner::TrainValTokens split =
         runner::tokenize_train_val(text, *tokenizer, args.val_fraction, std::ref(progress));
@@ -106,7 +98,6 @@ int prepare(const PrepareArgs& args) {
     if (made) throw Error("cannot create '" + out_dir.string() + "': " + made.message());
     const fs::path train_path = out_dir / "train.bin", val_path = out_dir / "val.bin";
     runner::write_file_atomically(train_path.string(), train);
-    std::error_code ec;
     if (!split.val.empty()) {
       runner::write_file_atomically(val_path.string(), val);
     } else if (fs::exists(val_path, ec)) {
@@ -129,10 +120,7 @@ int prepare(const PrepareArgs& args) {
               << "  model: {preset: gpt, vocab_size: " << tokenizer->vocab_size()
               << "} (or more)\n";
     return kExitOk;
-  } catch (const std::exception& e) {
-    print_error(e.what());
-    return kExitFailed;
-  }
+  });
 }
 
 }  // namespace mantissa::cli

@@ -321,62 +321,59 @@ int train(const TrainArgs& args) {
     if (args.quiet) child.push_back("-q");
     return launch_local_ranks(launch_ranks, child, run.config.distributed.store_path.empty());
   }
-  try {
-    ranks.connect(run);
-    if (ranks.placement.distributed()) {
-      // Rank 0 names the run directory (each rank would stamp its own default name) or refuses
-      // it, and sends the name, or "" for a refusal, to the others.
-      std::string refusal;
-      if (ranks.leader()) {
-        try {
-          run_dir = choose_run_dir(run_dir, run.config.name);
-        } catch (const runner::ConfigError& e) {
-          refusal = e.what();
-          run_dir.clear();
+  return reporting_errors(
+      [&]() -> int {
+        ranks.connect(run);
+        if (ranks.placement.distributed()) {
+          // Rank 0 names the run directory (each rank would stamp its own default name) or refuses
+          // it, and sends the name, or "" for a refusal, to the others.
+          std::string refusal;
+          if (ranks.leader()) {
+            try {
+              run_dir = choose_run_dir(run_dir, run.config.name);
+            } catch (const runner::ConfigError& e) {
+              refusal = e.what();
+              run_dir.clear();
+            }
+          }
+          run_dir = ranks.agree(run_dir);
+          if (run_dir.empty()) {
+            if (ranks.leader()) ranks.error(refusal);
+            return kExitUsage;
+          }
         }
-      }
-      run_dir = ranks.agree(run_dir);
-      if (run_dir.empty()) {
-        if (ranks.leader()) ranks.error(refusal);
-        return kExitUsage;
-      }
-    }
-    if (ranks.leader()) {
-      fs::create_directories(run_dir);
-      runner::write_file_atomically((fs::path(run_dir) / "resolved.yaml").string(),
-                                    run.config_text);
-    }
-    ranks.out() << "training " << run.config.name << " on " << run.device << " ("
-                << run.config.precision << ")";
-    if (ranks.group) ranks.out() << " on " << ranks.group->size() << " ranks";
-    ranks.out() << ", run directory " << run_dir;
-    {
-      runner::TrainingMemory mem = runner::planned_training_memory(*run.model, *run.optimizer);
-      if (const int64_t stage = run.config.distributed.zero_stage; stage > 0 && ranks.group) {
-        // Each rank's share (the buckets' padding aside): ZeRO-1 the optimizer state, ZeRO-2
-        // also the gradients.
-        const int64_t n = ranks.group->size();
-        mem.optimizer_state_bytes = (mem.optimizer_state_bytes + n - 1) / n;
-        if (stage == 2) mem.gradient_bytes = (mem.gradient_bytes + n - 1) / n;
-      }
-      char line[160];
-      std::snprintf(line, sizeof line,
-                    "; %lld parameters at %.3g bytes each (weights %.3g + gradients %.3g + "
-                    "optimizer state %.3g)",
-                    static_cast<long long>(mem.parameters), mem.bytes_per_parameter(),
-                    per(mem.weight_bytes, mem.parameters), per(mem.gradient_bytes, mem.parameters),
-                    per(mem.optimizer_state_bytes, mem.parameters));
-      ranks.out() << line;
-    }
-    ranks.out() << "\n" << std::flush;  // before the progress lines on (unbuffered) stderr
-    return fit(run, run_dir, "", args.quiet, ranks);
-  } catch (const runner::RunDirInUse& e) {
-    ranks.error(e.what());
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    ranks.error(e.what());
-    return kExitFailed;
-  }
+        if (ranks.leader()) {
+          fs::create_directories(run_dir);
+          runner::write_file_atomically((fs::path(run_dir) / "resolved.yaml").string(),
+                                        run.config_text);
+        }
+        ranks.out() << "training " << run.config.name << " on " << run.device << " ("
+                    << run.config.precision << ")";
+        if (ranks.group) ranks.out() << " on " << ranks.group->size() << " ranks";
+        ranks.out() << ", run directory " << run_dir;
+        {
+          runner::TrainingMemory mem = runner::planned_training_memory(*run.model, *run.optimizer);
+          if (const int64_t stage = run.config.distributed.zero_stage; stage > 0 && ranks.group) {
+            // Each rank's share (the buckets' padding aside): ZeRO-1 the optimizer state, ZeRO-2
+            // also the gradients.
+            const int64_t n = ranks.group->size();
+            mem.optimizer_state_bytes = (mem.optimizer_state_bytes + n - 1) / n;
+            if (stage == 2) mem.gradient_bytes = (mem.gradient_bytes + n - 1) / n;
+          }
+          char line[160];
+          std::snprintf(line, sizeof line,
+                        "; %lld parameters at %.3g bytes each (weights %.3g + gradients %.3g + "
+                        "optimizer state %.3g)",
+                        static_cast<long long>(mem.parameters), mem.bytes_per_parameter(),
+                        per(mem.weight_bytes, mem.parameters),
+                        per(mem.gradient_bytes, mem.parameters),
+                        per(mem.optimizer_state_bytes, mem.parameters));
+          ranks.out() << line;
+        }
+        ranks.out() << "\n" << std::flush;  // before the progress lines on (unbuffered) stderr
+        return fit(run, run_dir, "", args.quiet, ranks);
+      },
+      [&](const std::string& message) { ranks.error(message); });
 }
 
 namespace {
@@ -507,64 +504,61 @@ int resume(const ResumeArgs& args) {
     if (args.quiet) child.push_back("-q");
     return launch_local_ranks(launch_ranks, child, run.config.distributed.store_path.empty());
   }
-  try {
-    ranks.connect(run);
-    // Every rank has read the note once the group has met.
-    if (config_posted) remove_notes();
-    config_posted = false;
-    // Rank 0 chooses the checkpoint and every rank loads that one, from its own run directory:
-    // "" starts from step 0, and kRefused means rank 0 found none it could resume from (and said
-    // why).
-    static const std::string kRefused(1, '\x01');
-    std::string choice;
-    const std::string dir = (fs::path(args.run_dir) / "checkpoints").string();
-    if (ranks.leader()) {
-      if (runner::list_checkpoints(dir).empty()) {
-        // Stopped before its first checkpoint (killed, or no checkpoint_every): nothing of the
-        // run's state survives, so it starts again from step 0.
-        std::cout << "no checkpoint in " << dir << " yet: starting the run from step 0 on "
-                  << run.device << "\n"
-                  << std::flush;
-      } else {
-        std::vector<std::string> refused;
-        auto found = runner::latest_valid_checkpoint(dir, run.config_hash, &refused);
-        // Each refusal reads "checkpoint '<path>': <why>".
-        for (const auto& r : refused) std::cout << "refused newer " << r << "\n";
-        if (!found) {
-          print_error("no valid checkpoint to resume from in " + dir +
-                      (refused.empty() ? "" : " (" + std::to_string(refused.size()) + " refused)"));
-          choice = kRefused;
-        } else {
-          choice = fs::path(found->path).filename().string();
-          std::cout << "resuming from " << found->path
-                    << (refused.empty() ? " (the newest checkpoint)"
-                                        : " (the newest valid checkpoint)")
-                    << " on " << run.device;
-          if (ranks.group) std::cout << " on " << ranks.group->size() << " ranks";
-          std::cout << "\n" << std::flush;
+  return reporting_errors(
+      [&]() -> int {
+        ranks.connect(run);
+        // Every rank has read the note once the group has met.
+        if (config_posted) remove_notes();
+        config_posted = false;
+        // Rank 0 chooses the checkpoint and every rank loads that one, from its own run directory:
+        // "" starts from step 0, and kRefused means rank 0 found none it could resume from (and
+        // said why).
+        static const std::string kRefused(1, '\x01');
+        std::string choice;
+        const std::string dir = (fs::path(args.run_dir) / "checkpoints").string();
+        if (ranks.leader()) {
+          if (runner::list_checkpoints(dir).empty()) {
+            // Stopped before its first checkpoint (killed, or no checkpoint_every): nothing of the
+            // run's state survives, so it starts again from step 0.
+            std::cout << "no checkpoint in " << dir << " yet: starting the run from step 0 on "
+                      << run.device << "\n"
+                      << std::flush;
+          } else {
+            std::vector<std::string> refused;
+            auto found = runner::latest_valid_checkpoint(dir, run.config_hash, &refused);
+            // Each refusal reads "checkpoint '<path>': <why>".
+            for (const auto& r : refused) std::cout << "refused newer " << r << "\n";
+            if (!found) {
+              print_error(
+                  "no valid checkpoint to resume from in " + dir +
+                  (refused.empty() ? "" : " (" + std::to_string(refused.size()) + " refused)"));
+              choice = kRefused;
+            } else {
+              choice = fs::path(found->path).filename().string();
+              std::cout << "resuming from " << found->path
+                        << (refused.empty() ? " (the newest checkpoint)"
+                                            : " (the newest valid checkpoint)")
+                        << " on " << run.device;
+              if (ranks.group) std::cout << " on " << ranks.group->size() << " ranks";
+              std::cout << "\n" << std::flush;
+            }
+          }
         }
-      }
-    }
-    choice = ranks.agree(choice);
-    if (choice == kRefused) return kExitFailed;
-    if (!choice.empty()) {
-      choice = (fs::path(dir) / choice).string();
-      // A rank whose host lacks the file (no shared filesystem) receives rank 0's copy.
-      if (ranks.group) {
-        const int sent = runner::share_file_from_rank0(*ranks.group, choice);
-        if (sent > 0)
-          ranks.out() << "sent " << fs::path(choice).filename().string() << " to " << sent
-                      << (sent == 1 ? " rank" : " ranks") << " without it\n";
-      }
-    }
-    return fit(run, args.run_dir, choice, args.quiet, ranks);
-  } catch (const runner::RunDirInUse& e) {
-    ranks.error(e.what());
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    ranks.error(e.what());
-    return kExitFailed;
-  }
+        choice = ranks.agree(choice);
+        if (choice == kRefused) return kExitFailed;
+        if (!choice.empty()) {
+          choice = (fs::path(dir) / choice).string();
+          // A rank whose host lacks the file (no shared filesystem) receives rank 0's copy.
+          if (ranks.group) {
+            const int sent = runner::share_file_from_rank0(*ranks.group, choice);
+            if (sent > 0)
+              ranks.out() << "sent " << fs::path(choice).filename().string() << " to " << sent
+                          << (sent == 1 ? " rank" : " ranks") << " without it\n";
+          }
+        }
+        return fit(run, args.run_dir, choice, args.quiet, ranks);
+      },
+      [&](const std::string& message) { ranks.error(message); });
 }
 
 }  // namespace mantissa::cli

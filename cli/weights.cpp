@@ -79,19 +79,11 @@ int eval(const EvalArgs& args) {
   runner::RunObjects run;
   std::string checkpoint;
   bool use_val = false;
-  try {
+  return reporting_errors([&]() -> int {
     checkpoint = resolve_checkpoint(args.source);
     runner::Config config = checkpoint_config(checkpoint, args.sets, args.device);
     select_data(config, args.data, &use_val);
     run = runner::build_eval(config);
-  } catch (const runner::ConfigError& e) {
-    print_error(e.what());
-    return kExitUsage;
-  } catch (const Error& e) {
-    print_error(e.what());
-    return kExitFailed;
-  }
-  try {
     load_checkpoint_model(checkpoint, *run.model);
     runner::DataLoader& loader = use_val ? *run.val_loader : *run.train_loader;
     loader.set_epoch(0);
@@ -116,10 +108,7 @@ int eval(const EvalArgs& args) {
       std::cout << "  (" << m.samples << " samples, " << run.config.loss.type << ")\n";
     }
     return kExitOk;
-  } catch (const std::exception& e) {
-    print_error(e.what());
-    return kExitFailed;
-  }
+  });
 }
 
 namespace {
@@ -154,7 +143,7 @@ int export_hf(const std::string& checkpoint, const std::string& source, const st
 
 int export_weights(const std::string& source, const std::string& out, bool force,
                    const std::string& layout) {
-  try {
+  return reporting_errors([&]() -> int {
     const std::string checkpoint = resolve_checkpoint(source);
     if (layout == "hf") return export_hf(checkpoint, source, out, force);
     // Before the checkpoint is read: a refused target is reported at once.
@@ -167,20 +156,14 @@ int export_weights(const std::string& source, const std::string& out, bool force
     std::cout << "wrote " << info.weights.size() << " tensors from " << checkpoint << " to " << out
               << "\n";
     return kExitOk;
-  } catch (const runner::OutputRefused& e) {
-    print_error(e.what());
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    print_error(e.what());
-    return kExitFailed;
-  }
+  });
 }
 
 namespace {
 
 // `import --layout`: a GPT state dict converted to nn::GPT's names, optionally written to --out.
 int import_gpt(const ImportArgs& args, const runner::SafetensorsFile& file) {
-  try {
+  return reporting_errors([&]() -> int {
     const runner::GptLayout asked = runner::parse_gpt_layout(args.layout);
     const runner::GptLayout layout = asked == runner::GptLayout::Auto
                                          ? runner::detect_gpt_layout(file.tensors, args.path)
@@ -220,13 +203,7 @@ int import_gpt(const ImportArgs& args, const runner::SafetensorsFile& file) {
     std::cout << "wrote " << converted.size() << " tensors in nanoGPT's names and layout to "
               << args.out << "\n";
     return kExitOk;
-  } catch (const runner::OutputRefused& e) {
-    print_error(e.what());
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    print_error(e.what());
-    return kExitFailed;
-  }
+  });
 }
 
 }  // namespace
@@ -238,24 +215,19 @@ int import_weights(const ImportArgs& args) {
     return kExitUsage;
   }
   runner::SafetensorsFile file;
-  try {
+  return reporting_errors([&]() -> int {
     file = runner::load_safetensors(args.path);
-  } catch (const std::exception& e) {
-    print_error(e.what());
-    return kExitFailed;
-  }
-  int64_t total = 0;
-  std::cout << args.path << ": " << file.tensors.size() << " tensors\n";
-  for (const auto& [name, t] : file.tensors) {
-    std::printf("  %-32s %-9s %s\n", name.c_str(), std::string(dtype_name(t.dtype())).c_str(),
-                shape_str(t.shape()).c_str());
-    total += t.numel();
-  }
-  std::cout << "  " << total << " values\n";
-  for (const auto& [k, v] : file.metadata) std::cout << "  metadata " << k << " = " << v << "\n";
-  if (!args.layout.empty()) return import_gpt(args, file);
-  if (args.config.empty()) return kExitOk;
-  try {
+    int64_t total = 0;
+    std::cout << args.path << ": " << file.tensors.size() << " tensors\n";
+    for (const auto& [name, t] : file.tensors) {
+      std::printf("  %-32s %-9s %s\n", name.c_str(), std::string(dtype_name(t.dtype())).c_str(),
+                  shape_str(t.shape()).c_str());
+      total += t.numel();
+    }
+    std::cout << "  " << total << " values\n";
+    for (const auto& [k, v] : file.metadata) std::cout << "  metadata " << k << " = " << v << "\n";
+    if (!args.layout.empty()) return import_gpt(args, file);
+    if (args.config.empty()) return kExitOk;
     runner::Config config = runner::parse_config_file(args.config, args.sets);
     auto model = runner::build_run_model(config.model);
     auto* gpt = dynamic_cast<nn::GPTImpl*>(model.get());
@@ -266,13 +238,7 @@ int import_weights(const ImportArgs& args) {
               << (report.converted_keys.empty() ? "" : ", some converted") << ")\n"
               << "use it with: model.init_from: " << args.path << "\n";
     return kExitOk;
-  } catch (const runner::ConfigError& e) {
-    print_error(e.what());
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    print_error(e.what());
-    return kExitFailed;
-  }
+  });
 }
 
 }  // namespace mantissa::cli
