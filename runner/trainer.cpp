@@ -225,8 +225,9 @@ std::string Trainer::graph_refusal() {
     return "grad_accum_steps is " + std::to_string(options_.grad_accum_steps) +
            " (each micro-batch comes from the loader)";
   if (zero_) return "ZeRO waits on the host for its collectives";
-  if (!optimizer_->fused())
-    return std::string("the unfused ") + optimizer_->name() + " step reads on the host";
+  if (optimizer_->step_reads_host())
+    return std::string(optimizer_->fused() ? "the " : "the unfused ") + optimizer_->name() +
+           " step reads on the host";
   // The rate on the device whenever the optimizer can read it there, so that a replay follows
   // any change (a schedule's, or a callback's set_lr); without it, only a fixed rate may be baked
   // into the graph.

@@ -24,6 +24,7 @@
 #include "nn/functional.h"
 #include "nn/loss.h"
 #include "nn/optim/adam.h"
+#include "nn/optim/muon.h"
 #include "nn/optim/schedulers.h"
 #include "nn/optim/sgd.h"
 #include "nn/transformer.h"
@@ -244,7 +245,7 @@ struct GptRun {
 GptRun train_gpt(int64_t steps, bool graphs, bool emulate, bool fused_head, double dropout = 0.0,
                  std::function<void(const Tensor&)> extra = {},
                  mt::Device device = mt::Device::cpu(),
-                 mt::amp::Precision precision = mt::amp::Precision::Float32) {
+                 mt::amp::Precision precision = mt::amp::Precision::Float32, bool muon = false) {
   std::optional<mt::cuda::detail::EmulatedGraphs> emulation;
   if (emulate) emulation.emplace();
   mt::manual_seed(0);
@@ -262,8 +263,12 @@ GptRun train_gpt(int64_t steps, bool graphs, bool emulate, bool fused_head, doub
     if (fused_head) return gpt->head_loss(out, target);
     return mt::nn::functional::cross_entropy(out.reshape({-1, out.size(2)}), target.reshape({-1}));
   };
-  auto opt =
+  std::shared_ptr<mt::optim::Optimizer> opt =
       std::make_shared<mt::optim::AdamW>(gpt->parameters(), mt::optim::AdamWOptions{.lr = 1e-2});
+  if (muon) {
+    opt = std::make_shared<mt::optim::Muon>(
+        mt::optim::muon_groups(*gpt, mt::optim::muon_split(*gpt), {.lr = 0.02}, {.lr = 1e-2}));
+  }
   Trainer trainer(gpt, forward, loss, opt, loader,
                   {.max_steps = steps,
                    .device = device,
@@ -294,6 +299,21 @@ TEST(TrainerCudaGraphs, TheGptStepIsCapturedUnderEmulation) {
     EXPECT_EQ(mt::fast_path_stats().ran("cuda.graphed_step", "replay"), 5);
     EXPECT_EQ(graphed.params, eager.params) << "fused " << fused;
   }
+}
+
+// Muon's step reads found_inf and its step counts on the host: the run says so before any
+// warm-up and trains eagerly, as it would without graphs.
+TEST(TrainerCudaGraphs, AMuonStepIsNamedAndRunsEagerly) {
+  const GptRun eager = train_gpt(6, false, false, false, 0.0, {}, mt::Device::cpu(),
+                                 mt::amp::Precision::Float32, true);
+  const GptRun graphed = train_gpt(6, true, true, false, 0.0, {}, mt::Device::cpu(),
+                                   mt::amp::Precision::Float32, true);
+  EXPECT_NE(graphed.summary.graph_fallback.find("the Muon step reads on the host"),
+            std::string::npos)
+      << graphed.summary.graph_fallback;
+  EXPECT_EQ(graphed.summary.graphed_steps.value_or(0), 0);
+  EXPECT_EQ(graphed.summary.eager_steps, 6);
+  EXPECT_EQ(graphed.params, eager.params);
 }
 
 // Each thing a capture cannot hold, put into the GPT's step, gives the run a reason (in its

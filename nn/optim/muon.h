@@ -97,6 +97,8 @@ class Muon : public Optimizer {
   std::string momentum_key(const ParamGroup& group) const override {
     return group.options.at("use_muon") != 0.0 ? "momentum" : "beta1";
   }
+  // A Muon group's step reads found_inf and the step counts on the host.
+  bool step_reads_host() const override { return true; }
   bool updates_whole_parameters(const ParamGroup& group) const override {
     return group.options.at("use_muon") != 0.0;
   }

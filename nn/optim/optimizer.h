@@ -205,6 +205,10 @@ class Optimizer {
   std::vector<std::string> state_buffer_keys() const;
   // Whether the optimizer keeps a per-parameter scalar in its state (NAdam's mu_product).
   bool has_scalar_state() const;
+  // Whether step() reads the device on the host (the flag or the step counts): the unfused
+  // reference path of every optimizer, and Muon's step. Such a step cannot be captured into a
+  // CUDA graph.
+  virtual bool step_reads_host() const { return !fused_; }
   // Whether the update of a parameter of `group` reads the whole parameter at once rather than
   // each element alone (Muon's orthogonalisation): ZeRO then gives each such parameter to one
   // rank, whole, instead of sharding it by element.
