@@ -80,12 +80,20 @@ Tensor muon_orthogonalize(const Tensor& update, const std::array<double, 3>& coe
   return update.dim() == 2 ? x.select(0, 0) : x;
 }
 
+namespace {
+
+// An AdamW group's step on the Adam kernels: AdamW with its lr, betas, eps and weight decay.
+AdamStepParams adamw_step_params(const MuonOptions& o, int64_t step) {
+  return AdamStepParams{o.lr, o.betas.first, o.betas.second, o.eps, o.weight_decay,
+                        true, false,         false,          step};
+}
+
+}  // namespace
+
 void Muon::update(const ParamGroup& g, const Tensor& param, const Tensor& grad, ParamState& state) {
   const auto o = g.options_as<MuonOptions>();
   if (!o.use_muon) {
-    // AdamW, on the Adam kernels.
-    AdamStepParams hp{o.lr, o.betas.first, o.betas.second, o.eps,         o.weight_decay,
-                      true, false,         false,          state.step + 1};
+    AdamStepParams hp = adamw_step_params(o, state.step + 1);
     hp.param_index = updating_index();
     const Tensor exp_avg = lazy_buffer(state, "exp_avg", param);
     const Tensor exp_avg_sq = lazy_buffer(state, "exp_avg_sq", param);
@@ -95,9 +103,6 @@ void Muon::update(const ParamGroup& g, const Tensor& param, const Tensor& grad, 
     state.step = hp.step;
     return;
   }
-  MT_CHECK(
-      param.dim() == 2,
-      "Muon only supports 2D parameters whereas we found a parameter with size: ", param.shape());
   const Tensor u = momentum_update(o, param, grad, state);
   apply_update(o, param, muon_orthogonalize(u, o.ns_coefficients, o.ns_steps, o.eps, o.ns_float32));
   ++state.step;
@@ -105,6 +110,9 @@ void Muon::update(const ParamGroup& g, const Tensor& param, const Tensor& grad, 
 
 Tensor Muon::momentum_update(const MuonOptions& o, const Tensor& param, const Tensor& grad,
                              ParamState& state) {
+  MT_CHECK(
+      param.dim() == 2,
+      "Muon only supports 2D parameters whereas we found a parameter with size: ", param.shape());
   // buf.lerp_(grad, 1 - momentum); the update is grad.lerp(buf, momentum) with Nesterov.
   const Tensor buf = lazy_buffer(state, "momentum_buffer", param);
   lerp_kernel(buf.device())(buf, buf, grad, Tensor(), 1.0 - o.momentum);
@@ -128,9 +136,8 @@ void Muon::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
                        const std::vector<ParamState*>& states, const Tensor& found_inf) {
   const auto o = g.options_as<MuonOptions>();
   if (!o.use_muon) {
-    // AdamW, on the Adam multi-tensor kernel (which skips on the device and counts the steps).
-    AdamStepParams hp{o.lr, o.betas.first, o.betas.second, o.eps, o.weight_decay,
-                      true, false,         false,          0};
+    // The Adam multi-tensor kernel skips on the device and counts the steps itself.
+    const AdamStepParams hp = adamw_step_params(o, 0);
     for (size_t i = 0; i < states.size(); ++i) {
       const Tensor& p = lists.param[i];
       lists.state[0].push_back(lazy_buffer(*states[i], "exp_avg", p));
@@ -149,11 +156,7 @@ void Muon::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
   std::vector<Tensor> updates(states.size());
   std::vector<std::vector<size_t>> batches;
   for (size_t i = 0; i < states.size(); ++i) {
-    const Tensor& p = lists.param[i];
-    MT_CHECK(
-        p.dim() == 2,
-        "Muon only supports 2D parameters whereas we found a parameter with size: ", p.shape());
-    updates[i] = momentum_update(o, p, lists.grad[i], *states[i]);
+    updates[i] = momentum_update(o, lists.param[i], lists.grad[i], *states[i]);
     auto same = std::find_if(batches.begin(), batches.end(), [&](const std::vector<size_t>& b) {
       const Tensor& u = updates[b.front()];
       return u.shape() == updates[i].shape() && u.dtype() == updates[i].dtype();
@@ -167,12 +170,11 @@ void Muon::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
   for (const std::vector<size_t>& b : batches) {
     std::vector<Tensor> us;
     for (size_t i : b) us.push_back(updates[i]);
-    const Tensor ortho = muon_orthogonalize(b.size() == 1 ? us.front() : stack(us),
-                                            o.ns_coefficients, o.ns_steps, o.eps, o.ns_float32);
+    const Tensor ortho =
+        muon_orthogonalize(stack(us), o.ns_coefficients, o.ns_steps, o.eps, o.ns_float32);
     for (size_t k = 0; k < b.size(); ++k) {
       const size_t i = b[k];
-      apply_update(o, lists.param[i],
-                   b.size() == 1 ? ortho : ortho.select(0, static_cast<int64_t>(k)));
+      apply_update(o, lists.param[i], ortho.select(0, static_cast<int64_t>(k)));
       states[i]->step = lists.step[i].item<int64_t>() + 1;
       lists.step[i].fill_(states[i]->step);
       if (!lists.model.empty() && lists.model[i].defined()) lists.model[i].copy_(lists.param[i]);

@@ -112,17 +112,18 @@ class Muon : public Optimizer {
   std::vector<std::string> state_keys() const override {
     return {"momentum_buffer", "exp_avg", "exp_avg_sq"};
   }
-
- private:
-  // The momentum step of one matrix; returns the update to orthogonalise.
-  Tensor momentum_update(const MuonOptions& o, const Tensor& param, const Tensor& grad,
-                         ParamState& state);
-  // Decay and the orthogonalised update, scaled by adjust_lr_fn's ratio.
-  static void apply_update(const MuonOptions& o, const Tensor& param, const Tensor& ortho);
   std::vector<std::string> planned_state_keys(const ParamGroup& g) const override {
     if (g.options.at("use_muon") != 0.0) return {"momentum_buffer"};
     return {"exp_avg", "exp_avg_sq"};
   }
+
+ private:
+  // The momentum step of one matrix (refusing any other than 2-D); returns the update to
+  // orthogonalise.
+  Tensor momentum_update(const MuonOptions& o, const Tensor& param, const Tensor& grad,
+                         ParamState& state);
+  // Decay and the orthogonalised update, scaled by adjust_lr_fn's ratio.
+  static void apply_update(const MuonOptions& o, const Tensor& param, const Tensor& ortho);
 };
 
 // Newton–Schulz orthogonalisation of a 2-D update, as torch.optim.Muon's
