@@ -42,6 +42,7 @@
 namespace mantissa::cpu {
 namespace {
 
+namespace om = optim_math;
 using optim_math::with_state_type;
 using optim_math::with_static_bool;
 
@@ -181,26 +182,12 @@ void adam_multi_step_cpu(const OptimizerTensorLists& l, const Tensor& found_inf,
   }
 }
 
-}  // namespace
-
-MT_REGISTER_KERNEL(sgd_step_kernel, kCPU, &sgd_step_cpu);
-MT_REGISTER_KERNEL(adam_step_kernel, kCPU, &adam_step_cpu);
-MT_REGISTER_KERNEL(sgd_multi_step_kernel, kCPU, &sgd_multi_step_cpu);
-MT_REGISTER_KERNEL(adam_multi_step_kernel, kCPU, &adam_multi_step_cpu);
-
-}  // namespace mantissa::cpu
-
-namespace mantissa::cpu {
-namespace {
-
-namespace om = optim_math;
-
 // Runs `update(i)` for every element of parameter e, then writes the rounded copy into the
 // float16/bfloat16 model parameter when there is one.
 template <typename T, typename F>
 void for_elements(const OptimizerTensorLists& l, size_t e, const F& update) {
   const Tensor& param = l.param[e];
-  const Tensor model = l.model.empty() ? Tensor() : l.model[e];
+  const Tensor model = model_at(l, e);
   const int64_t n = param.numel();
   T* p = param.data<T>();
   if (!model.defined()) {
@@ -209,7 +196,6 @@ void for_elements(const OptimizerTensorLists& l, size_t e, const F& update) {
     });
     return;
   }
-  constexpr uint32_t kModelTypes = dtype_bit(DType::Float16) | dtype_bit(DType::BFloat16);
   dispatch_dtype<kModelTypes>(model.dtype(), "optimizer_step (master weights)", model.device(),
                               [&](auto tag) {
                                 using Md = typename decltype(tag)::type;
@@ -228,7 +214,7 @@ void for_elements(const OptimizerTensorLists& l, size_t e, const F& update) {
 template <typename F>
 void for_each_param(const OptimizerTensorLists& l, const Tensor& found_inf, const char* op,
                     const F& per_param) {
-  if (found_inf.defined() && *found_inf.data<float>() != 0.0f) return;
+  if (skip_step(found_inf)) return;
   for (size_t e = 0; e < l.param.size(); ++e) {
     int64_t& count = *l.step[e].data<int64_t>();
     const int64_t step = count + 1;
@@ -297,6 +283,10 @@ void radam_multi_step_cpu(const OptimizerTensorLists& l, const Tensor& found_inf
 
 }  // namespace
 
+MT_REGISTER_KERNEL(sgd_step_kernel, kCPU, &sgd_step_cpu);
+MT_REGISTER_KERNEL(adam_step_kernel, kCPU, &adam_step_cpu);
+MT_REGISTER_KERNEL(sgd_multi_step_kernel, kCPU, &sgd_multi_step_cpu);
+MT_REGISTER_KERNEL(adam_multi_step_kernel, kCPU, &adam_multi_step_cpu);
 MT_REGISTER_KERNEL(rmsprop_multi_step_kernel, kCPU, &rmsprop_multi_step_cpu);
 MT_REGISTER_KERNEL(adagrad_multi_step_kernel, kCPU, &adagrad_multi_step_cpu);
 MT_REGISTER_KERNEL(nadam_multi_step_kernel, kCPU, &nadam_multi_step_cpu);

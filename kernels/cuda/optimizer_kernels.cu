@@ -50,6 +50,7 @@
 namespace mantissa::cuda {
 namespace {
 
+namespace om = optim_math;
 using mta::advance_steps;
 using mta::chunk_of;
 using mta::for_each_dtype_group;
@@ -233,27 +234,6 @@ void adam_multi_step_cuda(const OptimizerTensorLists& lists, const Tensor& found
       });
 }
 
-}  // namespace
-
-MT_REGISTER_KERNEL(sgd_step_kernel, kCUDA, &sgd_step_cuda);
-MT_REGISTER_KERNEL(adam_step_kernel, kCUDA, &adam_step_cuda);
-MT_REGISTER_KERNEL(sgd_multi_step_kernel, kCUDA, &sgd_multi_step_cuda);
-MT_REGISTER_KERNEL(adam_multi_step_kernel, kCUDA, &adam_multi_step_cuda);
-
-}  // namespace mantissa::cuda
-
-namespace mantissa::cuda {
-namespace {
-
-namespace om = optim_math;
-using mta::chunk_of;
-using mta::ParamList;
-
-template <typename T, typename Md>
-__device__ __forceinline__ void store_model(Md* model, const T* p, int64_t i) {
-  if (model != nullptr) model[i] = static_cast<Md>(p[i]);
-}
-
 template <typename T, typename Md>
 __global__ void __launch_bounds__(kBlockSize)
     rmsprop_list_kernel(ParamList<T, Md> l, om::RmspropConsts<opmath_t<T>> c,
@@ -264,7 +244,7 @@ __global__ void __launch_bounds__(kBlockSize)
   chunk_of(l, t, begin, end);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     om::rmsprop_element(c, l.p[t], l.g[t], l.s[0][t], l.s[1][t], l.s[2][t], i);
-    store_model(l.model[t], l.p[t], i);
+    om::store_model(l.model[t], i, l.p[t][i]);
   }
 }
 
@@ -279,7 +259,7 @@ __global__ void __launch_bounds__(kBlockSize)
   om::adagrad_set_step(c, static_cast<double>(*l.step[t]));  // advanced before this launch
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     om::adagrad_element(c, l.p[t], l.g[t], l.s[0][t], i);
-    store_model(l.model[t], l.p[t], i);
+    om::store_model(l.model[t], i, l.p[t][i]);
   }
 }
 
@@ -295,7 +275,7 @@ __global__ void __launch_bounds__(kBlockSize)
   om::nadam_set_step(c, static_cast<double>(*l.step[t]), mu_product);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     om::nadam_element(c, l.p[t], l.g[t], l.s[0][t], l.s[1][t], i);
-    store_model(l.model[t], l.p[t], i);
+    om::store_model(l.model[t], i, l.p[t][i]);
   }
 }
 
@@ -309,7 +289,7 @@ __global__ void __launch_bounds__(kBlockSize)
   om::radam_set_step(c, static_cast<double>(*l.step[t]));
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     om::radam_element(c, l.p[t], l.g[t], l.s[0][t], l.s[1][t], i);
-    store_model(l.model[t], l.p[t], i);
+    om::store_model(l.model[t], i, l.p[t][i]);
   }
 }
 
@@ -409,6 +389,10 @@ void radam_multi_step_cuda(const OptimizerTensorLists& lists, const Tensor& foun
 
 }  // namespace
 
+MT_REGISTER_KERNEL(sgd_step_kernel, kCUDA, &sgd_step_cuda);
+MT_REGISTER_KERNEL(adam_step_kernel, kCUDA, &adam_step_cuda);
+MT_REGISTER_KERNEL(sgd_multi_step_kernel, kCUDA, &sgd_multi_step_cuda);
+MT_REGISTER_KERNEL(adam_multi_step_kernel, kCUDA, &adam_multi_step_cuda);
 MT_REGISTER_KERNEL(rmsprop_multi_step_kernel, kCUDA, &rmsprop_multi_step_cuda);
 MT_REGISTER_KERNEL(adagrad_multi_step_kernel, kCUDA, &adagrad_multi_step_cuda);
 MT_REGISTER_KERNEL(nadam_multi_step_kernel, kCUDA, &nadam_multi_step_cuda);
