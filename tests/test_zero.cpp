@@ -576,6 +576,19 @@ class ZeroRedundancy : public ::testing::Test {
     for (size_t rank = 0; rank < results.size(); ++rank)
       EXPECT_TRUE(exited_ok(results[rank])) << "rank " << rank << ": " << results[rank].report;
   }
+  // The scenarios save (2 ranks, ZeRO-2) and resume_elsewhere (4 ranks, ZeRO-1) of `which`, in a
+  // folder of their own (shared_dir() of the ranks).
+  static void saved_on_two_resumed_on_four(Opt which) {
+    const std::string prefix = which == Opt::Muon ? "muon_" : "";
+    const fs::path dir =
+        fs::temp_directory_path() / ("mantissa-test-zero-" + std::to_string(getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    expect_all_ok(prefix + "save", 2);
+    ASSERT_TRUE(fs::exists(dir / checkpoint_name(which)));
+    expect_all_ok(prefix + "resume_elsewhere", 4);
+    fs::remove_all(dir);
+  }
 };
 
 TEST_F(ZeroRedundancy, Stage1EqualsDdpBitwiseOnTwoRanksAndWithin1e6OnFour) {
@@ -599,14 +612,7 @@ TEST_F(ZeroRedundancy, AnInfInOneRanksShardSkipsTheStepOnEveryRank) {
   expect_all_ok("overflow_2", 2);
 }
 TEST_F(ZeroRedundancy, ACheckpointOfTwoRanksResumesOnFour) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("mantissa-test-zero-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  expect_all_ok("save", 2);
-  ASSERT_TRUE(fs::exists(dir / "zero.ckpt"));
-  expect_all_ok("resume_elsewhere", 4);
-  fs::remove_all(dir);
+  saved_on_two_resumed_on_four(Opt::AdamW);
 }
 TEST_F(ZeroRedundancy, RefusesWhatItCannotShard) { expect_all_ok("refusals", 1); }
 
@@ -628,14 +634,7 @@ TEST_F(ZeroRedundancy, MuonAnInfInOneRanksMatrixSkipsTheStepOnEveryRank) {
   expect_all_ok("muon_overflow_2", 2);
 }
 TEST_F(ZeroRedundancy, MuonCheckpointOfTwoRanksResumesOnFour) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("mantissa-test-zero-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  expect_all_ok("muon_save", 2);
-  ASSERT_TRUE(fs::exists(dir / "zero-muon.ckpt"));
-  expect_all_ok("muon_resume_elsewhere", 4);
-  fs::remove_all(dir);
+  saved_on_two_resumed_on_four(Opt::Muon);
 }
 TEST_F(ZeroRedundancy, MuonRefusesMoreRanksThanWholeMatricesWithNothingElse) {
   expect_all_ok("muon_too_many_ranks", 4);
