@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "runner/atomic_file.h"
@@ -407,6 +408,90 @@ TEST(RunnerConfigSchema, EachOptimizerSectionIsPinned) {
     }
     EXPECT_EQ(text.substr(begin + 1, end - begin - 1), want) << type;
   }
+}
+
+// Each layer type's entry in resolved.yaml — which keys, in which order, with which defaults — is
+// part of the config hash of every run that uses it: pinned for every type, from the entry with
+// only its required keys and from one that sets every key to a value other than its default.
+TEST(RunnerConfigSchema, EachLayerTypeIsPinned) {
+  const std::vector<std::pair<std::string, std::string>> pinned = {
+      {"{type: linear, in: 3, out: 2}", "{type: linear, in: 3, out: 2, bias: true}"},
+      {"{type: linear, name: l, in: 3, out: 2, bias: false}",
+       "{type: linear, name: \"l\", in: 3, out: 2, bias: false}"},
+      {"relu", "{type: relu}"},
+      {"gelu", "{type: gelu, approximate: none}"},
+      {"{type: gelu, approximate: tanh}", "{type: gelu, approximate: tanh}"},
+      {"sigmoid", "{type: sigmoid}"},
+      {"tanh", "{type: tanh}"},
+      {"dropout", "{type: dropout, p: 0.5}"},
+      {"{type: dropout, p: 0.25}", "{type: dropout, p: 0.25}"},
+      {"{type: layernorm, shape: 4}", "{type: layernorm, shape: [4], eps: 1e-05, affine: true}"},
+      {"{type: layernorm, shape: [2, 4], eps: 1e-6, affine: false}",
+       "{type: layernorm, shape: [2, 4], eps: 1e-06, affine: false}"},
+      {"{type: conv2d, in: 1, out: 2, kernel: 3}",
+       "{type: conv2d, in: 1, out: 2, kernel: 3, stride: 1, padding: 0, bias: true}"},
+      {"{type: conv2d, in: 1, out: 2, kernel: 3, stride: 2, padding: 1, bias: false}",
+       "{type: conv2d, in: 1, out: 2, kernel: 3, stride: 2, padding: 1, bias: false}"},
+      {"{type: maxpool2d, kernel: 3}", "{type: maxpool2d, kernel: 3, stride: 3, padding: 0}"},
+      {"{type: maxpool2d, kernel: 3, stride: 1, padding: 1}",
+       "{type: maxpool2d, kernel: 3, stride: 1, padding: 1}"},
+      {"flatten", "{type: flatten, start_dim: 1, end_dim: -1}"},
+      {"{type: flatten, start_dim: 0, end_dim: 2}", "{type: flatten, start_dim: 0, end_dim: 2}"},
+      {"{type: conv1d, in: 1, out: 2, kernel: 3}",
+       "{type: conv1d, in: 1, out: 2, kernel: 3, stride: 1, padding: 0, bias: true}"},
+      {"{type: conv1d, in: 1, out: 2, kernel: 3, stride: 2, padding: 1, bias: false}",
+       "{type: conv1d, in: 1, out: 2, kernel: 3, stride: 2, padding: 1, bias: false}"},
+      {"{type: adaptive_avg_pool2d, output_size: 2}",
+       "{type: adaptive_avg_pool2d, output_size: [2]}"},
+      {"{type: adaptive_avg_pool2d, output_size: [2, 3]}",
+       "{type: adaptive_avg_pool2d, output_size: [2, 3]}"},
+      {"identity", "{type: identity}"},
+      {"{type: batchnorm1d, features: 4}",
+       "{type: batchnorm1d, features: 4, momentum: 0.1, eps: 1e-05, affine: true}"},
+      {"{type: batchnorm1d, features: 4, momentum: 0.2, eps: 1e-3, affine: false}",
+       "{type: batchnorm1d, features: 4, momentum: 0.2, eps: 0.001, affine: false}"},
+      {"{type: batchnorm2d, features: 4}",
+       "{type: batchnorm2d, features: 4, momentum: 0.1, eps: 1e-05, affine: true}"},
+      {"{type: batchnorm2d, features: 4, momentum: 0.2, eps: 1e-3, affine: false}",
+       "{type: batchnorm2d, features: 4, momentum: 0.2, eps: 0.001, affine: false}"},
+      {"{type: groupnorm, features: 4, groups: 2}",
+       "{type: groupnorm, features: 4, groups: 2, eps: 1e-05, affine: true}"},
+      {"{type: groupnorm, features: 4, groups: 2, eps: 1e-3, affine: false}",
+       "{type: groupnorm, features: 4, groups: 2, eps: 0.001, affine: false}"},
+      {"{type: rmsnorm, shape: 4}",
+       "{type: rmsnorm, eps: 1.1920928955078125e-07, affine: true, shape: [4]}"},
+      {"{type: rmsnorm, shape: [2, 4], eps: 1e-3, affine: false}",
+       "{type: rmsnorm, eps: 0.001, affine: false, shape: [2, 4]}"},
+      {"silu", "{type: silu}"},
+      {"mish", "{type: mish}"},
+      {"hardswish", "{type: hardswish}"},
+      {"selu", "{type: selu}"},
+      {"softsign", "{type: softsign}"},
+      {"logsigmoid", "{type: logsigmoid}"},
+      {"leaky_relu", "{type: leaky_relu, negative_slope: 0.01}"},
+      {"{type: leaky_relu, negative_slope: 0.2}", "{type: leaky_relu, negative_slope: 0.2}"},
+      {"elu", "{type: elu, alpha: 1.0}"},
+      {"{type: elu, alpha: 0.5}", "{type: elu, alpha: 0.5}"},
+      {"celu", "{type: celu, alpha: 1.0}"},
+      {"{type: celu, alpha: 0.5}", "{type: celu, alpha: 0.5}"},
+      {"softplus", "{type: softplus, beta: 1.0, threshold: 20.0}"},
+      {"{type: softplus, beta: 2, threshold: 10}", "{type: softplus, beta: 2.0, threshold: 10.0}"},
+      {"hardtanh", "{type: hardtanh, min_val: -1.0, max_val: 1.0}"},
+      {"{type: hardtanh, min_val: -2, max_val: 3}",
+       "{type: hardtanh, min_val: -2.0, max_val: 3.0}"},
+  };
+  std::set<std::string> types;
+  for (const auto& [entry, want] : pinned) {
+    SCOPED_TRACE(entry);
+    const rn::Config c = rn::parse_config("model:\n  layers:\n    - " + entry + "\n", "pin");
+    types.insert(c.model.layers.at(0).type);
+    const std::string text = rn::to_yaml(c);
+    const auto at = text.find("  layers:\n    - ");
+    ASSERT_NE(at, std::string::npos) << text;
+    const auto from = at + std::string("  layers:\n    - ").size();
+    EXPECT_EQ(text.substr(from, text.find('\n', from) - from), want);
+  }
+  EXPECT_EQ(types, std::set<std::string>(schema::kLayerTypes.begin(), schema::kLayerTypes.end()));
 }
 
 // The same for the lr schedule: every type's keys, order and defaults in resolved.yaml (and so in
