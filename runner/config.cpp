@@ -62,6 +62,10 @@ int64_t DataConfig::val_blocks() const {
       options);
 }
 
+void LayerSpec::select() {
+  schema::select_variant(options, type, kLayerTypes, "model.layers", "a layer type");
+}
+
 void LossConfig::select() { schema::select_variant(options, type, kLossTypes, "loss", "a loss"); }
 
 void ScheduleConfig::select() {
@@ -614,7 +618,7 @@ class Parser {
       return l;
     }
     // "- relu": the type alone, for layers without required keys.
-    const auto& types = schema::kLayerTypes;
+    const auto& types = kLayerTypes;
     l.type = node.Scalar();
     if (std::find(types.begin(), types.end(), l.type) == types.end()) {
       const std::string near = nearest_key(l.type, types);

@@ -30,6 +30,7 @@
 #include "nn/optim/rmsprop.h"
 #include "nn/optim/sgd.h"
 #include "runner/data.h"
+#include "runner/layer_options.h"
 
 namespace mantissa::runner {
 
@@ -39,35 +40,15 @@ class ConfigError : public Error {
   using Error::Error;
 };
 
-// One entry of model.layers.
+// One entry of model.layers: `type` names the layer (kLayerTypes), and `options` holds that
+// type's keys (runner/layer_options.h).
 struct LayerSpec {
-  std::string type;         // schema::kLayerTypes: linear relu gelu sigmoid tanh dropout layernorm
-                            // conv2d maxpool2d flatten conv1d adaptive_avg_pool2d identity
-                            // batchnorm1d batchnorm2d groupnorm rmsnorm, and the activations of
-                            // engine/activations.def
-  std::string name;         // the child's name; empty: its index, as nn.Sequential
-  std::string path;         // "model.layers.3", for messages
-  int64_t in = 0, out = 0;  // linear: features; conv2d: channels
-  bool bias = true;         // linear, conv2d
-  std::string approximate = "none";     // gelu: none | tanh
-  double p = 0.5;                       // dropout
-  std::vector<int64_t> shape;           // layernorm normalized_shape
-  double eps = 1e-5;                    // layernorm
-  bool affine = true;                   // layernorm elementwise_affine
-  int64_t kernel = 0;                   // conv2d, maxpool2d
-  int64_t stride = 1;                   // conv2d (maxpool2d: default kernel)
-  int64_t padding = 0;                  // conv2d, maxpool2d
-  int64_t start_dim = 1, end_dim = -1;  // flatten
-  std::vector<int64_t> output_size;     // adaptive_avg_pool2d: [h, w], or one size for both
-  // The parameters of the activations of engine/activations.def, one member per parameter name
-  // (shared by the activations that have it), initialised to the list's default.
-  double negative_slope = 0.01;          // leaky_relu
-  double alpha = 1.0;                    // elu, celu
-  double beta = 1.0, threshold = 20.0;   // softplus
-  double min_val = -1.0, max_val = 1.0;  // hardtanh
-  int64_t features = 0;                  // batchnorm1d/2d num_features, groupnorm num_channels
-  int64_t groups = 1;                    // groupnorm num_groups
-  double momentum = 0.1;                 // batchnorm1d/2d
+  std::string type = "linear";
+  std::string name;  // the child's name; empty: its index, as nn.Sequential
+  std::string path;  // "model.layers.3", for messages
+  LayerOptions options;
+  // Makes `options` the struct `type` names (its defaults when it held another type's).
+  void select();
 };
 
 // model.preset gpt: nn::GPTConfig's fields (nanoGPT's GPTConfig).

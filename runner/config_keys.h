@@ -155,6 +155,9 @@ struct VariantKey {
   // whose meaning or checks differ by type is one row per type (its own documentation line).
   std::vector<std::string> only = {};
   bool required = false;  // no default: the config must give it
+  bool nonzero = false;   // numbers: "cannot be 0"
+  // The default is the value of this other key of the same options (maxpool2d's stride: kernel).
+  const char* default_from = nullptr;
 };
 
 // Whether `row` binds the field of `type`'s options (given that they have one of its name).
@@ -244,6 +247,15 @@ void variant_key(V& v, Variant& held, const std::vector<std::string>& types,
   if (row.optional) k.optional_output();
   if (row.default_text != nullptr) k.default_text(row.default_text);
   if (row.required) k.required();
+  if constexpr (std::is_same_v<T, double>) {
+    if (row.nonzero)
+      k.checked([](const double& x) { return x != 0.0 ? "" : "cannot be 0"; }, "!= 0");
+  }
+  if (row.default_from != nullptr) {
+    const T* from = option_member<T>(held, row.default_from);
+    k.default_from([from, stand_in] { return from != nullptr ? *from : stand_in; },
+                   std::string("`") + row.default_from + "`");
+  }
   if (takers.size() < types.size()) k.applies_to(takers);
   std::vector<bool> grouped(takers.size(), false);
   for (size_t i = 1; i < takers.size(); ++i) {
@@ -260,8 +272,8 @@ void variant_key(V& v, Variant& held, const std::vector<std::string>& types,
   v.field(k);
 }
 
-// Every row of `rows`, each bound as variant_key does; `after(name)` runs after each row (for the
-// rules that check it against the keys before it).
+// Every row of `rows`, each bound as variant_key does; `after(name)` (or `after(row)`) runs after
+// each row (for the rules that check it against the keys before it).
 template <typename V, typename Variant, typename After>
 void variant_keys(V& v, Variant& held, const std::vector<std::string>& types,
                   const std::vector<VariantKey>& rows, After&& after) {
@@ -281,7 +293,11 @@ void variant_keys(V& v, Variant& held, const std::vector<std::string>& types,
           variant_defaults<Variant>()[i]);
     }
     MT_CHECK(done, "config schema: no options struct takes the key '", row.name, "'");
-    after(std::string_view(row.name));
+    if constexpr (std::is_invocable_v<After, const VariantKey&>) {
+      after(row);
+    } else {
+      after(std::string_view(row.name));
+    }
   }
 }
 

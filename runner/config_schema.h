@@ -31,34 +31,10 @@ namespace mantissa::runner::schema {
 
 // ---- the declarations ---------------------------------------------------------------------------
 
-// The layer types: these, then the activations of engine/activations.def.
-inline const std::vector<std::string> kLayerTypes = [] {
-  std::vector<std::string> types = {
-      "linear",    "relu",        "gelu",        "sigmoid",   "tanh",   "dropout",
-      "layernorm", "conv2d",      "maxpool2d",   "flatten",   "conv1d", "adaptive_avg_pool2d",
-      "identity",  "batchnorm1d", "batchnorm2d", "groupnorm", "rmsnorm"};
-#define MT_ACTIVATION_ENTRY(name, Module, Math) types.push_back(#name);
-#include "engine/activations.def"
-  return types;
-}();
-
-// An activation parameter's constraint token (engine/activations.def) on its key.
-template <typename K>
-K& constrained_any(K& k) {
-  return k;
-}
-template <typename K>
-K& constrained_positive(K& k) {
-  return k.positive();
-}
-template <typename K>
-K& constrained_nonzero(K& k) {
-  return k.checked([](const double& v) { return v != 0.0 ? "" : "cannot be 0"; }, "!= 0");
-}
-
 template <typename V>
 void describe(V& v, LayerSpec& l) {
   v.field(key("type", l.type).selector().one_of(kLayerTypes).required().doc("the layer"));
+  l.select();
   v.field(key("name", l.name)
               .optional_output()
               .checked(
@@ -68,123 +44,28 @@ void describe(V& v, LayerSpec& l) {
                   },
                   "no '.'")
               .doc("the child's name in parameter names (`head.weight`); default: its index"));
-  v.field(key("in", l.in)
-              .applies_to({"linear", "conv2d"})
-              .required()
-              .at_least(1)
-              .doc("input features (linear, `[..., in]`) or channels (conv2d)"));
-  v.field(key("out", l.out)
-              .applies_to({"linear", "conv2d"})
-              .required()
-              .at_least(1)
-              .doc("output features or channels"));
-  v.field(key("kernel", l.kernel)
-              .applies_to({"conv2d", "maxpool2d"})
-              .required()
-              .at_least(1)
-              .doc("square kernel size"));
-  v.field(key("stride", l.stride).applies_to({"conv2d"}).at_least(1).doc("stride"));
-  v.field(key("stride", l.stride)
-              .applies_to({"maxpool2d"})
-              .at_least(1)
-              .default_from([&l] { return l.kernel; }, "`kernel`")
-              .doc("stride"));
-  v.field(key("padding", l.padding)
-              .applies_to({"conv2d", "maxpool2d"})
-              .at_least(0)
-              .doc("zero "
-                   "padding"));
-  v.rule({"padding",
-          {"maxpool2d"},
-          [&l] { return 2 * l.padding <= l.kernel; },
-          "must be at most half of kernel"});
-  v.field(key("bias", l.bias).applies_to({"linear", "conv2d"}).doc("learn an additive bias"));
-  v.field(key("approximate", l.approximate)
-              .applies_to({"gelu"})
-              .one_of({"none", "tanh"})
-              .doc("the tanh approximation of GELU, or none"));
-  v.field(key("p", l.p)
-              .applies_to({"dropout"})
-              .in(Range{0, 1, false, true})
-              .doc("probability of zeroing an element; active in training only"));
-  v.field(key("shape", l.shape)
-              .applies_to({"layernorm"})
-              .required()
-              .doc("normalized_shape: the trailing dims normalized (an int or a list)"));
-  v.field(key("eps", l.eps).applies_to({"layernorm"}).positive().doc("added to the variance"));
-  v.field(key("affine", l.affine)
-              .applies_to({"layernorm"})
-              .doc("learn elementwise weight and bias (elementwise_affine)"));
-  v.field(key("start_dim", l.start_dim)
-              .applies_to({"flatten"})
-              .between(-8, 8)
-              .doc("first dim flattened; dims count the batch dimension, as `torch.nn.Flatten`"));
-  v.field(key("end_dim", l.end_dim)
-              .applies_to({"flatten"})
-              .between(-8, 8)
-              .doc("last dim "
-                   "flattened"));
-  // conv1d ([channels, length] per example) and adaptive_avg_pool2d; identity has no keys.
-  v.field(key("in", l.in).applies_to({"conv1d"}).required().at_least(1).doc("input channels"));
-  v.field(key("out", l.out).applies_to({"conv1d"}).required().at_least(1).doc("output channels"));
-  v.field(key("kernel", l.kernel).applies_to({"conv1d"}).required().at_least(1).doc("kernel size"));
-  v.field(key("stride", l.stride).applies_to({"conv1d"}).at_least(1).doc("stride"));
-  v.field(key("padding", l.padding).applies_to({"conv1d"}).at_least(0).doc("zero padding"));
-  v.field(key("bias", l.bias).applies_to({"conv1d"}).doc("learn an additive bias"));
-  v.field(key("output_size", l.output_size)
-              .applies_to({"adaptive_avg_pool2d"})
-              .required()
-              .doc("output height and width (an int for both, or a list [h, w])"));
-  v.rule({"output_size",
-          {"adaptive_avg_pool2d"},
-          [&l] {
-            const auto& o = l.output_size;
-            return (o.size() == 1 || o.size() == 2) && o.front() >= 1 && o.back() >= 1;
-          },
-          "must be one or two sizes, each >= 1"});
-  // The parameters of the activations of engine/activations.def: a key per parameter, the
-  // LayerSpec member of its name.
-#define MT_ACTIVATION_KEY(type, p, c, help) \
-  v.field(constrained_##c(key(#p, l.p).applies_to({#type}).doc(help)));
-#define MT_ACTIVATION1(name, Module, Math, node, policy, p0, d0, c0, r0, doc0) \
-  MT_ACTIVATION_KEY(name, p0, c0, doc0)
-#define MT_ACTIVATION2(name, Module, Math, node, policy, p0, d0, c0, r0, doc0, p1, d1, c1, r1, \
-                       doc1)                                                                   \
-  MT_ACTIVATION_KEY(name, p0, c0, doc0) MT_ACTIVATION_KEY(name, p1, c1, doc1)
-#include "engine/activations.def"
-#undef MT_ACTIVATION_KEY
-  // The normalisation layers of nn/norm.h.
-  v.field(key("features", l.features)
-              .applies_to({"batchnorm1d", "batchnorm2d", "groupnorm"})
-              .required()
-              .at_least(1)
-              .doc("channels: num_features (batchnorm) or num_channels (groupnorm)"));
-  v.field(key("groups", l.groups)
-              .applies_to({"groupnorm"})
-              .required()
-              .at_least(1)
-              .doc("num_groups: the channels are normalised in this many groups"));
-  v.field(key("momentum", l.momentum)
-              .applies_to({"batchnorm1d", "batchnorm2d"})
-              .in(Range{0, 1, true, false})
-              .doc("weight of each batch in the running mean and variance"));
-  v.field(key("eps", l.eps)
-              .applies_to({"batchnorm1d", "batchnorm2d", "groupnorm"})
-              .positive()
-              .doc("added to the variance"));
-  v.field(key("eps", l.eps)
-              .applies_to({"rmsnorm"})
-              .positive()
-              .default_from([] { return double(std::numeric_limits<float>::epsilon()); },
-                            "float32's machine epsilon")
-              .doc("added to the mean square"));
-  v.field(key("affine", l.affine)
-              .applies_to({"batchnorm1d", "batchnorm2d", "groupnorm", "rmsnorm"})
-              .doc("learn per-channel weight and bias (rmsnorm: weight only)"));
-  v.field(key("shape", l.shape)
-              .applies_to({"rmsnorm"})
-              .required()
-              .doc("normalized_shape: the trailing dims normalized (an int or a list)"));
+  variant_keys(v, l.options, kLayerTypes, layer_keys(), [&](const VariantKey& row) {
+    const std::string_view name = row.name;
+    if (name == "padding" && row.only.back() == "maxpool2d") {
+      v.rule({"padding",
+              {"maxpool2d"},
+              [&l] {
+                const auto* m = std::get_if<MaxPool2dLayer>(&l.options);
+                return m == nullptr || 2 * m->padding <= m->kernel;
+              },
+              "must be at most half of kernel"});
+    } else if (name == "output_size") {
+      v.rule({"output_size",
+              {"adaptive_avg_pool2d"},
+              [&l] {
+                const auto* a = std::get_if<AdaptiveAvgPool2dLayer>(&l.options);
+                if (a == nullptr) return true;
+                const auto& o = a->output_size;
+                return (o.size() == 1 || o.size() == 2) && o.front() >= 1 && o.back() >= 1;
+              },
+              "must be one or two sizes, each >= 1"});
+    }
+  });
 }
 
 template <typename V>
@@ -669,8 +550,9 @@ void describe(V& v, ScalerConfig& g) {
   v.field(key("growth_interval", g.options.growth_interval)
               .at_least(0)
               .doc("clean steps between growths (0: never grow)"));
-  v.field(
-      key("min_scale", g.options.min_scale).non_negative().doc("never back off below this (0: no floor)"));
+  v.field(key("min_scale", g.options.min_scale)
+              .non_negative()
+              .doc("never back off below this (0: no floor)"));
   v.field(key("hysteresis", g.options.hysteresis)
               .at_least(1)
               .doc("back off only on the N-th consecutive overflowing step"));

@@ -6,6 +6,7 @@
 #include "nn/norm.h"
 #include "nn/pooling.h"
 #include "nn/transformer.h"
+#include "runner/config_keys.h"
 #include "runner/gpt_weights.h"
 #include "runner/safetensors.h"
 #include "runner/text.h"
@@ -16,56 +17,71 @@ bool is_gpt(const ModelConfig& model) { return model.layers.empty() && model.pre
 
 namespace {
 
-std::shared_ptr<nn::UnaryModule> make_layer(const LayerSpec& l) {
-  if (l.type == "linear") return nn::Linear(l.in, l.out, l.bias).ptr();
-  if (l.type == "relu") return nn::ReLU().ptr();
-  if (l.type == "gelu") return nn::GELU(l.approximate).ptr();
-  if (l.type == "sigmoid") return nn::Sigmoid().ptr();
-  if (l.type == "tanh") return nn::Tanh().ptr();
-  if (l.type == "dropout") return nn::Dropout(l.p).ptr();
-  if (l.type == "layernorm") return nn::LayerNorm(Shape(l.shape), l.eps, l.affine).ptr();
-  if (l.type == "conv2d") {
-    nn::Conv2dOptions o;
-    o.stride = l.stride;
-    o.padding = l.padding;
-    o.bias = l.bias;
-    return nn::Conv2d(l.in, l.out, l.kernel, o).ptr();
-  }
-  if (l.type == "maxpool2d") {
-    nn::MaxPool2dOptions o;
-    o.stride = Size2(l.stride);
-    o.padding = l.padding;
-    return nn::MaxPool2d(l.kernel, o).ptr();
-  }
-  if (l.type == "flatten") return nn::Flatten(l.start_dim, l.end_dim).ptr();
-  if (l.type == "conv1d") {
-    nn::Conv1dOptions o;
-    o.stride = l.stride;
-    o.padding = l.padding;
-    o.bias = l.bias;
-    return nn::Conv1d(l.in, l.out, l.kernel, o).ptr();
-  }
-  if (l.type == "adaptive_avg_pool2d") {
-    return nn::AdaptiveAvgPool2d(Size2(l.output_size.front(), l.output_size.back())).ptr();
-  }
-  if (l.type == "identity") return nn::Identity().ptr();
-    // The activations of engine/activations.def, with their parameters' keys.
+// One overload per layer struct (runner/layer_options.h): a layer type without one does not
+// compile.
+using Layer = std::shared_ptr<nn::UnaryModule>;
+Layer make_layer(const LinearLayer& l) { return nn::Linear(l.in, l.out, l.bias).ptr(); }
+Layer make_layer(const ReLULayer&) { return nn::ReLU().ptr(); }
+Layer make_layer(const GELULayer& l) { return nn::GELU(l.approximate).ptr(); }
+Layer make_layer(const SigmoidLayer&) { return nn::Sigmoid().ptr(); }
+Layer make_layer(const TanhLayer&) { return nn::Tanh().ptr(); }
+Layer make_layer(const DropoutLayer& l) { return nn::Dropout(l.p).ptr(); }
+Layer make_layer(const LayerNormLayer& l) {
+  return nn::LayerNorm(Shape(l.shape), l.eps, l.affine).ptr();
+}
+Layer make_layer(const Conv2dLayer& l) {
+  nn::Conv2dOptions o;
+  o.stride = l.stride;
+  o.padding = l.padding;
+  o.bias = l.bias;
+  return nn::Conv2d(l.in, l.out, l.kernel, o).ptr();
+}
+Layer make_layer(const MaxPool2dLayer& l) {
+  nn::MaxPool2dOptions o;
+  o.stride = Size2(l.stride);
+  o.padding = l.padding;
+  return nn::MaxPool2d(l.kernel, o).ptr();
+}
+Layer make_layer(const FlattenLayer& l) { return nn::Flatten(l.start_dim, l.end_dim).ptr(); }
+Layer make_layer(const Conv1dLayer& l) {
+  nn::Conv1dOptions o;
+  o.stride = l.stride;
+  o.padding = l.padding;
+  o.bias = l.bias;
+  return nn::Conv1d(l.in, l.out, l.kernel, o).ptr();
+}
+Layer make_layer(const AdaptiveAvgPool2dLayer& l) {
+  return nn::AdaptiveAvgPool2d(Size2(l.output_size.front(), l.output_size.back())).ptr();
+}
+Layer make_layer(const IdentityLayer&) { return nn::Identity().ptr(); }
+Layer make_layer(const BatchNorm1dLayer& l) {
+  return nn::BatchNorm1d(l.features, l.eps, l.momentum, l.affine).ptr();
+}
+Layer make_layer(const BatchNorm2dLayer& l) {
+  return nn::BatchNorm2d(l.features, l.eps, l.momentum, l.affine).ptr();
+}
+Layer make_layer(const GroupNormLayer& l) {
+  return nn::GroupNorm(l.groups, l.features, l.eps, l.affine).ptr();
+}
+Layer make_layer(const RMSNormLayer& l) {
+  return nn::RMSNorm(Shape(l.shape), l.eps, l.affine).ptr();
+}
+// The activations of engine/activations.def, with their parameters.
 #define MT_ACTIVATION(name, Module, Math, node, policy) \
-  if (l.type == #name) return nn::Module().ptr();
+  Layer make_layer(const Module##Layer&) { return nn::Module().ptr(); }
 #define MT_ACTIVATION1(name, Module, Math, node, policy, p0, d0, c0, r0, doc0) \
-  if (l.type == #name) return nn::Module(l.p0).ptr();
+  Layer make_layer(const Module##Layer& l) { return nn::Module(l.p0).ptr(); }
 #define MT_ACTIVATION2(name, Module, Math, node, policy, p0, d0, c0, r0, doc0, p1, d1, c1, r1, \
                        doc1)                                                                   \
-  if (l.type == #name) return nn::Module(l.p0, l.p1).ptr();
+  Layer make_layer(const Module##Layer& l) { return nn::Module(l.p0, l.p1).ptr(); }
 #include "engine/activations.def"
-  if (l.type == "batchnorm1d")
-    return nn::BatchNorm1d(l.features, l.eps, l.momentum, l.affine).ptr();
-  if (l.type == "batchnorm2d")
-    return nn::BatchNorm2d(l.features, l.eps, l.momentum, l.affine).ptr();
-  if (l.type == "groupnorm") return nn::GroupNorm(l.groups, l.features, l.eps, l.affine).ptr();
-  if (l.type == "rmsnorm") return nn::RMSNorm(Shape(l.shape), l.eps, l.affine).ptr();
-  MT_THROW("build_model: unknown layer type '", l.type, "' at ", l.path);
-}
+
+// The in and out of the layers that have both (the sizes most often too large to allocate).
+template <typename L>
+concept Sized = requires(const L& l) {
+  l.in;
+  l.out;
+};
 
 }  // namespace
 
@@ -115,20 +131,26 @@ std::shared_ptr<nn::SequentialImpl> build_model(const ModelConfig& model) {
   }
   for (size_t i = 0; i < model.layers.size(); ++i) {
     const LayerSpec& l = model.layers[i];
+    schema::check_selected(l.options, l.type, kLayerTypes, "model.layers");
     std::shared_ptr<nn::UnaryModule> layer;
     try {
-      layer = make_layer(l);
+      layer = std::visit([](const auto& o) { return make_layer(o); }, l.options);
     } catch (const ConfigError&) {
       throw;
     } catch (const Error& e) {
       // Most often sizes too large to allocate: the message names the key that asked for them
       // (the larger of in and out for the layers that have both).
-      const bool sized = l.type == "linear" || l.type == "conv2d" || l.type == "conv1d";
-      const std::string key = sized ? l.path + (l.out >= l.in ? ".out" : ".in") : l.path;
+      std::string key = l.path, sizes;
+      std::visit(
+          [&](const auto& o) {
+            if constexpr (Sized<std::decay_t<decltype(o)>>) {
+              key += o.out >= o.in ? ".out" : ".in";
+              sizes = ", in " + std::to_string(o.in) + ", out " + std::to_string(o.out);
+            }
+          },
+          l.options);
       throw ConfigError("config error: " + key + ": cannot build " + l.path + " (" + l.type +
-                        (sized ? ", in " + std::to_string(l.in) + ", out " + std::to_string(l.out)
-                               : std::string()) +
-                        "): " + e.what());
+                        sizes + "): " + e.what());
     }
     seq->push_back(l.name.empty() ? std::to_string(i) : l.name, std::move(layer));
   }
@@ -147,10 +169,131 @@ std::string output_key(const ModelConfig& model) {
   if (model.layers.empty()) return "model.preset";
   for (size_t i = model.layers.size(); i-- > 0;) {
     const LayerSpec& l = model.layers[i];
-    if (l.type == "linear" || l.type == "conv2d" || l.type == "conv1d") return l.path + ".out";
+    const bool sized =
+        std::visit([](const auto& o) { return Sized<std::decay_t<decltype(o)>>; }, l.options);
+    if (sized) return l.path + ".out";
   }
   return model.layers.back().path + ".type";
 }
+
+namespace {
+
+// One layer's output shape from its input's `s` (one example's shape), or a config error on the
+// key that does not fit; one overload per layer struct that changes or checks the shape.
+struct OutputShape {
+  const Config& config;
+  const LayerSpec& l;
+  Shape s;
+  std::string arriving;  // "its input is [...] (...)", for messages
+
+  [[noreturn]] void fail(const char* key, const std::string& problem) const {
+    config.fail(l.path + "." + key, problem);
+  }
+  void image(const char* key) const {
+    if (s.size() != 3)
+      fail(key, l.type + " needs [channels, height, width] inputs, but " + arriving);
+  }
+  // A square window over [C, H, W] to `channels` planes.
+  Shape window(int64_t channels, int64_t kernel, int64_t stride, int64_t padding) const {
+    if (s[1] + 2 * padding < kernel || s[2] + 2 * padding < kernel) {
+      fail("kernel", "is larger than the (padded) image: " + arriving);
+    }
+    return Shape{channels, (s[1] + 2 * padding - kernel) / stride + 1,
+                 (s[2] + 2 * padding - kernel) / stride + 1};
+  }
+  void channels(int64_t features) const {
+    if (s[0] != features) fail("features", "does not match the input channels: " + arriving);
+  }
+  void trailing(const std::vector<int64_t>& shape) const {
+    const int64_t n = static_cast<int64_t>(shape.size());
+    bool ok = s.size() >= n;
+    for (int64_t i = 0; ok && i < n; ++i) ok = s[s.size() - n + i] == shape[i];
+    if (!ok) fail("shape", "must equal the trailing dimensions: " + arriving);
+  }
+
+  // Elementwise layers and the rest that keep the shape.
+  template <typename L>
+  Shape operator()(const L&) const {
+    return s;
+  }
+  Shape operator()(const LinearLayer& o) const {
+    if (s.size() == 0 || s.back() != o.in) fail("in", "does not match the input: " + arriving);
+    Shape out = s;
+    out[out.size() - 1] = o.out;
+    return out;
+  }
+  // s is one example's shape: [C] or [C, L] (batchnorm1d), [C, H, W] (batchnorm2d).
+  Shape operator()(const BatchNorm1dLayer& o) const {
+    if (s.size() != 1 && s.size() != 2) rank();
+    channels(o.features);
+    return s;
+  }
+  Shape operator()(const BatchNorm2dLayer& o) const {
+    if (s.size() != 3) rank();
+    channels(o.features);
+    return s;
+  }
+  Shape operator()(const GroupNormLayer& o) const {
+    if (s.size() < 1) rank();
+    channels(o.features);
+    if (o.features % o.groups != 0) {
+      fail("groups", "must divide features (" + std::to_string(o.features) + ")");
+    }
+    return s;
+  }
+  [[noreturn]] void rank() const {
+    fail("type", l.type + " does not take inputs of this rank: " + arriving);
+  }
+  Shape operator()(const LayerNormLayer& o) const {
+    trailing(o.shape);
+    return s;
+  }
+  Shape operator()(const RMSNormLayer& o) const {
+    trailing(o.shape);
+    return s;
+  }
+  Shape operator()(const Conv2dLayer& o) const {
+    image("in");
+    if (s[0] != o.in) fail("in", "does not match the input channels: " + arriving);
+    return window(o.out, o.kernel, o.stride, o.padding);
+  }
+  Shape operator()(const MaxPool2dLayer& o) const {
+    image("kernel");
+    return window(s[0], o.kernel, o.stride, o.padding);
+  }
+  Shape operator()(const Conv1dLayer& o) const {
+    if (s.size() != 2) fail("in", "conv1d needs [channels, length] inputs, but " + arriving);
+    if (s[0] != o.in) fail("in", "does not match the input channels: " + arriving);
+    if (s[1] + 2 * o.padding < o.kernel) {
+      fail("kernel", "is longer than the (padded) input: " + arriving);
+    }
+    return Shape{o.out, (s[1] + 2 * o.padding - o.kernel) / o.stride + 1};
+  }
+  Shape operator()(const AdaptiveAvgPool2dLayer& o) const {
+    image("output_size");
+    return Shape{s[0], o.output_size.front(), o.output_size.back()};
+  }
+  Shape operator()(const FlattenLayer& o) const {
+    // start_dim/end_dim count the batch dimension, as torch.nn.Flatten's.
+    const int64_t nd = static_cast<int64_t>(s.size()) + 1;
+    const int64_t a = o.start_dim < 0 ? o.start_dim + nd : o.start_dim;
+    const int64_t b = o.end_dim < 0 ? o.end_dim + nd : o.end_dim;
+    if (a < 1 || b >= nd || a > b) {
+      fail("start_dim", "flatten(start_dim=" + std::to_string(o.start_dim) +
+                            ", end_dim=" + std::to_string(o.end_dim) +
+                            ") does not fit: " + arriving + " (dimension 0 is the batch)");
+    }
+    std::vector<int64_t> out;
+    for (int64_t i = 1; i < a; ++i) out.push_back(s[i - 1]);
+    int64_t prod = 1;
+    for (int64_t i = a; i <= b; ++i) prod *= s[i - 1];
+    out.push_back(prod);
+    for (int64_t i = b + 1; i < nd; ++i) out.push_back(s[i - 1]);
+    return Shape(out);
+  }
+};
+
+}  // namespace
 
 Shape infer_output_shape(const Config& config, const Shape& input, const std::string& input_what) {
   if (is_gpt(config.model)) {
@@ -172,82 +315,8 @@ Shape infer_output_shape(const Config& config, const Shape& input, const std::st
   Shape s = input;
   std::string from = input_what;
   for (const LayerSpec& l : config.model.layers) {
-    const std::string arriving = "its input is " + shape_str(s) + " (" + from + ")";
-    auto image = [&](const char* key) {
-      if (s.size() != 3) {
-        config.fail(l.path + "." + key,
-                    l.type + " needs [channels, height, width] inputs, but " + arriving);
-      }
-    };
-    if (l.type == "linear") {
-      if (s.size() == 0 || s.back() != l.in) {
-        config.fail(l.path + ".in", "does not match the input: " + arriving);
-      }
-      s[s.size() - 1] = l.out;
-    } else if (l.type == "batchnorm1d" || l.type == "batchnorm2d" || l.type == "groupnorm") {
-      // s is one example's shape: [C] or [C, L] (batchnorm1d), [C, H, W] (batchnorm2d).
-      const bool rank_ok = l.type == "batchnorm1d"   ? s.size() == 1 || s.size() == 2
-                           : l.type == "batchnorm2d" ? s.size() == 3
-                                                     : s.size() >= 1;
-      if (!rank_ok) {
-        config.fail(l.path + ".type", l.type + " does not take inputs of this rank: " + arriving);
-      }
-      if (s[0] != l.features) {
-        config.fail(l.path + ".features", "does not match the input channels: " + arriving);
-      }
-      if (l.type == "groupnorm" && l.features % l.groups != 0) {
-        config.fail(l.path + ".groups",
-                    "must divide features (" + std::to_string(l.features) + ")");
-      }
-    } else if (l.type == "layernorm" || l.type == "rmsnorm") {
-      const int64_t n = static_cast<int64_t>(l.shape.size());
-      bool ok = s.size() >= n;
-      for (int64_t i = 0; ok && i < n; ++i) ok = s[s.size() - n + i] == l.shape[i];
-      if (!ok) config.fail(l.path + ".shape", "must equal the trailing dimensions: " + arriving);
-    } else if (l.type == "conv2d" || l.type == "maxpool2d") {
-      image(l.type == "conv2d" ? "in" : "kernel");
-      if (l.type == "conv2d" && s[0] != l.in) {
-        config.fail(l.path + ".in", "does not match the input channels: " + arriving);
-      }
-      const int64_t h = (s[1] + 2 * l.padding - l.kernel) / l.stride + 1;
-      const int64_t w = (s[2] + 2 * l.padding - l.kernel) / l.stride + 1;
-      if (s[1] + 2 * l.padding < l.kernel || s[2] + 2 * l.padding < l.kernel) {
-        config.fail(l.path + ".kernel", "is larger than the (padded) image: " + arriving);
-      }
-      s = Shape{l.type == "conv2d" ? l.out : s[0], h, w};
-    } else if (l.type == "conv1d") {
-      if (s.size() != 2) {
-        config.fail(l.path + ".in", "conv1d needs [channels, length] inputs, but " + arriving);
-      }
-      if (s[0] != l.in) {
-        config.fail(l.path + ".in", "does not match the input channels: " + arriving);
-      }
-      if (s[1] + 2 * l.padding < l.kernel) {
-        config.fail(l.path + ".kernel", "is longer than the (padded) input: " + arriving);
-      }
-      s = Shape{l.out, (s[1] + 2 * l.padding - l.kernel) / l.stride + 1};
-    } else if (l.type == "adaptive_avg_pool2d") {
-      image("output_size");
-      s = Shape{s[0], l.output_size.front(), l.output_size.back()};
-    } else if (l.type == "flatten") {
-      // start_dim/end_dim count the batch dimension, as torch.nn.Flatten's.
-      const int64_t nd = s.size() + 1;
-      int64_t a = l.start_dim < 0 ? l.start_dim + nd : l.start_dim;
-      int64_t b = l.end_dim < 0 ? l.end_dim + nd : l.end_dim;
-      if (a < 1 || b >= nd || a > b) {
-        config.fail(l.path + ".start_dim", "flatten(start_dim=" + std::to_string(l.start_dim) +
-                                               ", end_dim=" + std::to_string(l.end_dim) +
-                                               ") does not fit: " + arriving +
-                                               " (dimension 0 is the batch)");
-      }
-      std::vector<int64_t> out;
-      for (int64_t i = 1; i < a; ++i) out.push_back(s[i - 1]);
-      int64_t prod = 1;
-      for (int64_t i = a; i <= b; ++i) prod *= s[i - 1];
-      out.push_back(prod);
-      for (int64_t i = b + 1; i < nd; ++i) out.push_back(s[i - 1]);
-      s = Shape(out);
-    }
+    OutputShape step{config, l, s, "its input is " + shape_str(s) + " (" + from + ")"};
+    s = std::visit(step, l.options);
     from = "after " + l.path + " (" + l.type + ")";
   }
   return s;

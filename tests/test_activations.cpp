@@ -219,19 +219,20 @@ TEST(ActivationModules, ConfigLayerTypesBuildThem) {
   mt::runner::ModelConfig model;
   mt::runner::LayerSpec leaky, elu, softplus;
   leaky.type = "leaky_relu";
-  leaky.negative_slope = 0.2;
+  leaky.options = mt::runner::LeakyReLULayer{.negative_slope = 0.2};
   elu.type = "elu";
-  elu.alpha = 0.5;
+  elu.options = mt::runner::ELULayer{.alpha = 0.5};
   softplus.type = "softplus";
-  softplus.beta = 2.0;
-  softplus.threshold = 3.0;
+  softplus.options = mt::runner::SoftplusLayer{.beta = 2.0, .threshold = 3.0};
   model.layers = {leaky, elu, softplus};
   auto seq = mt::runner::build_model(model);
   const Tensor x = t(ACT);
   EXPECT_TRUE(mt::equal(seq->forward(x), mt::softplus(mt::elu(mt::leaky_relu(x, 0.2), 0.5), 2, 3)));
   mt::runner::LayerSpec mish, hardswish;
   mish.type = "mish";
+  mish.select();
   hardswish.type = "hardswish";
+  hardswish.select();
   model.layers = {mish, hardswish};
   EXPECT_TRUE(mt::equal(mt::runner::build_model(model)->forward(x), mt::hardswish(mt::mish(x))));
 }
@@ -246,7 +247,7 @@ struct ListedActivation {
   std::function<Tensor(const Tensor&)> op_other;  // with other parameters
   std::function<std::shared_ptr<mt::nn::UnaryModule>()> make;      // with the defaults
   std::function<void(mt::runner::LayerSpec&)> set_other;           // the same other parameters
-  std::function<bool(const mt::runner::LayerSpec&)> spec_default;  // LayerSpec holds the defaults
+  std::function<bool(const mt::runner::LayerSpec&)> spec_default;  // the layer struct holds the defaults
 };
 
 // Other parameters than the defaults: shifted and scaled, never 0.
@@ -268,21 +269,34 @@ std::vector<ListedActivation> listed() {
 #define MT_ACTIVATION(name, Module, Math, node, policy)                                            \
   v.push_back({#name, #Module, "", [](const Tensor& x) { return mt::name(x); },                    \
                [](const Tensor& x) { return mt::name(x); }, [] { return mt::nn::Module().ptr(); }, \
-               [](mt::runner::LayerSpec&) {}, [](const mt::runner::LayerSpec&) { return true; }});
+               [](mt::runner::LayerSpec&) {},                                                  \
+               [](const mt::runner::LayerSpec& l) {                                            \
+                 return std::holds_alternative<mt::runner::Module##Layer>(l.options);          \
+               }});
 #define MT_ACTIVATION1(name, Module, Math, node, policy, p0, d0, c0, r0, doc0)                \
   v.push_back({#name, #Module, #p0 "=" + r0(d0), [](const Tensor& x) { return mt::name(x); }, \
                [](const Tensor& x) { return mt::name(x, other(d0)); },                        \
                [] { return mt::nn::Module().ptr(); },                                         \
-               [](mt::runner::LayerSpec& l) { l.p0 = other(d0); },                            \
-               [](const mt::runner::LayerSpec& l) { return l.p0 == d0; }});
+               [](mt::runner::LayerSpec& l) {                                                 \
+                 std::get<mt::runner::Module##Layer>(l.options).p0 = other(d0);               \
+               },                                                                             \
+               [](const mt::runner::LayerSpec& l) {                                           \
+                 return std::get<mt::runner::Module##Layer>(l.options).p0 == d0;              \
+               }});
 #define MT_ACTIVATION2(name, Module, Math, node, policy, p0, d0, c0, r0, doc0, p1, d1, c1, r1, \
                        doc1)                                                                   \
   v.push_back({#name, #Module, #p0 "=" + r0(d0) + ", " #p1 "=" + r1(d1),                       \
                [](const Tensor& x) { return mt::name(x); },                                    \
                [](const Tensor& x) { return mt::name(x, other(d0), other(d1)); },              \
                [] { return mt::nn::Module().ptr(); },                                          \
-               [](mt::runner::LayerSpec& l) { l.p0 = other(d0), l.p1 = other(d1); },           \
-               [](const mt::runner::LayerSpec& l) { return l.p0 == d0 && l.p1 == d1; }});
+               [](mt::runner::LayerSpec& l) {                                                  \
+                 auto& o = std::get<mt::runner::Module##Layer>(l.options);                     \
+                 o.p0 = other(d0), o.p1 = other(d1);                                           \
+               },                                                                              \
+               [](const mt::runner::LayerSpec& l) {                                            \
+                 const auto& o = std::get<mt::runner::Module##Layer>(l.options);               \
+                 return o.p0 == d0 && o.p1 == d1;                                              \
+               }});
 #include "engine/activations.def"
   return v;
 }
@@ -290,7 +304,7 @@ std::vector<ListedActivation> listed() {
 }  // namespace
 
 // Each entry is an op of the op list, a module of its name printed as PyTorch prints it, and a
-// config layer type whose keys reach the op; LayerSpec's members start at the list's defaults.
+// config layer type whose keys reach the op; its layer struct starts at the list's defaults.
 TEST(ActivationList, EveryEntryIsAnOpAModuleAndAConfigLayer) {
   const std::vector<ListedActivation> entries = listed();
   ASSERT_EQ(entries.size(), 11u);
@@ -301,12 +315,12 @@ TEST(ActivationList, EveryEntryIsAnOpAModuleAndAConfigLayer) {
     EXPECT_EQ(m->type_name(), e.module);
     EXPECT_EQ(m->extra_repr(), e.repr);
     EXPECT_TRUE(mt::equal(m->forward(x), e.op(x)));
-    EXPECT_NE(std::find(mt::runner::schema::kLayerTypes.begin(),
-                        mt::runner::schema::kLayerTypes.end(), e.name),
-              mt::runner::schema::kLayerTypes.end());
+    EXPECT_NE(std::find(mt::runner::kLayerTypes.begin(), mt::runner::kLayerTypes.end(), e.name),
+              mt::runner::kLayerTypes.end());
     mt::runner::LayerSpec spec;
     spec.type = e.name;
-    EXPECT_TRUE(e.spec_default(spec)) << "LayerSpec's member is not the list's default";
+    spec.select();
+    EXPECT_TRUE(e.spec_default(spec)) << "the layer struct's member is not the list's default";
     mt::runner::ModelConfig model;
     model.layers = {spec};
     EXPECT_TRUE(mt::equal(mt::runner::build_model(model)->forward(x), e.op(x)));

@@ -134,9 +134,11 @@ scaler: {enabled: true, init_scale: 128}
   EXPECT_EQ(std::get<rn::CosineSchedule>(back.schedule.options).min_lr, 1e-5);
   ASSERT_EQ(back.model.layers.size(), 7u);
   EXPECT_EQ(back.model.layers[6].name, "head");
-  EXPECT_FALSE(back.model.layers[6].bias);
-  EXPECT_EQ(back.model.layers[3].shape, std::vector<int64_t>{64});
-  EXPECT_EQ(back.model.layers[1].stride, 2);  // maxpool stride defaults to kernel
+  EXPECT_FALSE(std::get<rn::LinearLayer>(back.model.layers[6].options).bias);
+  EXPECT_EQ(std::get<rn::LayerNormLayer>(back.model.layers[3].options).shape,
+            std::vector<int64_t>{64});
+  // maxpool stride defaults to kernel
+  EXPECT_EQ(std::get<rn::MaxPool2dLayer>(back.model.layers[1].options).stride, 2);
   EXPECT_EQ(std::get<rn::CsvOptions>(back.data.options).target_columns,
             std::vector<std::string>{"y"});
   EXPECT_EQ(std::get<rn::CsvOptions>(back.data.options).header, std::optional<bool>(true));
@@ -168,7 +170,7 @@ TEST(RunnerConfig, AliasCyclesAndAliasBombsAreRefusedNamingTheKey) {
       "data: {type: teacher, samples: 16}\nsteps: 2\n",
       "test.yaml");
   ASSERT_EQ(c.model.layers.size(), 5u);
-  EXPECT_EQ(c.model.layers[2].in, 4);
+  EXPECT_EQ(std::get<rn::LinearLayer>(c.model.layers[2].options).in, 4);
   EXPECT_EQ(c.model.layers[3].type, "relu");
 }
 
@@ -233,7 +235,7 @@ TEST(RunnerConfig, SetOverridesAreValidatedAndReportedAsSet) {
   EXPECT_EQ(c.optimizer.lr(), 0.5);
   EXPECT_EQ(c.optimizer.type, "adam");
   EXPECT_FALSE(c.data.shuffle);
-  EXPECT_EQ(c.model.layers[0].out, 5);
+  EXPECT_EQ(std::get<rn::LinearLayer>(c.model.layers[0].options).out, 5);
   EXPECT_EQ(c.schedule.type, "step");
   EXPECT_EQ(c.origin.at("optimizer.lr"), "--set");
   expect_config_error("", {"optimizer.lr = abc (--set): expected a number"}, {"optimizer.lr=abc"});

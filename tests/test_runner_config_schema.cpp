@@ -16,6 +16,7 @@
 #include "runner/atomic_file.h"
 #include "runner/config.h"
 #include "runner/config_schema.h"
+#include "runner/model_builder.h"
 
 namespace rn = mantissa::runner;
 namespace schema = mantissa::runner::schema;
@@ -86,6 +87,7 @@ std::optional<T> other_value(const schema::Key<T>& k) {
   } else {
     rn::LayerSpec relu;
     relu.type = "relu";
+    relu.select();
     return std::vector<rn::LayerSpec>{relu};
   }
 }
@@ -491,7 +493,7 @@ TEST(RunnerConfigSchema, EachLayerTypeIsPinned) {
     const auto from = at + std::string("  layers:\n    - ").size();
     EXPECT_EQ(text.substr(from, text.find('\n', from) - from), want);
   }
-  EXPECT_EQ(types, std::set<std::string>(schema::kLayerTypes.begin(), schema::kLayerTypes.end()));
+  EXPECT_EQ(types, std::set<std::string>(rn::kLayerTypes.begin(), rn::kLayerTypes.end()));
 }
 
 // The same for the lr schedule: every type's keys, order and defaults in resolved.yaml (and so in
@@ -649,6 +651,35 @@ TEST(RunnerConfigSchema, EveryLossOptionIsAKeyOfItsTypes) {
   const rn::Config bce = rn::parse_config("loss: {type: bce, weight: 0.5}\n", "t");
   EXPECT_EQ(std::get<rn::BceLossOptions>(bce.loss.options).weight, std::vector<double>{0.5});
   EXPECT_THROW(rn::parse_config("loss: {type: huber, log_target: true}\n", "t"), rn::ConfigError);
+}
+
+// The same for the layers (runner/layer_options.h): each key applies to the layer types whose
+// struct has it, a layer's type selects its struct, and a key of one layer is refused for another.
+TEST(RunnerConfigSchema, EveryLayerOptionIsAKeyOfItsTypes) {
+  auto declared = keys_of<rn::LayerSpec>(rn::kLayerTypes);
+  declared.erase("name");  // every layer's
+  EXPECT_EQ(declared, fields_of<rn::LayerOptions>(rn::kLayerTypes));
+  const rn::Config c = rn::parse_config(
+      "model:\n  layers:\n    - {type: conv1d, in: 2, out: 3, kernel: 5, stride: 2}\n"
+      "    - {type: maxpool2d, kernel: 3}\n    - {type: softplus, threshold: 4}\n",
+      "t");
+  const auto& conv = std::get<rn::Conv1dLayer>(c.model.layers.at(0).options);
+  EXPECT_EQ(conv.in, 2);
+  EXPECT_EQ(conv.out, 3);
+  EXPECT_EQ(conv.kernel, 5);
+  EXPECT_EQ(conv.stride, 2);
+  EXPECT_EQ(conv.padding, 0);
+  EXPECT_EQ(std::get<rn::MaxPool2dLayer>(c.model.layers.at(1).options).stride, 3);  // kernel
+  const auto& softplus = std::get<rn::SoftplusLayer>(c.model.layers.at(2).options);
+  EXPECT_EQ(softplus.beta, 1.0);
+  EXPECT_EQ(softplus.threshold, 4.0);
+  EXPECT_THROW(rn::parse_config("model:\n  layers:\n    - {type: relu, in: 3}\n", "t"),
+               rn::ConfigError);
+  // A struct that does not agree with its type (set without select()) is refused, not built.
+  rn::ModelConfig model;
+  model.layers.resize(1);
+  model.layers[0].type = "relu";
+  EXPECT_THROW(rn::build_model(model), mantissa::Error);
 }
 
 TEST(RunnerConfigSchema, EveryDatasetOptionIsAKeyOfItsTypes) {
