@@ -245,9 +245,9 @@ struct ListedActivation {
   std::string name, module, repr;                 // repr: the module's extra_repr with the defaults
   std::function<Tensor(const Tensor&)> op;        // with the defaults
   std::function<Tensor(const Tensor&)> op_other;  // with other parameters
-  std::function<std::shared_ptr<mt::nn::UnaryModule>()> make;      // with the defaults
-  std::function<void(mt::runner::LayerSpec&)> set_other;           // the same other parameters
-  std::function<bool(const mt::runner::LayerSpec&)> spec_default;  // the layer struct holds the defaults
+  std::function<std::shared_ptr<mt::nn::UnaryModule>()> make;  // with the defaults
+  std::function<void(mt::runner::LayerSpec&)> set_other;       // the same other parameters
+  std::function<bool(const mt::runner::LayerSpec&)> spec_default;  // the struct has the defaults
 };
 
 // Other parameters than the defaults: shifted and scaled, never 0.
@@ -269,9 +269,9 @@ std::vector<ListedActivation> listed() {
 #define MT_ACTIVATION(name, Module, Math, node, policy)                                            \
   v.push_back({#name, #Module, "", [](const Tensor& x) { return mt::name(x); },                    \
                [](const Tensor& x) { return mt::name(x); }, [] { return mt::nn::Module().ptr(); }, \
-               [](mt::runner::LayerSpec&) {},                                                  \
-               [](const mt::runner::LayerSpec& l) {                                            \
-                 return std::holds_alternative<mt::runner::Module##Layer>(l.options);          \
+               [](mt::runner::LayerSpec&) {},                                                      \
+               [](const mt::runner::LayerSpec& l) {                                                \
+                 return std::holds_alternative<mt::runner::Module##Layer>(l.options);              \
                }});
 #define MT_ACTIVATION1(name, Module, Math, node, policy, p0, d0, c0, r0, doc0)                \
   v.push_back({#name, #Module, #p0 "=" + r0(d0), [](const Tensor& x) { return mt::name(x); }, \
