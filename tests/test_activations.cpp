@@ -245,8 +245,8 @@ struct ListedActivation {
   std::string name, module, repr;                 // repr: the module's extra_repr with the defaults
   std::function<Tensor(const Tensor&)> op;        // with the defaults
   std::function<Tensor(const Tensor&)> op_other;  // with other parameters
-  std::function<std::shared_ptr<mt::nn::UnaryModule>()> make;  // with the defaults
-  std::function<void(mt::runner::LayerSpec&)> set_other;       // the same other parameters
+  std::function<std::shared_ptr<mt::nn::UnaryModule>()> make;      // with the defaults
+  std::function<void(mt::runner::LayerSpec&)> set_other;           // the same other parameters
   std::function<bool(const mt::runner::LayerSpec&)> spec_default;  // the struct has the defaults
 };
 
