@@ -15,7 +15,7 @@
 #include <string>
 
 #include "engine/cpu_matmul_paths.h"
-#include "runner/trainer.h"
+#include "runner/training/trainer.h"
 #include "workloads.h"
 
 namespace mt = mantissa;

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "runner/atomic_file.h"
-#include "runner/bpe_tokenizer.h"
+#include "runner/files/atomic_file.h"
+#include "runner/text/bpe_tokenizer.h"
 
 namespace rn = mantissa::runner;
 

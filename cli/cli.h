@@ -51,7 +51,7 @@ struct EvalArgs {
 };
 int eval(const EvalArgs& args);
 
-// `force`: also replace a symbolic link or a file of a run (runner/output_target.h). `layout`
+// `force`: also replace a symbolic link or a file of a run (runner/files/output_target.h). `layout`
 // "hf": a GPT run's weights as Hugging Face GPT-2 (OUT a directory: model.safetensors and
 // config.json).
 int export_weights(const std::string& source, const std::string& out, bool force = false,
@@ -62,7 +62,7 @@ struct ImportArgs {
   std::string config;  // optional: check the weights load into this config's model
   std::vector<std::string> sets;
   // A GPT state dict: "nanogpt", "hf" or "auto" converts it to nn::GPT's names and layout
-  // (runner/gpt_weights.h); empty: list the file as it is.
+  // (runner/files/gpt_weights.h); empty: list the file as it is.
   std::string layout;
   std::string out;  // with layout: write the converted weights here
   bool force = false;

@@ -4,11 +4,11 @@
 #include "cli/cli.h"
 #include "cli/default_config.h"
 #include "engine/error.h"
-#include "runner/bpe_tokenizer.h"
-#include "runner/checkpoint.h"
-#include "runner/config.h"
-#include "runner/output_target.h"
-#include "runner/run_lock.h"
+#include "runner/config/config.h"
+#include "runner/files/output_target.h"
+#include "runner/files/run_lock.h"
+#include "runner/text/bpe_tokenizer.h"
+#include "runner/training/checkpoint.h"
 
 namespace mantissa::cli {
 

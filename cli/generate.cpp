@@ -3,10 +3,10 @@
 #include <iostream>
 
 #include "cli/cli.h"
-#include "runner/bpe_tokenizer.h"
-#include "runner/build_from_config.h"
-#include "runner/checkpoint.h"
-#include "runner/generate.h"
+#include "runner/text/bpe_tokenizer.h"
+#include "runner/text/generate.h"
+#include "runner/training/build_from_config.h"
+#include "runner/training/checkpoint.h"
 
 namespace mantissa::cli {
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "cli/cli.h"
-#include "runner/atomic_file.h"
-#include "runner/json.h"
-#include "runner/output_target.h"
+#include "runner/files/atomic_file.h"
+#include "runner/files/json.h"
+#include "runner/files/output_target.h"
 
 namespace mantissa::cli {
 namespace {

@@ -9,11 +9,11 @@
 
 #include "cli/cli.h"
 #include "engine/error.h"
-#include "runner/atomic_file.h"
-#include "runner/bpe_tokenizer.h"
-#include "runner/config.h"
-#include "runner/prepare_tokens.h"
-#include "runner/progress.h"
+#include "runner/config/config.h"
+#include "runner/files/atomic_file.h"
+#include "runner/text/bpe_tokenizer.h"
+#include "runner/text/prepare_tokens.h"
+#include "runner/training/progress.h"
 
 namespace mantissa::cli {
 

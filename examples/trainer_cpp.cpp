@@ -11,8 +11,8 @@
 #include <iostream>
 #include <string>
 
-#include "runner/data.h"
-#include "runner/trainer.h"
+#include "runner/data/data.h"
+#include "runner/training/trainer.h"
 
 namespace mt = mantissa;
 namespace runner = mantissa::runner;

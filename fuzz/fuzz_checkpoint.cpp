@@ -10,14 +10,14 @@
 #include <string>
 
 #include "fuzz/fuzz_util.h"
-#include "runner/checkpoint.h"
+#include "runner/training/checkpoint.h"
 
 namespace mt = mantissa;
 
 namespace {
 
-// The writer's checksum (runner/checkpoint.cpp): FNV-1a 64 over the whole file with the 16 hex
-// digits after "mantissa.checksum":" read as '0's.
+// The writer's checksum (runner/training/checkpoint.cpp): FNV-1a 64 over the whole file with the 16
+// hex digits after "mantissa.checksum":" read as '0's.
 void fix_checksum(std::string& bytes) {
   constexpr size_t kDigits = 16;
   if (bytes.size() < 8) return;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
-#include "runner/config.h"
+#include "runner/config/config.h"
 
 namespace mt = mantissa;
 

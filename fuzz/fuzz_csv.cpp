@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
-#include "runner/data.h"
+#include "runner/data/data.h"
 
 namespace mt = mantissa;
 

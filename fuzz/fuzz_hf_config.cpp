@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_util.h"
-#include "runner/hf_gpt2_config.h"
+#include "runner/files/hf_gpt2_config.h"
 
 namespace mt = mantissa;
 

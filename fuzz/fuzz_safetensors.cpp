@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_util.h"
-#include "runner/safetensors.h"
+#include "runner/files/safetensors.h"
 
 namespace mt = mantissa;
 
@@ -42,8 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     written = mt::runner::serialize_safetensors(file.tensors, file.metadata);
     again = mt::runner::parse_safetensors(written, "rewritten.safetensors");
   } catch (const mt::Error& e) {
-    mt::fuzz::finding("an accepted safetensors file does not round-trip: " +
-                      std::string(e.what()));
+    mt::fuzz::finding("an accepted safetensors file does not round-trip: " + std::string(e.what()));
   }
   if (again.metadata != file.metadata || again.tensors.size() != file.tensors.size())
     mt::fuzz::finding("round trip changed the metadata or the number of tensors");

@@ -1,5 +1,5 @@
-// Fuzz target: the TensorBoard event file reader (runner/tensorboard.h), which a resumed run uses
-// to keep the events up to its checkpoint.
+// Fuzz target: the TensorBoard event file reader (runner/training/tensorboard.h), which a resumed
+// run uses to keep the events up to its checkpoint.
 //
 // Input: an event file's bytes. It stops at a torn record and skips a corrupt one; each event it
 // returns is a whole record of at least 16 bytes of framing.
@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_util.h"
-#include "runner/tensorboard.h"
+#include "runner/training/tensorboard.h"
 
 namespace mt = mantissa;
 

@@ -1,4 +1,4 @@
-// Fuzz target: the BPE tokenizer's readers and its encoder (runner/bpe_tokenizer.h).
+// Fuzz target: the BPE tokenizer's readers and its encoder (runner/text/bpe_tokenizer.h).
 //
 // Input: a mode byte, then
 //   0: a tokenizer.json (BpeTokenizer::from_tokenizer_json);
@@ -15,8 +15,8 @@
 #include <string_view>
 
 #include "fuzz/fuzz_util.h"
-#include "runner/bpe_tokenizer.h"
-#include "runner/gpt2_pretokenizer.h"
+#include "runner/text/bpe_tokenizer.h"
+#include "runner/text/gpt2_pretokenizer.h"
 
 namespace mt = mantissa;
 namespace rn = mantissa::runner;

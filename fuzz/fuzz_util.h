@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "engine/logging.h"
-#include "runner/data.h"
+#include "runner/data/data.h"
 
 namespace mantissa::fuzz {
 

@@ -1,7 +1,7 @@
 // Hostile YAML for the config readers' tests: an alias inside its own anchor (a tree that would
 // be infinite) and anchors of lists of aliases to the previous anchor (a few lines that expand to
 // billions of nodes), the shapes that crashed and hung `mantissa train` before
-// runner/yaml_tree_guard.h.
+// runner/config/yaml_tree_guard.h.
 #pragma once
 
 #include <string>

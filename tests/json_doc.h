@@ -1,11 +1,11 @@
-// A parsed JSON document with the runner's checked reads (runner/json.h), for tests that read
+// A parsed JSON document with the runner's checked reads (runner/files/json.h), for tests that read
 // what a run wrote: `JsonDoc summary(text); summary.at("steps").as_int()`.
 #pragma once
 
 #include <memory>
 #include <string_view>
 
-#include "runner/json.h"
+#include "runner/files/json.h"
 
 class JsonDoc : public mantissa::runner::JsonView {
  public:

@@ -17,8 +17,8 @@
 #include "autograd/backward.h"
 #include "golden_file.h"
 #include "nn/layers.h"
-#include "runner/config_schema.h"
-#include "runner/model_builder.h"
+#include "runner/config/config_schema.h"
+#include "runner/training/model_builder.h"
 #include "test_util.h"
 
 namespace mt = mantissa;

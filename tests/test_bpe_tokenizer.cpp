@@ -13,10 +13,10 @@
 
 #include "engine/error.h"
 #include "json_doc.h"
-#include "runner/atomic_file.h"
-#include "runner/bpe_tokenizer.h"
-#include "runner/gpt2_pretokenizer.h"
-#include "runner/prepare_tokens.h"
+#include "runner/files/atomic_file.h"
+#include "runner/text/bpe_tokenizer.h"
+#include "runner/text/gpt2_pretokenizer.h"
+#include "runner/text/prepare_tokens.h"
 #include "temp_dir.h"
 #include "test_util.h"
 

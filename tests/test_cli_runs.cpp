@@ -10,7 +10,7 @@
 
 #include "autograd/functions.h"
 #include "cli_test_util.h"
-#include "runner/safetensors.h"
+#include "runner/files/safetensors.h"
 
 namespace {
 

@@ -12,8 +12,8 @@
 #include <set>
 
 #include "cli_test_util.h"
-#include "runner/safetensors.h"
-#include "runner/tensorboard.h"
+#include "runner/files/safetensors.h"
+#include "runner/training/tensorboard.h"
 
 namespace {
 
@@ -155,7 +155,7 @@ TEST_F(DistributedRunTest, TwoRanksTrainOnlyRankZeroWritesAndParametersAgree) {
   expect_one_writer(dir_ / "run" / "metrics.jsonl", 24);
   std::set<std::string> files;
   for (const auto& e : fs::directory_iterator(dir_ / "run")) files.insert(e.path().filename());
-  // .lock: rank 0's hold on the directory (runner/run_lock.h).
+  // .lock: rank 0's hold on the directory (runner/files/run_lock.h).
   EXPECT_EQ(files, (std::set<std::string>{".lock", "checkpoints", "metrics.jsonl", "resolved.yaml",
                                           "summary.json", "tensorboard", "train.log"}));
   // TensorBoard's scalars: rank 0's file alone, every logged step once.

@@ -3,9 +3,9 @@
 // and give PyTorch's logits; what nn::GPT writes reads back the same.
 #include <filesystem>
 
-#include "runner/config.h"
-#include "runner/gpt_weights.h"
-#include "runner/model_builder.h"
+#include "runner/config/config.h"
+#include "runner/files/gpt_weights.h"
+#include "runner/training/model_builder.h"
 #include "test_models.h"
 #include "test_util.h"
 

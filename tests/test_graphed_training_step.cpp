@@ -28,8 +28,8 @@
 #include "nn/optim/schedulers.h"
 #include "nn/optim/sgd.h"
 #include "nn/transformer.h"
-#include "runner/data.h"
-#include "runner/trainer.h"
+#include "runner/data/data.h"
+#include "runner/training/trainer.h"
 #include "test_models.h"
 #include "test_util.h"
 

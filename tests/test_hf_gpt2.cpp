@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "runner/gpt_weights.h"
-#include "runner/hf_gpt2_config.h"
+#include "runner/files/gpt_weights.h"
+#include "runner/files/hf_gpt2_config.h"
 #include "test_util.h"
 
 namespace mt = mantissa;

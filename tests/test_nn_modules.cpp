@@ -13,8 +13,8 @@
 #include "nn/conv.h"
 #include "nn/layers.h"
 #include "nn/pooling.h"
-#include "runner/config.h"
-#include "runner/model_builder.h"
+#include "runner/config/config.h"
+#include "runner/training/model_builder.h"
 #include "test_util.h"
 
 namespace mt = mantissa;

@@ -8,8 +8,8 @@
 #include <map>
 
 #include "golden_file.h"
-#include "runner/config.h"
-#include "runner/model_builder.h"
+#include "runner/config/config.h"
+#include "runner/training/model_builder.h"
 #include "test_util.h"
 
 namespace mt = mantissa;

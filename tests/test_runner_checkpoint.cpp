@@ -25,10 +25,10 @@
 #include <memory>
 
 #include "json_doc.h"
-#include "runner/atomic_file.h"
-#include "runner/checkpoint.h"
-#include "runner/config.h"
-#include "runner/json.h"
+#include "runner/config/config.h"
+#include "runner/files/atomic_file.h"
+#include "runner/files/json.h"
+#include "runner/training/checkpoint.h"
 #include "test_models.h"
 #include "test_util.h"
 

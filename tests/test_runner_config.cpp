@@ -15,11 +15,11 @@
 #include "nn/functional.h"
 #include "nn/optim/sgd.h"
 #include "nn/transformer.h"
-#include "runner/build_from_config.h"
-#include "runner/config.h"
-#include "runner/determinism.h"
-#include "runner/model_builder.h"
-#include "runner/safetensors.h"
+#include "runner/config/config.h"
+#include "runner/files/safetensors.h"
+#include "runner/training/build_from_config.h"
+#include "runner/training/determinism.h"
+#include "runner/training/model_builder.h"
 #include "test_util.h"
 
 namespace rn = mantissa::runner;
@@ -402,8 +402,8 @@ TEST(RunnerBuild, LabelsEqualToIgnoreIndexAreSkippedOthersMustBeClasses) {
   };
   EXPECT_NO_THROW(rn::build_run(rn::parse_config(config_for({0, -100, 2, -100}), "t.yaml")));
   expect_build_error(config_for({-100, -100}), {"loss.ignore_index", "no example counts"});
-  expect_build_error(config_for({1, -5, 2}), {"data.targets", "-5 at example 1 (0-based)",
-                                              "not loss.ignore_index (-100)"});
+  expect_build_error(config_for({1, -5, 2}),
+                     {"data.targets", "-5 at example 1 (0-based)", "not loss.ignore_index (-100)"});
   expect_build_error(config_for({2, 3}),
                      {"model.layers.0.out", "labels go from 2 to 3", "-100, are skipped"});
   fs::remove_all(dir);
@@ -457,10 +457,10 @@ TEST(RunnerBuild, CsvAndSafetensorsLabelsEqualToIgnoreIndexAreReadAlike) {
     std::ofstream f(csv);
     f << "x,y\n0.5,1\n0.25,-5\n";
   }
-  expect_build_error("data: {type: csv, path: " + csv +
-                         ", target_columns: [y], target_dtype: int64}\n" + rest,
-                     {"lab.csv:3: column 2 ('y'): class label '-5' is not an integer in [0, 2^31)",
-                      "nor loss.ignore_index (-100, a label the loss skips)"});
+  expect_build_error(
+      "data: {type: csv, path: " + csv + ", target_columns: [y], target_dtype: int64}\n" + rest,
+      {"lab.csv:3: column 2 ('y'): class label '-5' is not an integer in [0, 2^31)",
+       "nor loss.ignore_index (-100, a label the loss skips)"});
   // Without a loss that ignores a label, -100 is no class.
   {
     std::ofstream f(csv);

@@ -1,7 +1,7 @@
-// The config schema (runner/config_schema.h) is the one list of keys: every declared key reaches
-// resolved.yaml and is read back from it, the docs' key reference is made from it, and resolved
-// texts (and so the config hashes that runs and checkpoints store) are those of the hand-written
-// writer it replaced.
+// The config schema (runner/config/config_schema.h) is the one list of keys: every declared key
+// reaches resolved.yaml and is read back from it, the docs' key reference is made from it, and
+// resolved texts (and so the config hashes that runs and checkpoints store) are those of the
+// hand-written writer it replaced.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,10 +13,10 @@
 #include <set>
 #include <sstream>
 
-#include "runner/atomic_file.h"
-#include "runner/config.h"
-#include "runner/config_schema.h"
-#include "runner/model_builder.h"
+#include "runner/config/config.h"
+#include "runner/config/config_schema.h"
+#include "runner/files/atomic_file.h"
+#include "runner/training/model_builder.h"
 
 namespace rn = mantissa::runner;
 namespace schema = mantissa::runner::schema;
@@ -653,8 +653,9 @@ TEST(RunnerConfigSchema, EveryLossOptionIsAKeyOfItsTypes) {
   EXPECT_THROW(rn::parse_config("loss: {type: huber, log_target: true}\n", "t"), rn::ConfigError);
 }
 
-// The same for the layers (runner/layer_options.h): each key applies to the layer types whose
-// struct has it, a layer's type selects its struct, and a key of one layer is refused for another.
+// The same for the layers (runner/config/layer_options.h): each key applies to the layer types
+// whose struct has it, a layer's type selects its struct, and a key of one layer is refused for
+// another.
 TEST(RunnerConfigSchema, EveryLayerOptionIsAKeyOfItsTypes) {
   auto declared = keys_of<rn::LayerSpec>(rn::kLayerTypes);
   declared.erase("name");  // every layer's

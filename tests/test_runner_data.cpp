@@ -11,8 +11,8 @@
 
 #include "engine/factory.h"
 #include "golden_file.h"
-#include "runner/data.h"
-#include "runner/safetensors.h"
+#include "runner/data/data.h"
+#include "runner/files/safetensors.h"
 #include "temp_dir.h"
 #include "test_util.h"
 

@@ -1,10 +1,10 @@
-// Byte-level text generation from an nn::GPT (runner/generate.h): deterministic per seed, the
+// Byte-level text generation from an nn::GPT (runner/text/generate.h): deterministic per seed, the
 // prompt kept, the model's mode restored, and models that cannot speak bytes refused.
 #include <gtest/gtest.h>
 
 #include "engine/generator.h"
 #include "nn/transformer.h"
-#include "runner/generate.h"
+#include "runner/text/generate.h"
 #include "test_util.h"
 
 namespace mt = mantissa;

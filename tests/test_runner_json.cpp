@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "runner/json.h"
+#include "runner/files/json.h"
 #include "test_util.h"
 
 using mantissa::runner::Json;

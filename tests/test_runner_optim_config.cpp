@@ -13,10 +13,10 @@
 #include "engine/factory.h"
 #include "nn/optim/param_groups.h"
 #include "nn/optim/schedulers.h"
-#include "runner/build_from_config.h"
-#include "runner/checkpoint.h"
-#include "runner/config.h"
-#include "runner/trainer.h"
+#include "runner/config/config.h"
+#include "runner/training/build_from_config.h"
+#include "runner/training/checkpoint.h"
+#include "runner/training/trainer.h"
 
 namespace rn = mantissa::runner;
 namespace optim = mantissa::optim;

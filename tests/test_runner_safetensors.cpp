@@ -19,9 +19,9 @@
 #include <unistd.h>
 
 #include "json_doc.h"
-#include "runner/atomic_file.h"
-#include "runner/output_target.h"
-#include "runner/safetensors.h"
+#include "runner/files/atomic_file.h"
+#include "runner/files/output_target.h"
+#include "runner/files/safetensors.h"
 #include "test_models.h"
 #include "test_util.h"
 

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "engine/factory.h"
-#include "runner/data.h"
-#include "runner/safetensors.h"
-#include "runner/token_data.h"
-#include "runner/tokenizer.h"
+#include "runner/data/data.h"
+#include "runner/data/token_data.h"
+#include "runner/files/safetensors.h"
+#include "runner/text/tokenizer.h"
 #include "temp_dir.h"
 #include "test_util.h"
 

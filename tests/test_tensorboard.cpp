@@ -1,6 +1,6 @@
-// TensorBoard event files (runner/tensorboard.h): the framing's CRC-32C, a file written by the
-// `tensorboard` package itself (scripts/fixtures/make_tensorboard_fixture.py) read back, torn and
-// corrupted records, keeping the steps up to a resume point, and a Trainer's file read by the
+// TensorBoard event files (runner/training/tensorboard.h): the framing's CRC-32C, a file written by
+// the `tensorboard` package itself (scripts/fixtures/make_tensorboard_fixture.py) read back, torn
+// and corrupted records, keeping the steps up to a resume point, and a Trainer's file read by the
 // `tensorboard` package's own EventAccumulator where Python has it.
 #include <gtest/gtest.h>
 
@@ -17,10 +17,10 @@
 #include "json_doc.h"
 #include "nn/loss.h"
 #include "nn/optim/sgd.h"
-#include "runner/atomic_file.h"
-#include "runner/data.h"
-#include "runner/tensorboard.h"
-#include "runner/trainer.h"
+#include "runner/data/data.h"
+#include "runner/files/atomic_file.h"
+#include "runner/training/tensorboard.h"
+#include "runner/training/trainer.h"
 #include "temp_dir.h"
 #include "test_models.h"
 

@@ -16,7 +16,7 @@
 #include "nn/optim/adam.h"
 #include "nn/optim/muon.h"
 #include "nn/optim/nadam.h"
-#include "runner/checkpoint.h"
+#include "runner/training/checkpoint.h"
 
 namespace {
 

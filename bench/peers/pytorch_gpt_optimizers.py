@@ -52,7 +52,7 @@ def main():
         opts = [torch.optim.AdamW(
             [{"params": [p for _, p in named if p.dim() >= 2]},
              {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}], **adamw)]
-    else:  # the rule of runner/build_from_config.cpp: hidden 2-D weights, not the embeddings
+    else:  # the rule of runner/training/build_from_config.cpp: hidden 2-D weights, not the embeddings
         hidden = [p for n, p in named if p.dim() == 2 and n.startswith("h.")]
         rest = [p for n, p in named if not (p.dim() == 2 and n.startswith("h."))]
         opts = [torch.optim.Muon(hidden, **muon), torch.optim.AdamW(rest, **adamw)]

@@ -5,7 +5,7 @@
 //   - the typed options of a group (nn/optim/optimizer.h), for validation, the step and users:
 //     ParamGroup(params, options), group.options_as<O>(), group.set_options(options), all
 //     through option_values<O>();
-//   - the runner's config keys (runner/config_schema.h walks the same list).
+//   - the runner's config keys (runner/config/config_schema.h walks the same list).
 //
 //   struct RAdamOptions {
 //     double lr = 1e-3;

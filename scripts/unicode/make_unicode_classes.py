@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Writes runner/unicode_classes.inc: the code point ranges GPT-2's pre-tokenization pattern sees
+"""Writes runner/text/unicode_classes.inc: the code point ranges GPT-2's pre-tokenization pattern sees
 as letters (\\p{L}), numbers (\\p{N}) and white space (\\s), from Unicode 16.0's character database
 (the `unicodedata2` package, pinned to 16.0.0) and the White_Space property.
 
 Unicode 16.0 is the version of the Oniguruma regex engine in Hugging Face tokenizers 0.23, whose
-ids runner/bpe_tokenizer.h reproduces: with this table every code point is classified as
+ids runner/text/bpe_tokenizer.h reproduces: with this table every code point is classified as
 `tokenizers` classifies it (tests/test_bpe_tokenizer.cpp checks all 1,114,112 against
 tests/data/bpe/hf_code_point_classes.json). Debian 12's ICU is Unicode 15.0 and differs on 5004
 code points.
@@ -50,6 +50,6 @@ lines = [
 ]
 for first, last, c in ranges:
     lines.append(f"{{0x{first:X}, 0x{last:X}, {names[c]}}},")
-with open(os.path.join(root, "runner", "unicode_classes.inc"), "w") as f:
+with open(os.path.join(root, "runner", "text", "unicode_classes.inc"), "w") as f:
     f.write("\n".join(lines) + "\n")
 print(len(ranges), "ranges")

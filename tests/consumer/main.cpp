@@ -1,5 +1,5 @@
 #include <mantissa.h>
-#include <runner/data.h>
+#include <runner/data/data.h>
 
 #include <iostream>
 

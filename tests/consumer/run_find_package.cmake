@@ -15,8 +15,8 @@ set(internals engine/amp_kernel_tables.h engine/backend_hooks.h engine/cpu_alloc
               engine/philox.h autograd/autocast_wrapper.h autograd/view_history.h autograd/ops
               cuda/allocator.h cuda/block_allocator.h cuda/cublas_handle.h cuda/cuda_check.h
               cuda/current_stream.h cuda/device_guard.h cuda/pinned_allocator.h
-              kernels runner/checkpoint_json.h runner/json.h runner/metrics_json.h
-              runner/run_lock.h runner/text.h)
+              kernels runner/training/checkpoint_json.h runner/files/json.h
+              runner/training/metrics_json.h runner/files/run_lock.h runner/files/text.h)
 foreach(internal ${internals})
   if(EXISTS ${include_dir}/mantissa/${internal})
     message(FATAL_ERROR "cmake --install installed the internal ${internal}")
