@@ -22,8 +22,9 @@ namespace mantissa {
 // The elementwise tables with generic kernels, one line each: the table and the functor of
 // kernels/functors.h that holds its math. kernels/cpu/elementwise_kernels.cpp and
 // kernels/cuda/{unary,binary,compare}_kernels.cu register the generic CPU and CUDA kernel of
-// every entry; a faster CPU kernel specializes the generic one there (gelu). Adding such an op's
-// kernels is a line here and its functor.
+// every entry (the class tests: kernels/{cpu,cuda}/pointwise_kernels); a faster CPU kernel
+// specializes the generic one there (gelu). Adding such an op's kernels is a line here and its
+// functor.
 // clang-format off
 // Unary ops that map one value to one value of the same dtype.
 #define MT_FORALL_UNARY_OPS(X) \
@@ -45,13 +46,17 @@ namespace mantissa {
   X(log1p, Log1p)              \
   X(expm1, Expm1)              \
   X(square, Square)
-// Binary ops producing the inputs' dtype.
+// Binary ops producing the inputs' dtype (floor_divide, remainder, fmod: integer operands have no
+// zero divisor, the op checks).
 #define MT_FORALL_BINARY_OPS(X) \
   X(mul, Mul)                   \
   X(div, Div)                   \
   X(pow, Pow)                   \
   X(maximum, Maximum)           \
-  X(minimum, Minimum)
+  X(minimum, Minimum)           \
+  X(floor_divide, FloorDivide)  \
+  X(remainder, Remainder)       \
+  X(fmod, Fmod)
 // The activations' backward, grad_in = grad_out * d(op)/dx: (grad_in, grad_out, saved), saved
 // being the forward input, or the output for relu, sigmoid and tanh.
 #define MT_FORALL_ACTIVATION_BACKWARD_OPS(X)     \
@@ -68,6 +73,11 @@ namespace mantissa {
   X(le, Le)                         \
   X(gt, Gt)                         \
   X(ge, Ge)
+// The class tests: out (bool) = the test of in, any dtype.
+#define MT_FORALL_PREDICATE_OPS(X) \
+  X(isnan, IsNan)                  \
+  X(isinf, IsInf)                  \
+  X(isfinite, IsFinite)
 // clang-format on
 
 using UnaryKernel = void (*)(const Tensor& out, const Tensor& in);
@@ -78,6 +88,7 @@ MT_FORALL_UNARY_OPS(MT_UNARY_TABLE)
 MT_FORALL_BINARY_OPS(MT_BINARY_TABLE)
 MT_FORALL_ACTIVATION_BACKWARD_OPS(MT_BINARY_TABLE)
 MT_FORALL_COMPARISON_OPS(MT_BINARY_TABLE)
+MT_FORALL_PREDICATE_OPS(MT_UNARY_TABLE)
 #undef MT_UNARY_TABLE
 #undef MT_BINARY_TABLE
 
@@ -441,14 +452,6 @@ using AdaptiveAvgPool2dBackwardKernel = void (*)(const Tensor& grad_input, const
 MT_KERNEL_TABLE(adaptive_avg_pool2d_backward, AdaptiveAvgPool2dBackwardKernel)
 // ---- pointwise ops and the activations with parameters (autograd/ops/pointwise.cpp and
 // activations.cpp; kernels/cpu/pointwise_kernels.cpp, kernels/cuda/pointwise_kernels.cu) -------
-// Binary ops producing the inputs' dtype (integer operands: no zero divisor, the op checks).
-MT_KERNEL_TABLE(floor_divide, BinaryKernel)
-MT_KERNEL_TABLE(remainder, BinaryKernel)
-MT_KERNEL_TABLE(fmod, BinaryKernel)
-// out (bool) = the class test of in, any dtype.
-MT_KERNEL_TABLE(isnan, UnaryKernel)
-MT_KERNEL_TABLE(isinf, UnaryKernel)
-MT_KERNEL_TABLE(isfinite, UnaryKernel)
 // The listed activations (engine/activations.def), each entry's two tables: out = f(in; p0, p1)
 // and grad_in = grad_out * f'(input; p0, p1), the formulas of engine/activation_formulas.h
 // (kernels/cpu/activation_kernels.cpp, kernels/cuda/activation_kernels.cu). An entry without

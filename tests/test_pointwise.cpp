@@ -277,6 +277,24 @@ TEST(Pointwise, HalfTypesRoundTheFloat32Result) {
     EXPECT_TRUE(mt::equal(mt::lerp(x, y, 0.3).to(mt::kFloat32),
                           mt::lerp(x32, y32, 0.3).to(dt).to(mt::kFloat32)))
         << name;
+    // The binary ops over more elements than one block of the dense 16-bit path, contiguous and
+    // through a strided view (the generic loop).
+    std::vector<double> a, b;
+    for (int i = 0; i < 1037; ++i) {
+      a.push_back((i % 97 - 48) * 0.37);
+      b.push_back((i % 11 + 1) * (i % 2 ? 0.7 : -1.3));
+    }
+    const Tensor big_a = t(a, dt), big_b = t(b, dt);
+    for (const auto& [op, f] : std::vector<std::pair<std::string, Tensor (*)(const Tensor&,
+                                                                             const Tensor&)>>{
+             {"floor_divide", &mt::floor_divide},
+             {"remainder", &mt::remainder},
+             {"fmod", &mt::fmod}}) {
+      const Tensor want = f(big_a.to(mt::kFloat32), big_b.to(mt::kFloat32)).to(dt);
+      EXPECT_TRUE(mt::equal(f(big_a, big_b), want)) << op << " " << name;
+      const Tensor sa = big_a.slice(0, 0, 1036, 2), sb = big_b.slice(0, 0, 1036, 2);
+      EXPECT_TRUE(mt::equal(f(sa, sb), want.slice(0, 0, 1036, 2))) << op << " " << name;
+    }
   }
 }
 

@@ -1,22 +1,13 @@
-// CPU kernels for the pointwise ops of autograd/ops/pointwise.cpp: floor_divide, remainder,
-// fmod, the floating-point class tests, lerp and addcmul. The math is in kernels/functors.h,
-// shared with CUDA; half types compute in float and round once on store.
+// CPU kernels for the pointwise ops of autograd/ops/pointwise.cpp: the floating-point class tests
+// (MT_FORALL_PREDICATE_OPS), lerp and addcmul; floor_divide, remainder and fmod are binary ops of
+// MT_FORALL_BINARY_OPS (elementwise_kernels.cpp). The math is in kernels/functors.h, shared with
+// CUDA; half types compute in float and round once on store.
 #include "engine/kernel_tables.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/functors.h"
 
 namespace mantissa::cpu {
 namespace {
-
-template <typename Op>
-void binary_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
-  dispatch_dtype<Op::dtypes>(out.dtype(), Op::name, out.device(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using M = opmath_t<T>;
-    elementwise<T, T, T>(
-        out, [](T x, T y) { return T(Op{}(M(x), M(y))); }, a, b);
-  });
-}
 
 template <typename Op>
 void predicate_kernel(const Tensor& out, const Tensor& in) {
@@ -58,12 +49,10 @@ void addcmul_kernel_cpu(const Tensor& out, const Tensor& self, const Tensor& t1,
 
 }  // namespace
 
-MT_REGISTER_KERNEL(floor_divide_kernel, kCPU, &binary_kernel<functors::FloorDivide>);
-MT_REGISTER_KERNEL(remainder_kernel, kCPU, &binary_kernel<functors::Remainder>);
-MT_REGISTER_KERNEL(fmod_kernel, kCPU, &binary_kernel<functors::Fmod>);
-MT_REGISTER_KERNEL(isnan_kernel, kCPU, &predicate_kernel<functors::IsNan>);
-MT_REGISTER_KERNEL(isinf_kernel, kCPU, &predicate_kernel<functors::IsInf>);
-MT_REGISTER_KERNEL(isfinite_kernel, kCPU, &predicate_kernel<functors::IsFinite>);
+#define MT_REGISTER_PREDICATE(name, functor) \
+  MT_REGISTER_KERNEL(name##_kernel, kCPU, &predicate_kernel<functors::functor>);
+MT_FORALL_PREDICATE_OPS(MT_REGISTER_PREDICATE)
+#undef MT_REGISTER_PREDICATE
 MT_REGISTER_KERNEL(lerp_kernel, kCPU, &lerp_kernel_cpu);
 MT_REGISTER_KERNEL(addcmul_kernel, kCPU, &addcmul_kernel_cpu);
 

@@ -1,20 +1,13 @@
 // CUDA kernels for the pointwise ops of autograd/ops/pointwise.cpp, the counterparts of
-// kernels/cpu/pointwise_kernels.cpp: the same functors (kernels/functors.h) evaluated in opmath,
-// half types rounded once on store.
+// kernels/cpu/pointwise_kernels.cpp (the class tests, lerp, addcmul; floor_divide, remainder and
+// fmod are in binary_kernels.cu): the same functors (kernels/functors.h) evaluated in opmath, half
+// types rounded once on store.
 #include "engine/kernel_tables.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/functors.h"
 
 namespace mantissa::cuda {
 namespace {
-
-template <typename T, typename Op>
-struct BinaryFn {
-  MT_HOST_DEVICE T operator()(T a, T b) const {
-    using M = opmath_t<T>;
-    return T(Op{}(static_cast<M>(a), static_cast<M>(b)));
-  }
-};
 
 template <typename T, typename Op>
 struct PredicateFn {
@@ -48,14 +41,6 @@ struct AddcmulFn {
 };
 
 template <typename Op>
-void binary_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
-  dispatch_dtype<Op::dtypes>(out.dtype(), Op::name, out.device(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    gpu_elementwise<T, T, T>(out, BinaryFn<T, Op>{}, a, b);
-  });
-}
-
-template <typename Op>
 void predicate_kernel(const Tensor& out, const Tensor& in) {
   dispatch_dtype<Op::dtypes>(in.dtype(), Op::name, in.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -87,12 +72,10 @@ void addcmul_kernel_cuda(const Tensor& out, const Tensor& self, const Tensor& t1
 
 }  // namespace
 
-MT_REGISTER_KERNEL(floor_divide_kernel, kCUDA, &binary_kernel<functors::FloorDivide>);
-MT_REGISTER_KERNEL(remainder_kernel, kCUDA, &binary_kernel<functors::Remainder>);
-MT_REGISTER_KERNEL(fmod_kernel, kCUDA, &binary_kernel<functors::Fmod>);
-MT_REGISTER_KERNEL(isnan_kernel, kCUDA, &predicate_kernel<functors::IsNan>);
-MT_REGISTER_KERNEL(isinf_kernel, kCUDA, &predicate_kernel<functors::IsInf>);
-MT_REGISTER_KERNEL(isfinite_kernel, kCUDA, &predicate_kernel<functors::IsFinite>);
+#define MT_REGISTER_PREDICATE(name, functor) \
+  MT_REGISTER_KERNEL(name##_kernel, kCUDA, &predicate_kernel<functors::functor>);
+MT_FORALL_PREDICATE_OPS(MT_REGISTER_PREDICATE)
+#undef MT_REGISTER_PREDICATE
 MT_REGISTER_KERNEL(lerp_kernel, kCUDA, &lerp_kernel_cuda);
 MT_REGISTER_KERNEL(addcmul_kernel, kCUDA, &addcmul_kernel_cuda);
 
