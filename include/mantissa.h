@@ -22,6 +22,7 @@
 #include "engine/factory.h"
 #include "engine/fast_path_stats.h"
 #include "engine/generator.h"
+#include "engine/float8.h"
 #include "engine/half.h"
 #include "engine/logging.h"
 #include "engine/scalar.h"
