@@ -41,7 +41,9 @@ MT_HOST_DEVICE inline To convert(From v) {
     return v;
   } else if constexpr (std::is_same_v<To, bool>) {
     return static_cast<Op>(v) != Op(0);
-  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
+  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16> ||
+                       std::is_same_v<To, Float8E4M3FN> || std::is_same_v<To, Float8E5M2>) {
+    // Through float, as PyTorch: a double or an integer is rounded to float first.
     return To(static_cast<float>(static_cast<Op>(v)));
   } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<Op>) {
     return float_to_integer<To>(static_cast<Op>(v));

@@ -75,6 +75,10 @@ inline constexpr uint32_t kIntegralTypes =
     dtype_bit(DType::Int32) | dtype_bit(DType::Int64) | dtype_bit(DType::UInt8);
 inline constexpr uint32_t kAllTypes = kFloatingTypes | kIntegralTypes;
 inline constexpr uint32_t kAllTypesAndBool = kAllTypes | dtype_bit(DType::Bool);
+// The float8 storage types: casts, copies and fills take them, arithmetic does not.
+inline constexpr uint32_t kFloat8Types =
+    dtype_bit(DType::Float8E4M3FN) | dtype_bit(DType::Float8E5M2);
+inline constexpr uint32_t kAllTypesAndBoolAndFloat8 = kAllTypesAndBool | kFloat8Types;
 inline constexpr uint32_t kFloatingNoReduced =
     dtype_bit(DType::Float32) | dtype_bit(DType::Float64);
 
@@ -97,6 +101,8 @@ decltype(auto) dispatch_dtype(DType dtype, const char* op, Device device, F&& f)
     MT_DTYPE_CASE(Int64, int64_t)
     MT_DTYPE_CASE(UInt8, uint8_t)
     MT_DTYPE_CASE(Bool, bool)
+    MT_DTYPE_CASE(Float8E4M3FN, Float8E4M3FN)
+    MT_DTYPE_CASE(Float8E5M2, Float8E5M2)
   }
 #undef MT_DTYPE_CASE
   detail::throw_not_implemented(op, dtype, device);

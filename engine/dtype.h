@@ -6,12 +6,25 @@
 #include <string>
 #include <string_view>
 
+#include "engine/float8.h"
 #include "engine/half.h"
 
 namespace mantissa {
 
-enum class DType : uint8_t { Float32, Float64, Float16, BFloat16, Int32, Int64, UInt8, Bool };
-inline constexpr int kNumDTypes = 8;
+// The float8 types come after the others, which keep their numbers.
+enum class DType : uint8_t {
+  Float32,
+  Float64,
+  Float16,
+  BFloat16,
+  Int32,
+  Int64,
+  UInt8,
+  Bool,
+  Float8E4M3FN,
+  Float8E5M2
+};
+inline constexpr int kNumDTypes = 10;
 
 inline constexpr DType kFloat32 = DType::Float32;
 inline constexpr DType kFloat = DType::Float32;
@@ -26,6 +39,10 @@ inline constexpr DType kInt64 = DType::Int64;
 inline constexpr DType kLong = DType::Int64;
 inline constexpr DType kUInt8 = DType::UInt8;
 inline constexpr DType kBool = DType::Bool;
+// The 8-bit floats of FP8 training (engine/float8.h). Storage types: tensors of them are made by
+// casts (.to) and read back by casts; arithmetic kernels do not take them.
+inline constexpr DType kFloat8E4M3FN = DType::Float8E4M3FN;
+inline constexpr DType kFloat8E5M2 = DType::Float8E5M2;
 
 constexpr int64_t itemsize(DType t) {
   switch (t) {
@@ -40,12 +57,16 @@ constexpr int64_t itemsize(DType t) {
       return 2;
     case DType::UInt8:
     case DType::Bool:
+    case DType::Float8E4M3FN:
+    case DType::Float8E5M2:
       return 1;
   }
   return 0;
 }
+constexpr bool is_float8(DType t) { return t == DType::Float8E4M3FN || t == DType::Float8E5M2; }
 constexpr bool is_floating(DType t) {
-  return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16;
+  return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 ||
+         t == DType::BFloat16 || is_float8(t);
 }
 constexpr bool is_reduced_float(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 constexpr bool is_integral(DType t, bool include_bool = false) {
@@ -59,7 +80,8 @@ std::string_view dtype_name(DType t);
 DType parse_dtype(std::string_view name);
 std::ostream& operator<<(std::ostream& os, DType t);
 
-// PyTorch's promote_types: bool < integers < floating; float16 with bfloat16 gives float32.
+// PyTorch's promote_types: bool < integers < floating; float16 with bfloat16 gives float32. A
+// float8 type promotes only with itself (PyTorch: "Promotion for Float8 Types is not supported").
 DType promote_types(DType a, DType b);
 
 // The dtype a new floating tensor gets when none is given (torch.get_default_dtype()).
@@ -83,6 +105,14 @@ struct dtype_of<Half> {
 template <>
 struct dtype_of<BFloat16> {
   static constexpr DType value = DType::BFloat16;
+};
+template <>
+struct dtype_of<Float8E4M3FN> {
+  static constexpr DType value = DType::Float8E4M3FN;
+};
+template <>
+struct dtype_of<Float8E5M2> {
+  static constexpr DType value = DType::Float8E5M2;
 };
 template <>
 struct dtype_of<int32_t> {

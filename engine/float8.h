@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 
 #include "engine/half.h"
 
@@ -117,5 +118,8 @@ struct alignas(1) Float8E5M2 {
   MT_HOST_DEVICE operator float() const { return detail::fp32_from_fp8e5m2_bits(x); }
   static constexpr float kMax = 57344.0f;
 };
+
+std::ostream& operator<<(std::ostream& os, Float8E4M3FN f);
+std::ostream& operator<<(std::ostream& os, Float8E5M2 f);
 
 }  // namespace mantissa

@@ -3,6 +3,7 @@
 // and the value conversions (engine/convert.h).
 #pragma once
 
+#include "engine/float8.h"
 #include "engine/half.h"
 
 namespace mantissa {
@@ -23,6 +24,14 @@ struct OpMath<Half> {
 };
 template <>
 struct OpMath<BFloat16> {
+  using type = float;
+};
+template <>
+struct OpMath<Float8E4M3FN> {
+  using type = float;
+};
+template <>
+struct OpMath<Float8E5M2> {
   using type = float;
 };
 template <typename T>

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -16,6 +17,8 @@
 #include <vector>
 
 #include "engine/float8.h"
+#include "runner/files/safetensors.h"
+#include "test_util.h"
 
 namespace mt = mantissa;
 
@@ -155,4 +158,98 @@ TEST(Float8, SaturationOverflowAndTiesAsPyTorch) {
   EXPECT_EQ(float(mt::Float8E5M2(std::ldexp(3.0f, -17))), std::ldexp(1.0f, -15));  // 1.5: even
   // A double is rounded to float first, as PyTorch does: 2^-10 + 2^-40 becomes the tie 2^-10.
   EXPECT_EQ(float(mt::Float8E4M3FN(std::ldexp(1.0, -10) + std::ldexp(1.0, -40))), 0.0f);
+}
+
+// ---- the dtypes kFloat8E4M3FN and kFloat8E5M2: storage types reached by casts
+
+namespace {
+
+const std::vector<double> kEdges = {0.0,     -0.0,
+                                    0.5,     -1.0,
+                                    448.0,   464.0,
+                                    465.0,   500.0,
+                                    1e9,     -1e9,
+                                    57344.0, 61439.0,
+                                    61440.0, std::ldexp(1.0, -10),
+                                    1e-12,   0.3,
+                                    -3.7,    std::numeric_limits<double>::infinity()};
+
+}  // namespace
+
+// A tensor cast gives the value type's bits from every source dtype (through float, as PyTorch),
+// and casts back exactly; a float8 tensor casts to the other float8 type through float.
+TEST(Float8Tensor, CastsAreTheValueTypesFromEverySourceDtype) {
+  const mt::Tensor f64 = mt::from_vector(kEdges);
+  for (const mt::DType src : {mt::kFloat64, mt::kFloat32, mt::kFloat16, mt::kBFloat16}) {
+    const mt::Tensor x = f64.to(src);
+    const std::vector<float> xf = x.to(mt::kFloat32).to_vector<float>();
+    const auto a = x.to(mt::kFloat8E4M3FN), b = x.to(mt::kFloat8E5M2);
+    EXPECT_EQ(a.dtype(), mt::kFloat8E4M3FN);
+    EXPECT_EQ(a.element_size(), 1);
+    const std::vector<mt::Float8E4M3FN> av = a.to_vector<mt::Float8E4M3FN>();
+    const std::vector<mt::Float8E5M2> bv = b.to_vector<mt::Float8E5M2>();
+    const std::vector<float> back = a.to(mt::kFloat32).to_vector<float>();
+    for (size_t i = 0; i < xf.size(); ++i) {
+      SCOPED_TRACE(std::string(mt::dtype_name(src)) + " " + std::to_string(kEdges[i]));
+      EXPECT_EQ(av[i].x, mt::Float8E4M3FN(xf[i]).x);
+      EXPECT_EQ(bv[i].x, mt::Float8E5M2(xf[i]).x);
+      EXPECT_EQ(mt::detail::float_bits(back[i]), mt::detail::float_bits(float(av[i])));
+    }
+  }
+  // Integers go through float too; float8 to float8 through float.
+  const mt::Tensor ints = mt::from_vector(std::vector<int64_t>{0, 3, -17, 447, 449, 100000});
+  EXPECT_EQ(ints.to(mt::kFloat8E4M3FN).to(mt::kFloat32).to_vector<float>(),
+            (std::vector<float>{0, 3, -16, 448, 448, 448}));
+  const mt::Tensor e5 =
+      mt::from_vector(std::vector<double>{0.3, 57344.0, -3.7}).to(mt::kFloat8E5M2);
+  const std::vector<float> e5f = e5.to(mt::kFloat32).to_vector<float>();
+  const std::vector<mt::Float8E4M3FN> e4 = e5.to(mt::kFloat8E4M3FN).to_vector<mt::Float8E4M3FN>();
+  for (size_t i = 0; i < e5f.size(); ++i) EXPECT_EQ(e4[i].x, mt::Float8E4M3FN(e5f[i]).x);
+  EXPECT_EQ(float(mt::full({}, 3.0, mt::kFloat8E5M2).item<mt::Float8E5M2>()), 3.0f);
+}
+
+// PyTorch 2.15's repr of the same tensors.
+TEST(Float8Tensor, PrintsAsPyTorch) {
+  const mt::Tensor x = mt::from_vector(std::vector<double>{
+      0.5, -1.0, 448.0, 500.0, 0.001953125, std::numeric_limits<double>::quiet_NaN()});
+  EXPECT_EQ(x.to(mt::kFloat8E4M3FN).str(),
+            "tensor([ 5.0000e-01, -1.0000e+00,  4.4800e+02,  4.4800e+02,  1.9531e-03,\n"
+            "                nan], dtype=torch.float8_e4m3fn)");
+  EXPECT_EQ(x.to(mt::kFloat8E5M2).str(),
+            "tensor([ 5.0000e-01, -1.0000e+00,  4.4800e+02,  5.1200e+02,  1.9531e-03,\n"
+            "                nan], dtype=torch.float8_e5m2)");
+  EXPECT_EQ(mt::from_vector(std::vector<double>{1.0, 2.0}).to(mt::kFloat8E4M3FN).str(),
+            "tensor([1., 2.], dtype=torch.float8_e4m3fn)");
+}
+
+// Storage types: arithmetic names the op and the dtype, and mixing with another dtype is refused
+// as PyTorch refuses it.
+TEST(Float8Tensor, ArithmeticAndPromotionAreRefused) {
+  const mt::Tensor a = mt::ones({3}).to(mt::kFloat8E4M3FN);
+  mt::testing::expect_error([&] { (void)mt::exp(a); },
+                            {"exp", "not implemented for dtype float8_e4m3fn"});
+  mt::testing::expect_error([&] { (void)(a * a); }, {"mul", "float8_e4m3fn"});
+  mt::testing::expect_error(
+      [&] { (void)(a + mt::ones({3})); },
+      {"promotion of float8 types is not supported", "float8_e4m3fn", "float32"});
+  EXPECT_EQ(mt::parse_dtype("float8_e5m2"), mt::kFloat8E5M2);
+  EXPECT_TRUE(mt::is_floating(mt::kFloat8E4M3FN));
+}
+
+// safetensors' F8_E4M3 and F8_E5M2 (the codes PyTorch's safetensors writes for the two dtypes)
+// read and write the bytes as they are.
+TEST(Float8Tensor, SafetensorsKeepsTheBytes) {
+  const mt::Tensor x = mt::from_vector(kEdges);
+  const mt::runner::NamedTensors tensors = {{"a", x.to(mt::kFloat8E4M3FN)},
+                                            {"b", x.to(mt::kFloat8E5M2).reshape({3, 6})}};
+  const std::string bytes = mt::runner::serialize_safetensors(tensors);
+  EXPECT_NE(bytes.find("\"F8_E4M3\""), std::string::npos);
+  EXPECT_NE(bytes.find("\"F8_E5M2\""), std::string::npos);
+  const mt::runner::SafetensorsFile back = mt::runner::parse_safetensors(bytes, "float8");
+  for (const auto& [name, t] : tensors) {
+    const mt::Tensor& r = back.at(name);
+    EXPECT_EQ(r.dtype(), t.dtype()) << name;
+    EXPECT_EQ(r.shape(), t.shape()) << name;
+    EXPECT_EQ(0, std::memcmp(r.data_ptr(), t.contiguous().data_ptr(), t.numel())) << name;
+  }
 }

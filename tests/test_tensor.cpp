@@ -503,11 +503,19 @@ TEST(Promotion, PromoteTypesTable) {
   EXPECT_EQ(promote_types(mt::kFloat32, mt::kFloat64), mt::kFloat64);
   EXPECT_EQ(promote_types(mt::kBFloat16, mt::kFloat64), mt::kFloat64);
   EXPECT_EQ(promote_types(mt::kBool, mt::kBool), mt::kBool);
-  // Symmetric over every pair.
-  for (int i = 0; i < mt::kNumDTypes; ++i)
-    for (int j = 0; j < mt::kNumDTypes; ++j)
-      EXPECT_EQ(promote_types(mt::DType(i), mt::DType(j)),
-                promote_types(mt::DType(j), mt::DType(i)));
+  // Symmetric over every pair; a float8 type promotes only with itself, as in PyTorch.
+  for (int i = 0; i < mt::kNumDTypes; ++i) {
+    for (int j = 0; j < mt::kNumDTypes; ++j) {
+      const mt::DType a(static_cast<mt::DType>(i)), b(static_cast<mt::DType>(j));
+      if ((mt::is_float8(a) || mt::is_float8(b)) && a != b) {
+        EXPECT_THROW(promote_types(a, b), mt::Error)
+            << mt::dtype_name(a) << " " << mt::dtype_name(b);
+        continue;
+      }
+      EXPECT_EQ(promote_types(a, b), promote_types(b, a));
+    }
+  }
+  EXPECT_EQ(promote_types(mt::kFloat8E4M3FN, mt::kFloat8E4M3FN), mt::kFloat8E4M3FN);
 }
 
 TEST(Promotion, ResultTypeOfOps) {

@@ -119,6 +119,10 @@ const char* torch_name(DType t) {
       return "Half";
     case kBFloat16:
       return "BFloat16";
+    case kFloat8E4M3FN:
+      return "Float8_e4m3fn";
+    case kFloat8E5M2:
+      return "Float8_e5m2";
   }
   return "?";
 }

@@ -37,9 +37,9 @@ bool try_fast_copy(const Tensor& dst, const Tensor& src) {
 
 void copy_kernel_cpu(const Tensor& dst, const Tensor& src) {
   if (try_fast_copy(dst, src)) return;
-  dispatch_dtype<kAllTypesAndBool>(dst.dtype(), "copy", dst.device(), [&](auto dst_tag) {
+  dispatch_dtype<kAllTypesAndBoolAndFloat8>(dst.dtype(), "copy", dst.device(), [&](auto dst_tag) {
     using To = typename decltype(dst_tag)::type;
-    dispatch_dtype<kAllTypesAndBool>(src.dtype(), "copy", src.device(), [&](auto src_tag) {
+    dispatch_dtype<kAllTypesAndBoolAndFloat8>(src.dtype(), "copy", src.device(), [&](auto src_tag) {
       using From = typename decltype(src_tag)::type;
       elementwise<To, From>(
           dst, [](From v) { return convert<To>(v); }, src);
@@ -48,7 +48,7 @@ void copy_kernel_cpu(const Tensor& dst, const Tensor& src) {
 }
 
 void fill_kernel_cpu(const Tensor& out, const Scalar& value) {
-  dispatch_dtype<kAllTypesAndBool>(out.dtype(), "fill", out.device(), [&](auto tag) {
+  dispatch_dtype<kAllTypesAndBoolAndFloat8>(out.dtype(), "fill", out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T v = value.is_floating() ? convert<T>(value.to_double()) : convert<T>(value.to_int64());
     elementwise<T>(out, [v]() { return v; });

@@ -63,9 +63,9 @@ void copy_kernel_cuda(const Tensor& dst, const Tensor& src) {
                                   cudaMemcpyDeviceToDevice, detail::current_stream()));
     return;
   }
-  dispatch_dtype<kAllTypesAndBool>(dst.dtype(), "copy", dst.device(), [&](auto dst_tag) {
+  dispatch_dtype<kAllTypesAndBoolAndFloat8>(dst.dtype(), "copy", dst.device(), [&](auto dst_tag) {
     using To = typename decltype(dst_tag)::type;
-    dispatch_dtype<kAllTypesAndBool>(src.dtype(), "copy", src.device(), [&](auto src_tag) {
+    dispatch_dtype<kAllTypesAndBoolAndFloat8>(src.dtype(), "copy", src.device(), [&](auto src_tag) {
       using From = typename decltype(src_tag)::type;
       gpu_elementwise<To, From>(dst, ConvertFn<To, From>{}, src);
     });
@@ -73,7 +73,7 @@ void copy_kernel_cuda(const Tensor& dst, const Tensor& src) {
 }
 
 void fill_kernel_cuda(const Tensor& out, const Scalar& value) {
-  dispatch_dtype<kAllTypesAndBool>(out.dtype(), "fill", out.device(), [&](auto tag) {
+  dispatch_dtype<kAllTypesAndBoolAndFloat8>(out.dtype(), "fill", out.device(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T v = value.is_floating() ? convert<T>(value.to_double()) : convert<T>(value.to_int64());
     gpu_elementwise<T>(out, FillFn<T>{v});

@@ -28,13 +28,14 @@ struct CodeEntry {
   DType dtype;
 };
 constexpr CodeEntry kCodes[] = {
-    {"F64", kFloat64}, {"F32", kFloat32}, {"F16", kFloat16}, {"BF16", kBFloat16},
-    {"I64", kInt64},   {"I32", kInt32},   {"U8", kUInt8},    {"BOOL", kBool},
+    {"F64", kFloat64},        {"F32", kFloat32}, {"F16", kFloat16},
+    {"BF16", kBFloat16},      {"I64", kInt64},   {"I32", kInt32},
+    {"U8", kUInt8},           {"BOOL", kBool},   {"F8_E4M3", kFloat8E4M3FN},
+    {"F8_E5M2", kFloat8E5M2},
 };
 // Valid safetensors codes with no mantissa dtype: named in the refusal so users know why.
-constexpr const char* kUnsupportedCodes[] = {"I8",  "I16",     "U16",     "U32",
-                                             "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0",
-                                             "F4",  "F6_E2M3", "F6_E3M2", "C64"};
+constexpr const char* kUnsupportedCodes[] = {"I8",      "I16", "U16",     "U32",     "U64",
+                                             "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
 
 std::string shape_text(const std::vector<int64_t>& dims) {
   std::ostringstream os;
@@ -151,9 +152,9 @@ DType dtype_from_safetensors_code(std::string_view code, std::string_view what) 
   for (const char* u : kUnsupportedCodes)
     MT_CHECK(code != u, what, ": dtype ", code,
              " is valid safetensors but mantissa has no such dtype (supported: F64, F32, F16, "
-             "BF16, I64, I32, U8, BOOL)");
+             "BF16, I64, I32, U8, BOOL, F8_E4M3, F8_E5M2)");
   MT_THROW(what, ": unknown dtype '", code,
-           "' (supported: F64, F32, F16, BF16, I64, I32, U8, BOOL)");
+           "' (supported: F64, F32, F16, BF16, I64, I32, U8, BOOL, F8_E4M3, F8_E5M2)");
 }
 
 std::string serialize_safetensors(const NamedTensors& tensors,

@@ -44,7 +44,8 @@ struct SafetensorsFile {
 };
 
 // The safetensors dtype code ("F32", "BF16", "I64", "BOOL", ...) of a mantissa dtype, and back.
-// Codes mantissa has no dtype for (I8, I16, U16, U32, U64, F8_*) are refused by name.
+// Codes mantissa has no dtype for (I8, I16, U16, U32, U64, F8_E8M0, F4, F6_*, C64) are refused by
+// name.
 std::string_view safetensors_dtype_code(DType dtype);
 DType dtype_from_safetensors_code(std::string_view code, std::string_view what);
 
