@@ -68,13 +68,16 @@ struct LayerNormLayer {
   bool affine = true;  // elementwise_affine
   MT_LAYER_KEYS(f("shape", o.shape); f("eps", o.eps); f("affine", o.affine);)
 };
-struct Conv2dLayer {
-  static constexpr const char* kType = "conv2d";
+// conv1d and conv2d take the same keys (conv2d's kernel square).
+struct ConvKeys {
   int64_t in = 0, out = 0;  // channels
   int64_t kernel = 0, stride = 1, padding = 0;
   bool bias = true;
   MT_LAYER_KEYS(f("in", o.in); f("out", o.out); f("kernel", o.kernel); f("stride", o.stride);
                 f("padding", o.padding); f("bias", o.bias);)
+};
+struct Conv2dLayer : ConvKeys {
+  static constexpr const char* kType = "conv2d";
 };
 struct MaxPool2dLayer {
   static constexpr const char* kType = "maxpool2d";
@@ -86,13 +89,8 @@ struct FlattenLayer {
   int64_t start_dim = 1, end_dim = -1;  // counting the batch dimension, as torch.nn.Flatten's
   MT_LAYER_KEYS(f("start_dim", o.start_dim); f("end_dim", o.end_dim);)
 };
-struct Conv1dLayer {
+struct Conv1dLayer : ConvKeys {
   static constexpr const char* kType = "conv1d";
-  int64_t in = 0, out = 0;  // channels
-  int64_t kernel = 0, stride = 1, padding = 0;
-  bool bias = true;
-  MT_LAYER_KEYS(f("in", o.in); f("out", o.out); f("kernel", o.kernel); f("stride", o.stride);
-                f("padding", o.padding); f("bias", o.bias);)
 };
 struct AdaptiveAvgPool2dLayer {
   static constexpr const char* kType = "adaptive_avg_pool2d";

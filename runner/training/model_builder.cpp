@@ -29,13 +29,15 @@ Layer make_layer(const DropoutLayer& l) { return nn::Dropout(l.p).ptr(); }
 Layer make_layer(const LayerNormLayer& l) {
   return nn::LayerNorm(Shape(l.shape), l.eps, l.affine).ptr();
 }
-Layer make_layer(const Conv2dLayer& l) {
-  nn::Conv2dOptions o;
+template <typename Module, typename Options>
+Layer make_conv(const ConvKeys& l) {
+  Options o;
   o.stride = l.stride;
   o.padding = l.padding;
   o.bias = l.bias;
-  return nn::Conv2d(l.in, l.out, l.kernel, o).ptr();
+  return Module(l.in, l.out, l.kernel, o).ptr();
 }
+Layer make_layer(const Conv2dLayer& l) { return make_conv<nn::Conv2d, nn::Conv2dOptions>(l); }
 Layer make_layer(const MaxPool2dLayer& l) {
   nn::MaxPool2dOptions o;
   o.stride = Size2(l.stride);
@@ -43,13 +45,7 @@ Layer make_layer(const MaxPool2dLayer& l) {
   return nn::MaxPool2d(l.kernel, o).ptr();
 }
 Layer make_layer(const FlattenLayer& l) { return nn::Flatten(l.start_dim, l.end_dim).ptr(); }
-Layer make_layer(const Conv1dLayer& l) {
-  nn::Conv1dOptions o;
-  o.stride = l.stride;
-  o.padding = l.padding;
-  o.bias = l.bias;
-  return nn::Conv1d(l.in, l.out, l.kernel, o).ptr();
-}
+Layer make_layer(const Conv1dLayer& l) { return make_conv<nn::Conv1d, nn::Conv1dOptions>(l); }
 Layer make_layer(const AdaptiveAvgPool2dLayer& l) {
   return nn::AdaptiveAvgPool2d(Size2(l.output_size.front(), l.output_size.back())).ptr();
 }
