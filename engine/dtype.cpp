@@ -1,6 +1,7 @@
 #include "engine/dtype.h"
 
 #include <ostream>
+#include <string>
 
 #include "engine/error.h"
 
@@ -59,9 +60,10 @@ DType parse_dtype(std::string_view name) {
   for (const auto& a : aliases) {
     if (a.name == name) return a.dtype;
   }
-  MT_THROW("unknown dtype '", name,
-           "' (expected one of float32, float64, float16, bfloat16, int32, int64, uint8, bool, "
-           "float8_e4m3fn, float8_e5m2)");
+  std::string names;  // every dtype's name, for the refusal
+  for (int i = 0; i < kNumDTypes; ++i)
+    names += (i > 0 ? ", " : "") + std::string(dtype_name(static_cast<DType>(i)));
+  MT_THROW("unknown dtype '", name, "' (expected one of ", names, ")");
 }
 
 std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }

@@ -272,8 +272,8 @@ void variant_key(V& v, Variant& held, const std::vector<std::string>& types,
   v.field(k);
 }
 
-// Every row of `rows`, each bound as variant_key does; `after(name)` (or `after(row)`) runs after
-// each row (for the rules that check it against the keys before it).
+// Every row of `rows`, each bound as variant_key does; `after(row)` runs after each row (for the
+// rules that check it against the keys before it).
 template <typename V, typename Variant, typename After>
 void variant_keys(V& v, Variant& held, const std::vector<std::string>& types,
                   const std::vector<VariantKey>& rows, After&& after) {
@@ -293,11 +293,7 @@ void variant_keys(V& v, Variant& held, const std::vector<std::string>& types,
           variant_defaults<Variant>()[i]);
     }
     MT_CHECK(done, "config schema: no options struct takes the key '", row.name, "'");
-    if constexpr (std::is_invocable_v<After, const VariantKey&>) {
-      after(row);
-    } else {
-      after(std::string_view(row.name));
-    }
+    after(row);
   }
 }
 

@@ -247,7 +247,8 @@ template <typename V>
 void describe(V& v, DataConfig& d) {
   v.field(key("type", d.type).selector().one_of(kDataTypes).doc("the dataset"));
   d.select();
-  variant_keys(v, d.options, kDataTypes, data_keys_before_loader(), [&](std::string_view name) {
+  variant_keys(v, d.options, kDataTypes, data_keys_before_loader(), [&](const VariantKey& row) {
+    const std::string_view name = row.name;
     if (name == "x_max") {
       v.rule({"x_max",
               {"sine"},
@@ -267,7 +268,8 @@ void describe(V& v, DataConfig& d) {
               .in(Range{0, 1, false, true})
               .doc("fraction held out for evaluation (`eval_every`, `mantissa eval`)"));
   v.field(key("drop_last", d.drop_last).doc("drop a final partial batch"));
-  variant_keys(v, d.options, kDataTypes, data_keys_after_loader(), [&](std::string_view name) {
+  variant_keys(v, d.options, kDataTypes, data_keys_after_loader(), [&](const VariantKey& row) {
+    const std::string_view name = row.name;
     if (name == "val_path") {
       v.rule({"val_path",
               {"tokens_bin"},
@@ -323,7 +325,7 @@ void describe(V& v, LossConfig& l) {
               .one_of({"mean", "sum", "batchmean"})
               .doc("over the batch; `batchmean` (kl_div only) divides the sum by the batch size, "
                    "where `mean` divides by the number of elements"));
-  variant_keys(v, l.options, kLossTypes, loss_keys(), [](std::string_view) {});
+  variant_keys(v, l.options, kLossTypes, loss_keys(), [](const VariantKey&) {});
 }
 
 // The optimizer's keys (nn/optim/*.h: the options structs).
@@ -395,7 +397,8 @@ template <typename V>
 void describe(V& v, OptimizerConfig& o) {
   v.field(key("type", o.type).selector().one_of(kOptimizerTypes).doc("the optimizer"));
   o.select();
-  variant_keys(v, o.options, kOptimizerTypes, optimizer_keys(), [&](std::string_view name) {
+  variant_keys(v, o.options, kOptimizerTypes, optimizer_keys(), [&](const VariantKey& row) {
+    const std::string_view name = row.name;
     if (name == "nesterov") {
       v.rule({"nesterov",
               {"sgd"},
@@ -523,7 +526,8 @@ void describe(V& v, ScheduleConfig& s) {
                    "LinearLR, OneCycleLR, ReduceLROnPlateau; `cosine`: linear warmup then cosine "
                    "decay)"));
   s.select();
-  variant_keys(v, s.options, kScheduleTypes, schedule_keys(), [&](std::string_view name) {
+  variant_keys(v, s.options, kScheduleTypes, schedule_keys(), [&](const VariantKey& row) {
+    const std::string_view name = row.name;
     if (name == "total_steps") {
       v.rule({"warmup_steps",
               {"cosine"},

@@ -149,12 +149,12 @@ std::string_view safetensors_dtype_code(DType dtype) {
 DType dtype_from_safetensors_code(std::string_view code, std::string_view what) {
   for (const auto& c : kCodes)
     if (code == c.code) return c.dtype;
+  std::string supported;  // "F64, F32, ...": the codes of kCodes, for the refusals
+  for (const auto& c : kCodes) supported += (supported.empty() ? "" : ", ") + std::string(c.code);
   for (const char* u : kUnsupportedCodes)
     MT_CHECK(code != u, what, ": dtype ", code,
-             " is valid safetensors but mantissa has no such dtype (supported: F64, F32, F16, "
-             "BF16, I64, I32, U8, BOOL, F8_E4M3, F8_E5M2)");
-  MT_THROW(what, ": unknown dtype '", code,
-           "' (supported: F64, F32, F16, BF16, I64, I32, U8, BOOL, F8_E4M3, F8_E5M2)");
+             " is valid safetensors but mantissa has no such dtype (supported: ", supported, ")");
+  MT_THROW(what, ": unknown dtype '", code, "' (supported: ", supported, ")");
 }
 
 std::string serialize_safetensors(const NamedTensors& tensors,
