@@ -98,7 +98,8 @@ Tensor cast_for(CastPolicy policy, const Tensor& t, DType promote_to) {
   if (!eligible(t)) return t;
   switch (policy) {
     case CastPolicy::LowerPrecision:
-    case CastPolicy::LowerPrecisionLoss: {
+    case CastPolicy::LowerPrecisionLoss:
+    case CastPolicy::LowerPrecisionInput: {
       const DType target = state_of(t).dtype;
       return t.dtype() == target ? t : cast_cached(t, target);
     }

@@ -92,6 +92,15 @@ decltype(auto) with_autocast(Body&& body, Args&&... args) {
       autocast_detail::refuse_banned(op_info(Op).name, tensors);
     }
     return body(std::forward<Args>(args)...);
+  } else if constexpr (policy == CastPolicy::LowerPrecisionInput) {
+    if (!autocast_state::any_cast_enabled()) [[likely]]
+      return body(std::forward<Args>(args)...);
+    autocast_detail::Excluded excluded;
+    // The first argument (the input) only: the op casts its weights itself.
+    return [&]<typename First, typename... Rest>(First&& first, Rest&&... rest) -> decltype(auto) {
+      return body(autocast_detail::cast_arg(policy, DType::Float32, std::forward<First>(first)),
+                  std::forward<Rest>(rest)...);
+    }(std::forward<Args>(args)...);
   } else {
     if (!autocast_state::any_cast_enabled()) [[likely]]
       return body(std::forward<Args>(args)...);

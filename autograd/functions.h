@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/factory.h"
+#include "engine/float8_config.h"
 #include "engine/linear_activation.h"
 #include "engine/tensor.h"
 

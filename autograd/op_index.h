@@ -12,6 +12,7 @@ namespace mantissa {
 enum class CastPolicy : uint8_t {
   LowerPrecision,
   LowerPrecisionLoss,
+  LowerPrecisionInput,
   Float32,
   Promote,
   None,

@@ -3,7 +3,8 @@
 // one benchmark per process (so that peak RSS belongs to one workload), interleaved with the
 // peers, and builds the table; running this binary by hand works too.
 //
-// Names are "<workload>/<device>/<precision>". Counters: samples_per_s, gflops (matmul FLOPs per
+// Names are "<workload>/<device>/<precision>" (precision float8_<recipe>: the MLP's Linear layers
+// in float8 under bfloat16 autocast). Counters: samples_per_s, gflops (matmul FLOPs per
 // second; for the GPT workloads tokens_per_s and gflops from nanoGPT's FLOPs per token),
 // peak_rss_mib (process high-water mark) and base_rss_mib (the mark before any benchmark ran: the
 // library and the runtime, not the workload).
@@ -142,12 +143,16 @@ Model seeded_model(const Workload& w, mt::Device device) {
 // One training workload's model, data, loss and optimizer (initialised in this order);
 // step() is the timed training step.
 struct TrainingRun {
-  TrainingRun(const Workload& w, mt::Device dev)
+  TrainingRun(const Workload& w, mt::Device dev, const char* float8_recipe = nullptr)
       : device(dev),
         model(seeded_model(w, dev)),
         x(mt::randn({w.batch, w.layers.front()}, dev)),
         target(mt::randn({w.batch, w.layers.back()}, dev)),
-        optimizer(model.parameters(), w.lr, {.momentum = w.momentum}) {}
+        optimizer(model.parameters(), w.lr, {.momentum = w.momentum}) {
+    if (float8_recipe != nullptr)
+      mt::nn::convert_to_float8_training(*model.mlp,
+                                         mt::Float8LinearConfig::from_recipe(float8_recipe));
+  }
 
   void step(std::optional<mt::amp::Precision> precision) {
     optimizer.zero_grad();
@@ -168,8 +173,8 @@ struct TrainingRun {
 };
 
 void bench_train(benchmark::State& state, const Workload& w, mt::Device device,
-                 std::optional<mt::amp::Precision> precision) {
-  TrainingRun run(w, device);
+                 std::optional<mt::amp::Precision> precision, const char* float8_recipe = nullptr) {
+  TrainingRun run(w, device, float8_recipe);
   int64_t done = 0;
   for (auto _ : state) {
     run.step(precision);
@@ -339,6 +344,19 @@ void register_all() {
           });
         }
         b->Unit(benchmark::kMicrosecond)->UseRealTime();
+      }
+      // The MLPs with their Linear layers in float8 (nn/float8.h) under bfloat16 autocast.
+      if (!w.train || w.name == "toy") continue;
+      for (const char* recipe : {"tensorwise", "rowwise"}) {
+        const std::string name =
+            std::string(w.name) + "/" + (device.is_cuda() ? "cuda" : "cpu") + "/float8_" + recipe;
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [&w, device, recipe](benchmark::State& s) {
+                                       bench_train(s, w, device, mt::amp::Precision::BFloat16,
+                                                   recipe);
+                                     })
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
       }
     }
 #if MANTISSA_CUDA

@@ -190,7 +190,7 @@ class SyncLastMicroBatch final : public runner::Callback {
 // of a single-process run), and only rank 0 has a run directory to write.
 int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& checkpoint,
         bool quiet, const Ranks& ranks) {
-  for (const auto& line : run.optimizer_lines) ranks.out() << line << "\n";
+  for (const auto& line : run.startup_lines) ranks.out() << line << "\n";
   ranks.out() << std::flush;  // before the progress lines on (unbuffered) stderr
   runner::TrainerOptions opts = run.trainer_options;
   opts.run_dir = ranks.leader() ? run_dir : "";

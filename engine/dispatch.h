@@ -79,6 +79,8 @@ inline constexpr uint32_t kAllTypesAndBool = kAllTypes | dtype_bit(DType::Bool);
 inline constexpr uint32_t kFloat8Types =
     dtype_bit(DType::Float8E4M3FN) | dtype_bit(DType::Float8E5M2);
 inline constexpr uint32_t kAllTypesAndBoolAndFloat8 = kAllTypesAndBool | kFloat8Types;
+// The output dtypes of a scaled (float8) matrix product.
+inline constexpr uint32_t kScaledMmOutTypes = kFloatingTypes | kFloat8Types;
 inline constexpr uint32_t kFloatingNoReduced =
     dtype_bit(DType::Float32) | dtype_bit(DType::Float64);
 

@@ -110,6 +110,16 @@ using CopyKernel = void (*)(const Tensor& dst, const Tensor& src);
 MT_KERNEL_TABLE(copy, CopyKernel)
 using FillKernel = void (*)(const Tensor& out, const Scalar& value);
 MT_KERNEL_TABLE(fill, FillKernel)
+// The casts of FP8 training (kernels/float8_math.h). float8_cast: out (a float8 dtype) =
+// saturate(float32(x) * scale), x floating, scale float32; x and scale are expanded to out's
+// shape. amax_to_scale: scale (float32) = fp8_max / max(amax, 1e-12), computed in float64 and
+// rounded to float32, rounded down to a power of two when asked; amax (floating) and scale have
+// the same shape.
+using Float8CastKernel = void (*)(const Tensor& out, const Tensor& x, const Tensor& scale);
+MT_KERNEL_TABLE(float8_cast, Float8CastKernel)
+using AmaxToScaleKernel = void (*)(const Tensor& scale, const Tensor& amax, double fp8_max,
+                                   bool power_of_2);
+MT_KERNEL_TABLE(amax_to_scale, AmaxToScaleKernel)
 // out[i] = start + i * step
 using ArangeKernel = void (*)(const Tensor& out, const Scalar& start, const Scalar& step);
 MT_KERNEL_TABLE(arange, ArangeKernel)
@@ -179,6 +189,13 @@ MT_KERNEL_TABLE(bmm, BmmKernel)
 using GemmOpmathKernel = void (*)(const Tensor& c, const Tensor& a, const Tensor& b,
                                   bool accumulate);
 MT_KERNEL_TABLE(gemm_opmath, GemmOpmathKernel)
+// The epilogue of a scaled matrix product (scaled_mm): out [M,N] (contiguous, a floating or
+// float8 dtype) = acc [M,N] (contiguous float32, the GEMM's sums) * scale_a[i] * scale_b[j] +
+// bias[j], rounded once (kernels/scaled_mm_math.h). scale_a is contiguous float32 with 1 or M
+// elements, scale_b with 1 or N; bias is contiguous float32 [N], or undefined.
+using ScaledMmEpilogueKernel = void (*)(const Tensor& out, const Tensor& acc, const Tensor& scale_a,
+                                        const Tensor& scale_b, const Tensor& bias);
+MT_KERNEL_TABLE(scaled_mm_epilogue, ScaledMmEpilogueKernel)
 
 // Indexing along `dim` with an int64 index tensor.
 using GatherKernel = void (*)(const Tensor& out, const Tensor& in, int64_t dim,

@@ -31,6 +31,7 @@
 #include "nn/checkpoint.h"
 #include "nn/clip_grad.h"
 #include "nn/conv.h"
+#include "nn/float8.h"
 #include "nn/functional.h"
 #include "nn/init.h"
 #include "nn/layers.h"

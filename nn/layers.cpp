@@ -31,13 +31,14 @@ Tensor LinearImpl::forward(const Tensor& x) {
            "Linear: expected input with last "
            "dimension ",
            in_features, ", got input of shape ", x.shape());
+  if (float8) return float8_linear(x, weight, bias, *float8);
   return linear(x, weight, bias);
 }
 
 std::string LinearImpl::extra_repr() const {
   std::ostringstream os;
   os << "in_features=" << in_features << ", out_features=" << out_features
-     << ", bias=" << (bias.defined() ? "True" : "False");
+     << ", bias=" << (bias.defined() ? "True" : "False") << (float8 ? ", float8=True" : "");
   return os.str();
 }
 
@@ -166,6 +167,12 @@ Tensor FusedMLPImpl::forward(const Tensor& x) {
   MT_CHECK(!fc1->has_forward_hooks() && !fc2->has_forward_hooks(),
            "FusedMLP: its Linear children run inside one fused op, so their forward hooks would "
            "never run; register the hook on the FusedMLP, or build a Sequential");
+  if (fc1->float8 || fc2->float8) {
+    // Float8 layers (nn/float8.h) have no fused form: each layer's own forward, the activation
+    // between them.
+    const Tensor h = fc1->forward(x);
+    return fc2->forward(activation == LinearActivation::Relu ? relu(h) : gelu(h, "tanh"));
+  }
   return linear_act_linear(x, fc1->weight, fc1->bias, activation, fc2->weight, fc2->bias);
 }
 

@@ -31,6 +31,9 @@ class LinearImpl : public UnaryModule {
   std::string extra_repr() const override;
   int64_t in_features, out_features;
   Tensor weight, bias;
+  // Set: the layer's products run in float8 as this says (float8_linear; nn/float8.h sets it on
+  // the Linear layers of a model).
+  std::optional<Float8LinearConfig> float8;
 };
 MANTISSA_MODULE(Linear);
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -35,6 +36,10 @@ class StateDict {
   std::vector<std::pair<std::string, Tensor>> items_;
   std::unordered_map<std::string, size_t> index_;
 };
+
+// `name` matches `pattern`, `*` standing for any run of characters ("blocks.*.mlp.*"): how
+// parameters and modules are chosen by name (Muon's groups, float8 layers).
+bool name_matches(std::string_view pattern, std::string_view name);
 
 class Module : public std::enable_shared_from_this<Module> {
  public:

@@ -768,6 +768,35 @@ const std::vector<OpCase>& op_cases() {
            const Tensor mask = mt::ne(j.view({1, 6}), mt::add(i, mt::Scalar(1)).view({5, 1}));
            return mt::scaled_dot_product_attention(x[0], x[1], x[2], mask);
          });
+    // The float8 ops. The scales and casts run on every floating input dtype; scaled_mm on
+    // operands cast by them, with both scale layouts and a bias.
+    const auto f8 = [&](const std::string& name, std::vector<Shape> shapes,
+                        std::function<Tensor(const Inputs&)> fn, bool differentiable = false) {
+      v.push_back({name, kFloat, std::move(shapes), std::move(fn), -2, 2, 8, differentiable});
+      v.back().op = name.substr(0, name.find(' '));
+    };
+    f8("float8_scale tensorwise", {{5, 6}},
+       [](const Inputs& x) { return mt::float8_scale(x[0], mt::kFloat8E4M3FN); });
+    f8("float8_scale rowwise", {{5, 6}}, [](const Inputs& x) {
+      return mt::float8_scale(x[0], mt::kFloat8E5M2, mt::Float8Scaling::Rowwise, 0, true);
+    });
+    f8("float8_cast", {{5, 6}, {5, 3}}, [](const Inputs& x) {
+      const Tensor row_scales = mt::amax(mt::abs(x[1]), {1}, true).to(mt::kFloat32) * 50.0;
+      return mt::float8_cast(x[0], row_scales, mt::kFloat8E4M3FN).to(mt::kFloat32);
+    });
+    f8("scaled_mm", {{5, 6}, {6, 4}, {4}}, [](const Inputs& x) {
+      const Tensor sa = mt::float8_scale(x[0], mt::kFloat8E4M3FN, mt::Float8Scaling::Rowwise);
+      const Tensor sb = mt::float8_scale(x[1], mt::kFloat8E5M2, mt::Float8Scaling::Rowwise, 0);
+      return mt::scaled_mm(mt::float8_cast(x[0], sa, mt::kFloat8E4M3FN),
+                           mt::float8_cast(x[1], sb, mt::kFloat8E5M2), mt::reciprocal(sa),
+                           mt::reciprocal(sb), x[2], mt::kFloat32);
+    });
+    // Its backward is torchao's (the float8 products of the gradients), not the derivative of
+    // its quantized forward: tests/test_float8_linear.cpp checks it against torchao instead.
+    f8(
+        "float8_linear", {{2, 3, 16}, {8, 16}, {8}},
+        [](const Inputs& x) { return mt::float8_linear(x[0], x[1], x[2]); }, true);
+    v.back().no_gradcheck = "tests/test_float8_linear.cpp";
     return v;
   }();
   return cases;

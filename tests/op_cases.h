@@ -25,6 +25,10 @@ struct OpCase {
   bool differentiable = true;     // gradcheck in float64 on CUDA (floating ops only)
   bool tf32_sensitive = false;    // a float32 GEMM: TF32 when matmul precision allows it
   std::string op = {};            // the op index name, when it differs from `name`
+  // A differentiable op whose backward is not the derivative of its forward (float8 products:
+  // a straight-through estimator) has no float64 gradcheck; this names the test that checks its
+  // gradients against its reference instead.
+  std::string no_gradcheck = {};
 };
 
 // The op index name a case exercises.

@@ -7,6 +7,8 @@
 #include <array>
 #include <cmath>
 #include <iostream>
+#include <regex>
+#include <string>
 
 #include "autograd/functions.h"
 #include "cli_test_util.h"
@@ -649,6 +651,62 @@ TEST_F(CliRunTest, AMuonRunKilledAfterACheckpointResumesBitwise) {
   ASSERT_EQ(run({"export", "r", "r.safetensors"}).code, 0);
   ASSERT_EQ(run({"export", "whole", "whole.safetensors"}).code, 0);
   EXPECT_EQ(read_file(dir_ / "r.safetensors"), read_file(dir_ / "whole.safetensors"));
+}
+
+TEST_F(CliRunTest, AFloat8RunTrainsItsLinearLayersInFloat8AndResumesBitwise) {
+  write_file(dir_ / "cfg.yaml",
+             "model:\n  layers:\n    - {type: linear, in: 16, out: 32}\n    - relu\n"
+             "    - {type: linear, in: 32, out: 32}\n    - relu\n"
+             "    - {type: linear, in: 32, out: 5}\n"
+             "data: {type: teacher, samples: 100, batch_size: 20, noise: 0.1, in_features: 16}\n"
+             "optimizer: {type: adamw, lr: 0.01}\nprecision: bfloat16\n"
+             "float8: {recipe: tensorwise}\nsteps: 40\nlog_every: 1\ncheckpoint_every: 5\n");
+  const Result whole = run({"train", "cfg.yaml", "--run-dir", "whole", "-q"});
+  ASSERT_EQ(whole.code, 0) << whole.output;
+  EXPECT_NE(whole.output.find("float8 tensorwise: 2 of 3 Linear layers; features not multiples "
+                              "of 16, left in high precision: 4\n"),
+            std::string::npos)
+      << whole.output;
+  EXPECT_NE(read_file(dir_ / "whole" / "resolved.yaml").find("float8:\n  recipe: tensorwise"),
+            std::string::npos);
+  const pid_t pid = start_slow_run("r", "checkpoints/step-000000010.ckpt");
+  ::kill(pid, SIGKILL);
+  wait_exit(pid);
+  const Result resumed = run({"resume", "r", "-q"});
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  expect_clean_metrics(dir_ / "r" / "metrics.jsonl", 40);
+  ASSERT_EQ(run({"export", "r", "r.safetensors"}).code, 0);
+  ASSERT_EQ(run({"export", "whole", "whole.safetensors"}).code, 0);
+  EXPECT_EQ(read_file(dir_ / "r.safetensors"), read_file(dir_ / "whole.safetensors"));
+  // The same run without float8 ends elsewhere: the layers did run in float8.
+  write_file(dir_ / "plain.yaml",
+             std::regex_replace(read_file(dir_ / "cfg.yaml"),
+                                std::regex("float8: \\{recipe: tensorwise\\}\n"), ""));
+  ASSERT_EQ(run({"train", "plain.yaml", "--run-dir", "plain", "-q"}).code, 0);
+  ASSERT_EQ(run({"export", "plain", "plain.safetensors"}).code, 0);
+  EXPECT_NE(read_file(dir_ / "plain.safetensors"), read_file(dir_ / "whole.safetensors"));
+}
+
+TEST_F(CliRunTest, Float8KeysThatCannotBeMetAreOneConfigErrorLine) {
+  const std::string model =
+      "model:\n  layers:\n    - {type: linear, in: 10, out: 32}\n    - relu\n"
+      "    - {type: linear, in: 32, out: 5}\n"
+      "data: {type: teacher, samples: 100, batch_size: 20, noise: 0.1}\nsteps: 2\n";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"float8: {recipe: delayed_typo}", "float8.recipe"},
+      {"float8: {recipe: rowwise, layers: [nope]}", "float8.layers"},
+      {"float8: {recipe: rowwise, layers: ['0']}", "float8.layers"},
+      {"float8: {recipe: rowwise, skip: ['9']}", "float8.skip"},
+      {"float8: {layers: ['2']}", "float8.layers"},
+  };
+  for (const auto& [section, key] : bad) {
+    write_file(dir_ / "bad.yaml", model + section + "\n");
+    const Result r = run({"train", "bad.yaml", "--run-dir", "bad", "-q"});
+    EXPECT_EQ(r.code, 2) << section << "\n" << r.output;
+    EXPECT_NE(r.output.find("config error: " + key), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_FALSE(fs::exists(dir_ / "bad")) << section;
+  }
 }
 
 }  // namespace

@@ -299,10 +299,10 @@ TEST(RunnerOptimConfig, MuonHybridGroupsFromOneConfigLine) {
   EXPECT_EQ(adamw.betas, (std::pair<double, double>{0.8, 0.95}));
   EXPECT_DOUBLE_EQ(adamw.eps, 1e-10);
   EXPECT_DOUBLE_EQ(adamw.weight_decay, 0.01);
-  ASSERT_EQ(r.optimizer_lines.size(), 2u);
-  EXPECT_EQ(r.optimizer_lines[0],
+  ASSERT_EQ(r.startup_lines.size(), 2u);
+  EXPECT_EQ(r.startup_lines[0],
             "optimizer muon: Muon 2 tensors (960 parameters): 2.weight, 4.weight");
-  EXPECT_EQ(r.optimizer_lines[1],
+  EXPECT_EQ(r.startup_lines[1],
             "optimizer muon: AdamW 6 tensors (389 parameters): 0.weight, 0.bias, 2.bias, 4.bias, "
             "6.weight, 6.bias");
 

@@ -7,6 +7,7 @@
 #include "engine/kernel_tables.h"
 #include "kernels/cpu/convert_dense.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/float8_math.h"
 
 namespace mantissa::cpu {
 namespace {
@@ -89,10 +90,36 @@ void linspace_kernel_cpu(const Tensor& out, double start, double end) {
   });
 }
 
+void float8_cast_cpu(const Tensor& out, const Tensor& x, const Tensor& scale) {
+  dispatch_dtype<kFloat8Types>(out.dtype(), "float8_cast", out.device(), [&](auto out_tag) {
+    using F = typename decltype(out_tag)::type;
+    dispatch_dtype<kFloatingTypes>(x.dtype(), "float8_cast", x.device(), [&](auto x_tag) {
+      using T = typename decltype(x_tag)::type;
+      elementwise<F, T, float>(
+          out, [](T v, float s) { return float8_math::saturated_cast<F>(convert<float>(v), s); }, x,
+          scale);
+    });
+  });
+}
+
+void amax_to_scale_cpu(const Tensor& scale, const Tensor& amax, double fp8_max, bool power_of_2) {
+  dispatch_dtype<kFloatingTypes>(amax.dtype(), "amax_to_scale", amax.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    elementwise<float, T>(
+        scale,
+        [fp8_max, power_of_2](T a) {
+          return float8_math::amax_to_scale(convert<double>(a), fp8_max, power_of_2);
+        },
+        amax);
+  });
+}
+
 }  // namespace
 
 MT_REGISTER_KERNEL(copy_kernel, kCPU, &copy_kernel_cpu);
 MT_REGISTER_KERNEL(fill_kernel, kCPU, &fill_kernel_cpu);
+MT_REGISTER_KERNEL(float8_cast_kernel, kCPU, &float8_cast_cpu);
+MT_REGISTER_KERNEL(amax_to_scale_kernel, kCPU, &amax_to_scale_cpu);
 MT_REGISTER_KERNEL(arange_kernel, kCPU, &arange_kernel_cpu);
 MT_REGISTER_KERNEL(linspace_kernel, kCPU, &linspace_kernel_cpu);
 

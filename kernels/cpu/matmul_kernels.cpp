@@ -21,8 +21,10 @@
 #include "kernels/cpu/gemm/bf16_gemm.h"
 #include "kernels/cpu/gemm/blas.h"
 #include "kernels/cpu/gemm/sgemm.h"
+#include "kernels/cpu/loops.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/linear_composite.h"
+#include "kernels/scaled_mm_math.h"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -286,9 +288,32 @@ void gemm_opmath_cpu(const Tensor& c, const Tensor& a, const Tensor& b, bool acc
   });
 }
 
+// scaled_mm_epilogue: rows in parallel, each row's scale read once.
+void scaled_mm_epilogue_cpu(const Tensor& out, const Tensor& acc, const Tensor& scale_a,
+                            const Tensor& scale_b, const Tensor& bias) {
+  const int64_t M = out.size(0), N = out.size(1);
+  if (out.numel() == 0) return;
+  dispatch_dtype<kScaledMmOutTypes>(out.dtype(), "scaled_mm", out.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const float* c = acc.data<float>();
+    const float* sa = scale_a.data<float>();
+    const float* sb = scale_b.data<float>();
+    const bool row_scales = scale_a.numel() > 1, col_scales = scale_b.numel() > 1;
+    const float* b = bias.defined() ? bias.data<float>() : nullptr;
+    T* o = out.data<T>();
+    parallel_tasks(M, M * N, [&](int64_t i) {
+      const float a_scale = sa[row_scales ? i : 0];
+      for (int64_t j = 0; j < N; ++j)
+        o[i * N + j] =
+            scaled_mm_math::element<T>(c[i * N + j], a_scale, sb[col_scales ? j : 0], b, j);
+    });
+  });
+}
+
 }  // namespace
 
 MT_REGISTER_KERNEL(bmm_kernel, kCPU, &bmm_kernel_cpu);
+MT_REGISTER_KERNEL(scaled_mm_epilogue_kernel, kCPU, &scaled_mm_epilogue_cpu);
 MT_REGISTER_KERNEL(gemm_opmath_kernel, kCPU, &gemm_opmath_cpu);
 
 }  // namespace mantissa::cpu

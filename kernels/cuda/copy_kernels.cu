@@ -10,6 +10,7 @@
 #include "engine/convert.h"
 #include "engine/kernel_tables.h"
 #include "kernels/cuda/loops.cuh"
+#include "kernels/float8_math.h"
 
 namespace mantissa::cuda {
 namespace {
@@ -54,6 +55,41 @@ struct LinspaceFn {
     return convert<T>(v);
   }
 };
+
+template <typename F, typename T>
+struct Float8CastFn {
+  MT_HOST_DEVICE F operator()(T v, float s) const {
+    return float8_math::saturated_cast<F>(convert<float>(v), s);
+  }
+};
+
+template <typename T>
+struct AmaxToScaleFn {
+  double fp8_max;
+  bool power_of_2;
+  MT_HOST_DEVICE float operator()(T a) const {
+    return float8_math::amax_to_scale(convert<double>(a), fp8_max, power_of_2);
+  }
+};
+
+void float8_cast_cuda(const Tensor& out, const Tensor& x, const Tensor& scale) {
+  if (out.numel() == 0) return;
+  dispatch_dtype<kFloat8Types>(out.dtype(), "float8_cast", out.device(), [&](auto out_tag) {
+    using F = typename decltype(out_tag)::type;
+    dispatch_dtype<kFloatingTypes>(x.dtype(), "float8_cast", x.device(), [&](auto x_tag) {
+      using T = typename decltype(x_tag)::type;
+      gpu_elementwise<F, T, float>(out, Float8CastFn<F, T>{}, x, scale);
+    });
+  });
+}
+
+void amax_to_scale_cuda(const Tensor& scale, const Tensor& amax, double fp8_max, bool power_of_2) {
+  if (scale.numel() == 0) return;
+  dispatch_dtype<kFloatingTypes>(amax.dtype(), "amax_to_scale", amax.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    gpu_elementwise<float, T>(scale, AmaxToScaleFn<T>{fp8_max, power_of_2}, amax);
+  });
+}
 
 void copy_kernel_cuda(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;
@@ -106,6 +142,8 @@ void linspace_kernel_cuda(const Tensor& out, double start, double end) {
 
 MT_REGISTER_KERNEL(copy_kernel, kCUDA, &copy_kernel_cuda);
 MT_REGISTER_KERNEL(fill_kernel, kCUDA, &fill_kernel_cuda);
+MT_REGISTER_KERNEL(float8_cast_kernel, kCUDA, &float8_cast_cuda);
+MT_REGISTER_KERNEL(amax_to_scale_kernel, kCUDA, &amax_to_scale_cuda);
 MT_REGISTER_KERNEL(arange_kernel, kCUDA, &arange_kernel_cuda);
 MT_REGISTER_KERNEL(linspace_kernel, kCUDA, &linspace_kernel_cuda);
 

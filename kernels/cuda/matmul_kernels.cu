@@ -27,6 +27,7 @@
 #include "engine/precision.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/linear_composite.h"
+#include "kernels/scaled_mm_math.h"
 
 namespace mantissa::cuda {
 namespace {
@@ -240,9 +241,38 @@ void gemm_opmath_kernel_cuda(const Tensor& c, const Tensor& a, const Tensor& b, 
   });
 }
 
+// scaled_mm_epilogue: one thread per output element (kernels/scaled_mm_math.h).
+template <typename T>
+struct ScaledMmEpilogueOp {
+  const float* acc;
+  const float* scale_a;
+  const float* scale_b;
+  const float* bias;
+  int64_t cols;
+  bool row_scales, col_scales;
+  __device__ T operator()(int64_t idx) const {
+    const int64_t i = idx / cols, j = idx % cols;
+    return scaled_mm_math::element<T>(acc[idx], scale_a[row_scales ? i : 0],
+                                      scale_b[col_scales ? j : 0], bias, j);
+  }
+};
+
+void scaled_mm_epilogue_cuda(const Tensor& out, const Tensor& acc, const Tensor& scale_a,
+                             const Tensor& scale_b, const Tensor& bias) {
+  if (out.numel() == 0) return;
+  dispatch_dtype<kScaledMmOutTypes>(out.dtype(), "scaled_mm", out.device(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    gpu_generate<T>(
+        out, ScaledMmEpilogueOp<T>{acc.data<float>(), scale_a.data<float>(), scale_b.data<float>(),
+                                   bias.defined() ? bias.data<float>() : nullptr, out.size(1),
+                                   scale_a.numel() > 1, scale_b.numel() > 1});
+  });
+}
+
 }  // namespace
 
 MT_REGISTER_KERNEL(bmm_kernel, kCUDA, &bmm_kernel_cuda);
+MT_REGISTER_KERNEL(scaled_mm_epilogue_kernel, kCUDA, &scaled_mm_epilogue_cuda);
 MT_REGISTER_KERNEL(gemm_opmath_kernel, kCUDA, &gemm_opmath_kernel_cuda);
 
 }  // namespace mantissa::cuda

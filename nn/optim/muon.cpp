@@ -183,29 +183,6 @@ void Muon::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
 }
 
 // ---- which parameters Muon is for -----------------------------------------------------------
-namespace {
-
-// `name` matches `pattern`, `*` standing for any run of characters.
-bool glob_match(std::string_view pattern, std::string_view name) {
-  size_t p = 0, n = 0, star = std::string_view::npos, mark = 0;
-  while (n < name.size()) {
-    if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      mark = n;
-    } else if (p < pattern.size() && pattern[p] == name[n]) {
-      ++p, ++n;
-    } else if (star != std::string_view::npos) {
-      p = star + 1;
-      n = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
-}
-
-}  // namespace
 
 MuonSplit muon_split(nn::Module& model, const std::vector<std::string>& muon_patterns,
                      const std::vector<std::string>& adamw_patterns) {
@@ -227,7 +204,7 @@ MuonSplit muon_split(nn::Module& model, const std::vector<std::string>& muon_pat
                     const std::string& name) {
     bool any = false;
     for (size_t i = 0; i < patterns.size(); ++i) {
-      if (glob_match(patterns[i], name)) used[i] = 1, any = true;
+      if (nn::name_matches(patterns[i], name)) used[i] = 1, any = true;
     }
     return any;
   };

@@ -387,6 +387,16 @@ struct DistributedConfig {
   int64_t zero_stage = 0;  // 0: plain DDP; 1: sharded optimizer state; 2: and gradients
 };
 
+// Float8 training of the model's Linear layers (docs/mixed-precision.md, nn/float8.h). The whole
+// section is left out of resolved.yaml while every key has its default, so configs that do not
+// use it keep their config hash.
+struct Float8TrainingConfig {
+  static constexpr bool kOmittedWhenDefault = true;
+  std::string recipe = "none";      // none, or a name Float8LinearConfig::from_recipe takes
+  std::vector<std::string> layers;  // patterns of the Linear layers to convert; empty: all
+  std::vector<std::string> skip;    // patterns of Linear layers left in high precision
+};
+
 struct Config {
   std::string name;  // run name; default: the config file's stem ("toy")
   uint64_t seed = 0;
@@ -418,6 +428,7 @@ struct Config {
   ScheduleConfig schedule;
   ScalerConfig scaler;
   DistributedConfig distributed;
+  Float8TrainingConfig float8;
 
   // Where each key's value came from ("line 7", "--set", "default"), and its text as written;
   // keys are dotted paths ("optimizer.lr", "model.layers.2.out").

@@ -615,6 +615,26 @@ void describe(V& v, DistributedConfig& d) {
                    "number of ranks"));
 }
 
+template <typename V>
+void describe(V& v, Float8TrainingConfig& f) {
+  v.field(key("recipe", f.recipe)
+              .one_of({"none", "tensorwise", "rowwise", "rowwise_with_gw_hp"})
+              .doc("run the products of the model's Linear layers in float8 with torchao's recipe "
+                   "(see docs/mixed-precision.md): `tensorwise` (one scale per tensor, e5m2 "
+                   "gradients), `rowwise` (a power-of-two scale per row, all e4m3), "
+                   "`rowwise_with_gw_hp` (rowwise, the weight gradient in high precision); "
+                   "`none`: off"));
+  v.field(key("layers", f.layers)
+              .optional_output()
+              .default_text("every Linear layer whose features are multiples of 16")
+              .doc("the Linear layers to convert, by module name (`*` matches any run of "
+                   "characters: `blocks.*.mlp.*`); each pattern must name a Linear layer, and "
+                   "each layer named must have in and out features that are multiples of 16"));
+  v.field(key("skip", f.skip)
+              .optional_output()
+              .doc("Linear layers left in high precision, by module name as `layers`"));
+}
+
 std::string check_device(const std::string& device);  // config.cpp
 
 template <typename V>
@@ -725,6 +745,9 @@ void describe(V& v, Config& c) {
   v.section("scaler", c.scaler, "Dynamic loss scaling, as `torch.amp.GradScaler`.");
   v.section("distributed", c.distributed,
             "Data-parallel training over several processes (docs/distributed.md). Left out of "
+            "`resolved.yaml` while every key has its default.");
+  v.section("float8", c.float8,
+            "Float8 training of the model's Linear layers (docs/mixed-precision.md). Left out of "
             "`resolved.yaml` while every key has its default.");
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <tuple>
 #include <variant>
@@ -12,6 +13,7 @@
 #include "autograd/functions.h"
 #include "distributed/init.h"
 #include "engine/generator.h"
+#include "nn/float8.h"
 #include "nn/loss.h"
 #include "nn/optim/adagrad.h"
 #include "nn/optim/adam.h"
@@ -422,6 +424,58 @@ void check_distributed(const Config& c, Device device, const RunPlacement& place
   }
 }
 
+// float8: converts the Linear layers the section names (nn/float8.h) and says which at start-up.
+// A pattern that names no Linear layer, or names one whose features are not multiples of 16, is
+// refused by key.
+void apply_float8(const Config& c, nn::Module& model, std::vector<std::string>& lines) {
+  const Float8TrainingConfig& f = c.float8;
+  if (f.recipe == "none") {
+    if (!f.layers.empty() || !f.skip.empty())
+      c.fail(f.layers.empty() ? "float8.skip" : "float8.layers", "needs float8.recipe");
+    return;
+  }
+  std::vector<std::pair<std::string, const nn::LinearImpl*>> linears;
+  for (const auto& [name, m] : model.named_modules())
+    if (const auto* l = dynamic_cast<const nn::LinearImpl*>(m.get())) linears.emplace_back(name, l);
+  const auto matching = [&](const std::vector<std::string>& patterns, const char* key) {
+    std::set<std::string> names;
+    for (const std::string& p : patterns) {
+      size_t hits = 0;
+      for (const auto& [name, l] : linears)
+        if (nn::name_matches(p, name)) names.insert(name), ++hits;
+      if (hits == 0) c.fail(key, "'" + p + "' names no Linear layer of this model");
+    }
+    return names;
+  };
+  const std::set<std::string> named = matching(f.layers, "float8.layers");
+  const std::set<std::string> skipped = matching(f.skip, "float8.skip");
+  std::vector<std::string> left;
+  for (const auto& [name, l] : linears) {
+    if (skipped.count(name) || (!named.empty() && !named.count(name))) continue;
+    if (nn::float8_dims_ok(name, *l)) continue;
+    if (!named.empty()) {
+      c.fail("float8.layers", "layer '" + name + "' has " + std::to_string(l->in_features) +
+                                  " in and " + std::to_string(l->out_features) +
+                                  " out features; float8 needs multiples of 16");
+    }
+    left.push_back(name);
+  }
+  const auto converted = nn::convert_to_float8_training(
+      model, Float8LinearConfig::from_recipe(f.recipe),
+      [&](const std::string& name, const nn::LinearImpl& l) {
+        return !skipped.count(name) && (named.empty() || named.count(name)) &&
+               nn::float8_dims_ok(name, l);
+      });
+  std::string line = "float8 " + f.recipe + ": " + std::to_string(converted.size()) + " of " +
+                     std::to_string(linears.size()) + " Linear layers";
+  if (!left.empty()) {
+    line += "; features not multiples of 16, left in high precision:";
+    for (const auto& name : left) line += " " + name;
+  }
+  if (!skipped.empty()) line += "; skipped by float8.skip: " + std::to_string(skipped.size());
+  lines.push_back(line);
+}
+
 RunObjects build_common(const Config& c, const RunPlacement& placement = {}) {
   RunObjects r;
   r.config = c;
@@ -504,6 +558,7 @@ RunObjects build_common(const Config& c, const RunPlacement& placement = {}) {
     }
   }
   r.model->to(r.device);
+  apply_float8(c, *r.model, r.startup_lines);
   // master_weights: the model itself is stored in the low precision (half the memory) and the
   // optimizer updates float32 master copies, writing the rounded result back after each step.
   if (c.master_weights && autocast_dtype(c) != DType::Float32) r.model->to(autocast_dtype(c));
@@ -641,7 +696,7 @@ RunObjects build_run(const Config& c, std::string config_text, const RunPlacemen
     }
   }
   if (std::holds_alternative<optim::MuonOptions>(c.optimizer.options)) {
-    r.optimizer = make_optimizer(c.optimizer, muon_param_groups(c, *r.model, r.optimizer_lines));
+    r.optimizer = make_optimizer(c.optimizer, muon_param_groups(c, *r.model, r.startup_lines));
   } else if (c.optimizer.decay_min_ndim > 0) {
     try {
       r.optimizer = make_optimizer(

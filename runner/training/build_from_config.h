@@ -40,9 +40,9 @@ struct RunObjects {
   ForwardFn forward;
   LossFn loss;
   std::shared_ptr<optim::Optimizer> optimizer;
-  // What a run prints at start-up about its optimizer's groups (muon: which parameters go to
-  // Muon and which to AdamW).
-  std::vector<std::string> optimizer_lines;
+  // What a run prints at start-up about its float8 layers and its optimizer's groups (muon:
+  // which parameters go to Muon and which to AdamW).
+  std::vector<std::string> startup_lines;
   std::shared_ptr<optim::LRScheduler> scheduler;  // null for schedule.type none
   // The configured optimizer (master weights, state dtype and stochastic rounding set) over
   // other parameter groups, and the configured schedule driving another optimizer (null for

@@ -1,0 +1,57 @@
+#include "engine/float8_config.h"
+
+#include "engine/error.h"
+
+namespace mantissa {
+
+const char* float8_scaling_name(Float8Scaling s) {
+  switch (s) {
+    case Float8Scaling::Disabled:
+      return "disabled";
+    case Float8Scaling::Tensorwise:
+      return "tensorwise";
+    case Float8Scaling::Rowwise:
+      return "rowwise";
+  }
+  return "?";
+}
+
+Float8LinearConfig Float8LinearConfig::from_recipe(std::string_view name) {
+  constexpr Float8Cast kRowE4M3{Float8Scaling::Rowwise, kFloat8E4M3FN};
+  Float8LinearConfig c;
+  if (name == "tensorwise") return c;
+  if (name == "rowwise") {
+    c.input = c.weight = c.grad_output = kRowE4M3;
+    c.input_for_grad_weight = c.weight_for_grad_input = c.grad_output_for_grad_weight = kRowE4M3;
+    c.round_scales_to_power_of_2 = true;
+    return c;
+  }
+  if (name == "rowwise_with_gw_hp") {
+    // The output and grad_input products in float8 with row scales (the weight tensorwise for
+    // grad_input); grad_weight in the high precision.
+    c.input = c.weight = c.grad_output = kRowE4M3;
+    c.weight_for_grad_input = Float8Cast{Float8Scaling::Tensorwise, kFloat8E4M3FN};
+    c.input_for_grad_weight = Float8Cast{Float8Scaling::Disabled, kFloat8E4M3FN};
+    c.grad_output_for_grad_weight = Float8Cast{Float8Scaling::Disabled, kFloat8E4M3FN};
+    c.round_scales_to_power_of_2 = true;
+    return c;
+  }
+  MT_THROW("float8: unknown recipe '", std::string(name), "' (expected one of: ", kFloat8Recipes,
+           ")");
+}
+
+void Float8LinearConfig::validate(const char* op) const {
+  auto check = [op](const Float8Cast& a, const Float8Cast& b, const char* product) {
+    MT_CHECK((a.scaling == Float8Scaling::Disabled) == (b.scaling == Float8Scaling::Disabled), op,
+             ": the ", product, " product needs both operands in float8 or both in high ",
+             "precision, got scalings ", float8_scaling_name(a.scaling), " and ",
+             float8_scaling_name(b.scaling));
+    for (const Float8Cast* c : {&a, &b})
+      MT_CHECK(is_float8(c->dtype), op, ": a float8 cast needs a float8 dtype, got ", c->dtype);
+  };
+  check(input, weight, "output");
+  check(grad_output, weight_for_grad_input, "grad_input");
+  check(grad_output_for_grad_weight, input_for_grad_weight, "grad_weight");
+}
+
+}  // namespace mantissa
