@@ -38,6 +38,13 @@ bool is_cols(const Tensor& s, int64_t n) {
   return s.dim() == 2 && s.size(0) == 1 && s.size(1) == n;
 }
 
+// A float8 matrix as bfloat16 (exact), in one dense pass: a transposed matrix is widened as its
+// dense transpose and handed back transposed (the GEMM reads either layout).
+Tensor widened(const Tensor& m) {
+  if (!m.is_contiguous() && m.t().is_contiguous()) return m.t().to(kBFloat16).t();
+  return m.contiguous().to(kBFloat16);
+}
+
 }  // namespace
 
 Tensor float8_scale_op(const Tensor& x, DType dtype, Float8Scaling scaling, int64_t dim,
@@ -47,16 +54,20 @@ Tensor float8_scale_op(const Tensor& x, DType dtype, Float8Scaling scaling, int6
   check_high_precision(op, "input", x);
   MT_CHECK(scaling != Float8Scaling::Disabled, op, ": scaling 'disabled' has no scale");
   autograd::NoGradGuard no_grad;
-  Tensor amax_of_x;
+  // max |x| as max(amax(x), -amin(x)): the same value (NaN included) from two reads of x, without
+  // writing |x| out.
+  Tensor hi, lo;
   if (scaling == Float8Scaling::Tensorwise) {
-    amax_of_x = amax(abs(x));
+    hi = amax(x);
+    lo = amin(x);
   } else {
     MT_CHECK(x.dim() >= 1, op, ": rowwise scaling needs at least one dim, got shape ", x.shape());
     const int64_t d = dim < 0 ? dim + x.dim() : dim;
     MT_CHECK(d >= 0 && d < x.dim(), op, ": dim ", dim, " out of range for shape ", x.shape());
-    amax_of_x = amax(abs(x), Shape{d}, /*keepdim=*/true);
+    hi = amax(x, Shape{d}, /*keepdim=*/true);
+    lo = amin(x, Shape{d}, /*keepdim=*/true);
   }
-  amax_of_x = amax_of_x.contiguous();
+  const Tensor amax_of_x = maximum(hi, neg(lo)).contiguous();
   Tensor scale = empty(amax_of_x.shape(), TensorOptions(x.device()).dtype(kFloat32));
   amax_to_scale_kernel(x.device())(scale, amax_of_x, float8_max(dtype), power_of_2);
   return scale;
@@ -114,7 +125,7 @@ Tensor scaled_mm_op(const Tensor& a, const Tensor& b, const Tensor& scale_a, con
     fill_kernel(a.device())(acc, Scalar(0.0));
   } else if (acc.numel() > 0) {
     // Exact widening: the products of bfloat16 values are exact in the float32 accumulator.
-    gemm_opmath_kernel(a.device())(acc, a.to(kBFloat16), b.to(kBFloat16), false);
+    gemm_opmath_kernel(a.device())(acc, widened(a), widened(b), false);
   }
   Tensor out = empty(Shape{M, N}, TensorOptions(a.device()).dtype(out_type));
   scaled_mm_epilogue_kernel(a.device())(out, acc, scale_a.contiguous(), scale_b.contiguous(),

@@ -1,5 +1,6 @@
 #include "kernels/cpu/convert_dense.h"
 
+#include <array>
 #include <cstring>
 
 #include "kernels/cpu/cpu_features.h"
@@ -154,5 +155,33 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void convert_dense(
     std::memcpy(dst + i, &u, sizeof(u));
   }
 }
+
+namespace {
+
+// The widened value of each of the 256 codes of F, as To.
+template <typename F, typename To>
+const To* float8_table() {
+  static const auto table = [] {
+    std::array<To, 256> t{};
+    for (int code = 0; code < 256; ++code)
+      t[code] = To(static_cast<float>(F(static_cast<uint8_t>(code), from_bits)));
+    return t;
+  }();
+  return table.data();
+}
+
+template <typename F, typename To>
+void widen_float8(const F* src, To* dst, int64_t n) {
+  const To* table = float8_table<F, To>();
+  const auto* codes = reinterpret_cast<const uint8_t*>(src);
+  for (int64_t i = 0; i < n; ++i) dst[i] = table[codes[i]];
+}
+
+}  // namespace
+
+void convert_dense(const Float8E4M3FN* src, BFloat16* dst, int64_t n) { widen_float8(src, dst, n); }
+void convert_dense(const Float8E5M2* src, BFloat16* dst, int64_t n) { widen_float8(src, dst, n); }
+void convert_dense(const Float8E4M3FN* src, float* dst, int64_t n) { widen_float8(src, dst, n); }
+void convert_dense(const Float8E5M2* src, float* dst, int64_t n) { widen_float8(src, dst, n); }
 
 }  // namespace mantissa::cpu

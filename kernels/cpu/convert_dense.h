@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "engine/float8.h"
 #include "engine/half.h"
 #include "kernels/cpu/worker_pool.h"
 
@@ -15,6 +16,12 @@ void convert_dense(const float* src, Half* dst, int64_t n);
 void convert_dense(const Half* src, float* dst, int64_t n);
 void convert_dense(const float* src, BFloat16* dst, int64_t n);
 void convert_dense(const BFloat16* src, float* dst, int64_t n);
+// Float8 widened, exactly (every float8 value is a bfloat16 value), through a table of the 256
+// codes: the operands of a scaled matrix product.
+void convert_dense(const Float8E4M3FN* src, BFloat16* dst, int64_t n);
+void convert_dense(const Float8E5M2* src, BFloat16* dst, int64_t n);
+void convert_dense(const Float8E4M3FN* src, float* dst, int64_t n);
+void convert_dense(const Float8E5M2* src, float* dst, int64_t n);
 
 // Elements from which a dense conversion is split across the worker pool: a conversion costs well
 // under a nanosecond per element, so below this a wake-up of the pool's workers costs about what

@@ -13,7 +13,7 @@ namespace mantissa::cpu {
 namespace {
 
 // Dense float<->half conversions, the hot casts of mixed precision (an autocast step casts every
-// weight and converts every weight gradient back).
+// weight and converts every weight gradient back), and float8 widened for scaled products.
 bool try_fast_copy(const Tensor& dst, const Tensor& src) {
   if (!dst.is_contiguous() || !src.is_contiguous()) return false;
   if (dst.dtype() == src.dtype()) {
@@ -30,6 +30,14 @@ bool try_fast_copy(const Tensor& dst, const Tensor& src) {
     convert_dense_parallel(src.data<float>(), dst.data<BFloat16>(), n);
   } else if (to == kFloat32 && from == kBFloat16) {
     convert_dense_parallel(src.data<BFloat16>(), dst.data<float>(), n);
+  } else if (to == kBFloat16 && from == kFloat8E4M3FN) {
+    convert_dense_parallel(src.data<Float8E4M3FN>(), dst.data<BFloat16>(), n);
+  } else if (to == kBFloat16 && from == kFloat8E5M2) {
+    convert_dense_parallel(src.data<Float8E5M2>(), dst.data<BFloat16>(), n);
+  } else if (to == kFloat32 && from == kFloat8E4M3FN) {
+    convert_dense_parallel(src.data<Float8E4M3FN>(), dst.data<float>(), n);
+  } else if (to == kFloat32 && from == kFloat8E5M2) {
+    convert_dense_parallel(src.data<Float8E5M2>(), dst.data<float>(), n);
   } else {
     return false;
   }
@@ -95,6 +103,23 @@ void float8_cast_cpu(const Tensor& out, const Tensor& x, const Tensor& scale) {
     using F = typename decltype(out_tag)::type;
     dispatch_dtype<kFloatingTypes>(x.dtype(), "float8_cast", x.device(), [&](auto x_tag) {
       using T = typename decltype(x_tag)::type;
+      bool one_scale = scale.numel() > 0;
+      for (int64_t d = 0; d < scale.dim(); ++d)
+        one_scale = one_scale && (scale.size(d) == 1 || scale.stride(d) == 0);
+      if (out.is_contiguous() && x.is_contiguous() && one_scale) {
+        // One scale over dense tensors (tensorwise): a plain loop.
+        const float s = *scale.data<float>();
+        const T* src = x.data<T>();
+        F* dst = out.data<F>();
+        parallel_ranges(
+            out.numel(),
+            [&](int64_t b, int64_t e) {
+              for (int64_t i = b; i < e; ++i)
+                dst[i] = float8_math::saturated_cast<F>(convert<float>(src[i]), s);
+            },
+            out.numel(), kConvertGrain);
+        return;
+      }
       elementwise<F, T, float>(
           out, [](T v, float s) { return float8_math::saturated_cast<F>(convert<float>(v), s); }, x,
           scale);
