@@ -49,6 +49,14 @@ void Float8LinearConfig::validate(const char* op) const {
     for (const Float8Cast* c : {&a, &b})
       MT_CHECK(is_float8(c->dtype), op, ": a float8 cast needs a float8 dtype, got ", c->dtype);
   };
+  // torchao's rule: an operand has one float8 format in both products that read it.
+  auto same_format = [op](const Float8Cast& a, const Float8Cast& b, const char* operand) {
+    MT_CHECK(a.dtype == b.dtype, op, ": the ", operand, " must be cast to one float8 dtype in ",
+             "both products it is used in, got ", a.dtype, " and ", b.dtype);
+  };
+  same_format(input, input_for_grad_weight, "input");
+  same_format(weight, weight_for_grad_input, "weight");
+  same_format(grad_output, grad_output_for_grad_weight, "grad_output");
   check(input, weight, "output");
   check(grad_output, weight_for_grad_input, "grad_input");
   check(grad_output_for_grad_weight, input_for_grad_weight, "grad_weight");

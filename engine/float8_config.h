@@ -40,7 +40,8 @@ struct Float8LinearConfig {
   // torchao's Float8LinearConfig.from_recipe_name: "tensorwise", "rowwise" or
   // "rowwise_with_gw_hp"; throws for another name, listing these.
   static Float8LinearConfig from_recipe(std::string_view name);
-  // Throws unless each product's two operands are both float8 or both high precision.
+  // Throws unless each product's two operands are both float8 or both high precision, and each
+  // operand has one float8 dtype in both products that read it (torchao's rules).
   void validate(const char* op) const;
 };
 

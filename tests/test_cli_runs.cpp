@@ -698,6 +698,7 @@ TEST_F(CliRunTest, Float8KeysThatCannotBeMetAreOneConfigErrorLine) {
       {"float8: {recipe: rowwise, layers: ['0']}", "float8.layers"},
       {"float8: {recipe: rowwise, skip: ['9']}", "float8.skip"},
       {"float8: {layers: ['2']}", "float8.layers"},
+      {"float8: {recipe: tensorwise, skip: ['2']}", "float8.recipe"},  // none left to convert
   };
   for (const auto& [section, key] : bad) {
     write_file(dir_ / "bad.yaml", model + section + "\n");

@@ -150,12 +150,36 @@ TEST(Float8Ops, ScaledMmRefusesWhatItCannotMultiply) {
   EXPECT_TRUE(mt::equal(sat.to(mt::kFloat32), mt::full({2, 2}, 448.0)));
 }
 
+TEST(Float8Ops, OpsWithoutADerivativeRefuseInputsThatRequireGrad) {
+  const Tensor x = mt::randn({4, 8}).requires_grad_();
+  const Tensor s = mt::ones({});
+  EXPECT_THROW(mt::float8_cast(x, s, mt::kFloat8E4M3FN), mt::Error);
+  const Tensor a = mt::float8_cast(x.detach(), s, mt::kFloat8E4M3FN);
+  const Tensor b = mt::float8_cast(mt::randn({8, 3}), s, mt::kFloat8E4M3FN);
+  EXPECT_THROW(mt::scaled_mm(a, b, s, s, mt::ones({3}).requires_grad_(), mt::kFloat32), mt::Error);
+  {
+    mt::autograd::NoGradGuard no_grad;
+    EXPECT_NO_THROW(mt::float8_cast(x, s, mt::kFloat8E4M3FN));
+  }
+  // The scale is a constant, as torchao computes it under no_grad.
+  EXPECT_FALSE(mt::float8_scale(x, mt::kFloat8E4M3FN).requires_grad());
+}
+
 TEST(Float8Ops, ConfigRefusesUnknownRecipesAndMixedProducts) {
   EXPECT_THROW(mt::Float8LinearConfig::from_recipe("delayed_typo"), mt::Error);
   mt::Float8LinearConfig c = mt::Float8LinearConfig::from_recipe("rowwise");
   c.input.scaling = mt::Float8Scaling::Disabled;  // the output product half in float8
   EXPECT_THROW(mt::float8_linear(mt::ones({2, 16}), mt::ones({8, 16}), Tensor(), c), mt::Error);
   EXPECT_THROW(mt::float8_linear(mt::ones({2, 15}), mt::ones({8, 16})), mt::Error);
+  // One float8 dtype per operand across the products that read it (torchao's rule).
+  mt::Float8LinearConfig formats;
+  formats.input_for_grad_weight.dtype = mt::kFloat8E5M2;
+  EXPECT_THROW(mt::float8_linear(mt::ones({2, 16}), mt::ones({8, 16}), Tensor(), formats),
+               mt::Error);
+  EXPECT_THROW(mt::float8_linear(mt::ones({0, 16}), mt::ones({8, 16})), mt::Error);
+  EXPECT_THROW(
+      mt::float8_linear(mt::ones({2, 16}), mt::ones({8, 16}), mt::ones({8}).to(mt::kFloat8E4M3FN)),
+      mt::Error);
   EXPECT_THROW(mt::float8_linear(mt::ones({2, 16}).to(mt::kFloat8E4M3FN), mt::ones({8, 16})),
                mt::Error);
 }
@@ -255,9 +279,34 @@ TEST(Float8Linear, TensorwiseKeepsTheFloat8OperandsForBackward) {
   const int64_t tensorwise = saved_bytes("tensorwise", &dtypes);
   // The float8 input and weight and their two float32 scales: a quarter of the float32 bytes.
   EXPECT_EQ(tensorwise, (64 * 128 + 96 * 128) * 1 + 2 * 4);
-  for (const mt::DType d : dtypes) EXPECT_TRUE(mt::is_float8(d) || d == mt::kFloat32);
+  EXPECT_EQ(dtypes, (std::vector<mt::DType>{mt::kFloat8E4M3FN, mt::kFloat32, mt::kFloat8E4M3FN,
+                                            mt::kFloat32}));
   // Rowwise recasts along the other dim in the backward, from the float32 input and weight.
   EXPECT_EQ(saved_bytes("rowwise"), (64 * 128 + 96 * 128) * 4);
+}
+
+TEST(Float8Linear, AutocastCastsTheInputAndNotTheWeight) {
+  const Tensor x = mt::randn({8, 32}), w = mt::randn({16, 32});
+  Tensor scoped;
+  {
+    mt::amp::autocast scope(mt::kCPU, mt::amp::Precision::BFloat16);
+    scoped = mt::float8_linear(x, w);
+  }
+  EXPECT_TRUE(mt::equal(scoped, mt::float8_linear(x.to(mt::kBFloat16), w)));
+  // A weight rounded to bfloat16 before its float8 cast gives other scales and codes.
+  EXPECT_FALSE(mt::equal(scoped, mt::float8_linear(x.to(mt::kBFloat16), w.to(mt::kBFloat16))));
+}
+
+TEST(Float8Linear, ItsOutputTakesInPlaceOps) {
+  const Tensor x = mt::randn({2, 4, 32}).requires_grad_();
+  const Tensor w = mt::randn({16, 32}).requires_grad_();
+  for (const Tensor& input : {x, x.select(0, 0)}) {
+    Tensor y = mt::float8_linear(input, w);
+    y.mul_(2.0);
+    mt::sum(y).backward();
+    EXPECT_TRUE(w.grad().defined());
+    w.set_grad(Tensor());
+  }
 }
 
 TEST(Float8Modules, ConvertTakesTheLinearLayersTheFilterTakes) {

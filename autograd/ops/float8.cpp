@@ -29,6 +29,14 @@ void check_high_precision(const char* op, const char* what, const Tensor& t) {
            " (float32, float64, float16, bfloat16), got ", t.dtype());
 }
 
+// The float8 ops have no derivative of their own (float8_linear's backward is written out): a
+// gradient asked through one would be lost without a word, so it is refused.
+void refuse_grad(const char* op, std::initializer_list<const Tensor*> inputs) {
+  MT_CHECK(!autograd::needs_grad(inputs), op,
+           " is not differentiable: call it on tensors that do not require grad (detach them, or "
+           "use NoGradGuard); float8_linear differentiates through its float8 products");
+}
+
 // A scale's shape against the product's [M,N]: one value, or a row (column) of them.
 bool is_single(const Tensor& s) { return s.numel() == 1 && s.dim() <= 2; }
 bool is_rows(const Tensor& s, int64_t m) {
@@ -82,6 +90,7 @@ Tensor float8_cast_op(const Tensor& x, const Tensor& scale, DType dtype) {
   ops::check_same_device(op, x, scale);
   MT_CHECK(broadcast_shapes(x.shape(), scale.shape(), op) == x.shape(), op, ": scale of shape ",
            scale.shape(), " does not broadcast to the input's shape ", x.shape());
+  refuse_grad(op, {&x, &scale});
   Tensor out = empty(x.shape(), TensorOptions(x.device()).dtype(dtype));
   float8_cast_kernel(x.device())(out, x, scale.expand(x.shape()));
   return out;
@@ -107,6 +116,7 @@ Tensor scaled_mm_op(const Tensor& a, const Tensor& b, const Tensor& scale_a, con
       (is_single(scale_a) || is_rows(scale_a, M)) && (is_single(scale_b) || is_cols(scale_b, N)),
       op, ": expected scale_a of one element or shape [", M, ", 1] and scale_b of one element ",
       "or shape [1, ", N, "], got ", scale_a.shape(), " and ", scale_b.shape());
+  refuse_grad(op, {&a, &b, &scale_a, &scale_b, &bias});
   const DType out_type = out_dtype.value_or(a.dtype());
   MT_CHECK((kScaledMmOutTypes & dtype_bit(out_type)) != 0, op,
            ": out_dtype must be floating or float8, got ", out_type);
@@ -204,9 +214,13 @@ Tensor float8_linear_op(const Tensor& x, const Tensor& weight, const Tensor& bia
            " and ", weight.shape(), "): expected input's last dim to be ", in);
   if (bias.defined()) {
     ops::check_same_device(op, x, bias);
+    check_high_precision(op, "bias", bias);
     MT_CHECK(bias.dim() == 1 && bias.size(0) == out_features, op, ": expected a bias of shape [",
              out_features, "], got ", bias.shape());
   }
+  // An empty operand has no absolute maximum to scale by (torchao fails on it too).
+  MT_CHECK(x.numel() > 0 && weight.numel() > 0, op, ": expected a non-empty input and weight, got ",
+           x.shape(), " and ", weight.shape());
   Shape out_shape = x.shape();
   out_shape.resize(x.dim() - 1);
   const int64_t rows = out_shape.numel();
@@ -222,8 +236,11 @@ Tensor float8_linear_op(const Tensor& x, const Tensor& weight, const Tensor& bia
     xa = cast_operand(x2, config.input, -1, pow2);
     // weight^T [in, out] with one scale per output column (torchao's axiswise dim 0).
     wt = cast_operand(weight.t(), config.weight, 0, pow2);
-    out = product(xa, wt, x.dtype(), kFastAccumOutput).reshape(out_shape);
+    out = product(xa, wt, x.dtype(), kFastAccumOutput).contiguous();
   }
+  // A plain view of the fresh product, not one made under the guard (which in-place ops on the
+  // output would refuse as a no-grad view).
+  if (x.dim() != 2) out = detail::make_view(out, out_shape, contiguous_strides(out_shape), 0);
   if (record) {
     Recorder rec{"Float8LinearBackward0", {&x, &weight}};
     // A tensorwise cast made again in the backward gives the same bits: keep the float8 ones.

@@ -466,6 +466,12 @@ void apply_float8(const Config& c, nn::Module& model, std::vector<std::string>& 
         return !skipped.count(name) && (named.empty() || named.count(name)) &&
                nn::float8_dims_ok(name, l);
       });
+  if (converted.empty()) {
+    c.fail("float8.recipe", "no Linear layer of this model can run in float8 (" +
+                                std::to_string(linears.size()) +
+                                " Linear layers; float8 needs in and out features that are "
+                                "multiples of 16 and a layer float8.skip does not name)");
+  }
   std::string line = "float8 " + f.recipe + ": " + std::to_string(converted.size()) + " of " +
                      std::to_string(linears.size()) + " Linear layers";
   if (!left.empty()) {
