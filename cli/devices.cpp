@@ -75,6 +75,11 @@ void print_cpu() {
                "store)"
             << (flags.count("avx512_fp16") ? "; this CPU's avx512_fp16 is not used" : "") << "\n";
   std::cout << "  tf32 products: emulated (operands rounded to tf32, float32 GEMM)\n";
+  // Every float8 value is a bfloat16 value and every product of two is exact in float32: the
+  // scaled products (scaled_mm, float8 layers) take the bfloat16 path with float32 sums.
+  std::cout << "  float8 products (e4m3fn, e5m2): on the bfloat16 path ("
+            << cpu::bf16_matmul_isa_name(bf16)
+            << "): operands widened exactly, float32 sums, scaled and rounded once\n";
 }
 
 // The few NVML entry points used, resolved from libnvidia-ml.so.1 if present.
@@ -155,6 +160,9 @@ int devices() {
       std::cout << "  cuda driver " << version(p.driver_version) << ", runtime "
                 << version(p.runtime_version) << "\n";
       std::cout << "  tensor cores: " << tensor_core_precisions(p.major, p.minor) << "\n";
+      // cuBLASLt's float8 GEMM (compute capability 8.9 and 9.0) is not wired yet.
+      std::cout << "  float8 products: bfloat16 tensor-core path (operands widened exactly, "
+                   "float32 sums); native float8 GEMMs not used\n";
       Nvml::Handle h = nullptr;
       if (nvml.ok() && nvml.by_bus_id && !p.pci_bus_id.empty() &&
           nvml.by_bus_id(p.pci_bus_id.c_str(), &h) == 0) {

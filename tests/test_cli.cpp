@@ -253,6 +253,11 @@ TEST_F(CliTest, PlotEvalExportImport) {
             std::string::npos)
       << dev.output;
   EXPECT_NE(dev.output.find("float16 products: emulated"), std::string::npos) << dev.output;
+  EXPECT_NE(dev.output.find(
+                "float8 products (e4m3fn, e5m2): on the bfloat16 path (" +
+                mantissa::cpu::bf16_matmul_isa_name(mantissa::cpu::cpu_bf16_matmul_isa()) + ")"),
+            std::string::npos)
+      << dev.output;
 }
 
 namespace {
