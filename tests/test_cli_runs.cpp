@@ -669,6 +669,12 @@ TEST_F(CliRunTest, AFloat8RunTrainsItsLinearLayersInFloat8AndResumesBitwise) {
       << whole.output;
   EXPECT_NE(read_file(dir_ / "whole" / "resolved.yaml").find("float8:\n  recipe: tensorwise"),
             std::string::npos);
+  const JsonDoc summary(read_file(dir_ / "whole" / "summary.json"));
+  const auto layers = summary.find("float8_layers");
+  ASSERT_TRUE(layers.has_value());
+  ASSERT_EQ(layers->size(), 2u);
+  EXPECT_EQ((*layers)[0].as_string(), "0");
+  EXPECT_EQ((*layers)[1].as_string(), "2");
   const pid_t pid = start_slow_run("r", "checkpoints/step-000000010.ckpt");
   ::kill(pid, SIGKILL);
   wait_exit(pid);

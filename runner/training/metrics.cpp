@@ -69,6 +69,11 @@ Json summary_json(const TrainSummary& s) {
   state["optimizer_state_bytes"] = s.memory.optimizer_state_bytes;
   state["bytes_per_parameter"] = number_or_null(s.memory.bytes_per_parameter());
   j["training_memory"] = state;
+  if (!s.float8_layers.empty()) {
+    Json layers = Json::array();
+    for (const auto& name : s.float8_layers) layers.push_back(name);
+    j["float8_layers"] = layers;
+  }
   if (s.graphed_steps) {
     Json g = Json::object();
     g["graphed_steps"] = *s.graphed_steps;

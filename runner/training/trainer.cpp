@@ -22,6 +22,7 @@
 #include "engine/generator.h"
 #include "engine/graph_capture.h"
 #include "nn/clip_grad.h"
+#include "nn/layers.h"
 #include "runner/files/atomic_file.h"
 #include "runner/files/run_lock.h"
 #include "runner/training/checkpoint.h"
@@ -654,6 +655,10 @@ TrainSummary Trainer::fit() {
     summary.peak_memory_bytes.emplace_back(
         options_.device.str(), cuda::memory_stats(options_.device.index()).peak_allocated_bytes);
   summary.memory = memory_now();
+  for (const auto& [name, m] : model_->named_modules()) {
+    const auto* linear = dynamic_cast<const nn::LinearImpl*>(m.get());
+    if (linear != nullptr && linear->float8) summary.float8_layers.push_back(name);
+  }
   if (options_.cuda_graphs) {
     summary.graphed_steps = impl_->graphed_steps;
     summary.eager_steps = impl_->eager_steps;

@@ -153,6 +153,8 @@ struct TrainSummary {
   std::optional<int64_t> graphed_steps{};
   int64_t eager_steps = 0;
   std::string graph_fallback{};
+  // The Linear layers that ran their products in float8 (nn/float8.h), by module name.
+  std::vector<std::string> float8_layers{};
   bool completed() const { return steps >= total_steps; }
 };
 
