@@ -449,10 +449,14 @@ void apply_float8(const Config& c, nn::Module& model, std::vector<std::string>& 
   };
   const std::set<std::string> named = matching(f.layers, "float8.layers");
   const std::set<std::string> skipped = matching(f.skip, "float8.skip");
+  std::set<std::string> chosen;
   std::vector<std::string> left;
   for (const auto& [name, l] : linears) {
     if (skipped.count(name) || (!named.empty() && !named.count(name))) continue;
-    if (nn::float8_dims_ok(name, *l)) continue;
+    if (nn::float8_dims_ok(name, *l)) {
+      chosen.insert(name);
+      continue;
+    }
     if (!named.empty()) {
       c.fail("float8.layers", "layer '" + name + "' has " + std::to_string(l->in_features) +
                                   " in and " + std::to_string(l->out_features) +
@@ -462,10 +466,7 @@ void apply_float8(const Config& c, nn::Module& model, std::vector<std::string>& 
   }
   const auto converted = nn::convert_to_float8_training(
       model, Float8LinearConfig::from_recipe(f.recipe),
-      [&](const std::string& name, const nn::LinearImpl& l) {
-        return !skipped.count(name) && (named.empty() || named.count(name)) &&
-               nn::float8_dims_ok(name, l);
-      });
+      [&](const std::string& name, const nn::LinearImpl&) { return chosen.count(name) > 0; });
   if (converted.empty()) {
     c.fail("float8.recipe", "no Linear layer of this model can run in float8 (" +
                                 std::to_string(linears.size()) +
