@@ -53,6 +53,23 @@ class CliRunTest : public CliTest {
     EXPECT_TRUE(fs::exists(target)) << read_file(dir_ / (run_dir + ".txt"));
     return pid;
   }
+
+  // cfg.yaml (40 steps, a checkpoint every 5) run again as "r", killed (SIGKILL) after its step-10
+  // checkpoint and resumed, ends with the weights of the run "whole" (already trained), bit for
+  // bit.
+  void expect_killed_run_resumes_to_whole() {
+    const pid_t pid = start_slow_run("r", "checkpoints/step-000000010.ckpt");
+    ::kill(pid, SIGKILL);
+    wait_exit(pid);
+    ASSERT_FALSE(fs::exists(dir_ / "r" / "summary.json"));
+    const Result resumed = run({"resume", "r", "-q"});
+    ASSERT_EQ(resumed.code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("resuming from"), std::string::npos) << resumed.output;
+    expect_clean_metrics(dir_ / "r" / "metrics.jsonl", 40);
+    ASSERT_EQ(run({"export", "r", "r.safetensors"}).code, 0);
+    ASSERT_EQ(run({"export", "whole", "whole.safetensors"}).code, 0);
+    EXPECT_EQ(read_file(dir_ / "r.safetensors"), read_file(dir_ / "whole.safetensors"));
+  }
 };
 
 TEST_F(CliRunTest, ASecondProcessInARunDirectoryIsRefusedNamingTheHolder) {
@@ -640,17 +657,7 @@ TEST_F(CliRunTest, AMuonRunKilledAfterACheckpointResumesBitwise) {
                               "0.bias, 2.bias, 4.weight, 4.bias\n"),
             std::string::npos)
       << whole.output;
-  const pid_t pid = start_slow_run("r", "checkpoints/step-000000010.ckpt");
-  ::kill(pid, SIGKILL);
-  wait_exit(pid);
-  ASSERT_FALSE(fs::exists(dir_ / "r" / "summary.json"));
-  const Result resumed = run({"resume", "r", "-q"});
-  ASSERT_EQ(resumed.code, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("resuming from"), std::string::npos) << resumed.output;
-  expect_clean_metrics(dir_ / "r" / "metrics.jsonl", 40);
-  ASSERT_EQ(run({"export", "r", "r.safetensors"}).code, 0);
-  ASSERT_EQ(run({"export", "whole", "whole.safetensors"}).code, 0);
-  EXPECT_EQ(read_file(dir_ / "r.safetensors"), read_file(dir_ / "whole.safetensors"));
+  expect_killed_run_resumes_to_whole();
 }
 
 TEST_F(CliRunTest, AFloat8RunTrainsItsLinearLayersInFloat8AndResumesBitwise) {
@@ -675,15 +682,7 @@ TEST_F(CliRunTest, AFloat8RunTrainsItsLinearLayersInFloat8AndResumesBitwise) {
   ASSERT_EQ(layers->size(), 2u);
   EXPECT_EQ((*layers)[0].as_string(), "0");
   EXPECT_EQ((*layers)[1].as_string(), "2");
-  const pid_t pid = start_slow_run("r", "checkpoints/step-000000010.ckpt");
-  ::kill(pid, SIGKILL);
-  wait_exit(pid);
-  const Result resumed = run({"resume", "r", "-q"});
-  ASSERT_EQ(resumed.code, 0) << resumed.output;
-  expect_clean_metrics(dir_ / "r" / "metrics.jsonl", 40);
-  ASSERT_EQ(run({"export", "r", "r.safetensors"}).code, 0);
-  ASSERT_EQ(run({"export", "whole", "whole.safetensors"}).code, 0);
-  EXPECT_EQ(read_file(dir_ / "r.safetensors"), read_file(dir_ / "whole.safetensors"));
+  expect_killed_run_resumes_to_whole();
   // The same run without float8 ends elsewhere: the layers did run in float8.
   write_file(dir_ / "plain.yaml",
              std::regex_replace(read_file(dir_ / "cfg.yaml"),
