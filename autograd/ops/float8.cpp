@@ -74,7 +74,7 @@ Tensor float8_scale_op(const Tensor& x, DType dtype, Float8Scaling scaling, int6
     lo = amin(x, Shape{d}, /*keepdim=*/true);
   }
   const Tensor amax_of_x = maximum(hi, neg(lo)).contiguous();
-  Tensor scale = empty(amax_of_x.shape(), TensorOptions(x.device()).dtype(kFloat32));
+  Tensor scale = ops::empty_on(amax_of_x.shape(), kFloat32, x.device());
   amax_to_scale_kernel(x.device())(scale, amax_of_x, float8_max(dtype), power_of_2);
   return scale;
 }
@@ -89,7 +89,7 @@ Tensor float8_cast_op(const Tensor& x, const Tensor& scale, DType dtype) {
   MT_CHECK(broadcast_shapes(x.shape(), scale.shape(), op) == x.shape(), op, ": scale of shape ",
            scale.shape(), " does not broadcast to the input's shape ", x.shape());
   refuse_grad(op, {&x, &scale});
-  Tensor out = empty(x.shape(), TensorOptions(x.device()).dtype(dtype));
+  Tensor out = ops::empty_on(x.shape(), dtype, x.device());
   float8_cast_kernel(x.device())(out, x, scale.expand(x.shape()));
   return out;
 }
@@ -127,15 +127,14 @@ Tensor scaled_mm_op(const Tensor& a, const Tensor& b, const Tensor& scale_a, con
     bias32 = bias.to(kFloat32).contiguous();
   }
   autograd::NoGradGuard no_grad;
-  const TensorOptions f32 = TensorOptions(a.device()).dtype(kFloat32);
-  Tensor acc = empty(Shape{M, N}, f32);
+  Tensor acc = ops::empty_on(Shape{M, N}, kFloat32, a.device());
   if (K == 0) {
     fill_kernel(a.device())(acc, Scalar(0.0));
   } else if (acc.numel() > 0) {
     // Exact widening: the products of bfloat16 values are exact in the float32 accumulator.
     gemm_opmath_kernel(a.device())(acc, widened(a), widened(b), false);
   }
-  Tensor out = empty(Shape{M, N}, TensorOptions(a.device()).dtype(out_type));
+  Tensor out = ops::empty_on(Shape{M, N}, out_type, a.device());
   scaled_mm_epilogue_kernel(a.device())(out, acc, scale_a.contiguous(), scale_b.contiguous(),
                                         bias32);
   return out;
