@@ -15,6 +15,7 @@
 #include "distributed/ddp.h"
 #include "distributed/init.h"
 #include "distributed/zero.h"
+#include "nn/float8.h"
 #include "runner/files/atomic_file.h"
 #include "runner/files/run_lock.h"
 #include "runner/files/text.h"
@@ -215,6 +216,12 @@ int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& 
   runner::Trainer trainer(run.model, forward, run.loss, optimizer, run.train_loader, opts);
   if (scheduler) trainer.set_scheduler(scheduler);
   if (zero) trainer.set_zero(zero, /*checkpoints=*/true);  // rank 0 always has a run directory
+  if (ranks.group) {
+    // Delayed float8 scales from every rank's maxima (TE's reduce_amax), the same on each rank.
+    trainer.set_float8_amax_reduce([group = ranks.group](Tensor& amaxes) {
+      group->allreduce(amaxes, distributed::ReduceOp::Max)->wait();
+    });
+  }
   if (run.val_loader) trainer.set_val_loader(run.val_loader);
   trainer.add_callback(std::make_shared<StopOnSignal>(ranks.group.get()));
   if (ddp && run.config.grad_accum_steps > 1)
@@ -235,9 +242,14 @@ int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& 
   if (ranks.group) {
     const std::string hash =
         runner::check_ranks_agree_on_state(*ranks.group, *run.model, &trainer.scaler());
-    ranks.out() << (trainer.scaler().is_enabled() ? "parameters, buffers and loss scaler"
-                                                  : "parameters and buffers")
-                << " identical on all " << ranks.group->size() << " ranks (hash " << hash << ")\n";
+    std::vector<std::string> what = {"parameters", "buffers"};
+    if (!nn::float8_delayed_layers(*run.model).empty()) what.push_back("float8 scales");
+    if (trainer.scaler().is_enabled()) what.push_back("loss scaler");
+    std::string said = what[0];
+    for (size_t i = 1; i < what.size(); ++i)
+      said += (i + 1 == what.size() ? " and " : ", ") + what[i];
+    ranks.out() << said << " identical on all " << ranks.group->size() << " ranks (hash " << hash
+                << ")\n";
   }
   const int code = print_summary(summary, run_dir, ranks.out());
   const runner::Config& c = run.config;

@@ -1,5 +1,7 @@
 #include "engine/float8_config.h"
 
+#include <cmath>
+
 #include "engine/error.h"
 
 namespace mantissa {
@@ -12,8 +14,14 @@ const char* float8_scaling_name(Float8Scaling s) {
       return "tensorwise";
     case Float8Scaling::Rowwise:
       return "rowwise";
+    case Float8Scaling::Delayed:
+      return "delayed";
   }
   return "?";
+}
+
+const char* float8_amax_algo_name(Float8AmaxAlgo a) {
+  return a == Float8AmaxAlgo::Max ? "max" : "most_recent";
 }
 
 Float8LinearConfig Float8LinearConfig::from_recipe(std::string_view name) {
@@ -34,6 +42,13 @@ Float8LinearConfig Float8LinearConfig::from_recipe(std::string_view name) {
     c.input_for_grad_weight = Float8Cast{Float8Scaling::Disabled, kFloat8E4M3FN};
     c.grad_output_for_grad_weight = Float8Cast{Float8Scaling::Disabled, kFloat8E4M3FN};
     c.round_scales_to_power_of_2 = true;
+    return c;
+  }
+  if (name == "delayed") {
+    constexpr Float8Cast kDelayedE4M3{Float8Scaling::Delayed, kFloat8E4M3FN};
+    constexpr Float8Cast kDelayedE5M2{Float8Scaling::Delayed, kFloat8E5M2};
+    c.input = c.weight = c.input_for_grad_weight = c.weight_for_grad_input = kDelayedE4M3;
+    c.grad_output = c.grad_output_for_grad_weight = kDelayedE5M2;
     return c;
   }
   MT_THROW("float8: unknown recipe '", std::string(name), "' (expected one of: ", kFloat8Recipes,
@@ -60,6 +75,20 @@ void Float8LinearConfig::validate(const char* op) const {
   check(input, weight, "output");
   check(grad_output, weight_for_grad_input, "grad_input");
   check(grad_output_for_grad_weight, input_for_grad_weight, "grad_weight");
+  // The layer keeps one delayed scale per tensor, used by every product that reads it.
+  int delayed_casts = 0;
+  for (const Float8Cast* c : {&input, &weight, &grad_output, &input_for_grad_weight,
+                              &weight_for_grad_input, &grad_output_for_grad_weight})
+    delayed_casts += c->scaling == Float8Scaling::Delayed ? 1 : 0;
+  MT_CHECK(delayed_casts == 0 || delayed_casts == 6, op,
+           ": delayed scaling must scale every operand of the three products (",
+           delayed_casts, " of 6 casts are delayed)");
+  if (delayed_casts == 0) return;
+  MT_CHECK(delayed.amax_history_len >= 1, op,
+           ": delayed scaling needs an amax history of at least 1 step, got ",
+           delayed.amax_history_len);
+  MT_CHECK(std::isfinite(delayed.margin) && delayed.margin >= 0, op,
+           ": delayed scaling needs a finite margin >= 0, got ", delayed.margin);
 }
 
 }  // namespace mantissa

@@ -1,8 +1,15 @@
 // Float8 training as a precision policy: the Linear layers of any model run their three products
 // in float8 (torchao's convert_to_float8_training, without swapping modules: each converted
 // nn::Linear keeps its parameters and runs float8_linear, engine/ops.def).
+//
+// Delayed scaling (Transformer Engine's DelayedScaling) keeps state in each layer: an amax
+// history and the scales made from it. The forward and backward record each operand's absolute
+// maximum; update_float8_scales, called once after every optimizer step (the Trainer does), makes
+// the next step's scales from the history and moves the history on (torchao's former
+// sync_float8_amax_and_scale_history).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -19,8 +26,26 @@ bool float8_dims_ok(const std::string& name, const LinearImpl& layer);
 
 // Sets `config` on every nn::Linear under `root` (root included) that `filter` takes, and
 // returns their names; the others are left as they are. Converting again replaces the config.
+// A delayed config gives each layer a fresh state: a zero history and scales of 1 (TE's start).
 std::vector<std::string> convert_to_float8_training(Module& root,
                                                     const Float8LinearConfig& config = {},
                                                     const Float8Filter& filter = float8_dims_ok);
+
+// Combines the step's absolute maxima of all delayed layers over data-parallel ranks, in place:
+// given a float32 [layers, 3] tensor, leaves every rank with the elementwise maximum (a max
+// all-reduce; TE's reduce_amax), so every rank makes the same scales.
+using AmaxReduce = std::function<void(Tensor& amaxes)>;
+
+// TE's amax_and_scale_update for every layer under `root` with delayed scaling, after
+// `reduce_amax` (when given) has combined the step's maxima (row 0 of each history):
+//   amax  = the largest value of the history (Max) or its row 0 (MostRecent)
+//   scale = (fp8_max / 2^margin) / amax where amax is finite and > 0, else unchanged (and the
+//           largest finite float32 where that quotient overflows)
+//   history rolled by one step (row i takes row i+1, the last row takes row 0), row 0 zeroed.
+// No host reads. Returns the number of layers updated.
+int64_t update_float8_scales(Module& root, const AmaxReduce& reduce_amax = {});
+
+// The layers with delayed scaling under `root`, by qualified name.
+std::vector<std::pair<std::string, LinearImpl*>> float8_delayed_layers(Module& root);
 
 }  // namespace mantissa::nn

@@ -31,6 +31,13 @@ Tensor LinearImpl::forward(const Tensor& x) {
            "Linear: expected input with last "
            "dimension ",
            in_features, ", got input of shape ", x.shape());
+  if (float8 && float8->is_delayed()) {
+    if (float8_scale.defined() && float8_scale.device() != weight.device()) {
+      float8_amax_history = float8_amax_history.to(weight.device());
+      float8_scale = float8_scale.to(weight.device());
+    }
+    return float8_linear(x, weight, bias, *float8, float8_amax_history, float8_scale);
+  }
   if (float8) return float8_linear(x, weight, bias, *float8);
   return linear(x, weight, bias);
 }

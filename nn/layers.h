@@ -34,6 +34,11 @@ class LinearImpl : public UnaryModule {
   // Set: the layer's products run in float8 as this says (float8_linear; nn/float8.h sets it on
   // the Linear layers of a model).
   std::optional<Float8LinearConfig> float8;
+  // Delayed scaling's state (float8_linear's amax_history [len, 3] and scale [3], float32: the
+  // input, the weight and the output's gradient), made by convert_to_float8_training and moved
+  // on by update_float8_scales (nn/float8.h). Not in the state_dict: training checkpoints hold it
+  // (runner/training/checkpoint.h). It follows the weight's device.
+  Tensor float8_amax_history, float8_scale;
 };
 MANTISSA_MODULE(Linear);
 

@@ -692,6 +692,37 @@ TEST_F(CliRunTest, AFloat8RunTrainsItsLinearLayersInFloat8AndResumesBitwise) {
   EXPECT_NE(read_file(dir_ / "plain.safetensors"), read_file(dir_ / "whole.safetensors"));
 }
 
+// Delayed scaling keeps each layer's amax history and scales in the checkpoint: the killed run
+// resumes to the whole run's weights bit for bit (from fresh scales it would not).
+TEST_F(CliRunTest, ADelayedFloat8RunKeepsItsScalesInTheCheckpointAndResumesBitwise) {
+  write_file(dir_ / "cfg.yaml",
+             "model:\n  layers:\n    - {type: linear, in: 16, out: 32}\n    - relu\n"
+             "    - {type: linear, in: 32, out: 32}\n    - relu\n"
+             "    - {type: linear, in: 32, out: 5}\n"
+             "data: {type: teacher, samples: 100, batch_size: 20, noise: 0.1, in_features: 16}\n"
+             "optimizer: {type: adamw, lr: 0.01}\nprecision: bfloat16\n"
+             "float8: {recipe: delayed, amax_history_len: 16}\nsteps: 40\nlog_every: 1\n"
+             "checkpoint_every: 5\n");
+  const Result whole = run({"train", "cfg.yaml", "--run-dir", "whole", "-q"});
+  ASSERT_EQ(whole.code, 0) << whole.output;
+  EXPECT_NE(whole.output.find("float8 delayed (amax history 16, max, margin 0): 2 of 3 Linear "
+                              "layers"),
+            std::string::npos)
+      << whole.output;
+  EXPECT_NE(read_file(dir_ / "whole" / "resolved.yaml")
+                .find("float8:\n  recipe: delayed\n  amax_history_len: 16\n"),
+            std::string::npos);
+  const auto ckpt = mantissa::runner::parse_safetensors(
+      read_file(dir_ / "whole" / "checkpoints" / "step-000000040.ckpt"), "checkpoint");
+  for (const char* name : {"float8.0.amax_history", "float8.0.scale", "float8.2.scale"})
+    EXPECT_NE(ckpt.find(name), nullptr) << name;
+  ASSERT_NE(ckpt.find("float8.2.amax_history"), nullptr);
+  EXPECT_EQ(ckpt.find("float8.2.amax_history")->shape(), mantissa::Shape({16, 3}));
+  // The scales moved from their start (1) to the data's.
+  EXPECT_NE(ckpt.find("float8.0.scale")->to_vector<float>()[0], 1.0f);
+  expect_killed_run_resumes_to_whole();
+}
+
 TEST_F(CliRunTest, Float8KeysThatCannotBeMetAreOneConfigErrorLine) {
   const std::string model =
       "model:\n  layers:\n    - {type: linear, in: 10, out: 32}\n    - relu\n"
@@ -704,6 +735,11 @@ TEST_F(CliRunTest, Float8KeysThatCannotBeMetAreOneConfigErrorLine) {
       {"float8: {recipe: rowwise, skip: ['9']}", "float8.skip"},
       {"float8: {layers: ['2']}", "float8.layers"},
       {"float8: {recipe: tensorwise, skip: ['2']}", "float8.recipe"},  // none left to convert
+      {"float8: {recipe: delayed, amax_history_len: 0}", "float8.amax_history_len"},
+      {"float8: {recipe: delayed, amax_compute_algo: mean}", "float8.amax_compute_algo"},
+      {"float8: {recipe: delayed, margin: -1}", "float8.margin"},
+      {"float8: {recipe: tensorwise, margin: 1}", "float8.margin"},
+      {"float8: {recipe: rowwise, amax_history_len: 8}", "float8.amax_history_len"},
   };
   for (const auto& [section, key] : bad) {
     write_file(dir_ / "bad.yaml", model + section + "\n");

@@ -487,6 +487,55 @@ TEST_F(DistributedRunTest, ActivationCheckpointingGivesTheSameWeightsUnderDdp) {
   EXPECT_TRUE(tensors("checkpointed") == tensors("plain")) << "the weights differ";
 }
 
+// Delayed float8 scaling under DDP: each step's absolute maxima are combined over the ranks
+// (a max all-reduce, TE's reduce_amax) before the scales are made, so both ranks keep the same
+// scales (the end-of-run hash covers them) and 2 ranks of 64 examples step as 1 process of 128.
+// The input's and weight's maxima are the whole batch's; the output gradient's is twice the
+// single process's (each rank's loss averages half the batch), and so is its scale's inverse:
+// the same float8 codes, a power of two apart — from the second step on: the first runs with
+// TE's starting scales of 1 on both, where the ranks' doubled gradients keep bits that the single
+// process's lose in e5m2's subnormal range. That and the order of the float32 sums (a value
+// moved across a float8 rounding boundary) are what differ: on a Zen 4, 7.2e-6 after one step
+// and 9.3e-5 after 12 (the same runs without float8: 3e-8). Without the reduction the ranks'
+// scales differ and the end-of-run check fails the run.
+TEST_F(DistributedRunTest, DelayedFloat8OnTwoRanksOf64StepsAsOneProcessOf128) {
+  const auto config = [](int batch, const std::string& extra) {
+    return "model:\n  layers:\n    - {type: linear, in: 16, out: 32}\n    - relu\n"
+           "    - {type: linear, in: 32, out: 32}\n    - relu\n"
+           "    - {type: linear, in: 32, out: 16}\n"
+           "data: {type: teacher, samples: 256, batch_size: " +
+           std::to_string(batch) +
+           ", noise: 0.1, in_features: 16, out_features: 16}\n"
+           "optimizer: {type: sgd, lr: 0.05, momentum: 0.9}\n"
+           "float8: {recipe: delayed, amax_history_len: 4}\n"
+           "device: cpu\nsteps: 12\nlog_every: 1\ndistributed: {timeout_s: 20" +
+           extra + "}\n";
+  };
+  write_file(dir_ / "cfg.yaml", config(64, ""));
+  const Result two = run(train_args("two"));
+  ASSERT_EQ(two.code, 0) << two.output;
+  EXPECT_TRUE(contains(two.output, "parameters, buffers and float8 scales identical on all 2 ranks"))
+      << two.output;
+  write_file(dir_ / "cfg.yaml", config(128, ""));
+  const Result one = run({"train", "cfg.yaml", "--run-dir", "one", "-q"});
+  ASSERT_EQ(one.code, 0) << one.output;
+  const auto load = [&](const std::string& run_dir) {
+    return mantissa::runner::parse_safetensors(weights(run_dir), run_dir);
+  };
+  const auto a = load("two"), b = load("one");
+  ASSERT_EQ(a.names(), b.names());
+  double worst = 0;
+  for (const auto& [name, t] : a.tensors) {
+    const auto x = t.to_vector<float>(), y = b.at(name).to_vector<float>();
+    ASSERT_EQ(x.size(), y.size()) << name;
+    for (size_t i = 0; i < x.size(); ++i)
+      worst = std::max(worst, std::abs(static_cast<double>(x[i]) - y[i]));
+  }
+  std::cout << "DDP 2 x 64 against 1 x 128 after 12 delayed float8 steps: max |difference| "
+            << worst << "\n";
+  EXPECT_LT(worst, 5e-4);
+}
+
 // Muon under DDP: each rank orthogonalises the all-reduced gradient of every matrix, so 2 ranks of
 // 64 examples step as 1 process of the same 128 (the ranks' shards of each epoch's order are the
 // single process's batch), within 1e-6, and the ranks end equal. With the iteration in float32:

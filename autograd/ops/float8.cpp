@@ -35,6 +35,10 @@ void refuse_grad(const char* op, std::initializer_list<const Tensor*> inputs) {
            "use NoGradGuard); float8_linear differentiates through its float8 products");
 }
 
+// max |x| as max(amax(x), -amin(x)): the same value (NaN included) from two reads of x, without
+// writing |x| out. A 0-d tensor of x's dtype.
+Tensor abs_max(const Tensor& x) { return maximum(amax(x), neg(amin(x))); }
+
 // A scale's shape against the product's [M,N]: one value, or a row (column) of them.
 bool is_single(const Tensor& s) { return s.numel() == 1 && s.dim() <= 2; }
 bool is_rows(const Tensor& s, int64_t m) {
@@ -59,21 +63,20 @@ Tensor float8_scale_op(const Tensor& x, DType dtype, Float8Scaling scaling, int6
   check_float8_dtype(op, dtype);
   check_high_precision(op, "input", x);
   MT_CHECK(scaling != Float8Scaling::Disabled, op, ": scaling 'disabled' has no scale");
+  MT_CHECK(scaling != Float8Scaling::Delayed, op,
+           ": a delayed scale comes from the layer's amax history (float8_linear's state), not "
+           "from x");
   autograd::NoGradGuard no_grad;
-  // max |x| as max(amax(x), -amin(x)): the same value (NaN included) from two reads of x, without
-  // writing |x| out.
-  Tensor hi, lo;
+  Tensor amax_of_x;
   if (scaling == Float8Scaling::Tensorwise) {
-    hi = amax(x);
-    lo = amin(x);
+    amax_of_x = abs_max(x);
   } else {
     MT_CHECK(x.dim() >= 1, op, ": rowwise scaling needs at least one dim, got shape ", x.shape());
     const int64_t d = dim < 0 ? dim + x.dim() : dim;
     MT_CHECK(d >= 0 && d < x.dim(), op, ": dim ", dim, " out of range for shape ", x.shape());
-    hi = amax(x, Shape{d}, /*keepdim=*/true);
-    lo = amin(x, Shape{d}, /*keepdim=*/true);
+    amax_of_x = maximum(amax(x, Shape{d}, /*keepdim=*/true), neg(amin(x, Shape{d}, true)));
   }
-  const Tensor amax_of_x = maximum(hi, neg(lo)).contiguous();
+  amax_of_x = amax_of_x.contiguous();
   Tensor scale = ops::empty_on(amax_of_x.shape(), kFloat32, x.device());
   amax_to_scale_kernel(x.device())(scale, amax_of_x, float8_max(dtype), power_of_2);
   return scale;
@@ -157,6 +160,22 @@ Operand cast_operand(const Tensor& hp, const Float8Cast& c, int64_t dim, bool po
   return {float8_cast(hp, s, c.dtype), s};
 }
 
+// Delayed scaling's state (float8_linear's amax_history and scale): the column of each tensor.
+enum DelayedRole : int64_t { kInputRole = 0, kWeightRole = 1, kGradOutputRole = 2 };
+
+// TE's delayed cast: hp in float8 by the layer's current scale for `role` (a copy, so the
+// backward reads the scale the forward used), its absolute maximum folded into row 0 of the
+// history. A NaN maximum is not recorded (TE's amax skips NaN values).
+Operand cast_delayed(const Tensor& hp, const Float8Cast& c, const Tensor& history,
+                     const Tensor& scale, int64_t role) {
+  Tensor a = abs_max(hp).to(kFloat32);
+  a.masked_fill_(isnan(a), 0.0);
+  Tensor slot = history.narrow(0, 0, 1).narrow(1, role, 1);
+  slot.copy_(maximum(slot, a.reshape(Shape{1, 1})));
+  const Tensor s = scale.narrow(0, role, 1).reshape(Shape{}).clone();
+  return {float8_cast(hp, s, c.dtype), s};
+}
+
 // torchao's mm of two operands (preprocess_addmm, addmm_float8_unwrapped): the scaled product
 // with the inverted scales, in out_dtype. Row scales without fast accumulation are applied after a
 // product in bfloat16 (a float32 or float16 result of row scales is produced in bfloat16 and
@@ -190,14 +209,50 @@ Tensor product(const Operand& a, const Operand& b, DType out_dtype, bool fast_ac
 // The fast-accumulation switch of each product, torchao's defaults (Float8GemmConfig).
 constexpr bool kFastAccumOutput = true, kFastAccumGradInput = false, kFastAccumGradWeight = false;
 
+// A cast of one scale for the whole tensor, made again in the backward, gives the same bits.
 bool reuses_tensorwise(const Float8Cast& forward, const Float8Cast& backward) {
-  return forward == backward && forward.scaling == Float8Scaling::Tensorwise;
+  return forward == backward && (forward.scaling == Float8Scaling::Tensorwise ||
+                                 forward.scaling == Float8Scaling::Delayed);
+}
+
+// One operand's cast: the scaled cast of hp by `c`, from the delayed state when it is delayed.
+struct Caster {
+  bool pow2;
+  Tensor history, scale;  // delayed scaling only
+  Operand operator()(const Tensor& hp, const Float8Cast& c, int64_t dim, DelayedRole role) const {
+    if (c.scaling == Float8Scaling::Delayed) return cast_delayed(hp, c, history, scale, role);
+    return cast_operand(hp, c, dim, pow2);
+  }
+};
+
+void check_delayed_state(const char* op, const Float8LinearConfig& config, const Tensor& x,
+                         const Tensor& history, const Tensor& scale) {
+  if (!config.is_delayed()) {
+    MT_CHECK(!history.defined() && !scale.defined(), op,
+             ": amax_history and scale are delayed scaling's state; this config's casts are ",
+             float8_scaling_name(config.input.scaling));
+    return;
+  }
+  const int64_t len = config.delayed.amax_history_len;
+  MT_CHECK(history.defined() && scale.defined(), op,
+           ": delayed scaling needs the layer's amax_history [", len, ", 3] and scale [3]");
+  ops::check_same_device(op, x, history);
+  ops::check_same_device(op, x, scale);
+  MT_CHECK(history.dtype() == kFloat32 && scale.dtype() == kFloat32, op,
+           ": expected a float32 amax_history and scale, got ", history.dtype(), " and ",
+           scale.dtype());
+  MT_CHECK(history.shape() == Shape({len, 3}) && scale.shape() == Shape({3}), op,
+           ": expected amax_history of shape [", len, ", 3] and scale of shape [3], got ",
+           history.shape(), " and ", scale.shape());
+  MT_CHECK(!history.requires_grad() && !scale.requires_grad(), op,
+           ": amax_history and scale are state, not inputs to differentiate");
 }
 
 }  // namespace
 
 Tensor float8_linear_op(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                        const Float8LinearConfig& config) {
+                        const Float8LinearConfig& config, const Tensor& amax_history,
+                        const Tensor& scale) {
   const char* op = "float8_linear";
   config.validate(op);
   check_high_precision(op, "input", x);
@@ -222,17 +277,18 @@ Tensor float8_linear_op(const Tensor& x, const Tensor& weight, const Tensor& bia
   out_shape.resize(x.dim() - 1);
   const int64_t rows = out_shape.numel();
   out_shape.push_back(out_features);
+  check_delayed_state(op, config, x, amax_history, scale);
   const bool record = autograd::needs_grad({&x, &weight});
-  const bool pow2 = config.round_scales_to_power_of_2;
+  const Caster cast{config.round_scales_to_power_of_2, amax_history, scale};
 
   Tensor x2, out;
   Operand xa, wt;
   {
     autograd::NoGradGuard no_grad;
     x2 = x.reshape(Shape{rows, in});
-    xa = cast_operand(x2, config.input, -1, pow2);
+    xa = cast(x2, config.input, -1, kInputRole);
     // weight^T [in, out] with one scale per output column (torchao's axiswise dim 0).
-    wt = cast_operand(weight.t(), config.weight, 0, pow2);
+    wt = cast(weight.t(), config.weight, 0, kWeightRole);
     out = product(xa, wt, x.dtype(), kFastAccumOutput).contiguous();
   }
   // A plain view of the fresh product, not one made under the guard (which in-place ops on the
@@ -249,30 +305,32 @@ Tensor float8_linear_op(const Tensor& x, const Tensor& weight, const Tensor& bia
         .save(x.requires_grad() && w_fp8 ? wt.scale : Tensor());
     rec.finish(
         out,
-        [config, x_fp8, w_fp8, rows, out_features, pow2, x_shape = x.shape(),
+        [config, x_fp8, w_fp8, rows, out_features, cast, x_shape = x.shape(),
          w_dtype = weight.dtype()](BackwardContext& ctx) -> Grads {
           const Tensor g = ctx.grad().reshape(Shape{rows, out_features});
           // A tensorwise grad_output cast is the same for both products: made once.
           const bool go_once =
               reuses_tensorwise(config.grad_output, config.grad_output_for_grad_weight);
           Operand go_shared;
-          if (go_once) go_shared = cast_operand(g, config.grad_output, -1, pow2);
+          if (go_once) go_shared = cast(g, config.grad_output, -1, kGradOutputRole);
           Tensor gx, gw;
           if (ctx.needs(0)) {
-            const Operand go = go_once ? go_shared : cast_operand(g, config.grad_output, -1, pow2);
+            const Operand go =
+                go_once ? go_shared : cast(g, config.grad_output, -1, kGradOutputRole);
             // weight^T [in, out] cast along its rows, transposed to [out, in] with column
             // scales.
             const Operand w_t =
                 w_fp8 ? Operand{ctx.saved(2), ctx.saved(3)}
-                      : cast_operand(ctx.saved(2).t(), config.weight_for_grad_input, -1, pow2);
+                      : cast(ctx.saved(2).t(), config.weight_for_grad_input, -1, kWeightRole);
             gx = product(go, w_t.t(), g.dtype(), kFastAccumGradInput).reshape(x_shape);
           }
           if (ctx.needs(1)) {
-            const Operand go =
-                go_once ? go_shared : cast_operand(g, config.grad_output_for_grad_weight, 0, pow2);
+            const Operand go = go_once ? go_shared
+                                       : cast(g, config.grad_output_for_grad_weight, 0,
+                                              kGradOutputRole);
             const Operand x_in =
                 x_fp8 ? Operand{ctx.saved(0), ctx.saved(1)}
-                      : cast_operand(ctx.saved(0), config.input_for_grad_weight, 0, pow2);
+                      : cast(ctx.saved(0), config.input_for_grad_weight, 0, kInputRole);
             gw = product(go.t(), x_in, g.dtype(), kFastAccumGradWeight);
             if (gw.dtype() != w_dtype) gw = gw.to(w_dtype);
           }

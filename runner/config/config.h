@@ -395,6 +395,10 @@ struct Float8TrainingConfig {
   std::string recipe = "none";      // none, or a name Float8LinearConfig::from_recipe takes
   std::vector<std::string> layers;  // patterns of the Linear layers to convert; empty: all
   std::vector<std::string> skip;    // patterns of Linear layers left in high precision
+  // recipe delayed only (Float8DelayedScaling, TE's DelayedScaling defaults).
+  int64_t amax_history_len = 1024;
+  std::string amax_compute_algo = "max";
+  double margin = 0.0;
 };
 
 struct Config {

@@ -618,12 +618,27 @@ void describe(V& v, DistributedConfig& d) {
 template <typename V>
 void describe(V& v, Float8TrainingConfig& f) {
   v.field(key("recipe", f.recipe)
-              .one_of({"none", "tensorwise", "rowwise", "rowwise_with_gw_hp"})
+              .one_of({"none", "tensorwise", "rowwise", "rowwise_with_gw_hp", "delayed"})
               .doc("run the products of the model's Linear layers in float8 with torchao's recipe "
                    "(see docs/mixed-precision.md): `tensorwise` (one scale per tensor, e5m2 "
                    "gradients), `rowwise` (a power-of-two scale per row, all e4m3), "
-                   "`rowwise_with_gw_hp` (rowwise, the weight gradient in high precision); "
-                   "`none`: off"));
+                   "`rowwise_with_gw_hp` (rowwise, the weight gradient in high precision); or "
+                   "Transformer Engine's `delayed` (one scale per tensor from the absolute maxima "
+                   "of earlier steps, e5m2 gradients); `none`: off"));
+  v.field(key("amax_history_len", f.amax_history_len)
+              .at_least(1)
+              .omitted_when(Float8TrainingConfig{}.amax_history_len)
+              .doc("`delayed`: steps of absolute maxima each scale is made from"));
+  v.field(key("amax_compute_algo", f.amax_compute_algo)
+              .one_of({"max", "most_recent"})
+              .omitted_when(Float8TrainingConfig{}.amax_compute_algo)
+              .doc("`delayed`: the scale's amax is the history's largest (`max`) or the last "
+                   "step's (`most_recent`)"));
+  v.field(key("margin", f.margin)
+              .non_negative()
+              .omitted_when(Float8TrainingConfig{}.margin)
+              .doc("`delayed`: scales are made for a maximum of fp8_max / 2^margin, leaving room "
+                   "for growth"));
   v.field(key("layers", f.layers)
               .optional_output()
               .default_text("every Linear layer whose features are multiples of 16")

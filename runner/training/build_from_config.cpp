@@ -432,8 +432,21 @@ void apply_float8(const Config& c, nn::Module& model, std::vector<std::string>& 
   if (f.recipe == "none") {
     if (!f.layers.empty() || !f.skip.empty())
       c.fail(f.layers.empty() ? "float8.skip" : "float8.layers", "needs float8.recipe");
-    return;
   }
+  if (f.recipe != "delayed") {
+    const Float8TrainingConfig d;
+    const char* set = f.amax_history_len != d.amax_history_len     ? "float8.amax_history_len"
+                      : f.amax_compute_algo != d.amax_compute_algo ? "float8.amax_compute_algo"
+                      : f.margin != d.margin                       ? "float8.margin"
+                                                                   : nullptr;
+    if (set != nullptr) c.fail(set, "applies to float8.recipe: delayed only");
+  }
+  if (f.recipe == "none") return;
+  Float8LinearConfig config = Float8LinearConfig::from_recipe(f.recipe);
+  config.delayed.amax_history_len = f.amax_history_len;
+  config.delayed.amax_compute_algo =
+      f.amax_compute_algo == "max" ? Float8AmaxAlgo::Max : Float8AmaxAlgo::MostRecent;
+  config.delayed.margin = f.margin;
   std::vector<std::pair<std::string, const nn::LinearImpl*>> linears;
   for (const auto& [name, m] : model.named_modules())
     if (const auto* l = dynamic_cast<const nn::LinearImpl*>(m.get())) linears.emplace_back(name, l);
@@ -465,7 +478,7 @@ void apply_float8(const Config& c, nn::Module& model, std::vector<std::string>& 
     left.push_back(name);
   }
   const auto converted = nn::convert_to_float8_training(
-      model, Float8LinearConfig::from_recipe(f.recipe),
+      model, config,
       [&](const std::string& name, const nn::LinearImpl&) { return chosen.count(name) > 0; });
   if (converted.empty()) {
     c.fail("float8.recipe", "no Linear layer of this model can run in float8 (" +
@@ -473,7 +486,14 @@ void apply_float8(const Config& c, nn::Module& model, std::vector<std::string>& 
                                 " Linear layers; float8 needs in and out features that are "
                                 "multiples of 16 and a layer float8.skip does not name)");
   }
-  std::string line = "float8 " + f.recipe + ": " + std::to_string(converted.size()) + " of " +
+  std::string recipe = f.recipe;
+  if (config.is_delayed()) {
+    std::ostringstream os;
+    os << " (amax history " << f.amax_history_len << ", " << f.amax_compute_algo << ", margin "
+       << f.margin << ")";
+    recipe += os.str();
+  }
+  std::string line = "float8 " + recipe + ": " + std::to_string(converted.size()) + " of " +
                      std::to_string(linears.size()) + " Linear layers";
   if (!left.empty()) {
     line += "; features not multiples of 16, left in high precision:";

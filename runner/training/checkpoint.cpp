@@ -12,6 +12,7 @@
 #include "amp/grad_scaler.h"
 #include "distributed/zero.h"
 #include "engine/generator.h"
+#include "nn/float8.h"
 #include "nn/module.h"
 #include "nn/optim/lr_scheduler.h"
 #include "nn/optim/optimizer.h"
@@ -106,6 +107,47 @@ Json optimizer_json(const optim::Optimizer& opt, const optim::OptimizerState& st
 
 std::string optim_tensor_name(int64_t id, const std::string& buffer) {
   return "optim." + std::to_string(id) + "." + buffer;
+}
+
+std::string float8_tensor_name(const std::string& layer, const char* what) {
+  return "float8." + layer + "." + what;
+}
+
+// The saved delayed-scaling state of each of the model's delayed float8 layers (history, scale),
+// checked against the layers': every layer's, no other, of the same shapes.
+std::vector<std::pair<nn::LinearImpl*, std::pair<Tensor, Tensor>>> float8_state(
+    const std::string& what, JsonView meta, const SafetensorsFile& file, nn::Module& model) {
+  std::vector<std::pair<nn::LinearImpl*, std::pair<Tensor, Tensor>>> out;
+  const auto delayed = nn::float8_delayed_layers(model);
+  const std::optional<JsonView> f = meta.find("float8");
+  if (delayed.empty()) {
+    MT_CHECK(!f || f->is_null(), what,
+             " holds delayed float8 scaling state, but no layer of the model has delayed scaling");
+    return out;
+  }
+  MT_CHECK(f && !f->is_null(), what, " has no delayed float8 scaling state, but the model has ",
+           delayed.size(), " layer(s) with delayed scaling");
+  std::set<std::string> saved;
+  for (const JsonView n : f->at("layers").elements()) saved.insert(n.as_string());
+  for (const auto& [name, layer] : delayed) {
+    MT_CHECK(saved.erase(name) == 1, what, ": no delayed float8 scaling state for layer '", name,
+             "'");
+    const Tensor* h = file.find(float8_tensor_name(name, "amax_history"));
+    const Tensor* sc = file.find(float8_tensor_name(name, "scale"));
+    MT_CHECK(h != nullptr && sc != nullptr, what, ": float8 tensors of layer '", name,
+             "' are missing");
+    for (const auto& [got, want] : {std::pair{h, &layer->float8_amax_history},
+                                    std::pair{sc, &layer->float8_scale}}) {
+      MT_CHECK(got->shape() == want->shape() && got->dtype() == want->dtype(), what,
+               ": float8 state of layer '", name, "' has shape ", shape_str(got->shape()), " (",
+               got->dtype(), ") but the layer's is ", shape_str(want->shape()), " (",
+               want->dtype(), ")");
+    }
+    out.push_back({layer, {*h, *sc}});
+  }
+  MT_CHECK(saved.empty(), what, ": delayed float8 scaling state for layer '",
+           saved.empty() ? "" : *saved.begin(), "', which the model does not scale that way");
+  return out;
 }
 
 // The parsed, checksum-verified file.
@@ -299,6 +341,18 @@ void save_checkpoint(const std::string& path, const CheckpointParts& parts) {
   }
   model["tensors"] = std::move(sig);
   meta["model"] = std::move(model);
+  // Delayed float8 scaling's per-layer state (absent when no layer has it).
+  if (const auto delayed = nn::float8_delayed_layers(*parts.model); !delayed.empty()) {
+    Json names = Json::array();
+    for (const auto& [name, layer] : delayed) {
+      names.push_back(name);
+      tensors.emplace_back(float8_tensor_name(name, "amax_history"), layer->float8_amax_history);
+      tensors.emplace_back(float8_tensor_name(name, "scale"), layer->float8_scale);
+    }
+    Json f;
+    f["layers"] = std::move(names);
+    meta["float8"] = std::move(f);
+  }
 
   if (parts.optimizer) {
     const optim::OptimizerState st =
@@ -415,8 +469,10 @@ void load_checkpoint(const std::string& path, CheckpointParts& parts) {
   std::optional<DType> state_dtype;
   bool stochastic_rounding = false;
   uint64_t sr_seed = 0;
+  std::vector<std::pair<nn::LinearImpl*, std::pair<Tensor, Tensor>>> float8;
   try {
     check_model(what, meta.at("model").at("tensors"), *parts.model);
+    float8 = float8_state(what, meta, file, *parts.model);
     if (parts.optimizer) {
       const JsonView j = meta.at("optimizer");
       MT_CHECK(!j.is_null(), what, " has no optimizer state, but an optimizer was given");
@@ -463,6 +519,13 @@ void load_checkpoint(const std::string& path, CheckpointParts& parts) {
     nn::StateDict sd;
     for (const auto& [name, t] : info.weights) sd.insert(name, t);
     parts.model->load_state_dict(sd, /*strict=*/true);
+  }
+  if (!float8.empty()) {
+    autograd::NoGradGuard no_grad;
+    for (const auto& [layer, state] : float8) {
+      layer->float8_amax_history.copy_(state.first);
+      layer->float8_scale.copy_(state.second);
+    }
   }
   if (opt_state) {
     parts.optimizer->set_master_weights(master_weights);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <vector>
 
+#include "nn/float8.h"
 #include "engine/error.h"
 #include "engine/factory.h"
 #include "runner/files/hash.h"
@@ -242,7 +243,7 @@ int share_file_from_rank0(distributed::ProcessGroup& group, const std::string& p
   return receivers;
 }
 
-std::string check_ranks_agree_on_state(distributed::ProcessGroup& group, const nn::Module& model,
+std::string check_ranks_agree_on_state(distributed::ProcessGroup& group, nn::Module& model,
                                        const amp::GradScaler* scaler) {
   Fnv1a64 h;
   auto add = [&h](const std::vector<std::pair<std::string, Tensor>>& named) {
@@ -254,6 +255,9 @@ std::string check_ranks_agree_on_state(distributed::ProcessGroup& group, const n
   };
   add(model.named_parameters());
   add(model.named_buffers());
+  for (const auto& [name, layer] : nn::float8_delayed_layers(model))
+    add({{name + ".float8_amax_history", layer->float8_amax_history},
+         {name + ".float8_scale", layer->float8_scale}});
   if (const auto st = scaler != nullptr ? scaler->state_dict() : std::nullopt) {
     for (const double v : {st->scale, st->growth_factor, st->backoff_factor, st->min_scale})
       h.add(&v, sizeof v);

@@ -82,6 +82,7 @@ struct Trainer::Impl {
   int64_t graphed_steps = 0, eager_steps = 0;
   std::vector<std::shared_ptr<Callback>> builtins;
   std::vector<Tensor> params;  // for clipping, collected once per fit()
+  nn::AmaxReduce amax_reduce;  // set_float8_amax_reduce
   // The metrics' bytes_per_parameter, counted at the first record (the state exists after the
   // first step and keeps its size; counting reads each parameter's step count, a sync on CUDA).
   double bytes_per_parameter = 0.0;
@@ -134,6 +135,11 @@ void Trainer::set_scheduler(std::shared_ptr<optim::LRScheduler> scheduler) {
   MT_CHECK(scheduler == nullptr || &scheduler->optimizer() == optimizer_.get(),
            "Trainer.set_scheduler: the scheduler drives a different optimizer");
   scheduler_ = std::move(scheduler);
+}
+
+void Trainer::set_float8_amax_reduce(nn::AmaxReduce reduce) {
+  MT_CHECK(step_ == 0, "Trainer.set_float8_amax_reduce: must be called before training starts");
+  impl_->amax_reduce = std::move(reduce);
 }
 
 void Trainer::set_scaler(const amp::GradScalerOptions& options) {
@@ -274,6 +280,7 @@ amp::StepResult Trainer::graphed_step(const Batch& batch) {
       clip_gradients();
       impl_->graph_result = scaler_.step(*optimizer_);
       scaler_.update();
+      nn::update_float8_scales(*model_, impl_->amax_reduce);
       autograd::NoGradGuard no_grad;
       impl_->graph_loss.copy_(loss.detach().reshape({}).to(DType::Float64));
       if (impl_->last_grad_norm_device.defined())
@@ -353,6 +360,8 @@ amp::StepResult Trainer::train_one_step(const Batch& first) {
   clip_gradients();
   amp::StepResult stepped = scaler_.step(*optimizer_);
   scaler_.update();
+  // Delayed float8 scales for the next step (TE updates them after each step, skipped or not).
+  nn::update_float8_scales(*model_, impl_->amax_reduce);
   if (zero_) zero_->gather_parameters();
   {
     autograd::NoGradGuard no_grad;

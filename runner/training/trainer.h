@@ -2,7 +2,7 @@
 //
 //   per step: zero_grad -> forward + loss under autocast -> scaler.scale(loss).backward()
 //             -> [unscale_ + clip_grad_norm_] -> scaler.step(opt) -> scaler.update()
-//             -> scheduler.step()
+//             -> [update_float8_scales] -> scheduler.step()
 //
 // with callbacks for logging, evaluation and checkpoints, an optional run directory
 // (metrics.jsonl, train.log, checkpoints/, summary.json), and exact resume: a run of N steps and
@@ -28,6 +28,7 @@
 #include "amp/grad_scaler.h"
 #include "engine/device.h"
 #include "engine/tensor.h"
+#include "nn/float8.h"
 #include "nn/module.h"
 #include "nn/optim/lr_scheduler.h"
 #include "nn/optim/optimizer.h"
@@ -226,6 +227,9 @@ class Trainer {
   // writer has the run_dir; the others only take part). Before fit().
   void set_zero(std::shared_ptr<distributed::ZeroRedundancyOptimizer> zero, bool checkpoints);
   void add_callback(std::shared_ptr<Callback> callback);
+  // Data-parallel runs with delayed float8 scaling: how each step's absolute maxima are combined
+  // over the ranks before the scales are updated (nn/float8.h; a max all-reduce). Before fit().
+  void set_float8_amax_reduce(nn::AmaxReduce reduce);
 
   // Restores model, optimizer, scaler, scheduler, RNG states, loader position and counters from a
   // checkpoint written by this trainer (runner/training/checkpoint.h); the next fit() continues
