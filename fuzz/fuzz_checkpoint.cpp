@@ -1,5 +1,7 @@
 // Fuzz target: the checkpoint reader, runner::read_checkpoint (what `mantissa resume`, `eval`
-// and `export` read first, and latest_valid_checkpoint tries on every checkpoint of a run).
+// and `export` read first, and latest_valid_checkpoint tries on every checkpoint of a run), then
+// load_checkpoint into a one-layer model with delayed float8 scaling (Linear 16 -> 16, history
+// 4: the seed delayed_float8.ckpt's), which reads the float8 state too.
 //
 // Input: the file's bytes. Before reading, the target rewrites the stored FNV-1a checksum (when
 // the header has a "mantissa.checksum" entry) to match the mutated bytes, as the writer would:
@@ -7,9 +9,11 @@
 // would never be reached. A mantissa::Error is a clean refusal.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "fuzz/fuzz_util.h"
+#include "nn/float8.h"
 #include "runner/training/checkpoint.h"
 
 namespace mt = mantissa;
@@ -54,6 +58,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const mt::runner::CheckpointInfo info = mt::runner::read_checkpoint(path);
     // What `mantissa export` does next with an accepted checkpoint's weights.
     (void)mt::runner::serialize_safetensors(info.weights);
+    static const std::shared_ptr<mt::nn::Module> model = [] {
+      auto net = mt::nn::Sequential(mt::nn::Linear(16, 16)).ptr();
+      auto config = mt::Float8LinearConfig::from_recipe("delayed");
+      config.delayed.amax_history_len = 4;
+      mt::nn::convert_to_float8_training(*net, config);
+      return std::shared_ptr<mt::nn::Module>(net);
+    }();
+    mt::runner::CheckpointParts parts;
+    parts.model = model.get();
+    parts.rng = false;
+    mt::runner::load_checkpoint(path, parts);
   } catch (const mt::Error& e) {
     mt::fuzz::refused(e);
   }

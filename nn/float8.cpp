@@ -43,6 +43,38 @@ std::vector<std::pair<std::string, LinearImpl*>> float8_delayed_layers(Module& r
   return out;
 }
 
+void track_float8_stats(Module& root, bool on) {
+  for (const auto& [name, module] : root.named_modules()) {
+    auto* linear = dynamic_cast<LinearImpl*>(module.get());
+    if (linear == nullptr || !linear->float8) continue;
+    linear->float8_stats =
+        on ? zeros(Shape{3, 3}, TensorOptions(linear->weight.device()).dtype(kFloat64)) : Tensor();
+  }
+}
+
+std::vector<Float8LayerStats> take_float8_stats(Module& root) {
+  std::vector<Float8LayerStats> out;
+  autograd::NoGradGuard no_grad;
+  for (const auto& [name, module] : root.named_modules()) {
+    auto* linear = dynamic_cast<LinearImpl*>(module.get());
+    if (linear == nullptr || !linear->float8 || !linear->float8_stats.defined()) continue;
+    const std::vector<double> v = linear->float8_stats.cpu().to_vector<double>();
+    linear->float8_stats.zero_();
+    std::vector<float> scale(3, 0.0f);
+    if (linear->float8_scale.defined()) scale = linear->float8_scale.cpu().to_vector<float>();
+    Float8LayerStats s;
+    s.layer = name;
+    for (int r = 0; r < 3; ++r) {
+      s.tensors[r].amax = v[3 * r];
+      s.tensors[r].scale = scale[r];
+      s.tensors[r].saturated = static_cast<int64_t>(v[3 * r + 1]);
+      s.tensors[r].flushed = static_cast<int64_t>(v[3 * r + 2]);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 namespace {
 
 float float8_max(DType dtype) {

@@ -48,4 +48,23 @@ int64_t update_float8_scales(Module& root, const AmaxReduce& reduce_amax = {});
 // The layers with delayed scaling under `root`, by qualified name.
 std::vector<std::pair<std::string, LinearImpl*>> float8_delayed_layers(Module& root);
 
+// Float8 health, on request: with tracking on, each float8 layer counts, for its input, weight
+// and output gradient, the values its casts saturated (beyond the format's largest after
+// scaling) and flushed to zero, and keeps the largest absolute value, until they are taken.
+void track_float8_stats(Module& root, bool on = true);
+
+inline constexpr const char* kFloat8TensorNames[3] = {"input", "weight", "grad_output"};
+struct Float8TensorStats {
+  double amax = 0.0;
+  double scale = 0.0;  // delayed scaling: the scale made for the next step; 0 otherwise
+  int64_t saturated = 0;
+  int64_t flushed = 0;
+};
+struct Float8LayerStats {
+  std::string layer;
+  Float8TensorStats tensors[3];  // input, weight, grad_output (kFloat8TensorNames)
+};
+// The tracked layers' stats since the last take (a host read per layer), zeroed for the next.
+std::vector<Float8LayerStats> take_float8_stats(Module& root);
+
 }  // namespace mantissa::nn

@@ -31,14 +31,18 @@ Tensor LinearImpl::forward(const Tensor& x) {
            "Linear: expected input with last "
            "dimension ",
            in_features, ", got input of shape ", x.shape());
-  if (float8 && float8->is_delayed()) {
-    if (float8_scale.defined() && float8_scale.device() != weight.device()) {
-      float8_amax_history = float8_amax_history.to(weight.device());
-      float8_scale = float8_scale.to(weight.device());
-    }
-    return float8_linear(x, weight, bias, *float8, float8_amax_history, float8_scale);
+  if (float8) {
+    // The layer's float8 state follows its weight.
+    for (Tensor* t : {&float8_amax_history, &float8_scale, &float8_stats})
+      if (t->defined() && t->device() != weight.device()) *t = t->to(weight.device());
+    if (is_training())
+      return float8_linear(x, weight, bias, *float8, float8_amax_history, float8_scale,
+                           float8_stats);
+    // Evaluation casts with the held scales and leaves the history and the stats as they are.
+    const Tensor history =
+        float8_amax_history.defined() ? float8_amax_history.clone() : Tensor();
+    return float8_linear(x, weight, bias, *float8, history, float8_scale);
   }
-  if (float8) return float8_linear(x, weight, bias, *float8);
   return linear(x, weight, bias);
 }
 

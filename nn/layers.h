@@ -39,6 +39,8 @@ class LinearImpl : public UnaryModule {
   // on by update_float8_scales (nn/float8.h). Not in the state_dict: training checkpoints hold it
   // (runner/training/checkpoint.h). It follows the weight's device.
   Tensor float8_amax_history, float8_scale;
+  // float8_linear's stats, when asked for (track_float8_stats, nn/float8.h).
+  Tensor float8_stats;
 };
 MANTISSA_MODULE(Linear);
 

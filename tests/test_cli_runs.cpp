@@ -723,6 +723,53 @@ TEST_F(CliRunTest, ADelayedFloat8RunKeepsItsScalesInTheCheckpointAndResumesBitwi
   expect_killed_run_resumes_to_whole();
 }
 
+// float8.stats: each logged step records every float8 layer's saturated and flushed values and
+// its maxima (and delayed scales) in metrics.jsonl; a run whose loss goes non-finite says which
+// layer saturated first, and summary.json keeps it. A learning rate of 50 makes the activations
+// outgrow the scales made a step earlier.
+TEST_F(CliRunTest, Float8StatsShowSaturationAndNameTheLayerThatSaturatedFirst) {
+  write_file(dir_ / "cfg.yaml",
+             "model:\n  layers:\n    - {type: linear, in: 16, out: 32}\n    - relu\n"
+             "    - {type: linear, in: 32, out: 32}\n    - relu\n"
+             "    - {type: linear, in: 32, out: 16}\n"
+             "data: {type: teacher, samples: 100, batch_size: 20, noise: 0.1, in_features: 16, "
+             "out_features: 16}\n"
+             "optimizer: {type: sgd, lr: 50}\n"
+             "float8: {recipe: delayed, amax_history_len: 1, stats: true}\nsteps: 12\n"
+             "log_every: 1\n");
+  const Result r = run({"train", "cfg.yaml", "--run-dir", "run", "-q"});
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("3 of 3 Linear layers; stats on"), std::string::npos) << r.output;
+  std::istringstream lines(read_file(dir_ / "run" / "metrics.jsonl"));
+  std::string line;
+  int64_t records = 0, saturated = 0;
+  while (std::getline(lines, line)) {
+    const JsonDoc j(line);
+    const auto f = j.find("float8");
+    if (!j.find("step")) continue;
+    ASSERT_TRUE(f.has_value()) << line;
+    ++records;
+    for (const char* layer : {"0", "2", "4"}) {
+      for (const char* tensor : {"input", "weight", "grad_output"}) {
+        const auto t = f->at(layer).at(tensor);
+        EXPECT_TRUE(t.find("scale").has_value()) << line;
+        saturated += t.at("saturated").as_int();
+        EXPECT_GE(t.at("flushed").as_int(), 0);
+      }
+    }
+  }
+  EXPECT_EQ(records, 12);
+  EXPECT_GT(saturated, 0);
+  const std::string log = read_file(dir_ / "run" / "train.log");
+  EXPECT_NE(log.find("float8 saturated"), std::string::npos) << log;
+  EXPECT_NE(log.find("saturated first"), std::string::npos) << log;
+  const JsonDoc summary(read_file(dir_ / "run" / "summary.json"));
+  const auto first = summary.find("float8_first_saturation");
+  ASSERT_TRUE(first.has_value());
+  EXPECT_GT(first->at("values").as_int(), 0);
+  EXPECT_GE(first->at("step").as_int(), 1);
+}
+
 TEST_F(CliRunTest, Float8KeysThatCannotBeMetAreOneConfigErrorLine) {
   const std::string model =
       "model:\n  layers:\n    - {type: linear, in: 10, out: 32}\n    - relu\n"
@@ -740,6 +787,7 @@ TEST_F(CliRunTest, Float8KeysThatCannotBeMetAreOneConfigErrorLine) {
       {"float8: {recipe: delayed, margin: -1}", "float8.margin"},
       {"float8: {recipe: tensorwise, margin: 1}", "float8.margin"},
       {"float8: {recipe: rowwise, amax_history_len: 8}", "float8.amax_history_len"},
+      {"float8: {stats: true}", "float8.stats"},
   };
   for (const auto& [section, key] : bad) {
     write_file(dir_ / "bad.yaml", model + section + "\n");

@@ -177,6 +177,55 @@ TEST(Float8Delayed, RefusesMissingOrMisshapenState) {
   refuses([&] { mt::nn::update_float8_scales(*stateless); }, "no state");
 }
 
+TEST(Float8Stats, CastsCountWhatTheySaturatedAndFlushed) {
+  auto l = delayed_linear(16, 16, delayed(4));
+  mt::nn::track_float8_stats(*l);
+  // Held scales of 1: an input of 16 values 0, 1, ..., 15 times 100 saturates the 11 past 448;
+  // 1e-4 flushes (e4m3's smallest subnormal is 2^-9); a zero is neither.
+  std::vector<float> row(16);
+  for (int i = 0; i < 16; ++i) row[i] = 100.0f * static_cast<float>(i);
+  row[0] = 0.0f;
+  row[1] = 1e-4f;
+  const Tensor x = floats(row, {1, 16}).requires_grad_();
+  {
+    mt::autograd::NoGradGuard no_grad;
+    l->weight.fill_(0.5);
+  }
+  mt::sum(l(x) * 1e-6).backward();  // a gradient of 1e-6 flushes in e5m2 at scale 1 (2^-16)
+  mt::nn::update_float8_scales(*l);
+  const auto stats = mt::nn::take_float8_stats(*l);
+  ASSERT_EQ(stats.size(), 1u);
+  const auto& [input, weight, grad] = stats[0].tensors;
+  EXPECT_EQ(input.amax, 1500.0);
+  EXPECT_EQ(input.saturated, 11);
+  EXPECT_EQ(input.flushed, 1);
+  EXPECT_EQ(weight.saturated + weight.flushed, 0);
+  EXPECT_EQ(weight.amax, 0.5);
+  EXPECT_EQ(grad.flushed, 16);
+  EXPECT_EQ(input.scale, 448.0f / 1500.0f);  // the scale made for the next step
+  // Taken: zeroed for the next interval.
+  EXPECT_EQ(mt::nn::take_float8_stats(*l)[0].tensors[0].saturated, 0);
+  // Dynamic scales never saturate; without tracking there is nothing to take.
+  auto t = delayed_linear(16, 16, mt::Float8LinearConfig::from_recipe("tensorwise"));
+  mt::nn::track_float8_stats(*t);
+  t(x);
+  EXPECT_EQ(mt::nn::take_float8_stats(*t)[0].tensors[0].saturated, 0);
+  mt::nn::track_float8_stats(*t, false);
+  EXPECT_TRUE(mt::nn::take_float8_stats(*t).empty());
+}
+
+TEST(Float8Stats, EvaluationLeavesTheHistoryAndStatsAlone) {
+  auto l = delayed_linear(16, 16, delayed(4));
+  mt::nn::track_float8_stats(*l);
+  l->eval();
+  const Tensor y = l(mt::randn({4, 16}) * 1000.0);
+  EXPECT_EQ(values(mt::sum(l->float8_amax_history))[0], 0.0f);
+  EXPECT_EQ(mt::nn::take_float8_stats(*l)[0].tensors[0].amax, 0.0);
+  l->train();
+  l(mt::randn({4, 16}));
+  EXPECT_GT(values(mt::sum(l->float8_amax_history))[0], 0.0f);
+}
+
 // The MLP of make_float8_delayed.py, trained as it trains it.
 struct DelayedRun {
   std::string name;

@@ -2,6 +2,8 @@
 // (torch._scaled_mm's contract) and the float8 linear layer (torchao's Float8Linear, its
 // matmul_with_hp_or_float8_args: each operand of each of the three products cast as the config
 // says, with scales computed from the operand at each call).
+#include <cmath>
+
 #include "autograd/op_bodies.h"
 #include "autograd/ops/elementwise_common.h"
 
@@ -215,15 +217,46 @@ bool reuses_tensorwise(const Float8Cast& forward, const Float8Cast& backward) {
                                  forward.scaling == Float8Scaling::Delayed);
 }
 
-// One operand's cast: the scaled cast of hp by `c`, from the delayed state when it is delayed.
+// float8_linear's stats (on request): into row `role`, the largest |hp| (a max), and the values
+// the cast saturated (|hp| * scale beyond fp8_max) and flushed (nonzero, |hp| * scale at most
+// half the smallest subnormal, which rounds to zero) (counts). A NaN is neither.
+void record_stats(const Tensor& stats, int64_t role, const Tensor& hp, const Operand& o,
+                  DType dtype) {
+  const auto add = [&](int64_t col, const Tensor& v, bool max) {
+    Tensor cell = stats.narrow(0, role, 1).narrow(1, col, 1);
+    const Tensor v64 = v.to(kFloat64).reshape(Shape{1, 1});
+    cell.copy_(max ? maximum(cell, v64) : cell + v64);
+  };
+  add(0, abs_max(hp), true);
+  if (!o.scale.defined()) return;  // kept in high precision: nothing was cast
+  const Tensor y = abs(hp.to(kFloat32)) * o.scale;
+  const double half_min_subnormal = std::ldexp(1.0, dtype == kFloat8E4M3FN ? -10 : -17);
+  add(1, sum(y > Scalar(float8_max(dtype))), false);
+  add(2, sum(logical_and(y <= Scalar(half_min_subnormal), hp != Scalar(0.0))), false);
+}
+
+// One operand's cast: the scaled cast of hp by `c`, from the delayed state when it is delayed;
+// with `count`, its stats are recorded (each tensor's first cast in a step's pass).
 struct Caster {
   bool pow2;
   Tensor history, scale;  // delayed scaling only
-  Operand operator()(const Tensor& hp, const Float8Cast& c, int64_t dim, DelayedRole role) const {
-    if (c.scaling == Float8Scaling::Delayed) return cast_delayed(hp, c, history, scale, role);
-    return cast_operand(hp, c, dim, pow2);
+  Tensor stats;           // on request
+  Operand operator()(const Tensor& hp, const Float8Cast& c, int64_t dim, DelayedRole role,
+                     bool count = true) const {
+    Operand o = c.scaling == Float8Scaling::Delayed ? cast_delayed(hp, c, history, scale, role)
+                                                    : cast_operand(hp, c, dim, pow2);
+    if (count && stats.defined()) record_stats(stats, role, hp, o, c.dtype);
+    return o;
   }
 };
+
+void check_stats(const char* op, const Tensor& x, const Tensor& stats) {
+  if (!stats.defined()) return;
+  ops::check_same_device(op, x, stats);
+  MT_CHECK(stats.dtype() == kFloat64 && stats.shape() == Shape({3, 3}) && !stats.requires_grad(),
+           op, ": expected stats of shape [3, 3] and dtype float64 (not requiring grad), got ",
+           stats.shape(), " ", stats.dtype());
+}
 
 void check_delayed_state(const char* op, const Float8LinearConfig& config, const Tensor& x,
                          const Tensor& history, const Tensor& scale) {
@@ -252,7 +285,7 @@ void check_delayed_state(const char* op, const Float8LinearConfig& config, const
 
 Tensor float8_linear_op(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const Float8LinearConfig& config, const Tensor& amax_history,
-                        const Tensor& scale) {
+                        const Tensor& scale, const Tensor& stats) {
   const char* op = "float8_linear";
   config.validate(op);
   check_high_precision(op, "input", x);
@@ -278,8 +311,9 @@ Tensor float8_linear_op(const Tensor& x, const Tensor& weight, const Tensor& bia
   const int64_t rows = out_shape.numel();
   out_shape.push_back(out_features);
   check_delayed_state(op, config, x, amax_history, scale);
+  check_stats(op, x, stats);
   const bool record = autograd::needs_grad({&x, &weight});
-  const Caster cast{config.round_scales_to_power_of_2, amax_history, scale};
+  const Caster cast{config.round_scales_to_power_of_2, amax_history, scale, stats};
 
   Tensor x2, out;
   Operand xa, wt;
@@ -321,16 +355,18 @@ Tensor float8_linear_op(const Tensor& x, const Tensor& weight, const Tensor& bia
             // scales.
             const Operand w_t =
                 w_fp8 ? Operand{ctx.saved(2), ctx.saved(3)}
-                      : cast(ctx.saved(2).t(), config.weight_for_grad_input, -1, kWeightRole);
+                      : cast(ctx.saved(2).t(), config.weight_for_grad_input, -1, kWeightRole,
+                             false);
             gx = product(go, w_t.t(), g.dtype(), kFastAccumGradInput).reshape(x_shape);
           }
           if (ctx.needs(1)) {
+            // The gradient's stats come from its first cast (the grad_input product's).
             const Operand go = go_once ? go_shared
                                        : cast(g, config.grad_output_for_grad_weight, 0,
-                                              kGradOutputRole);
+                                              kGradOutputRole, !ctx.needs(0));
             const Operand x_in =
                 x_fp8 ? Operand{ctx.saved(0), ctx.saved(1)}
-                      : cast(ctx.saved(0), config.input_for_grad_weight, 0, kInputRole);
+                      : cast(ctx.saved(0), config.input_for_grad_weight, 0, kInputRole, false);
             gw = product(go.t(), x_in, g.dtype(), kFastAccumGradWeight);
             if (gw.dtype() != w_dtype) gw = gw.to(w_dtype);
           }

@@ -399,6 +399,7 @@ struct Float8TrainingConfig {
   int64_t amax_history_len = 1024;
   std::string amax_compute_algo = "max";
   double margin = 0.0;
+  bool stats = false;  // per-layer saturation, underflow and amax in the metrics
 };
 
 struct Config {

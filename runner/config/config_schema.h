@@ -639,6 +639,13 @@ void describe(V& v, Float8TrainingConfig& f) {
               .omitted_when(Float8TrainingConfig{}.margin)
               .doc("`delayed`: scales are made for a maximum of fp8_max / 2^margin, leaving room "
                    "for growth"));
+  v.field(key("stats", f.stats)
+              .omitted_when(false)
+              .doc("each logged step records, per float8 layer and for its input, weight and "
+                   "output gradient, the values its casts saturated and flushed to zero, the "
+                   "largest absolute value and (`delayed`) the scale, in metrics.jsonl and "
+                   "TensorBoard; summary.json names the layer that saturated first (a pass over "
+                   "each cast tensor)"));
   v.field(key("layers", f.layers)
               .optional_output()
               .default_text("every Linear layer whose features are multiples of 16")

@@ -441,7 +441,10 @@ void apply_float8(const Config& c, nn::Module& model, std::vector<std::string>& 
                                                                    : nullptr;
     if (set != nullptr) c.fail(set, "applies to float8.recipe: delayed only");
   }
-  if (f.recipe == "none") return;
+  if (f.recipe == "none") {
+    if (f.stats) c.fail("float8.stats", "needs float8.recipe");
+    return;
+  }
   Float8LinearConfig config = Float8LinearConfig::from_recipe(f.recipe);
   config.delayed.amax_history_len = f.amax_history_len;
   config.delayed.amax_compute_algo =
@@ -500,6 +503,10 @@ void apply_float8(const Config& c, nn::Module& model, std::vector<std::string>& 
     for (const auto& name : left) line += " " + name;
   }
   if (!skipped.empty()) line += "; skipped by float8.skip: " + std::to_string(skipped.size());
+  if (f.stats) {
+    nn::track_float8_stats(model);
+    line += "; stats on";
+  }
   lines.push_back(line);
 }
 

@@ -34,8 +34,36 @@ Json step_metrics_json(const StepMetrics& m) {
   if (m.tokens_per_s > 0) j["tokens_per_s"] = m.tokens_per_s;
   if (m.mfu) j["mfu"] = *m.mfu;
   if (m.bytes_per_parameter > 0) j["bytes_per_parameter"] = m.bytes_per_parameter;
+  if (!m.float8.empty()) {
+    Json layers = Json::object();
+    for (const nn::Float8LayerStats& l : m.float8) {
+      Json tensors = Json::object();
+      for (int r = 0; r < 3; ++r) {
+        const nn::Float8TensorStats& t = l.tensors[r];
+        Json tj = Json::object();
+        tj["amax"] = number_or_null(t.amax);
+        if (t.scale > 0) tj["scale"] = t.scale;
+        tj["saturated"] = t.saturated;
+        tj["flushed"] = t.flushed;
+        tensors[nn::kFloat8TensorNames[r]] = std::move(tj);
+      }
+      layers[l.layer] = std::move(tensors);
+    }
+    j["float8"] = std::move(layers);
+  }
   return j;
 }
+
+namespace {
+Json float8_saturation_json(const Float8Saturation& s) {
+  Json j = Json::object();
+  j["step"] = s.step;
+  j["layer"] = s.layer;
+  j["tensor"] = s.tensor;
+  j["values"] = s.values;
+  return j;
+}
+}  // namespace
 
 Json eval_metrics_json(const EvalMetrics& m) {
   Json j = Json::object();
@@ -74,6 +102,8 @@ Json summary_json(const TrainSummary& s) {
     for (const auto& name : s.float8_layers) layers.push_back(name);
     j["float8_layers"] = layers;
   }
+  if (s.float8_first_saturation)
+    j["float8_first_saturation"] = float8_saturation_json(*s.float8_first_saturation);
   if (s.graphed_steps) {
     Json g = Json::object();
     g["graphed_steps"] = *s.graphed_steps;
@@ -124,6 +154,15 @@ std::string format_step(const StepMetrics& m, int64_t total_steps) {
   if (m.tokens_per_s > 0) os << "  " << number(m.tokens_per_s, 4) << " tokens/s";
   if (m.mfu) os << "  mfu " << number(100.0 * *m.mfu, 3) << "%";
   if (m.skipped) os << "  (step skipped: inf/nan gradients)";
+  int64_t saturated = 0;
+  for (const nn::Float8LayerStats& l : m.float8)
+    for (const nn::Float8TensorStats& t : l.tensors) saturated += t.saturated;
+  if (saturated > 0) os << "  float8 saturated " << saturated;
+  if (m.diverging && m.float8_first_saturation) {
+    const Float8Saturation& f = *m.float8_first_saturation;
+    os << "  (float8: layer '" << f.layer << "' saturated first, its " << f.tensor << " ("
+       << f.values << " values) by step " << f.step << ")";
+  }
   return os.str();
 }
 

@@ -236,6 +236,16 @@ void TensorBoardWriter::on_step_end(Trainer&, const StepMetrics& m) {
   if (m.tokens_per_s > 0) add(s, "train/tokens_per_s", m.tokens_per_s);
   if (m.mfu) add(s, "train/mfu", *m.mfu);
   add(s, "train/skipped_steps", static_cast<double>(m.skipped_total));
+  for (const nn::Float8LayerStats& l : m.float8) {
+    for (int r = 0; r < 3; ++r) {
+      const nn::Float8TensorStats& t = l.tensors[r];
+      const std::string tag = "float8/" + l.layer + "/" + nn::kFloat8TensorNames[r] + "/";
+      add(s, (tag + "amax").c_str(), t.amax);
+      if (t.scale > 0) add(s, (tag + "scale").c_str(), t.scale);
+      add(s, (tag + "saturated").c_str(), static_cast<double>(t.saturated));
+      add(s, (tag + "flushed").c_str(), static_cast<double>(t.flushed));
+    }
+  }
   write_event(e.SerializeAsString());
 }
 

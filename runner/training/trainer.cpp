@@ -83,6 +83,7 @@ struct Trainer::Impl {
   std::vector<std::shared_ptr<Callback>> builtins;
   std::vector<Tensor> params;  // for clipping, collected once per fit()
   nn::AmaxReduce amax_reduce;  // set_float8_amax_reduce
+  std::optional<Float8Saturation> first_saturation;
   // The metrics' bytes_per_parameter, counted at the first record (the state exists after the
   // first step and keeps its size; counting reads each parameter's step count, a sync on CUDA).
   double bytes_per_parameter = 0.0;
@@ -419,6 +420,17 @@ void Trainer::emit_log(bool skipped, double lr) {
   if (impl_->bytes_per_parameter == 0.0)
     impl_->bytes_per_parameter = memory_now().bytes_per_parameter();
   m.bytes_per_parameter = impl_->bytes_per_parameter;
+  m.float8 = nn::take_float8_stats(*model_);
+  if (!impl_->first_saturation) {
+    Float8Saturation worst;
+    for (const nn::Float8LayerStats& l : m.float8)
+      for (int r = 0; r < 3; ++r)
+        if (l.tensors[r].saturated > worst.values)
+          worst = {m.step, l.layer, nn::kFloat8TensorNames[r], l.tensors[r].saturated};
+    if (worst.values > 0) impl_->first_saturation = worst;
+  }
+  m.float8_first_saturation = impl_->first_saturation;
+  m.diverging = !std::isfinite(m.loss) || (best_loss_ > 0 && m.loss > 10.0 * best_loss_);
   last_loss_ = m.loss;
   if (std::isfinite(m.loss) && !(m.loss >= best_loss_)) best_loss_ = m.loss;
   impl_->loss_count = 0;
@@ -668,6 +680,7 @@ TrainSummary Trainer::fit() {
     const auto* linear = dynamic_cast<const nn::LinearImpl*>(m.get());
     if (linear != nullptr && linear->float8) summary.float8_layers.push_back(name);
   }
+  summary.float8_first_saturation = impl_->first_saturation;
   if (options_.cuda_graphs) {
     summary.graphed_steps = impl_->graphed_steps;
     summary.eager_steps = impl_->eager_steps;

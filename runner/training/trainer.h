@@ -93,6 +93,15 @@ struct TrainerOptions {
   std::string config_text{};
 };
 
+// The first logged interval in which a float8 cast saturated (float8 stats, nn/float8.h), and
+// where: the layer and its tensor with the most saturated values then.
+struct Float8Saturation {
+  int64_t step = 0;  // the logged step that ended the interval
+  std::string layer;
+  std::string tensor;  // input, weight or grad_output
+  int64_t values = 0;
+};
+
 struct StepMetrics {
   int64_t step = 0;  // steps done, counting this one (1-based)
   int64_t epoch = 0;
@@ -111,6 +120,12 @@ struct StepMetrics {
   // Weights, gradients and optimizer state over the parameters (TrainingMemory), as held at the
   // run's first record (after its first step).
   double bytes_per_parameter = 0.0;
+  // With float8 stats tracked (nn::track_float8_stats): each layer's since the last record, and
+  // the run's first saturation so far.
+  std::vector<nn::Float8LayerStats> float8{};
+  std::optional<Float8Saturation> float8_first_saturation{};
+  // The loss is not finite, or above 10 times the lowest (positive) logged loss before it.
+  bool diverging = false;
 };
 
 struct EvalMetrics {
@@ -156,6 +171,7 @@ struct TrainSummary {
   std::string graph_fallback{};
   // The Linear layers that ran their products in float8 (nn/float8.h), by module name.
   std::vector<std::string> float8_layers{};
+  std::optional<Float8Saturation> float8_first_saturation{};  // with float8 stats tracked
   bool completed() const { return steps >= total_steps; }
 };
 
