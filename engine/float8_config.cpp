@@ -81,8 +81,8 @@ void Float8LinearConfig::validate(const char* op) const {
                               &weight_for_grad_input, &grad_output_for_grad_weight})
     delayed_casts += c->scaling == Float8Scaling::Delayed ? 1 : 0;
   MT_CHECK(delayed_casts == 0 || delayed_casts == 6, op,
-           ": delayed scaling must scale every operand of the three products (",
-           delayed_casts, " of 6 casts are delayed)");
+           ": delayed scaling must scale every operand of the three products (", delayed_casts,
+           " of 6 casts are delayed)");
   if (delayed_casts == 0) return;
   MT_CHECK(delayed.amax_history_len >= 1, op,
            ": delayed scaling needs an amax history of at least 1 step, got ",

@@ -73,5 +73,4 @@ inline constexpr const char* kFloat8Recipes = "tensorwise rowwise rowwise_with_g
 const char* float8_scaling_name(Float8Scaling s);
 const char* float8_amax_algo_name(Float8AmaxAlgo a);  // "max", "most_recent"
 
-
 }  // namespace mantissa

@@ -39,8 +39,7 @@ Tensor LinearImpl::forward(const Tensor& x) {
       return float8_linear(x, weight, bias, *float8, float8_amax_history, float8_scale,
                            float8_stats);
     // Evaluation casts with the held scales and leaves the history and the stats as they are.
-    const Tensor history =
-        float8_amax_history.defined() ? float8_amax_history.clone() : Tensor();
+    const Tensor history = float8_amax_history.defined() ? float8_amax_history.clone() : Tensor();
     return float8_linear(x, weight, bias, *float8, history, float8_scale);
   }
   return linear(x, weight, bias);

@@ -514,7 +514,8 @@ TEST_F(DistributedRunTest, DelayedFloat8OnTwoRanksOf64StepsAsOneProcessOf128) {
   write_file(dir_ / "cfg.yaml", config(64, ""));
   const Result two = run(train_args("two"));
   ASSERT_EQ(two.code, 0) << two.output;
-  EXPECT_TRUE(contains(two.output, "parameters, buffers and float8 scales identical on all 2 ranks"))
+  EXPECT_TRUE(
+      contains(two.output, "parameters, buffers and float8 scales identical on all 2 ranks"))
       << two.output;
   write_file(dir_ / "cfg.yaml", config(128, ""));
   const Result one = run({"train", "cfg.yaml", "--run-dir", "one", "-q"});

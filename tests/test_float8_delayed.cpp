@@ -23,8 +23,7 @@ using mt::Tensor;
 
 namespace {
 
-mt::Float8LinearConfig delayed(int64_t len = 4,
-                               mt::Float8AmaxAlgo algo = mt::Float8AmaxAlgo::Max,
+mt::Float8LinearConfig delayed(int64_t len = 4, mt::Float8AmaxAlgo algo = mt::Float8AmaxAlgo::Max,
                                double margin = 0) {
   mt::Float8LinearConfig c = mt::Float8LinearConfig::from_recipe("delayed");
   c.delayed = {len, algo, margin};
@@ -103,10 +102,11 @@ TEST(Float8Delayed, ForwardAndBackwardRecordTheirMaximaAndCastWithTheHeldScales)
   l->float8_scale.copy_(floats({200, 64, 1}, {3}));
   mt::autograd::NoGradGuard no_grad;
   const Tensor sx = mt::full({}, 200.0f), sw = mt::full({}, 64.0f);
-  const Tensor want = mt::scaled_mm(
-      mt::float8_cast(x.detach(), sx, mt::kFloat8E4M3FN),
-      mt::float8_cast(l->weight.detach().t(), sw, mt::kFloat8E4M3FN), mt::reciprocal(sx),
-      mt::reciprocal(sw), Tensor(), mt::kFloat32) + l->bias.detach();
+  const Tensor want =
+      mt::scaled_mm(mt::float8_cast(x.detach(), sx, mt::kFloat8E4M3FN),
+                    mt::float8_cast(l->weight.detach().t(), sw, mt::kFloat8E4M3FN),
+                    mt::reciprocal(sx), mt::reciprocal(sw), Tensor(), mt::kFloat32) +
+      l->bias.detach();
   EXPECT_TRUE(mt::equal(l(x), want));
 }
 
@@ -154,13 +154,20 @@ TEST(Float8Delayed, RefusesMissingOrMisshapenState) {
     }
   };
   refuses([&] { mt::float8_linear(x, w, Tensor(), c); }, "needs the layer's amax_history [4, 3]");
-  refuses([&] { mt::float8_linear(x, w, Tensor(), c, mt::zeros({5, 3}), mt::ones({3})); },
-          "expected amax_history of shape [4, 3]");
-  refuses([&] { mt::float8_linear(x, w, Tensor(), {}, mt::zeros({4, 3}), mt::ones({3})); },
-          "delayed scaling's state");
   refuses(
       [&] {
-        mt::float8_linear(x, w, Tensor(), c, mt::zeros({4, 3}, mt::TensorOptions().dtype(mt::kBFloat16)),
+        mt::float8_linear(x, w, Tensor(), c, mt::zeros({5, 3}), mt::ones({3}));
+      },
+      "expected amax_history of shape [4, 3]");
+  refuses(
+      [&] {
+        mt::float8_linear(x, w, Tensor(), {}, mt::zeros({4, 3}), mt::ones({3}));
+      },
+      "delayed scaling's state");
+  refuses(
+      [&] {
+        mt::float8_linear(x, w, Tensor(), c,
+                          mt::zeros({4, 3}, mt::TensorOptions().dtype(mt::kBFloat16)),
                           mt::ones({3}));
       },
       "expected a float32 amax_history");

@@ -337,41 +337,39 @@ Tensor float8_linear_op(const Tensor& x, const Tensor& weight, const Tensor& bia
         .save(weight.requires_grad() && x_fp8 ? xa.scale : Tensor())
         .save(x.requires_grad() ? (w_fp8 ? wt.data : weight) : Tensor())
         .save(x.requires_grad() && w_fp8 ? wt.scale : Tensor());
-    rec.finish(
-        out,
-        [config, x_fp8, w_fp8, rows, out_features, cast, x_shape = x.shape(),
-         w_dtype = weight.dtype()](BackwardContext& ctx) -> Grads {
-          const Tensor g = ctx.grad().reshape(Shape{rows, out_features});
-          // A tensorwise grad_output cast is the same for both products: made once.
-          const bool go_once =
-              reuses_tensorwise(config.grad_output, config.grad_output_for_grad_weight);
-          Operand go_shared;
-          if (go_once) go_shared = cast(g, config.grad_output, -1, kGradOutputRole);
-          Tensor gx, gw;
-          if (ctx.needs(0)) {
-            const Operand go =
-                go_once ? go_shared : cast(g, config.grad_output, -1, kGradOutputRole);
-            // weight^T [in, out] cast along its rows, transposed to [out, in] with column
-            // scales.
-            const Operand w_t =
-                w_fp8 ? Operand{ctx.saved(2), ctx.saved(3)}
-                      : cast(ctx.saved(2).t(), config.weight_for_grad_input, -1, kWeightRole,
-                             false);
-            gx = product(go, w_t.t(), g.dtype(), kFastAccumGradInput).reshape(x_shape);
-          }
-          if (ctx.needs(1)) {
-            // The gradient's stats come from its first cast (the grad_input product's).
-            const Operand go = go_once ? go_shared
-                                       : cast(g, config.grad_output_for_grad_weight, 0,
-                                              kGradOutputRole, !ctx.needs(0));
-            const Operand x_in =
-                x_fp8 ? Operand{ctx.saved(0), ctx.saved(1)}
-                      : cast(ctx.saved(0), config.input_for_grad_weight, 0, kInputRole, false);
-            gw = product(go.t(), x_in, g.dtype(), kFastAccumGradWeight);
-            if (gw.dtype() != w_dtype) gw = gw.to(w_dtype);
-          }
-          return {gx, gw};
-        });
+    rec.finish(out,
+               [config, x_fp8, w_fp8, rows, out_features, cast, x_shape = x.shape(),
+                w_dtype = weight.dtype()](BackwardContext& ctx) -> Grads {
+                 const Tensor g = ctx.grad().reshape(Shape{rows, out_features});
+                 // A tensorwise grad_output cast is the same for both products: made once.
+                 const bool go_once =
+                     reuses_tensorwise(config.grad_output, config.grad_output_for_grad_weight);
+                 Operand go_shared;
+                 if (go_once) go_shared = cast(g, config.grad_output, -1, kGradOutputRole);
+                 Tensor gx, gw;
+                 if (ctx.needs(0)) {
+                   const Operand go =
+                       go_once ? go_shared : cast(g, config.grad_output, -1, kGradOutputRole);
+                   // weight^T [in, out] cast along its rows, transposed to [out, in] with column
+                   // scales.
+                   const Operand w_t = w_fp8 ? Operand{ctx.saved(2), ctx.saved(3)}
+                                             : cast(ctx.saved(2).t(), config.weight_for_grad_input,
+                                                    -1, kWeightRole, false);
+                   gx = product(go, w_t.t(), g.dtype(), kFastAccumGradInput).reshape(x_shape);
+                 }
+                 if (ctx.needs(1)) {
+                   // The gradient's stats come from its first cast (the grad_input product's).
+                   const Operand go = go_once ? go_shared
+                                              : cast(g, config.grad_output_for_grad_weight, 0,
+                                                     kGradOutputRole, !ctx.needs(0));
+                   const Operand x_in = x_fp8 ? Operand{ctx.saved(0), ctx.saved(1)}
+                                              : cast(ctx.saved(0), config.input_for_grad_weight, 0,
+                                                     kInputRole, false);
+                   gw = product(go.t(), x_in, g.dtype(), kFastAccumGradWeight);
+                   if (gw.dtype() != w_dtype) gw = gw.to(w_dtype);
+                 }
+                 return {gx, gw};
+               });
   }
   if (!bias.defined()) return out;
   return add(out, bias.dtype() == out.dtype() ? bias : bias.to(out.dtype()));

@@ -136,12 +136,12 @@ std::vector<std::pair<nn::LinearImpl*, std::pair<Tensor, Tensor>>> float8_state(
     const Tensor* sc = file.find(float8_tensor_name(name, "scale"));
     MT_CHECK(h != nullptr && sc != nullptr, what, ": float8 tensors of layer '", name,
              "' are missing");
-    for (const auto& [got, want] : {std::pair{h, &layer->float8_amax_history},
-                                    std::pair{sc, &layer->float8_scale}}) {
+    for (const auto& [got, want] :
+         {std::pair{h, &layer->float8_amax_history}, std::pair{sc, &layer->float8_scale}}) {
       MT_CHECK(got->shape() == want->shape() && got->dtype() == want->dtype(), what,
                ": float8 state of layer '", name, "' has shape ", shape_str(got->shape()), " (",
-               got->dtype(), ") but the layer's is ", shape_str(want->shape()), " (",
-               want->dtype(), ")");
+               got->dtype(), ") but the layer's is ", shape_str(want->shape()), " (", want->dtype(),
+               ")");
     }
     out.push_back({layer, {*h, *sc}});
   }

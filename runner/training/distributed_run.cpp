@@ -11,9 +11,9 @@
 #include <fstream>
 #include <vector>
 
-#include "nn/float8.h"
 #include "engine/error.h"
 #include "engine/factory.h"
+#include "nn/float8.h"
 #include "runner/files/hash.h"
 
 namespace mantissa::runner {

@@ -53,8 +53,8 @@ std::string run_config_note_key();
 int share_file_from_rank0(distributed::ProcessGroup& group, const std::string& path);
 
 // A hash of every parameter's and buffer's values, the delayed float8 scaling state and the
-// loss scaler's state when one is given (16 hex digits), compared across ranks: throws mantissa::Error naming the ranks when they
-// differ; returns the hash.
+// loss scaler's state when one is given (16 hex digits), compared across ranks: throws
+// mantissa::Error naming the ranks when they differ; returns the hash.
 std::string check_ranks_agree_on_state(distributed::ProcessGroup& group, nn::Module& model,
                                        const amp::GradScaler* scaler = nullptr);
 
