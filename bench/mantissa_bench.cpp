@@ -163,6 +163,7 @@ struct TrainingRun {
     }
     loss.backward();
     optimizer.step();
+    mt::nn::update_float8_scales(*model.mlp);  // delayed scaling's update (none otherwise)
   }
 
   mt::Device device;
@@ -347,7 +348,7 @@ void register_all() {
       }
       // The MLPs with their Linear layers in float8 (nn/float8.h) under bfloat16 autocast.
       if (!w.train || w.name == "toy") continue;
-      for (const char* recipe : {"tensorwise", "rowwise"}) {
+      for (const char* recipe : {"tensorwise", "rowwise", "delayed"}) {
         const std::string name =
             std::string(w.name) + "/" + (device.is_cuda() ? "cuda" : "cpu") + "/float8_" + recipe;
         benchmark::RegisterBenchmark(name.c_str(),

@@ -131,6 +131,22 @@ class DistributedRunTest : public CliTest {
         << resumed.output;
     EXPECT_EQ(weights("killed"), weights(straight));
   }
+  // The largest difference between two runs' final weights (the same names and shapes).
+  double max_weight_difference(const std::string& run_a, const std::string& run_b) {
+    const auto load = [&](const std::string& run_dir) {
+      return mantissa::runner::parse_safetensors(weights(run_dir), run_dir);
+    };
+    const auto a = load(run_a), b = load(run_b);
+    EXPECT_EQ(a.names(), b.names());
+    double worst = 0;
+    for (const auto& [name, t] : a.tensors) {
+      const auto x = t.to_vector<float>(), y = b.at(name).to_vector<float>();
+      EXPECT_EQ(x.size(), y.size()) << name;
+      for (size_t i = 0; i < std::min(x.size(), y.size()); ++i)
+        worst = std::max(worst, std::abs(static_cast<double>(x[i]) - y[i]));
+    }
+    return worst;
+  }
   // The final weights of a run, as `mantissa export` writes them.
   std::string weights(const std::string& run_dir) {
     const std::string out = run_dir + ".safetensors";
@@ -499,7 +515,7 @@ TEST_F(DistributedRunTest, ActivationCheckpointingGivesTheSameWeightsUnderDdp) {
 // and 9.3e-5 after 12 (the same runs without float8: 3e-8). Without the reduction the ranks'
 // scales differ and the end-of-run check fails the run.
 TEST_F(DistributedRunTest, DelayedFloat8OnTwoRanksOf64StepsAsOneProcessOf128) {
-  const auto config = [](int batch, const std::string& extra) {
+  const auto config = [](int batch) {
     return "model:\n  layers:\n    - {type: linear, in: 16, out: 32}\n    - relu\n"
            "    - {type: linear, in: 32, out: 32}\n    - relu\n"
            "    - {type: linear, in: 32, out: 16}\n"
@@ -508,30 +524,18 @@ TEST_F(DistributedRunTest, DelayedFloat8OnTwoRanksOf64StepsAsOneProcessOf128) {
            ", noise: 0.1, in_features: 16, out_features: 16}\n"
            "optimizer: {type: sgd, lr: 0.05, momentum: 0.9}\n"
            "float8: {recipe: delayed, amax_history_len: 4}\n"
-           "device: cpu\nsteps: 12\nlog_every: 1\ndistributed: {timeout_s: 20" +
-           extra + "}\n";
+           "device: cpu\nsteps: 12\nlog_every: 1\ndistributed: {timeout_s: 20}\n";
   };
-  write_file(dir_ / "cfg.yaml", config(64, ""));
+  write_file(dir_ / "cfg.yaml", config(64));
   const Result two = run(train_args("two"));
   ASSERT_EQ(two.code, 0) << two.output;
   EXPECT_TRUE(
       contains(two.output, "parameters, buffers and float8 scales identical on all 2 ranks"))
       << two.output;
-  write_file(dir_ / "cfg.yaml", config(128, ""));
+  write_file(dir_ / "cfg.yaml", config(128));
   const Result one = run({"train", "cfg.yaml", "--run-dir", "one", "-q"});
   ASSERT_EQ(one.code, 0) << one.output;
-  const auto load = [&](const std::string& run_dir) {
-    return mantissa::runner::parse_safetensors(weights(run_dir), run_dir);
-  };
-  const auto a = load("two"), b = load("one");
-  ASSERT_EQ(a.names(), b.names());
-  double worst = 0;
-  for (const auto& [name, t] : a.tensors) {
-    const auto x = t.to_vector<float>(), y = b.at(name).to_vector<float>();
-    ASSERT_EQ(x.size(), y.size()) << name;
-    for (size_t i = 0; i < x.size(); ++i)
-      worst = std::max(worst, std::abs(static_cast<double>(x[i]) - y[i]));
-  }
+  const double worst = max_weight_difference("two", "one");
   std::cout << "DDP 2 x 64 against 1 x 128 after 12 delayed float8 steps: max |difference| "
             << worst << "\n";
   EXPECT_LT(worst, 5e-4);
@@ -563,18 +567,7 @@ TEST_F(DistributedRunTest, MuonOnTwoRanksOf64StepsAsOneProcessOf128) {
   write_file(dir_ / "cfg.yaml", config(128));
   const Result one = run({"train", "cfg.yaml", "--run-dir", "one", "-q"});
   ASSERT_EQ(one.code, 0) << one.output;
-  const auto load = [&](const std::string& run_dir) {
-    return mantissa::runner::parse_safetensors(weights(run_dir), run_dir);
-  };
-  const auto a = load("two"), b = load("one");
-  ASSERT_EQ(a.names(), b.names());
-  double worst = 0;
-  for (const auto& [name, t] : a.tensors) {
-    const auto x = t.to_vector<float>(), y = b.at(name).to_vector<float>();
-    ASSERT_EQ(x.size(), y.size()) << name;
-    for (size_t i = 0; i < x.size(); ++i)
-      worst = std::max(worst, std::abs(static_cast<double>(x[i]) - y[i]));
-  }
+  const double worst = max_weight_difference("two", "one");
   EXPECT_LT(worst, 1e-6);
   std::cout << "DDP 2 x 64 against 1 x 128 after 12 Muon steps: max |difference| " << worst << "\n";
 }

@@ -187,12 +187,13 @@ TEST(Float8Delayed, RefusesMissingOrMisshapenState) {
 TEST(Float8Stats, CastsCountWhatTheySaturatedAndFlushed) {
   auto l = delayed_linear(16, 16, delayed(4));
   mt::nn::track_float8_stats(*l);
-  // Held scales of 1: an input of 16 values 0, 1, ..., 15 times 100 saturates the 11 past 448;
+  // Held scales of 1: an input of 16 values 0, 1, ..., 15 times 100 saturates the 11 past 464;
   // 1e-4 flushes (e4m3's smallest subnormal is 2^-9); a zero is neither.
   std::vector<float> row(16);
   for (int i = 0; i < 16; ++i) row[i] = 100.0f * static_cast<float>(i);
   row[0] = 0.0f;
   row[1] = 1e-4f;
+  row[4] = 460.0f;  // above 448 but rounds to it: not a saturation
   const Tensor x = floats(row, {1, 16}).requires_grad_();
   {
     mt::autograd::NoGradGuard no_grad;

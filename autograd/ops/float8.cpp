@@ -218,8 +218,8 @@ bool reuses_tensorwise(const Float8Cast& forward, const Float8Cast& backward) {
 }
 
 // float8_linear's stats (on request): into row `role`, the largest |hp| (a max), and the values
-// the cast saturated (|hp| * scale beyond fp8_max) and flushed (nonzero, |hp| * scale at most
-// half the smallest subnormal, which rounds to zero) (counts). A NaN is neither.
+// the cast saturated (|hp| * scale would round past fp8_max) and flushed (nonzero, |hp| * scale at
+// most half the smallest subnormal, which rounds to zero) (counts). A NaN is neither.
 void record_stats(const Tensor& stats, int64_t role, const Tensor& hp, const Operand& o,
                   DType dtype) {
   const auto add = [&](int64_t col, const Tensor& v, bool max) {
@@ -231,7 +231,10 @@ void record_stats(const Tensor& stats, int64_t role, const Tensor& hp, const Ope
   if (!o.scale.defined()) return;  // kept in high precision: nothing was cast
   const Tensor y = abs(hp.to(kFloat32)) * o.scale;
   const double half_min_subnormal = std::ldexp(1.0, dtype == kFloat8E4M3FN ? -10 : -17);
-  add(1, sum(y > Scalar(float8_max(dtype))), false);
+  // Past the largest value's rounding range: e4m3fn rounds up to 464 (the tie) to 448, e5m2
+  // below 61440 to 57344 (its tie goes up). A scaled maximum a rounding above fp8_max is not a
+  // saturation.
+  add(1, sum(dtype == kFloat8E4M3FN ? y > Scalar(464.0) : y >= Scalar(61440.0)), false);
   add(2, sum(logical_and(y <= Scalar(half_min_subnormal), hp != Scalar(0.0))), false);
 }
 
