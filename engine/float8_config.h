@@ -63,7 +63,8 @@ struct Float8LinearConfig {
   static Float8LinearConfig from_recipe(std::string_view name);
   // Throws unless each product's two operands are both float8 or both high precision, and each
   // operand has one float8 dtype in both products that read it (torchao's rules), and unless
-  // delayed scaling is all or nothing, with a history of at least one step and a margin >= 0.
+  // delayed scaling is all or nothing, with a history of at least one step and a margin in
+  // [0, 64].
   void validate(const char* op) const;
 };
 

@@ -750,7 +750,7 @@ TEST_F(CliRunTest, Float8StatsShowSaturationAndNameTheLayerThatSaturatedFirst) {
         const auto t = f->at(layer).at(tensor);
         EXPECT_TRUE(t.find("scale").has_value()) << line;
         saturated += t.at("saturated").as_int();
-        EXPECT_GE(t.at("flushed").as_int(), 0);
+        EXPECT_TRUE(t.find("flushed").has_value()) << line;
       }
     }
   }
@@ -781,6 +781,7 @@ TEST_F(CliRunTest, Float8KeysThatCannotBeMetAreOneConfigErrorLine) {
       {"float8: {recipe: delayed, amax_history_len: 0}", "float8.amax_history_len"},
       {"float8: {recipe: delayed, amax_compute_algo: mean}", "float8.amax_compute_algo"},
       {"float8: {recipe: delayed, margin: -1}", "float8.margin"},
+      {"float8: {recipe: delayed, margin: 200}", "float8.margin"},
       {"float8: {recipe: tensorwise, margin: 1}", "float8.margin"},
       {"float8: {recipe: rowwise, amax_history_len: 8}", "float8.amax_history_len"},
       {"float8: {stats: true}", "float8.stats"},

@@ -16,6 +16,7 @@
 #include "golden_file.h"
 #include "nn/float8.h"
 #include "nn/optim/sgd.h"
+#include "runner/training/checkpoint.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -178,7 +179,8 @@ TEST(Float8Delayed, RefusesMissingOrMisshapenState) {
       mt::Float8Scaling::Tensorwise;
   refuses([&] { half.validate("t"); }, "(4 of 6 casts are delayed)");
   refuses([&] { delayed(0).validate("t"); }, "at least 1 step, got 0");
-  refuses([&] { delayed(4, mt::Float8AmaxAlgo::Max, -1).validate("t"); }, "margin >= 0");
+  refuses([&] { delayed(4, mt::Float8AmaxAlgo::Max, -1).validate("t"); }, "margin in [0, 64]");
+  refuses([&] { delayed(4, mt::Float8AmaxAlgo::Max, 150).validate("t"); }, "margin in [0, 64]");
   mt::nn::Linear stateless(16, 16);
   stateless->float8 = delayed(4);
   refuses([&] { mt::nn::update_float8_scales(*stateless); }, "no state");
@@ -232,6 +234,61 @@ TEST(Float8Stats, EvaluationLeavesTheHistoryAndStatsAlone) {
   l->train();
   l(mt::randn({4, 16}));
   EXPECT_GT(values(mt::sum(l->float8_amax_history))[0], 0.0f);
+}
+
+TEST(Float8Stats, SaturationStartsPastTheLargestValuesRoundingRange) {
+  const auto c = delayed(1);
+  // Scales of 1: e4m3fn rounds 464 (a tie) to 448 and 465 past it; e5m2 rounds 61439 to 57344
+  // and 61440 (its tie goes up) past it.
+  const Tensor x = floats({464, 465, 1, 1}, {1, 4}).requires_grad_();
+  const Tensor w = mt::full({16, 4}, 0.5);
+  const Tensor stats = mt::zeros({3, 3}, mt::TensorOptions().dtype(mt::kFloat64));
+  const Tensor y = mt::float8_linear(x, w, Tensor(), c, mt::zeros({1, 3}), mt::ones({3}), stats);
+  std::vector<float> g(16, 1.0f);
+  g[0] = 61439.0f;
+  g[1] = 61440.0f;
+  y.backward(floats(g, {1, 16}));
+  const auto v = stats.to_vector<double>();
+  EXPECT_EQ(v[1], 1.0) << "input saturated";
+  EXPECT_EQ(v[3 * 2 + 1], 1.0) << "grad_output saturated";
+  EXPECT_EQ(v[3 * 2 + 0], 61440.0) << "grad_output amax";
+}
+
+TEST(Float8Delayed, ACheckpointHoldsTheStateAndRefusesScalesNoWriterStores) {
+  const std::string dir = ::testing::TempDir();
+  auto saved = delayed_linear(16, 16, delayed(4));
+  mt::sum(saved(mt::randn({4, 16}).requires_grad_())).backward();
+  mt::nn::update_float8_scales(*saved);
+  mt::runner::CheckpointParts parts;
+  parts.model = saved.ptr().get();
+  parts.rng = false;
+  mt::runner::save_checkpoint(dir + "/f8.ckpt", parts);
+  auto loaded = delayed_linear(16, 16, delayed(4));
+  mt::runner::CheckpointParts into;
+  into.model = loaded.ptr().get();
+  into.rng = false;
+  mt::runner::load_checkpoint(dir + "/f8.ckpt", into);
+  EXPECT_TRUE(mt::equal(loaded->float8_scale, saved->float8_scale));
+  EXPECT_TRUE(mt::equal(loaded->float8_amax_history, saved->float8_amax_history));
+  // Another history length, or a layer without delayed scaling, is refused.
+  auto longer = delayed_linear(16, 16, delayed(8));
+  into.model = longer.ptr().get();
+  EXPECT_THROW(mt::runner::load_checkpoint(dir + "/f8.ckpt", into), mt::Error);
+  mt::nn::Linear plain(16, 16);
+  into.model = plain.ptr().get();
+  EXPECT_THROW(mt::runner::load_checkpoint(dir + "/f8.ckpt", into), mt::Error);
+  // A scale of 0 would make every output NaN: refused before anything is restored.
+  saved->float8_scale.fill_(0.0);
+  mt::runner::save_checkpoint(dir + "/zero.ckpt", parts);
+  into.model = loaded.ptr().get();
+  try {
+    mt::runner::load_checkpoint(dir + "/zero.ckpt", into);
+    ADD_FAILURE() << "a zero scale was loaded";
+  } catch (const mt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("float8 scale of layer '' is 0"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(mt::equal(loaded->float8_scale, saved->float8_scale));
 }
 
 // The MLP of make_float8_delayed.py, trained as it trains it.

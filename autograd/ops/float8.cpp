@@ -167,7 +167,8 @@ enum DelayedRole : int64_t { kInputRole = 0, kWeightRole = 1, kGradOutputRole = 
 
 // TE's delayed cast: hp in float8 by the layer's current scale for `role` (a copy, so the
 // backward reads the scale the forward used), its absolute maximum folded into row 0 of the
-// history. A NaN maximum is not recorded (TE's amax skips NaN values).
+// history. A NaN maximum is not recorded (TE's skips the NaN elements instead; the tensor's
+// other values are lost for the step here).
 Operand cast_delayed(const Tensor& hp, const Float8Cast& c, const Tensor& history,
                      const Tensor& scale, int64_t role) {
   Tensor a = abs_max(hp).to(kFloat32);

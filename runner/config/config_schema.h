@@ -635,7 +635,7 @@ void describe(V& v, Float8TrainingConfig& f) {
               .doc("`delayed`: the scale's amax is the history's largest (`max`) or the last "
                    "step's (`most_recent`)"));
   v.field(key("margin", f.margin)
-              .non_negative()
+              .in(Range{0, 64})
               .omitted_when(Float8TrainingConfig{}.margin)
               .doc("`delayed`: scales are made for a maximum of fp8_max / 2^margin, leaving room "
                    "for growth"));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -143,6 +144,13 @@ std::vector<std::pair<nn::LinearImpl*, std::pair<Tensor, Tensor>>> float8_state(
                got->dtype(), ") but the layer's is ", shape_str(want->shape()), " (", want->dtype(),
                ")");
     }
+    // Values no writer stores: a scale of 0 or NaN would make the layer's outputs NaN.
+    for (const float v : sc->to_vector<float>())
+      MT_CHECK(std::isfinite(v) && v > 0, what, ": float8 scale of layer '", name, "' is ", v,
+               " (scales are finite and > 0)");
+    for (const float v : h->to_vector<float>())
+      MT_CHECK(v >= 0, what, ": float8 amax history of layer '", name, "' holds ", v,
+               " (maxima are >= 0)");
     out.push_back({layer, {*h, *sc}});
   }
   MT_CHECK(saved.empty(), what, ": delayed float8 scaling state for layer '",
