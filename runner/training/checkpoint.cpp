@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "amp/grad_scaler.h"
+#include "autograd/node.h"
 #include "distributed/zero.h"
 #include "engine/generator.h"
 #include "nn/float8.h"
