@@ -6,6 +6,11 @@
 
 namespace mantissa {
 
+float float8_max(DType dtype) {
+  MT_CHECK(is_float8(dtype), "float8_max: expected a float8 dtype, got ", dtype);
+  return dtype == kFloat8E4M3FN ? Float8E4M3FN::kMax : Float8E5M2::kMax;
+}
+
 const char* float8_scaling_name(Float8Scaling s) {
   switch (s) {
     case Float8Scaling::Disabled:

@@ -71,6 +71,9 @@ struct Float8LinearConfig {
 // The recipe names from_recipe takes, space-separated.
 inline constexpr const char* kFloat8Recipes = "tensorwise rowwise rowwise_with_gw_hp delayed";
 
+// The largest finite value of a float8 dtype: 448 (float8_e4m3fn), 57344 (float8_e5m2).
+float float8_max(DType dtype);
+
 const char* float8_scaling_name(Float8Scaling s);
 const char* float8_amax_algo_name(Float8AmaxAlgo a);  // "max", "most_recent"
 

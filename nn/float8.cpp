@@ -5,7 +5,6 @@
 #include <memory>
 
 #include "autograd/node.h"
-#include "engine/float8.h"
 
 namespace mantissa::nn {
 
@@ -33,20 +32,28 @@ std::vector<std::string> convert_to_float8_training(Module& root, const Float8Li
   return converted;
 }
 
-std::vector<std::pair<std::string, LinearImpl*>> float8_delayed_layers(Module& root) {
+namespace {
+
+// The converted Linear layers under `root` (a float8 config set), by qualified name.
+std::vector<std::pair<std::string, LinearImpl*>> float8_layers(Module& root) {
   std::vector<std::pair<std::string, LinearImpl*>> out;
   for (const auto& [name, module] : root.named_modules()) {
     auto* linear = dynamic_cast<LinearImpl*>(module.get());
-    if (linear != nullptr && linear->float8 && linear->float8->is_delayed())
-      out.emplace_back(name, linear);
+    if (linear != nullptr && linear->float8) out.emplace_back(name, linear);
   }
   return out;
 }
 
+}  // namespace
+
+std::vector<std::pair<std::string, LinearImpl*>> float8_delayed_layers(Module& root) {
+  auto layers = float8_layers(root);
+  std::erase_if(layers, [](const auto& l) { return !l.second->float8->is_delayed(); });
+  return layers;
+}
+
 void track_float8_stats(Module& root, bool on) {
-  for (const auto& [name, module] : root.named_modules()) {
-    auto* linear = dynamic_cast<LinearImpl*>(module.get());
-    if (linear == nullptr || !linear->float8) continue;
+  for (const auto& [name, linear] : float8_layers(root)) {
     linear->float8_stats =
         on ? zeros(Shape{3, 3}, TensorOptions(linear->weight.device()).dtype(kFloat64)) : Tensor();
   }
@@ -55,9 +62,8 @@ void track_float8_stats(Module& root, bool on) {
 std::vector<Float8LayerStats> take_float8_stats(Module& root) {
   std::vector<Float8LayerStats> out;
   autograd::NoGradGuard no_grad;
-  for (const auto& [name, module] : root.named_modules()) {
-    auto* linear = dynamic_cast<LinearImpl*>(module.get());
-    if (linear == nullptr || !linear->float8 || !linear->float8_stats.defined()) continue;
+  for (const auto& [name, linear] : float8_layers(root)) {
+    if (!linear->float8_stats.defined()) continue;
     const std::vector<double> v = linear->float8_stats.cpu().to_vector<double>();
     linear->float8_stats.zero_();
     std::vector<float> scale(3, 0.0f);
@@ -76,10 +82,6 @@ std::vector<Float8LayerStats> take_float8_stats(Module& root) {
 }
 
 namespace {
-
-float float8_max(DType dtype) {
-  return dtype == kFloat8E4M3FN ? Float8E4M3FN::kMax : Float8E5M2::kMax;
-}
 
 // One layer's update (see update_float8_scales), in float32 as TE computes it.
 void update_layer(LinearImpl& layer) {

@@ -14,10 +14,6 @@ using autograd::BackwardContext;
 using autograd::Recorder;
 using Grads = std::vector<Tensor>;
 
-double float8_max(DType dtype) {
-  return dtype == kFloat8E4M3FN ? Float8E4M3FN::kMax : Float8E5M2::kMax;
-}
-
 void check_float8_dtype(const char* op, DType dtype) {
   MT_CHECK(is_float8(dtype), op, ": expected a float8 dtype (float8_e4m3fn, float8_e5m2), got ",
            dtype);

@@ -83,6 +83,7 @@ struct Trainer::Impl {
   std::vector<std::shared_ptr<Callback>> builtins;
   std::vector<Tensor> params;  // for clipping, collected once per fit()
   nn::AmaxReduce amax_reduce;  // set_float8_amax_reduce
+  bool delayed_float8 = false;  // the model has delayed float8 layers (found once per fit())
   std::optional<Float8Saturation> first_saturation;
   // The metrics' bytes_per_parameter, counted at the first record (the state exists after the
   // first step and keeps its size; counting reads each parameter's step count, a sync on CUDA).
@@ -281,7 +282,7 @@ amp::StepResult Trainer::graphed_step(const Batch& batch) {
       clip_gradients();
       impl_->graph_result = scaler_.step(*optimizer_);
       scaler_.update();
-      nn::update_float8_scales(*model_, impl_->amax_reduce);
+      if (impl_->delayed_float8) nn::update_float8_scales(*model_, impl_->amax_reduce);
       autograd::NoGradGuard no_grad;
       impl_->graph_loss.copy_(loss.detach().reshape({}).to(DType::Float64));
       if (impl_->last_grad_norm_device.defined())
@@ -362,7 +363,7 @@ amp::StepResult Trainer::train_one_step(const Batch& first) {
   amp::StepResult stepped = scaler_.step(*optimizer_);
   scaler_.update();
   // Delayed float8 scales for the next step (TE updates them after each step, skipped or not).
-  nn::update_float8_scales(*model_, impl_->amax_reduce);
+  if (impl_->delayed_float8) nn::update_float8_scales(*model_, impl_->amax_reduce);
   if (zero_) zero_->gather_parameters();
   {
     autograd::NoGradGuard no_grad;
@@ -625,6 +626,8 @@ TrainSummary Trainer::fit() {
   const int64_t total = total_steps();
   model_->train();
   impl_->params = model_->parameters();
+  // Not a module walk on every step of a model without delayed float8 layers.
+  impl_->delayed_float8 = !nn::float8_delayed_layers(*model_).empty();
   if (zero_) scaler_.set_found_inf_hook(zero_->found_inf_hook());
   if (options_.cuda_graphs && !impl_->graphed) {
     impl_->graph_fallback = graph_refusal();
