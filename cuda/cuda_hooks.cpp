@@ -14,6 +14,7 @@
 
 #include "cuda/allocator.h"
 #include "cuda/cuda_check.h"
+#include "cuda/cudnn_handle.h"
 #include "cuda/current_stream.h"
 #include "cuda/deferred_index_checks.h"
 #include "cuda/device_guard.h"
@@ -22,7 +23,6 @@
 #include "engine/backend_hooks.h"
 #include "engine/error.h"
 #include "engine/logging.h"
-#include "kernels/cuda/cudnn_attention.h"
 
 namespace mantissa::cuda {
 namespace {

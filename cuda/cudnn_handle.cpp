@@ -1,6 +1,8 @@
 #include "cuda/cudnn_handle.h"
 
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/cuda_check.h"
@@ -28,7 +30,27 @@ HandleSlot& handle_slot(int device) {
   return *slots[device];
 }
 
+std::mutex& frontend_version_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::string& frontend_version_slot() {
+  static std::string version;
+  return version;
+}
+
 }  // namespace
+
+void set_cudnn_frontend_version(std::string version) {
+  std::lock_guard<std::mutex> lock(frontend_version_mutex());
+  frontend_version_slot() = std::move(version);
+}
+
+std::string cudnn_frontend_version() {
+  std::lock_guard<std::mutex> lock(frontend_version_mutex());
+  return frontend_version_slot();
+}
 
 CudnnLease::CudnnLease(int device) {
   HandleSlot& s = handle_slot(device);

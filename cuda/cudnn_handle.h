@@ -6,6 +6,7 @@
 #include <cudnn.h>
 
 #include <mutex>
+#include <string>
 
 namespace mantissa::cuda {
 
@@ -24,5 +25,11 @@ class CudnnLease {
   std::unique_lock<std::mutex> lock_;
   cudnnHandle_t handle_ = nullptr;
 };
+
+// The cuDNN frontend version this build's fused attention was compiled with ("1.32.0"), or ""
+// without the frontend. The attention kernels, the one file that includes the frontend's headers,
+// set it at start-up (kernels/cuda/cudnn_attention.cpp); the device report reads it.
+void set_cudnn_frontend_version(std::string version);
+std::string cudnn_frontend_version();
 
 }  // namespace mantissa::cuda

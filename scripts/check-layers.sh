@@ -26,9 +26,6 @@ declare -A below=(
   [cli]="engine autograd nn amp distributed cuda runner/files runner/data runner/text
          runner/config runner/training"
 )
-# The one include that reaches up, and why: the device report names the cuDNN frontend's
-# version, which only the file that includes the frontend's headers knows.
-allowed_exceptions=("cuda/cuda_hooks.cpp kernels/cuda/cudnn_attention.h")
 
 # The layer of a path: its folder, or runner/<room>.
 layer_of() {
@@ -64,7 +61,6 @@ while IFS= read -r line; do
   [ "$from" = "$to" ] && continue
   ok=0
   for l in ${below[$from]}; do [ "$l" = "$to" ] && ok=1; done
-  for e in "${allowed_exceptions[@]}"; do [ "$e" = "$file $target" ] && ok=1; done
   if [ $ok -eq 0 ]; then
     echo "check-layers: ${line%%#*} $from includes $to ($target), a layer above or beside it"
     bad=$((bad + 1))

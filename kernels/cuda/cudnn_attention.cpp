@@ -23,6 +23,7 @@
 
 #include <string>
 
+#include "cuda/cudnn_handle.h"
 #include "engine/error.h"
 #include "engine/fast_path_stats.h"
 
@@ -35,7 +36,6 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "cuda/cudnn_handle.h"
 #include "cuda/device_guard.h"
 #include "engine/factory.h"
 #endif
@@ -241,14 +241,18 @@ bool cudnn_attention_backward(const AttentionBackwardArgs& g) {
 #endif
 }
 
-std::string cudnn_frontend_version() {
+namespace {
+
+// Tells the device report which frontend this file was compiled with (cuda/cudnn_handle.h).
+[[maybe_unused]] const bool frontend_version_set = [] {
 #if MANTISSA_HAS_CUDNN_FRONTEND
-  return std::to_string(CUDNN_FRONTEND_MAJOR_VERSION) + "." +
-         std::to_string(CUDNN_FRONTEND_MINOR_VERSION) + "." +
-         std::to_string(CUDNN_FRONTEND_PATCH_VERSION);
-#else
-  return "";
+  set_cudnn_frontend_version(std::to_string(CUDNN_FRONTEND_MAJOR_VERSION) + "." +
+                             std::to_string(CUDNN_FRONTEND_MINOR_VERSION) + "." +
+                             std::to_string(CUDNN_FRONTEND_PATCH_VERSION));
 #endif
-}
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace mantissa::cuda

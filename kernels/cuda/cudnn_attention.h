@@ -3,8 +3,6 @@
 // fused forward and the composed ops stay behind it.
 #pragma once
 
-#include <string>
-
 #include "engine/kernel_tables.h"
 
 namespace mantissa::cuda {
@@ -13,8 +11,5 @@ namespace mantissa::cuda {
 // cuDNN is not asked or declines; true once the call's results are enqueued.
 bool cudnn_attention_forward(const AttentionForwardArgs& args);
 bool cudnn_attention_backward(const AttentionBackwardArgs& args);
-// The cuDNN frontend version this build's fused attention was compiled with ("1.32.0"), or ""
-// when it was built without the frontend.
-std::string cudnn_frontend_version();
 
 }  // namespace mantissa::cuda
