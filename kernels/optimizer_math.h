@@ -16,9 +16,9 @@
 #include <type_traits>
 
 #include "engine/half.h"
-#include "engine/kernel_tables.h"
 #include "engine/macros.h"
 #include "engine/opmath.h"
+#include "engine/optimizer_kernel_tables.h"
 #include "engine/philox.h"
 #include "kernels/activation_math.h"
 
@@ -200,14 +200,14 @@ AdamConsts<M> adam_consts(const AdamStepParams& hp) {
   adam_set_lr(c, hp.lr);
   c.lr_device = hp.lr_device;
   // exp_avg.lerp_(grad, 1 - beta1), with lerp's two-sided formula for accuracy near 1.
-  c.w1 = static_cast<M>(1.0 - hp.beta1);
+  c.w1 = static_cast<M>(1.0 - hp.betas.first);
   c.lerp_small = std::abs(c.w1) < M(0.5);
   c.one_minus_w1 = M(1) - c.w1;
-  c.beta2 = static_cast<M>(hp.beta2);
-  c.w2 = static_cast<M>(1.0 - hp.beta2);
+  c.beta2 = static_cast<M>(hp.betas.second);
+  c.w2 = static_cast<M>(1.0 - hp.betas.second);
   c.eps = static_cast<M>(hp.eps);
-  c.beta1_d = hp.beta1;
-  c.beta2_d = hp.beta2;
+  c.beta1_d = hp.betas.first;
+  c.beta2_d = hp.betas.second;
   c.sr_seed = hp.sr_seed;
   c.neg_step_size = M(0);
   c.bc2_sqrt = M(1);
@@ -360,18 +360,18 @@ struct NadamConsts {
 template <typename M>
 NadamConsts<M> nadam_consts(const NadamStepParams& hp) {
   NadamConsts<M> c{};
-  c.beta1 = static_cast<M>(hp.beta1);
-  c.one_minus_beta1 = static_cast<M>(1.0 - hp.beta1);
-  c.beta2 = static_cast<M>(hp.beta2);
-  c.one_minus_beta2 = static_cast<M>(1.0 - hp.beta2);
+  c.beta1 = static_cast<M>(hp.betas.first);
+  c.one_minus_beta1 = static_cast<M>(1.0 - hp.betas.first);
+  c.beta2 = static_cast<M>(hp.betas.second);
+  c.one_minus_beta2 = static_cast<M>(1.0 - hp.betas.second);
   c.eps = static_cast<M>(hp.eps);
   c.wd = static_cast<M>(hp.weight_decay);
   c.use_wd = hp.weight_decay != 0.0;
   c.decoupled = hp.decoupled_weight_decay;
   c.decay = static_cast<M>(1.0 - hp.lr * hp.weight_decay);  // a Python float in PyTorch
   c.lr = hp.lr;
-  c.beta1_d = hp.beta1;
-  c.beta2_d = hp.beta2;
+  c.beta1_d = hp.betas.first;
+  c.beta2_d = hp.betas.second;
   c.momentum_decay = hp.momentum_decay;
   return c;
 }
@@ -435,10 +435,10 @@ struct RadamConsts {
 template <typename M>
 RadamConsts<M> radam_consts(const RadamStepParams& hp) {
   RadamConsts<M> c{};
-  c.beta1 = static_cast<M>(hp.beta1);
-  c.one_minus_beta1 = static_cast<M>(1.0 - hp.beta1);
-  c.beta2 = static_cast<M>(hp.beta2);
-  c.one_minus_beta2 = static_cast<M>(1.0 - hp.beta2);
+  c.beta1 = static_cast<M>(hp.betas.first);
+  c.one_minus_beta1 = static_cast<M>(1.0 - hp.betas.first);
+  c.beta2 = static_cast<M>(hp.betas.second);
+  c.one_minus_beta2 = static_cast<M>(1.0 - hp.betas.second);
   c.eps = static_cast<M>(hp.eps);
   c.wd = static_cast<M>(hp.weight_decay);
   c.lr = static_cast<M>(hp.lr);
@@ -446,8 +446,8 @@ RadamConsts<M> radam_consts(const RadamStepParams& hp) {
   c.decoupled = hp.decoupled_weight_decay;
   c.decay = static_cast<M>(1.0 - hp.lr * hp.weight_decay);  // a Python float in PyTorch
   c.lr_d = hp.lr;
-  c.beta1_d = hp.beta1;
-  c.beta2_d = hp.beta2;
+  c.beta1_d = hp.betas.first;
+  c.beta2_d = hp.betas.second;
   return c;
 }
 

@@ -23,6 +23,7 @@
 
 #include "cuda/stream.h"
 #include "engine/kernel_tables.h"
+#include "engine/optimizer_kernel_tables.h"
 #include "test_models.h"
 #include "test_util.h"
 
@@ -607,13 +608,14 @@ TEST(CudaOps, OptimizerStepsMatchCpuBitForBit) {
     };
     const Shape shape{37, 29};
     for (int variant = 0; variant < 4; ++variant) {
-      mt::SgdStepParams hp{0.05,
-                           variant == 0 ? 0.0 : 0.9,
-                           variant == 2 ? 0.1 : 0.0,
-                           variant >= 1 ? 1e-2 : 0.0,
-                           variant == 3,
-                           variant == 2,
-                           true};
+      mt::SgdStepParams hp;
+      hp.lr = 0.05;
+      hp.momentum = variant == 0 ? 0.0 : 0.9;
+      hp.dampening = variant == 2 ? 0.1 : 0.0;
+      hp.weight_decay = variant >= 1 ? 1e-2 : 0.0;
+      hp.nesterov = variant == 3;
+      hp.maximize = variant == 2;
+      hp.first_step = true;
       Pair p = device_pair(shape, dt, false), buf = device_pair(shape, dt, false);
       for (int step = 0; step < 3; ++step) {
         const Pair g = device_pair(shape, dt, false);
@@ -628,9 +630,15 @@ TEST(CudaOps, OptimizerStepsMatchCpuBitForBit) {
       if (hp.momentum != 0) compare(buf.gpu, buf.cpu, what + " buffer");
     }
     for (int variant = 0; variant < 4; ++variant) {
-      mt::AdamStepParams hp{
-          1e-2,         0.9,          0.999,        1e-8, variant >= 1 ? 1e-2 : 0.0,
-          variant == 2, variant == 3, variant == 1, 1};
+      mt::AdamStepParams hp;
+      hp.lr = 1e-2;
+      hp.betas = {0.9, 0.999};
+      hp.eps = 1e-8;
+      hp.weight_decay = variant >= 1 ? 1e-2 : 0.0;
+      hp.decoupled_weight_decay = variant == 2;
+      hp.amsgrad = variant == 3;
+      hp.maximize = variant == 1;
+      hp.step = 1;
       Pair p = device_pair(shape, dt, false);
       Pair m1 = from_cpu(mt::zeros(shape, dt)), m2 = from_cpu(mt::zeros(shape, dt));
       Pair mx = from_cpu(mt::zeros(shape, dt));

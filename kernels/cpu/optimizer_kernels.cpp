@@ -33,7 +33,7 @@
 #include <type_traits>
 
 #include "engine/dispatch.h"
-#include "engine/kernel_tables.h"
+#include "engine/optimizer_kernel_tables.h"
 #include "engine/philox.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/worker_pool.h"

@@ -12,7 +12,7 @@
 
 #include "cuda/current_stream.h"
 #include "engine/dispatch.h"
-#include "engine/kernel_tables.h"
+#include "engine/optimizer_kernel_tables.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/optimizer_math.h"
 

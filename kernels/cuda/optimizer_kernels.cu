@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "cuda/current_stream.h"
-#include "engine/kernel_tables.h"
+#include "engine/optimizer_kernel_tables.h"
 #include "engine/philox.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/loops.cuh"

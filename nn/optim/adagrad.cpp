@@ -1,7 +1,7 @@
 #include "nn/optim/adagrad.h"
 
 #include "engine/error.h"
-#include "engine/kernel_tables.h"
+#include "engine/optimizer_kernel_tables.h"
 #include "nn/optim/options.h"
 
 namespace mantissa::optim {
@@ -32,8 +32,7 @@ void Adagrad::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
     if (created && o.initial_accumulator_value != 0.0) sum.fill_(o.initial_accumulator_value);
     lists.state[0].push_back(std::move(sum));
   }
-  adagrad_multi_step_kernel(lists.param.front().device())(
-      lists, found_inf, AdagradStepParams{o.lr, o.lr_decay, o.weight_decay, o.eps, o.maximize});
+  adagrad_multi_step_kernel(lists.param.front().device())(lists, found_inf, AdagradStepParams{o});
   for (const Tensor& t : lists.state[0]) t.bump_version();
 }
 

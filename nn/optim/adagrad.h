@@ -13,28 +13,10 @@
 
 #include <vector>
 
+#include "engine/optimizer_options.h"
 #include "nn/optim/optimizer.h"
 
 namespace mantissa::optim {
-
-struct AdagradOptions {
-  double lr = 1e-2;
-  double lr_decay = 0.0;
-  double weight_decay = 0.0;
-  double initial_accumulator_value = 0.0;
-  double eps = 1e-10;
-  bool maximize = false;
-
-  template <typename Self, typename V>
-  static void each(Self& o, V&& v) {
-    v("lr", o.lr);
-    v("lr_decay", o.lr_decay);
-    v("weight_decay", o.weight_decay);
-    v("initial_accumulator_value", o.initial_accumulator_value);
-    v("eps", o.eps);
-    v("maximize", o.maximize);
-  }
-};
 
 class Adagrad : public Optimizer {
  public:

@@ -1,7 +1,7 @@
 #include "nn/optim/adam.h"
 
 #include "engine/error.h"
-#include "engine/kernel_tables.h"
+#include "engine/optimizer_kernel_tables.h"
 #include "nn/optim/options.h"
 
 namespace mantissa::optim {
@@ -38,10 +38,8 @@ void Adam::validate(const ParamGroup& g) const {
 namespace {
 
 AdamStepParams adam_params(const ParamGroup& g, int64_t step, const Optimizer& opt) {
-  const auto o = g.options_as<AdamOptions>();
-  AdamStepParams p{o.lr,      o.betas.first,  o.betas.second,
-                   o.eps,     o.weight_decay, o.decoupled_weight_decay,
-                   o.amsgrad, o.maximize,     step};
+  AdamStepParams p{g.options_as<AdamOptions>()};
+  p.step = step;
   p.stochastic_rounding = opt.stochastic_rounding();
   p.sr_seed = opt.stochastic_rounding_seed();
   return p;

@@ -19,34 +19,10 @@
 #include <utility>
 #include <vector>
 
+#include "engine/optimizer_options.h"
 #include "nn/optim/optimizer.h"
 
 namespace mantissa::optim {
-
-// Adam's options (Decoupled false) and AdamW's (true: weight decay 1e-2, always decoupled).
-template <bool Decoupled>
-struct AdamFamilyOptions {
-  double lr = 1e-3;
-  std::pair<double, double> betas{0.9, 0.999};
-  double eps = 1e-8;
-  double weight_decay = Decoupled ? 1e-2 : 0.0;
-  bool amsgrad = false;
-  bool maximize = false;
-  bool decoupled_weight_decay = Decoupled;  // AdamW ignores false
-
-  template <typename Self, typename V>
-  static void each(Self& o, V&& v) {
-    v("lr", o.lr);
-    v("betas", o.betas);
-    v("eps", o.eps);
-    v("weight_decay", o.weight_decay);
-    v("amsgrad", o.amsgrad);
-    v("maximize", o.maximize);
-    v("decoupled_weight_decay", o.decoupled_weight_decay);
-  }
-};
-using AdamOptions = AdamFamilyOptions<false>;
-using AdamWOptions = AdamFamilyOptions<true>;
 
 class Adam : public Optimizer {
  public:

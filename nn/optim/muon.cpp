@@ -7,6 +7,7 @@
 #include "autograd/functions.h"
 #include "engine/error.h"
 #include "engine/kernel_tables.h"
+#include "engine/optimizer_kernel_tables.h"
 #include "nn/module.h"
 #include "nn/optim/options.h"
 
@@ -84,8 +85,14 @@ namespace {
 
 // An AdamW group's step on the Adam kernels: AdamW with its lr, betas, eps and weight decay.
 AdamStepParams adamw_step_params(const MuonOptions& o, int64_t step) {
-  return AdamStepParams{o.lr, o.betas.first, o.betas.second, o.eps, o.weight_decay,
-                        true, false,         false,          step};
+  AdamStepParams p;
+  p.lr = o.lr;
+  p.betas = o.betas;
+  p.eps = o.eps;
+  p.weight_decay = o.weight_decay;
+  p.decoupled_weight_decay = true;
+  p.step = step;
+  return p;
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 
 #include "engine/error.h"
 #include "engine/factory.h"
-#include "engine/kernel_tables.h"
+#include "engine/optimizer_kernel_tables.h"
 #include "nn/optim/options.h"
 
 namespace mantissa::optim {
@@ -40,10 +40,7 @@ void NAdam::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
     }
     lists.state[2].push_back(it->second);
   }
-  nadam_multi_step_kernel(lists.param.front().device())(
-      lists, found_inf,
-      NadamStepParams{o.lr, o.betas.first, o.betas.second, o.eps, o.weight_decay, o.momentum_decay,
-                      o.decoupled_weight_decay});
+  nadam_multi_step_kernel(lists.param.front().device())(lists, found_inf, NadamStepParams{o});
   for (const auto& list : lists.state) {
     for (const Tensor& t : list) t.bump_version();
   }

@@ -21,28 +21,10 @@
 #include <utility>
 #include <vector>
 
+#include "engine/optimizer_options.h"
 #include "nn/optim/optimizer.h"
 
 namespace mantissa::optim {
-
-struct NAdamOptions {
-  double lr = 2e-3;
-  std::pair<double, double> betas{0.9, 0.999};
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  double momentum_decay = 4e-3;
-  bool decoupled_weight_decay = false;  // PyTorch 2's: decay the parameter, not the gradient
-
-  template <typename Self, typename V>
-  static void each(Self& o, V&& v) {
-    v("lr", o.lr);
-    v("betas", o.betas);
-    v("eps", o.eps);
-    v("weight_decay", o.weight_decay);
-    v("momentum_decay", o.momentum_decay);
-    v("decoupled_weight_decay", o.decoupled_weight_decay);
-  }
-};
 
 class NAdam : public Optimizer {
  public:

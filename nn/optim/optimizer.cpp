@@ -8,7 +8,7 @@
 #include "cuda/stream.h"
 #include "engine/error.h"
 #include "engine/factory.h"
-#include "engine/kernel_tables.h"
+#include "engine/optimizer_kernel_tables.h"
 
 namespace mantissa::optim {
 namespace {

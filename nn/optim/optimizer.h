@@ -30,7 +30,7 @@
 #include "nn/optim/options.h"
 
 namespace mantissa {
-struct OptimizerTensorLists;  // engine/kernel_tables.h
+struct OptimizerTensorLists;  // engine/optimizer_kernel_tables.h
 }  // namespace mantissa
 
 namespace mantissa::optim {

@@ -1,7 +1,7 @@
 #include "nn/optim/radam.h"
 
 #include "engine/error.h"
-#include "engine/kernel_tables.h"
+#include "engine/optimizer_kernel_tables.h"
 #include "nn/optim/options.h"
 
 namespace mantissa::optim {
@@ -31,10 +31,7 @@ void RAdam::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
     lists.state[0].push_back(lazy_buffer(*states[i], "exp_avg", p));
     lists.state[1].push_back(lazy_buffer(*states[i], "exp_avg_sq", p));
   }
-  radam_multi_step_kernel(lists.param.front().device())(
-      lists, found_inf,
-      RadamStepParams{o.lr, o.betas.first, o.betas.second, o.eps, o.weight_decay,
-                      o.decoupled_weight_decay});
+  radam_multi_step_kernel(lists.param.front().device())(lists, found_inf, RadamStepParams{o});
   for (int k = 0; k < 2; ++k) {
     for (const Tensor& t : lists.state[k]) t.bump_version();
   }

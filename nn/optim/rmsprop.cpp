@@ -1,7 +1,7 @@
 #include "nn/optim/rmsprop.h"
 
 #include "engine/error.h"
-#include "engine/kernel_tables.h"
+#include "engine/optimizer_kernel_tables.h"
 #include "nn/optim/options.h"
 
 namespace mantissa::optim {
@@ -26,8 +26,7 @@ void RMSprop::validate(const ParamGroup& g) const {
 void RMSprop::update_many(const ParamGroup& g, OptimizerTensorLists& lists,
                           const std::vector<ParamState*>& states, const Tensor& found_inf) {
   const auto o = g.options_as<RMSpropOptions>();
-  const RmspropStepParams hp{o.lr,       o.alpha,    o.eps,     o.weight_decay,
-                             o.momentum, o.centered, o.maximize};
+  const RmspropStepParams hp{o};
   for (size_t i = 0; i < states.size(); ++i) {
     const Tensor& p = lists.param[i];
     lists.state[0].push_back(lazy_buffer(*states[i], "square_avg", p));

@@ -16,30 +16,10 @@
 
 #include <vector>
 
+#include "engine/optimizer_options.h"
 #include "nn/optim/optimizer.h"
 
 namespace mantissa::optim {
-
-struct RMSpropOptions {
-  double lr = 1e-2;
-  double alpha = 0.99;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  double momentum = 0.0;
-  bool centered = false;
-  bool maximize = false;
-
-  template <typename Self, typename V>
-  static void each(Self& o, V&& v) {
-    v("lr", o.lr);
-    v("alpha", o.alpha);
-    v("eps", o.eps);
-    v("weight_decay", o.weight_decay);
-    v("momentum", o.momentum);
-    v("centered", o.centered);
-    v("maximize", o.maximize);
-  }
-};
 
 class RMSprop : public Optimizer {
  public:

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "engine/error.h"
-#include "engine/kernel_tables.h"
+#include "engine/optimizer_kernel_tables.h"
 #include "nn/optim/options.h"
 
 namespace mantissa::optim {
@@ -43,11 +43,7 @@ void SGD::validate(const ParamGroup& g) const {
 
 namespace {
 
-SgdStepParams sgd_params(const ParamGroup& g) {
-  const auto o = g.options_as<SGDOptions>();
-  return SgdStepParams{o.lr,       o.momentum, o.dampening,         o.weight_decay,
-                       o.nesterov, o.maximize, /*first_step=*/false};
-}
+SgdStepParams sgd_params(const ParamGroup& g) { return SgdStepParams{g.options_as<SGDOptions>()}; }
 
 }  // namespace
 

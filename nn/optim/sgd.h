@@ -15,28 +15,10 @@
 
 #include <vector>
 
+#include "engine/optimizer_options.h"
 #include "nn/optim/optimizer.h"
 
 namespace mantissa::optim {
-
-struct SGDOptions {
-  double momentum = 0.0;
-  double dampening = 0.0;
-  double weight_decay = 0.0;
-  bool nesterov = false;  // requires momentum > 0 and dampening == 0
-  bool maximize = false;
-  double lr = 0.01;  // the constructors' `lr` replaces it
-
-  template <typename Self, typename V>
-  static void each(Self& o, V&& v) {
-    v("lr", o.lr);
-    v("momentum", o.momentum);
-    v("dampening", o.dampening);
-    v("weight_decay", o.weight_decay);
-    v("nesterov", o.nesterov);
-    v("maximize", o.maximize);
-  }
-};
 
 class SGD : public Optimizer {
  public:
