@@ -732,7 +732,7 @@ TEST_F(CliRunTest, Float8StatsShowSaturationAndNameTheLayerThatSaturatedFirst) {
              "out_features: 16}\n"
              "optimizer: {type: sgd, lr: 50}\n"
              "float8: {recipe: delayed, amax_history_len: 1, stats: true}\nsteps: 12\n"
-             "log_every: 1\n");
+             "log_every: 1\ncheckpoint_every: 6\n");
   const Result r = run({"train", "cfg.yaml", "--run-dir", "run", "-q"});
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("3 of 3 Linear layers; stats on"), std::string::npos) << r.output;
@@ -763,7 +763,14 @@ TEST_F(CliRunTest, Float8StatsShowSaturationAndNameTheLayerThatSaturatedFirst) {
   const auto first = summary.find("float8_first_saturation");
   ASSERT_TRUE(first.has_value());
   EXPECT_GT(first->at("values").as_int(), 0);
-  EXPECT_GE(first->at("step").as_int(), 1);
+  ASSERT_LE(first->at("step").as_int(), 6);  // before the checkpoint the resume below starts from
+  // A run killed after that checkpoint and resumed names the same first saturation.
+  const pid_t pid = start_slow_run("r", "checkpoints/step-000000006.ckpt");
+  ::kill(pid, SIGKILL);
+  wait_exit(pid);
+  ASSERT_EQ(run({"resume", "r", "-q"}).code, 0);
+  EXPECT_EQ(JsonDoc(read_file(dir_ / "r" / "summary.json")).at("float8_first_saturation").dump(),
+            first->dump());
 }
 
 TEST_F(CliRunTest, Float8KeysThatCannotBeMetAreOneConfigErrorLine) {

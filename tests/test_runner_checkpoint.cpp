@@ -666,6 +666,22 @@ TEST(RunnerCheckpoint, ForgedValuesAreRefusedNamingTheField) {
           {"trainer_state.precision is 16; expected a string"});
   refused("replicas.ckpt", [&](Json& m) { state(m)["loader"]["num_replicas"] = 0; },
           {"trainer_state.loader.num_replicas is 0; expected an integer >= 1"});
+  const auto saturation = [&](Json& m) -> Json& {
+    state(m)["float8_first_saturation"] =
+        mt::runner::json::parse(R"({"step": 3, "layer": "fc1", "tensor": "input", "values": 2})");
+    return state(m)["float8_first_saturation"];
+  };
+  refused(
+      "saturation-step.ckpt", [&](Json& m) { saturation(m)["step"] = 6; },
+      {"trainer_state.float8_first_saturation.step is 6; expected an integer in [1, step = 5]"});
+  refused("saturation-tensor.ckpt", [&](Json& m) { saturation(m)["tensor"] = "bias"; },
+          {"trainer_state.float8_first_saturation.tensor is 'bias'"});
+  refused("saturation-values.ckpt", [&](Json& m) { saturation(m)["values"] = 0; },
+          {"trainer_state.float8_first_saturation.values is 0"});
+  refused("saturation-layer.ckpt", [&](Json& m) { saturation(m).erase("layer"); },
+          {"trainer_state.float8_first_saturation has no layer"});
+  refused("saturation-type.ckpt", [&](Json& m) { state(m)["float8_first_saturation"] = 1; },
+          {"trainer_state.float8_first_saturation is 1; expected a JSON object"});
 
   // A writer without a config hash records the hash of its config text, so none is empty.
   CheckpointParts unhashed = run.parts(trainer_state(5));
@@ -695,6 +711,7 @@ TEST(RunnerCheckpoint, TrainerStateRoundTripsEveryField) {
   ts.precision = "bfloat16";
   ts.seed = std::numeric_limits<uint64_t>::max();
   ts.data_fingerprint = "0123456789abcdef";
+  ts.float8_first_saturation = mt::runner::Float8Saturation{9, "blocks.1.fc", "grad_output", 17};
   const std::string path = dir.file(mt::runner::checkpoint_filename(12));
   mt::runner::save_checkpoint(path, run.parts(ts));
   const std::optional<TrainerState> got = mt::runner::read_checkpoint(path).trainer_state;
@@ -712,6 +729,11 @@ TEST(RunnerCheckpoint, TrainerStateRoundTripsEveryField) {
   EXPECT_EQ(got->precision, "bfloat16");
   EXPECT_EQ(got->seed, std::numeric_limits<uint64_t>::max());
   EXPECT_EQ(got->data_fingerprint, "0123456789abcdef");
+  ASSERT_TRUE(got->float8_first_saturation.has_value());
+  EXPECT_EQ(got->float8_first_saturation->step, 9);
+  EXPECT_EQ(got->float8_first_saturation->layer, "blocks.1.fc");
+  EXPECT_EQ(got->float8_first_saturation->tensor, "grad_output");
+  EXPECT_EQ(got->float8_first_saturation->values, 17);
   // Saved without one, a checkpoint has none.
   const std::string plain = dir.file("weights.ckpt");
   mt::runner::save_checkpoint(plain, run.parts());

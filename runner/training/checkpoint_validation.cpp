@@ -4,12 +4,14 @@
 // name. So a checkpoint must record a config hash, a trainer state's values must be of their kind
 // and its counters in range, and a file named step-<N>.ckpt must hold step N. The rules are listed
 // in docs/checkpoints.md ("Validation").
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <limits>
 #include <string_view>
 
+#include "nn/float8.h"
 #include "runner/training/checkpoint.h"
 #include "runner/training/checkpoint_json.h"
 
@@ -96,6 +98,14 @@ Json trainer_state_json(const std::optional<TrainerState>& state) {
   s["precision"] = t.precision;
   s["seed"] = static_cast<int64_t>(t.seed);
   s["data_fingerprint"] = t.data_fingerprint;
+  if (const std::optional<Float8Saturation>& f = t.float8_first_saturation) {
+    Json first = Json::object();
+    first["step"] = f->step;
+    first["layer"] = f->layer;
+    first["tensor"] = f->tensor;
+    first["values"] = f->values;
+    s["float8_first_saturation"] = std::move(first);
+  }
   return s;
 }
 
@@ -125,6 +135,17 @@ std::optional<TrainerState> trainer_state_from_json(const std::string& what, Jso
   r.read("precision", t.precision);
   r.read("seed", t.seed);
   r.read("data_fingerprint", t.data_fingerprint);
+  if (const std::optional<JsonView> first =
+          r.find("float8_first_saturation", "a JSON object", &JsonView::is_object)) {
+    const StateReader f{what, *first, "trainer_state.float8_first_saturation"};
+    Float8Saturation s;
+    for (const char* field : {"step", "layer", "tensor", "values"}) f.required(field);
+    f.read("step", s.step);
+    f.read("layer", s.layer);
+    f.read("tensor", s.tensor);
+    f.read("values", s.values);
+    t.float8_first_saturation = std::move(s);
+  }
   return t;
 }
 
@@ -165,6 +186,16 @@ void validate_checkpoint_info(const CheckpointInfo& info) {
     check_range(what, "trainer_state.loader.index", s->loader.index, 0, limit, to_limit);
     check_range(what, "trainer_state.loader.num_replicas", s->loader.num_replicas, 1, kMaxInt,
                 "an integer >= 1");
+    if (const std::optional<Float8Saturation>& f = s->float8_first_saturation) {
+      const std::string key = "trainer_state.float8_first_saturation";
+      check_range(what, key + ".step", f->step, 1, s->step,
+                  "an integer in [1, step = " + std::to_string(s->step) + "]");
+      check_range(what, key + ".values", f->values, 1, kMaxInt, "an integer >= 1");
+      MT_CHECK(!f->layer.empty(), what, ": ", key, ".layer is empty; expected a layer's name");
+      MT_CHECK(
+          std::ranges::find(nn::kFloat8TensorNames, f->tensor) != std::end(nn::kFloat8TensorNames),
+          what, ": ", key, ".tensor is '", f->tensor, "'; expected input, weight or grad_output");
+    }
     MT_CHECK(s->loader.epoch == s->epoch, what, ": trainer_state.loader.epoch is ", s->loader.epoch,
              " but trainer_state.epoch is ", s->epoch, "; expected them equal");
   }

@@ -81,8 +81,8 @@ struct Trainer::Impl {
   std::string graph_fallback;
   int64_t graphed_steps = 0, eager_steps = 0;
   std::vector<std::shared_ptr<Callback>> builtins;
-  std::vector<Tensor> params;  // for clipping, collected once per fit()
-  nn::AmaxReduce amax_reduce;  // set_float8_amax_reduce
+  std::vector<Tensor> params;   // for clipping, collected once per fit()
+  nn::AmaxReduce amax_reduce;   // set_float8_amax_reduce
   bool delayed_float8 = false;  // the model has delayed float8 layers (found once per fit())
   std::optional<Float8Saturation> first_saturation;
   // The metrics' bytes_per_parameter, counted at the first record (the state exists after the
@@ -208,6 +208,7 @@ TrainerState Trainer::trainer_state() const {
   s.precision = std::string(options_.precision.name());
   s.seed = options_.seed;
   s.data_fingerprint = train_loader_->dataset().fingerprint();
+  s.float8_first_saturation = impl_->first_saturation;
   return s;
 }
 
@@ -592,6 +593,7 @@ void Trainer::resume_from(const std::string& checkpoint_path) {
   impl_->samples_since_log = s.pending_samples;
   impl_->loss_sum = zeros({}, TensorOptions(options_.device).dtype(DType::Float64));
   impl_->prior_wall_time_s = s.wall_time_s;
+  impl_->first_saturation = s.float8_first_saturation;
   impl_->last_checkpoint_step = step_;
   resumed_from_step_ = step_;
   resumed_ = true;

@@ -93,15 +93,6 @@ struct TrainerOptions {
   std::string config_text{};
 };
 
-// The first logged interval in which a float8 cast saturated (float8 stats, nn/float8.h), and
-// where: the layer and its tensor with the most saturated values then.
-struct Float8Saturation {
-  int64_t step = 0;  // the logged step that ended the interval
-  std::string layer;
-  std::string tensor;  // input, weight or grad_output
-  int64_t values = 0;
-};
-
 struct StepMetrics {
   int64_t step = 0;  // steps done, counting this one (1-based)
   int64_t epoch = 0;

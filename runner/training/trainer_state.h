@@ -3,11 +3,21 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "runner/data/data.h"
 
 namespace mantissa::runner {
+
+// The first logged interval in which a float8 cast saturated (float8 stats, nn/float8.h), and
+// where: the layer and its tensor with the most saturated values then.
+struct Float8Saturation {
+  int64_t step = 0;  // the logged step that ended the interval
+  std::string layer;
+  std::string tensor;  // input, weight or grad_output
+  int64_t values = 0;
+};
 
 // A Trainer's own state: what, beside the model, optimizer, scaler, scheduler and generators, an
 // exact resume needs (Trainer::trainer_state, Trainer::resume_from).
@@ -28,6 +38,8 @@ struct TrainerState {
   // Dataset::fingerprint() of the training data (empty: none), so a resume over changed data is
   // refused.
   std::string data_fingerprint;
+  // Kept so that a resumed run's summary still names the first saturation (float8 stats).
+  std::optional<Float8Saturation> float8_first_saturation;
 };
 
 }  // namespace mantissa::runner
