@@ -125,7 +125,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(nn::DistributedDataParallel& dd
   for (size_t i = 0; i < params_.size(); ++i) by_id[static_cast<size_t>(param_id_[i])] = i;
   std::vector<optim::ParamGroup> local(groups.size());
   autograd::NoGradGuard no_grad;
-  for (size_t g = 0; g < groups.size(); ++g) local[g].options = ref_groups[g].options;
+  for (size_t g = 0; g < groups.size(); ++g) local[g].set_options(ref_groups[g].options());
   for (size_t i : by_id) {
     if (owner_[i] >= 0) {
       if (owner_[i] != rank) continue;
@@ -363,7 +363,7 @@ optim::OptimizerState ZeroRedundancyOptimizer::consolidated_state_dict() const {
   optim::OptimizerState out;
   int64_t next = 0;
   for (const optim::ParamGroup& g : local_->param_groups()) {
-    optim::OptimizerState::Group saved{g.options, {}};
+    optim::OptimizerState::Group saved{g.options(), {}};
     out.param_groups.push_back(std::move(saved));
   }
   for (size_t g = 0; g < reference_->param_groups().size(); ++g)

@@ -405,6 +405,42 @@ TEST(Optimizer, TypedParamGroups) {
                {"no option 'momentum'"});
 }
 
+// The step reads a group as its struct without looking names up; every way of writing an option
+// (by name, by arithmetic, by struct, replacing the options, loading a state dict) reaches the
+// next read and the next step.
+TEST(Optimizer, TypedReadFollowsEveryWriteToTheGroup) {
+  optim::ParamGroup g({}, optim::SGDOptions{.momentum = 0.5});
+  EXPECT_EQ(g.options_as<optim::SGDOptions>().momentum, 0.5);
+  g["lr"] = 0.25;
+  g["momentum"] *= 3.0;
+  g["extra"] = 7.0;  // a name the struct does not have (as a scheduler's initial_lr)
+  const auto o = g.options_as<optim::SGDOptions>();
+  EXPECT_EQ(o.lr, 0.25);
+  EXPECT_EQ(o.momentum, 1.5);
+  EXPECT_EQ(static_cast<double>(g["extra"]), 7.0);
+  g["nesterov"] = g["lr"];  // one option's value into another
+  EXPECT_TRUE(g.options_as<optim::SGDOptions>().nesterov);
+  std::map<std::string, double> replaced = g.options();
+  replaced["lr"] = 0.125;
+  g.set_options(replaced);
+  EXPECT_EQ(g.options_as<optim::SGDOptions>().lr, 0.125);
+  expect_error([&] { (void)static_cast<double>(g["missing"]); }, {"no option 'missing'"});
+
+  // A rate set between steps moves the parameter by that rate; a loaded state dict's options
+  // replace the group's.
+  Tensor w = mt::ones({2}, mt::kFloat64).requires_grad_();
+  optim::SGD opt({w}, 1.0);
+  w.set_grad(mt::ones({2}, mt::kFloat64));
+  opt.step();  // 1 - 1 = 0
+  const optim::OptimizerState saved = opt.state_dict();
+  opt.param_groups()[0]["lr"] = 0.5;
+  opt.step();  // 0 - 0.5
+  EXPECT_EQ(w.to_vector<double>(), (std::vector<double>{-0.5, -0.5}));
+  opt.load_state_dict(saved);  // lr 1 again
+  opt.step();
+  EXPECT_EQ(w.to_vector<double>(), (std::vector<double>{-1.5, -1.5}));
+}
+
 TEST(Optimizer, ZeroGrad) {
   Tensor w = random_tensor({3}, mt::kFloat32, false).requires_grad_();
   Tensor u = random_tensor({2}, mt::kFloat32, false).requires_grad_();

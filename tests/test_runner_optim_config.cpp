@@ -190,8 +190,8 @@ TEST(RunnerOptimConfig, DecayGroupsSpareBiasesAsNanoGpt) {
   const auto named = r.model->named_parameters();
   const auto groups = optim::decay_groups(named, 0.1);
   ASSERT_EQ(groups.size(), 2u);
-  EXPECT_DOUBLE_EQ(groups[0].options.at("weight_decay"), 0.1);
-  EXPECT_DOUBLE_EQ(groups[1].options.at("weight_decay"), 0.0);
+  EXPECT_DOUBLE_EQ(groups[0].get("weight_decay"), 0.1);
+  EXPECT_DOUBLE_EQ(groups[1].get("weight_decay"), 0.0);
   for (const auto& p : groups[0].params) EXPECT_EQ(p.dim(), 2);
   for (const auto& p : groups[1].params) EXPECT_EQ(p.dim(), 1);
   EXPECT_EQ(groups[0].params.size() + groups[1].params.size(), named.size());

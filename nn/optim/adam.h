@@ -48,7 +48,7 @@ class Adam : public Optimizer {
   bool supports_state_dtype() const override { return true; }
   bool supports_lr_on_device() const override { return true; }
   std::vector<std::string> planned_state_keys(const ParamGroup& g) const override {
-    if (g.options.at("amsgrad") != 0.0) return state_keys();
+    if (g.get("amsgrad") != 0.0) return state_keys();
     return {"exp_avg", "exp_avg_sq"};
   }
 };

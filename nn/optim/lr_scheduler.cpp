@@ -9,7 +9,7 @@ namespace mantissa::optim {
 
 LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
   for (ParamGroup& g : optimizer_.param_groups()) {
-    g.options.emplace("initial_lr", g.get("lr"));  // PyTorch's setdefault
+    if (!g.has("initial_lr")) g.set("initial_lr", g.get("lr"));  // PyTorch's setdefault
     base_lrs_.push_back(g.get("initial_lr"));
   }
 }

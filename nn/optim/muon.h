@@ -95,12 +95,12 @@ class Muon : public Optimizer {
 
   const char* name() const override { return "Muon"; }
   std::string momentum_key(const ParamGroup& group) const override {
-    return group.options.at("use_muon") != 0.0 ? "momentum" : "beta1";
+    return group.get("use_muon") != 0.0 ? "momentum" : "beta1";
   }
   // A Muon group's step reads found_inf and the step counts on the host.
   bool step_reads_host() const override { return true; }
   bool updates_whole_parameters(const ParamGroup& group) const override {
-    return group.options.at("use_muon") != 0.0;
+    return group.get("use_muon") != 0.0;
   }
 
  protected:
@@ -113,7 +113,7 @@ class Muon : public Optimizer {
     return {"momentum_buffer", "exp_avg", "exp_avg_sq"};
   }
   std::vector<std::string> planned_state_keys(const ParamGroup& g) const override {
-    if (g.options.at("use_muon") != 0.0) return {"momentum_buffer"};
+    if (g.get("use_muon") != 0.0) return {"momentum_buffer"};
     return {"exp_avg", "exp_avg_sq"};
   }
 

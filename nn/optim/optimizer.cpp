@@ -1,7 +1,6 @@
 #include "nn/optim/optimizer.h"
 
 #include <algorithm>
-#include <span>
 #include <sstream>
 
 #include "autograd/node.h"
@@ -32,27 +31,28 @@ Tensor copy_like(const Tensor& t, const Tensor& like) {
 }  // namespace
 
 double ParamGroup::get(const std::string& key) const {
-  auto it = options.find(key);
-  MT_CHECK(it != options.end(), "parameter group has no option '", key, "'");
+  auto it = options_.find(key);
+  MT_CHECK(it != options_.end(), "parameter group has no option '", key, "'");
   return it->second;
 }
 
-void ParamGroup::get_many(const OptionRef* wanted, size_t count) const {
-  size_t found = 0;
-  for (const auto& [key, value] : options) {
-    for (const OptionRef& w : std::span(wanted, count)) {
-      // The first character decides most pairs without a call to memcmp (read every step).
-      if (w.key.size() == key.size() && (key.empty() || w.key.front() == key.front()) &&
-          w.key == key) {
-        *w.value = value;
-        ++found;
-        break;
-      }
-    }
+void ParamGroup::set(const std::string& key, double value) {
+  options_[key] = value;
+  if (typed_keys_ == nullptr) return;
+  // Keeps the typed read current: an option of the struct last read is updated in place.
+  const std::vector<std::string>& keys = *typed_keys_;
+  for (size_t n = 0; n < keys.size(); ++n) {
+    if (keys[n] == key) typed_values_[n] = value;
   }
-  if (found == count) return;
-  for (const OptionRef& w : std::span(wanted, count))
-    (void)get(std::string(w.key));  // throws for the missing key
+}
+
+void ParamGroup::set_options(std::map<std::string, double> options) {
+  options_ = std::move(options);
+  typed_keys_ = nullptr;
+}
+
+void ParamGroup::add_missing(const std::map<std::string, double>& defaults) {
+  for (const auto& [key, value] : defaults) options_.emplace(key, value);
 }
 
 Optimizer::Optimizer(std::map<std::string, double> defaults) : defaults_(std::move(defaults)) {}
@@ -68,9 +68,9 @@ void Optimizer::add_param_group(ParamGroup group) {
   std::vector<std::string> known;
   for (const auto& [key, value] : defaults_) {
     known.push_back(key);
-    group.options.emplace(key, value);  // keeps the group's own value when present
   }
-  for (const auto& [key, value] : group.options) {
+  group.add_missing(defaults_);  // keeps the group's own values
+  for (const auto& [key, value] : group.options()) {
     // Schedulers record the starting lr in "initial_lr", as PyTorch's do.
     MT_CHECK(defaults_.count(key) != 0 || key == "initial_lr", name(), ": unknown option '", key,
              "' in parameter group (known options: ", join_keys(known), ")");
@@ -434,7 +434,7 @@ OptimizerState Optimizer::state_dict() const {
   refresh_steps();
   int64_t id = 0;
   for (const ParamGroup& g : groups_) {
-    OptimizerState::Group saved{g.options, {}};
+    OptimizerState::Group saved{g.options(), {}};
     for (size_t i = 0; i < g.params.size(); ++i) saved.params.push_back(id++);
     out.param_groups.push_back(std::move(saved));
   }
@@ -466,13 +466,13 @@ void Optimizer::load_state_dict(const OptimizerState& loaded) {
       params.push_back(&groups_[g].params[k]);
     }
     ParamGroup check{{}, saved.options};
-    for (const auto& [key, value] : defaults_) check.options.emplace(key, value);
-    for (const auto& [key, value] : check.options) {
+    check.add_missing(defaults_);
+    for (const auto& [key, value] : check.options()) {
       MT_CHECK(defaults_.count(key) != 0 || key == "initial_lr", name(),
                ": loaded state dict has unknown option '", key, "' in parameter group ", g);
     }
     validate(check);
-    options[g] = std::move(check.options);
+    options[g] = check.options();
   }
 
   const std::vector<std::string> keys = state_buffer_keys();
@@ -509,7 +509,7 @@ void Optimizer::load_state_dict(const OptimizerState& loaded) {
     }
     state.emplace(it->second, std::move(s));
   }
-  for (size_t g = 0; g < groups_.size(); ++g) groups_[g].options = std::move(options[g]);
+  for (size_t g = 0; g < groups_.size(); ++g) groups_[g].set_options(std::move(options[g]));
   state_ = std::move(state);
   step_counts_.clear();  // recreated from state_[*].step at the next step
 }

@@ -39,57 +39,87 @@ namespace mantissa::optim {
 // schedulers and saved by state_dict) and typed as in libtorch: a group can be made from an
 // optimizer's options struct and read back as one (nn/optim/options.h: betas is beta1/beta2,
 // bools are 0/1 by name).
-struct ParamGroup {
+//
+// The step reads the group as its optimizer's struct (options_as). The group keeps the values of
+// the last struct read in the struct's order and keeps them current as options are set, so a step
+// looks up no option by name once the group has been read: the names are PyTorch's view of the
+// options, not the path the step takes.
+class ParamGroup {
+ public:
   std::vector<Tensor> params;
-  // Options the group sets; add_param_group fills in the optimizer's defaults for the rest.
-  std::map<std::string, double> options;
 
   ParamGroup() = default;
   explicit ParamGroup(std::vector<Tensor> params) : params(std::move(params)) {}
   ParamGroup(std::vector<Tensor> params, std::map<std::string, double> options)
-      : params(std::move(params)), options(std::move(options)) {}
+      : params(std::move(params)), options_(std::move(options)) {}
   // Every option of the struct (libtorch's OptimizerParamGroup(params, AdamOptions(...))).
   template <OptionsStruct O>
   ParamGroup(std::vector<Tensor> params, const O& typed)
-      : params(std::move(params)), options(option_map(typed)) {}
+      : params(std::move(params)), options_(option_map(typed)) {}
 
-  // Reads or sets an option; a missing key is inserted (as std::map), so `g["lr"] = 0.1` works
-  // on a group being built.
-  double& operator[](const std::string& key) { return options[key]; }
+  // One option by name: reads as its value (throwing, like get(), if the group has none) and
+  // takes a value by assignment (`g["lr"] = 0.1`; a missing key is added).
+  class Option {
+   public:
+    Option(ParamGroup& group, std::string key) : group_(group), key_(std::move(key)) {}
+    operator double() const { return group_.get(key_); }
+    Option& operator=(double value) {
+      group_.set(key_, value);
+      return *this;
+    }
+    Option& operator=(const Option& other) { return *this = static_cast<double>(other); }
+    Option& operator+=(double v) { return *this = static_cast<double>(*this) + v; }
+    Option& operator-=(double v) { return *this = static_cast<double>(*this) - v; }
+    Option& operator*=(double v) { return *this = static_cast<double>(*this) * v; }
+    Option& operator/=(double v) { return *this = static_cast<double>(*this) / v; }
+
+   private:
+    ParamGroup& group_;
+    std::string key_;
+  };
+  Option operator[](const std::string& key) { return Option(*this, key); }
   // Throws if the group has no option `key`.
   double get(const std::string& key) const;
-  // The group's options as the optimizer's struct, read in one pass over the group (the
-  // optimizers read them every step); throws like get() if the group lacks one of O's options
-  // (another optimizer's group, or a group not yet added).
+  // Sets an option, adding it if the group has none by that name.
+  void set(const std::string& key, double value);
+  bool has(const std::string& key) const { return options_.count(key) != 0; }
+  // Every option by name, in name order (what state_dict saves).
+  const std::map<std::string, double>& options() const { return options_; }
+  // Replaces every option.
+  void set_options(std::map<std::string, double> options);
+  // Adds the options the group lacks, keeping its own values.
+  void add_missing(const std::map<std::string, double>& defaults);
+
+  // The group's options as the optimizer's struct; throws like get() if the group lacks one of
+  // O's options (another optimizer's group, or a group not yet added). Read by name only the first
+  // time, or after the group was read as another struct or its options replaced.
   template <OptionsStruct O>
   O options_as() const;
   // Sets every option of the struct.
   template <OptionsStruct O>
   void set_options(const O& typed) {
-    for (auto& [key, value] : option_map(typed)) options[key] = value;
+    for (auto& [key, value] : option_map(typed)) set(key, value);
   }
-  // Reads several options in one pass over the group; throws like get() if one is missing.
-  struct OptionRef {
-    std::string_view key;
-    double* value;
-  };
-  void get_many(std::initializer_list<OptionRef> wanted) const {
-    get_many(wanted.begin(), wanted.size());
-  }
-  void get_many(const OptionRef* wanted, size_t count) const;
-  bool has(const std::string& key) const { return options.count(key) != 0; }
+
+ private:
+  static constexpr size_t kMaxTyped = 16;
+  std::map<std::string, double> options_;
+  // The struct last read (its option_keys<O>(), null: none) and its values in that order.
+  mutable const std::vector<std::string>* typed_keys_ = nullptr;
+  mutable std::array<double, kMaxTyped> typed_values_{};
 };
 
 template <OptionsStruct O>
 O ParamGroup::options_as() const {
   const std::vector<std::string>& keys = option_keys<O>();
-  constexpr size_t kMax = 16;
-  MT_ASSERT(keys.size() <= kMax, "ParamGroup::options_as: more than ", kMax, " options");
-  std::array<double, kMax> values{};
-  std::array<OptionRef, kMax> refs;
-  for (size_t n = 0; n < keys.size(); ++n) refs[n] = OptionRef{keys[n], &values[n]};
-  get_many(refs.data(), keys.size());
-  return option_values<O>(values.data());
+  MT_ASSERT(keys.size() <= kMaxTyped, "ParamGroup::options_as: more than ", kMaxTyped, " options");
+  if (typed_keys_ != &keys) {
+    std::array<double, kMaxTyped> values{};
+    for (size_t n = 0; n < keys.size(); ++n) values[n] = get(keys[n]);
+    typed_values_ = values;
+    typed_keys_ = &keys;
+  }
+  return option_values<O>(typed_values_.data());
 }
 
 // One parameter's state: the update count and named buffers. The count is Adam's step (bias

@@ -42,8 +42,8 @@ class RMSprop : public Optimizer {
   }
   std::vector<std::string> planned_state_keys(const ParamGroup& g) const override {
     std::vector<std::string> keys{"square_avg"};
-    if (g.options.at("momentum") > 0.0) keys.push_back("momentum_buffer");
-    if (g.options.at("centered") != 0.0) keys.push_back("grad_avg");
+    if (g.get("momentum") > 0.0) keys.push_back("momentum_buffer");
+    if (g.get("centered") != 0.0) keys.push_back("grad_avg");
     return keys;
   }
 };

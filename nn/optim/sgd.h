@@ -39,7 +39,7 @@ class SGD : public Optimizer {
                    const std::vector<ParamState*>& states, const Tensor& found_inf) override;
   std::vector<std::string> state_keys() const override { return {"momentum_buffer"}; }
   std::vector<std::string> planned_state_keys(const ParamGroup& g) const override {
-    if (g.options.at("momentum") == 0.0) return {};
+    if (g.get("momentum") == 0.0) return {};
     return state_keys();
   }
   int64_t loaded_step(const ParamState& saved) const override;
