@@ -30,19 +30,20 @@ namespace detail {
 // format's largest finite code (the caller saturates or overflows).
 template <int M, int B>
 MT_HOST_DEVICE inline uint32_t fp8_round_magnitude(uint32_t a) {
+  // Both roundings are computed and one is selected, without a branch, so that a loop of casts
+  // vectorises (a branch here kept the CPU's cast loops scalar).
   constexpr uint32_t min_normal = static_cast<uint32_t>(127 - B + 1) << 23;  // 2^(1 - B)
-  if (a < min_normal) {
-    // Below the smallest normal the grid step is 2^(1 - B - M). Adding a float whose unit in the
-    // last place is that step leaves the rounded multiple in the low bits (the FPU rounds, to
-    // nearest even); 2^M multiples round up into the smallest normal's code, which is 2^M.
-    const float magic = bits_float(static_cast<uint32_t>(127 + 1 - B - M + 23) << 23);
-    return float_bits(bits_float(a) + magic) - float_bits(magic);
-  }
+  // Below the smallest normal the grid step is 2^(1 - B - M). Adding a float whose unit in the
+  // last place is that step leaves the rounded multiple in the low bits (the FPU rounds, to
+  // nearest even); 2^M multiples round up into the smallest normal's code, which is 2^M.
+  const float magic = bits_float(static_cast<uint32_t>(127 + 1 - B - M + 23) << 23);
+  const uint32_t subnormal = float_bits(bits_float(a) + magic) - float_bits(magic);
   // Normal: keep M mantissa bits, rounding the 23 - M dropped bits to nearest even, then rebias.
   constexpr int dropped = 23 - M;
   const uint32_t odd = (a >> dropped) & 1u;
   const uint32_t rounded = (a + ((1u << (dropped - 1)) - 1u) + odd) >> dropped;
-  return rounded - (static_cast<uint32_t>(127 - B) << M);
+  const uint32_t normal = rounded - (static_cast<uint32_t>(127 - B) << M);
+  return a < min_normal ? subnormal : normal;
 }
 
 // The float value of a finite code's magnitude (code = exponent << M | mantissa).
@@ -67,9 +68,10 @@ MT_HOST_DEVICE inline uint8_t fp8e4m3fn_bits_from_fp32(float value) {
   const uint32_t u = float_bits(value);
   const uint32_t sign = (u >> 24) & 0x80u;
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);   // NaN
-  if (a >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);  // >= 448, infinity: 448
-  return static_cast<uint8_t>(sign | fp8_round_magnitude<3, 7>(a));
+  uint32_t code = fp8_round_magnitude<3, 7>(a);
+  code = a >= 0x43e00000u ? 0x7eu : code;  // >= 448, infinity: 448
+  code = a > 0x7f800000u ? 0x7fu : code;   // NaN
+  return static_cast<uint8_t>(sign | code);
 }
 
 MT_HOST_DEVICE inline float fp32_from_fp8e4m3fn_bits(uint8_t b) {
@@ -83,10 +85,11 @@ MT_HOST_DEVICE inline uint8_t fp8e5m2_bits_from_fp32(float value) {
   const uint32_t u = float_bits(value);
   const uint32_t sign = (u >> 24) & 0x80u;
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);  // NaN
   // Past the largest finite code (57344), rounding gives infinity, as does an infinite input.
-  const uint32_t code = a == 0x7f800000u ? 0x7cu : fp8_round_magnitude<2, 15>(a);
-  return static_cast<uint8_t>(sign | (code > 0x7cu ? 0x7cu : code));
+  uint32_t code = fp8_round_magnitude<2, 15>(a);
+  code = a >= 0x7f800000u || code > 0x7cu ? 0x7cu : code;
+  code = a > 0x7f800000u ? 0x7fu : code;  // NaN
+  return static_cast<uint8_t>(sign | code);
 }
 
 MT_HOST_DEVICE inline float fp32_from_fp8e5m2_bits(uint8_t b) {

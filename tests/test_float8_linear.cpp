@@ -10,6 +10,7 @@
 // rounds to bfloat16 (every product under autocast; rowwise products, which torchao makes in
 // bfloat16) may round the other way when the float32 sums differ: one bfloat16 ulp, 2^-7 relative.
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -102,6 +103,41 @@ TEST(Float8Ops, ScalesAndCastsAreTorchaos) {
     const Tensor cast = mt::float8_cast(special, mt::ones({}), dtype).to(mt::kFloat32);
     expect_bitwise(cast, want.at(std::string("cast_special_") + dn), "special values");
     EXPECT_TRUE(std::signbit(cast.to_vector<float>()[6])) << "-0 keeps its sign";
+  }
+}
+
+// The cast's fast paths (a dense loop with a vector copy per instruction set; a transposed matrix
+// cast as its dense transpose) against saturate-then-convert written out, for every bfloat16 value
+// under scales that move each one across the formats' ranges: the bits agree and the transposed
+// cast keeps its input's layout.
+TEST(Float8Ops, CastPathsSaturateThenRoundAsWrittenOut) {
+  std::vector<float> values(1 << 16);  // each bfloat16 bit pattern, as the float it is
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint32_t bits = static_cast<uint32_t>(i) << 16;
+    std::memcpy(&values[i], &bits, sizeof(float));
+  }
+  const Tensor x = mt::from_vector(values, mt::Shape{256, 256}).to(mt::kBFloat16);
+  for (const mt::DType dtype : {mt::kFloat8E4M3FN, mt::kFloat8E5M2}) {
+    const float max = dtype == mt::kFloat8E4M3FN ? 448.0f : 57344.0f;
+    for (const float scale : {1.0f, 0.001f, 3.7f, 1048576.0f}) {
+      std::vector<float> want;
+      for (const float v : x.to(mt::kFloat32).to_vector<float>()) {
+        float y = v * scale;
+        y = y > max ? max : (y < -max ? -max : y);  // NaN passes
+        want.push_back(y);
+      }
+      // Decoding is one to one (a NaN keeps its code's sign and mantissa), so equal float32 bits
+      // are equal codes.
+      const Tensor expected = mt::from_vector(want, mt::Shape{256, 256}).to(dtype).to(mt::kFloat32);
+      const Tensor s = mt::full({}, scale);
+      const std::string what =
+          std::string(mt::dtype_name(dtype)) + " scale " + std::to_string(scale);
+      expect_bitwise(mt::float8_cast(x, s, dtype).to(mt::kFloat32), expected, what);
+      const Tensor xt = x.to(mt::kFloat32).t().contiguous().t();  // [256, 256], transposed layout
+      const Tensor transposed = mt::float8_cast(xt, s, dtype);
+      EXPECT_EQ(transposed.stride(0), 1);
+      expect_bitwise(transposed.to(mt::kFloat32).contiguous(), expected, what + " transposed");
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 // matmul_with_hp_or_float8_args: each operand of each of the three products cast as the config
 // says, with scales computed from the operand at each call).
 #include <cmath>
+#include <limits>
 
 #include "autograd/op_bodies.h"
 #include "autograd/ops/elementwise_common.h"
@@ -33,9 +34,13 @@ void refuse_grad(const char* op, std::initializer_list<const Tensor*> inputs) {
            "use NoGradGuard); float8_linear differentiates through its float8 products");
 }
 
-// max |x| as max(amax(x), -amin(x)): the same value (NaN included) from two reads of x, without
-// writing |x| out. A 0-d tensor of x's dtype.
-Tensor abs_max(const Tensor& x) { return maximum(amax(x), neg(amin(x))); }
+// max |x| in one read of x: the infinity norm, a 0-d tensor of x's dtype (NaN propagates, as
+// through amax). An empty tensor has none, as amax refuses one.
+Tensor abs_max(const Tensor& x) {
+  MT_CHECK(x.numel() > 0, "float8: an empty tensor (shape ", x.shape(),
+           ") has no absolute maximum to scale by");
+  return norm(x, std::numeric_limits<double>::infinity());
+}
 
 // A scale's shape against the product's [M,N]: one value, or a row (column) of them.
 bool is_single(const Tensor& s) { return s.numel() == 1 && s.dim() <= 2; }
@@ -90,6 +95,11 @@ Tensor float8_cast_op(const Tensor& x, const Tensor& scale, DType dtype) {
   MT_CHECK(broadcast_shapes(x.shape(), scale.shape(), op) == x.shape(), op, ": scale of shape ",
            scale.shape(), " does not broadcast to the input's shape ", x.shape());
   refuse_grad(op, {&x, &scale});
+  // A transposed matrix (a weight, cast as weight.t()) is cast as its dense transpose and handed
+  // back transposed, keeping x's layout as PyTorch's .to() does, so the cast runs its dense loop.
+  if (x.dim() == 2 && !x.is_contiguous() && x.t().is_contiguous() &&
+      (scale.numel() == 1 || scale.dim() == 2))
+    return float8_cast_op(x.t(), scale.dim() == 2 ? scale.t() : scale, dtype).t();
   Tensor out = ops::empty_on(x.shape(), dtype, x.device());
   float8_cast_kernel(x.device())(out, x, scale.expand(x.shape()));
   return out;

@@ -15,9 +15,14 @@
 // AVX2's 16 (the attention kernel's block_gemm: its x86-64-v3 copy was slower than the baseline
 // one; docs/performance.md, "Muon").
 #define MT_CPU_AVX512_CLONES __attribute__((target_clones("avx512f", "default")))
+// For loops that store bytes (the float8 casts): AVX-512 without its byte and word instructions
+// (AVX512BW) cannot vectorise them, nor could GCC 12 with AVX2, so the copy is x86-64-v4's
+// (AVX-512 F, BW, DQ, VL: Skylake-X and later Intel, AMD Zen 4).
+#define MT_CPU_V4_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
 #else
 #define MT_CPU_ISA_CLONES
 #define MT_CPU_AVX512_CLONES
+#define MT_CPU_V4_CLONES
 #endif
 
 namespace mantissa::cpu {
