@@ -14,6 +14,7 @@
 #include "nn/float8.h"
 #include "runner/training/checkpoint.h"
 #include "runner/training/checkpoint_json.h"
+#include "runner/training/metrics_json.h"
 
 namespace mantissa::runner {
 namespace {
@@ -98,14 +99,8 @@ Json trainer_state_json(const std::optional<TrainerState>& state) {
   s["precision"] = t.precision;
   s["seed"] = static_cast<int64_t>(t.seed);
   s["data_fingerprint"] = t.data_fingerprint;
-  if (const std::optional<Float8Saturation>& f = t.float8_first_saturation) {
-    Json first = Json::object();
-    first["step"] = f->step;
-    first["layer"] = f->layer;
-    first["tensor"] = f->tensor;
-    first["values"] = f->values;
-    s["float8_first_saturation"] = std::move(first);
-  }
+  if (const std::optional<Float8Saturation>& f = t.float8_first_saturation)
+    s["float8_first_saturation"] = float8_saturation_json(*f);
   return s;
 }
 

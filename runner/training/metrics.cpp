@@ -54,7 +54,6 @@ Json step_metrics_json(const StepMetrics& m) {
   return j;
 }
 
-namespace {
 Json float8_saturation_json(const Float8Saturation& s) {
   Json j = Json::object();
   j["step"] = s.step;
@@ -63,7 +62,6 @@ Json float8_saturation_json(const Float8Saturation& s) {
   j["values"] = s.values;
   return j;
 }
-}  // namespace
 
 Json eval_metrics_json(const EvalMetrics& m) {
   Json j = Json::object();
