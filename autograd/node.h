@@ -71,6 +71,10 @@ class SavedTensor {
   Tensor unpack(const char* node_name) const;
   void release();
   bool defined() const { return data_.defined() || packed_ != nullptr || released_; }
+  // The tensor as held, for accounting (autograd/graph_memory.h): undefined when a pack hook
+  // holds it instead (packed()) or the graph was freed.
+  const Tensor& held() const { return data_; }
+  bool packed() const { return packed_ != nullptr; }
 
  private:
   Tensor data_;

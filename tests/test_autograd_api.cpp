@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "autograd/graph_memory.h"
+#include "autograd/saved_tensor_hooks.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -26,6 +28,11 @@ Tensor leaf(const Shape& shape) {
 }
 
 Tensor f64(const Vec& v, const Shape& shape) { return mt::from_vector(v, shape, mt::kFloat64); }
+
+// A pack hook's handle that keeps nothing (the graph's saved tensor is gone).
+struct DroppedSaved : mt::autograd::PackedSaved {
+  Tensor unpack() override { return Tensor(); }
+};
 
 Vec scaled(const Vec& v, double k) {
   Vec out = v;
@@ -410,4 +417,37 @@ TEST(AutogradApi, CallbacksOfAFailingPassDoNotRun) {
   EXPECT_FALSE(ag::in_backward());
   (a * 1.0).sum().backward();
   EXPECT_FALSE(ran);
+}
+
+TEST(GraphMemory, CountsEachSavedStorageOnceForTheNodeNearestTheRoot) {
+  const Tensor w = mt::randn({8, 4}).requires_grad_();
+  const Tensor x = mt::randn({16, 8}).requires_grad_();
+  const Tensor h = mt::matmul(x, w);  // saves x and w
+  const Tensor y = mt::sum(h * h);    // saves h, twice: one storage
+  const auto all = mt::autograd::saved_tensor_bytes(y);
+  EXPECT_EQ(all.total, (16 * 8 + 8 * 4 + 16 * 4) * 4);
+  EXPECT_EQ(all.by_node.at("MulBackward0"), 16 * 4 * 4);
+  EXPECT_EQ(all.by_node.at("MmBackward0"), (16 * 8 + 8 * 4) * 4);
+  EXPECT_EQ(all.tensors, 4);
+  EXPECT_EQ(all.packed, 0);
+  const auto activations = mt::autograd::saved_tensor_bytes(y, {w});
+  EXPECT_EQ(activations.total, (16 * 8 + 16 * 4) * 4);
+  // A view of a saved storage is the same bytes: charged once, to the op nearest the root.
+  const Tensor top = h.narrow(0, 0, 4);
+  const Tensor v = mt::sum(mt::exp(top) * top);
+  const auto views = mt::autograd::saved_tensor_bytes(v, {w});
+  EXPECT_EQ(views.total, (16 * 8 + 16 * 4 + 4 * 4) * 4);  // x, h, exp's output
+  EXPECT_EQ(views.by_node.at("MulBackward0"), (16 * 4 + 4 * 4) * 4);
+  EXPECT_EQ(views.by_node.count("ExpBackward0"), 0u);  // its output is mul's input
+  // Tensors a pack hook holds are not kept by the graph: counted apart.
+  Tensor z;
+  {
+    mt::autograd::SavedTensorHooksGuard guard(
+        [](const Tensor&) { return std::make_shared<DroppedSaved>(); });
+    z = mt::sum(mt::exp(x));
+  }
+  const auto packed = mt::autograd::saved_tensor_bytes(z);
+  EXPECT_EQ(packed.total, 0);
+  EXPECT_EQ(packed.packed, 1);
+  EXPECT_THROW(mt::autograd::saved_tensor_bytes(mt::randn({2})), mt::Error);
 }

@@ -16,10 +16,12 @@
 #include <vector>
 
 #include "amp/autocast.h"
+#include "autograd/graph_memory.h"
 #include "autograd/saved_tensor_hooks.h"
 #include "golden_file.h"
 #include "nn/float8.h"
 #include "nn/optim/sgd.h"
+#include "nn/transformer.h"
 #include "test_util.h"
 
 namespace mt = mantissa;
@@ -379,6 +381,62 @@ TEST(Float8Modules, FusedMlpRunsItsFloat8LayersUnfused) {
                         mlp->fc2->weight, mlp->fc2->bias, c);
   EXPECT_TRUE(mt::equal(mlp(x), want));
   EXPECT_FALSE(mt::equal(mlp(x), fused));
+}
+
+// configs/gpt_tiny.yaml's model and batch (4 layers, n_embd 128, 16 x 128 tokens) under bfloat16
+// autocast, and with its 16 Linear layers in float8 tensorwise: what one forward keeps for
+// backward (autograd::saved_tensor_bytes, the parameters left out).
+mt::autograd::SavedBytes gpt_tiny_saved_bytes(const std::string& recipe) {
+  mt::nn::GPTConfig c;
+  c.n_layer = 4;
+  c.n_head = 4;
+  c.n_embd = 128;
+  c.block_size = 128;
+  c.vocab_size = 256;
+  mt::manual_seed(0);
+  mt::nn::GPT model(c);
+  if (!recipe.empty()) {
+    const auto layers =
+        mt::nn::convert_to_float8_training(*model, mt::Float8LinearConfig::from_recipe(recipe));
+    EXPECT_EQ(layers.size(), 16u);
+  }
+  const Tensor idx = mt::randint(0, c.vocab_size, {16, c.block_size});
+  const Tensor targets = mt::randint(0, c.vocab_size, {16, c.block_size});
+  mt::amp::autocast scope(mt::kCPU, mt::amp::Precision::BFloat16);
+  const Tensor loss = mt::cross_entropy(model(idx).view({-1, c.vocab_size}), targets.reshape({-1}));
+  return mt::autograd::saved_tensor_bytes(loss, model->parameters());
+}
+
+// Tensorwise scales are valid for the transposed use, so a float8 layer keeps its float8 input
+// and weight (1 byte an element, and its two float32 scales) where the bfloat16 layer keeps
+// bfloat16 ones (2 bytes): the Linear layers of the blocks keep half the bytes. The whole forward
+// keeps less too, but not half: the layer norms (float32 inputs), GELU (its bfloat16 input),
+// attention, the cross entropy and the tied lm_head (bfloat16 in both) keep the same.
+TEST(Float8Modules, TensorwiseGptTinyKeepsHalfTheLinearLayersBytes) {
+  const auto bf16 = gpt_tiny_saved_bytes("");
+  const auto f8 = gpt_tiny_saved_bytes("tensorwise");
+  // The lm_head is the only plain Linear node of the float8 model.
+  const int64_t lm_head = f8.by_node.at("LinearBackward0");
+  EXPECT_EQ(lm_head, 2 * (2048 * 128 + 256 * 128));  // ln_f's output and wte, bfloat16
+  const int64_t blocks_bf16 = bf16.by_node.at("LinearBackward0") - lm_head;
+  const int64_t blocks_f8 = f8.by_node.at("Float8LinearBackward0");
+  // Inputs: 2048 tokens x (128 + 128 + 128 + 512) per layer; weights 196,608 per layer; 4 layers.
+  const int64_t elements = 4 * (2048 * (128 + 128 + 128 + 512) + 196608);
+  EXPECT_EQ(blocks_bf16, 2 * elements);
+  EXPECT_EQ(blocks_f8, elements + 16 * 2 * 4);
+  EXPECT_LE(static_cast<double>(blocks_f8), 0.6 * static_cast<double>(blocks_bf16));
+  for (const auto& [node, bytes] : bf16.by_node) {
+    if (node != "LinearBackward0") {
+      EXPECT_EQ(f8.by_node.at(node), bytes) << node;
+    }
+  }
+  EXPECT_EQ(bf16.total - f8.total, blocks_bf16 - blocks_f8);
+  std::printf(
+      "gpt_tiny saved for backward: the blocks' Linear layers %.2f MiB (bfloat16) -> "
+      "%.2f MiB (float8 tensorwise), %.3fx; the whole forward %.2f -> %.2f MiB, %.3fx\n",
+      blocks_bf16 / 1048576.0, blocks_f8 / 1048576.0,
+      static_cast<double>(blocks_f8) / static_cast<double>(blocks_bf16), bf16.total / 1048576.0,
+      f8.total / 1048576.0, static_cast<double>(f8.total) / static_cast<double>(bf16.total));
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, Float8Linear, ::testing::ValuesIn(runs()),

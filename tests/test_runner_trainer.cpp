@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "autograd/graph_memory.h"
 #include "engine/factory.h"
 #include "engine/generator.h"
 #include "json_doc.h"
@@ -235,6 +236,14 @@ TEST(RunnerTrainer, RunDirectoryRecords) {
   EXPECT_EQ(memory.at("weight_bytes").as_int(), 4 * memory.at("parameters").as_int());
   EXPECT_EQ(memory.at("optimizer_state_bytes").as_int(), 0);
   EXPECT_DOUBLE_EQ(memory.at("bytes_per_parameter").as_double(), 8.0);
+  {
+    // The first micro-batch's activations: what its forward kept for backward, as
+    // saved_tensor_bytes counts them for the same model on a batch of the same shape.
+    const Tensor loss = mt::mse_loss(model->forward(mt::randn({8, 10})), mt::randn({8, 5}));
+    const int64_t want = mt::autograd::saved_tensor_bytes(loss, model->parameters()).total;
+    EXPECT_GE(want, 8 * 10 * 4 * 2);  // at least the input and the hidden layer, float32
+    EXPECT_EQ(memory.at("activation_bytes").as_int(), want);
+  }
   EXPECT_DOUBLE_EQ(summary.at("final_loss").as_double(), rec->steps.back().loss);
   EXPECT_TRUE(summary.at("final_eval").contains("loss"));
 

@@ -94,6 +94,7 @@ Json summary_json(const TrainSummary& s) {
   state["gradient_bytes"] = s.memory.gradient_bytes;
   state["optimizer_state_bytes"] = s.memory.optimizer_state_bytes;
   state["bytes_per_parameter"] = number_or_null(s.memory.bytes_per_parameter());
+  if (s.memory.activation_bytes) state["activation_bytes"] = *s.memory.activation_bytes;
   j["training_memory"] = state;
   if (!s.float8_layers.empty()) {
     Json layers = Json::array();

@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "autograd/functions.h"
+#include "autograd/graph_memory.h"
 #include "autograd/node.h"
 #include "cuda/memory.h"
 #include "cuda/stream.h"
@@ -88,6 +89,7 @@ struct Trainer::Impl {
   // The metrics' bytes_per_parameter, counted at the first record (the state exists after the
   // first step and keeps its size; counting reads each parameter's step count, a sync on CUDA).
   double bytes_per_parameter = 0.0;
+  std::optional<int64_t> activation_bytes;  // TrainingMemory::activation_bytes
 };
 
 Trainer::Trainer(std::shared_ptr<nn::Module> model, ForwardFn forward, LossFn loss,
@@ -172,6 +174,7 @@ bool Trainer::takes_checkpoints() const {
 TrainingMemory Trainer::memory_now() const {
   TrainingMemory m = training_memory(*model_, *optimizer_);
   if (zero_) m.gradient_bytes = zero_->gradient_bytes();
+  m.activation_bytes = impl_->activation_bytes;
   return m;
 }
 
@@ -382,6 +385,11 @@ Tensor Trainer::backward_micro_batch(const Tensor& input, const Tensor& target, 
   }
   MT_CHECK(loss.numel() == 1, "Trainer: the loss function must return one value, got shape ",
            loss.shape());
+  if (!impl_->activation_bytes && loss.grad_fn() != nullptr) {
+    std::vector<Tensor> kept = model_->parameters();
+    for (const Tensor& b : model_->buffers()) kept.push_back(b);
+    impl_->activation_bytes = autograd::saved_tensor_bytes(loss, kept).total;
+  }
   // The mean over the step's micro-batches, as one batch of all of them would give (for a
   // mean-reduced loss and equal batches); one micro-batch is left as it is.
   if (micro > 1) loss = loss / static_cast<double>(micro);

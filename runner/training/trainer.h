@@ -137,6 +137,10 @@ struct TrainingMemory {
   int64_t gradient_bytes = 0;  // the parameters' defined gradients
   int64_t optimizer_state_bytes = 0;
   double bytes_per_parameter() const;
+  // Activations: what the forward of the run's first micro-batch kept for its backward (its
+  // saved tensors, each storage once, the parameters left out: autograd::saved_tensor_bytes).
+  // Set by the Trainer; not part of bytes_per_parameter.
+  std::optional<int64_t> activation_bytes{};
 };
 TrainingMemory training_memory(const nn::Module& model, const optim::Optimizer& optimizer);
 // The same before the first step: the gradients as the parameters' dtype and the optimizer state
