@@ -38,6 +38,7 @@ int train(const TrainArgs& args);
 struct ResumeArgs {
   std::string run_dir;
   std::string device;
+  int nproc = 0;  // > 0: on this many local ranks instead of the run's distributed.nproc
   bool quiet = false;
 };
 int resume(const ResumeArgs& args);

@@ -30,9 +30,14 @@ int main(int argc, char** argv) {
 
   cli::ResumeArgs resume;
   auto* r = app.add_subcommand(
-      "resume", "Continue a run from its newest valid checkpoint (on as many ranks as it had)");
+      "resume",
+      "Continue a run from its newest valid checkpoint (on as many ranks as it had, or --nproc)");
   r->add_option("run_dir", resume.run_dir, "The run directory")->required();
   r->add_option("--device", resume.device, "Resume on another device (cpu, cuda, cuda:N)");
+  r->add_option("--nproc", resume.nproc,
+                "Resume on N local ranks instead of the run's distributed.nproc (1: one "
+                "process); the data continues from the same global position")
+      ->check(CLI::Range(1, 1024));
   r->add_flag("-q,--quiet", resume.quiet, "No progress output");
 
   cli::EvalArgs eval;

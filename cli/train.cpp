@@ -231,6 +231,12 @@ int fit(runner::RunObjects& run, const std::string& run_dir, const std::string& 
   }
   if (!checkpoint.empty()) {
     trainer.resume_from(checkpoint);
+    // A run resumed on another number of ranks shards the rest of its epoch anew.
+    if (const runner::LoaderPosition at = run.train_loader->state(); at.offset > 0)
+      ranks.out() << "the training data continues at position " << at.offset << " of epoch "
+                  << at.epoch << "'s order, sharded over " << at.num_replicas << " rank"
+                  << (at.num_replicas == 1 ? "" : "s") << "\n"
+                  << std::flush;
     if (trainer.step() >= trainer.total_steps()) {
       // A finished run stays as it is: no second final evaluation, no new summary.
       ranks.out() << "the run in " << run_dir << " is complete (step " << trainer.step() << " of "
@@ -492,11 +498,13 @@ int resume(const ResumeArgs& args) {
     }
     std::vector<std::string> sets;
     if (!args.device.empty()) sets.push_back("device=" + args.device);
+    if (args.nproc > 0) sets.push_back("distributed.nproc=" + std::to_string(args.nproc));
     runner::Config config = runner::parse_config(text, source, sets);
     if (leads_a_job)
       add_note_store(runner::init_options(config.distributed, Device::cpu(), ranks.placement));
     refuse_lost_checkpoints(args.run_dir, config);
-    // A distributed run resumes on as many ranks as it had (its config hash says so).
+    // A distributed run resumes on as many ranks as it had, or --nproc (the hash is the stored
+    // text's, which overrides do not change; the loader keeps the global position).
     if (!ranks.placement.distributed() && config.distributed.nproc > 1)
       launch_ranks = static_cast<int>(config.distributed.nproc);
     run = runner::build_run(config, text,  // the stored text, so the config hash matches
@@ -513,6 +521,7 @@ int resume(const ResumeArgs& args) {
   if (launch_ranks > 0) {
     std::vector<std::string> child = {"resume", args.run_dir};
     if (!args.device.empty()) child.insert(child.end(), {"--device", args.device});
+    if (args.nproc > 0) child.insert(child.end(), {"--nproc", std::to_string(args.nproc)});
     if (args.quiet) child.push_back("-q");
     return launch_local_ranks(launch_ranks, child, run.config.distributed.store_path.empty());
   }

@@ -3,7 +3,8 @@
 // a launcher killed with all its ranks (SIGKILL) resumes to the weights of an uninterrupted run,
 // bit for bit; a rank that dies stops the others with one line naming it; SIGINT stops every rank
 // after the same step; two processes started with torchrun's variables form one run; Muon on 2
-// ranks of 64 steps as one process of 128; and ZeRO-2 with Muon killed and resumed.
+// ranks of 64 steps as one process of 128; ZeRO-2 with Muon killed and resumed; and a run
+// resumed on another number of ranks.
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -280,6 +281,45 @@ TEST_F(DistributedRunTest, ZeroStage2MuonKilledWithAllItsRanksThenResumedEqualsA
       << straight.output;
 
   expect_killed_run_resumes_to_the_same_weights("straight");
+}
+
+// A 2-rank run resumed from its step-4 checkpoint on 1 and on 4 ranks (`mantissa resume
+// --nproc`): after 3 steps of the first epoch (50 examples per rank: 20, 20, 10), the ranks had
+// taken 40 of the second epoch's 100 examples (a batch of 20 on each), and the new ranks continue
+// at that position of the epoch's order; the run ends at its step 12 with one writer and the
+// ranks in agreement. (The data positions themselves are
+// checked example by example in tests/test_runner_data.cpp.)
+TEST_F(DistributedRunTest, ARunResumesOnAnotherNumberOfRanksAtTheSameGlobalPosition) {
+  write_file(dir_ / "cfg.yaml", run_config(12, 4));
+  const Result two = run(train_args("two"));
+  ASSERT_EQ(two.code, 0) << two.output;
+  for (const int nproc : {1, 4}) {
+    const std::string name = "on" + std::to_string(nproc);
+    fs::copy(dir_ / "two", dir_ / name, fs::copy_options::recursive);
+    for (const char* later : {"step-000000008.ckpt", "step-000000012.ckpt"})
+      ASSERT_TRUE(fs::remove(dir_ / name / "checkpoints" / later)) << later;
+    const Result resumed = run({"resume", name, "--nproc", std::to_string(nproc)});
+    ASSERT_EQ(resumed.code, 0) << resumed.output;
+    EXPECT_TRUE(contains(resumed.output, "step-000000004.ckpt")) << resumed.output;
+    EXPECT_TRUE(contains(resumed.output,
+                         "continues at position 40 of epoch 1's order, sharded "
+                         "over " +
+                             std::to_string(nproc) + " rank"))
+        << resumed.output;
+    if (nproc > 1) {
+      EXPECT_TRUE(contains(resumed.output, "identical on all 4 ranks")) << resumed.output;
+    }
+    expect_one_writer(dir_ / name / "metrics.jsonl", 12);
+    const JsonDoc summary(read_file(dir_ / name / "summary.json"));
+    EXPECT_EQ(summary.at("steps").as_int(), 12);
+    EXPECT_EQ(summary.at("resumed_from_step").as_int(), 4);
+    // Other global batches from step 5 on: not the 2-rank run's weights.
+    EXPECT_GT(max_weight_difference(name, "two"), 0.0);
+  }
+  // The runs go on as themselves: a plain resume of a finished run has nothing to do.
+  const Result again = run({"resume", "on4"});
+  EXPECT_EQ(again.code, 0) << again.output;
+  EXPECT_TRUE(contains(again.output, "is complete")) << again.output;
 }
 
 TEST_F(DistributedRunTest, ARankThatDiesStopsTheOthersWithOneLineNamingIt) {

@@ -429,9 +429,8 @@ TEST(RunnerData, DistributedLoadersShareOnePermutationAndSplitIt) {
       {"drop_last", "3 replicas"});
 }
 
-// A sharded loader's position restores mid-epoch on every rank; a state saved with another number
-// of replicas is refused (its positions index other shards).
-TEST(RunnerData, DistributedLoaderResumesAndRefusesAnotherWorldSize) {
+// A sharded loader's position restores mid-epoch on every rank.
+TEST(RunnerData, DistributedLoaderResumesMidEpoch) {
   auto ds = numbered(19);
   for (int64_t r = 0; r < 2; ++r) {
     const DataLoaderOptions opts{
@@ -456,16 +455,101 @@ TEST(RunnerData, DistributedLoaderResumesAndRefusesAnotherWorldSize) {
       got.push_back(ids(*b));
     }
     EXPECT_EQ(got, expected) << "rank " << r;
-
-    DataLoader three(ds, {.batch_size = 2, .seed = 9, .sampler = {.num_replicas = 3, .rank = 0}});
-    expect_error([&] { three.load_state(state); }, {"2 replica", "has 3"});
-    DataLoader single(ds, {.batch_size = 2, .seed = 9});
-    expect_error([&] { single.load_state(state); }, {"2 replica", "has 1"});
   }
   // An unsharded loader is one replica (a checkpoint writes no num_replicas for it, as every
   // checkpoint before the sampler).
   DataLoader plain(ds, {.batch_size = 2, .seed = 9});
   EXPECT_EQ(plain.state().num_replicas, 1);
-  DataLoader sharded(ds, {.batch_size = 2, .seed = 9, .sampler = {.num_replicas = 2, .rank = 0}});
-  expect_error([&] { sharded.load_state(plain.state()); }, {"1 replica", "has 2"});
+}
+
+// A state saved on one number of ranks, loaded on another: the ranks before had taken the first
+// P positions of the epoch's order; the new ranks shard the rest, in the same global order, and
+// the epochs after it as usual. Resuming such a loader again on as many ranks is exact.
+TEST(RunnerData, DistributedLoaderResumesOnAnotherWorldSizeAtTheSameGlobalPosition) {
+  const int64_t n = 19, batch = 2;
+  auto ds = numbered(n);
+  const auto options = [&](int64_t world, int64_t rank) {
+    DataLoaderOptions o{.batch_size = batch, .seed = 9};
+    if (world > 1) o.sampler = {.num_replicas = world, .rank = rank};
+    return o;
+  };
+  const auto order_of = [&](int64_t epoch) {
+    DataLoader whole(ds, {.batch_size = n, .seed = 9});
+    whole.set_epoch(epoch);
+    return ids(*whole.next());
+  };
+  for (const auto& [before, after] :
+       std::vector<std::pair<int64_t, int64_t>>{{2, 3}, {2, 1}, {1, 2}, {3, 2}, {2, 4}}) {
+    SCOPED_TRACE(std::to_string(before) + " ranks, then " + std::to_string(after));
+    // The old ranks take 2 batches each of epoch 1, then stop.
+    std::vector<std::vector<int64_t>> taken(before);
+    mt::runner::LoaderPosition state;
+    for (int64_t r = 0; r < before; ++r) {
+      DataLoader l(ds, options(before, r));
+      l.set_epoch(1);
+      for (int i = 0; i < 2; ++i) {
+        const auto b = ids(*l.next());
+        taken[r].insert(taken[r].end(), b.begin(), b.end());
+      }
+      state = l.state();
+    }
+    EXPECT_EQ(state.batch_size, batch);
+    const int64_t p = 2 * batch * before;
+    const auto order = order_of(1);
+    for (int64_t q = 0; q < p; ++q) EXPECT_EQ(taken[q % before][q / before], order[q]) << q;
+    // The new ranks: the rest of epoch 1, interleaved, is order[p..n), padded from its start.
+    const int64_t rest = n - p, per_rank = (rest + after - 1) / after;
+    std::vector<int64_t> seen(order.begin(), order.begin() + p);
+    for (int64_t r = 0; r < after; ++r) {
+      DataLoader l(ds, options(after, r));
+      l.load_state(state);
+      EXPECT_EQ(l.state().offset, p);
+      EXPECT_EQ(l.state().epoch, 1);
+      std::vector<int64_t> mine;
+      for (const auto& b : epoch_ids(l)) mine.insert(mine.end(), b.begin(), b.end());
+      ASSERT_EQ(static_cast<int64_t>(mine.size()), per_rank);
+      for (int64_t j = 0; j < per_rank; ++j) {
+        const int64_t q = r + j * after;  // the position in the rest
+        EXPECT_EQ(mine[j], order[p + q % rest]) << "rank " << r << ", example " << j;
+        if (q < rest) seen.push_back(mine[j]);
+      }
+      // Epoch 2 is an ordinary one on the new world size.
+      DataLoader fresh(ds, options(after, r));
+      fresh.set_epoch(2);
+      EXPECT_EQ(epoch_ids(l), epoch_ids(fresh)) << "rank " << r;
+    }
+    // Every example of the epoch once, apart from the padding.
+    std::sort(seen.begin(), seen.end());
+    std::vector<int64_t> all(n);
+    for (int64_t i = 0; i < n; ++i) all[i] = i;
+    EXPECT_EQ(seen, all);
+    // A loader resumed that way, stopped after one batch and resumed on as many ranks: exact.
+    for (int64_t r = 0; r < after; ++r) {
+      DataLoader straight(ds, options(after, r));
+      straight.load_state(state);
+      DataLoader first(ds, options(after, r));
+      first.load_state(state);
+      first.next();
+      DataLoader again(ds, options(after, r));
+      again.load_state(first.state());
+      straight.next();
+      EXPECT_EQ(epoch_ids(again), epoch_ids(straight)) << "rank " << r;
+    }
+  }
+  // A finished epoch resumes at the start of the next one on any world size.
+  DataLoader done(ds, options(2, 0));
+  while (done.index() < done.batches_per_epoch()) done.next();
+  const mt::runner::LoaderPosition end = done.state();
+  DataLoader three(ds, options(3, 1));
+  three.load_state(end);
+  EXPECT_EQ(three.state().epoch, 1);
+  EXPECT_EQ(three.state().offset, 0);
+  EXPECT_EQ(three.state().index, 0);
+  // Positions that cannot be this data's are refused.
+  mt::runner::LoaderPosition bad = end;
+  bad.offset = n;
+  expect_error([&] { three.load_state(bad); }, {"offset 19", "19 examples"});
+  bad = end;
+  bad.index = 9;
+  expect_error([&] { three.load_state(bad); }, {"index 9", "5 batches"});
 }

@@ -189,24 +189,46 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
            " gives no batches");
 }
 
+namespace {
+
+// Examples and batches per rank of an epoch of n examples (after an offset) under `loader`'s
+// options with `replicas` ranks and `batch` examples per batch.
+int64_t examples_per_rank(int64_t n, const DataLoaderOptions& o, int64_t replicas) {
+  const DistributedSampler s{replicas, 0, o.sampler.drop_last};
+  return s.enabled() ? s.num_samples(n) : n;
+}
+
+int64_t batches_of(int64_t examples, int64_t batch, bool drop_last) {
+  return drop_last ? examples / batch : (examples + batch - 1) / batch;
+}
+
+}  // namespace
+
 int64_t DataLoader::examples_per_epoch() const {
-  const int64_t n = dataset_->size();
-  return options_.sampler.enabled() ? options_.sampler.num_samples(n) : n;
+  return examples_per_rank(dataset_->size(), options_, options_.sampler.num_replicas);
 }
 
 int64_t DataLoader::batches_per_epoch() const {
-  const int64_t n = examples_per_epoch(), b = options_.batch_size;
-  return options_.drop_last ? n / b : (n + b - 1) / b;
+  return batches_of(examples_per_epoch(), options_.batch_size, options_.drop_last);
+}
+
+int64_t DataLoader::examples_in_epoch() const {
+  return examples_per_rank(dataset_->size() - offset(), options_, options_.sampler.num_replicas);
+}
+
+int64_t DataLoader::batches_in_epoch() const {
+  return batches_of(examples_in_epoch(), options_.batch_size, options_.drop_last);
 }
 
 void DataLoader::set_epoch(int64_t epoch) {
   MT_CHECK(epoch >= 0, "DataLoader: epoch must be >= 0, got ", epoch);
   epoch_ = epoch;
   index_ = 0;
+  offset_epoch_ = -1;
 }
 
 const std::vector<int64_t>& DataLoader::order() {
-  if (order_epoch_ != epoch_) {
+  if (order_epoch_ != epoch_ || order_offset_ != offset()) {
     const int64_t n = dataset_->size();
     if (options_.shuffle) {
       order_ = seeded_permutation(n, options_.seed, static_cast<uint64_t>(epoch_));
@@ -214,23 +236,26 @@ const std::vector<int64_t>& DataLoader::order() {
       order_.resize(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) order_[i] = i;
     }
+    // The rest of an epoch resumed on another world size: sharded as a whole epoch would be.
+    if (offset() > 0) order_.erase(order_.begin(), order_.begin() + offset());
     if (options_.sampler.enabled()) order_ = options_.sampler.shard(order_);
     order_epoch_ = epoch_;
+    order_offset_ = offset();
   }
   return order_;
 }
 
 std::optional<Batch> DataLoader::next() {
-  if (index_ >= batches_per_epoch()) {
+  if (index_ >= batches_in_epoch()) {
     ++epoch_;
     index_ = 0;
     return std::nullopt;
   }
-  const int64_t n = examples_per_epoch();
+  const int64_t n = examples_in_epoch();
   const int64_t start = index_ * options_.batch_size;
   const int64_t stop = std::min(n, start + options_.batch_size);
   std::vector<int64_t> indices(stop - start);
-  if (options_.shuffle || options_.sampler.enabled()) {
+  if (options_.shuffle || options_.sampler.enabled() || offset() > 0) {
     const auto& perm = order();
     for (int64_t i = start; i < stop; ++i) indices[i - start] = perm[i];
   } else {
@@ -246,22 +271,41 @@ std::optional<Batch> DataLoader::next() {
 }
 
 LoaderPosition DataLoader::state() const {
-  return {epoch_, index_, options_.seed, options_.sampler.num_replicas};
+  return {
+      epoch_, index_, options_.seed, options_.sampler.num_replicas, offset(), options_.batch_size};
 }
 
 void DataLoader::load_state(const LoaderPosition& state) {
   MT_CHECK(state.seed == options_.seed,
            "DataLoader.load_state: the state was saved with shuffle seed ", state.seed,
            " but this loader's seed is ", options_.seed);
-  MT_CHECK(state.num_replicas == options_.sampler.num_replicas,
-           "DataLoader.load_state: the state was saved by a loader sharded over ",
-           state.num_replicas, " replica(s) but this loader has ", options_.sampler.num_replicas,
-           " (a different number of ranks sees different data)");
-  MT_CHECK(state.epoch >= 0 && state.index >= 0 && state.index <= batches_per_epoch(),
+  const int64_t n = dataset_->size();
+  MT_CHECK(
+      state.num_replicas >= 1 && state.batch_size >= 0 && state.offset >= 0 && state.offset < n,
+      "DataLoader.load_state: ", state.num_replicas, " replica(s), batch size ", state.batch_size,
+      " and offset ", state.offset, " are invalid for a dataset of ", n, " examples");
+  const int64_t batch = state.batch_size > 0 ? state.batch_size : options_.batch_size;
+  // The state's epoch on the world size that wrote it.
+  const int64_t examples = examples_per_rank(n - state.offset, options_, state.num_replicas);
+  const int64_t batches = batches_of(examples, batch, options_.drop_last);
+  MT_CHECK(state.epoch >= 0 && state.index >= 0 && state.index <= batches,
            "DataLoader.load_state: position epoch ", state.epoch, ", index ", state.index,
-           " is invalid for a loader of ", batches_per_epoch(), " batches per epoch");
+           " is invalid for a loader of ", batches, " batches in that epoch");
   epoch_ = state.epoch;
   index_ = state.index;
+  offset_ = state.offset;
+  offset_epoch_ = state.offset > 0 ? state.epoch : -1;
+  if (state.num_replicas == options_.sampler.num_replicas && batch == options_.batch_size) return;
+  // Another world size or batch size: the same global position, the rest sharded anew.
+  const int64_t taken = state.offset + std::min(state.index * batch, examples) * state.num_replicas;
+  index_ = 0;
+  if (state.index == batches || taken >= n) {
+    epoch_ = state.epoch + 1;
+    offset_epoch_ = -1;
+  } else {
+    offset_ = taken;
+    offset_epoch_ = state.epoch;
+  }
 }
 
 }  // namespace mantissa::runner

@@ -254,12 +254,17 @@ struct DataLoaderOptions {
   DistributedSampler sampler{};
 };
 
-// A DataLoader's place in its data: what a checkpoint stores to resume it exactly.
+// A DataLoader's place in its data: what a checkpoint stores to resume it, exactly on as many
+// ranks, and from the same global position on another number (DataLoader::load_state).
 struct LoaderPosition {
   int64_t epoch = 0;
-  int64_t index = 0;         // batches already delivered in the epoch
+  int64_t index = 0;         // batches already delivered in the epoch (since `offset`)
   uint64_t seed = 0;         // the shuffle seed the order came from
   int64_t num_replicas = 1;  // ranks the data is sharded over (1: none)
+  // Positions of the epoch's order all ranks had taken before this loader's shards began: not 0
+  // only in an epoch resumed on another number of ranks, whose rest is sharded anew.
+  int64_t offset = 0;
+  int64_t batch_size = 0;  // per rank; 0: not recorded (older checkpoints), taken as the loader's
   bool operator==(const LoaderPosition&) const = default;
 };
 
@@ -282,9 +287,18 @@ class DataLoader {
   // Jumps to the start of `epoch`.
   void set_epoch(int64_t epoch);
 
-  // Where the loader is (LoaderPosition). load_state checks the seed and the number of replicas
-  // match this loader's (either would silently change the data order) and that index is within
-  // the epoch. The rank is not stored: every rank resumes from the same state.
+  // Where the loader is (LoaderPosition). The rank is not stored: every rank resumes from the
+  // same state. load_state checks the seed (another would change the data order) and that the
+  // position is within the epoch. A state from the same number of replicas and batch size is
+  // restored exactly. From another (a run resumed on another world size, or with another
+  // data.batch_size), the global position is kept: the ranks before had taken the first
+  //   P = offset + min(index * batch_size, their per-rank share) * num_replicas
+  // positions of the epoch's order (each rank took one of every num_replicas), so this loader
+  // shards the rest of that order, positions P..n-1, over its own replicas as DistributedSampler
+  // shards a whole epoch (padded from the rest's start, or its tail dropped), and later epochs
+  // as usual. Every example of the epoch is seen once more or less as on the old world size; the
+  // global order is the same, grouped into batches of this world size. An epoch the state had
+  // finished (P >= n, or all its batches delivered) resumes at the next one.
   LoaderPosition state() const;
   void load_state(const LoaderPosition& state);
 
@@ -316,13 +330,21 @@ class DataLoader {
   // The examples of the current epoch this loader delivers, in order (this rank's shard).
   const std::vector<int64_t>& order();
   int64_t examples_per_epoch() const;
+  // The current epoch's examples and batches for this rank: the whole epoch's, or in an epoch
+  // resumed at `offset_`, those of the rest.
+  int64_t examples_in_epoch() const;
+  int64_t batches_in_epoch() const;
+  int64_t offset() const { return epoch_ == offset_epoch_ ? offset_ : 0; }
 
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;
   int64_t epoch_ = 0;
   int64_t index_ = 0;
-  std::vector<int64_t> order_;  // the current epoch's (shuffle or sampler only)
-  int64_t order_epoch_ = -1;
+  std::vector<int64_t> order_;  // the current epoch's (shuffle, sampler or offset only)
+  int64_t order_epoch_ = -1, order_offset_ = 0;
+  // An epoch resumed on another world size: its first offset_ positions were taken before.
+  int64_t offset_ = 0;
+  int64_t offset_epoch_ = -1;
 };
 
 }  // namespace mantissa::runner

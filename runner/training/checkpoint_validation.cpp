@@ -85,6 +85,8 @@ Json trainer_state_json(const std::optional<TrainerState>& state) {
   // A seed above INT64_MAX is stored as its two's-complement int64 and read back the same way.
   loader["seed"] = static_cast<int64_t>(t.loader.seed);
   if (t.loader.num_replicas > 1) loader["num_replicas"] = t.loader.num_replicas;
+  if (t.loader.offset > 0) loader["offset"] = t.loader.offset;
+  if (t.loader.batch_size > 0) loader["batch_size"] = t.loader.batch_size;
   Json s = Json::object();
   s["step"] = t.step;
   s["epoch"] = t.epoch;
@@ -120,6 +122,8 @@ std::optional<TrainerState> trainer_state_from_json(const std::string& what, Jso
   l.read("index", t.loader.index);
   l.read("seed", t.loader.seed);
   l.read("num_replicas", t.loader.num_replicas);
+  l.read("offset", t.loader.offset);
+  l.read("batch_size", t.loader.batch_size);
   r.read("steps_skipped", t.steps_skipped);
   r.read("best_loss", t.best_loss);
   r.read("last_loss", t.last_loss);
@@ -181,6 +185,10 @@ void validate_checkpoint_info(const CheckpointInfo& info) {
     check_range(what, "trainer_state.loader.index", s->loader.index, 0, limit, to_limit);
     check_range(what, "trainer_state.loader.num_replicas", s->loader.num_replicas, 1, kMaxInt,
                 "an integer >= 1");
+    check_range(what, "trainer_state.loader.offset", s->loader.offset, 0, kMaxInt,
+                "an integer >= 0");
+    check_range(what, "trainer_state.loader.batch_size", s->loader.batch_size, 0, kMaxInt,
+                "an integer >= 0");
     if (const std::optional<Float8Saturation>& f = s->float8_first_saturation) {
       const std::string key = "trainer_state.float8_first_saturation";
       check_range(what, key + ".step", f->step, 1, s->step,
