@@ -22,6 +22,11 @@ WORKLOADS = {  # name: (description, batch) -- keep in step with bench/workloads
     "mlp4096": ("MLP 1024-4096-1024 SGD step, batch 512", 512),
 }
 PRECISIONS = ["float32", "bfloat16", "float16"]
+# The Linear layers in float8 under bfloat16 autocast (mantissa's nn/float8.h, the PyTorch peer's
+# torchao): the MLPs and the GPTs, compared with their own bfloat16 step. torchao has no delayed
+# scaling; libtorch (1.13) no float8.
+FLOAT8 = ["float8_tensorwise", "float8_rowwise", "float8_delayed"]
+FLOAT8_WORKLOADS = ("mlp512", "mlp4096", "gpt_tiny", "gpt2_124m")
 # name: (description, vocab_size, n_layer, n_head, n_embd, block_size, batch, device,
 # precisions) -- the GPT workloads of bench/workloads.h (gpt_workloads()).
 GPT_WORKLOADS = {
@@ -136,6 +141,11 @@ def fmt_mem(r):
     return f"{r['peak'] - r['base']:.0f}" if "us" in r else "-"
 
 
+def own_reference(precision):
+    """The row of mantissa's own that a precision's time is compared with."""
+    return "bfloat16" if precision in FLOAT8 else "float32"
+
+
 def ratio(peer, ours):
     if "us" not in peer or "us" not in ours:
         return "-"
@@ -184,7 +194,7 @@ def main():
                     help="the table as markdown, rewritten as each measurement arrives")
     ap.add_argument("--rows-out", default="",
                     help="append each measurement as one JSON line the moment it is taken")
-    ap.add_argument("--precisions", default=",".join(PRECISIONS))
+    ap.add_argument("--precisions", default=",".join(PRECISIONS + FLOAT8))
     ap.add_argument("--mantissa-timeout", type=float, default=None,
                     help="seconds for one mantissa_bench process (default: --peer-timeout)")
     ap.add_argument("--no-graphed-peer", action="store_true",
@@ -201,6 +211,8 @@ def main():
     configs = [(w, d, p) for w in workloads if w not in GPT_WORKLOADS for d in devices
                for p in PRECISIONS if p in precisions
                and (d != "cuda_graph" or w in ("toy", "mlp512", "mlp4096"))]
+    configs += [(w, d, p) for w in workloads if w in FLOAT8_WORKLOADS and w not in GPT_WORKLOADS
+                for d in devices if d != "cuda_graph" for p in FLOAT8 if p in precisions]
     # A GPT workload runs on its one device (the GPU one only when a GPU is present), and there
     # also as one captured CUDA graph.
     for w in workloads:
@@ -210,6 +222,7 @@ def main():
         if gpt_devices[0] == "cuda" and "cuda_graph" in devices:
             gpt_devices.append("cuda_graph")
         configs += [(w, d, p) for d in gpt_devices for p in GPT_WORKLOADS[w][8] if p in precisions]
+        configs += [(w, gpt_devices[0], p) for p in FLOAT8 if p in precisions]
     peers = []
     if args.libtorch_peer:
         peers.append(("libtorch", lambda w, d, p: [args.libtorch_peer, w, d, p, str(args.min_time),
@@ -247,6 +260,8 @@ def main():
                     continue  # these peers run eagerly (compile: as inductor does) only
                 if c[1] == "cuda_graph" and (c[0] in GPT_WORKLOADS or args.no_graphed_peer):
                     continue  # the GPT's PyTorch peer runs eagerly, on the cuda row
+                if c[2] in FLOAT8 and (name == "libtorch" or c[2] == "float8_delayed"):
+                    continue  # no float8 in libtorch 1.13, no delayed scaling in torchao
                 record(r, c, name, run_peer(cmd(*c), args.peer_timeout))
             if args.markdown:  # what is measured so far, in case the run is cut short
                 with open(args.markdown, "w") as f:
@@ -270,7 +285,7 @@ def render(args, configs, results, peers, devices, machine):
 
     peer_names = [n for n, _ in peers]
     head = ["workload", "device", "precision", "mantissa µs/step", "samples/s", "GFLOP/s",
-            "vs own fp32"]
+            "vs own fp32 (float8: bf16)"]
     for n in peer_names:
         head += [f"{n} µs/step", f"{n}/mantissa"]
     head += ["peak MiB (" + " / ".join(["mantissa"] + peer_names) + ")"]
@@ -288,7 +303,7 @@ def render(args, configs, results, peers, devices, machine):
             row.append(f"{flops(w) / ours['us'] / 1e3:.2f}")
         else:
             row += ["-", "-"]
-        f32 = med.get((w, d, "float32"), {}).get("mantissa", {})
+        f32 = med.get((w, d, own_reference(p)), {}).get("mantissa", {})
         row.append("-" if p == "float32" else (f"{ours['us'] / f32['us']:.2f}x"
                                                if "us" in ours and "us" in f32 else "-"))
         for n in peer_names:
@@ -338,7 +353,7 @@ def gpt_table(configs, med, peer_names):
     gpu_name, peak = (gpu_peak_tflops() if any(d in ("cuda", "cuda_graph") for _, d, _ in configs)
                       else (None, None))
     head = ["workload", "device", "precision", "mantissa ms/step", "tokens/s", "model GFLOP/s",
-            "MFU", "vs own fp32"]
+            "MFU", "vs own fp32 (float8: bf16)"]
     for n in peer_names:
         head += [f"{n} tokens/s", f"{n}/mantissa"]
     head += ["peak MiB (" + " / ".join(["mantissa"] + peer_names) + ")", "mantissa bytes/param"]
@@ -357,7 +372,7 @@ def gpt_table(configs, med, peer_names):
                     f"{100 * tps * fpt / (peak * 1e12):.1f}%" if peak and d != "cpu" else "-"]
         else:
             row += ["n/a", "-", "-", "-"]
-        f32 = med.get((w, d, "float32"), {}).get("mantissa", {})
+        f32 = med.get((w, d, own_reference(p)), {}).get("mantissa", {})
         row.append("-" if p == "float32" else (f"{ours['us'] / f32['us']:.2f}x"
                                                if "us" in ours and "us" in f32 else "-"))
         for n in peer_names:

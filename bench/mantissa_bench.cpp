@@ -3,9 +3,9 @@
 // one benchmark per process (so that peak RSS belongs to one workload), interleaved with the
 // peers, and builds the table; running this binary by hand works too.
 //
-// Names are "<workload>/<device>/<precision>" (precision float8_<recipe>: the MLP's Linear layers
-// in float8 under bfloat16 autocast). Counters: samples_per_s, gflops (matmul FLOPs per
-// second; for the GPT workloads tokens_per_s and gflops from nanoGPT's FLOPs per token),
+// Names are "<workload>/<device>/<precision>" (precision float8_<recipe>: the MLP's or the GPT's
+// Linear layers in float8 under bfloat16 autocast). Counters: samples_per_s, gflops (matmul FLOPs
+// per second; for the GPT workloads tokens_per_s and gflops from nanoGPT's FLOPs per token),
 // peak_rss_mib (process high-water mark) and base_rss_mib (the mark before any benchmark ran: the
 // library and the runtime, not the workload).
 #include <benchmark/benchmark.h>
@@ -187,7 +187,7 @@ void bench_train(benchmark::State& state, const Workload& w, mt::Device device,
 // One nanoGPT training step (bench/workloads.h): the model from nn::GPT, AdamW over its
 // optimizer_groups (decay on >= 2-D parameters), fixed random token ids and targets.
 struct GPTRun {
-  GPTRun(const mantissa_bench::GPTWorkload& w, mt::Device dev)
+  GPTRun(const mantissa_bench::GPTWorkload& w, mt::Device dev, const char* float8_recipe = nullptr)
       : device(dev),
         model(seeded_gpt(w, dev)),
         idx(mt::randint(0, w.vocab_size, {w.batch, w.block_size},
@@ -200,6 +200,9 @@ struct GPTRun {
     MT_CHECK(model->flops_per_token() == mantissa_bench::gpt_flops_per_token(w), "bench ", w.name,
              ": nn::GPT counts ", model->flops_per_token(), " FLOPs per token, workloads.h ",
              mantissa_bench::gpt_flops_per_token(w));
+    if (float8_recipe != nullptr)  // the blocks' Linear layers (the tied lm_head is not one)
+      mt::nn::convert_to_float8_training(*model,
+                                         mt::Float8LinearConfig::from_recipe(float8_recipe));
   }
 
   static mt::nn::GPT seeded_gpt(const mantissa_bench::GPTWorkload& w, mt::Device dev) {
@@ -225,6 +228,7 @@ struct GPTRun {
     }
     loss.backward();
     optimizer.step();
+    mt::nn::update_float8_scales(*model);  // delayed scaling's update (none otherwise)
   }
 
   mt::Device device;
@@ -255,8 +259,8 @@ void time_gpt(benchmark::State& state, const mantissa_bench::GPTWorkload& w, GPT
 }
 
 void bench_gpt(benchmark::State& state, const mantissa_bench::GPTWorkload& w, mt::Device device,
-               std::optional<mt::amp::Precision> precision) {
-  GPTRun run(w, device);
+               std::optional<mt::amp::Precision> precision, const char* float8_recipe = nullptr) {
+  GPTRun run(w, device, float8_recipe);
   time_gpt(state, w, run, [&] { run.step(precision); });
 }
 
@@ -405,6 +409,17 @@ void register_all() {
             ->UseRealTime();
       }
 #endif
+    }
+    // Its Linear layers in float8 under bfloat16 autocast, as the MLPs' rows.
+    for (const char* recipe : {"tensorwise", "rowwise", "delayed"}) {
+      const std::string name =
+          std::string(w.name) + "/" + (device.is_cuda() ? "cuda" : "cpu") + "/float8_" + recipe;
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [&w, device, recipe](benchmark::State& s) {
+                                     bench_gpt(s, w, device, mt::amp::Precision::BFloat16, recipe);
+                                   })
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
     }
   }
 }

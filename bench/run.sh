@@ -7,7 +7,8 @@
 #                [--quick] [--no-peers] [--no-compile]
 #
 # Installs what is missing with apt (mantissa's build dependencies, libbenchmark-dev,
-# libtorch-dev: the libtorch peer is Debian's 1.13). The PyTorch peer is PyPI's current torch, in
+# libtorch-dev: the libtorch peer is Debian's 1.13). The PyTorch peer is PyPI's current torch (and
+# torchao for the float8 rows), in
 # a virtual environment this script creates once in $TORCH_VENV (default $BUILD_DIR/torch-venv;
 # several GiB: PyPI's wheel is the CUDA build, whose CPU use is what runs here). Builds in
 # $BUILD_DIR (default build-bench), Release, with the CUDA backend when nvcc is found; CUDA rows
@@ -77,6 +78,11 @@ if [ "$peers" = 1 ]; then
     python3 -m venv "$venv" >&2
     "$venv/bin/pip" install -q --upgrade pip >&2
     "$venv/bin/pip" install -q torch numpy >&2
+  fi
+  # torchao: the float8 rows' peer (its float8 training, Float8LinearConfig recipes).
+  if ! "$venv/bin/python" -c "import torchao" 2>/dev/null; then
+    echo "bench/run.sh: installing torchao from PyPI into $venv (once)" >&2
+    "$venv/bin/pip" install -q torchao >&2
   fi
   python="$venv/bin/python"
   peer_args=(--libtorch-peer "$build/peers-libtorch/libtorch_peer"

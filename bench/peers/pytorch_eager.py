@@ -5,7 +5,13 @@ spelled cpu+compile or cuda+compile runs the forward and the loss through torch.
 (inductor; backward and optimizer as inductor leaves them, the optimizer step eager), PyTorch 2.x.
 
     pytorch_eager.py <workload> <cpu|cuda|cuda_graph|cpu+compile|cuda+compile>
-                     <float32|bfloat16|float16> [min_s] [reps]
+                     <float32|bfloat16|float16|float8_<recipe>> [min_s] [reps]
+
+float8_<recipe> (tensorwise, rowwise, rowwise_with_gw_hp): bfloat16 autocast with the Linear
+layers in float8 by torchao (convert_to_float8_training, Float8LinearConfig.from_recipe_name;
+the GPT's tied output projection stays in bfloat16, as mantissa's). torchao 0.18 follows only the
+CUDA autocast scope: on the CPU its layers take the float32 input as it comes (what a user gets;
+rowwise_with_gw_hp then fails, and the row says so).
 
 prints "us_per_step=<best repetition> peak_rss_mib=<..> base_rss_mib=<..>", or
 "unsupported=<reason>".
@@ -32,6 +38,25 @@ GPT_WORKLOADS = {
     "gpt2_124m": (50304, 12, 12, 768, 1024, 8, 6e-4, 0.1),
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def split_precision(precision):
+    """("bfloat16", recipe) for float8_<recipe>, else (precision, None)."""
+    if precision.startswith("float8_"):
+        return "bfloat16", precision[len("float8_"):]
+    return precision, None
+
+
+def to_float8(model, recipe):
+    """torchao's float8 training on the model's Linear layers, the bench's workloads all have
+    dims that are multiples of 16."""
+    if recipe is None:
+        return
+    try:
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    except ImportError as e:
+        raise NotImplementedError(f"float8 needs torchao ({e})")
+    convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe))
 
 
 def max_rss_mib():
@@ -105,12 +130,14 @@ def compile_if(fn, compiled):
 
 def make_gpt_step(name, dev, precision, compiled=False):
     vocab, n_layer, n_head, n_embd, block, batch, lr, wd = GPT_WORKLOADS[name]
+    precision, recipe = split_precision(precision)
     dtype = DTYPES[precision]
     amp = precision != "float32"
     if amp and dev.type == "cpu" and dtype != torch.bfloat16:
         raise NotImplementedError(f"CPU autocast has no {precision} in PyTorch {torch.__version__}")
     model = GPT(vocab, n_layer, n_head, n_embd, block).to(dev)
     model.train()
+    to_float8(model, recipe)  # the blocks' Linear layers: lm_head is F.linear on wte
     idx = torch.randint(0, vocab, (batch, block), device=dev)
     targets = torch.randint(0, vocab, (batch * block,), device=dev)
     params = list(model.parameters())
@@ -142,6 +169,9 @@ def make_step(name, device, precision, graphed, compiled=False):
                              precision, compiled)
     layers, batch, lr, momentum, train = WORKLOADS[name]
     dev = torch.device("cuda" if device.startswith("cuda") else "cpu")
+    precision, recipe = split_precision(precision)
+    if recipe is not None and name not in ("mlp512", "mlp4096"):
+        raise NotImplementedError("float8 rows are the MLP and GPT workloads")
     dtype = DTYPES[precision]
     amp = precision != "float32"
     if name == "add":
@@ -156,6 +186,7 @@ def make_step(name, device, precision, graphed, compiled=False):
             mods.append(torch.nn.ReLU())
         mods.append(torch.nn.Linear(layers[i], layers[i + 1]))
     model = torch.nn.Sequential(*mods).to(dev)
+    to_float8(model, recipe)
     x = torch.randn(batch, layers[0], device=dev)
     target = torch.randn(batch, layers[-1], device=dev)
     params = list(model.parameters())
@@ -212,6 +243,11 @@ def main():
         print(f"unsupported={str(e).splitlines()[0]}")
         return
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    try:
+        step()  # the first step, where a program PyTorch cannot run fails
+    except (NotImplementedError, RuntimeError) as e:
+        print(f"unsupported={str(e).splitlines()[0]}")
+        return
     iters = 1
     while True:  # warm up, then find an iteration count that takes at least min_time
         t0 = time.perf_counter()
