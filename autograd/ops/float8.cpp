@@ -77,7 +77,8 @@ Tensor float8_scale_op(const Tensor& x, DType dtype, Float8Scaling scaling, int6
     MT_CHECK(x.dim() >= 1, op, ": rowwise scaling needs at least one dim, got shape ", x.shape());
     const int64_t d = dim < 0 ? dim + x.dim() : dim;
     MT_CHECK(d >= 0 && d < x.dim(), op, ": dim ", dim, " out of range for shape ", x.shape());
-    amax_of_x = maximum(amax(x, Shape{d}, /*keepdim=*/true), neg(amin(x, Shape{d}, true)));
+    // max |x| along d in one read (the infinity norm), as abs_max does for the whole tensor.
+    amax_of_x = norm(x, std::numeric_limits<double>::infinity(), Shape{d}, /*keepdim=*/true);
   }
   amax_of_x = amax_of_x.contiguous();
   Tensor scale = ops::empty_on(amax_of_x.shape(), kFloat32, x.device());

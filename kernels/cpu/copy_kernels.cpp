@@ -99,13 +99,18 @@ void linspace_kernel_cpu(const Tensor& out, double start, double end) {
   });
 }
 
-// The dense cast by one scale (tensorwise, delayed), with an x86-64-v4 copy: with the float8
-// rounding written branch-free (engine/float8.h, kernels/float8_math.h) its loop vectorises there,
-// which it does not in the baseline x86-64 build.
-#define MT_FLOAT8_CAST_DENSE(F, T)                                                        \
-  MT_CPU_V4_CLONES void float8_cast_dense(F* dst, const T* src, int64_t n, float scale) { \
-    for (int64_t i = 0; i < n; ++i)                                                       \
-      dst[i] = float8_math::saturated_cast<F>(convert<float>(src[i]), scale);             \
+// The dense cast by one scale (tensorwise, delayed; a row of a rowwise cast), and by one scale
+// per element of a row (a cast along columns), with an x86-64-v4 copy: with the float8 rounding
+// written branch-free (engine/float8.h, kernels/float8_math.h) their loops vectorise there, which
+// they do not in the baseline x86-64 build.
+#define MT_FLOAT8_CAST_DENSE(F, T)                                                               \
+  MT_CPU_V4_CLONES void float8_cast_dense(F* dst, const T* src, int64_t n, float scale) {        \
+    for (int64_t i = 0; i < n; ++i)                                                              \
+      dst[i] = float8_math::saturated_cast<F>(convert<float>(src[i]), scale);                    \
+  }                                                                                              \
+  MT_CPU_V4_CLONES void float8_cast_dense(F* dst, const T* src, int64_t n, const float* scales) { \
+    for (int64_t i = 0; i < n; ++i)                                                              \
+      dst[i] = float8_math::saturated_cast<F>(convert<float>(src[i]), scales[i]);                \
   }
 MT_FLOAT8_CAST_DENSE(Float8E4M3FN, float)
 MT_FLOAT8_CAST_DENSE(Float8E4M3FN, double)
@@ -135,6 +140,32 @@ void float8_cast_cpu(const Tensor& out, const Tensor& x, const Tensor& scale) {
             [&](int64_t b, int64_t e) { float8_cast_dense(dst + b, src + b, e - b, s); },
             out.numel(), kConvertGrain);
         return;
+      }
+      // A dense matrix by one scale per row or per column (rowwise): the scale comes expanded to
+      // the matrix's shape, a [R, 1] or [1, C] column or row of scales with a 0 stride.
+      if (out.dim() == 2 && scale.dim() == 2 && out.is_contiguous() && x.is_contiguous() &&
+          scale.dtype() == DType::Float32) {
+        const int64_t rows = out.size(0), cols = out.size(1);
+        const bool per_row = scale.stride(1) == 0 && (scale.stride(0) == 1 || rows == 1);
+        const bool per_col = scale.stride(0) == 0 && (scale.stride(1) == 1 || cols == 1);
+        if (per_row || per_col) {
+          const T* src = x.data<T>();
+          const float* scales = scale.data<float>();
+          F* dst = out.data<F>();
+          parallel_ranges(
+              rows,
+              [&](int64_t b, int64_t e) {
+                for (int64_t r = b; r < e; ++r) {
+                  if (per_row) {
+                    float8_cast_dense(dst + r * cols, src + r * cols, cols, scales[r]);
+                  } else {
+                    float8_cast_dense(dst + r * cols, src + r * cols, cols, scales);
+                  }
+                }
+              },
+              out.numel(), kConvertGrain);
+          return;
+        }
       }
       elementwise<F, T, float>(
           out, [](T v, float s) { return float8_math::saturated_cast<F>(convert<float>(v), s); }, x,
