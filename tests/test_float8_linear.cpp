@@ -387,12 +387,8 @@ TEST(Float8Modules, FusedMlpRunsItsFloat8LayersUnfused) {
 // autocast, and with its 16 Linear layers in float8 tensorwise: what one forward keeps for
 // backward (autograd::saved_tensor_bytes, the parameters left out).
 mt::autograd::SavedBytes gpt_tiny_saved_bytes(const std::string& recipe) {
-  mt::nn::GPTConfig c;
-  c.n_layer = 4;
-  c.n_head = 4;
-  c.n_embd = 128;
-  c.block_size = 128;
-  c.vocab_size = 256;
+  const mt::nn::GPTConfig c{
+      .block_size = 128, .vocab_size = 256, .n_layer = 4, .n_head = 4, .n_embd = 128};
   mt::manual_seed(0);
   mt::nn::GPT model(c);
   if (!recipe.empty()) {
