@@ -235,6 +235,40 @@ TEST(Reductions, NormMatchesReference) {
   }
 }
 
+// The infinity norm of dense float32 and bfloat16 tensors (the float8 scales' maxima) has a path
+// of its own (the largest magnitude bit pattern): over all, over the last dim and over a matrix's
+// rows, small and large enough to split over threads, it gives the values of the general
+// reduction (which a strided input takes), NaN where a NaN is, +0 for zeros of either sign.
+TEST(Reductions, InfinityNormOfDenseTensorsIsTheGeneralReductions) {
+  for (mt::DType dt : {mt::kFloat32, mt::kBFloat16}) {
+    for (int64_t n : {int64_t(5), int64_t(1) << 18}) {
+      const Tensor x = (mt::randn({n, 3}) * 100.0).to(dt);
+      for (const Shape& dims : {Shape{}, Shape{1}, Shape{0}}) {
+        const Tensor dense = mt::norm(x, kInf, dims, /*keepdim=*/true);
+        const Tensor strided = mt::norm(x.t().contiguous().t(), kInf, dims, true);
+        ASSERT_FALSE(x.t().contiguous().t().is_contiguous());
+        EXPECT_TRUE(mt::equal(dense, strided)) << dt << " n " << n << " dims " << dims;
+        EXPECT_TRUE(mt::equal(dense, mt::amax(mt::abs(x), dims, true))) << dt << " dims " << dims;
+      }
+    }
+    const Tensor special =
+        mt::from_vector<double>({-0.0, 0.0, -3, 2, kInf, -7, kNaN, 1, -0.0, -0.0, 0.0, -0.0},
+                                Shape{4, 3})
+            .to(dt);
+    const auto rows = mt::norm(special, kInf, Shape{1}).to_vector<double>();
+    EXPECT_EQ(rows[0], 3.0);
+    EXPECT_EQ(rows[1], kInf);
+    EXPECT_TRUE(std::isnan(rows[2]));
+    EXPECT_EQ(rows[3], 0.0);
+    EXPECT_FALSE(std::signbit(rows[3]));
+    const auto cols = mt::norm(special, kInf, Shape{0}).to_vector<double>();
+    EXPECT_TRUE(std::isnan(cols[0]));
+    EXPECT_EQ(cols[1], kInf);
+    EXPECT_EQ(cols[2], 7.0);
+    EXPECT_TRUE(std::isnan(mt::norm(special, kInf).item<double>()));
+  }
+}
+
 TEST(Reductions, MaxMinAlongDimWithIndices) {
   for (const Case& c : cases()) {
     if (c.dims.size() != 1) continue;
