@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -545,6 +546,19 @@ TEST(RunnerData, DistributedLoaderResumesOnAnotherWorldSizeAtTheSameGlobalPositi
   EXPECT_EQ(three.state().epoch, 1);
   EXPECT_EQ(three.state().offset, 0);
   EXPECT_EQ(three.state().index, 0);
+  // A forged state whose replicas or batch size are the largest int64 loads without overflow:
+  // its ranks would have taken the whole epoch.
+  mt::runner::LoaderPosition huge = end;
+  huge.epoch = 0;
+  huge.index = 1;
+  huge.offset = 5;
+  huge.num_replicas = std::numeric_limits<int64_t>::max();
+  three.load_state(huge);
+  EXPECT_EQ(three.state().epoch, 1);
+  huge.num_replicas = 2;
+  huge.batch_size = std::numeric_limits<int64_t>::max();
+  three.load_state(huge);
+  EXPECT_EQ(three.state().epoch, 1);
   // Positions that cannot be this data's are refused.
   mt::runner::LoaderPosition bad = end;
   bad.offset = n;

@@ -155,7 +155,8 @@ Split random_split(std::shared_ptr<const Dataset> dataset, double val_fraction, 
 
 int64_t DistributedSampler::num_samples(int64_t n) const {
   // torch: drop_last takes ceil((n - W) / W), which is floor(n / W) for every n >= 0.
-  return drop_last ? n / num_replicas : (n + num_replicas - 1) / num_replicas;
+  // Written so that no number of replicas (a checkpoint's may be any positive int64) overflows.
+  return n / num_replicas + (!drop_last && n % num_replicas != 0 ? 1 : 0);
 }
 
 std::vector<int64_t> DistributedSampler::shard(const std::vector<int64_t>& order) const {
@@ -191,15 +192,16 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
 
 namespace {
 
-// Examples and batches per rank of an epoch of n examples (after an offset) under `loader`'s
-// options with `replicas` ranks and `batch` examples per batch.
+// Examples per rank of an epoch of n examples (after an offset) under a loader's options with
+// `replicas` ranks, and the batches they make.
 int64_t examples_per_rank(int64_t n, const DataLoaderOptions& o, int64_t replicas) {
   const DistributedSampler s{replicas, 0, o.sampler.drop_last};
   return s.enabled() ? s.num_samples(n) : n;
 }
 
 int64_t batches_of(int64_t examples, int64_t batch, bool drop_last) {
-  return drop_last ? examples / batch : (examples + batch - 1) / batch;
+  // Written so that no batch size (a checkpoint's may be any positive int64) overflows.
+  return examples / batch + (!drop_last && examples % batch != 0 ? 1 : 0);
 }
 
 }  // namespace
@@ -297,9 +299,13 @@ void DataLoader::load_state(const LoaderPosition& state) {
   offset_epoch_ = state.offset > 0 ? state.epoch : -1;
   if (state.num_replicas == options_.sampler.num_replicas && batch == options_.batch_size) return;
   // Another world size or batch size: the same global position, the rest sharded anew.
-  const int64_t taken = state.offset + std::min(state.index * batch, examples) * state.num_replicas;
+  // (A forged state's replicas can be any positive int64: past n, the epoch is simply done.)
+  int64_t taken = 0;
+  const bool past_the_end =
+      __builtin_mul_overflow(std::min(state.index * batch, examples), state.num_replicas, &taken) ||
+      __builtin_add_overflow(taken, state.offset, &taken);
   index_ = 0;
-  if (state.index == batches || taken >= n) {
+  if (state.index == batches || past_the_end || taken >= n) {
     epoch_ = state.epoch + 1;
     offset_epoch_ = -1;
   } else {
