@@ -152,6 +152,7 @@ struct TrainingRun {
     if (float8_recipe != nullptr)
       mt::nn::convert_to_float8_training(*model.mlp,
                                          mt::Float8LinearConfig::from_recipe(float8_recipe));
+    delayed_float8 = !mt::nn::float8_delayed_layers(*model.mlp).empty();
   }
 
   void step(std::optional<mt::amp::Precision> precision) {
@@ -163,10 +164,13 @@ struct TrainingRun {
     }
     loss.backward();
     optimizer.step();
-    mt::nn::update_float8_scales(*model.mlp);  // delayed scaling's update (none otherwise)
+    // Delayed scaling's update, as the Trainer makes it: only where a layer has delayed scaling,
+    // so the other rows' steps do not walk the model.
+    if (delayed_float8) mt::nn::update_float8_scales(*model.mlp);
   }
 
   mt::Device device;
+  bool delayed_float8 = false;
   Model model;
   mt::Tensor x, target;
   mt::nn::MSELoss loss_fn;
@@ -203,6 +207,7 @@ struct GPTRun {
     if (float8_recipe != nullptr)  // the blocks' Linear layers (the tied lm_head is not one)
       mt::nn::convert_to_float8_training(*model,
                                          mt::Float8LinearConfig::from_recipe(float8_recipe));
+    delayed_float8 = !mt::nn::float8_delayed_layers(*model).empty();
   }
 
   static mt::nn::GPT seeded_gpt(const mantissa_bench::GPTWorkload& w, mt::Device dev) {
@@ -228,10 +233,11 @@ struct GPTRun {
     }
     loss.backward();
     optimizer.step();
-    mt::nn::update_float8_scales(*model);  // delayed scaling's update (none otherwise)
+    if (delayed_float8) mt::nn::update_float8_scales(*model);  // as TrainingRun::step
   }
 
   mt::Device device;
+  bool delayed_float8 = false;
   mt::nn::GPT model;
   mt::Tensor idx, targets;
   mt::optim::AdamW optimizer;
