@@ -1,8 +1,9 @@
-// The kernel tables' definitions: engine/kernel_tables.h, amp_kernel_tables.h and
-// optimizer_kernel_tables.h expanded with MT_DEFINE_KERNEL_TABLES (engine/dispatch.h), so each
-// table is written once, in its header.
+// The kernel tables' definitions: engine/kernel_tables.h, activation_kernel_tables.h,
+// amp_kernel_tables.h and optimizer_kernel_tables.h expanded with MT_DEFINE_KERNEL_TABLES
+// (engine/dispatch.h), so each table is written once, in its header.
 #define MT_DEFINE_KERNEL_TABLES
 #include "engine/kernel_tables.h"
+#include "engine/activation_kernel_tables.h"
 #include "engine/amp_kernel_tables.h"
 #include "engine/optimizer_kernel_tables.h"
 

@@ -370,17 +370,7 @@ using AdaptiveAvgPool2dBackwardKernel = void (*)(const Tensor& grad_input, const
 MT_KERNEL_TABLE(adaptive_avg_pool2d_backward, AdaptiveAvgPool2dBackwardKernel)
 // ---- pointwise ops and the activations with parameters (autograd/ops/pointwise.cpp and
 // activations.cpp; kernels/cpu/pointwise_kernels.cpp, kernels/cuda/pointwise_kernels.cu) -------
-// The listed activations (engine/activations.def), each entry's two tables: out = f(in; p0, p1)
-// and grad_in = grad_out * f'(input; p0, p1), the formulas of engine/activation_formulas.h
-// (kernels/cpu/activation_kernels.cpp, kernels/cuda/activation_kernels.cu). An entry without
-// parameters is called with p0 = p1 = 0.
-using ActivationKernel = void (*)(const Tensor& out, const Tensor& in, double p0, double p1);
-using ActivationBackwardKernel = void (*)(const Tensor& grad_in, const Tensor& grad_out,
-                                          const Tensor& input, double p0, double p1);
-#define MT_ACTIVATION_ENTRY(name, Module, Math) \
-  MT_KERNEL_TABLE(name, ActivationKernel)       \
-  MT_KERNEL_TABLE(name##_backward, ActivationBackwardKernel)
-#include "engine/activations.def"
+// The listed activations' tables are in engine/activation_kernel_tables.h.
 // out = lerp(start, end, weight), all of out's shape (expanded) and dtype; an undefined weight
 // means scalar_weight, taken in opmath (PyTorch does not round it to a half type).
 using LerpKernel = void (*)(const Tensor& out, const Tensor& start, const Tensor& end,

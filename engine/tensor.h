@@ -140,18 +140,10 @@ class Tensor {
   Tensor expand_as(const Tensor& other) const { return expand(other.shape()); }
 
   // ---- ops: every overload the op list (engine/ops.def) marks MT_SIG_METHOD, with its first
-  // parameter as the tensor called on: x.sum({1}, true) is mt::sum(x, {1}, true). Defined beside
-  // the ops' entries (autograd/op_entries.cpp); autograd/functions.h has the whole functional API.
-#define MT_METHOD_PARAMS(self, ...) __VA_ARGS__
-#define MT_DEFAULT(...) = __VA_ARGS__
-#define MT_SIG(name, ret, params, args)
-#define MT_SIG_METHOD(name, ret, params, args) ret name(MT_METHOD_PARAMS params) const;
-// The activations of engine/activations.def have no methods: skipping their list keeps a change
-// to it from recompiling every file that includes this header.
-#define MT_OPS_METHODS_ONLY
-#include "engine/ops.def"
-#undef MT_OPS_METHODS_ONLY
-#undef MT_METHOD_PARAMS
+  // parameter as the tensor called on: x.sum({1}, true) is mt::sum(x, {1}, true). Declared by a
+  // header the build makes from the list (engine/tensor_methods.in), defined beside the ops'
+  // entries (autograd/op_entries.cpp); autograd/functions.h has the whole functional API.
+#include "engine/tensor_methods.h"
 
   // ---- in place (bump the version counter) -----------------------------------------------
   Tensor& copy_(const Tensor& src);

@@ -7,6 +7,7 @@
 #include "autograd/op_bodies.h"
 #include "autograd/ops/elementwise_common.h"
 #include "engine/activation_formulas.h"
+#include "engine/activation_kernel_tables.h"
 
 namespace mantissa {
 namespace {

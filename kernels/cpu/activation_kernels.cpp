@@ -3,6 +3,7 @@
 // types, rounded once on store), any layout, the floating dtypes. The CUDA kernels
 // (kernels/cuda/activation_kernels.cu) evaluate the same formulas.
 #include "engine/activation_formulas.h"
+#include "engine/activation_kernel_tables.h"
 #include "engine/kernel_tables.h"
 #include "kernels/cpu/loops.h"
 

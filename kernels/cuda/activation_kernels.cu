@@ -2,6 +2,7 @@
 // kernels/cpu/activation_kernels.cpp: the same formulas (engine/activation_formulas.h) evaluated
 // in OpMath, half types rounded once on store.
 #include "engine/activation_formulas.h"
+#include "engine/activation_kernel_tables.h"
 #include "engine/kernel_tables.h"
 #include "kernels/cuda/loops.cuh"
 
