@@ -6,6 +6,7 @@
 #include "engine/backend_hooks.h"
 #include "engine/graph_capture.h"
 #include "engine/kernel_tables.h"
+#include "engine/scalar_range.h"
 #include "engine/small_pool.h"
 
 namespace mantissa {
@@ -78,6 +79,7 @@ Tensor empty_strided(const Shape& shape, const Shape& strides, const TensorOptio
 Tensor full(const Shape& shape, const Scalar& value, const TensorOptions& options) {
   TensorOptions o = options;
   if (!o.dtype_) o.dtype_ = value.is_floating() ? kFloat32 : value.is_bool() ? kBool : kInt64;
+  check_fits("full", value, *o.dtype_);
   Tensor t = empty(shape, o.requires_grad(false));
   fill_kernel(t.device())(t, value);
   return finish(t, options);
@@ -99,6 +101,7 @@ Tensor empty_like(const Tensor& t, std::optional<DType> dtype) {
 Tensor zeros_like(const Tensor& t, std::optional<DType> dtype) { return full_like(t, 0, dtype); }
 Tensor ones_like(const Tensor& t, std::optional<DType> dtype) { return full_like(t, 1, dtype); }
 Tensor full_like(const Tensor& t, const Scalar& value, std::optional<DType> dtype) {
+  check_fits("full_like", value, dtype.value_or(t.dtype()));
   return full(t.shape(), value, TensorOptions(t.device()).dtype(dtype.value_or(t.dtype())));
 }
 

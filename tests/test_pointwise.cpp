@@ -285,8 +285,8 @@ TEST(Pointwise, HalfTypesRoundTheFloat32Result) {
       b.push_back((i % 11 + 1) * (i % 2 ? 0.7 : -1.3));
     }
     const Tensor big_a = t(a, dt), big_b = t(b, dt);
-    for (const auto& [op, f] : std::vector<std::pair<std::string, Tensor (*)(const Tensor&,
-                                                                             const Tensor&)>>{
+    for (const auto& [op, f] :
+         std::vector<std::pair<std::string, Tensor (*)(const Tensor&, const Tensor&)>>{
              {"floor_divide", &mt::floor_divide},
              {"remainder", &mt::remainder},
              {"fmod", &mt::fmod}}) {
@@ -305,4 +305,60 @@ TEST(Pointwise, AutocastPolicies) {
   EXPECT_EQ(mt::addcmul(f, h, h).dtype(), mt::kFloat32);
   EXPECT_EQ(mt::addcmul(h, h, h).dtype(), mt::kBFloat16);
   EXPECT_EQ(mt::lerp(h, h, 0.5).dtype(), mt::kBFloat16);
+}
+
+// ---- the numbers full, fill_ and masked_fill_ store or refuse ---------------------------------
+// tests/golden/fill_values.txt (scripts/golden/make_fill_values.py): for each dtype, numbers
+// inside, at and beyond its range, infinities and NaN, as Python floats, ints and bools; what
+// PyTorch stores, or that it refuses them. A cast (Tensor::to) saturates instead, and the scalar
+// side of an op (x + 1e5) converts as a cast does: both checked last.
+TEST(FillValues, StoreOrRefuseAsPyTorch) {
+  mt::testing::GoldenFormat format;
+  format.value_kinds = {"stores"};
+  const auto cases = mt::testing::read_golden_file("fill_values.txt", format);
+  ASSERT_GE(cases.size(), 90u);
+  for (const auto& [name, c] : cases) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(c.header.size(), 3u);
+    const DType dtype = mt::parse_dtype(c.header[0]);
+    const std::string& kind = c.header[1];
+    const mt::Scalar value = kind == "bool"  ? mt::Scalar(c.header[2] == "true")
+                             : kind == "int" ? mt::Scalar(int64_t{std::stoll(c.header[2])})
+                                             : mt::Scalar(std::stod(c.header[2]));
+    const mt::TensorOptions options = mt::TensorOptions().dtype(dtype);
+    const Tensor mask = mt::ones({4}, mt::TensorOptions().dtype(mt::kBool));
+    std::vector<std::pair<std::string, std::function<Tensor()>>> fills = {
+        {"full", [&] { return mt::full({4}, value, options); }},
+        {"full_like", [&] { return mt::full_like(mt::zeros({4}, options), value); }},
+        {"fill_", [&] { return mt::zeros({4}, options).fill_(value); }}};
+    if (!mt::is_float8(dtype)) {  // as PyTorch, no masked_fill for float8
+      fills.push_back(
+          {"masked_fill_", [&] { return mt::zeros({4}, options).masked_fill_(mask, value); }});
+    }
+    for (const auto& [op, fill] : fills) {
+      if (c.raises) {
+        mt::testing::expect_error(fill, {op + ": value ", "cannot be converted to dtype " +
+                                                              c.header[0] + " without overflow"});
+        continue;
+      }
+      const std::vector<double> want = c.first("stores");
+      ASSERT_EQ(want.size(), 1u);
+      const std::vector<double> got = fill().to(mt::kFloat64).to_vector<double>();
+      for (const double g : got) {
+        if (std::isnan(want[0])) {
+          EXPECT_TRUE(std::isnan(g)) << op;
+        } else {
+          EXPECT_EQ(g, want[0]) << op;
+        }
+      }
+    }
+  }
+  // What the check leaves alone: a cast saturates (float8_e4m3fn) or overflows to infinity, and
+  // the scalar of an op converts as a cast, as in PyTorch.
+  const Tensor big = mt::full({2}, 1e5);
+  EXPECT_EQ(big.to(mt::kFloat8E4M3FN).to(mt::kFloat32).to_vector<float>(),
+            (std::vector<float>{448, 448}));
+  EXPECT_TRUE(std::isinf(big.to(mt::kFloat16).to(mt::kFloat32).to_vector<float>()[0]));
+  const Tensor h = mt::zeros({2}, mt::TensorOptions().dtype(mt::kFloat16));
+  EXPECT_TRUE(std::isinf((h + 1e5).to(mt::kFloat32).to_vector<float>()[1]));
 }

@@ -443,9 +443,11 @@ TEST(Conversions, FloatToIntegerIsDefinedForEveryValue) {
     // Non-contiguous sources take the general loop rather than a dense one.
     EXPECT_EQ(mt::stack({x, x}, 1).select(1, 0).to(mt::kUInt8).to_vector<int64_t>(), to_uint8);
   }
-  // Fills and scalars convert the same way.
-  EXPECT_EQ(mt::full({2}, -1.5, mt::kUInt8).to_vector<int64_t>(), (std::vector<int64_t>{255, 255}));
-  EXPECT_EQ(mt::full({1}, std::nan(""), mt::kInt64).item<int64_t>(), 0);
+  // Scalars convert the same way; fills refuse what overflows, as PyTorch does (FillValues in
+  // test_pointwise.cpp).
+  mt::testing::expect_error([] { mt::full({2}, -1.5, mt::kUInt8); }, {"full: value -1.5", "uint8"});
+  mt::testing::expect_error([] { mt::full({1}, std::nan(""), mt::kInt64); },
+                            {"full: value nan", "int64"});
   EXPECT_EQ(mt::Scalar(inf).to<int32_t>(), -1);
   EXPECT_EQ(mt::Scalar(-300.5).to<uint8_t>(), 212);
 }

@@ -35,8 +35,12 @@ Tensor run_binary_same(const KernelTable<BinaryKernel>& table, const Tensor& a, 
   return out;
 }
 
+// Unchecked, unlike full: the scalar side of an op converts as a cast does (a float16 tensor plus
+// 1e5 is infinity, as in PyTorch).
 Tensor wrap_scalar(const Scalar& s, DType dtype, Device device) {
-  return full(Shape{}, s, TensorOptions(device).dtype(dtype));
+  Tensor t = empty(Shape{}, TensorOptions(device).dtype(dtype));
+  fill_kernel(device)(t, s);
+  return t;
 }
 
 Tensor scalar_operand(const Tensor& t, const Scalar& s) {

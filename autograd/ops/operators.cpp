@@ -2,6 +2,7 @@
 // functional ops. In-place ops refuse leaves that require grad, bump the version counter, and
 // when recording, make the new node self's history (and its base's, for a view).
 #include "autograd/ops/elementwise_common.h"
+#include "engine/scalar_range.h"
 
 namespace mantissa {
 namespace {
@@ -110,6 +111,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::fill_(const Scalar& value) {
   autograd::check_inplace("fill_", *this);
+  check_fits("fill_", value, dtype());
   fill_kernel(device())(*this, value);
   bump_version();
   if (requires_grad() && autograd::GradMode::is_enabled()) {

@@ -3,6 +3,7 @@
 // type promotion are PyTorch's.
 #include "autograd/op_bodies.h"
 #include "autograd/ops/elementwise_common.h"
+#include "engine/scalar_range.h"
 
 namespace mantissa {
 namespace {
@@ -263,6 +264,7 @@ Tensor triu_op(const Tensor& x, int64_t diagonal) {
 // ---- methods ----------------------------------------------------------------------------------
 
 Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& value) {
+  check_fits("masked_fill_", value, dtype());
   return masked_fill_inplace(*this, mask, ops::wrap_scalar(value, dtype(), device()));
 }
 Tensor& Tensor::masked_fill_(const Tensor& mask, const Tensor& value) {
