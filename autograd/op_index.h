@@ -45,6 +45,18 @@ inline constexpr OpInfo kOpIndex[] = {
 };
 static_assert(sizeof(kOpIndex) / sizeof(kOpIndex[0]) == static_cast<std::size_t>(kNumOps));
 
+// The op list's MT_KERNEL lines: each table with a generic kernel from a list, the op it belongs
+// to and its list (tests/test_op_index.cpp checks the op names the table among its kernel tables).
+struct ListedKernel {
+  OpId op;
+  const char* table;
+  const char* list;
+};
+inline constexpr ListedKernel kListedKernels[] = {
+#define MT_KERNEL(op, table, list, functor) {OpId::op, #table, #list},
+#include "engine/ops.def"
+};
+
 constexpr const OpInfo& op_info(OpId op) { return kOpIndex[static_cast<int>(op)]; }
 constexpr CastPolicy cast_policy(OpId op) { return op_info(op).policy; }
 constexpr bool supports_double_backward(OpId op) { return op_info(op).double_backward(); }

@@ -12,6 +12,7 @@
 
 #include "engine/dispatch.h"
 #include "engine/generator.h"
+#include "engine/kernel_lists.h"  // made by the build from engine/ops.def
 #include "engine/linear_activation.h"
 #include "engine/macros.h"
 #include "engine/scalar.h"
@@ -19,66 +20,18 @@
 
 namespace mantissa {
 
-// The elementwise tables with generic kernels, one line each: the table and the functor of
-// kernels/functors.h that holds its math. kernels/cpu/elementwise_kernels.cpp and
-// kernels/cuda/{unary,binary,compare}_kernels.cu register the generic CPU and CUDA kernel of
-// every entry (the class tests: kernels/{cpu,cuda}/pointwise_kernels); a faster CPU kernel
-// specializes the generic one there (gelu). Adding such an op's kernels is a line here and its
-// functor.
-// clang-format off
-// Unary ops that map one value to one value of the same dtype.
-#define MT_FORALL_UNARY_OPS(X) \
-  X(neg, Neg)                  \
-  X(abs, Abs)                  \
-  X(exp, Exp)                  \
-  X(log, Log)                  \
-  X(sqrt, Sqrt)                \
-  X(rsqrt, Rsqrt)              \
-  X(relu, Relu)                \
-  X(sigmoid, Sigmoid)          \
-  X(tanh, Tanh)                \
-  X(gelu, Gelu)                \
-  X(gelu_tanh, GeluTanh)       \
-  X(sign, Sign)                \
-  X(reciprocal, Reciprocal)    \
-  X(sin, Sin)                  \
-  X(cos, Cos)                  \
-  X(log1p, Log1p)              \
-  X(expm1, Expm1)              \
-  X(square, Square)
-// Binary ops producing the inputs' dtype (floor_divide, remainder, fmod: integer operands have no
-// zero divisor, the op checks).
-#define MT_FORALL_BINARY_OPS(X) \
-  X(mul, Mul)                   \
-  X(div, Div)                   \
-  X(pow, Pow)                   \
-  X(maximum, Maximum)           \
-  X(minimum, Minimum)           \
-  X(floor_divide, FloorDivide)  \
-  X(remainder, Remainder)       \
-  X(fmod, Fmod)
-// The activations' backward, grad_in = grad_out * d(op)/dx: (grad_in, grad_out, saved), saved
-// being the forward input, or the output for relu, sigmoid and tanh.
-#define MT_FORALL_ACTIVATION_BACKWARD_OPS(X)     \
-  X(relu_backward, ReluBackward)                 \
-  X(gelu_backward, GeluBackward)                 \
-  X(gelu_tanh_backward, GeluTanhBackward)        \
-  X(sigmoid_backward, SigmoidBackward)           \
-  X(tanh_backward, TanhBackward)
-// Comparisons producing bool.
-#define MT_FORALL_COMPARISON_OPS(X) \
-  X(eq, Eq)                         \
-  X(ne, Ne)                         \
-  X(lt, Lt)                         \
-  X(le, Le)                         \
-  X(gt, Gt)                         \
-  X(ge, Ge)
-// The class tests: out (bool) = the test of in, any dtype.
-#define MT_FORALL_PREDICATE_OPS(X) \
-  X(isnan, IsNan)                  \
-  X(isinf, IsInf)                  \
-  X(isfinite, IsFinite)
-// clang-format on
+// The elementwise tables with generic kernels: the lists MT_FORALL_UNARY_OPS,
+// MT_FORALL_BINARY_OPS, MT_FORALL_ACTIVATION_BACKWARD_OPS, MT_FORALL_COMPARISON_OPS and
+// MT_FORALL_PREDICATE_OPS, X(table, Functor) per table, made by the build from the MT_KERNEL lines
+// of engine/ops.def (each beside its op) into engine/kernel_lists.h. The tables are declared from
+// them below; kernels/cpu/elementwise_kernels.cpp, pointwise_kernels.cpp and
+// kernels/cuda/{unary,binary,compare,pointwise}_kernels.cu register the generic CPU and CUDA
+// kernel of every entry, by the functor of kernels/functors.h that holds its math; a faster CPU
+// kernel specializes the generic one there (gelu). Unary and predicate tables are out = f(in);
+// binary, activation-backward and comparison tables out = f(a, b): the activations' backward is
+// grad_in = grad_out * d(op)/dx from (grad_out, saved), saved being the forward input, or the
+// output for relu, sigmoid and tanh; comparisons give bool; floor_divide, remainder and fmod's
+// integer operands have no zero divisor (the op checks).
 
 using UnaryKernel = void (*)(const Tensor& out, const Tensor& in);
 using BinaryKernel = void (*)(const Tensor& out, const Tensor& a, const Tensor& b);

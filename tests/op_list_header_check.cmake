@@ -1,26 +1,35 @@
-# The Tensor methods header follows the op list's methods and nothing else: made from a copy of
-# the list, it equals the build's header; an op without a method (and a comment) added to the
-# list leaves it byte for byte as it was and unwritten (its time set back to 2000 stays); an op
-# with a method adds that method's declaration.
-# cmake -DCOMPILER=... -DSOURCE_DIR=... -DBUILT=... -DWORK_DIR=... -P op_list_header_check.cmake
+# The headers made from the op list follow their own lines of it and nothing else. Made from a
+# copy of engine/ops.def, each equals the build's; an op without a method or a listed kernel
+# (and a comment) added to the list leaves both byte for byte as they were and unwritten (their
+# time, set back to 2000, stays); an op with a method adds its declaration to the methods only,
+# and an MT_KERNEL line adds its entry to its list only.
+# cmake -DCOMPILER=... -DSOURCE_DIR=... -DBUILT_DIR=... -DWORK_DIR=... -P op_list_header_check.cmake
 cmake_minimum_required(VERSION 3.25)
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR}/engine)
 file(COPY ${SOURCE_DIR}/engine/ops.def ${SOURCE_DIR}/engine/activations.def
-          ${SOURCE_DIR}/engine/tensor_methods.in DESTINATION ${WORK_DIR}/engine)
+          ${SOURCE_DIR}/engine/tensor_methods.in ${SOURCE_DIR}/engine/kernel_lists.in
+     DESTINATION ${WORK_DIR}/engine)
 set(list ${WORK_DIR}/engine/ops.def)
 file(READ ${list} original)
-set(out ${WORK_DIR}/tensor_methods.h)
-function(make_header)
-  execute_process(COMMAND ${CMAKE_COMMAND} -DCOMPILER=${COMPILER} -DSOURCE_DIR=${WORK_DIR}
-                          -DINPUT=${WORK_DIR}/engine/tensor_methods.in -DOUTPUT=${out}
-                          -P ${SOURCE_DIR}/cmake/op_list_header.cmake
-                  RESULT_VARIABLE rc ERROR_VARIABLE errors)
-  if(rc)
-    message(FATAL_ERROR "making the header failed: ${errors}")
-  endif()
+set(headers tensor_methods kernel_lists)
+set(form_tensor_methods declarations)
+set(form_kernel_lists lists)
+
+function(make_headers)
+  foreach(h ${headers})
+    execute_process(COMMAND ${CMAKE_COMMAND} -DCOMPILER=${COMPILER} -DSOURCE_DIR=${WORK_DIR}
+                            -DINPUT=${WORK_DIR}/engine/${h}.in -DOUTPUT=${WORK_DIR}/${h}.h
+                            -DFORM=${form_${h}} -P ${SOURCE_DIR}/cmake/op_list_header.cmake
+                    RESULT_VARIABLE rc ERROR_VARIABLE errors)
+    if(rc)
+      message(FATAL_ERROR "making ${h}.h failed: ${errors}")
+    endif()
+    file(READ ${WORK_DIR}/${h}.h text)
+    set(${h} "${text}" PARENT_SCOPE)
+  endforeach()
 endfunction()
-# An entry added just before the list's closing #undef lines.
+# Entries added just before the list's closing #undef lines.
 function(add_entries text)
   string(FIND "${original}" "#undef MT_OP\n" at REVERSE)
   if(at LESS 0)
@@ -30,37 +39,61 @@ function(add_entries text)
   string(SUBSTRING "${original}" ${at} -1 tail)
   file(WRITE ${list} "${head}${text}${tail}")
 endfunction()
+function(set_back)
+  foreach(h ${headers})
+    execute_process(COMMAND touch -d 2000-01-01 ${WORK_DIR}/${h}.h RESULT_VARIABLE rc)
+    if(rc)
+      message(FATAL_ERROR "touch -d failed on ${WORK_DIR}/${h}.h")
+    endif()
+  endforeach()
+endfunction()
+function(expect_unwritten what)
+  foreach(h ${headers})
+    file(TIMESTAMP ${WORK_DIR}/${h}.h year "%Y")
+    if(NOT year STREQUAL "2000")
+      message(FATAL_ERROR "${what} rewrote ${h}.h: the files including it would be recompiled")
+    endif()
+  endforeach()
+endfunction()
+function(expect_contains text part what)
+  string(FIND "${text}" "${part}" at)
+  if(at LESS 0)
+    message(FATAL_ERROR "${what}: no '${part}' in\n${text}")
+  endif()
+endfunction()
 
-make_header()
-file(READ ${out} made)
-file(READ ${BUILT} built)
-if(NOT made STREQUAL built)
-  message(FATAL_ERROR "the header made from engine/ops.def differs from the build's ${BUILT}")
-endif()
-string(FIND "${made}" "Tensor sum(" has_sum)
-if(has_sum LESS 0)
-  message(FATAL_ERROR "the header declares no sum method:\n${made}")
-endif()
+make_headers()
+foreach(h ${headers})
+  file(READ ${BUILT_DIR}/engine/${h}.h built)
+  if(NOT ${h} STREQUAL built)
+    message(FATAL_ERROR "${h}.h made from engine/ops.def differs from the build's")
+  endif()
+endforeach()
+expect_contains("${tensor_methods}" "Tensor sum(" "the methods")
+expect_contains("${kernel_lists}" "#define MT_FORALL_UNARY_OPS(X)" "the kernel lists")
+expect_contains("${kernel_lists}" "  X(exp, Exp)" "the kernel lists")
+set(made_methods "${tensor_methods}")
+set(made_lists "${kernel_lists}")
 
-add_entries("// an op without a method\nMT_OP(no_method_op, None, No, \"\")\nMT_SIG(no_method_op, Tensor, (const Tensor& x, double p MT_DEFAULT(2)), (x, p))\n\n")
-execute_process(COMMAND touch -d 2000-01-01 ${out} RESULT_VARIABLE rc)
-if(rc)
-  message(FATAL_ERROR "touch -d failed on ${out}")
+add_entries("// an op without a method or a listed kernel\nMT_OP(plain_op, None, No, \"\")\nMT_SIG(plain_op, Tensor, (const Tensor& x, double p MT_DEFAULT(2)), (x, p))\n\n")
+set_back()
+make_headers()
+if(NOT tensor_methods STREQUAL made_methods OR NOT kernel_lists STREQUAL made_lists)
+  message(FATAL_ERROR "an op without a method or a listed kernel changed a header")
 endif()
-make_header()
-file(READ ${out} after)
-file(TIMESTAMP ${out} year "%Y")
-if(NOT after STREQUAL made)
-  message(FATAL_ERROR "an op without a method changed the Tensor methods header")
-elseif(NOT year STREQUAL "2000")
-  message(FATAL_ERROR "an op without a method rewrote the Tensor methods header (same text): "
-                      "the files including engine/tensor.h would be recompiled")
-endif()
+expect_unwritten("an op without a method or a listed kernel")
 
 add_entries("MT_OP(method_op, None, No, \"\")\nMT_SIG_METHOD(method_op, Tensor, (const Tensor& x, double p MT_DEFAULT(2)), (x, p))\n")
-make_header()
-file(READ ${out} after)
-string(FIND "${after}" "Tensor method_op(double p = 2) const;" at)
-if(after STREQUAL made OR at LESS 0)
-  message(FATAL_ERROR "an op with a method did not declare it:\n${after}")
+set_back()
+make_headers()
+expect_contains("${tensor_methods}" "Tensor method_op(double p = 2) const;" "a new method")
+if(NOT kernel_lists STREQUAL made_lists)
+  message(FATAL_ERROR "a new method changed the kernel lists")
+endif()
+
+add_entries("MT_OP(listed_op, None, No, \"listed_op\")\nMT_KERNEL(listed_op, listed_op, UNARY, ListedOp)\nMT_SIG(listed_op, Tensor, (const Tensor& x), (x))\n")
+make_headers()
+expect_contains("${kernel_lists}" "  X(listed_op, ListedOp)" "a new listed kernel")
+if(NOT tensor_methods STREQUAL made_methods)
+  message(FATAL_ERROR "a listed kernel without a method changed the methods")
 endif()

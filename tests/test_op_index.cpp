@@ -4,6 +4,7 @@
 // when it is differentiable (and records nothing when it is not), and behaves under autocast as its
 // policy says. The checks are functions returning problems, so that the tests at the end can
 // show they catch an op missing a kernel, a case, a gradcheck or a policy.
+#include <algorithm>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -209,6 +210,24 @@ TEST(OpIndex, KernelTablesExistWithKernels) {
   for (const OpInfo& op : mt::kOpIndex)
     for (auto& p : kernel_problems(op)) all.push_back(p);
   EXPECT_TRUE(all.empty()) << joined(all);
+}
+
+// Each MT_KERNEL line names a table its op runs on, once, and the build made the table from it
+// (the lists of engine/kernel_lists.h declare the tables and register their kernels).
+TEST(OpIndex, ListedKernelsBelongToTheirOps) {
+  EXPECT_GE(std::size(mt::kListedKernels), 40u);
+  std::set<std::string> seen;
+  for (const mt::ListedKernel& k : mt::kListedKernels) {
+    const OpInfo& op = mt::op_info(k.op);
+    const std::vector<std::string> tables = words(op.kernel_tables);
+    EXPECT_NE(std::find(tables.begin(), tables.end(), k.table), tables.end())
+        << op.name << " lists kernel " << k.table << " but not among its tables '"
+        << op.kernel_tables << "'";
+    EXPECT_TRUE(seen.insert(k.table).second) << k.table << " is listed twice";
+    const mt::KernelTableEntry* t = find_table(k.table);
+    ASSERT_NE(t, nullptr) << k.table;
+    EXPECT_TRUE(t->has_kernel(mt::DeviceType::CPU)) << k.table;
+  }
 }
 
 TEST(OpIndex, EveryOpHasACaseAndDifferentiableOnesPassGradcheck) {
