@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -288,7 +289,10 @@ void gemm_opmath_cpu(const Tensor& c, const Tensor& a, const Tensor& b, bool acc
   });
 }
 
-// scaled_mm_epilogue: rows in parallel, each row's scale read once.
+// scaled_mm_epilogue: rows in parallel, each row's scale read once. A float32, bfloat16 or
+// float16 output is made a block at a time: the element math in float32 (the same formula,
+// which then vectorises), rounded to the output by the dense conversion (to nearest even, as the
+// element's cast); the other dtypes round each element.
 void scaled_mm_epilogue_cpu(const Tensor& out, const Tensor& acc, const Tensor& scale_a,
                             const Tensor& scale_b, const Tensor& bias) {
   const int64_t M = out.size(0), N = out.size(1);
@@ -301,11 +305,32 @@ void scaled_mm_epilogue_cpu(const Tensor& out, const Tensor& acc, const Tensor& 
     const bool row_scales = scale_a.numel() > 1, col_scales = scale_b.numel() > 1;
     const float* b = bias.defined() ? bias.data<float>() : nullptr;
     T* o = out.data<T>();
+    constexpr bool kBlocks =
+        std::is_same_v<T, float> || std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>;
     parallel_tasks(M, M * N, [&](int64_t i) {
       const float a_scale = sa[row_scales ? i : 0];
-      for (int64_t j = 0; j < N; ++j)
-        o[i * N + j] =
-            scaled_mm_math::element<T>(c[i * N + j], a_scale, sb[col_scales ? j : 0], b, j);
+      if constexpr (kBlocks) {
+        constexpr int64_t kBlock = 512;
+        float block[kBlock];
+        for (int64_t j0 = 0; j0 < N; j0 += kBlock) {
+          const int64_t n = std::min(kBlock, N - j0);
+          const float* ci = c + i * N + j0;
+          float* v = std::is_same_v<T, float> ? reinterpret_cast<float*>(o + i * N + j0) : block;
+          if (col_scales) {
+            for (int64_t j = 0; j < n; ++j)
+              v[j] = scaled_mm_math::element<float>(ci[j], a_scale, sb[j0 + j], b, j0 + j);
+          } else {
+            const float b_scale = sb[0];
+            for (int64_t j = 0; j < n; ++j)
+              v[j] = scaled_mm_math::element<float>(ci[j], a_scale, b_scale, b, j0 + j);
+          }
+          if constexpr (!std::is_same_v<T, float>) convert_dense(block, o + i * N + j0, n);
+        }
+      } else {
+        for (int64_t j = 0; j < N; ++j)
+          o[i * N + j] =
+              scaled_mm_math::element<T>(c[i * N + j], a_scale, sb[col_scales ? j : 0], b, j);
+      }
     });
   });
 }
