@@ -271,8 +271,4 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, const Tensor& value) {
   return masked_fill_inplace(*this, mask, value);
 }
 
-
-
-
-
 }  // namespace mantissa
