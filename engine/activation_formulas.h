@@ -94,6 +94,33 @@ MT_HOST_DEVICE MT_FORCE_INLINE V min0(const V& x) {
   return where(x <= k<V>(0), x, like(x, 0.0));
 }
 
+// ---- the backward of relu, sigmoid, tanh and gelu's tanh form -----------------------------------
+// grad_in from the incoming gradient g and what the op saved, s: its output for relu, sigmoid and
+// tanh, its input for gelu(approximate="tanh"). Written once over V, as the derivatives below:
+// the backward functors of kernels/functors.h evaluate them on scalars (in OpMath), and the ops'
+// nodes under create_graph on Tensors, so their double backward is these formulas' derivative.
+
+// PyTorch's threshold_backward: 0 where s <= 0, else g (a NaN s passes g through).
+template <typename V>
+MT_HOST_DEVICE MT_FORCE_INLINE V relu_grad(const V& g, const V& s) {
+  return where(s <= k<V>(0), like(g, 0.0), g);
+}
+template <typename V>
+MT_HOST_DEVICE MT_FORCE_INLINE V sigmoid_grad(const V& g, const V& s) {
+  return g * s * (k<V>(1) - s);
+}
+template <typename V>
+MT_HOST_DEVICE MT_FORCE_INLINE V tanh_grad(const V& g, const V& s) {
+  return g * (k<V>(1) - s * s);
+}
+// d/dx 0.5 x (1 + tanh(b (x + c x^3))), b = sqrt(2 / pi), c = 0.044715.
+template <typename V>
+MT_HOST_DEVICE MT_FORCE_INLINE V gelu_tanh_grad(const V& g, const V& s) {
+  const V th = tanh(k<V>(0.7978845608028654) * (s + k<V>(0.044715) * s * s * s));
+  const V dinner = k<V>(0.7978845608028654) * (k<V>(1) + k<V>(3 * 0.044715) * s * s);
+  return g * (k<V>(0.5) * (k<V>(1) + th) + k<V>(0.5) * s * (k<V>(1) - th * th) * dinner);
+}
+
 // ---- the activations ----------------------------------------------------------------------------
 struct Silu {
   template <typename T, typename P>

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "engine/activation_formulas.h"
 #include "engine/macros.h"
 #if !defined(__CUDA_ARCH__)
 #include "kernels/vectorizable_math.h"
@@ -35,11 +36,11 @@ MT_HOST_DEVICE inline T relu(T x) {
   return is_negative(x) ? T(0) : x;
 }
 
-// ReLU's backward from its input or output s (threshold_backward's rule): 0 where s <= 0 (an
-// ordered compare), else g. A NaN s passes the gradient through.
+// ReLU's backward from its input or output s: engine/activation_formulas.h's relu_grad
+// (threshold_backward's rule: 0 where s <= 0, else g; a NaN s passes the gradient through).
 template <typename T>
 MT_HOST_DEVICE inline T relu_backward(T g, T s) {
-  return s <= T(0) ? T(0) : g;
+  return formulas::relu_grad(g, s);
 }
 
 // Phi(x), the standard normal CDF. A float on the host takes the branch-free form, so that the
@@ -79,12 +80,6 @@ MT_HOST_DEVICE inline T gelu_tanh_inner(T x) {
 template <typename T>
 MT_HOST_DEVICE inline T gelu_tanh(T x) {
   return T(0.5) * x * (T(1) + MT_MATH(tanh)(gelu_tanh_inner(x)));
-}
-template <typename T>
-MT_HOST_DEVICE inline T gelu_tanh_derivative(T s) {
-  const T th = MT_MATH(tanh)(gelu_tanh_inner(s));
-  const T dinner = T(0.7978845608028654) * (T(1) + T(3 * 0.044715) * s * s);
-  return T(0.5) * (T(1) + th) + T(0.5) * s * (T(1) - th * th) * dinner;
 }
 
 }  // namespace mantissa::activation

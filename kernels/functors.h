@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "engine/activation_formulas.h"
 #include "engine/dispatch.h"
 #include "kernels/activation_math.h"
 
@@ -123,11 +124,14 @@ MT_COMPARISON_FUNCTOR(Ge, "ge", a >= b)
       return expr;                                                \
     }                                                             \
   };
-MT_BACKWARD_FUNCTOR(ReluBackward, "relu_backward", activation::relu_backward(g, s))
+// relu, sigmoid, tanh and gelu's tanh form are engine/activation_formulas.h's, which their nodes
+// also evaluate on Tensors under create_graph; exact gelu's derivative needs erf, which has no
+// Tensor op: its node records the kernel and writes the second derivative.
+MT_BACKWARD_FUNCTOR(ReluBackward, "relu_backward", formulas::relu_grad(g, s))
 MT_BACKWARD_FUNCTOR(GeluBackward, "gelu_backward", g* activation::gelu_derivative(s))
-MT_BACKWARD_FUNCTOR(GeluTanhBackward, "gelu_tanh_backward", g* activation::gelu_tanh_derivative(s))
-MT_BACKWARD_FUNCTOR(SigmoidBackward, "sigmoid_backward", g* s*(T(1) - s))
-MT_BACKWARD_FUNCTOR(TanhBackward, "tanh_backward", g*(T(1) - s * s))
+MT_BACKWARD_FUNCTOR(GeluTanhBackward, "gelu_tanh_backward", formulas::gelu_tanh_grad(g, s))
+MT_BACKWARD_FUNCTOR(SigmoidBackward, "sigmoid_backward", formulas::sigmoid_grad(g, s))
+MT_BACKWARD_FUNCTOR(TanhBackward, "tanh_backward", formulas::tanh_grad(g, s))
 #undef MT_BACKWARD_FUNCTOR
 
 // ---- pointwise ops (autograd/ops/pointwise.cpp)

@@ -5,6 +5,7 @@
 // .grad with history) match the values PyTorch computed, committed in
 // tests/golden/double_backward.txt.
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "autograd/backward.h"
@@ -303,4 +304,41 @@ INSTANTIATE_TEST_SUITE_P(Programs, DoubleBackwardGolden,
 TEST(DoubleBackwardGolden, EveryRecordHasAProgram) {
   for (const auto& [name, outputs] : load_cases()) EXPECT_TRUE(programs().count(name)) << name;
   EXPECT_EQ(load_cases().size(), programs().size());
+}
+
+// relu, sigmoid, tanh and gelu's tanh form write their backward once
+// (engine/activation_formulas.h): the kernel evaluates it without create_graph, the ops with it, so
+// both give the same gradient, to rounding, at every input. relu's passes the gradient where its
+// output is NaN (PyTorch's threshold_backward), on both paths.
+TEST(DoubleBackward, PointwiseBackwardsAreTheSameFormulaWithAndWithoutCreateGraph) {
+  const std::vector<double> xs = {-3.0, -0.5, -0.0, 0.0, 1e-3, 0.7, 2.5, 9.0, std::nan("")};
+  const Tensor x = mt::from_vector(xs).to(mt::kFloat32);
+  const Tensor g =
+      mt::from_vector(std::vector<double>{0.3, -1.2, 2.0, 0.5, -0.7, 1.1, 0.9, -2.2, 1.5})
+          .to(mt::kFloat32);
+  const std::map<std::string, std::function<Tensor(const Tensor&)>> ops = {
+      {"relu", [](const Tensor& t) { return mt::relu(t); }},
+      {"sigmoid", [](const Tensor& t) { return mt::sigmoid(t); }},
+      {"tanh", [](const Tensor& t) { return mt::tanh(t); }},
+      {"gelu_tanh", [](const Tensor& t) { return mt::gelu(t, "tanh"); }}};
+  for (const auto& [name, f] : ops) {
+    SCOPED_TRACE(name);
+    std::vector<std::vector<float>> grads;
+    for (const bool create_graph : {false, true}) {
+      const Tensor in = x.detach().requires_grad_();
+      const Tensor out = f(in);
+      grads.push_back(ag::grad({out}, {in}, {g}, false, false, create_graph)[0].to_vector<float>());
+    }
+    for (size_t i = 0; i < xs.size(); ++i) {
+      if (std::isnan(grads[0][i])) {
+        EXPECT_TRUE(std::isnan(grads[1][i])) << "at " << xs[i];
+      } else {
+        EXPECT_NEAR(grads[1][i], grads[0][i], 1e-6 * std::abs(grads[0][i]) + 1e-7)
+            << "at " << xs[i];
+      }
+    }
+    if (name == "relu") {
+      EXPECT_FLOAT_EQ(grads[1].back(), 1.5f);  // NaN output: g passes
+    }
+  }
 }

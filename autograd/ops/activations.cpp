@@ -40,15 +40,6 @@ Tensor gelu_derivative(const Tensor& x) {
   return out;
 }
 
-// The tanh approximation's derivative, composed of differentiable ops:
-// 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh(k (x + c x^3)).
-Tensor gelu_tanh_derivative(const Tensor& x) {
-  constexpr double k = 0.7978845608028654, c = 0.044715;  // sqrt(2 / pi)
-  const Tensor x2 = x * x;
-  const Tensor t = tanh((x + x * x2 * c) * k);
-  return (t + 1.0) * 0.5 + x * (1.0 - t * t) * (x2 * (3.0 * c) + 1.0) * (0.5 * k);
-}
-
 // A parameter's check, as torch.nn.functional's: `nonzero` is refused by the op (PyTorch raises
 // ZeroDivisionError); `positive` is a config key's check only (the op takes any value).
 void check_param_any(const char*, const char*, double) {}
@@ -87,7 +78,7 @@ Tensor listed_activation(const char* node, const KernelTable<ActivationKernel>& 
 Tensor relu_op(const Tensor& x) {
   return unary_op("ReluBackward0", relu_kernel, x, false, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) {
-                    if (creating_graph()) return where(out > 0.0, g, 0.0);
+                    if (creating_graph()) return formulas::relu_grad(g, out);
                     return run_binary_same(relu_backward_kernel, g, out);
                   });
 }
@@ -99,7 +90,7 @@ Tensor gelu_op(const Tensor& x, std::string_view approximate) {
   if (approximate == "tanh") {
     return unary_op("GeluBackward0", gelu_tanh_kernel, x, false, kSaveIn,
                     [](const Tensor& g, const Tensor& in, const Tensor&) {
-                      if (creating_graph()) return g * gelu_tanh_derivative(in);
+                      if (creating_graph()) return formulas::gelu_tanh_grad(g, in);
                       return run_binary_same(gelu_tanh_backward_kernel, g, in);
                     });
   }

@@ -5,6 +5,7 @@
 
 #include "autograd/op_bodies.h"
 #include "autograd/ops/elementwise_common.h"
+#include "engine/activation_formulas.h"
 
 namespace mantissa {
 namespace ops {
@@ -346,7 +347,7 @@ Tensor expm1_op(const Tensor& x) {
 Tensor sigmoid_op(const Tensor& x) {
   return unary_op("SigmoidBackward0", sigmoid_kernel, x, true, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) {
-                    if (creating_graph()) return g * out * (1.0 - out);
+                    if (creating_graph()) return formulas::sigmoid_grad(g, out);
                     return run_binary_same(sigmoid_backward_kernel, g, out);
                   });
 }
@@ -354,7 +355,7 @@ Tensor sigmoid_op(const Tensor& x) {
 Tensor tanh_op(const Tensor& x) {
   return unary_op("TanhBackward0", tanh_kernel, x, true, kSaveOut,
                   [](const Tensor& g, const Tensor&, const Tensor& out) {
-                    if (creating_graph()) return g * (1.0 - out * out);
+                    if (creating_graph()) return formulas::tanh_grad(g, out);
                     return run_binary_same(tanh_backward_kernel, g, out);
                   });
 }
