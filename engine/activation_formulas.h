@@ -113,10 +113,15 @@ template <typename V>
 MT_HOST_DEVICE MT_FORCE_INLINE V tanh_grad(const V& g, const V& s) {
   return g * (k<V>(1) - s * s);
 }
-// d/dx 0.5 x (1 + tanh(b (x + c x^3))), b = sqrt(2 / pi), c = 0.044715.
+// gelu(approximate="tanh") is 0.5 x (1 + tanh(inner(x))), inner(x) = b (x + c x^3), b = sqrt(2 /
+// pi), c = 0.044715 (the forward: kernels/activation_math.h's gelu_tanh, and cuBLASLt's epilogue).
+template <typename V>
+MT_HOST_DEVICE MT_FORCE_INLINE V gelu_tanh_inner(const V& x) {
+  return k<V>(0.7978845608028654) * (x + k<V>(0.044715) * x * x * x);
+}
 template <typename V>
 MT_HOST_DEVICE MT_FORCE_INLINE V gelu_tanh_grad(const V& g, const V& s) {
-  const V th = tanh(k<V>(0.7978845608028654) * (s + k<V>(0.044715) * s * s * s));
+  const V th = tanh(gelu_tanh_inner(s));
   const V dinner = k<V>(0.7978845608028654) * (k<V>(1) + k<V>(3 * 0.044715) * s * s);
   return g * (k<V>(0.5) * (k<V>(1) + th) + k<V>(0.5) * s * (k<V>(1) - th * th) * dinner);
 }

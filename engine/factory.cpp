@@ -21,6 +21,17 @@ Tensor finish(Tensor t, const TensorOptions& options) {
   return t;
 }
 
+// full and full_like: `op` names the refusal of a value the dtype cannot hold.
+Tensor filled(const char* op, const Shape& shape, const Scalar& value,
+              const TensorOptions& options) {
+  TensorOptions o = options;
+  if (!o.dtype_) o.dtype_ = value.is_floating() ? kFloat32 : value.is_bool() ? kBool : kInt64;
+  check_fits(op, value, *o.dtype_);
+  Tensor t = empty(shape, o.requires_grad(false));
+  fill_kernel(t.device())(t, value);
+  return finish(t, options);
+}
+
 Tensor allocate(const Shape& shape, const Shape& strides, DType dtype, Device device) {
   for (int64_t s : shape) MT_CHECK(s >= 0, "empty: negative dimension in shape ", shape);
   const int64_t extent = checked_extent(shape, strides, "empty_strided");
@@ -77,12 +88,7 @@ Tensor empty_strided(const Shape& shape, const Shape& strides, const TensorOptio
 }
 
 Tensor full(const Shape& shape, const Scalar& value, const TensorOptions& options) {
-  TensorOptions o = options;
-  if (!o.dtype_) o.dtype_ = value.is_floating() ? kFloat32 : value.is_bool() ? kBool : kInt64;
-  check_fits("full", value, *o.dtype_);
-  Tensor t = empty(shape, o.requires_grad(false));
-  fill_kernel(t.device())(t, value);
-  return finish(t, options);
+  return filled("full", shape, value, options);
 }
 
 Tensor zeros(const Shape& shape, const TensorOptions& options) {
@@ -101,8 +107,8 @@ Tensor empty_like(const Tensor& t, std::optional<DType> dtype) {
 Tensor zeros_like(const Tensor& t, std::optional<DType> dtype) { return full_like(t, 0, dtype); }
 Tensor ones_like(const Tensor& t, std::optional<DType> dtype) { return full_like(t, 1, dtype); }
 Tensor full_like(const Tensor& t, const Scalar& value, std::optional<DType> dtype) {
-  check_fits("full_like", value, dtype.value_or(t.dtype()));
-  return full(t.shape(), value, TensorOptions(t.device()).dtype(dtype.value_or(t.dtype())));
+  return filled("full_like", t.shape(), value,
+                TensorOptions(t.device()).dtype(dtype.value_or(t.dtype())));
 }
 
 Tensor arange(const Scalar& end, const TensorOptions& options) {

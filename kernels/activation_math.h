@@ -36,13 +36,6 @@ MT_HOST_DEVICE inline T relu(T x) {
   return is_negative(x) ? T(0) : x;
 }
 
-// ReLU's backward from its input or output s: engine/activation_formulas.h's relu_grad
-// (threshold_backward's rule: 0 where s <= 0, else g; a NaN s passes the gradient through).
-template <typename T>
-MT_HOST_DEVICE inline T relu_backward(T g, T s) {
-  return formulas::relu_grad(g, s);
-}
-
 // Phi(x), the standard normal CDF. A float on the host takes the branch-free form, so that the
 // CPU's GELU loops vectorise; elsewhere erf from the math library.
 template <typename T>
@@ -71,15 +64,11 @@ MT_HOST_DEVICE MT_FORCE_INLINE T gelu_derivative(T s) {
   return normal_cdf(s) + s * normal_pdf(s);
 }
 
-// gelu(approximate="tanh"), the GELU cuBLASLt's epilogues compute.
-template <typename T>
-MT_HOST_DEVICE inline T gelu_tanh_inner(T x) {
-  constexpr double kBeta = 0.7978845608028654;  // sqrt(2/pi)
-  return T(kBeta) * (x + T(0.044715) * x * x * x);
-}
+// gelu(approximate="tanh"), the GELU cuBLASLt's epilogues compute (its inner term and derivative:
+// engine/activation_formulas.h).
 template <typename T>
 MT_HOST_DEVICE inline T gelu_tanh(T x) {
-  return T(0.5) * x * (T(1) + MT_MATH(tanh)(gelu_tanh_inner(x)));
+  return T(0.5) * x * (T(1) + MT_MATH(tanh)(formulas::gelu_tanh_inner(x)));
 }
 
 }  // namespace mantissa::activation

@@ -368,7 +368,7 @@ TEST(ActivationMath, GemmEpilogueReluIsTheScalarRule) {
     for (int e = 0; e < m * n; ++e) {
       const float want = mt::activation::relu(plain[e] + bias[e % n]);
       ASSERT_TRUE(same_bits(fused[e], want)) << "n " << n << " element " << e;
-      const float want_grad = mt::activation::relu_backward(g[e], h[e]);
+      const float want_grad = mt::formulas::relu_grad(g[e], h[e]);
       ASSERT_TRUE(same_bits(masked[e], want_grad)) << "n " << n << " element " << e;
     }
   }

@@ -352,7 +352,7 @@ void backward_act_direct(const Tensor& grad_pre, const Tensor& grad_bias, const 
               widen(hp + i0 * ldh + j0, hbuf, e);
               hf = hbuf;
             }
-            for (int64_t t = 0; t < e; ++t) gf[t] = activation::relu_backward(gf[t], hf[t]);
+            for (int64_t t = 0; t < e; ++t) gf[t] = formulas::relu_grad(gf[t], hf[t]);
           }
           if constexpr (!std::is_same_v<T, float>) narrow_to(gf, block, e);  // exact
           if (sp != nullptr) add_column_sums(sp + j0, gf, rows, n, n);

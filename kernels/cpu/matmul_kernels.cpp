@@ -315,7 +315,8 @@ void scaled_mm_epilogue_cpu(const Tensor& out, const Tensor& acc, const Tensor& 
         for (int64_t j0 = 0; j0 < N; j0 += kBlock) {
           const int64_t n = std::min(kBlock, N - j0);
           const float* ci = c + i * N + j0;
-          float* v = std::is_same_v<T, float> ? reinterpret_cast<float*>(o + i * N + j0) : block;
+          float* v = block;
+          if constexpr (std::is_same_v<T, float>) v = o + i * N + j0;
           if (col_scales) {
             for (int64_t j = 0; j < n; ++j)
               v[j] = scaled_mm_math::element<float>(ci[j], a_scale, sb[j0 + j], b, j0 + j);

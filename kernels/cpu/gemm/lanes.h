@@ -42,8 +42,9 @@ struct Lanes16 {
   MT_LANES_TARGET static Reg broadcast(float v) { return _mm512_set1_ps(v); }
   MT_LANES_TARGET static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
   MT_LANES_TARGET static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
-  // v, with 0 where `where` < 0 or <= 0 (ordered compares): activation::relu's and
-  // activation::relu_backward's rules (kernels/activation_math.h), lane by lane.
+  // v, with 0 where `where` < 0 or <= 0 (ordered compares): activation::relu's rule
+  // (kernels/activation_math.h) and formulas::relu_grad's (engine/activation_formulas.h), lane by
+  // lane.
   MT_LANES_TARGET static Reg zero_if_negative(Reg v, Reg where) {
     return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(where, zero(), _CMP_LT_OQ), zero());
   }

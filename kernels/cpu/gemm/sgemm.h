@@ -41,7 +41,7 @@ enum class Rounding : uint8_t { None, BFloat16, Float16 };
 //                 follows (otherwise the store rounds it);
 //  3. act:        ReLU, activation::relu's rule (kernels/activation_math.h);
 //  4. relu_grad:  ReLU's backward, zero where the layer's output h is <= 0
-//                 (activation::relu_backward's rule);
+//                 (formulas::relu_grad's rule, engine/activation_formulas.h);
 //  5. store:      to C as float32, or as 16-bit values of `round` type into `narrow`;
 //  6. col_sums:   the stored row added into column sums in double, rows in order (a bias
 //                 gradient, as the sum kernel accumulates it).
